@@ -1,0 +1,243 @@
+"""The `backend.Backend` gRPC servicer: lifecycle state, ModelIdentity rule, engine calls.
+
+* Health answers `Reply(message=b"OK")` whenever the process is serving, whatever the model
+  state, and never waits on the engine.
+* Engine calls run in a worker thread and are serialised by one lock (one model context per
+  process). If a caller cancels, the lock is held until the engine call really returns.
+* Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString) answer FAILED_PRECONDITION
+  "... model not loaded" before a successful LoadModel (and after Free), and NOT_FOUND
+  "model identity mismatch ..." when `ModelIdentity` is set and differs from the loaded
+  `ModelOptions.Model`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from corral.backends.engine import Engine, EngineError
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+IDENTITY_MISMATCH_SENTINEL = "model identity mismatch"
+T = TypeVar("T")
+_DONE = object()
+
+
+class BackendState(enum.Enum):
+    UNINITIALIZED = "uninitialized"
+    LOADING = "loading"
+    READY = "ready"
+    ERROR = "error"
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (0 if unknown)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class _SteppedIterator:
+    """Advances a blocking iterator one item per call; `close` waits for a running step."""
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self._iterator = iterator
+        self._lock = threading.Lock()
+
+    def step(self) -> Any:
+        with self._lock:
+            return next(self._iterator, _DONE)
+
+    def close(self) -> None:
+        with self._lock:
+            close = getattr(self._iterator, "close", None)
+            if close is not None:
+                close()
+
+
+class BackendServicer(backend_pb2_grpc.BackendServicer):
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._state = BackendState.UNINITIALIZED
+        self._identity = ""
+        self._last_error = ""
+        self._lock = asyncio.Lock()
+        self._threads_in_flight = 0
+
+    @property
+    def state(self) -> BackendState:
+        return self._state
+
+    @property
+    def threads_in_flight(self) -> int:
+        """Engine calls still running in a thread (they cannot be interrupted)."""
+        return self._threads_in_flight
+
+    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` in a thread; if the caller is cancelled, still wait for it before returning."""
+        self._threads_in_flight += 1
+        future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        future.add_done_callback(lambda _: self._finished_thread())
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                try:
+                    await asyncio.shield(future)
+                except asyncio.CancelledError:
+                    continue
+                except Exception:  # noqa: BLE001 - the caller is gone; only waiting for the thread
+                    break
+            raise
+
+    def _finished_thread(self) -> None:
+        self._threads_in_flight -= 1
+
+    # ---- admission -------------------------------------------------------------------------
+
+    def _refusal(self, request: Any) -> tuple[grpc.StatusCode, str] | None:
+        if self._state is not BackendState.READY:
+            why = {
+                BackendState.ERROR: f" (last LoadModel failed: {self._last_error})",
+                BackendState.LOADING: " yet (LoadModel in progress)",
+            }.get(self._state, "; call LoadModel first")
+            return grpc.StatusCode.FAILED_PRECONDITION, f"{self._engine.name} backend: model not loaded{why}"
+        requested = getattr(request, "ModelIdentity", "")
+        if requested and self._identity and requested != self._identity:
+            return (
+                grpc.StatusCode.NOT_FOUND,
+                f"{IDENTITY_MISMATCH_SENTINEL}: request is for {requested!r}, "
+                f"this backend has {self._identity!r} loaded",
+            )
+        return None
+
+    async def _admit(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            await context.abort(*refusal)
+
+    async def _call_engine(self, context: grpc.aio.ServicerContext, fn: Callable[..., T], request: Any) -> T:
+        """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
+        await self._admit(request, context)
+        async with self._lock:
+            await self._admit(request, context)  # state may have changed while we waited
+            try:
+                return await self._run_blocking(fn, request)
+            except EngineError as exc:
+                status, detail = exc.status, str(exc)
+            except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                log.exception("%s failed", getattr(fn, "__name__", "engine call"))
+                status, detail = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+        await context.abort(status, detail)
+        raise RuntimeError("unreachable: context.abort raises")  # pragma: no cover
+
+    # ---- RPCs ------------------------------------------------------------------------------
+
+    async def Health(self, request: pb.HealthMessage, context: grpc.aio.ServicerContext) -> pb.Reply:
+        return pb.Reply(message=b"OK")
+
+    async def Status(self, request: pb.HealthMessage, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
+        state = {
+            BackendState.UNINITIALIZED: pb.StatusResponse.UNINITIALIZED,
+            BackendState.LOADING: pb.StatusResponse.BUSY,
+            BackendState.READY: pb.StatusResponse.BUSY if self._lock.locked() else pb.StatusResponse.READY,
+            BackendState.ERROR: pb.StatusResponse.ERROR,
+        }[self._state]
+        return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()))
+
+    async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
+        async with self._lock:
+            if self._state is BackendState.READY:
+                log.info("replacing loaded model %r with %r", self._identity, request.Model)
+                await self._run_blocking(self._free_quietly)
+            self._state, self._identity = BackendState.LOADING, ""
+            started = time.perf_counter()
+            errors: list[str] = []
+
+            def load() -> None:
+                try:
+                    self._engine.load(request)
+                except Exception as exc:  # noqa: BLE001 - any load failure is reported, never raised
+                    errors.append(str(exc) or type(exc).__name__)
+
+            try:
+                await self._run_blocking(load)
+            finally:  # also when the caller gave up: the thread has finished either way
+                if errors:
+                    self._state, self._last_error = BackendState.ERROR, errors[0]
+                else:
+                    self._state, self._identity, self._last_error = BackendState.READY, request.Model, ""
+            elapsed_s = time.perf_counter() - started
+            if errors:
+                log.error("LoadModel %r failed after %.2fs: %s", request.Model, elapsed_s, errors[0])
+                return pb.Result(success=False, message=errors[0])
+            log.info("loaded model %r in %.2fs", request.Model, elapsed_s)
+            return pb.Result(success=True, message=f"loaded {request.Model!r} in {elapsed_s:.2f}s")
+
+    async def Free(self, request: pb.HealthMessage, context: grpc.aio.ServicerContext) -> pb.Result:
+        async with self._lock:
+            if self._state is BackendState.UNINITIALIZED:
+                return pb.Result(success=True, message="no model loaded")
+            identity = self._identity
+            try:
+                await self._run_blocking(self._free_quietly)
+            finally:
+                self._state, self._identity, self._last_error = BackendState.UNINITIALIZED, "", ""
+            log.info("freed model %r", identity)
+            return pb.Result(success=True, message=f"freed {identity!r}" if identity else "freed")
+
+    def _free_quietly(self) -> None:
+        try:
+            self._engine.free()
+        except Exception:  # noqa: BLE001 - freeing must not fail the caller
+            log.exception("engine.free failed")
+
+    async def Predict(self, request: pb.PredictOptions, context: grpc.aio.ServicerContext) -> pb.Reply:
+        return await self._call_engine(context, self._engine.predict, request)
+
+    async def Embedding(
+        self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
+    ) -> pb.EmbeddingResult:
+        return await self._call_engine(context, self._engine.embed, request)
+
+    async def TokenizeString(
+        self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizationResponse:
+        return await self._call_engine(context, self._engine.tokenize, request)
+
+    async def PredictStream(
+        self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Reply]:
+        await self._admit(request, context)
+        async with self._lock:
+            await self._admit(request, context)
+            failure: tuple[grpc.StatusCode, str] | None = None
+            stepper: _SteppedIterator | None = None
+            try:
+                stepper = _SteppedIterator(await self._run_blocking(self._engine.predict_stream, request))
+                while (reply := await self._run_blocking(stepper.step)) is not _DONE:
+                    yield reply
+            except EngineError as exc:
+                failure = exc.status, str(exc)
+            except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                log.exception("predict_stream failed")
+                failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+            finally:
+                if stepper is not None:
+                    await self._run_blocking(stepper.close)
+        if failure is not None:
+            await context.abort(*failure)

@@ -1,0 +1,198 @@
+"""GPU-free simulated engine for tests and benchmarks (like vLLM's / llm-d's mock engines).
+
+Output is deterministic: the same model identity and prompt (or messages) always produce the
+same words. Token counts are honest for a "one word = one token" tokenizer: prompt tokens are
+the whitespace-separated words of the prompt (or of all message contents), and a request for
+`Tokens=N` emits exactly N words (default 16). Sampling parameters, seeds and stop strings are
+accepted and ignored.
+
+Options (`ModelOptions.Options`, `key:value`):
+  load_time_s:<s>          sleep this long inside LoadModel (default 0)
+  load_fail:<message>      LoadModel answers success=false with this message (after load_time_s)
+  prompt_token_time_s:<s>  sleep per prompt token before the first output token (default 0)
+  output_token_time_s:<s>  sleep per output token; streaming sends one word per token (default 0)
+  embedding_dim:<n>        length of Embedding vectors (default 384)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from corral.backends.engine import (
+    DEFAULT_MAX_TOKENS_SIMULATOR,
+    InvalidRequestError,
+    LoadError,
+    final_reply,
+    piece_reply,
+    requested_max_tokens,
+)
+from corral.backends.options import OptionError, option_float, option_int, parse_options, unknown_options
+from corral.proto import backend_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim")
+DEFAULT_EMBEDDING_DIM = 384
+VOCAB_SIZE = 32000
+
+_WORDS = (
+    "alpine amber anchor apple arrow atlas autumn badge bamboo basin beacon bison blossom breeze "
+    "bridge brook cactus canyon cedar cello cinder clover comet coral cosmos crane crystal dawn delta "
+    "desert dune eagle echo ember falcon fern fjord flint forest fossil garnet geyser glacier granite "
+    "harbor hazel heron horizon iris island ivory jasper juniper kelp lagoon lantern lark lava lemon "
+    "lily lotus lunar maple marble meadow mesa meteor mint moss nebula nectar oasis ocean olive onyx "
+    "orbit orchid otter pebble pepper pine planet prairie quartz quill raven reef ridge river "
+    "saffron sage sierra silver sparrow spruce summit tide timber topaz tundra valley velvet willow"
+).split()
+
+
+@dataclass(frozen=True)
+class SimulatorSettings:
+    load_time_s: float = 0.0
+    load_fail: str = ""
+    prompt_token_time_s: float = 0.0
+    output_token_time_s: float = 0.0
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+
+    @classmethod
+    def from_options(cls, entries: list[str]) -> SimulatorSettings:
+        options = parse_options(entries)
+        ignored = unknown_options(options, KNOWN_OPTIONS)
+        if ignored:
+            log.info("simulator ignores options %s (known: %s)", ", ".join(ignored), ", ".join(KNOWN_OPTIONS))
+        return cls(
+            load_time_s=option_float(options, "load_time_s", 0.0),
+            load_fail=options.get("load_fail", ""),
+            prompt_token_time_s=option_float(options, "prompt_token_time_s", 0.0),
+            output_token_time_s=option_float(options, "output_token_time_s", 0.0),
+            embedding_dim=option_int(options, "embedding_dim", DEFAULT_EMBEDDING_DIM, min_value=1),
+        )
+
+
+def count_words(text: str) -> int:
+    return len(text.split())
+
+
+def prompt_text(req: pb.PredictOptions) -> str:
+    """What the simulator treats as the prompt: the message contents (chat) or `Prompt`."""
+    if req.Messages:
+        return "\n".join(f"{m.role}: {m.content}" for m in req.Messages)
+    return req.Prompt
+
+
+def prompt_token_count(req: pb.PredictOptions) -> int:
+    if req.Messages:
+        return sum(count_words(m.content) for m in req.Messages)
+    return count_words(req.Prompt)
+
+
+def simulated_words(model: str, prompt: str, count: int) -> list[str]:
+    """`count` words chosen by a hash of (model, prompt): same inputs, same words."""
+    stream = hashlib.shake_256(f"{model}\0{prompt}".encode()).digest(2 * count)
+    return [_WORDS[int.from_bytes(stream[2 * i : 2 * i + 2], "little") % len(_WORDS)] for i in range(count)]
+
+
+def simulated_embedding(model: str, text: str, dim: int) -> list[float]:
+    """A deterministic unit vector derived from a hash of (model, text)."""
+    raw = hashlib.shake_256(f"{model}\0{text}".encode()).digest(2 * dim)
+    values = [(v / 32767.5) - 1.0 for v in struct.unpack(f"<{dim}H", raw)]
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [v / norm for v in values]
+
+
+def word_token_id(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little") % VOCAB_SIZE
+
+
+class SimulatorEngine:
+    """Deterministic fake model; see the module docstring for its options."""
+
+    name = "simulator"
+
+    def __init__(self) -> None:
+        self._model = ""
+        self._settings = SimulatorSettings()
+        self._loaded = False
+
+    @property
+    def settings(self) -> SimulatorSettings:
+        return self._settings
+
+    def load(self, opts: pb.ModelOptions) -> None:
+        try:
+            settings = SimulatorSettings.from_options(list(opts.Options))
+        except OptionError as exc:
+            raise LoadError(str(exc)) from None
+        if settings.load_time_s > 0:
+            time.sleep(settings.load_time_s)
+        if settings.load_fail:
+            raise LoadError(settings.load_fail)
+        self._model = opts.Model or opts.ModelFile
+        self._settings = settings
+        self._loaded = True
+
+    def predict(self, req: pb.PredictOptions) -> pb.Reply:
+        replies = list(self.predict_stream(req))
+        final = replies[-1]
+        final.message = b"".join(reply.message for reply in replies[:-1])
+        return final
+
+    def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        if not req.Prompt and not req.Messages:
+            raise InvalidRequestError("PredictOptions needs a Prompt or Messages")
+        max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
+        n_prompt = prompt_token_count(req)
+        words = simulated_words(self._model, prompt_text(req), max_tokens)
+        return self._stream(words, n_prompt)
+
+    def _stream(self, words: list[str], n_prompt: int) -> Iterator[pb.Reply]:
+        started = time.perf_counter()
+        _sleep(self._settings.prompt_token_time_s * n_prompt)
+        first_token_at = time.perf_counter()
+        for index, word in enumerate(words):
+            _sleep(self._settings.output_token_time_s)
+            yield piece_reply(word if index == 0 else f" {word}")
+        finished = time.perf_counter()
+        yield final_reply(
+            tokens=len(words),
+            prompt_tokens=n_prompt,
+            prompt_time_s=first_token_at - started,
+            generation_time_s=finished - first_token_at,
+        )
+
+    def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
+        text = req.Embeddings or req.Prompt
+        if not text:
+            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
+        vector = simulated_embedding(self._model, text, self._settings.embedding_dim)
+        n_tokens = count_words(text)
+        return pb.EmbeddingResult(
+            embeddings=vector,
+            dim=len(vector),
+            tokens=n_tokens,
+            prompt_tokens=n_tokens,
+            layout=pb.EMBEDDING_LAYOUT_FINAL,
+        )
+
+    def tokenize(self, req: pb.PredictOptions) -> pb.TokenizationResponse:
+        if req.Messages:
+            words = [word for message in req.Messages for word in message.content.split()]
+        else:
+            words = req.Prompt.split()
+        ids = [word_token_id(word) for word in words]
+        return pb.TokenizationResponse(length=len(ids), tokens=ids)
+
+    def free(self) -> None:
+        self._model = ""
+        self._loaded = False
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)

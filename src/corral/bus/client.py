@@ -1,0 +1,58 @@
+"""NATS connection: reconnect forever, report link state, typed request helper."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats
+from nats.aio.client import Client
+from nats.errors import NoRespondersError, TimeoutError
+
+from corral.bus.messages import Message
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+
+class BusError(Exception):
+    """A NATS request failed; the message names the subject and the cause."""
+
+
+async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None) -> Client:
+    async def disconnected() -> None:
+        log.warning("NATS link down (%s); reconnecting", name)
+        if on_state:
+            await on_state(False)
+
+    async def reconnected() -> None:
+        log.info("NATS link restored (%s)", name)
+        if on_state:
+            await on_state(True)
+
+    async def error(exc: Exception) -> None:
+        log.debug("NATS error (%s): %s", name, exc)
+
+    return await nats.connect(
+        servers=url.split(","),
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        connect_timeout=5,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        error_cb=error,
+    )
+
+
+async def request(nc: Client, subject: str, payload: Message, reply_type: type[M], timeout_s: float,
+                  knob: str) -> M:
+    try:
+        msg = await nc.request(subject, payload.to_json(), timeout=timeout_s)
+    except NoRespondersError:
+        raise BusError(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
+    except TimeoutError:
+        raise BusError(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
+    return reply_type.from_json(msg.data)

@@ -1,0 +1,87 @@
+"""Typed NATS payloads with the reference's JSON field names (reference §3.2).
+
+Fields that the reference marks `omitempty` are Optional and dropped from the JSON when None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Any:
+        if not data or data.strip() == b"null":
+            return cls.model_validate({})
+        return cls.model_validate_json(data)
+
+
+class BackendInstallRequest(Message):
+    backend: str = ""
+    model_id: str | None = None
+    backend_galleries: str | None = None
+    uri: str | None = None
+    name: str | None = None
+    alias: str | None = None
+    replica_index: int | None = None
+    force: bool | None = None
+    op_id: str | None = None
+
+
+class BackendInstallReply(Message):
+    success: bool = False
+    address: str | None = None
+    error: str | None = None
+
+
+class BackendStopRequest(Message):
+    backend: str = ""
+    force: bool | None = None
+
+
+class ModelStopRequest(Message):
+    model_name: str = ""
+    process_key: str = ""
+    expected_address: str = ""
+    force: bool | None = None
+    config_revision: str | None = None
+
+
+class ModelStopReply(Message):
+    matched: bool = False
+    freed: bool = False
+    terminated: bool = False
+    process_key: str = ""
+    address: str | None = None
+    error: str | None = None
+
+
+class RunningModel(Message):
+    model_id: str
+    replica_index: int
+    address: str | None = None
+
+
+class ModelsRunningReply(Message):
+    models: list[RunningModel] = []
+    error: str | None = None
+
+
+__all__ = [
+    "BackendInstallReply",
+    "BackendInstallRequest",
+    "BackendStopRequest",
+    "Message",
+    "ModelStopReply",
+    "ModelStopRequest",
+    "ModelsRunningReply",
+    "RunningModel",
+    "ValidationError",
+]

@@ -1,0 +1,104 @@
+"""`corral` command line: run (frontend), worker, backend, up (embedded stack), models."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from corral.config.errors import ConfigError
+
+USAGE = """usage: corral <command> [options]
+
+commands:
+  up        start PostgreSQL, NATS, a frontend and workers on this machine (the embedded default)
+  run       start a frontend (OpenAI-compatible API, node registry, router)
+  worker    start a worker that registers with a frontend and runs backend processes
+  backend   start one gRPC backend process (spawned by workers)
+  models    prepare the default models into a directory
+
+`corral <command> --help` lists every flag with its environment variable and default.
+"""
+
+
+def setup_logging(level: str, component: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname).1s {component} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("nats", "httpx", "asyncio", "uvicorn.error"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _run_frontend(argv: Sequence[str]) -> int:
+    from corral.config.frontend import FRONTEND_SETTINGS
+    from corral.config.settings import load
+    from corral.frontend.main import serve
+
+    settings = load("corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
+    setup_logging(settings.log_level, "frontend")
+    return asyncio.run(serve(settings))
+
+
+def _run_worker(argv: Sequence[str]) -> int:
+    from corral.config.settings import load
+    from corral.config.worker import WORKER_SETTINGS
+    from corral.worker.agent import Worker
+
+    settings = load("corral worker", "Start a worker.", WORKER_SETTINGS, argv)
+    setup_logging(settings.log_level, "worker")
+    return asyncio.run(Worker(settings).run())
+
+
+def _run_backend(argv: Sequence[str]) -> int:
+    from corral.backends.main import main as backend_main
+
+    return backend_main(list(argv))
+
+
+def _run_up(argv: Sequence[str]) -> int:
+    from corral.stack import main as up_main
+
+    return up_main(list(argv))
+
+
+def _run_models(argv: Sequence[str]) -> int:
+    from corral.models.defaults import main as models_main
+
+    return models_main(list(argv))
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "up": _run_up,
+    "run": _run_frontend,
+    "worker": _run_worker,
+    "backend": _run_backend,
+    "models": _run_models,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"corral: unknown command {args[0]!r}; use one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        return command(args[1:])
+    except ConfigError as exc:
+        print(f"corral {args[0]}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # expected failures are typed; print one line, not a traceback
+        from corral.errors import is_expected
+
+        if is_expected(exc):
+            print(f"corral {args[0]}: {exc}", file=sys.stderr)
+            return 1
+        raise

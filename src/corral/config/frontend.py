@@ -1,0 +1,40 @@
+"""Settings of `corral run` (the frontend). Names follow the specification's flags and env vars."""
+
+from __future__ import annotations
+
+from corral.config.parse import (
+    parse_bool,
+    parse_duration_s,
+    parse_host_port,
+    parse_nats_url,
+    parse_postgres_url,
+)
+from corral.config.settings import Setting
+
+
+def _optional_duration_s(raw: str) -> float | None:
+    return parse_duration_s(raw) if raw.strip() else None
+
+
+FRONTEND_SETTINGS: tuple[Setting, ...] = (
+    Setting("address", "--address", ("LOCALAI_ADDRESS",), "0.0.0.0:8080", parse_host_port,
+            "HTTP listen address of the API (host:port)"),
+    Setting("nats_url", "--nats-url", ("LOCALAI_NATS_URL",), None, parse_nats_url,
+            "NATS server URL (nats:// or tls://)", required=True),
+    Setting("database_url", "--database-url", ("LOCALAI_AUTH_DATABASE_URL", "DATABASE_URL"), None,
+            parse_postgres_url, "PostgreSQL URL holding all shared state", required=True),
+    Setting("registration_token", "--registration-token", ("LOCALAI_REGISTRATION_TOKEN",), "",
+            help="shared secret workers present on /api/node/*, file server and backend gRPC", secret=True),
+    Setting("auto_approve_nodes", "--auto-approve-nodes", ("LOCALAI_AUTO_APPROVE_NODES",), False, parse_bool,
+            "new worker nodes are healthy at once instead of pending approval", is_switch=True),
+    Setting("models_path", "--models-path", ("LOCALAI_MODELS_PATH",), "./models",
+            help="directory of model config YAMLs and model files"),
+    Setting("backend_install_timeout_s", "--backend-install-timeout",
+            ("LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT",), 15 * 60.0, parse_duration_s,
+            "how long to wait for a worker to answer backend.install"),
+    Setting("model_load_timeout_s", "--model-load-timeout", ("LOCALAI_NATS_MODEL_LOAD_TIMEOUT",), None,
+            _optional_duration_s, "LoadModel deadline; unset = 5m + 20s per GiB of checkpoint, capped at 6h"),
+    Setting("model_load_wait_s", "--model-load-wait", ("LOCALAI_MODEL_LOAD_WAIT",), 60.0, parse_duration_s,
+            "how long a request waits for its model to load (0 = no bound)"),
+    Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
+)

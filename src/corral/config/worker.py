@@ -1,0 +1,50 @@
+"""Settings of `corral worker`. Names follow the specification's flags and env vars."""
+
+from __future__ import annotations
+
+from corral.config.parse import (
+    parse_bool,
+    parse_duration_s,
+    parse_http_url,
+    parse_int,
+    parse_labels,
+    parse_nats_url,
+)
+from corral.config.settings import Setting
+
+WORKER_SETTINGS: tuple[Setting, ...] = (
+    Setting("register_to", "--register-to", ("LOCALAI_REGISTER_TO",), None, parse_http_url,
+            "frontend base URL to register with (http://frontend:8080)", required=True),
+    Setting("registration_token", "--registration-token", ("LOCALAI_REGISTRATION_TOKEN",), "",
+            help="shared secret from the frontend's --registration-token", secret=True),
+    Setting("nats_url", "--nats-url", ("LOCALAI_NATS_URL",), None, parse_nats_url,
+            "NATS server URL (nats:// or tls://)", required=True),
+    Setting("node_name", "--node-name", ("LOCALAI_NODE_NAME",), "",
+            help="node identity in the registry (default: hostname)"),
+    Setting("addr", "--addr", ("LOCALAI_ADDR",), "",
+            help="reachable host:port of this worker; its port is the gRPC base port"),
+    Setting("serve_addr", "--serve-addr", ("LOCALAI_SERVE_ADDR",), "0.0.0.0:50051",
+            help="base gRPC bind address when --addr is not set"),
+    Setting("grpc_max_port", "--grpc-max-port", ("LOCALAI_GRPC_MAX_PORT",), 0, parse_int,
+            "top of the backend gRPC port range (0 = 65535)"),
+    Setting("http_addr", "--http-addr", ("LOCALAI_HTTP_ADDR",), "",
+            help="file server bind address (default 0.0.0.0:<base port - 1>)"),
+    Setting("advertise_addr", "--advertise-addr", ("LOCALAI_ADVERTISE_ADDR",), "",
+            help="gRPC host:port other nodes dial (default --addr or <hostname>:<base port>)"),
+    Setting("advertise_http_addr", "--advertise-http-addr", ("LOCALAI_ADVERTISE_HTTP_ADDR",), "",
+            help="file server host:port other nodes dial (default <advertise host>:<base port - 1>)"),
+    Setting("heartbeat_interval_s", "--heartbeat-interval", ("LOCALAI_HEARTBEAT_INTERVAL",), 10.0,
+            parse_duration_s, "interval between heartbeats to the frontend"),
+    Setting("models_path", "--models-path", ("LOCALAI_MODELS_PATH",), "./models",
+            help="where staged model files are kept"),
+    Setting("node_labels", "--node-labels", ("LOCALAI_NODE_LABELS",), {}, parse_labels,
+            "scheduling labels k=v,k2=v2"),
+    Setting("max_replicas_per_model", "--max-replicas-per-model", ("LOCALAI_MAX_REPLICAS_PER_MODEL",), 1,
+            parse_int, "replicas of one model this node may run"),
+    Setting("allow_unauthenticated", "--allow-unauthenticated", ("LOCALAI_WORKER_ALLOW_UNAUTHENTICATED",),
+            False, parse_bool, "serve files without a registration token (unsafe; off by default)",
+            is_switch=True),
+    Setting("backend_start_timeout_s", "--backend-start-timeout", ("LOCALAI_BACKEND_START_TIMEOUT",), 30.0,
+            parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
+    Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
+)

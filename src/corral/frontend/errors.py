@@ -1,0 +1,67 @@
+"""The OpenAI error envelope and the exception handlers that produce it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+
+class APIError(Exception):
+    """An error answered to the client in the OpenAI envelope."""
+
+    def __init__(self, status: int, message: str, type_: str, code: str | int | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
+        self.headers = headers or {}
+
+
+def envelope(message: str, type_: str, code: str | int | None = None, param: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"message": message, "type": type_, "code": code}
+    if param is not None:
+        error["param"] = param
+    return {"error": error}
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, str]:
+    first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+    field = _field_path(tuple(first.get("loc", ())))
+    if first.get("type") == "json_invalid":
+        return "body", "request body is not valid JSON; send a JSON object"
+    msg = str(first.get("msg", "invalid value"))
+    return field, f"invalid request: field '{field}': {msg}"
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(envelope(exc.message, exc.type, exc.code, exc.param), status_code=exc.status,
+                            headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        field, message = validation_message(exc)
+        return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(envelope(str(exc.detail), type_, exc.status_code), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500),
+                            status_code=500)

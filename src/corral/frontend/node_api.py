@@ -1,0 +1,140 @@
+"""`/api/node/*`: worker self-service (register, heartbeat, drain, resume, deregister, models)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from corral.frontend.auth import check_registration_token
+from corral.frontend.state import FrontendState
+from corral.store import nodes as node_store
+from corral.store import replicas as replica_store
+
+log = logging.getLogger(__name__)
+
+
+class RegisterNodeRequest(BaseModel):
+    name: str = Field(min_length=1, max_length=255)
+    node_type: Literal["backend", "agent"] = "backend"
+    address: str = Field(default="", max_length=512)
+    http_address: str = Field(default="", max_length=512)
+    token: str = ""
+    total_vram: int = Field(default=0, ge=0)
+    available_vram: int = Field(default=0, ge=0)
+    total_ram: int = Field(default=0, ge=0)
+    available_ram: int = Field(default=0, ge=0)
+    total_disk: int = Field(default=0, ge=0)
+    available_disk: int = Field(default=0, ge=0)
+    gpu_vendor: str = Field(default="", max_length=32)
+    gpu_compute_capability: str = Field(default="", max_length=16)
+    capability: str = Field(default="", max_length=64)
+    labels: dict[str, str] = {}
+    max_replicas_per_model: int = Field(default=1, ge=0)
+    vram_budget: str = Field(default="", max_length=32)
+
+
+class HeartbeatUpdate(BaseModel):
+    available_vram: int | None = Field(default=None, ge=0)
+    total_vram: int | None = Field(default=None, ge=0)
+    available_ram: int | None = Field(default=None, ge=0)
+    available_disk: int | None = Field(default=None, ge=0)
+    total_disk: int | None = Field(default=None, ge=0)
+    gpu_vendor: str | None = None
+
+
+def node_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": status, "message": message, "type": "node_error"}}, status_code=status)
+
+
+def _jsonable(row: Any) -> dict[str, Any]:
+    out = {}
+    for key, value in dict(row).items():
+        if key in ("model_opts_blob", "token_hash"):
+            continue
+        out[key] = value.isoformat() if hasattr(value, "isoformat") else value
+    return out
+
+
+def build_node_router(state: FrontendState) -> APIRouter:
+    router = APIRouter(prefix="/api/node")
+
+    @router.post("/register", status_code=201)
+    async def register(body: RegisterNodeRequest) -> Any:
+        if state.registration_token and not body.token:
+            return node_error(401, "registration token required")
+        if state.registration_token and node_store.token_hash(body.token) != node_store.token_hash(
+            state.registration_token
+        ):
+            return node_error(401, "invalid registration token")
+        if body.node_type == "backend" and not body.address:
+            return node_error(400, "field 'address' is required for backend nodes (the worker's gRPC host:port)")
+        facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
+        row = await node_store.register(state.pool, facts, body.token, body.labels,
+                                        auto_approve=state.auto_approve_nodes)
+        state.router.view.remove_node(row["id"])
+        log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
+        return JSONResponse({"id": row["id"], "name": row["name"], "node_type": row["node_type"],
+                             "status": row["status"], "created_at": row["created_at"].isoformat()},
+                            status_code=201)
+
+    @router.post("/{node_id}/heartbeat")
+    async def heartbeat(node_id: str, request: Request) -> Any:
+        raw = await request.body()
+        update = HeartbeatUpdate.model_validate_json(raw) if raw.strip() else HeartbeatUpdate()
+        if not await node_store.heartbeat(state.pool, node_id, update.model_dump(exclude_none=True)):
+            return node_error(404, f"node {node_id} not found; register again")
+        return {"message": "heartbeat received"}
+
+    async def _status(node_id: str, status: str, message: str, drop: bool) -> Any:
+        if not await node_store.set_status(state.pool, node_id, status, drop_replicas=drop):
+            return node_error(404, f"node {node_id} not found")
+        if drop:
+            state.router.view.remove_node(node_id)
+        return {"message": message}
+
+    @router.post("/{node_id}/drain")
+    async def drain(node_id: str) -> Any:
+        return await _status(node_id, node_store.DRAINING, "node set to draining", False)
+
+    @router.post("/{node_id}/resume")
+    async def resume(node_id: str) -> Any:
+        node = await node_store.get(state.pool, node_id)
+        if node is not None and not node["approved"]:
+            return node_error(409, f"node {node_id} is pending approval; an admin must approve it first")
+        return await _status(node_id, node_store.HEALTHY, "node resumed", False)
+
+    @router.post("/{node_id}/deregister")
+    async def deregister(node_id: str) -> Any:
+        return await _status(node_id, node_store.OFFLINE, "node set to offline", True)
+
+    @router.delete("/{node_id}")
+    async def delete(node_id: str) -> Any:
+        return await _status(node_id, node_store.OFFLINE, "node set to offline", True)
+
+    @router.get("/{node_id}/models")
+    async def models(node_id: str) -> Any:
+        return [_jsonable(r) for r in await replica_store.of_node(state.pool, node_id)]
+
+    return router
+
+
+class _Refused(Exception):
+    def __init__(self, response: JSONResponse) -> None:
+        self.response = response
+
+
+def install_node_api(app: FastAPI, state: FrontendState) -> None:
+    async def require_token(request: Request) -> None:
+        refused = check_registration_token(request, state.registration_token)
+        if refused is not None:
+            raise _Refused(refused)
+
+    @app.exception_handler(_Refused)
+    async def _refused(_request: Request, exc: _Refused) -> Response:
+        return exc.response
+
+    app.include_router(build_node_router(state), dependencies=[Depends(require_token)])

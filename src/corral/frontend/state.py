@@ -1,0 +1,21 @@
+"""What the frontend's routes need, built once at start (nothing held between requests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from nats.aio.client import Client
+
+from corral.models.config import ModelConfig
+from corral.routing.router import Router
+
+
+@dataclass
+class FrontendState:
+    pool: asyncpg.Pool
+    nc: Client
+    router: Router
+    configs: dict[str, ModelConfig]
+    registration_token: str
+    auto_approve_nodes: bool

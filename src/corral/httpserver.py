@@ -1,0 +1,54 @@
+"""Run an ASGI app on uvicorn inside an existing event loop, without uvicorn's signal handling.
+
+The owning process handles SIGINT/SIGTERM itself and shuts its parts down in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class EmbeddedHTTPServer:
+    def __init__(self, app: Any, host: str, port: int, *, name: str) -> None:
+        self.host, self.port, self.name = host, port, name
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
+            timeout_graceful_shutdown=5, loop="none",
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(f"{self.name}: cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        sock.listen(2048)
+        sock.setblocking(False)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

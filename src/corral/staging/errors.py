@@ -1,0 +1,54 @@
+"""Errors raised while staging model files from a frontend to a worker's file server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StagingError(Exception):
+    """Base class for every file-staging failure; catch this to handle them all."""
+
+
+class KeyEscapesDirectory(StagingError):
+    """A storage key is malformed or would resolve outside the worker's models/data/staging directory.
+
+    Keys are relative, '/'-separated paths such as ``models/<trackingKey>/model.gguf``: no leading '/',
+    no empty, '.' or '..' segments, no NUL or backslash, and no symlink that points outside the base
+    directory. Fix the key (build it with ``corral.staging.keys.storage_key``) or remove the symlink.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"invalid storage key {key!r}: {reason}")
+
+
+class StagingFailed(StagingError):
+    """Uploading a local file to a worker's file server failed and retrying did not help.
+
+    The message names the local file, the storage key, the worker URL, the HTTP status (``None`` when
+    the worker was unreachable) and the worker's own explanation. Typical fixes: a 401 means the
+    frontend and worker disagree on the registration token (LOCALAI_REGISTRATION_TOKEN); a 413 means
+    the file exceeds the worker's upload limit; connection errors mean the worker's file server
+    (gRPC base port - 1) is down or unreachable from this frontend.
+    """
+
+    def __init__(
+        self,
+        *,
+        local_path: Path,
+        key: str,
+        worker_url: str,
+        status: int | None,
+        message: str,
+    ) -> None:
+        self.local_path = local_path
+        self.key = key
+        self.worker_url = worker_url
+        self.status = status
+        self.message = message
+        status_text = f"HTTP {status}" if status is not None else "no HTTP response"
+        super().__init__(
+            f"staging {str(local_path)!r} as key {key!r} to worker {worker_url} failed "
+            f"({status_text}): {message}"
+        )

@@ -1,0 +1,111 @@
+"""Storage keys: how a frontend names a staged file and where a worker puts it.
+
+A key is a relative, '/'-separated path. Its first segment picks the worker directory it lands in
+(reference §6.4):
+
+* ``models/<rest>``  -> ``<models_dir>/<rest>``
+* ``data/<rest>``    -> ``<models_dir>/../data/<rest>``
+* anything else (``ephemeral/...`` included) -> ``<models_dir>/../staging/<key>``
+
+Pure functions except for the symlink check in :func:`resolve_key`, which reads the filesystem.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from corral.staging.errors import KeyEscapesDirectory
+
+MODELS_KEY_PREFIX = "models/"
+DATA_KEY_PREFIX = "data/"
+EPHEMERAL_KEY_PREFIX = "ephemeral/"
+
+
+def storage_key(tracking_key: str, local_path: Path, models_dir: Path) -> str:
+    """Key for a frontend-local file: ``models/<tracking_key>/<path relative to models_dir>``.
+
+    Falls back to ``models/<tracking_key>/<basename>`` when ``local_path`` is not under ``models_dir``.
+    Paths are compared lexically (no symlink resolution), like the reference's ``filepath.Rel``.
+    """
+    local_abs = Path(os.path.abspath(local_path))
+    models_abs = Path(os.path.abspath(models_dir))
+    try:
+        relative = local_abs.relative_to(models_abs).as_posix()
+    except ValueError:
+        relative = local_abs.name
+    if relative in ("", "."):
+        relative = local_abs.name
+    return f"{MODELS_KEY_PREFIX}{tracking_key}/{relative}"
+
+
+def data_dir(models_dir: Path) -> Path:
+    """Worker directory for ``data/`` keys: ``<models_dir>/../data`` (lexical parent)."""
+    return Path(os.path.abspath(models_dir)).parent / "data"
+
+
+def staging_dir(models_dir: Path) -> Path:
+    """Worker directory for ``ephemeral/`` and unprefixed keys: ``<models_dir>/../staging``."""
+    return Path(os.path.abspath(models_dir)).parent / "staging"
+
+
+def base_dir_for_key(key: str, models_dir: Path) -> tuple[Path, str]:
+    """Split ``key`` into (absolute base directory, path relative to it), without validating."""
+    if key.startswith(MODELS_KEY_PREFIX):
+        return Path(os.path.abspath(models_dir)), key[len(MODELS_KEY_PREFIX) :]
+    if key.startswith(DATA_KEY_PREFIX):
+        return data_dir(models_dir), key[len(DATA_KEY_PREFIX) :]
+    return staging_dir(models_dir), key
+
+
+def resolve_key(key: str, models_dir: Path) -> Path:
+    """Absolute worker path for ``key``; raises :class:`KeyEscapesDirectory` for unsafe keys.
+
+    Rejected: empty keys, absolute paths, empty / '.' / '..' segments, NUL or backslash characters, and
+    keys whose path leaves the base directory once existing symlinks are resolved. The returned path is
+    lexical (``<base>/<rest>``), so it matches what the worker was configured with.
+    """
+    base, relative = _split_checked(key, models_dir)
+    candidate = base.joinpath(*relative.split("/"))
+    real_base = os.path.realpath(base)
+    real_candidate = os.path.realpath(candidate)
+    if not real_candidate.startswith(real_base.rstrip(os.sep) + os.sep):
+        raise KeyEscapesDirectory(
+            key, f"resolves to {real_candidate!r}, outside {real_base!r} (a symlink points out of it)"
+        )
+    return candidate
+
+
+def validate_key(key: str) -> None:
+    """Raise :class:`KeyEscapesDirectory` if ``key`` is malformed (pure check, no filesystem access).
+
+    Frontends call this before uploading so a bad key fails locally with the same message the worker
+    would give; :func:`resolve_key` additionally checks symlinks on the worker.
+    """
+    _split_checked(key, Path("/models"))
+
+
+def _split_checked(key: str, models_dir: Path) -> tuple[Path, str]:
+    _reject_malformed(key)
+    base, relative = base_dir_for_key(key, models_dir)
+    _reject_malformed_segments(key, relative)
+    return base, relative
+
+
+def _reject_malformed(key: str) -> None:
+    if not key:
+        raise KeyEscapesDirectory(key, "key is empty")
+    if "\x00" in key:
+        raise KeyEscapesDirectory(key, "key contains a NUL byte")
+    if "\\" in key:
+        raise KeyEscapesDirectory(key, "key contains a backslash; use '/' as the separator")
+    if key.startswith("/"):
+        raise KeyEscapesDirectory(key, "key is an absolute path; keys are relative to the worker's dirs")
+
+
+def _reject_malformed_segments(key: str, relative: str) -> None:
+    for segment in relative.split("/"):
+        if segment == "":
+            raise KeyEscapesDirectory(key, "key has an empty path segment ('//' or a trailing '/')")
+        if segment in (".", ".."):
+            raise KeyEscapesDirectory(key, f"key has a {segment!r} path segment")

@@ -1,0 +1,99 @@
+"""Node registry table family: registration, heartbeats, status, labels, placement snapshot."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from corral.store.queries import q
+
+PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING = "pending", "healthy", "unhealthy", "offline", "draining"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a worker reports about itself at registration."""
+
+    name: str
+    address: str
+    http_address: str = ""
+    node_type: str = "backend"
+    total_vram: int = 0
+    available_vram: int = 0
+    total_ram: int = 0
+    available_ram: int = 0
+    total_disk: int = 0
+    available_disk: int = 0
+    gpu_vendor: str = ""
+    gpu_compute_capability: str = ""
+    capability: str = ""
+    max_replicas_per_model: int = 1
+    vram_budget: str = ""
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest() if token else ""
+
+
+def vram_bucket(total_vram: int) -> str:
+    gib = total_vram / (1 << 30)
+    for floor, label in ((80, "80GB+"), (48, "48GB"), (24, "24GB"), (16, "16GB"), (8, "8GB")):
+        if gib >= floor:
+            return label
+    return f"{int(gib)}GB"
+
+
+async def register(
+    pool: asyncpg.Pool, facts: NodeFacts, token: str, labels: dict[str, str], *, auto_approve: bool
+) -> asyncpg.Record:
+    """Insert or refresh a node. A node keeps its id; it is healthy only if auto-approve or approved once."""
+    async with pool.acquire() as conn, conn.transaction():
+        existing = await conn.fetchrow(q("node_by_name"), facts.name)
+        approved = auto_approve or bool(existing and existing["approved"])
+        status = HEALTHY if approved else PENDING
+        args = (
+            facts.node_type, facts.address, facts.http_address, status, token_hash(token), approved,
+            facts.total_vram, facts.available_vram, facts.total_ram, facts.available_ram,
+            facts.total_disk, facts.available_disk, facts.gpu_vendor, facts.gpu_compute_capability,
+            facts.capability, max(1, facts.max_replicas_per_model), facts.vram_budget,
+        )
+        if existing:
+            row = await conn.fetchrow(q("node_reregister"), existing["id"], *args)
+            await conn.execute(q("replicas_delete_for_node"), existing["id"])
+        else:
+            row = await conn.fetchrow(q("node_insert"), str(uuid.uuid4()), facts.name, *args)
+        auto = {"node.name": facts.name, "node.replica-slots": str(max(1, facts.max_replicas_per_model))}
+        if facts.gpu_vendor:
+            auto["gpu.vendor"] = facts.gpu_vendor
+            auto["gpu.vram"] = vram_bucket(facts.total_vram)
+        for key, value in {**labels, **auto}.items():
+            await conn.execute(q("label_upsert"), str(uuid.uuid4()), row["id"], key, value)
+        return row
+
+
+async def heartbeat(pool: asyncpg.Pool, node_id: str, update: dict[str, Any]) -> bool:
+    row = await pool.fetchrow(
+        q("node_heartbeat"), node_id, update.get("available_vram"), update.get("available_ram"),
+        update.get("total_disk"), update.get("available_disk"),
+    )
+    return row is not None
+
+
+async def set_status(pool: asyncpg.Pool, node_id: str, status: str, *, drop_replicas: bool = False) -> bool:
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(q("node_set_status"), node_id, status)
+        if row and drop_replicas:
+            await conn.execute(q("replicas_delete_for_node"), node_id)
+        return row is not None
+
+
+async def get(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
+    return await pool.fetchrow(q("node_by_id"), node_id)
+
+
+async def schedulable(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("nodes_schedulable")))

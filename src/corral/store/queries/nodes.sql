@@ -1,0 +1,61 @@
+-- name: node_by_name
+-- The node registered under a name (names are the identity across re-registrations).
+SELECT * FROM backend_nodes WHERE name = $1;
+
+-- name: node_by_id
+-- One node by id.
+SELECT * FROM backend_nodes WHERE id = $1;
+
+-- name: node_insert
+-- A newly registered node.
+INSERT INTO backend_nodes (id, name, node_type, address, http_address, status, token_hash, approved,
+    total_vram, available_vram, total_ram, available_ram, total_disk, available_disk, gpu_vendor,
+    gpu_compute_capability, capability, max_replicas_per_model, vram_budget, last_heartbeat)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now())
+RETURNING *;
+
+-- name: node_reregister
+-- A known node registering again: refresh addresses and facts, keep the id and admin overrides.
+UPDATE backend_nodes SET node_type = $2, address = $3, http_address = $4, status = $5, token_hash = $6,
+    approved = $7, total_vram = $8, available_vram = $9, total_ram = $10, available_ram = $11,
+    total_disk = $12, available_disk = $13, gpu_vendor = $14, gpu_compute_capability = $15,
+    capability = $16,
+    max_replicas_per_model = CASE WHEN max_replicas_per_model_manually_set THEN max_replicas_per_model
+                                  ELSE $17 END,
+    vram_budget = CASE WHEN vram_budget_manually_set THEN vram_budget ELSE $18 END,
+    last_heartbeat = now(), updated_at = now()
+WHERE id = $1
+RETURNING *;
+
+-- name: node_heartbeat
+-- A heartbeat: the timestamp always; the reported free resources when given (NULL keeps the old value).
+UPDATE backend_nodes SET last_heartbeat = now(),
+    available_vram = COALESCE($2, available_vram), available_ram = COALESCE($3, available_ram),
+    total_disk = COALESCE($4, total_disk), available_disk = COALESCE($5, available_disk),
+    reserved_vram = CASE WHEN $2::bigint IS NULL THEN reserved_vram ELSE 0 END,
+    updated_at = now()
+WHERE id = $1
+RETURNING id;
+
+-- name: node_set_status
+-- Change a node's status (drain, resume, offline).
+UPDATE backend_nodes SET status = $2, updated_at = now() WHERE id = $1 RETURNING id;
+
+-- name: label_upsert
+-- Set one label of a node (merge, never replace the set).
+INSERT INTO node_labels (id, node_id, key, value) VALUES ($1, $2, $3, $4)
+ON CONFLICT (node_id, key) DO UPDATE SET value = EXCLUDED.value;
+
+-- name: nodes_schedulable
+-- Healthy backend nodes with their load: the snapshot the placement step decides over.
+SELECT n.id, n.name, n.address, n.http_address, n.available_vram, n.total_disk, n.available_disk,
+    n.max_replicas_per_model,
+    COALESCE((SELECT count(*) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
+        AS loaded_models,
+    COALESCE((SELECT sum(in_flight) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
+        AS in_flight,
+    ARRAY(SELECT m.model_name FROM node_models m WHERE m.node_id = n.id AND m.state <> 'unloading')
+        AS model_names
+FROM backend_nodes n
+WHERE n.status = 'healthy' AND n.node_type = 'backend'
+ORDER BY n.name;

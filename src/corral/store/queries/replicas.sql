@@ -1,0 +1,27 @@
+-- name: replica_upsert
+-- Record (or move to a new state) the replica of a model on a node.
+INSERT INTO node_models (id, node_id, model_name, replica_index, address, state, backend_type, in_flight,
+    last_used, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now())
+ON CONFLICT (node_id, model_name, replica_index) DO UPDATE SET address = EXCLUDED.address,
+    state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, updated_at = now()
+RETURNING *;
+
+-- name: replica_delete
+-- Forget one replica (its process is gone or was replaced).
+DELETE FROM node_models WHERE node_id = $1 AND model_name = $2 AND replica_index = $3 AND address = $4;
+
+-- name: replicas_delete_for_node
+-- Forget every replica of a node (re-registration, deregistration).
+DELETE FROM node_models WHERE node_id = $1;
+
+-- name: replicas_routable
+-- Loaded replicas of a model on healthy nodes, least busy and least recently used first.
+SELECT m.node_id, m.model_name, m.replica_index, m.address, n.name AS node_name
+FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
+WHERE m.model_name = $1 AND m.state = 'loaded' AND n.status = 'healthy'
+ORDER BY m.in_flight ASC, m.last_used ASC;
+
+-- name: replicas_of_node
+-- Every replica row of a node, any state.
+SELECT * FROM node_models WHERE node_id = $1 ORDER BY model_name, replica_index;

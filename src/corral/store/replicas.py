@@ -1,0 +1,32 @@
+"""Replica rows (`node_models`): what runs where, in which lifecycle state."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from corral.store.queries import q
+
+STAGING, LOADING, LOADED, UNLOADING = "staging", "loading", "loaded", "unloading"
+
+
+async def upsert(
+    pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, state: str,
+    backend: str,
+) -> asyncpg.Record:
+    return await pool.fetchrow(
+        q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend
+    )
+
+
+async def delete(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> None:
+    await pool.execute(q("replica_delete"), node_id, model, replica_index, address)
+
+
+async def routable(pool: asyncpg.Pool, model: str) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("replicas_routable"), model))
+
+
+async def of_node(pool: asyncpg.Pool, node_id: str) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("replicas_of_node"), node_id))

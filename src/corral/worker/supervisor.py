@@ -1,0 +1,207 @@
+"""Backend process supervisor: one `corral backend` process per `model#replica` key.
+
+A process is READY only after its gRPC Health answered OK. If it dies while starting, the
+error carries its last stderr lines. Processes get PR_SET_PDEATHSIG so they die with the
+worker even if the worker is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import enum
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import grpc
+
+from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.worker.ports import PortAllocator
+
+log = logging.getLogger(__name__)
+
+READINESS_POLL_S = 0.2
+READINESS_PROBE_TIMEOUT_S = 2.0
+FREE_TIMEOUT_S = 5.0
+STOP_GRACE_S = 5.0
+STDERR_TAIL_LINES = 20
+
+
+class BackendState(enum.Enum):
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class BackendStartFailed(Exception):
+    """A backend process exited or never answered Health; the message carries its last stderr lines."""
+
+
+@dataclass
+class BackendProcess:
+    key: str
+    backend: str
+    port: int
+    process: asyncio.subprocess.Process
+    state: BackendState = BackendState.STARTING
+    stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
+    _reader: asyncio.Task[None] | None = None
+
+    @property
+    def local_address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = backend_pb2_grpc.BackendStub(channel)
+        try:
+            reply = await stub.Health(backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.message == b"OK"
+
+
+class Supervisor:
+    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float) -> None:
+        self.ports = ports
+        self.bind_host = bind_host
+        self.token = token
+        self.start_timeout_s = start_timeout_s
+        self.processes: dict[str, BackendProcess] = {}
+        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+
+    async def ensure(self, key: str, backend: str) -> BackendProcess:
+        """Start (or reuse a live, matching) backend process for `key` and wait until it is READY."""
+        async with self._locks[key]:
+            current = self.processes.get(key)
+            if current and current.alive() and current.backend == backend and current.state is BackendState.READY:
+                return current
+            if current:
+                await self._stop(current, force=False)
+            return await self._start(key, backend)
+
+    async def _start(self, key: str, backend: str) -> BackendProcess:
+        port = self.ports.allocate(key)
+        env = dict(os.environ)
+        if self.token:
+            env["LOCALAI_GRPC_AUTH_TOKEN"] = self.token
+        argv = [sys.executable, "-m", "corral", "backend", backend, "--addr", f"{self.bind_host}:{port}"]
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, env=env, preexec_fn=_set_pdeathsig,
+            )
+        except OSError as exc:
+            self.ports.release(key, port)
+            raise BackendStartFailed(f"cannot start backend {backend!r} for {key}: {exc}") from None
+        proc = BackendProcess(key, backend, port, process)
+        proc._reader = asyncio.create_task(self._read_stderr(proc), name=f"stderr:{key}")
+        self.processes[key] = proc
+        try:
+            await self._wait_ready(proc)
+        except BackendStartFailed:
+            await self._stop(proc, force=True)
+            raise
+        proc.state = BackendState.READY
+        log.info("backend %s for %s ready on port %d (pid %d)", backend, key, port, process.pid)
+        return proc
+
+    async def _read_stderr(self, proc: BackendProcess) -> None:
+        stream = proc.process.stderr
+        if stream is None:
+            return
+        while line := await stream.readline():
+            text = line.decode(errors="replace").rstrip()
+            proc.stderr_tail.append(text)
+            log.debug("[%s] %s", proc.key, text)
+
+    async def _wait_ready(self, proc: BackendProcess) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                if proc._reader:
+                    await asyncio.wait({proc._reader}, timeout=1.0)
+                tail = "\n".join(list(proc.stderr_tail)[-STDERR_TAIL_LINES:])
+                raise BackendStartFailed(
+                    f"backend {proc.backend!r} for {proc.key} exited with code {proc.process.returncode} "
+                    f"while starting; last stderr lines:\n{tail}"
+                )
+            if await _probe_health(proc.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
+                return
+            await asyncio.sleep(READINESS_POLL_S)
+        raise BackendStartFailed(
+            f"backend {proc.backend!r} for {proc.key} did not answer gRPC Health within "
+            f"{self.start_timeout_s:g}s; raise LOCALAI_BACKEND_START_TIMEOUT (--backend-start-timeout)"
+        )
+
+    async def _free(self, proc: BackendProcess) -> bool:
+        metadata = (("authorization", f"Bearer {self.token}"),) if self.token else None
+        try:
+            async with grpc.aio.insecure_channel(proc.local_address) as channel:
+                stub = backend_pb2_grpc.BackendStub(channel)
+                await stub.Free(backend_pb2.HealthMessage(), timeout=FREE_TIMEOUT_S, metadata=metadata)
+            return True
+        except grpc.aio.AioRpcError:
+            return False
+
+    async def _stop(self, proc: BackendProcess, *, force: bool) -> bool:
+        """Free (unless forced), terminate, wait for exit, release the port. Returns whether Free worked."""
+        proc.state = BackendState.STOPPING
+        freed = False
+        if proc.alive() and not force:
+            freed = await self._free(proc)
+        if proc.alive():
+            proc.process.terminate()
+            try:
+                await asyncio.wait_for(proc.process.wait(), STOP_GRACE_S)
+            except TimeoutError:
+                proc.process.kill()
+                await proc.process.wait()
+        if proc._reader:
+            await asyncio.wait({proc._reader}, timeout=1.0)
+        proc.state = BackendState.STOPPED
+        self.ports.release(proc.key, proc.port)
+        if self.processes.get(proc.key) is proc:
+            del self.processes[proc.key]
+        return freed
+
+    async def stop_key(self, key: str, *, force: bool = False) -> tuple[bool, bool]:
+        """Stop the exact process of `key`. Returns (matched, freed)."""
+        async with self._locks[key]:
+            proc = self.processes.get(key)
+            if proc is None:
+                return False, False
+            return True, await self._stop(proc, force=force)
+
+    def resolve(self, name: str) -> list[str]:
+        """Keys matched by a backend.stop target: an exact `model#replica` key, a model id or a backend name."""
+        if not name:
+            return list(self.processes)
+        if name in self.processes:
+            return [name]
+        return [
+            key for key, proc in self.processes.items()
+            if key.rpartition("#")[0] == name or proc.backend == name
+        ]
+
+    async def stop_all(self, *, force: bool = False) -> None:
+        await asyncio.gather(*(self.stop_key(key, force=force) for key in list(self.processes)))
