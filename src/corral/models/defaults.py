@@ -7,9 +7,12 @@ files already in place are left alone.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from corral.models.minilm_gguf import convert_minilm
@@ -56,8 +59,21 @@ def _write_text_if_changed(path: Path, text: str) -> None:
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         log.info("kept %s", path)
         return
-    path.write_text(text, encoding="utf-8")
+    _write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     log.info("wrote %s", path)
+
+
+def _write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Call `write(tmp)` on a sibling temp file, then rename it over `path` (readers never see half a file)."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _gemma_expected_bytes() -> int:
@@ -80,10 +96,12 @@ def prepare_gemma(models_dir: Path) -> Path:
         log.info("kept %s", gguf_path)
     else:
         started_s = time.perf_counter()
-        assemble(gguf_path, overwrite=True)
+        _write_atomically(gguf_path, lambda tmp: assemble(tmp, overwrite=True))
         log.info("assembled %s in %.1f s", gguf_path, time.perf_counter() - started_s)
     yaml_path = models_dir / f"{GEMMA_NAME}.yaml"
-    text = model_yaml(GEMMA_NAME, GEMMA_FILE, context_size=GEMMA_CONTEXT_TOKENS, options=("chat_format:gemma",))
+    text = model_yaml(
+        GEMMA_NAME, GEMMA_FILE, context_size=GEMMA_CONTEXT_TOKENS, options=("chat_format:gemma",)
+    )
     _write_text_if_changed(yaml_path, text)
     return yaml_path
 
@@ -117,7 +135,9 @@ def write_tiny_model_config(
     """Write `<name>.gguf` (tiny random llama, ChatML template) and `<name>.yaml`; return the YAML path."""
     models_dir = Path(models_dir)
     model_file = f"{name}.gguf"
-    text = model_yaml(name, model_file, backend=backend, context_size=TINY_CONTEXT_TOKENS, embeddings=embeddings)
+    text = model_yaml(
+        name, model_file, backend=backend, context_size=TINY_CONTEXT_TOKENS, embeddings=embeddings
+    )
     write_tiny_llama(models_dir / model_file)
     yaml_path = models_dir / f"{name}.yaml"
     _write_text_if_changed(yaml_path, text)

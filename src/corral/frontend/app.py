@@ -1,0 +1,31 @@
+"""The frontend's FastAPI application."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+
+from corral import __version__
+from corral.frontend.errors import install_handlers
+from corral.frontend.node_api import install_node_api
+from corral.frontend.openai import build_openai_router
+from corral.frontend.state import FrontendState
+
+
+def build_app(state: FrontendState) -> FastAPI:
+    app = FastAPI(title="corral", version=__version__, docs_url="/docs", redoc_url=None)
+    install_handlers(app)
+    install_node_api(app, state)
+    app.include_router(build_openai_router(state))
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> PlainTextResponse:
+        if not state.nc.is_connected:
+            return PlainTextResponse("not ready: NATS connection is down", status_code=503)
+        return PlainTextResponse("ok")
+
+    return app

@@ -1,0 +1,191 @@
+"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import orjson
+from fastapi import APIRouter
+from fastapi.responses import Response, StreamingResponse
+
+from corral.frontend import inference
+from corral.frontend.errors import APIError
+from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, _Sampling
+from corral.frontend.state import FrontendState
+from corral.models.config import ModelConfig
+from corral.proto import backend_pb2
+
+DEFAULT_MAX_TOKENS = 256
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
+    opts = backend_pb2.PredictOptions(
+        Tokens=max_tokens or DEFAULT_MAX_TOKENS, StopPrompts=body.stop_list(), ModelIdentity=cfg.model,
+        CorrelationId=uuid.uuid4().hex,
+    )
+    if body.temperature is not None:
+        opts.Temperature = body.temperature
+    if body.top_p is not None:
+        opts.TopP = body.top_p
+    if body.seed is not None:
+        opts.Seed = body.seed
+    if body.presence_penalty is not None:
+        opts.PresencePenalty = body.presence_penalty
+    if body.frequency_penalty is not None:
+        opts.FrequencyPenalty = body.frequency_penalty
+    return opts
+
+
+def _finish_reason(completion_tokens: int, max_tokens: int) -> str:
+    return "length" if completion_tokens >= max_tokens else "stop"
+
+
+def _sse(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def build_openai_router(state: FrontendState) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    def config_for(model: str, *, embeddings: bool = False) -> ModelConfig:
+        cfg = state.configs.get(model)
+        if cfg is None:
+            known = ", ".join(sorted(state.configs)) or "none configured"
+            raise APIError(404, f"model {model!r} not found; available models: {known}",
+                           "invalid_request_error", "model_not_found", "model")
+        if embeddings and not cfg.embeddings and cfg.backend != "simulator":
+            raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
+                                "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+        return cfg
+
+    @router.get("/models")
+    async def list_models() -> Response:
+        data = [{"id": name, "object": "model", "created": 0, "owned_by": "corral"} for name in sorted(state.configs)]
+        return _json({"object": "list", "data": data})
+
+    @router.post("/chat/completions")
+    async def chat(body: ChatCompletionRequest) -> Response:
+        cfg = config_for(body.model)
+        max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
+        opts = _predict_options(cfg, body, max_tokens)
+        opts.UseTokenizerTemplate = True
+        opts.Messages.extend(backend_pb2.Message(role=m.role, content=m.text(), name=m.name or "")
+                             for m in body.messages)
+        ident = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
+        reply, _replica = await inference.unary(
+            state.router, cfg,
+            lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
+        )
+        message = {"role": "assistant", "content": reply.message.decode(errors="replace")}
+        return _json({
+            "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
+            "usage": _usage(reply.prompt_tokens, reply.tokens),
+        })
+
+    @router.post("/completions")
+    async def completions(body: CompletionRequest) -> Response:
+        cfg = config_for(body.model)
+        max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
+        opts = _predict_options(cfg, body, max_tokens)
+        opts.Prompt = body.prompt_text()
+        ident = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
+        reply, _replica = await inference.unary(
+            state.router, cfg,
+            lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
+        )
+        text = reply.message.decode(errors="replace")
+        return _json({
+            "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
+            "choices": [{"index": 0, "text": (opts.Prompt + text) if body.echo else text, "logprobs": None,
+                         "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
+            "usage": _usage(reply.prompt_tokens, reply.tokens),
+        })
+
+    @router.post("/embeddings")
+    async def embeddings(body: EmbeddingRequest) -> Response:
+        cfg = config_for(body.model, embeddings=True)
+        data, prompt_tokens = [], 0
+        for index, text in enumerate(body.inputs()):
+            opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
+            result, _replica = await inference.unary(
+                state.router, cfg,
+                lambda r, o=opts: state.router.ctx.channels.stub(r.address).Embedding(
+                    o, metadata=state.router.ctx.channels.metadata),
+            )
+            data.append({"object": "embedding", "index": index, "embedding": list(result.embeddings)})
+            prompt_tokens += result.prompt_tokens or result.tokens
+        return _json({"object": "list", "data": data, "model": cfg.name,
+                      "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
+
+    return router
+
+
+async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
+    first, rest, _replica = await inference.open_stream(state.router, cfg, opts)
+    obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        if chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if piece:
+                delta["content"] = piece
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
+        return {"id": ident, "object": obj, "created": created, "model": cfg.name, "choices": [choice]}
+
+    async def events() -> AsyncIterator[bytes]:
+        completion_tokens = prompt_tokens = 0
+        if chat:
+            yield _sse(chunk(None, None, role=True))
+        replies: list[backend_pb2.Reply] = [] if first is grpc.aio.EOF else [first]
+        try:
+            async def all_replies() -> AsyncIterator[backend_pb2.Reply]:
+                for r in replies:
+                    yield r
+                async for r in rest:
+                    yield r
+
+            async for reply in all_replies():
+                completion_tokens = max(completion_tokens, reply.tokens)
+                prompt_tokens = max(prompt_tokens, reply.prompt_tokens)
+                if reply.message:
+                    yield _sse(chunk(reply.message.decode(errors="replace"), None))
+        except grpc.aio.AioRpcError as exc:
+            error = {"error": {"message": f"model {cfg.name}: backend error {exc.code().name}: {exc.details()}",
+                               "type": "server_error", "code": "backend_error"}}
+            yield _sse(error)
+            yield b"data: [DONE]\n\n"
+            return
+        yield _sse(chunk(None, _finish_reason(completion_tokens, max_tokens)))
+        if include_usage:
+            usage_chunk = {"id": ident, "object": obj, "created": created, "model": cfg.name, "choices": [],
+                           "usage": _usage(prompt_tokens, completion_tokens)}
+            yield _sse(usage_chunk)
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

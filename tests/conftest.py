@@ -1,0 +1,89 @@
+"""Shared fixtures: a real PostgreSQL (throwaway databases) and a real NATS server.
+
+Uses CORRAL_TEST_DATABASE_URL / CORRAL_TEST_NATS_URL when set, else the services on their
+default loopback ports, else starts embedded ones with the launcher `corral up` uses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from corral.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def state_root() -> Iterator[Path]:
+    """A directory the `postgres` OS user can traverse (pytest's tmp dirs are private to root)."""
+    root = Path(tempfile.mkdtemp(prefix="corral-test-", dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(state_root: Path) -> Iterator[str]:
+    if os.environ.get("CORRAL_TEST_DATABASE_URL"):
+        yield os.environ["CORRAL_TEST_DATABASE_URL"]
+        return
+    if port_open("127.0.0.1", 5432):
+        yield "postgresql://postgres@127.0.0.1:5432/postgres"
+        return
+    pg = embedded_postgres(state_root / "pg")
+    pg.start()
+    yield f"{pg.url_base}/postgres"
+    pg.stop(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def make_database(pg_admin_url: str) -> Iterator[Callable[[], str]]:
+    """Factory: a fresh, empty database per call; all are dropped at the end of the run."""
+    import asyncio
+
+    import asyncpg
+
+    created: list[str] = []
+    base = pg_admin_url.rsplit("/", 1)[0]
+
+    async def _admin(sql: str) -> None:
+        conn = await asyncpg.connect(pg_admin_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    def factory() -> str:
+        name = f"corral_test_{uuid.uuid4().hex[:12]}"
+        asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+        created.append(name)
+        return f"{base}/{name}"
+
+    yield factory
+    for name in created:
+        try:
+            asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        except Exception:
+            pass
+
+
+@pytest.fixture(scope="session")
+def nats_url(state_root: Path) -> Iterator[str]:
+    if os.environ.get("CORRAL_TEST_NATS_URL"):
+        yield os.environ["CORRAL_TEST_NATS_URL"]
+        return
+    if port_open("127.0.0.1", 4222):
+        yield "nats://127.0.0.1:4222"
+        return
+    nats = embedded_nats(state_root / "nats")
+    nats.start()
+    yield nats.url
+    nats.stop()

@@ -1,0 +1,132 @@
+"""Start real corral processes for end-to-end tests: a frontend and workers, on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port_pair() -> int:
+    """A port p such that p and p-1 are both free (worker base port and its file server)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port < 1025:
+            continue
+        try:
+            with socket.socket() as a:
+                a.bind(("127.0.0.1", port - 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair found")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Proc:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    handle = open(log_path, "wb")  # noqa: SIM115 - owned by the process
+    popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=handle, stderr=subprocess.STDOUT,
+                             env={**os.environ, **(env or {})}, start_new_session=True)
+    return Proc(name, popen, log_path)
+
+
+def wait_http(url: str, proc: Proc, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.log()[-3000:]}")
+
+
+@dataclass
+class Cluster:
+    root: Path
+    database_url: str
+    nats_url: str
+    token: str = "test-token"
+    frontend: Proc | None = None
+    frontend_url: str = ""
+    workers: list[Proc] = field(default_factory=list)
+    worker_ports: list[int] = field(default_factory=list)
+
+    @property
+    def models_dir(self) -> Path:
+        return self.root / "frontend-models"
+
+    def start_frontend(self) -> None:
+        port = free_port()
+        self.frontend_url = f"http://127.0.0.1:{port}"
+        self.frontend = spawn("frontend", [
+            "run", "--address", f"127.0.0.1:{port}", "--nats-url", self.nats_url,
+            "--database-url", self.database_url, "--registration-token", self.token,
+            "--auto-approve-nodes", "--models-path", str(self.models_dir),
+        ], self.root / "logs")
+        wait_http(f"{self.frontend_url}/readyz", self.frontend)
+
+    def worker_argv(self, name: str, base_port: int, token: str | None = None) -> list[str]:
+        return [
+            "worker", "--register-to", self.frontend_url, "--nats-url", self.nats_url,
+            "--registration-token", self.token if token is None else token, "--node-name", name,
+            "--serve-addr", f"127.0.0.1:{base_port}", "--advertise-addr", f"127.0.0.1:{base_port}",
+            "--http-addr", f"127.0.0.1:{base_port - 1}", "--models-path", str(self.root / name / "models"),
+            "--heartbeat-interval", "2s", "--log-level", "debug",
+        ]
+
+    def start_worker(self, name: str) -> Proc:
+        base = free_port_pair()
+        proc = spawn(name, self.worker_argv(name, base), self.root / "logs")
+        wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
+        self.workers.append(proc)
+        self.worker_ports.append(base)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            proc.stop()
+        if self.frontend:
+            self.frontend.stop()
