@@ -85,10 +85,11 @@ class Stack:
     children: list[Child] = field(default_factory=list)
     stopping: bool = False
 
-    def _spawn(self, name: str, address: str, argv: list[str]) -> Child:
+    def _spawn(self, name: str, address: str, argv: list[str], token: str) -> Child:
         log_path = self.data_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "CORRAL_UP_ID": self.marker}
+        # The token goes through the environment, never argv: command lines are world-readable.
+        env = {**os.environ, "CORRAL_UP_ID": self.marker, "LOCALAI_REGISTRATION_TOKEN": token}
         with open(log_path, "ab") as log:
             popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True,
@@ -150,8 +151,8 @@ class Stack:
             raise EmbeddedServiceError(f"port {args.port} is already in use; pass --port to choose another")
         frontend = self._spawn("frontend", frontend_url, [
             "run", "--address", f"{args.host}:{args.port}", "--nats-url", nats_url, "--database-url", database_url,
-            "--registration-token", token, "--auto-approve-nodes", "--models-path", str(models),
-        ])
+            "--auto-approve-nodes", "--models-path", str(models),
+        ], token)
         self._wait_ready(frontend, f"{frontend_url}/readyz")
         print(f"frontend   {frontend_url}   (log {frontend.log_path})", flush=True)
         for index in range(args.workers):
@@ -159,11 +160,11 @@ class Stack:
             name = f"worker-{index + 1}"
             worker = self._spawn(name, f"127.0.0.1:{base}", [
                 "worker", "--register-to", frontend_url.replace("0.0.0.0", "127.0.0.1"), "--nats-url", nats_url,
-                "--registration-token", token, "--node-name", f"{os.uname().nodename}-{name}",
+                "--node-name", f"{os.uname().nodename}-{name}",
                 "--serve-addr", f"127.0.0.1:{base}", "--advertise-addr", f"127.0.0.1:{base}",
                 "--grpc-max-port", str(base + WORKER_PORT_STRIDE - 2), "--http-addr", f"127.0.0.1:{base - 1}",
                 "--models-path", str(self.data_dir / name / "models"),
-            ])
+            ], token)
             self._wait_ready(worker, f"http://127.0.0.1:{base - 1}/readyz")
             print(f"{name:<10} grpc 127.0.0.1:{base}+  files 127.0.0.1:{base - 1}   (log {worker.log_path})",
                   flush=True)

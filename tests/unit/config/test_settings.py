@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import pytest
+
+from corral.config.errors import ConfigError
+from corral.config.frontend import FRONTEND_SETTINGS
+from corral.config.parse import format_duration_s, parse_duration_s, parse_host_port
+from corral.config.settings import build_parser, load
+from corral.config.worker import WORKER_SETTINGS
+
+REQUIRED = ["--nats-url", "nats://127.0.0.1:4222", "--database-url", "postgresql://u@h/db"]
+
+
+@pytest.mark.parametrize("raw, seconds", [
+    ("10s", 10.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("90", 90.0), ("1.5s", 1.5),
+])
+def test_durations_parse_go_style_and_bare_seconds(raw: str, seconds: float) -> None:
+    assert parse_duration_s(raw) == seconds
+
+
+@pytest.mark.parametrize("raw", ["", "ten", "5x", "m5", "5m junk"])
+def test_malformed_durations_are_rejected(raw: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration_s(raw)
+
+
+def test_durations_format_as_operators_write_them() -> None:
+    assert [format_duration_s(s) for s in (0.25, 90, 300, 5400)] == ["250ms", "1m30s", "5m", "1h30m"]
+
+
+def test_flag_wins_over_env_and_env_over_default() -> None:
+    env = {"LOCALAI_NATS_URL": "nats://env:4222", "DATABASE_URL": "postgres://u@h/db", "LOCALAI_MODEL_LOAD_WAIT": "0"}
+    settings = load("corral run", "", FRONTEND_SETTINGS, ["--nats-url", "nats://flag:4222"], env)
+    assert settings.nats_url == "nats://flag:4222"
+    assert settings.database_url == "postgres://u@h/db"  # alias of LOCALAI_AUTH_DATABASE_URL
+    assert settings.model_load_wait_s == 0.0
+    assert settings.backend_install_timeout_s == 900.0
+
+
+def test_missing_required_setting_names_flag_and_env_var() -> None:
+    with pytest.raises(ConfigError) as info:
+        load("corral run", "", FRONTEND_SETTINGS, ["--nats-url", "nats://x:4222"], {})
+    assert "--database-url / $LOCALAI_AUTH_DATABASE_URL / $DATABASE_URL" in str(info.value)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--database-url", "mysql://x/db"], "is not a PostgreSQL URL"),
+    (["--nats-url", "http://x"], "is not a NATS URL"),
+    (["--model-load-wait", "soon"], "is not a duration"),
+    (["--address", "localhost"], "is not host:port"),
+])
+def test_malformed_setting_is_one_line_naming_the_setting(argv: list[str], needle: str) -> None:
+    merged = dict(zip(REQUIRED[::2], REQUIRED[1::2], strict=True))
+    merged.update(dict(zip(argv[::2], argv[1::2], strict=True)))
+    with pytest.raises(ConfigError) as info:
+        load("corral run", "", FRONTEND_SETTINGS, [x for kv in merged.items() for x in kv], {})
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert argv[0] in str(info.value)
+
+
+def test_switch_flags_work_without_a_value() -> None:
+    settings = load("corral run", "", FRONTEND_SETTINGS, [*REQUIRED, "--auto-approve-nodes"], {})
+    assert settings.auto_approve_nodes is True
+
+
+@pytest.mark.parametrize("table", [FRONTEND_SETTINGS, WORKER_SETTINGS])
+def test_help_lists_every_flag_with_its_env_var(table) -> None:
+    text = build_parser("corral", "", table).format_help()
+    for setting in table:
+        assert setting.flag in text
+        for env in setting.env:
+            assert f"${env}" in text
+
+
+def test_help_never_shows_the_registration_token() -> None:
+    settings = load("corral worker", "", WORKER_SETTINGS, ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"],
+                    {"LOCALAI_REGISTRATION_TOKEN": "s3cret"})
+    assert settings.registration_token == "s3cret"
+    assert "s3cret" not in build_parser("corral worker", "", WORKER_SETTINGS).format_help()
+
+
+def test_host_port_parses_empty_host_as_all_interfaces() -> None:
+    assert parse_host_port(":8080") == ("", 8080)

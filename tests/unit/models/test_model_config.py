@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.models.config import ModelConfigError, load_model_configs, parse_model_config
+
+
+def test_a_valid_config_is_parsed(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"x" * 10)
+    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"},
+                              "options": ["chat_format:gemma"]}, tmp_path / "m.yaml", tmp_path)
+    assert cfg.model_file == tmp_path / "m.gguf" and cfg.checkpoint_bytes() == 10
+    assert cfg.options == ("chat_format:gemma",)
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({"backend": "llama-cpp"}, "'name' is required"),
+    ({"name": "m", "backend": "vllm"}, "'backend' is 'vllm'"),
+    ({"name": "m", "backend": "llama-cpp"}, "'parameters.model' is required"),
+    ({"name": "m", "backend": "simulator", "context_size": "big"}, "'context_size' must be int"),
+])
+def test_a_malformed_config_names_the_file_and_field(tmp_path: Path, data: dict, needle: str) -> None:
+    with pytest.raises(ModelConfigError) as info:
+        parse_model_config(data, tmp_path / "bad.yaml", tmp_path)
+    assert needle in str(info.value) and "bad.yaml" in str(info.value)
+
+
+def test_a_bad_file_is_skipped_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "good.yaml").write_text("name: good\nbackend: simulator\n")
+    (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
+    assert list(load_model_configs(tmp_path)) == ["good"]
