@@ -6,6 +6,7 @@ default loopback ports, else starts embedded ones with the launcher `corral up` 
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import sys
@@ -61,16 +62,21 @@ def make_database(pg_admin_url: str) -> Iterator[Callable[[], str]]:
         finally:
             await conn.close()
 
+    def run(sql: str) -> None:
+        # A thread of its own: callers may be inside a running event loop (async tests).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _admin(sql)).result()
+
     def factory() -> str:
         name = f"corral_test_{uuid.uuid4().hex[:12]}"
-        asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+        run(f'CREATE DATABASE "{name}"')
         created.append(name)
         return f"{base}/{name}"
 
     yield factory
     for name in created:
         try:
-            asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         except Exception:
             pass
 

@@ -1,0 +1,55 @@
+"""The supervisor with real backend processes (simulator engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.worker.ports import PortAllocator
+from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor, _probe_health
+
+
+def _free_base() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def supervisor():
+    base = _free_base()
+    sup = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token="t0k", start_timeout_s=30)
+    yield sup
+    await sup.stop_all(force=True)
+
+
+async def test_a_backend_is_ready_only_after_health_answers(supervisor: Supervisor) -> None:
+    proc = await supervisor.ensure("m#0", "simulator")
+    assert proc.state is BackendState.READY
+    assert await _probe_health(proc.local_address, "t0k", 2.0)
+    assert not await _probe_health(proc.local_address, "wrong", 2.0)  # bearer auth is on
+
+
+async def test_ensure_reuses_a_live_process_for_the_same_key(supervisor: Supervisor) -> None:
+    first = await supervisor.ensure("m#0", "simulator")
+    second = await supervisor.ensure("m#0", "simulator")
+    assert first is second
+
+
+async def test_a_backend_that_dies_while_starting_reports_its_stderr(supervisor: Supervisor) -> None:
+    with pytest.raises(BackendStartFailed) as info:
+        await supervisor.ensure("m#0", "no-such-engine")
+    assert "exited with code 2 while starting" in str(info.value)
+    assert "no-such-engine" in str(info.value)
+    assert supervisor.processes == {}
+    assert supervisor.ports.in_use == {}
+
+
+async def test_stopping_a_key_stops_exactly_that_process(supervisor: Supervisor) -> None:
+    a = await supervisor.ensure("a#0", "simulator")
+    b = await supervisor.ensure("b#0", "simulator")
+    matched, _freed = await supervisor.stop_key("a#0")
+    assert matched and not a.alive() and b.alive()
+    assert supervisor.resolve("b") == ["b#0"]
+    assert await supervisor.stop_key("a#0") == (False, False)
