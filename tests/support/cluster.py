@@ -63,9 +63,9 @@ class Proc:
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Proc:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
-    handle = open(log_path, "wb")  # noqa: SIM115 - owned by the process
-    popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=handle, stderr=subprocess.STDOUT,
-                             env={**os.environ, **(env or {})}, start_new_session=True)
+    with open(log_path, "wb") as handle:  # the child keeps its own descriptor
+        popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=handle, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **(env or {})}, start_new_session=True)
     return Proc(name, popen, log_path)
 
 

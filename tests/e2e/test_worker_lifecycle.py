@@ -1,0 +1,154 @@
+"""Worker behaviour with real processes: exact stops over NATS, readiness, no orphaned backends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import nats
+import pytest
+from support.cluster import Cluster, free_port_pair, spawn, wait_http
+
+from corral.bus.messages import ModelStopReply, ModelStopRequest
+from corral.embedded import embedded_nats
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def own_nats(state_root: Path):
+    server = embedded_nats(state_root / "lifecycle-nats")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(state_root: Path, make_database, own_nats) -> Iterator[Cluster]:
+    c = Cluster(root=state_root / "e2e-lifecycle", database_url=make_database(), nats_url=own_nats.url)
+    c.models_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("sim-a", "sim-b"):
+        (c.models_dir / f"{name}.yaml").write_text(f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\n")
+    try:
+        c.start_frontend()
+        c.start_worker("w1")
+        yield c
+    finally:
+        c.stop()
+
+
+def _chat(cluster: Cluster, model: str) -> httpx.Response:
+    return httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,
+                      json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+
+
+async def _rows(cluster: Cluster) -> dict[str, asyncpg.Record]:
+    conn = await asyncpg.connect(cluster.database_url)
+    try:
+        rows = await conn.fetch("SELECT m.*, n.id AS nid FROM node_models m JOIN backend_nodes n ON n.id = m.node_id")
+        return {r["model_name"]: r for r in rows}
+    finally:
+        await conn.close()
+
+
+def _pid_on_port(port: str) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv):
+            return int(entry.name)
+    return None
+
+
+def _gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie has exited; its parent has not reaped it yet
+            if (Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]) == "Z":
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster) -> None:
+    assert _chat(cluster, "sim-a").status_code == 200
+    assert _chat(cluster, "sim-b").status_code == 200
+    rows = await _rows(cluster)
+    port_a, port_b = (rows[m]["address"].rpartition(":")[2] for m in ("sim-a", "sim-b"))
+    pid_a, pid_b = _pid_on_port(port_a), _pid_on_port(port_b)
+    assert pid_a and pid_b
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        request = ModelStopRequest(model_name="sim-a", process_key="sim-a#0", expected_address=rows["sim-a"]["address"])
+        msg = await nc.request(f"nodes.{rows['sim-a']['nid']}.model.stop", request.to_json(), timeout=15)
+        reply = ModelStopReply.from_json(msg.data)
+        assert reply.matched and reply.terminated and reply.error is None
+        again = ModelStopReply.from_json(
+            (await nc.request(f"nodes.{rows['sim-a']['nid']}.model.stop", request.to_json(), timeout=15)).data)
+        assert again.terminated and not again.matched  # idempotent
+    finally:
+        await nc.close()
+    assert _gone(pid_a)
+    os.kill(pid_b, 0)  # the other model's process is untouched
+    assert _chat(cluster, "sim-a").status_code == 200  # and the stopped model reloads on demand
+
+
+def test_worker_readiness_follows_the_nats_link(cluster: Cluster, own_nats) -> None:
+    ready = f"http://127.0.0.1:{cluster.worker_ports[0] - 1}/readyz"
+    assert httpx.get(ready).status_code == 200
+    own_nats.stop()
+    deadline = time.monotonic() + 15
+    while httpx.get(ready).status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    response = httpx.get(ready)
+    assert response.status_code == 503 and "NATS" in response.text
+    assert httpx.get(f"http://127.0.0.1:{cluster.worker_ports[0] - 1}/healthz").status_code == 200
+    own_nats.start()
+    deadline = time.monotonic() + 30
+    while httpx.get(ready).status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert httpx.get(ready).status_code == 200
+
+
+async def test_backends_die_with_a_killed_worker(cluster: Cluster) -> None:
+    base = free_port_pair()
+    worker = spawn("w-doomed", cluster.worker_argv("w-doomed", base), cluster.root / "logs")
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        conn = await asyncpg.connect(cluster.database_url)
+        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = 'w-doomed'")
+        await conn.close()
+        msg = await nc.request(f"nodes.{node_id}.backend.install",
+                               b'{"backend":"simulator","model_id":"orphan-check","replica_index":0}', timeout=30)
+        address = msg.json()["address"] if hasattr(msg, "json") else __import__("json").loads(msg.data)["address"]
+    finally:
+        await nc.close()
+    pid = _pid_on_port(address.rpartition(":")[2])
+    assert pid is not None
+    worker.popen.send_signal(signal.SIGKILL)
+    worker.popen.wait(10)
+    assert _gone(pid)
+
+
+def test_worker_sigterm_stops_its_backends_and_exits_zero(cluster: Cluster) -> None:
+    base = free_port_pair()
+    worker = spawn("w-term", cluster.worker_argv("w-term", base), cluster.root / "logs")
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
+    assert worker.stop() == 0
+    assert "Traceback" not in worker.log()
