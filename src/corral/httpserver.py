@@ -33,6 +33,7 @@ class EmbeddedHTTPServer:
     async def start(self) -> None:
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
         try:
             sock.bind((self.host, self.port))
         except OSError as exc:
