@@ -21,10 +21,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.cluster import Cluster  # noqa: E402
-
 from corral.embedded import port_open  # noqa: E402
 from corral.proto import backend_pb2, backend_pb2_grpc  # noqa: E402
+from support.cluster import Cluster  # noqa: E402
 
 REQUESTS_SERIAL = 300
 REQUESTS_CONCURRENT = 1600

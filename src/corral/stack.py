@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import secrets
 import signal
@@ -168,8 +169,8 @@ class Stack:
             self._wait_ready(worker, f"http://127.0.0.1:{base - 1}/readyz")
             print(f"{name:<10} grpc 127.0.0.1:{base}+  files 127.0.0.1:{base - 1}   (log {worker.log_path})",
                   flush=True)
-        body = ('{"model":"%s","messages":[{"role":"user","content":"Hello!"}],"max_tokens":32}'
-                % DEFAULT_CHAT_MODEL)
+        body = json.dumps({"model": DEFAULT_CHAT_MODEL, "messages": [{"role": "user", "content": "Hello!"}],
+                           "max_tokens": 32}, separators=(",", ":"))
         print(f"\nready. try:\n  curl {frontend_url}/v1/chat/completions -H 'Content-Type: application/json' "
               f"-d '{body}'\n(Ctrl-C stops everything)", flush=True)
 

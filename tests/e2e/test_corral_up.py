@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+
 from support.cluster import free_port
 
 pytestmark = pytest.mark.slow

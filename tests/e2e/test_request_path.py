@@ -13,9 +13,9 @@ import asyncpg
 import httpx
 import openai
 import pytest
-from support.cluster import Cluster, free_port_pair, spawn
 
 from corral.models.defaults import write_tiny_model_config
+from support.cluster import Cluster, free_port_pair, spawn
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ import asyncpg
 import httpx
 import nats
 import pytest
-from support.cluster import Cluster, free_port_pair, spawn, wait_http
 
 from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.embedded import embedded_nats
+from support.cluster import Cluster, free_port_pair, spawn, wait_http
 
 pytestmark = pytest.mark.slow
 

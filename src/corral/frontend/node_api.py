@@ -59,27 +59,44 @@ def _jsonable(row: Any) -> dict[str, Any]:
     return out
 
 
+def _token_refusal(state: FrontendState, presented: str) -> JSONResponse | None:
+    if not state.registration_token:
+        return None
+    if not presented:
+        return node_error(401, "registration token required")
+    if node_store.token_hash(presented) != node_store.token_hash(state.registration_token):
+        return node_error(401, "invalid registration token")
+    return None
+
+
+async def _register(state: FrontendState, body: RegisterNodeRequest) -> JSONResponse:
+    refused = _token_refusal(state, body.token)
+    if refused is not None:
+        return refused
+    if body.node_type == "backend" and not body.address:
+        return node_error(400, "field 'address' is required for backend nodes (the worker's gRPC host:port)")
+    facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
+    row = await node_store.register(state.pool, facts, body.token, body.labels, auto_approve=state.auto_approve_nodes)
+    state.router.view.remove_node(row["id"])
+    log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
+    return JSONResponse({"id": row["id"], "name": row["name"], "node_type": row["node_type"],
+                         "status": row["status"], "created_at": row["created_at"].isoformat()}, status_code=201)
+
+
+async def _set_status(state: FrontendState, node_id: str, status: str, message: str, drop: bool) -> Any:
+    if not await node_store.set_status(state.pool, node_id, status, drop_replicas=drop):
+        return node_error(404, f"node {node_id} not found")
+    if drop:
+        state.router.view.remove_node(node_id)
+    return {"message": message}
+
+
 def build_node_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/api/node")
 
     @router.post("/register", status_code=201)
     async def register(body: RegisterNodeRequest) -> Any:
-        if state.registration_token and not body.token:
-            return node_error(401, "registration token required")
-        if state.registration_token and node_store.token_hash(body.token) != node_store.token_hash(
-            state.registration_token
-        ):
-            return node_error(401, "invalid registration token")
-        if body.node_type == "backend" and not body.address:
-            return node_error(400, "field 'address' is required for backend nodes (the worker's gRPC host:port)")
-        facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
-        row = await node_store.register(state.pool, facts, body.token, body.labels,
-                                        auto_approve=state.auto_approve_nodes)
-        state.router.view.remove_node(row["id"])
-        log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
-        return JSONResponse({"id": row["id"], "name": row["name"], "node_type": row["node_type"],
-                             "status": row["status"], "created_at": row["created_at"].isoformat()},
-                            status_code=201)
+        return await _register(state, body)
 
     @router.post("/{node_id}/heartbeat")
     async def heartbeat(node_id: str, request: Request) -> Any:
@@ -90,11 +107,7 @@ def build_node_router(state: FrontendState) -> APIRouter:
         return {"message": "heartbeat received"}
 
     async def _status(node_id: str, status: str, message: str, drop: bool) -> Any:
-        if not await node_store.set_status(state.pool, node_id, status, drop_replicas=drop):
-            return node_error(404, f"node {node_id} not found")
-        if drop:
-            state.router.view.remove_node(node_id)
-        return {"message": message}
+        return await _set_status(state, node_id, status, message, drop)
 
     @router.post("/{node_id}/drain")
     async def drain(node_id: str) -> Any:

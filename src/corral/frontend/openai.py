@@ -142,9 +142,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     return router
 
 
-async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
-    first, rest, _replica = await inference.open_stream(state.router, cfg, opts)
+def _chunk_factory(cfg: ModelConfig, ident: str, created: int, chat: bool):  # noqa: ANN202
     obj = "chat.completion.chunk" if chat else "text_completion"
 
     def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
@@ -157,34 +155,40 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
         return {"id": ident, "object": obj, "created": created, "model": cfg.name, "choices": [choice]}
 
+    return chunk
+
+
+async def _replies(first: Any, rest: AsyncIterator[backend_pb2.Reply]) -> AsyncIterator[backend_pb2.Reply]:
+    if first is not grpc.aio.EOF:
+        yield first
+    async for reply in rest:
+        yield reply
+
+
+async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
+    first, rest, _replica = await inference.open_stream(state.router, cfg, opts)
+    chunk = _chunk_factory(cfg, ident, created, chat)
+
     async def events() -> AsyncIterator[bytes]:
         completion_tokens = prompt_tokens = 0
         if chat:
             yield _sse(chunk(None, None, role=True))
-        replies: list[backend_pb2.Reply] = [] if first is grpc.aio.EOF else [first]
         try:
-            async def all_replies() -> AsyncIterator[backend_pb2.Reply]:
-                for r in replies:
-                    yield r
-                async for r in rest:
-                    yield r
-
-            async for reply in all_replies():
+            async for reply in _replies(first, rest):
                 completion_tokens = max(completion_tokens, reply.tokens)
                 prompt_tokens = max(prompt_tokens, reply.prompt_tokens)
                 if reply.message:
                     yield _sse(chunk(reply.message.decode(errors="replace"), None))
         except grpc.aio.AioRpcError as exc:
-            error = {"error": {"message": f"model {cfg.name}: backend error {exc.code().name}: {exc.details()}",
-                               "type": "server_error", "code": "backend_error"}}
-            yield _sse(error)
+            message = f"model {cfg.name}: backend error {exc.code().name}: {exc.details()}"
+            yield _sse({"error": {"message": message, "type": "server_error", "code": "backend_error"}})
             yield b"data: [DONE]\n\n"
             return
         yield _sse(chunk(None, _finish_reason(completion_tokens, max_tokens)))
         if include_usage:
-            usage_chunk = {"id": ident, "object": obj, "created": created, "model": cfg.name, "choices": [],
-                           "usage": _usage(prompt_tokens, completion_tokens)}
-            yield _sse(usage_chunk)
+            usage = {**chunk(None, None), "choices": [], "usage": _usage(prompt_tokens, completion_tokens)}
+            yield _sse(usage)
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream",
