@@ -103,6 +103,8 @@ def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(120)
+                assert proc.stdout is not None
+                proc.stdout.close()
             assert proc.returncode == 0
             deadline = time.monotonic() + 10
             while _processes_with(marker, data_dir) and time.monotonic() < deadline:

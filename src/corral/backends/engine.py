@@ -15,6 +15,9 @@ Conventions every engine follows:
 * `predict_stream` yields one `Reply` per text piece (`message` = piece, `chat_deltas` =
   `[ChatDelta(content=piece)]`, counts 0), then exactly one final `Reply` with empty `message`,
   no `chat_deltas`, and the `tokens` / `prompt_tokens` / timing totals.
+* The server answers Predict from `predict_stream` too (so a cancelled call stops at the next
+  piece); `predict` must therefore return exactly what folding the stream gives, and exists
+  for in-process callers (tests, benchmarks).
 * `embed` returns `EmbeddingResult(layout=FINAL)` for a pooled vector.
 """
 

@@ -76,6 +76,8 @@ async def watch_parent(config: ParentWatchConfig, on_parent_gone: Callable[[], N
         await asyncio.sleep(config.interval_s)
         current = os.getppid()
         if current != original_ppid:
-            log.warning("parent process %d went away (now child of %d); shutting down", original_ppid, current)
+            log.warning(
+                "parent process %d went away (now child of %d); shutting down", original_ppid, current
+            )
             on_parent_gone()
             return

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 50 * 1024 * 1024
 SHUTDOWN_GRACE_S = 5.0
 PARENT_GONE_GRACE_S = 1.0
+THREAD_DRAIN_S = 2.0
 GRPC_SERVER_OPTIONS = (
     ("grpc.max_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -54,7 +55,9 @@ def parse_addr(text: str) -> ListenAddress:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise AddressError(f"--addr must be HOST:PORT with PORT in 1-65535 (e.g. 127.0.0.1:50051), got {text!r}")
+        raise AddressError(
+            f"--addr must be HOST:PORT with PORT in 1-65535 (e.g. 127.0.0.1:50051), got {text!r}"
+        )
     return ListenAddress(host=host, port=int(port_text))
 
 
@@ -105,6 +108,9 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         await server.stop(grace_s["value"])
+    drain_deadline = loop.time() + THREAD_DRAIN_S
+    while servicer.threads_in_flight and loop.time() < drain_deadline:
+        await asyncio.sleep(0.02)  # cancelled generations stop at their next token
     if servicer.threads_in_flight:
         # An engine call cannot be interrupted; do not let interpreter shutdown wait for it.
         log.warning("exiting with %d engine call(s) still running", servicer.threads_in_flight)

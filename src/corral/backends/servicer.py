@@ -69,6 +69,26 @@ class _SteppedIterator:
                 close()
 
 
+def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threading.Event) -> pb.Reply:
+    """Run `engine.predict_stream` to the end and fold it into one Reply (text + final counts)."""
+    stream = engine.predict_stream(request)
+    replies: list[pb.Reply] = []
+    try:
+        for reply in stream:
+            if cancelled.is_set():
+                return pb.Reply()
+            replies.append(reply)
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+    if not replies:
+        return pb.Reply()
+    final = replies[-1]
+    final.message = b"".join(reply.message for reply in replies[:-1])
+    return final
+
+
 class BackendServicer(backend_pb2_grpc.BackendServicer):
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -87,14 +107,19 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         """Engine calls still running in a thread (they cannot be interrupted)."""
         return self._threads_in_flight
 
-    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn` in a thread; if the caller is cancelled, still wait for it before returning."""
+    async def _run_blocking(
+        self, fn: Callable[..., T], *args: Any, on_cancel: Callable[[], None] | None = None
+    ) -> T:
+        """Run `fn` in a thread; if the caller is cancelled, call `on_cancel` (a hint to stop
+        early) and still wait for the thread before returning, so the lock covers it."""
         self._threads_in_flight += 1
         future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
         future.add_done_callback(lambda _: self._finished_thread())
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
+            if on_cancel is not None:
+                on_cancel()
             while not future.done():
                 try:
                     await asyncio.shield(future)
@@ -130,13 +155,19 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         if refusal is not None:
             await context.abort(*refusal)
 
-    async def _call_engine(self, context: grpc.aio.ServicerContext, fn: Callable[..., T], request: Any) -> T:
+    async def _call_engine(
+        self,
+        context: grpc.aio.ServicerContext,
+        fn: Callable[..., T],
+        request: Any,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> T:
         """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
         await self._admit(request, context)
         async with self._lock:
             await self._admit(request, context)  # state may have changed while we waited
             try:
-                return await self._run_blocking(fn, request)
+                return await self._run_blocking(fn, request, on_cancel=on_cancel)
             except EngineError as exc:
                 status, detail = exc.status, str(exc)
             except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
@@ -207,7 +238,12 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             log.exception("engine.free failed")
 
     async def Predict(self, request: pb.PredictOptions, context: grpc.aio.ServicerContext) -> pb.Reply:
-        return await self._call_engine(context, self._engine.predict, request)
+        # Built on predict_stream (same result as engine.predict) so that a caller that goes away
+        # stops the generation at the next token instead of holding the model until it ends.
+        cancelled = threading.Event()
+        return await self._call_engine(
+            context, lambda req: collect_reply(self._engine, req, cancelled), request, on_cancel=cancelled.set
+        )
 
     async def Embedding(
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext

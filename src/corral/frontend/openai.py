@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import struct
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -134,7 +136,10 @@ def build_openai_router(state: FrontendState) -> APIRouter:
                 lambda r, o=opts: state.router.ctx.channels.stub(r.address).Embedding(
                     o, metadata=state.router.ctx.channels.metadata),
             )
-            data.append({"object": "embedding", "index": index, "embedding": list(result.embeddings)})
+            vector: Any = list(result.embeddings)
+            if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
+                vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": vector})
             prompt_tokens += result.prompt_tokens or result.tokens
         return _json({"object": "list", "data": data, "model": cfg.name,
                       "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})

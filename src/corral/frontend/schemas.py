@@ -76,7 +76,7 @@ class CompletionRequest(_Sampling):
 class EmbeddingRequest(_Body):
     model: str = Field(min_length=1)
     input: str | list[str] = Field(min_length=1)
-    encoding_format: Literal["float"] = "float"
+    encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
     user: Any = None
 

@@ -1,0 +1,221 @@
+"""Engine on llama-cpp-python: GGUF models, completion, chat (template), streaming, embeddings.
+
+LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`), `ContextSize`
+(0 = the model's training context, capped at 4096), `Threads` (0 = all CPUs), `Embeddings`,
+`Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`.
+Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
+(re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
+which is faster but not bit-identical to a fresh evaluation).
+Generation uses our own token loop (not `create_completion`) so that token counts are exact
+and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp import Llama
+
+from corral.backends.engine import (
+    DEFAULT_MAX_TOKENS_LLAMA,
+    InvalidRequestError,
+    LoadError,
+    NotSupportedError,
+    final_reply,
+    piece_reply,
+)
+from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_formatter, render_chat
+from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
+from corral.backends.llama_log import captured_llama_log
+from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
+from corral.proto import backend_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+KNOWN_OPTIONS = ("chat_format", "cache_prompt")
+MAX_DEFAULT_CONTEXT_TOKENS = 4096
+DEFAULT_BATCH_TOKENS = 512
+
+
+def resolve_model_file(opts: pb.ModelOptions) -> Path:
+    """`ModelFile` if set (relative paths are under `ModelPath`), else `ModelPath/Model`."""
+    if opts.ModelFile:
+        path = Path(opts.ModelFile)
+        if not path.is_absolute() and opts.ModelPath:
+            path = Path(opts.ModelPath) / path
+    elif opts.Model:
+        path = Path(opts.ModelPath or ".") / opts.Model
+    else:
+        raise LoadError("LoadModel needs ModelOptions.ModelFile (absolute path to a .gguf file)")
+    if not path.is_file():
+        what = "is a directory, not a .gguf file" if path.is_dir() else "does not exist"
+        raise LoadError(
+            f"model file {path} {what} (ModelFile={opts.ModelFile!r}, ModelPath={opts.ModelPath!r}, "
+            f"Model={opts.Model!r})"
+        )
+    return path
+
+
+def default_context_tokens(path: Path) -> int:
+    """The GGUF's `<arch>.context_length`, capped at 4096 (4096 if it cannot be read)."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        arch = reader.get_field("general.architecture").contents()
+        trained = int(reader.get_field(f"{arch}.context_length").contents())
+    except Exception as exc:  # noqa: BLE001 - llama.cpp reports unreadable files itself
+        log.debug("could not read context length from %s: %s", path, exc)
+        return MAX_DEFAULT_CONTEXT_TOKENS
+    return min(trained, MAX_DEFAULT_CONTEXT_TOKENS) if trained > 0 else MAX_DEFAULT_CONTEXT_TOKENS
+
+
+class LlamaCppEngine:
+    name = "llama-cpp"
+
+    def __init__(self) -> None:
+        self._llm: Llama | None = None
+        self._formatter: ChatFormatter | None = None
+        self._embeddings = False
+        self._seed = 0
+        self._cache_prompt = True
+        self._model_label = ""
+
+    def load(self, opts: pb.ModelOptions) -> None:
+        path = resolve_model_file(opts)
+        try:
+            options = parse_options(opts.Options)
+            cache_prompt = option_bool(options, "cache_prompt", True)
+        except OptionError as exc:
+            raise LoadError(str(exc)) from None
+        ignored = unknown_options(options, KNOWN_OPTIONS)
+        if ignored:
+            log.info("llama-cpp ignores options %s (known: %s)", ", ".join(ignored), ", ".join(KNOWN_OPTIONS))
+        formatter = named_formatter(options["chat_format"]) if options.get("chat_format") else None
+        n_ctx = opts.ContextSize if opts.ContextSize > 0 else default_context_tokens(path)
+        n_threads = opts.Threads if opts.Threads > 0 else (os.cpu_count() or 1)
+        with captured_llama_log() as llama_log:
+            try:
+                llm = Llama(
+                    model_path=str(path),
+                    n_ctx=n_ctx,
+                    n_batch=opts.NBatch if opts.NBatch > 0 else DEFAULT_BATCH_TOKENS,
+                    n_threads=n_threads,
+                    n_threads_batch=n_threads,
+                    n_gpu_layers=opts.NGPULayers,
+                    seed=opts.Seed if opts.Seed > 0 else llama_cpp.LLAMA_DEFAULT_SEED,
+                    embedding=opts.Embeddings,
+                    use_mmap=True,
+                    use_mlock=opts.MLock,
+                    flash_attn=opts.FlashAttention.lower() in ("on", "true", "1", "yes"),
+                    verbose=False,
+                )
+            except Exception as exc:  # noqa: BLE001 - llama.cpp's own log lines carry the cause
+                cause = llama_log.error_summary() or str(exc)
+                raise LoadError(f"llama.cpp could not load {path}: {cause}") from None
+        try:
+            self._formatter = formatter or embedded_formatter(llm)
+        except LoadError:
+            llm.close()
+            raise
+        self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
+        self._cache_prompt = cache_prompt
+        self._model_label = opts.Model or path.name
+        log.info(
+            "llama.cpp loaded %s: n_ctx=%d threads=%d embeddings=%s chat=%s",
+            path,
+            llm.n_ctx(),
+            n_threads,
+            opts.Embeddings,
+            options.get("chat_format") or ("embedded template" if self._formatter else "none"),
+        )
+
+    def _loaded(self) -> Llama:
+        if self._llm is None:
+            raise NotSupportedError("llama-cpp backend: model not loaded")
+        return self._llm
+
+    def _prompt(self, llm: Llama, req: pb.PredictOptions) -> tuple[list[int], tuple[str, ...]]:
+        """Prompt tokens and template stop strings for a request."""
+        if req.Images or req.Videos or req.Audios:
+            raise InvalidRequestError("the llama-cpp backend is text-only; drop Images/Videos/Audios")
+        if req.UseTokenizerTemplate and req.Messages:
+            if self._formatter is None:
+                raise NotSupportedError(
+                    f"model {self._model_label!r} has no chat template; load it with option "
+                    "chat_format:<name> (e.g. chatml, gemma, llama-2) or send a plain Prompt"
+                )
+            chat = render_chat(self._formatter, req)
+            return llm.tokenize(chat.text.encode("utf-8"), add_bos=chat.add_bos, special=True), chat.stop
+        if req.Prompt:
+            return llm.tokenize(req.Prompt.encode("utf-8"), add_bos=True, special=True), ()
+        raise InvalidRequestError("PredictOptions needs a Prompt, or Messages with UseTokenizerTemplate=true")
+
+    def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        llm = self._loaded()
+        prompt_tokens, template_stops = self._prompt(llm, req)
+        generation = GenerationRequest(
+            prompt_tokens=prompt_tokens,
+            sampling=sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA),
+            stops=tuple(req.StopPrompts) + template_stops,
+            seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
+            reuse_prompt_cache=self._cache_prompt,
+        )
+        return self._stream(generate_pieces(llm, generation), generation)
+
+    def _stream(self, pieces: Iterator[str], generation: GenerationRequest) -> Iterator[pb.Reply]:
+        try:
+            for piece in pieces:
+                yield piece_reply(piece)
+        finally:
+            pieces.close()  # type: ignore[attr-defined] - a generator; stops the token loop now
+        stats = generation.stats
+        yield final_reply(
+            tokens=stats.completion_tokens,
+            prompt_tokens=stats.prompt_tokens,
+            prompt_time_s=stats.prompt_time_s,
+            generation_time_s=stats.generation_time_s,
+        )
+
+    def predict(self, req: pb.PredictOptions) -> pb.Reply:
+        replies = list(self.predict_stream(req))
+        final = replies[-1]
+        final.message = b"".join(reply.message for reply in replies[:-1])
+        return final
+
+    def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
+        llm = self._loaded()
+        if not self._embeddings:
+            raise NotSupportedError(
+                f"model {self._model_label!r} was loaded without embeddings; set embeddings: true in its "
+                "model config (ModelOptions.Embeddings=true) and load it again"
+            )
+        text = req.Embeddings or req.Prompt
+        if not text:
+            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
+        vector, n_tokens = llm.embed(text, normalize=True, return_count=True)
+        layout = pb.EMBEDDING_LAYOUT_FINAL
+        if vector and isinstance(vector[0], list):  # pooling NONE: one vector per token
+            vector, layout = [value for row in vector for value in row], pb.EMBEDDING_LAYOUT_PER_TOKEN
+        return pb.EmbeddingResult(
+            embeddings=vector,
+            dim=llm.n_embd(),
+            tokens=n_tokens,
+            prompt_tokens=n_tokens,
+            layout=layout,
+        )
+
+    def tokenize(self, req: pb.PredictOptions) -> pb.TokenizationResponse:
+        llm = self._loaded()
+        ids = llm.tokenize(req.Prompt.encode("utf-8"), add_bos=False, special=True) if req.Prompt else []
+        return pb.TokenizationResponse(length=len(ids), tokens=ids)
+
+    def free(self) -> None:
+        llm, self._llm, self._formatter = self._llm, None, None
+        if llm is not None:
+            llm.close()

@@ -1,0 +1,363 @@
+"""Real backend processes (`python -m corral.backends.main NAME --addr ...`) called over gRPC."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import grpc
+import pytest
+
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
+
+HEALTH_DEADLINE_S = 30.0
+# Without these a probe that races the backend's bind waits out gRPC's 1 s reconnect backoff.
+FAST_RECONNECT = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
+SENTINEL = "model identity mismatch"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def backend_command(name: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "corral.backends.main", name, "--addr", f"127.0.0.1:{port}"]
+
+
+def backend_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LOCALAI_GRPC_AUTH_TOKEN"}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Backend:
+    process: subprocess.Popen
+    port: int
+    stub: backend_pb2_grpc.BackendStub
+    channel: grpc.Channel
+    startup_s: float
+    stderr: BinaryIO
+    token: str = ""
+
+    def auth(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def stderr_text(self) -> str:
+        return read_all(self.stderr)
+
+
+def read_all(stream: BinaryIO | None) -> str:
+    if stream is None:
+        return ""
+    stream.seek(0)
+    return stream.read().decode(errors="replace")
+
+
+def wait_healthy(stub, process: subprocess.Popen, metadata, stderr: BinaryIO | None = None) -> None:
+    deadline = time.monotonic() + HEALTH_DEADLINE_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"backend exited {process.returncode}: {read_all(stderr)}")
+        try:
+            if stub.Health(pb.HealthMessage(), timeout=2, metadata=metadata).message == b"OK":
+                return
+        except grpc.RpcError:
+            time.sleep(0.05)
+    raise AssertionError("backend did not answer Health within 30s")
+
+
+@contextmanager
+def running_backend(name: str, tmp_path: Path, token: str = "", **env: str) -> Iterator[Backend]:
+    port = free_port()
+    if token:
+        env["LOCALAI_GRPC_AUTH_TOKEN"] = token
+    stderr = open(tmp_path / f"{name}-{port}.stderr", "w+b")  # noqa: SIM115 - closed below
+    started = time.perf_counter()
+    process = subprocess.Popen(backend_command(name, port), env=backend_env(**env), stderr=stderr)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT)
+    stub = backend_pb2_grpc.BackendStub(channel)
+    try:
+        wait_healthy(stub, process, [("authorization", f"Bearer {token}")] if token else [], stderr)
+        yield Backend(process, port, stub, channel, time.perf_counter() - started, stderr, token)
+    finally:
+        channel.close()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        stderr.close()
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory) -> Iterator[Backend]:
+    with running_backend("simulator", tmp_path_factory.mktemp("sim")) as backend:
+        yield backend
+
+
+def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as caught:
+        result = call(*args, timeout=30, **kwargs)
+        if hasattr(result, "__iter__") and not isinstance(result, pb.Reply):
+            list(result)
+    return caught.value
+
+
+def load(backend: Backend, model: str, **fields) -> pb.Result:
+    return backend.stub.LoadModel(pb.ModelOptions(Model=model, **fields), timeout=60, metadata=backend.auth())
+
+
+# ---- simulator -------------------------------------------------------------------------------
+
+
+def test_simulator_backend_answers_health_ok_quickly(simulator):
+    assert simulator.stub.Health(pb.HealthMessage(), timeout=5).message == b"OK"
+    assert simulator.startup_s < 5
+
+
+def test_inference_before_any_load_fails_with_failed_precondition(tmp_path):
+    with running_backend("simulator", tmp_path) as backend:
+        for call in (backend.stub.Predict, backend.stub.PredictStream, backend.stub.Embedding):
+            error = rpc_error(call, pb.PredictOptions(Prompt="hi", Embeddings="hi"))
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "model not loaded" in error.details()
+        status = backend.stub.Status(pb.HealthMessage(), timeout=5)
+        assert status.state == pb.StatusResponse.UNINITIALIZED and status.memory.total > 0
+
+
+def test_simulator_serves_predict_stream_embedding_and_tokenize_after_load(simulator):
+    assert load(simulator, "sim-a", Options=["embedding_dim:16"]).success
+    stub = simulator.stub
+    reply = stub.Predict(
+        pb.PredictOptions(Prompt="one two three", Tokens=4, ModelIdentity="sim-a"), timeout=10
+    )
+    assert (reply.tokens, reply.prompt_tokens, len(reply.message.split())) == (4, 3, 4)
+    stream = list(stub.PredictStream(pb.PredictOptions(Prompt="one two three", Tokens=4), timeout=10))
+    assert [r.chat_deltas[0].content for r in stream[:-1]] == [r.message.decode() for r in stream[:-1]]
+    assert b"".join(r.message for r in stream) == reply.message
+    assert (stream[-1].message, stream[-1].tokens, stream[-1].prompt_tokens) == (b"", 4, 3)
+    embedding = stub.Embedding(pb.PredictOptions(Embeddings="hello world"), timeout=10)
+    assert embedding.dim == len(embedding.embeddings) == 16 and embedding.layout == pb.EMBEDDING_LAYOUT_FINAL
+    assert math.isclose(sum(v * v for v in embedding.embeddings), 1.0, rel_tol=1e-5)
+    assert stub.TokenizeString(pb.PredictOptions(Prompt="a b c"), timeout=10).length == 3
+    assert stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.READY
+
+
+def test_a_request_for_another_model_identity_fails_not_found_with_the_sentinel(simulator):
+    assert load(simulator, "sim-b").success
+    for call in (simulator.stub.Predict, simulator.stub.PredictStream, simulator.stub.TokenizeString):
+        error = rpc_error(call, pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert SENTINEL in error.details()
+    same = simulator.stub.Predict(pb.PredictOptions(Prompt="hi", ModelIdentity="sim-b"), timeout=10)
+    assert same.tokens == 16
+
+
+def test_a_failed_load_returns_the_real_message_and_predict_then_fails_precondition(simulator):
+    result = load(simulator, "sim-c", Options=["load_fail:out of VRAM: needed 12 GiB, have 8 GiB"])
+    assert (result.success, result.message) == (False, "out of VRAM: needed 12 GiB, have 8 GiB")
+    error = rpc_error(simulator.stub.Predict, pb.PredictOptions(Prompt="hi"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "out of VRAM" in error.details()
+    assert simulator.stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.ERROR
+
+
+def test_free_unloads_the_model_and_keeps_the_process_up(simulator):
+    assert load(simulator, "sim-d").success
+    assert simulator.stub.Free(pb.HealthMessage(), timeout=10).success
+    error = rpc_error(simulator.stub.Predict, pb.PredictOptions(Prompt="hi"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert simulator.stub.Health(pb.HealthMessage(), timeout=5).message == b"OK"
+    assert simulator.process.poll() is None
+
+
+def test_health_stays_responsive_while_a_slow_load_runs(simulator):
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(load, simulator, "sim-slow", Options=["load_time_s:1.5"])
+        time.sleep(0.3)
+        started = time.perf_counter()
+        assert simulator.stub.Health(pb.HealthMessage(), timeout=5).message == b"OK"
+        assert time.perf_counter() - started < 0.5
+        assert simulator.stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.BUSY
+        error = rpc_error(simulator.stub.Predict, pb.PredictOptions(Prompt="hi"))
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert loading.result(timeout=10).success
+
+
+def test_concurrent_generations_are_served_one_at_a_time(simulator):
+    assert load(simulator, "sim-e", Options=["output_token_time_s:0.05"]).success
+    req = pb.PredictOptions(Prompt="hi", Tokens=4)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(lambda _: simulator.stub.Predict(req, timeout=10), range(2)))
+    assert time.perf_counter() - started >= 0.4
+    assert replies[0].message == replies[1].message
+
+
+def test_calls_need_the_bearer_token_when_one_is_configured(tmp_path):
+    with running_backend("simulator", tmp_path, token="s3cret") as backend:
+        for metadata in ([], [("authorization", "Bearer wrong")], [("authorization", "s3cret")]):
+            error = rpc_error(backend.stub.Health, pb.HealthMessage(), metadata=metadata)
+            assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        error = rpc_error(backend.stub.PredictStream, pb.PredictOptions(Prompt="x"), metadata=[])
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert backend.stub.Health(pb.HealthMessage(), timeout=5, metadata=backend.auth()).message == b"OK"
+        assert load(backend, "m").success
+
+
+def test_sigterm_stops_the_backend_cleanly(tmp_path):
+    with running_backend("simulator", tmp_path) as backend:
+        backend.process.send_signal(signal.SIGTERM)
+        assert backend.process.wait(10) == 0
+        assert "stopped" in backend.stderr_text()
+
+
+def test_the_backend_exits_when_its_parent_dies(tmp_path):
+    port = free_port()
+    launcher = textwrap.dedent(
+        f"""
+        import subprocess, sys, time
+        child = subprocess.Popen({backend_command("simulator", port)!r})
+        print(child.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    env = backend_env(LOCALAI_BACKEND_PARENT_WATCH_INTERVAL="100ms")
+    parent = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE)
+    backend_pid = int(parent.stdout.readline())
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT)
+    try:
+        wait_healthy(backend_pb2_grpc.BackendStub(channel), parent, [])
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process_alive(backend_pid):
+            time.sleep(0.05)
+        assert not process_alive(backend_pid), "backend outlived its parent"
+    finally:
+        channel.close()
+        parent.stdout.close()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if process_alive(backend_pid):
+            os.kill(backend_pid, signal.SIGKILL)
+
+
+def process_alive(pid: int) -> bool:
+    """True if `pid` runs and is not a zombie (an orphan may wait for a reaper that never comes)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["nonsense", "--addr", "127.0.0.1:5"], "llama-cpp, simulator"),
+        (["simulator", "--addr", "no-port"], "HOST:PORT"),
+        (["simulator"], "--addr"),
+    ],
+)
+def test_bad_command_lines_print_one_line_and_exit_2(argv, complaint):
+    done = subprocess.run(
+        [sys.executable, "-m", "corral.backends.main", *argv], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert complaint in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+# ---- llama-cpp -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    pytest.importorskip("llama_cpp")
+    from corral.models.tiny_gguf import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory, tiny_model) -> Iterator[Backend]:
+    with running_backend("llama-cpp", tmp_path_factory.mktemp("llama")) as backend:
+        yield backend
+
+
+def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(llama, tiny_model):
+    assert load(llama, "tiny", ModelFile=str(tiny_model), Embeddings=True).success
+    stub = llama.stub
+    req = pb.PredictOptions(Prompt="hello world", Tokens=12, Temperature=0, ModelIdentity="tiny")
+    reply = stub.Predict(req, timeout=30)
+    assert reply.prompt_tokens > 0 and 0 < reply.tokens <= 12
+    stream = list(stub.PredictStream(req, timeout=30))
+    assert b"".join(r.message for r in stream) == reply.message
+    assert all(r.chat_deltas[0].content == r.message.decode() for r in stream[:-1])
+    assert (stream[-1].message, stream[-1].tokens, stream[-1].prompt_tokens) == (
+        b"",
+        reply.tokens,
+        reply.prompt_tokens,
+    )
+    embedding = stub.Embedding(pb.PredictOptions(Embeddings="hello world", ModelIdentity="tiny"), timeout=30)
+    assert embedding.dim == len(embedding.embeddings) > 0
+    assert embedding.layout == pb.EMBEDDING_LAYOUT_FINAL and embedding.prompt_tokens > 0
+    tokens = stub.TokenizeString(pb.PredictOptions(Prompt="hello world"), timeout=30)
+    assert tokens.length == len(tokens.tokens) > 0
+
+
+def test_llama_chat_uses_the_models_template_and_counts_tokens(llama, tiny_model):
+    assert load(llama, "tiny-chat", ModelFile=str(tiny_model)).success
+    chat = pb.PredictOptions(
+        UseTokenizerTemplate=True,
+        Messages=[pb.Message(role="user", content="hello")],
+        Tokens=8,
+        Temperature=0.7,
+        Seed=42,
+    )
+    first = llama.stub.Predict(chat, timeout=30)
+    assert first.prompt_tokens > 3  # the template adds role markers around "hello"
+    assert first.message == llama.stub.Predict(chat, timeout=30).message  # same seed, same text
+
+
+def test_llama_embedding_needs_the_model_loaded_with_embeddings(llama, tiny_model):
+    assert load(llama, "tiny-noembed", ModelFile=str(tiny_model)).success
+    error = rpc_error(llama.stub.Embedding, pb.PredictOptions(Embeddings="hi"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "Embeddings=true" in error.details()
+
+
+def test_llama_load_failures_carry_the_real_cause(llama, tmp_path):
+    missing = load(llama, "gone", ModelFile=str(tmp_path / "missing.gguf"))
+    assert not missing.success and "does not exist" in missing.message
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf file at all" * 100)
+    bad = load(llama, "bad", ModelFile=str(garbage))
+    assert not bad.success and "expected 'GGUF'" in bad.message
+    assert llama.process.poll() is None
+    error = rpc_error(llama.stub.Predict, pb.PredictOptions(Prompt="hi"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION

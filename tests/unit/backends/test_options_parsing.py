@@ -1,0 +1,129 @@
+"""Parsing of backend inputs: `ModelOptions.Options` entries, `--addr`, parent-watch env."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.backends.options import (
+    OptionError,
+    option_bool,
+    option_float,
+    option_int,
+    parse_options,
+    unknown_options,
+)
+from corral.backends.parent_watch import ParentWatchConfig, parse_duration_s
+from corral.backends.server import AddressError, ListenAddress, parse_addr
+
+
+def test_options_split_on_the_first_colon_so_values_may_contain_colons():
+    assert parse_options(["load_fail:disk on fire: sector 7", "chat_format:gemma"]) == {
+        "load_fail": "disk on fire: sector 7",
+        "chat_format": "gemma",
+    }
+
+
+def test_keys_and_values_are_stripped_and_blank_entries_are_skipped():
+    assert parse_options(["  load_time_s : 1.5 ", "", "   "]) == {"load_time_s": "1.5"}
+
+
+def test_an_entry_without_a_colon_is_a_true_flag():
+    assert parse_options(["use_jinja"]) == {"use_jinja": "true"}
+
+
+def test_a_repeated_key_keeps_its_last_value():
+    assert parse_options(["a:1", "a:2"]) == {"a": "2"}
+
+
+def test_an_entry_with_an_empty_key_is_rejected_with_the_expected_shape():
+    with pytest.raises(OptionError, match="key:value"):
+        parse_options([":oops"])
+
+
+def test_number_options_fall_back_to_the_default_when_absent_or_empty():
+    assert option_float({}, "load_time_s", 0.25) == 0.25
+    assert option_float({"load_time_s": ""}, "load_time_s", 0.25) == 0.25
+    assert option_int({}, "embedding_dim", 384) == 384
+
+
+def test_number_options_parse_numbers():
+    assert option_float({"load_time_s": "1.5"}, "load_time_s", 0.0) == 1.5
+    assert option_int({"embedding_dim": "8"}, "embedding_dim", 384, min_value=1) == 8
+
+
+@pytest.mark.parametrize("raw", ["abc", "nan", "inf", "-1"])
+def test_bad_seconds_values_are_rejected_naming_the_option(raw):
+    with pytest.raises(OptionError, match="load_time_s"):
+        option_float({"load_time_s": raw}, "load_time_s", 0.0)
+
+
+@pytest.mark.parametrize("raw", ["1.5", "x", "0"])
+def test_bad_whole_number_values_are_rejected_naming_the_option(raw):
+    with pytest.raises(OptionError, match="embedding_dim"):
+        option_int({"embedding_dim": raw}, "embedding_dim", 384, min_value=1)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("true", True), ("ON", True), ("1", True), ("no", False)])
+def test_bool_options_accept_the_usual_words(raw, expected):
+    assert option_bool({"flag": raw}, "flag", not expected) is expected
+
+
+def test_bool_options_reject_other_words():
+    with pytest.raises(OptionError, match="true or false"):
+        option_bool({"flag": "maybe"}, "flag", False)
+
+
+def test_unknown_options_are_listed_sorted():
+    assert unknown_options({"b": "1", "a": "2", "known": "3"}, ["known"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:50051", ListenAddress("127.0.0.1", 50051)),
+        ("0.0.0.0:1", ListenAddress("0.0.0.0", 1)),
+        ("localhost:65535", ListenAddress("localhost", 65535)),
+        ("[::1]:50051", ListenAddress("::1", 50051)),
+    ],
+)
+def test_listen_addresses_parse_as_host_and_port(text, expected):
+    assert parse_addr(text) == expected
+
+
+def test_ipv6_listen_addresses_render_with_brackets():
+    assert str(ListenAddress("::1", 5)) == "[::1]:5"
+
+
+@pytest.mark.parametrize("text", ["", "50051", "host:", ":50051", "host:0", "host:65536", "host:http"])
+def test_malformed_listen_addresses_are_rejected_with_an_example(text):
+    with pytest.raises(AddressError, match="HOST:PORT"):
+        parse_addr(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("2s", 2.0), ("500ms", 0.5), ("1m30s", 90.0), ("0.25", 0.25), ("1h", 3600.0)]
+)
+def test_watch_intervals_accept_go_durations_and_plain_seconds(text, seconds):
+    assert parse_duration_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "2 s", "5x"])
+def test_malformed_watch_intervals_are_rejected(text):
+    with pytest.raises(ValueError):
+        parse_duration_s(text)
+
+
+def test_parent_watch_is_on_every_two_seconds_by_default():
+    assert ParentWatchConfig.from_env({}) == ParentWatchConfig(enabled=True, interval_s=2.0)
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "OFF"])
+def test_parent_watch_can_be_disabled(value):
+    assert ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH": value}).enabled is False
+
+
+def test_a_bad_parent_watch_interval_falls_back_to_the_default():
+    config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "soon"})
+    assert config.interval_s == 2.0
+    config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "0s"})
+    assert config.interval_s == 2.0
