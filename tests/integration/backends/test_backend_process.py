@@ -310,7 +310,8 @@ def llama(tmp_path_factory, tiny_model) -> Iterator[Backend]:
 
 
 def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(llama, tiny_model):
-    assert load(llama, "tiny", ModelFile=str(tiny_model), Embeddings=True).success
+    loaded = load(llama, "tiny", ModelFile=str(tiny_model), Embeddings=True, Options=["cache_prompt:false"])
+    assert loaded.success, loaded.message
     stub = llama.stub
     req = pb.PredictOptions(Prompt="hello world", Tokens=12, Temperature=0, ModelIdentity="tiny")
     reply = stub.Predict(req, timeout=30)
@@ -326,11 +327,19 @@ def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(lla
     embedding = stub.Embedding(pb.PredictOptions(Embeddings="hello world", ModelIdentity="tiny"), timeout=30)
     assert embedding.dim == len(embedding.embeddings) > 0
     assert embedding.layout == pb.EMBEDDING_LAYOUT_FINAL and embedding.prompt_tokens > 0
+    assert math.isclose(sum(v * v for v in embedding.embeddings), 1.0, rel_tol=1e-4)
     tokens = stub.TokenizeString(pb.PredictOptions(Prompt="hello world"), timeout=30)
     assert tokens.length == len(tokens.tokens) > 0
 
 
-def test_llama_chat_uses_the_models_template_and_counts_tokens(llama, tiny_model):
+def test_llama_generation_stops_at_max_tokens_when_eos_is_ignored(llama, tiny_model):
+    assert load(llama, "tiny-len", ModelFile=str(tiny_model)).success
+    req = pb.PredictOptions(Prompt="hello", Tokens=9, Temperature=1.0, IgnoreEOS=True)
+    assert llama.stub.Predict(req, timeout=30).tokens == 9
+    assert list(llama.stub.PredictStream(req, timeout=30))[-1].tokens == 9
+
+
+def test_llama_chat_renders_messages_with_the_models_embedded_template(llama, tiny_model):
     assert load(llama, "tiny-chat", ModelFile=str(tiny_model)).success
     chat = pb.PredictOptions(
         UseTokenizerTemplate=True,
@@ -339,9 +348,17 @@ def test_llama_chat_uses_the_models_template_and_counts_tokens(llama, tiny_model
         Temperature=0.7,
         Seed=42,
     )
+    rendered = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"  # the tiny model's ChatML
+    expected = llama.stub.TokenizeString(pb.PredictOptions(Prompt=rendered), timeout=30).length
     first = llama.stub.Predict(chat, timeout=30)
-    assert first.prompt_tokens > 3  # the template adds role markers around "hello"
-    assert first.message == llama.stub.Predict(chat, timeout=30).message  # same seed, same text
+    assert first.prompt_tokens == expected
+    assert 0 < first.tokens <= 8
+
+
+def test_llama_load_with_an_unknown_chat_format_lists_the_known_ones(llama, tiny_model):
+    result = load(llama, "tiny-fmt", ModelFile=str(tiny_model), Options=["chat_format:klingon"])
+    assert not result.success
+    assert "chat_format:klingon" in result.message and "gemma" in result.message
 
 
 def test_llama_embedding_needs_the_model_loaded_with_embeddings(llama, tiny_model):
