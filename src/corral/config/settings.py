@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.config.errors import ConfigError
+from corral.config.parse import format_duration_s, parse_duration_s
 
 
 def _identity(raw: str) -> str:
@@ -38,6 +39,8 @@ class Setting:
             default = "required"
         elif self.secret:
             default = "default: unset"
+        elif isinstance(self.default, float) and self.parse is parse_duration_s:
+            default = f"default: {format_duration_s(self.default)}"
         else:
             default = f"default: {self.default!r}" if self.default not in (None, "") else "default: unset"
         return f"{self.help} [{env}; {default}]"
@@ -67,7 +70,8 @@ def build_parser(prog: str, description: str, table: Sequence[Setting]) -> argpa
                 setting.flag, dest=setting.name, nargs="?", const="true", default=None, help=setting.describe()
             )
         else:
-            parser.add_argument(setting.flag, dest=setting.name, default=None, help=setting.describe())
+            parser.add_argument(setting.flag, dest=setting.name, default=None, help=setting.describe(),
+                                metavar=setting.flag.lstrip("-").upper().replace("-", "_"))
     return parser
 
 

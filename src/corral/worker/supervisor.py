@@ -69,9 +69,17 @@ def _set_pdeathsig() -> None:
         pass
 
 
+# A probe that runs before the backend has bound its port must not wait out gRPC's ~1 s reconnect backoff.
+_PROBE_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
+
+
 async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
     metadata = (("authorization", f"Bearer {token}"),) if token else None
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with grpc.aio.insecure_channel(address, options=_PROBE_CHANNEL_OPTIONS) as channel:
         stub = backend_pb2_grpc.BackendStub(channel)
         try:
             reply = await stub.Health(backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata)
