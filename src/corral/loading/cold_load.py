@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import asyncpg
 import grpc
@@ -21,14 +20,14 @@ from corral.bus import subjects
 from corral.bus.messages import BackendInstallReply, BackendInstallRequest, BackendStopRequest
 from corral.loading.deadlines import deadline_message, load_budget_s
 from corral.loading.errors import InstallFailed, LoadDeadlineExceeded, LoadError, LoadModelFailed
+from corral.loading.progress import INSTALLING, LOADING, PENDING, STAGING, LoadProgress
 from corral.models.config import ModelConfig
 from corral.placement.snapshot import NodeSnapshot
 from corral.placement.thin import pick_node
 from corral.proto import backend_pb2
 from corral.routing.backend_client import BackendChannels
 from corral.routing.replica import Replica
-from corral.staging.keys import storage_key
-from corral.staging.uploader import stage_file
+from corral.staging.stager import StagingContext, StagingTarget, stage_model
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
 
@@ -71,29 +70,14 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     return reply.address or node.address
 
 
-async def stage(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig) -> dict[Path, str]:
-    """Upload every local file of the model to the worker; returns local path → worker path."""
-    remote: dict[Path, str] = {}
-    base_url = f"http://{node.http_address}"
-    for path in cfg.files():
-        key = storage_key(cfg.name, path, cfg.models_dir)
-        remote[path] = await stage_file(ctx.http, base_url, key, path, ctx.token)
-    return remote
-
-
-def model_options(cfg: ModelConfig, remote: dict[Path, str]) -> backend_pb2.ModelOptions:
+def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
+    """LoadModel options with frontend-local paths; staging rewrites them for the worker."""
     opts = backend_pb2.ModelOptions(
         Model=cfg.model, ContextSize=cfg.context_size, Embeddings=cfg.embeddings, Threads=cfg.threads,
-        Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options),
+        Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options), ModelPath=str(cfg.models_dir),
     )
-    main = cfg.model_file
-    if main is not None and main in remote:
-        opts.ModelFile = remote[main]
-        relative_parts = len(Path(cfg.model).parts) if not Path(cfg.model).is_absolute() else 1
-        opts.ModelPath = str(Path(remote[main]).parents[relative_parts - 1])
-    elif main is not None and main.is_dir():
-        key_dir = storage_key(cfg.name, main, cfg.models_dir)
-        opts.ModelFile = next((v for k, v in remote.items() if k.is_relative_to(main)), key_dir)
+    if cfg.model_file is not None:
+        opts.ModelFile = str(cfg.model_file)
     return opts
 
 
@@ -120,18 +104,25 @@ async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, r
     await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
 
 
-async def cold_load(ctx: LoadContext, cfg: ModelConfig) -> Replica:
+async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> Replica:
+    progress = progress or LoadProgress()
+    progress.phase(PENDING)
     node = await choose_node(ctx, cfg.name)
     replica_index = 0
+    progress.on_node(node.id, node.name, replica_index)
     log.info("loading %s on node %s", cfg.name, node.name)
+    progress.phase(INSTALLING)
     address = await install(ctx, node, cfg, replica_index)
     row = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
                backend=cfg.backend)
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)
-        remote = await stage(ctx, node, cfg)
+        progress.phase(STAGING)
+        staged = await stage_model(StagingContext(ctx.http, ctx.token), StagingTarget(node.name, node.http_address),
+                                   cfg, model_options(cfg), progress)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
-        await call_load_model(ctx, address, cfg, model_options(cfg, remote))
+        progress.phase(LOADING)
+        await call_load_model(ctx, address, cfg, staged)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
     except BaseException as exc:
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
