@@ -36,5 +36,9 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             _optional_duration_s, "LoadModel deadline; unset = 5m + 20s per GiB of checkpoint, capped at 6h"),
     Setting("model_load_wait_s", "--model-load-wait", ("LOCALAI_MODEL_LOAD_WAIT",), 60.0, parse_duration_s,
             "how long a request waits for its model to load (0 = no bound)"),
+    Setting("load_stall_window_s", "--load-stall-window", ("CORRAL_LOAD_STALL_WINDOW",), 300.0, parse_duration_s,
+            "a staging load with no progress for this long is abandoned"),
+    Setting("load_orphan_window_s", "--load-orphan-window", ("CORRAL_LOAD_ORPHAN_WINDOW",), 60.0, parse_duration_s,
+            "a load job whose frontend stopped heartbeating for this long is taken over"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )

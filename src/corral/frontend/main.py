@@ -18,6 +18,7 @@ from corral.loading.cold_load import LoadContext
 from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendChannels
 from corral.routing.router import Router
+from corral.staging.stager import StagingContext
 from corral.store import db
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ async def serve(settings: Settings) -> int:
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
     ctx = LoadContext(pool=pool, nc=nc, http=http, channels=BackendChannels(settings.registration_token),
-                      token=settings.registration_token,
+                      staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s)
     router = Router(ctx)

@@ -42,6 +42,7 @@ class LoadContext:
     nc: Client
     http: httpx.AsyncClient
     channels: BackendChannels
+    staging: StagingContext
     token: str
     install_timeout_s: float
     load_timeout_override_s: float | None
@@ -118,7 +119,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)
         progress.phase(STAGING)
-        staged = await stage_model(StagingContext(ctx.http, ctx.token), StagingTarget(node.name, node.http_address),
+        staged = await stage_model(ctx.staging, StagingTarget(node.name, node.http_address),
                                    cfg, model_options(cfg), progress)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -34,8 +34,14 @@ class StagingTarget:
 
 @dataclass(frozen=True)
 class StagingContext:
+    """Everything staging needs, built once per frontend from its settings."""
+
     http: httpx.AsyncClient
     token: str
+
+    @classmethod
+    def from_settings(cls, settings: Any, http: httpx.AsyncClient) -> StagingContext:
+        return cls(http=http, token=settings.registration_token)
 
 
 async def stage_model(ctx: StagingContext, target: StagingTarget, cfg: ModelConfig,
