@@ -7,6 +7,7 @@ from fastapi.responses import PlainTextResponse
 
 from corral import __version__
 from corral.frontend.errors import install_handlers
+from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
 from corral.frontend.state import FrontendState
@@ -17,6 +18,7 @@ def build_app(state: FrontendState) -> FastAPI:
     install_handlers(app)
     install_node_api(app, state)
     app.include_router(build_openai_router(state))
+    app.include_router(build_models_router(state))
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

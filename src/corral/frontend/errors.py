@@ -17,10 +17,12 @@ class APIError(Exception):
     """An error answered to the client in the OpenAI envelope."""
 
     def __init__(self, status: int, message: str, type_: str, code: str | int | None = None,
-                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 param: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
         self.headers = headers or {}
+        self.extra = extra or {}  # additive top-level fields, e.g. the `loading` object
 
 
 def envelope(message: str, type_: str, code: str | int | None = None, param: str | None = None) -> dict[str, Any]:
@@ -47,8 +49,8 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str]:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(envelope(exc.message, exc.type, exc.code, exc.param), status_code=exc.status,
-                            headers=exc.headers)
+        return JSONResponse({**envelope(exc.message, exc.type, exc.code, exc.param), **exc.extra},
+                            status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -9,7 +9,7 @@ from typing import TypeVar
 import grpc
 
 from corral.frontend.errors import APIError
-from corral.loading.errors import LoadError
+from corral.loading.errors import LoadError, ModelStillLoading
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.proto import backend_pb2
@@ -30,6 +30,9 @@ async def _route(router: Router, cfg: ModelConfig) -> Replica:
         raise APIError(503, str(exc), "server_error", "no_nodes_available") from None
     except LoadError as exc:
         raise APIError(502, str(exc), "server_error", "model_load_failed") from None
+    except ModelStillLoading as exc:
+        raise APIError(503, str(exc), "model_loading", "model_loading",
+                       headers={"Retry-After": str(exc.retry_after_s)}, extra={"loading": exc.loading}) from None
 
 
 def _backend_error(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> APIError:

@@ -11,6 +11,7 @@ import httpx
 
 from corral.bus import client as bus
 from corral.config.settings import Settings
+from corral.control import stuck_replicas
 from corral.frontend.app import build_app
 from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
@@ -45,7 +46,9 @@ async def serve(settings: Settings) -> int:
                       staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s)
-    router = Router(ctx)
+    router = Router(ctx, wait_budget_s=settings.model_load_wait_s, stall_s=settings.load_stall_window_s,
+                    orphan_s=settings.load_orphan_window_s)
+    await router.start()
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes)
@@ -53,10 +56,13 @@ async def serve(settings: Settings) -> int:
     server = EmbeddedHTTPServer(build_app(state), host or "0.0.0.0", port, name="frontend-http")
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
+    sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),
+                                  name="stuck-replica-sweep")
     try:
         await stop.wait()
     finally:
         log.info("frontend shutting down")
+        await sweeper
         await server.stop()
         await router.close()
         await http.aclose()

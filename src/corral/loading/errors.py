@@ -15,3 +15,16 @@ class LoadModelFailed(LoadError):
 
 class LoadDeadlineExceeded(LoadError):
     """The backend did not finish LoadModel within its budget; raise LOCALAI_NATS_MODEL_LOAD_TIMEOUT."""
+
+
+class LoadHoldExpired(LoadError):
+    """The cold load made no progress within its hold (stall window or budget); the message names which."""
+
+
+class ModelStillLoading(Exception):
+    """The request's wait budget ran out while the load goes on; answered 503 with progress."""
+
+    def __init__(self, message: str, loading: dict[str, object], retry_after_s: int) -> None:
+        super().__init__(message)
+        self.loading = loading
+        self.retry_after_s = retry_after_s

@@ -1,8 +1,8 @@
-"""Route a request to a replica: warm (in-memory view, then PostgreSQL) or cold (load it).
+"""Route a request to a replica: warm (in-memory view, then PostgreSQL) or cold (a durable load job).
 
-Within one frontend, concurrent requests for an unloaded model share one load task; the
-task is shielded so a client disconnect never cancels a load. Cross-frontend load jobs
-with waiters and progress replace `_cold` in the load-job issue.
+Cold path, per request, up to 3 rounds: register as a waiter, claim the model's load job (one
+statement); the claimer starts the job in the background; everyone waits for its outcome
+(NATS event, polling fallback) within LOCALAI_MODEL_LOAD_WAIT, then re-runs the warm path.
 """
 
 from __future__ import annotations
@@ -10,44 +10,87 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
-from corral.loading.cold_load import LoadContext, cold_load
+from corral.loading.cold_load import LoadContext
+from corral.loading.errors import LoadError, ModelStillLoading
+from corral.loading.runner import JobSettings, LoadJobRunner
+from corral.loading.status import loading_message, loading_object, retry_after_s
+from corral.loading.waiters import Waiters
 from corral.models.config import ModelConfig
 from corral.routing.replica import Replica, ReplicaView
+from corral.store import load_jobs
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
 
+MAX_ROUNDS = 3
+STATUS_READ_TIMEOUT_S = 5.0
+
 
 class Router:
-    def __init__(self, ctx: LoadContext) -> None:
+    def __init__(self, ctx: LoadContext, *, wait_budget_s: float, stall_s: float, orphan_s: float) -> None:
         self.ctx = ctx
         self.view = ReplicaView()
-        self._loads: dict[str, asyncio.Task[Replica]] = {}
+        self.wait_budget_s = wait_budget_s
+        self.jobs = JobSettings(owner=str(uuid.uuid4()), stall_s=stall_s, orphan_s=orphan_s)
+        self.waiters = Waiters(ctx.pool, ctx.nc, orphan_s=orphan_s)
+        self.runner = LoadJobRunner(ctx, self.jobs, self.waiters, self.view.add)
+
+    async def start(self) -> None:
+        await self.waiters.start()
 
     async def route(self, cfg: ModelConfig) -> Replica:
-        replica = self.view.pick(cfg.name)
+        replica = self.view.pick(cfg.name) or await self._warm_from_db(cfg)
         if replica is not None:
             return replica
-        rows = await replica_store.routable(self.ctx.pool, cfg.name)
-        if rows:
-            for row in rows:
-                self.view.add(Replica(model=cfg.name, node_id=row["node_id"], node_name=row["node_name"],
-                                      address=row["address"], replica_index=int(row["replica_index"])))
-            picked = self.view.pick(cfg.name)
-            if picked is not None:
-                return picked
         return await self._cold(cfg)
 
+    async def _warm_from_db(self, cfg: ModelConfig) -> Replica | None:
+        for row in await replica_store.routable(self.ctx.pool, cfg.name):
+            self.view.add(Replica(model=cfg.name, node_id=row["node_id"], node_name=row["node_name"],
+                                  address=row["address"], replica_index=int(row["replica_index"])))
+        return self.view.pick(cfg.name)
+
     async def _cold(self, cfg: ModelConfig) -> Replica:
-        task = self._loads.get(cfg.name)
-        if task is None:
-            task = asyncio.create_task(cold_load(self.ctx, cfg), name=f"load:{cfg.name}")
-            self._loads[cfg.name] = task
-            task.add_done_callback(lambda _t: self._loads.pop(cfg.name, None))
-        replica = await asyncio.shield(task)
-        return self.view.add(replica)
+        key = cfg.name
+        loop = asyncio.get_running_loop()
+        deadline = None if self.wait_budget_s <= 0 else loop.time() + self.wait_budget_s
+        for _round in range(MAX_ROUNDS):
+            with self.waiters.register(key) as woken:
+                claimed, job = await load_jobs.claim(self.ctx.pool, key, self.jobs.owner,
+                                                     orphan_s=self.jobs.orphan_s,
+                                                     failed_grace_s=self.jobs.failed_grace_s)
+                if claimed:
+                    replica = await self._warm_from_db(cfg)  # it may have loaded meanwhile
+                    if replica is not None:
+                        await load_jobs.delete(self.ctx.pool, key, self.jobs.owner)
+                        return replica
+                    self.runner.start(cfg)
+                elif job is not None and job.state == "failed":
+                    raise LoadError(job.last_error or f"loading model {key} failed")
+                remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                outcome = await self.waiters.wait(woken, key, remaining)
+            if outcome is None:
+                await self._still_loading(key)
+            elif not outcome.ok and not outcome.orphaned:
+                raise LoadError(outcome.error or f"loading model {key} failed")
+            replica = self.view.pick(key) or await self._warm_from_db(cfg)
+            if replica is not None:
+                return replica
+        raise LoadError(f"loading model {key}: the load finished but the model is not available on any node")
+
+    async def _still_loading(self, key: str) -> None:
+        try:
+            job = await asyncio.wait_for(load_jobs.get(self.ctx.pool, key), STATUS_READ_TIMEOUT_S)
+        except TimeoutError:
+            job = None
+        if job is None:
+            raise LoadError(f"timed out waiting for model {key} to load after {self.wait_budget_s:g}s "
+                            "(LOCALAI_MODEL_LOAD_WAIT)")
+        message = loading_message(job)
+        raise ModelStillLoading(message, loading_object(job), retry_after_s(job, self.wait_budget_s))
 
     @contextlib.asynccontextmanager
     async def using(self, replica: Replica) -> AsyncIterator[Replica]:
@@ -67,6 +110,5 @@ class Router:
                                    replica_index=replica.replica_index, address=replica.address)
 
     async def close(self) -> None:
-        for task in list(self._loads.values()):
-            task.cancel()
+        await self.runner.close()
         await self.ctx.channels.close()

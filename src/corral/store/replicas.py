@@ -30,3 +30,7 @@ async def routable(pool: asyncpg.Pool, model: str) -> list[asyncpg.Record]:
 
 async def of_node(pool: asyncpg.Pool, node_id: str) -> list[asyncpg.Record]:
     return list(await pool.fetch(q("replicas_of_node"), node_id))
+
+
+async def reclaim_stuck(pool: asyncpg.Pool, orphan_s: float) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("replicas_reclaim_stuck"), orphan_s))

@@ -25,3 +25,11 @@ ORDER BY m.in_flight ASC, m.last_used ASC;
 -- name: replicas_of_node
 -- Every replica row of a node, any state.
 SELECT * FROM node_models WHERE node_id = $1 ORDER BY model_name, replica_index;
+
+-- name: replicas_reclaim_stuck
+-- Delete replica rows stuck before serving whose load job no longer drives them (no live heartbeat).
+DELETE FROM node_models m
+WHERE m.state IN ('staging', 'loading') AND m.updated_at < now() - make_interval(secs => $1::double precision)
+  AND NOT EXISTS (SELECT 1 FROM model_load_jobs j WHERE j.tracking_key = m.model_name AND j.state <> 'failed'
+                  AND j.last_progress >= now() - make_interval(secs => $1::double precision))
+RETURNING m.node_id, m.model_name, m.replica_index, m.address, m.state;

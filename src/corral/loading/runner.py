@@ -1,0 +1,126 @@
+"""Run one claimed load job in the background: the cold load, its 1 s heartbeat, and its hold watchdog.
+
+The job belongs to the frontend process, not to the request that claimed it: a client that
+disconnects ends only its own wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral.loading.cold_load import LoadContext, cold_load
+from corral.loading.deadlines import load_budget_s
+from corral.loading.errors import LoadError
+from corral.loading.hold import LoadHold, base_budget_s
+from corral.loading.progress import LoadProgress
+from corral.loading.waiters import Outcome, Waiters
+from corral.models.config import ModelConfig
+from corral.routing.replica import Replica
+from corral.store import load_jobs
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 1.0
+FAILED_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    owner: str  # this frontend process's id
+    stall_s: float
+    orphan_s: float
+    failed_grace_s: float = FAILED_GRACE_S
+    heartbeat_s: float = HEARTBEAT_S
+
+
+class LoadJobRunner:
+    def __init__(self, ctx: LoadContext, settings: JobSettings, waiters: Waiters,
+                 on_loaded: Callable[[Replica], None]) -> None:
+        self.ctx, self.settings, self.waiters, self.on_loaded = ctx, settings, waiters, on_loaded
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, cfg: ModelConfig) -> None:
+        task = asyncio.create_task(self._run(cfg), name=f"load-job:{cfg.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, cfg: ModelConfig) -> None:
+        key, owner = cfg.name, self.settings.owner
+        progress = LoadProgress()
+        load_timeout_s = self.ctx.load_timeout_override_s or 300.0
+        hold = LoadHold(base_budget_s(self.ctx.install_timeout_s, load_timeout_s), self.settings.stall_s)
+        budget_s = load_budget_s(cfg.checkpoint_bytes(), self.ctx.load_timeout_override_s)
+
+        def on_work() -> None:
+            if progress.state != hold.phase:
+                hold.enter(progress.state, budget_s)
+            else:
+                hold.worked()
+
+        progress.listeners.append(on_work)
+        load = asyncio.create_task(cold_load(self.ctx, cfg, progress), name=f"cold-load:{key}")
+        why_stopped: list[str] = []
+        helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped), name=f"job-beat:{key}"),
+                   asyncio.create_task(self._watchdog(hold, load, why_stopped), name=f"job-hold:{key}")]
+        try:
+            replica = await load
+        except asyncio.CancelledError:
+            if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
+                raise
+            await self._failed(key, f"loading model {key}: {why_stopped[0]}")
+        except Exception as exc:  # every failure reaches every waiter with its real cause
+            message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
+            await self._failed(key, message)
+        else:
+            self.on_loaded(replica)
+            await load_jobs.delete(self.ctx.pool, key, owner)
+            await self.waiters.announce(key, Outcome(ok=True))
+        finally:
+            for helper in helpers:
+                helper.cancel()
+
+    async def _failed(self, key: str, message: str) -> None:
+        log.warning("%s", message)
+        await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message)
+        await self.waiters.announce(key, Outcome(ok=False, error=message))
+        await asyncio.sleep(self.settings.failed_grace_s)  # the failure stays visible, then the next try may run
+        await load_jobs.delete(self.ctx.pool, key, self.settings.owner)
+
+    async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[Replica],
+                         why_stopped: list[str]) -> None:
+        while not load.done():
+            await asyncio.sleep(self.settings.heartbeat_s)
+            try:
+                owned = await load_jobs.heartbeat(
+                    self.ctx.pool, key, self.settings.owner, state=progress.state, node_id=progress.node_id,
+                    node_name=progress.node_name, replica_index=progress.replica_index,
+                    bytes_sent=progress.bytes_sent, total_bytes=progress.total_bytes,
+                    file_index=progress.file_index, total_files=progress.total_files,
+                    moving=progress.started_at_s is not None,
+                )
+            except Exception as exc:  # a database blip must not kill the load; the next beat retries
+                log.warning("load job heartbeat for %s failed: %s", key, exc)
+                continue
+            if not owned and not load.done():
+                why_stopped.append("the load job was taken over by another frontend")
+                load.cancel()
+
+    async def _watchdog(self, hold: LoadHold, load: asyncio.Task[Replica], why_stopped: list[str]) -> None:
+        tick_s = max(0.05, min(1.0, hold.stall_s / 20))
+        while not load.done():
+            await asyncio.sleep(tick_s)
+            reason = hold.expired_reason()
+            if reason and not load.done():
+                why_stopped.append(reason)
+                load.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await load
