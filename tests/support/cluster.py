@@ -98,15 +98,20 @@ class Cluster:
     def models_dir(self) -> Path:
         return self.root / "frontend-models"
 
-    def start_frontend(self) -> None:
+    def start_frontend(self, *extra: str) -> None:
+        self.frontend, self.frontend_url = self.spawn_frontend("frontend", *extra)
+
+    def spawn_frontend(self, name: str, *extra: str) -> tuple[Proc, str]:
+        """Another frontend on the same database, NATS and models directory."""
         port = free_port()
-        self.frontend_url = f"http://127.0.0.1:{port}"
-        self.frontend = spawn("frontend", [
+        url = f"http://127.0.0.1:{port}"
+        proc = spawn(name, [
             "run", "--address", f"127.0.0.1:{port}", "--nats-url", self.nats_url,
             "--database-url", self.database_url, "--registration-token", self.token,
-            "--auto-approve-nodes", "--models-path", str(self.models_dir),
+            "--auto-approve-nodes", "--models-path", str(self.models_dir), *extra,
         ], self.root / "logs")
-        wait_http(f"{self.frontend_url}/readyz", self.frontend)
+        wait_http(f"{url}/readyz", proc)
+        return proc, url
 
     def worker_argv(self, name: str, base_port: int, token: str | None = None) -> list[str]:
         return [
@@ -117,9 +122,9 @@ class Cluster:
             "--heartbeat-interval", "2s", "--log-level", "debug",
         ]
 
-    def start_worker(self, name: str) -> Proc:
+    def start_worker(self, name: str, *extra: str) -> Proc:
         base = free_port_pair()
-        proc = spawn(name, self.worker_argv(name, base), self.root / "logs")
+        proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs")
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
         self.workers.append(proc)
         self.worker_ports.append(base)

@@ -60,16 +60,20 @@ class LoadJobRunner:
         hold = LoadHold(base_budget_s(self.ctx.install_timeout_s, load_timeout_s), self.settings.stall_s)
         budget_s = load_budget_s(cfg.checkpoint_bytes(), self.ctx.load_timeout_override_s)
 
+        phase_changed = asyncio.Event()
+
         def on_work() -> None:
             if progress.state != hold.phase:
                 hold.enter(progress.state, budget_s)
+                phase_changed.set()  # waiters and the 503 body see a new phase at once, not a beat later
             else:
                 hold.worked()
 
         progress.listeners.append(on_work)
         load = asyncio.create_task(cold_load(self.ctx, cfg, progress), name=f"cold-load:{key}")
         why_stopped: list[str] = []
-        helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped), name=f"job-beat:{key}"),
+        helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped, phase_changed),
+                                       name=f"job-beat:{key}"),
                    asyncio.create_task(self._watchdog(hold, load, why_stopped), name=f"job-hold:{key}")]
         try:
             replica = await load
@@ -96,9 +100,11 @@ class LoadJobRunner:
         await load_jobs.delete(self.ctx.pool, key, self.settings.owner)
 
     async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[Replica],
-                         why_stopped: list[str]) -> None:
+                         why_stopped: list[str], phase_changed: asyncio.Event) -> None:
         while not load.done():
-            await asyncio.sleep(self.settings.heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(phase_changed.wait(), self.settings.heartbeat_s)
+            phase_changed.clear()
             try:
                 owned = await load_jobs.heartbeat(
                     self.ctx.pool, key, self.settings.owner, state=progress.state, node_id=progress.node_id,

@@ -12,6 +12,7 @@ import asyncpg
 from corral.store.queries import q
 
 PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING = "pending", "healthy", "unhealthy", "offline", "draining"
+STATUSES = (PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING)
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,13 @@ async def register(
         return row
 
 
-async def heartbeat(pool: asyncpg.Pool, node_id: str, update: dict[str, Any]) -> bool:
-    row = await pool.fetchrow(
+async def heartbeat(pool: asyncpg.Pool, node_id: str, update: dict[str, Any]) -> asyncpg.Record | None:
+    """A durable heartbeat write; None when the node is unknown (deleted: the worker must register again)."""
+    return await pool.fetchrow(
         q("node_heartbeat"), node_id, update.get("available_vram"), update.get("available_ram"),
-        update.get("total_disk"), update.get("available_disk"),
+        update.get("total_disk"), update.get("available_disk"), update.get("total_vram"),
+        update.get("gpu_vendor"),
     )
-    return row is not None
 
 
 async def set_status(pool: asyncpg.Pool, node_id: str, status: str, *, drop_replicas: bool = False) -> bool:
@@ -91,8 +93,48 @@ async def set_status(pool: asyncpg.Pool, node_id: str, status: str, *, drop_repl
         return row is not None
 
 
+async def swap_status(pool: asyncpg.Pool, node_id: str, expected: str, status: str, *,
+                      drop_replicas: bool = False) -> bool:
+    """Compare-and-set a status: no change when someone else changed it since the caller looked."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(q("node_swap_status"), node_id, expected, status)
+        if row and drop_replicas:
+            await conn.execute(q("replicas_delete_for_node"), node_id)
+        return row is not None
+
+
+async def approve(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
+    """Approve a never-approved node; None when unknown or already approved."""
+    return await pool.fetchrow(q("node_approve"), node_id)
+
+
+async def delete(pool: asyncpg.Pool, node_id: str) -> bool:
+    return await pool.fetchrow(q("node_delete"), node_id) is not None
+
+
 async def get(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
     return await pool.fetchrow(q("node_by_id"), node_id)
+
+
+async def listing(pool: asyncpg.Pool, node_id: str | None = None) -> list[asyncpg.Record]:
+    """Nodes with `model_count`, `in_flight_count` and `labels` (a JSON object string)."""
+    return list(await pool.fetch(q("nodes_list"), node_id))
+
+
+async def for_health(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("nodes_for_health")))
+
+
+async def set_max_replicas(pool: asyncpg.Pool, node_id: str, value: int) -> bool:
+    async with pool.acquire() as conn, conn.transaction():
+        if await conn.fetchrow(q("node_set_max_replicas"), node_id, value) is None:
+            return False
+        await conn.execute(q("label_upsert"), str(uuid.uuid4()), node_id, "node.replica-slots", str(value))
+        return True
+
+
+async def reset_max_replicas(pool: asyncpg.Pool, node_id: str) -> bool:
+    return await pool.fetchrow(q("node_reset_max_replicas"), node_id) is not None
 
 
 async def schedulable(pool: asyncpg.Pool) -> list[asyncpg.Record]:

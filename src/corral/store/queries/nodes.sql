@@ -10,14 +10,15 @@ SELECT * FROM backend_nodes WHERE id = $1;
 -- A newly registered node.
 INSERT INTO backend_nodes (id, name, node_type, address, http_address, status, token_hash, approved,
     total_vram, available_vram, total_ram, available_ram, total_disk, available_disk, gpu_vendor,
-    gpu_compute_capability, capability, max_replicas_per_model, vram_budget, last_heartbeat)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now())
+    gpu_compute_capability, capability, max_replicas_per_model, vram_budget, last_heartbeat, status_changed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now(), now())
 RETURNING *;
 
 -- name: node_reregister
 -- A known node registering again: refresh addresses and facts, keep the id and admin overrides.
-UPDATE backend_nodes SET node_type = $2, address = $3, http_address = $4, status = $5, token_hash = $6,
-    approved = $7, total_vram = $8, available_vram = $9, total_ram = $10, available_ram = $11,
+UPDATE backend_nodes SET node_type = $2, address = $3, http_address = $4,
+    status_changed_at = CASE WHEN status <> $5 THEN now() ELSE status_changed_at END, status = $5,
+    token_hash = $6, approved = $7, total_vram = $8, available_vram = $9, total_ram = $10, available_ram = $11,
     total_disk = $12, available_disk = $13, gpu_vendor = $14, gpu_compute_capability = $15,
     capability = $16,
     max_replicas_per_model = CASE WHEN max_replicas_per_model_manually_set THEN max_replicas_per_model
@@ -28,18 +29,67 @@ WHERE id = $1
 RETURNING *;
 
 -- name: node_heartbeat
--- A heartbeat: the timestamp always; the reported free resources when given (NULL keeps the old value).
+-- A durable heartbeat: the timestamp always; the reported figures when given (NULL keeps the old value).
 UPDATE backend_nodes SET last_heartbeat = now(),
     available_vram = COALESCE($2, available_vram), available_ram = COALESCE($3, available_ram),
     total_disk = COALESCE($4, total_disk), available_disk = COALESCE($5, available_disk),
+    total_vram = COALESCE($6, total_vram), gpu_vendor = COALESCE($7, gpu_vendor),
     reserved_vram = CASE WHEN $2::bigint IS NULL THEN reserved_vram ELSE 0 END,
+    updated_at = now()
+WHERE id = $1
+RETURNING id, status, approved;
+
+-- name: node_set_status
+-- Change a node's status (drain, resume, offline), remembering when.
+UPDATE backend_nodes SET status = $2, status_changed_at = now(), updated_at = now() WHERE id = $1 RETURNING id;
+
+-- name: node_swap_status
+-- Change a node's status only if it is still what the caller saw (health monitor vs. registration races).
+UPDATE backend_nodes SET status = $3, status_changed_at = now(), updated_at = now()
+WHERE id = $1 AND status = $2
+RETURNING id;
+
+-- name: node_approve
+-- Approve a node once: a pending node becomes healthy; an offline one recovers to healthy when it beats.
+UPDATE backend_nodes SET approved = true,
+    status = CASE WHEN status = 'pending' THEN 'healthy' ELSE status END,
+    status_changed_at = CASE WHEN status = 'pending' THEN now() ELSE status_changed_at END,
+    updated_at = now()
+WHERE id = $1 AND NOT approved
+RETURNING *;
+
+-- name: node_delete
+-- Forget a node entirely (its replica rows and labels go with it).
+DELETE FROM backend_nodes WHERE id = $1 RETURNING id;
+
+-- name: nodes_for_health
+-- What the health monitor decides over: status, approval and the durable heartbeat of every node.
+SELECT id, name, status, approved, last_heartbeat, status_changed_at FROM backend_nodes;
+
+-- name: nodes_list
+-- Every node with its replica count, in-flight sum and labels, by name.
+SELECT n.*,
+    (SELECT count(*) FROM node_models m WHERE m.node_id = n.id) AS model_count,
+    COALESCE((SELECT sum(in_flight) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
+        AS in_flight_count,
+    COALESCE((SELECT jsonb_object_agg(l.key, l.value) FROM node_labels l WHERE l.node_id = n.id), '{}'::jsonb)
+        AS labels
+FROM backend_nodes n
+WHERE $1::varchar IS NULL OR n.id = $1
+ORDER BY n.name;
+
+-- name: node_set_max_replicas
+-- Sticky admin override of replicas per model on a node.
+UPDATE backend_nodes SET max_replicas_per_model = $2, max_replicas_per_model_manually_set = true,
     updated_at = now()
 WHERE id = $1
 RETURNING id;
 
--- name: node_set_status
--- Change a node's status (drain, resume, offline).
-UPDATE backend_nodes SET status = $2, updated_at = now() WHERE id = $1 RETURNING id;
+-- name: node_reset_max_replicas
+-- Drop the admin override; the worker's own figure applies from its next registration.
+UPDATE backend_nodes SET max_replicas_per_model_manually_set = false, updated_at = now()
+WHERE id = $1
+RETURNING id;
 
 -- name: label_upsert
 -- Set one label of a node (merge, never replace the set).
@@ -47,7 +97,7 @@ INSERT INTO node_labels (id, node_id, key, value) VALUES ($1, $2, $3, $4)
 ON CONFLICT (node_id, key) DO UPDATE SET value = EXCLUDED.value;
 
 -- name: nodes_schedulable
--- Healthy backend nodes with their load: the snapshot the placement step decides over.
+-- Healthy, approved backend nodes with their load: the snapshot the placement step decides over.
 SELECT n.id, n.name, n.address, n.http_address, n.available_vram, n.total_disk, n.available_disk,
     n.max_replicas_per_model,
     COALESCE((SELECT count(*) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
@@ -57,5 +107,5 @@ SELECT n.id, n.name, n.address, n.http_address, n.available_vram, n.total_disk, 
     ARRAY(SELECT m.model_name FROM node_models m WHERE m.node_id = n.id AND m.state <> 'unloading')
         AS model_names
 FROM backend_nodes n
-WHERE n.status = 'healthy' AND n.node_type = 'backend'
+WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
 ORDER BY n.name;

@@ -1,0 +1,52 @@
+"""API keys (`api_keys`): only the sha256 of a key is stored; the key itself is shown once, at creation."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+import asyncpg
+
+from corral.store.queries import q
+
+ADMIN, USER = "admin", "user"
+ROLES = (ADMIN, USER)
+KEY_PREFIX = "corral-"
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_hash(key: str) -> str:
+    """Keys are 256-bit random strings, so one sha256 is enough (no password stretching needed)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def display_prefix(key: str) -> str:
+    """What the listing shows so an operator can tell keys apart: never enough to use the key."""
+    return key[: len(KEY_PREFIX) + 4]
+
+
+async def insert(pool: asyncpg.Pool, key: str, *, name: str, role: str) -> asyncpg.Record | None:
+    """Store a key's hash; None when that hash is already stored (a bootstrap key seen before)."""
+    return await pool.fetchrow(q("api_key_insert"), str(uuid.uuid4()), name, role, key_hash(key),
+                               display_prefix(key))
+
+
+async def role_of(pool: asyncpg.Pool, hashed: str) -> str | None:
+    return await pool.fetchval(q("api_key_role"), hashed)
+
+
+async def listing(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("api_keys_list")))
+
+
+async def revoke(pool: asyncpg.Pool, key_id: str) -> str | None:
+    """Revoke a key; returns its hash (to evict it from caches) or None when unknown or already revoked."""
+    return await pool.fetchval(q("api_key_revoke"), key_id)
+
+
+async def live_admin_count(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval(q("api_keys_live_admin_count")))

@@ -1,0 +1,21 @@
+-- name: api_key_insert
+-- A new API key (only its sha256 is stored); an existing hash is left untouched, revoked or not.
+INSERT INTO api_keys (id, name, role, key_hash, key_prefix) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key_hash) DO NOTHING
+RETURNING id, name, role, key_prefix, created_at, revoked_at;
+
+-- name: api_key_role
+-- The role of a live (not revoked) key by hash.
+SELECT role FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL;
+
+-- name: api_keys_list
+-- Every key, newest first, without hashes.
+SELECT id, name, role, key_prefix, created_at, revoked_at FROM api_keys ORDER BY created_at DESC, id;
+
+-- name: api_key_revoke
+-- Revoke a key; returns its hash so caches everywhere can drop it.
+UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING key_hash;
+
+-- name: api_keys_live_admin_count
+-- How many admin keys can still be used.
+SELECT count(*) FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL;

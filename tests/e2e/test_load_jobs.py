@@ -1,0 +1,206 @@
+"""Cold loads as durable jobs across frontends (real PostgreSQL, NATS, frontends, worker, backends)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import nats
+import pytest
+from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.proxy import ThrottlingProxy
+
+pytestmark = pytest.mark.slow
+
+MIB = 1 << 20
+WINDOW = "3s"  # shortened orphan and stall windows so the tests run in seconds
+
+
+def _model(models_dir: Path, name: str, *options: str, file_bytes: int = 0) -> None:
+    model = name
+    if file_bytes:
+        model = f"{name}.bin"
+        (models_dir / model).write_bytes(os.urandom(file_bytes))
+    opts = "".join(f"\n  - \"{o}\"" for o in options)
+    (models_dir / f"{name}.yaml").write_text(
+        f"name: {name}\nbackend: simulator\nparameters:\n  model: {model}\noptions:{opts or ' []'}\n"
+    )
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    a: str  # frontend A
+    b: str  # frontend B
+    c: str  # frontend C: 1 s wait budget
+    proxy: ThrottlingProxy
+    worker: Proc
+
+
+@pytest.fixture(scope="module")
+def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+    c = Cluster(root=state_root / "e2e-load-jobs", database_url=make_database(), nats_url=nats_url)
+    c.models_dir.mkdir(parents=True, exist_ok=True)
+    _model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
+    _model(c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB)
+    _model(c.models_dir, "staged-slowly", file_bytes=12 * MIB)
+    _model(c.models_dir, "slow-dc", "load_time_s:2")
+    _model(c.models_dir, "orphaned", "load_time_s:4")
+    _model(c.models_dir, "stalled", file_bytes=48 * MIB)
+    windows = ("--load-orphan-window", WINDOW, "--load-stall-window", WINDOW)
+    frontends: list[Proc] = []
+    base = free_port_pair()
+    proxy = ThrottlingProxy(base - 1, upload_bytes_per_s=4 * MIB)
+    try:
+        c.start_frontend(*windows)
+        fb, url_b = c.spawn_frontend("frontend-b", *windows)
+        fc, url_c = c.spawn_frontend("frontend-c", *windows, "--model-load-wait", "1s")
+        frontends += [fb, fc]
+        proxy.__enter__()
+        worker = spawn("w1", [*c.worker_argv("w1", base), "--advertise-http-addr", f"127.0.0.1:{proxy.port}"],
+                       c.root / "logs")
+        wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
+        c.workers.append(worker)
+        yield Env(c, c.frontend_url, url_b, url_c, proxy, worker)
+    finally:
+        os.kill(c.workers[0].popen.pid, signal.SIGCONT) if c.workers else None
+        c.stop()
+        for proc in frontends:
+            proc.stop()
+        proxy.__exit__()
+
+
+def _chat_body(model: str) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
+
+
+def _load_model_calls(env: Env, model: str) -> int:
+    lines = [line for line in env.worker.log().splitlines() if f"[{model}#0]" in line]  # the backend's stderr
+    return sum(1 for line in lines if "loaded model '" in line or ("LoadModel '" in line and "failed" in line))
+
+
+async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(env: Env) -> None:
+    nc = await nats.connect(env.cluster.nats_url)
+    installs: list[bytes] = []
+
+    async def count(msg) -> None:  # noqa: ANN001
+        installs.append(msg.data)
+
+    sub = await nc.subscribe("nodes.*.backend.install", cb=count)
+    puts_before = env.proxy.puts
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            responses = await asyncio.gather(*(
+                client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("slow-40"))
+                for i in range(40)
+            ))
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+    assert [r.status_code for r in responses] == [200] * 40
+    assert len([d for d in installs if b'"slow-40"' in d]) == 1
+    assert env.proxy.puts - puts_before == 1
+    assert _load_model_calls(env, "slow-40") == 1
+
+
+def test_a_request_past_the_wait_budget_gets_503_with_staging_progress_and_a_later_one_is_served(env: Env) -> None:
+    response = httpx.post(f"{env.c}/v1/chat/completions", json=_chat_body("staged-slowly"), timeout=30)
+    assert response.status_code == 503
+    assert 5 <= int(response.headers["Retry-After"]) <= 300
+    body = response.json()
+    assert body["error"]["type"] == "model_loading" and body["error"]["code"] == "model_loading"
+    loading = body["loading"]
+    assert loading["model"] == "staged-slowly" and loading["state"] in ("installing", "staging")
+    assert body["error"]["message"].startswith("model staged-slowly is ")
+    deadline = time.monotonic() + 60
+    seen_staging = loading["state"] == "staging"
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{env.a}/api/models/staged-slowly/load-status")
+        if status.status_code == 404:
+            break
+        if status.json()["state"] == "staging" and status.json()["bytes_sent"] > 0:
+            seen_staging = True
+            assert status.json()["node"] == "w1" and status.json()["total_bytes"] == 12 * MIB
+        time.sleep(0.3)
+    assert seen_staging
+    assert status.status_code == 404 and status.json()["error"]["message"] == "no load is running for model staged-slowly"
+    assert httpx.post(f"{env.c}/v1/chat/completions", json=_chat_body("staged-slowly"), timeout=30).status_code == 200
+
+
+async def test_a_failed_load_gives_every_waiter_on_both_frontends_the_backends_message(env: Env) -> None:
+    async with httpx.AsyncClient(timeout=60) as client:
+        responses = await asyncio.gather(*(
+            client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("broken")) for i in range(10)
+        ))
+    assert {r.status_code for r in responses} == {502}
+    for response in responses:
+        assert "simulated CUDA out of memory while loading" in response.json()["error"]["message"]
+    assert _load_model_calls(env, "broken") == 1
+    status = httpx.get(f"{env.a}/api/models/broken/load-status").json()  # the failure stays visible briefly
+    assert status["state"] == "failed"
+
+
+async def _loaded(env: Env, model: str, timeout_s: float = 30) -> bool:
+    conn = await asyncpg.connect(env.cluster.database_url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if await conn.fetchval("SELECT count(*) FROM node_models WHERE model_name = $1 AND state = 'loaded'",
+                                   model):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+    finally:
+        await conn.close()
+
+
+async def test_a_client_that_disconnects_mid_load_does_not_cancel_the_load(env: Env) -> None:
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{env.a}/v1/chat/completions", json=_chat_body("slow-dc"), timeout=0.5)
+    assert await _loaded(env, "slow-dc")
+
+
+async def test_a_killed_frontends_job_is_reclaimed_by_another_frontend(env: Env) -> None:
+    doomed, url_d = env.cluster.spawn_frontend("frontend-d", "--load-orphan-window", WINDOW)
+    try:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{url_d}/v1/chat/completions", json=_chat_body("orphaned"), timeout=1.0)
+        doomed.popen.send_signal(signal.SIGKILL)
+        doomed.popen.wait(10)
+        response = httpx.post(f"{env.a}/v1/chat/completions", json=_chat_body("orphaned"), timeout=60)
+        assert response.status_code == 200
+    finally:
+        doomed.stop()
+    assert env.cluster.frontend is not None
+    assert "loading orphaned on node w1" in env.cluster.frontend.log()  # frontend A ran the reclaimed job
+
+
+def test_a_worker_stopped_mid_staging_releases_the_load_within_the_stall_window(env: Env) -> None:
+    import threading
+
+    result: dict[str, httpx.Response] = {}
+    request = threading.Thread(target=lambda: result.setdefault("r", httpx.post(
+        f"{env.a}/v1/chat/completions", json=_chat_body("stalled"), timeout=90)))
+    request.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{env.b}/api/models/stalled/load-status")
+        if status.status_code == 200 and status.json()["state"] == "staging" and status.json()["bytes_sent"] > 0:
+            break
+        time.sleep(0.1)
+    os.kill(env.worker.popen.pid, signal.SIGSTOP)
+    try:
+        request.join(60)
+    finally:
+        os.kill(env.worker.popen.pid, signal.SIGCONT)
+    response = result["r"]
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert "staging made no progress for 3s" in message and "CORRAL_LOAD_STALL_WINDOW" in message
