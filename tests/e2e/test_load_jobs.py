@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import nats
 import pytest
+
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.proxy import ThrottlingProxy
 
@@ -204,3 +205,29 @@ def test_a_worker_stopped_mid_staging_releases_the_load_within_the_stall_window(
     assert response.status_code == 502
     message = response.json()["error"]["message"]
     assert "staging made no progress for 3s" in message and "CORRAL_LOAD_STALL_WINDOW" in message
+
+
+async def test_a_load_past_its_deadline_names_budget_and_knob_and_its_backend_is_stopped(env: Env) -> None:
+    _model(env.cluster.models_dir, "too-slow", "load_time_s:6")
+    strict, url_e = env.cluster.spawn_frontend("frontend-e", "--model-load-timeout", "1s")
+    try:
+        response = httpx.post(f"{url_e}/v1/chat/completions", json=_chat_body("too-slow"), timeout=60)
+    finally:
+        strict.stop()
+    assert response.status_code == 502
+    message = response.json()["error"]["message"]
+    assert "did not finish within 1s" in message and "set by LOCALAI_NATS_MODEL_LOAD_TIMEOUT" in message
+    nc = await nats.connect(env.cluster.nats_url)
+    try:
+        conn = await asyncpg.connect(env.cluster.database_url)
+        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = 'w1'")
+        await conn.close()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            running = (await nc.request(f"nodes.{node_id}.models.running", b"{}", timeout=5)).data
+            if b"too-slow" not in running:
+                break
+            await asyncio.sleep(0.2)
+        assert b"too-slow" not in running  # the abandoned backend process was stopped
+    finally:
+        await nc.close()

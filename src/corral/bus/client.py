@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError, TimeoutError
 
 from corral.bus.messages import Message
+from corral.bus.security import NatsCredentials, TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,8 @@ class BusError(Exception):
     """A NATS request failed; the message names the subject and the cause."""
 
 
-async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None) -> Client:
+async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None, *,
+                  credentials: NatsCredentials | None = None, tls: TlsFiles | None = None) -> Client:
     async def disconnected() -> None:
         log.warning("NATS link down (%s); reconnecting", name)
         if on_state:
@@ -35,6 +37,10 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
     async def error(exc: Exception) -> None:
         log.debug("NATS error (%s): %s", name, exc)
 
+    options: dict[str, object] = dict(credentials.connect_options()) if credentials else {}
+    ssl_context = (tls or TlsFiles()).context(url)
+    if ssl_context is not None:
+        options["tls"] = ssl_context
     return await nats.connect(
         servers=url.split(","),
         name=name,
@@ -44,6 +50,7 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
         disconnected_cb=disconnected,
         reconnected_cb=reconnected,
         error_cb=error,
+        **options,  # type: ignore[arg-type]
     )
 
 

@@ -9,6 +9,7 @@ from corral.config.parse import (
     parse_nats_url,
     parse_postgres_url,
 )
+from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 
 
@@ -42,3 +43,4 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             "a load job whose frontend stopped heartbeating for this long is taken over"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )
+FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security

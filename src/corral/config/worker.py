@@ -10,6 +10,7 @@ from corral.config.parse import (
     parse_labels,
     parse_nats_url,
 )
+from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 
 WORKER_SETTINGS: tuple[Setting, ...] = (
@@ -48,3 +49,4 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )
+WORKER_SETTINGS += WORKER_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from corral.control.heartbeat_rules import Beat
 from corral.frontend.auth import check_registration_token
 from corral.frontend.state import FrontendState
 from corral.store import nodes as node_store
@@ -50,7 +51,7 @@ def node_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": status, "message": message, "type": "node_error"}}, status_code=status)
 
 
-def _jsonable(row: Any) -> dict[str, Any]:
+def jsonable(row: Any) -> dict[str, Any]:
     out = {}
     for key, value in dict(row).items():
         if key in ("model_opts_blob", "token_hash"):
@@ -78,17 +79,34 @@ async def _register(state: FrontendState, body: RegisterNodeRequest) -> JSONResp
     facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
     row = await node_store.register(state.pool, facts, body.token, body.labels, auto_approve=state.auto_approve_nodes)
     state.router.view.remove_node(row["id"])
+    await node_changed(state, row["id"], row["status"])
     log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
-    return JSONResponse({"id": row["id"], "name": row["name"], "node_type": row["node_type"],
-                         "status": row["status"], "created_at": row["created_at"].isoformat()}, status_code=201)
+    reply = {"id": row["id"], "name": row["name"], "node_type": row["node_type"], "status": row["status"],
+             "created_at": row["created_at"].isoformat()}
+    if state.lifecycle is not None and state.lifecycle.minter is not None:
+        reply.update(state.lifecycle.minter.credentials(row))
+    return JSONResponse(reply, status_code=201)
 
 
-async def _set_status(state: FrontendState, node_id: str, status: str, message: str, drop: bool) -> Any:
+async def node_changed(state: FrontendState, node_id: str, status: str) -> None:
+    """A node's status changed here: stop routing to it unless healthy, and tell every frontend."""
+    if status != node_store.HEALTHY:
+        state.router.view.remove_node(node_id)
+    if state.lifecycle is not None:
+        await state.lifecycle.node_changed(node_id, status)
+
+
+async def set_status(state: FrontendState, node_id: str, status: str, message: str, drop: bool) -> Any:
     if not await node_store.set_status(state.pool, node_id, status, drop_replicas=drop):
         return node_error(404, f"node {node_id} not found")
-    if drop:
-        state.router.view.remove_node(node_id)
+    await node_changed(state, node_id, status)
     return {"message": message}
+
+
+async def record_heartbeat(state: FrontendState, node_id: str, update: HeartbeatUpdate) -> bool:
+    if state.lifecycle is None:
+        return await node_store.heartbeat(state.pool, node_id, update.model_dump(exclude_none=True)) is not None
+    return bool(await state.lifecycle.checkpointer.beat(node_id, Beat(**update.model_dump())))
 
 
 def build_node_router(state: FrontendState) -> APIRouter:
@@ -102,12 +120,12 @@ def build_node_router(state: FrontendState) -> APIRouter:
     async def heartbeat(node_id: str, request: Request) -> Any:
         raw = await request.body()
         update = HeartbeatUpdate.model_validate_json(raw) if raw.strip() else HeartbeatUpdate()
-        if not await node_store.heartbeat(state.pool, node_id, update.model_dump(exclude_none=True)):
+        if not await record_heartbeat(state, node_id, update):
             return node_error(404, f"node {node_id} not found; register again")
         return {"message": "heartbeat received"}
 
     async def _status(node_id: str, status: str, message: str, drop: bool) -> Any:
-        return await _set_status(state, node_id, status, message, drop)
+        return await set_status(state, node_id, status, message, drop)
 
     @router.post("/{node_id}/drain")
     async def drain(node_id: str) -> Any:
@@ -130,7 +148,7 @@ def build_node_router(state: FrontendState) -> APIRouter:
 
     @router.get("/{node_id}/models")
     async def models(node_id: str) -> Any:
-        return [_jsonable(r) for r in await replica_store.of_node(state.pool, node_id)]
+        return [jsonable(r) for r in await replica_store.of_node(state.pool, node_id)]
 
     return router
 

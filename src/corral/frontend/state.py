@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from nats.aio.client import Client
@@ -19,3 +20,4 @@ class FrontendState:
     configs: dict[str, ModelConfig]
     registration_token: str
     auto_approve_nodes: bool
+    lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)

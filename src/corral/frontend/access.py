@@ -1,0 +1,127 @@
+"""Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`; user keys on `/v1/*`
+when auth is enabled. `/api/node/*` (worker self-service) is guarded by the registration token.
+
+A pure ASGI middleware, not a per-route dependency: the inference path pays one prefix test
+when auth is off, and one sha256 plus a dict lookup when it is on. Key hashes are cached in
+memory (positive 10 s, negative 2 s) and evicted at once when any frontend revokes a key
+(NATS `state.api-keys.revoked`), so there is no database statement per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from corral.store import api_keys
+
+log = logging.getLogger(__name__)
+
+ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys")
+USER_PREFIXES = ("/v1/",)
+POSITIVE_TTL_S = 10.0
+NEGATIVE_TTL_S = 2.0
+CACHE_MAX_ENTRIES = 10_000
+
+Scope = dict[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+class KeyCache:
+    """sha256(key) → role (or None for unknown/revoked), with a short TTL."""
+
+    def __init__(self, pool: asyncpg.Pool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.pool, self._clock = pool, clock
+        self._entries: dict[str, tuple[str | None, float]] = {}
+        self.lookups = 0
+
+    async def role(self, key: str) -> str | None:
+        hashed = api_keys.key_hash(key)
+        entry = self._entries.get(hashed)
+        now = self._clock()
+        if entry is not None and entry[1] > now:
+            return entry[0]
+        self.lookups += 1
+        role = await api_keys.role_of(self.pool, hashed)
+        if len(self._entries) >= CACHE_MAX_ENTRIES:
+            self._entries.clear()  # a flood of random keys must not grow memory without bound
+        self._entries[hashed] = (role, now + (POSITIVE_TTL_S if role else NEGATIVE_TTL_S))
+        return role
+
+    def evict(self, hashed: str) -> None:
+        self._entries.pop(hashed, None)
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    for prefix in prefixes:
+        if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+            return True
+    return False
+
+
+def bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text = value.decode("latin-1")
+            return text[7:].strip() if text[:7].lower() == "bearer " else None
+    return None
+
+
+async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            (b"www-authenticate", b"Bearer")]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _admin_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "type": "auth_error"}}
+
+
+def _user_error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}
+
+
+class AccessControl:
+    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool) -> None:
+        self.app, self.cache, self.user_auth = app, cache, user_auth
+
+    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            if _under(path, ADMIN_PREFIXES):
+                refusal = await self._admin_refusal(scope)
+                if refusal is not None:
+                    await _send_json(send, refusal[0], _admin_error(*refusal))
+                    return
+            elif self.user_auth and path.startswith(USER_PREFIXES):
+                message = await self._user_refusal(scope)
+                if message is not None:
+                    await _send_json(send, 401, _user_error(message))
+                    return
+        await self.app(scope, receive, send)
+
+    async def _admin_refusal(self, scope: Scope) -> tuple[int, str] | None:
+        key = bearer(scope)
+        if not key:
+            return 401, "admin API key required: send Authorization: Bearer <admin key>"
+        role = await self.cache.role(key)
+        if role is None:
+            return 401, "invalid or revoked API key"
+        if role != api_keys.ADMIN:
+            return 403, "this API key is not an admin key"
+        return None
+
+    async def _user_refusal(self, scope: Scope) -> str | None:
+        key = bearer(scope)
+        if not key:
+            return "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)"
+        if await self.cache.role(key) is None:
+            return "invalid or revoked API key"
+        return None
