@@ -17,6 +17,7 @@ commands:
   worker    start a worker that registers with a frontend and runs backend processes
   backend   start one gRPC backend process (spawned by workers)
   models    prepare the default models into a directory
+  nats-auth-setup  make NATS operator/account material and a server config for JWT mode
 
 `corral <command> --help` lists every flag with its environment variable and default.
 """
@@ -70,12 +71,19 @@ def _run_models(argv: Sequence[str]) -> int:
     return models_main(list(argv))
 
 
+def _run_nats_auth_setup(argv: Sequence[str]) -> int:
+    from corral.bus.auth_setup import main as setup_main
+
+    return setup_main(list(argv))
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "up": _run_up,
     "run": _run_frontend,
     "worker": _run_worker,
     "backend": _run_backend,
     "models": _run_models,
+    "nats-auth-setup": _run_nats_auth_setup,
 }
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from corral.approval import ApprovalError, NodeApprover
 from corral.embedded import (
     EmbeddedNats,
     EmbeddedPostgres,
@@ -86,11 +87,12 @@ class Stack:
     children: list[Child] = field(default_factory=list)
     stopping: bool = False
 
-    def _spawn(self, name: str, address: str, argv: list[str], token: str) -> Child:
+    def _spawn(self, name: str, address: str, argv: list[str], token: str,
+               extra_env: dict[str, str] | None = None) -> Child:
         log_path = self.data_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        # The token goes through the environment, never argv: command lines are world-readable.
-        env = {**os.environ, "CORRAL_UP_ID": self.marker, "LOCALAI_REGISTRATION_TOKEN": token}
+        # Secrets go through the environment, never argv: command lines are world-readable.
+        env = {**os.environ, "CORRAL_UP_ID": self.marker, "LOCALAI_REGISTRATION_TOKEN": token, **(extra_env or {})}
         with open(log_path, "ab") as log:
             popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True,
@@ -119,8 +121,7 @@ class Stack:
         if path.exists():
             return path.read_text().strip()
         token = secrets.token_urlsafe(24)
-        path.write_text(token)
-        path.chmod(0o600)
+        _write_secret(path, token)
         return token
 
     def start(self) -> None:
@@ -128,6 +129,7 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o755)
         token = self._token()
+        admin_key, admin_key_is_new = _admin_key(self.data_dir / "admin-key")
         database_url = args.database_url or os.environ.get("LOCALAI_AUTH_DATABASE_URL")
         if not database_url:
             self.pg = embedded_postgres(self.data_dir / "postgres")
@@ -152,10 +154,16 @@ class Stack:
             raise EmbeddedServiceError(f"port {args.port} is already in use; pass --port to choose another")
         frontend = self._spawn("frontend", frontend_url, [
             "run", "--address", f"{args.host}:{args.port}", "--nats-url", nats_url, "--database-url", database_url,
-            "--auto-approve-nodes", "--models-path", str(models),
-        ], token)
+            "--models-path", str(models),
+        ], token, {"LOCALAI_BOOTSTRAP_ADMIN_KEY": admin_key})
         self._wait_ready(frontend, f"{frontend_url}/readyz")
         print(f"frontend   {frontend_url}   (log {frontend.log_path})", flush=True)
+        if admin_key_is_new:
+            print(f"admin key  {admin_key}   (shown once; kept in {self.data_dir / 'admin-key'}, mode 0600)",
+                  flush=True)
+        else:
+            print(f"admin key  in {self.data_dir / 'admin-key'}", flush=True)
+        approver = NodeApprover(frontend_url.replace("0.0.0.0", "127.0.0.1"), admin_key)
         for index in range(args.workers):
             base = args.worker_base_port + index * WORKER_PORT_STRIDE
             name = f"worker-{index + 1}"
@@ -166,6 +174,8 @@ class Stack:
                 "--grpc-max-port", str(base + WORKER_PORT_STRIDE - 2), "--http-addr", f"127.0.0.1:{base - 1}",
                 "--models-path", str(self.data_dir / name / "models"),
             ], token)
+            approver.approve_own(worker, f"{os.uname().nodename}-{name}", f"127.0.0.1:{base}",
+                                 lambda: self.stopping)
             self._wait_ready(worker, f"http://127.0.0.1:{base - 1}/readyz")
             print(f"{name:<10} grpc 127.0.0.1:{base}+  files 127.0.0.1:{base - 1}   (log {worker.log_path})",
                   flush=True)
@@ -191,6 +201,25 @@ class Stack:
             self.nats.stop()
         if self.pg:
             self.pg.stop(quiet=True)
+
+
+def _write_secret(path: Path, value: str) -> None:
+    """Create `path` readable by its owner only, before the secret is written into it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    path.chmod(0o600)
+
+
+def _admin_key(path: Path) -> tuple[str, bool]:
+    """The stack's admin key: read from `path`, or generated (and stored 0600) on first start."""
+    if path.exists():
+        return path.read_text().strip(), False
+    from corral.store.api_keys import new_key
+
+    key = new_key()
+    _write_secret(path, key)
+    return key, True
 
 
 def _redact(url: str) -> str:
@@ -225,7 +254,7 @@ def main(argv: list[str]) -> int:
                 code = 1
                 break
             time.sleep(0.2)
-    except (EmbeddedServiceError, OSError, subprocess.CalledProcessError) as exc:
+    except (EmbeddedServiceError, ApprovalError, OSError, subprocess.CalledProcessError) as exc:
         if not stop_requested:
             print(f"corral up: {exc}", file=sys.stderr)
             code = 1

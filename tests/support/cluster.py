@@ -89,6 +89,9 @@ class Cluster:
     database_url: str
     nats_url: str
     token: str = "test-token"
+    admin_key: str = "corral-test-admin-key"
+    auto_approve: bool = True
+    frontend_env: dict[str, str] = field(default_factory=dict)
     frontend: Proc | None = None
     frontend_url: str = ""
     workers: list[Proc] = field(default_factory=list)
@@ -108,10 +111,15 @@ class Cluster:
         proc = spawn(name, [
             "run", "--address", f"127.0.0.1:{port}", "--nats-url", self.nats_url,
             "--database-url", self.database_url, "--registration-token", self.token,
-            "--auto-approve-nodes", "--models-path", str(self.models_dir), *extra,
-        ], self.root / "logs")
+            *(["--auto-approve-nodes"] if self.auto_approve else []), "--models-path", str(self.models_dir),
+            *extra,
+        ], self.root / "logs", env={"LOCALAI_BOOTSTRAP_ADMIN_KEY": self.admin_key, **self.frontend_env})
         wait_http(f"{url}/readyz", proc)
         return proc, url
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
 
     def worker_argv(self, name: str, base_port: int, token: str | None = None) -> list[str]:
         return [

@@ -22,6 +22,10 @@ class BusError(Exception):
     """A NATS request failed; the message names the subject and the cause."""
 
 
+class NoResponders(BusError):
+    """Nobody listens on the subject: the worker is gone from the bus (not merely slow)."""
+
+
 async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None, *,
                   credentials: NatsCredentials | None = None, tls: TlsFiles | None = None) -> Client:
     async def disconnected() -> None:
@@ -59,7 +63,7 @@ async def request(nc: Client, subject: str, payload: Message, reply_type: type[M
     try:
         msg = await nc.request(subject, payload.to_json(), timeout=timeout_s)
     except NoRespondersError:
-        raise BusError(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
+        raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:
         raise BusError(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
     return reply_type.from_json(msg.data)

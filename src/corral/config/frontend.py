@@ -11,6 +11,7 @@ from corral.config.parse import (
 )
 from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
+from corral.config.staging import FRONTEND_STAGING_SETTINGS
 
 
 def _optional_duration_s(raw: str) -> float | None:
@@ -41,6 +42,15 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             "a staging load with no progress for this long is abandoned"),
     Setting("load_orphan_window_s", "--load-orphan-window", ("CORRAL_LOAD_ORPHAN_WINDOW",), 60.0, parse_duration_s,
             "a load job whose frontend stopped heartbeating for this long is taken over"),
+    Setting("disk_headroom_check", "--distributed-disk-headroom-check",
+            ("LOCALAI_DISTRIBUTED_DISK_HEADROOM_CHECK",), None, parse_bool,
+            "refuse to place a model on nodes whose models filesystem cannot hold it (false = warn only); "
+            "also settable at runtime via POST /api/settings", is_switch=True),
+    Setting("expose_node_header", "--expose-node-header", ("LOCALAI_EXPOSE_NODE_HEADER",), False, parse_bool,
+            "add X-LocalAI-Node: <node id> to inference responses", is_switch=True),
+    Setting("eviction_wait_s", "--eviction-wait", ("CORRAL_EVICTION_WAIT",), 30.0, parse_duration_s,
+            "when every replica is busy, how long a load waits for one to go idle before failing"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
+FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face

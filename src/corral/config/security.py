@@ -41,7 +41,7 @@ FRONTEND_LIFECYCLE_SETTINGS: tuple[Setting, ...] = (
     Setting("nats_service_seed", "--nats-service-seed", ("LOCALAI_NATS_SERVICE_SEED",), "",
             help="seed (SU...) of the frontend's NATS user", secret=True),
     Setting("nats_worker_jwt_ttl_s", "--nats-worker-jwt-ttl", ("LOCALAI_NATS_WORKER_JWT_TTL",), 24 * 3600.0,
-            parse_duration_s, "lifetime of minted worker NATS JWTs (workers refresh at 75%)"),
+            parse_duration_s, "lifetime of minted worker NATS JWTs (workers refresh at three quarters of it)"),
     Setting("nats_require_auth", "--nats-require-auth", ("LOCALAI_NATS_REQUIRE_AUTH",), False, parse_bool,
             "require the NATS service credential and account seed at start", is_switch=True),
     *_nats_tls("frontend"),

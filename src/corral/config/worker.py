@@ -12,6 +12,7 @@ from corral.config.parse import (
 )
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
+from corral.config.staging import WORKER_STAGING_SETTINGS
 
 WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("register_to", "--register-to", ("LOCALAI_REGISTER_TO",), None, parse_http_url,
@@ -50,3 +51,4 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )
 WORKER_SETTINGS += WORKER_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
+WORKER_SETTINGS += WORKER_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face

@@ -50,6 +50,7 @@ class NodeLifecycle:
     monitor: HealthMonitor
     xmin: XminAgeSampler
     minter: Minter | None = None
+    user_auth: bool = False  # LOCALAI_AUTH: API keys required on /v1/*
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -66,7 +67,7 @@ class NodeLifecycle:
             checkpointer=HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s),
             monitor=HealthMonitor(pool, held, stale_threshold_s=settings.stale_node_threshold_s,
                                   interval_s=settings.health_check_interval_s),
-            xmin=XminAgeSampler(pool), minter=minter,
+            xmin=XminAgeSampler(pool), minter=minter, user_auth=bool(settings.auth),
         )
         lifecycle.monitor.on_change = lifecycle._announce
         lifecycle.events.listeners.append(lifecycle.checkpointer.on_node_event)

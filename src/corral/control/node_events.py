@@ -36,10 +36,15 @@ async def publish_key_revoked(nc: Client | None, hashed: str) -> None:
 
 
 class NodeEvents:
-    """Fans node events from NATS out to in-process listeners."""
+    """Fans node events and key revocations from NATS out to in-process listeners."""
 
     def __init__(self) -> None:
         self.listeners: list[NodeListener] = []
+        self.key_revoked_listeners: list[Callable[[str], None]] = []
+
+    def key_revoked(self, hashed: str) -> None:
+        for listener in self.key_revoked_listeners:
+            listener(hashed)
 
     def notify(self, node_id: str, status: str) -> None:
         for listener in self.listeners:
@@ -56,4 +61,11 @@ class NodeEvents:
             except (ValueError, KeyError, TypeError):
                 log.warning("ignoring malformed node event on %s", msg.subject)
 
+        async def on_revoked(msg: Msg) -> None:
+            try:
+                self.key_revoked(str(json.loads(msg.data)["key_hash"]))
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring malformed key revocation on %s", msg.subject)
+
         await nc.subscribe(NODE_EVENTS_SUBJECT, cb=on_event)
+        await nc.subscribe(KEY_REVOKED_SUBJECT, cb=on_revoked)

@@ -6,10 +6,12 @@ from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
 from corral import __version__
+from corral.frontend.admin_app import install_admin
 from corral.frontend.errors import install_handlers
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
+from corral.frontend.scheduling_api import build_scheduling_router
 from corral.frontend.state import FrontendState
 
 
@@ -19,6 +21,8 @@ def build_app(state: FrontendState) -> FastAPI:
     install_node_api(app, state)
     app.include_router(build_openai_router(state))
     app.include_router(build_models_router(state))
+    app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
+    install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

@@ -7,22 +7,36 @@ import logging
 import signal
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 from corral.bus import client as bus
 from corral.config.settings import Settings
 from corral.control import stuck_replicas
+from corral.control.lifecycle import NodeLifecycle
 from corral.frontend.app import build_app
+from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
 from corral.loading.cold_load import LoadContext
+from corral.loading.place import DISK_CHECK_SETTING
 from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendChannels
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
+from corral.store import settings as settings_store
 
 log = logging.getLogger(__name__)
+
+
+async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
+    """A flag given at boot writes the shared runtime value (last write wins, like POST /api/settings)."""
+    if settings.disk_headroom_check is not None:
+        await settings_store.put(pool, DISK_CHECK_SETTING, bool(settings.disk_headroom_check))
+    if not await settings_store.get(pool, DISK_CHECK_SETTING, True):
+        log.warning("the disk-headroom check is DISABLED (distributed-disk-headroom-check=false): models are "
+                    "placed even on nodes that cannot store them; staging may fail with ENOSPC")
 
 
 async def serve(settings: Settings) -> int:
@@ -37,7 +51,7 @@ async def serve(settings: Settings) -> int:
     applied = await db.migrate(pool)
     if applied:
         log.info("database migrated: %s", ", ".join(applied))
-    nc = await bus.connect(settings.nats_url, "corral-frontend")
+    nc = await bus.connect(settings.nats_url, "corral-frontend", **frontend_nats_options(settings))
     models_dir = Path(settings.models_path).resolve()
     configs = load_model_configs(models_dir)
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
@@ -46,12 +60,18 @@ async def serve(settings: Settings) -> int:
                       staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s)
+    await apply_boot_settings(pool, settings)
     router = Router(ctx, wait_budget_s=settings.model_load_wait_s, stall_s=settings.load_stall_window_s,
-                    orphan_s=settings.load_orphan_window_s)
+                    orphan_s=settings.load_orphan_window_s, eviction_wait_s=settings.eviction_wait_s)
     await router.start()
+    lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
+    await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
+    warn_shared_vector_store(settings)
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs,
                           registration_token=settings.registration_token,
-                          auto_approve_nodes=settings.auto_approve_nodes)
+                          auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
+                          expose_node_header=settings.expose_node_header)
+    await lifecycle.start()
     host, port = settings.address
     server = EmbeddedHTTPServer(build_app(state), host or "0.0.0.0", port, name="frontend-http")
     await server.start()
@@ -64,6 +84,7 @@ async def serve(settings: Settings) -> int:
         log.info("frontend shutting down")
         await sweeper
         await server.stop()
+        await lifecycle.stop()
         await router.close()
         await http.aclose()
         await nc.drain()

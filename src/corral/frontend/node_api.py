@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from corral.control.heartbeat_rules import Beat
 from corral.frontend.auth import check_registration_token
@@ -119,7 +119,12 @@ def build_node_router(state: FrontendState) -> APIRouter:
     @router.post("/{node_id}/heartbeat")
     async def heartbeat(node_id: str, request: Request) -> Any:
         raw = await request.body()
-        update = HeartbeatUpdate.model_validate_json(raw) if raw.strip() else HeartbeatUpdate()
+        try:
+            update = HeartbeatUpdate.model_validate_json(raw) if raw.strip() else HeartbeatUpdate()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            return node_error(400, f"invalid heartbeat: field '{field}': {first.get('msg', 'invalid value')}")
         if not await record_heartbeat(state, node_id, update):
             return node_error(404, f"node {node_id} not found; register again")
         return {"message": "heartbeat received"}

@@ -20,12 +20,17 @@ from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, Em
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
+from corral.routing.replica import Replica
 
 DEFAULT_MAX_TOKENS = 256
 
 
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
+    return {"X-LocalAI-Node": replica.node_id} if state.expose_node_header else None
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -90,12 +95,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
-        reply, _replica = await inference.unary(
+        reply, replica = await inference.unary(
             state.router, cfg,
             lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
         )
         message = {"role": "assistant", "content": reply.message.decode(errors="replace")}
-        return _json({
+        return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
@@ -113,12 +118,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
-        reply, _replica = await inference.unary(
+        reply, replica = await inference.unary(
             state.router, cfg,
             lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
         )
         text = reply.message.decode(errors="replace")
-        return _json({
+        return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
             "choices": [{"index": 0, "text": (opts.Prompt + text) if body.echo else text, "logprobs": None,
                          "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
@@ -131,7 +136,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, _replica = await inference.unary(
+            result, replica = await inference.unary(
                 state.router, cfg,
                 lambda r, o=opts: state.router.ctx.channels.stub(r.address).Embedding(
                     o, metadata=state.router.ctx.channels.metadata),
@@ -142,7 +147,8 @@ def build_openai_router(state: FrontendState) -> APIRouter:
             data.append({"object": "embedding", "index": index, "embedding": vector})
             prompt_tokens += result.prompt_tokens or result.tokens
         return _json({"object": "list", "data": data, "model": cfg.name,
-                      "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}})
+                      "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
+                     headers=_node_header(state, replica))
 
     return router
 
@@ -172,7 +178,7 @@ async def _replies(first: Any, rest: AsyncIterator[backend_pb2.Reply]) -> AsyncI
 
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                   created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
-    first, rest, _replica = await inference.open_stream(state.router, cfg, opts)
+    first, rest, replica = await inference.open_stream(state.router, cfg, opts)
     chunk = _chunk_factory(cfg, ident, created, chat)
 
     async def events() -> AsyncIterator[bytes]:
@@ -196,5 +202,5 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             yield _sse(usage)
         yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(_node_header(state, replica) or {})}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)

@@ -20,4 +20,5 @@ class FrontendState:
     configs: dict[str, ModelConfig]
     registration_token: str
     auto_approve_nodes: bool
+    expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)

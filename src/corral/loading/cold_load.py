@@ -9,26 +9,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import grpc
 import httpx
 from nats.aio.client import Client
 
-from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.messages import BackendInstallReply, BackendInstallRequest, BackendStopRequest
+from corral.bus.messages import BackendStopRequest
 from corral.loading.deadlines import deadline_message, load_budget_s
-from corral.loading.errors import InstallFailed, LoadDeadlineExceeded, LoadError, LoadModelFailed
+from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed
+from corral.loading.place import place_and_install, plan
 from corral.loading.progress import INSTALLING, LOADING, PENDING, STAGING, LoadProgress
 from corral.models.config import ModelConfig
 from corral.placement.snapshot import NodeSnapshot
-from corral.placement.thin import pick_node
 from corral.proto import backend_pb2
 from corral.routing.backend_client import BackendChannels
 from corral.routing.replica import Replica
 from corral.staging.stager import StagingContext, StagingTarget, stage_model
-from corral.store import nodes as node_store
+from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
@@ -46,29 +46,7 @@ class LoadContext:
     token: str
     install_timeout_s: float
     load_timeout_override_s: float | None
-
-
-async def choose_node(ctx: LoadContext, model: str) -> NodeSnapshot:
-    rows = await node_store.schedulable(ctx.pool)
-    snapshot = [
-        NodeSnapshot(id=r["id"], name=r["name"], address=r["address"], http_address=r["http_address"],
-                     loaded_models=int(r["loaded_models"]), in_flight=int(r["in_flight"]),
-                     available_vram=int(r["available_vram"]), model_names=frozenset(r["model_names"]))
-        for r in rows
-    ]
-    return pick_node(snapshot, model)
-
-
-async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int) -> str:
-    request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index)
-    try:
-        reply = await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                  ctx.install_timeout_s, "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT")
-    except bus.BusError as exc:
-        raise InstallFailed(f"loading model {cfg.name}: node {node.name}: {exc}") from None
-    if not reply.success:
-        raise InstallFailed(f"loading model {cfg.name}: worker {node.name} replied with error: {reply.error}")
-    return reply.address or node.address
+    evictor: Any = None  # routing.eviction.Evictor; frees a node when nothing has room
 
 
 def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
@@ -108,12 +86,16 @@ async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, r
 async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> Replica:
     progress = progress or LoadProgress()
     progress.phase(PENDING)
-    node = await choose_node(ctx, cfg.name)
-    replica_index = 0
-    progress.on_node(node.id, node.name, replica_index)
-    log.info("loading %s on node %s", cfg.name, node.name)
+    decision = await plan(ctx, cfg)
+    if decision.needs_eviction and ctx.evictor is not None:
+        if await ctx.evictor.evict_for(cfg.name, decision):
+            decision = await plan(ctx, cfg)
+    progress.on_node(decision.node.id, decision.node.name, decision.node.free_replica_index(cfg.name) or 0)
     progress.phase(INSTALLING)
-    address = await install(ctx, node, cfg, replica_index)
+    placed = await place_and_install(ctx, cfg, decision)
+    node, replica_index, address = placed.node, placed.replica_index, placed.address
+    progress.on_node(node.id, node.name, replica_index)
+    log.info("loading %s on node %s (replica %d)", cfg.name, node.name, replica_index)
     row = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
                backend=cfg.backend)
     try:
@@ -126,6 +108,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
         await call_load_model(ctx, address, cfg, staged)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
     except BaseException as exc:
+        await placement_store.release_vram(ctx.pool, node.id, placed.reserved_vram)
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
                                    address=address)
         await stop_backend(ctx, node, cfg, replica_index)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from corral.loading.cold_load import LoadContext, cold_load
@@ -39,7 +39,7 @@ class JobSettings:
 
 class LoadJobRunner:
     def __init__(self, ctx: LoadContext, settings: JobSettings, waiters: Waiters,
-                 on_loaded: Callable[[Replica], None]) -> None:
+                 on_loaded: Callable[[Replica], Awaitable[None]]) -> None:
         self.ctx, self.settings, self.waiters, self.on_loaded = ctx, settings, waiters, on_loaded
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -85,7 +85,7 @@ class LoadJobRunner:
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
             await self._failed(key, message)
         else:
-            self.on_loaded(replica)
+            await self.on_loaded(replica)
             await load_jobs.delete(self.ctx.pool, key, owner)
             await self.waiters.announce(key, Outcome(ok=True))
         finally:

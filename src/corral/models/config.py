@@ -18,6 +18,22 @@ from typing import Any
 
 import yaml
 
+from corral.models.artifacts import (
+    REPEATED_FIELD,
+    ArtifactPaths,
+    StagedPath,
+    expand_files,
+    option_path,
+    parse_artifacts,
+    resolve_local,
+)
+from corral.models.huggingface import (
+    HuggingFaceConfigError,
+    HuggingFaceSource,
+    committed_snapshot,
+    parse_huggingface,
+)
+
 log = logging.getLogger(__name__)
 
 KNOWN_BACKENDS = ("llama-cpp", "simulator")
@@ -39,26 +55,59 @@ class ModelConfig:
     seed: int = 0
     gpu_layers: int = 0
     options: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict, compare=False)  # placement constraint
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    artifacts: ArtifactPaths = field(default_factory=ArtifactPaths)  # mmproj, lora, ... (issue 4)
+    huggingface: HuggingFaceSource | None = None  # managed HF artifact, downloaded by the frontend
+
+    @property
+    def snapshot_dir(self) -> Path | None:
+        """Committed Hugging Face snapshot of a managed model (None before its first download)."""
+        if self.huggingface is None:
+            return None
+        return committed_snapshot(self.models_dir, self.huggingface)
+
+    @property
+    def path_roots(self) -> list[Path]:
+        """Where relative paths resolve: the snapshot of a managed model first, then the models dir."""
+        snapshot = self.snapshot_dir
+        return [snapshot, self.models_dir] if snapshot is not None else [self.models_dir]
 
     @property
     def model_file(self) -> Path | None:
         """The local file the model loads from, or None when `model` is not a local path."""
+        if self.huggingface is not None and not self.model:
+            return self.snapshot_dir
         if not self.model:
             return None
-        path = Path(self.model)
-        path = path if path.is_absolute() else self.models_dir / path
-        return path if path.exists() else None
+        return resolve_local(self.model, self.path_roots)
+
+    def staged_paths(self) -> list[StagedPath]:
+        """Every existing local path the model needs, with the ModelOptions field it fills."""
+        roots = self.path_roots
+        paths = [StagedPath("ModelFile", self.model_file)] if self.model_file is not None else []
+        if self.snapshot_dir is not None:
+            paths.append(StagedPath("", self.snapshot_dir))  # managed snapshots travel whole
+        for proto_field, value in self.artifacts.scalars:
+            local = resolve_local(value, roots)
+            if local is not None:
+                paths.append(StagedPath(proto_field, local))
+        for value in self.artifacts.lora_adapters:
+            local = resolve_local(value, roots)
+            if local is not None:
+                paths.append(StagedPath(REPEATED_FIELD, local))
+        main_dir = self.model_file.parent if self.model_file is not None else None
+        option_roots = [self.models_dir, *([main_dir] if main_dir else []), *roots]
+        for option in self.options:
+            local = option_path(option, option_roots, self.models_dir)
+            if local is not None:
+                paths.append(StagedPath("", local))
+        return paths
 
     def files(self) -> list[Path]:
-        """Local files to stage to a worker before LoadModel (main file; companions come later)."""
-        main = self.model_file
-        if main is None:
-            return []
-        if main.is_dir():
-            return sorted(p for p in main.rglob("*") if p.is_file() and not p.name.endswith(".sha256"))
-        return [main]
+        """Local files to stage to a worker before LoadModel: main file, companions, dirs, option files."""
+        return expand_files(p.path for p in self.staged_paths())
 
     def checkpoint_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.files())
@@ -88,7 +137,12 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         )
     params = _field(data, "parameters", dict, source, {})
     model = str(params.get("model") or "").strip()
-    if not model and backend != "simulator":
+    try:
+        huggingface = parse_huggingface(data.get("huggingface"))
+        artifacts = parse_artifacts(data, source)
+    except (HuggingFaceConfigError, ValueError) as exc:
+        raise ModelConfigError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
+    if not model and backend != "simulator" and huggingface is None:
         raise ModelConfigError(f"{source}: field 'parameters.model' is required (the model file)")
     options = _field(data, "options", list, source, [])
     return ModelConfig(
@@ -99,6 +153,9 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         seed=_field(params, "seed", int, source, 0),
         gpu_layers=_field(data, "gpu_layers", int, source, 0),
         options=tuple(str(o) for o in options), source=source,
+        node_selector={str(k): "" if v is None else str(v)
+                       for k, v in _field(data, "node_selector", dict, source, {}).items()},
+        artifacts=artifacts, huggingface=huggingface,
     )
 
 

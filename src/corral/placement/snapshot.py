@@ -1,8 +1,18 @@
-"""Immutable view of the schedulable nodes, built once per placement decision."""
+"""Immutable view of the cluster, built with one read per placement decision."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReplicaSnapshot:
+    model: str
+    replica_index: int
+    state: str
+    address: str = ""
+    in_flight: int = 0
+    last_used_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -11,7 +21,40 @@ class NodeSnapshot:
     name: str
     address: str
     http_address: str
-    loaded_models: int = 0
-    in_flight: int = 0
+    total_vram: int = 0
     available_vram: int = 0
-    model_names: frozenset[str] = frozenset()
+    reserved_vram: int = 0
+    vram_budget_bytes: int = 0
+    total_disk: int = 0
+    available_disk: int = 0
+    max_replicas_per_model: int = 1
+    labels: dict[str, str] = field(default_factory=dict, hash=False)
+    replicas: tuple[ReplicaSnapshot, ...] = ()
+
+    @property
+    def loaded_models(self) -> int:
+        return sum(1 for r in self.replicas if r.state == "loaded")
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.replicas if r.state == "loaded")
+
+    @property
+    def model_names(self) -> frozenset[str]:
+        return frozenset(r.model for r in self.replicas if r.state != "unloading")
+
+    @property
+    def free_vram(self) -> int:
+        """min(detected, budget) minus soft reservations of loads in progress; 0 when unknown."""
+        available = self.available_vram
+        if self.vram_budget_bytes > 0:
+            available = min(available, self.vram_budget_bytes)
+        return max(0, available - self.reserved_vram)
+
+    def replica_indexes(self, model: str) -> set[int]:
+        return {r.replica_index for r in self.replicas if r.model == model and r.state != "unloading"}
+
+    def free_replica_index(self, model: str) -> int | None:
+        """Lowest free replica index for `model` on this node, or None when its slots are full."""
+        used = self.replica_indexes(model)
+        return next((i for i in range(max(1, self.max_replicas_per_model)) if i not in used), None)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+
+def replica_key(node_id: str, model: str, replica_index: int) -> str:
+    return f"{node_id}/{model}#{replica_index}"
 
 
 @dataclass(eq=False)
@@ -12,35 +18,68 @@ class Replica:
     node_name: str
     address: str
     replica_index: int = 0
-    in_flight: int = field(default=0, compare=False)
+    in_flight: int = field(default=0, compare=False)  # this frontend's requests
+    last_used_s: float = field(default=0.0, compare=False)
+
+    @property
+    def key(self) -> str:
+        return replica_key(self.node_id, self.model, self.replica_index)
 
 
 class ReplicaView:
-    """Loaded replicas per model, as this frontend knows them; PostgreSQL stays the source of truth."""
+    """Loaded replicas per model, as this frontend knows them; PostgreSQL stays the source of truth.
 
-    def __init__(self) -> None:
+    `pick` reads only memory: fewest in-flight requests cluster-wide, then least recently used.
+    """
+
+    def __init__(self, cluster_in_flight: Callable[[Replica], int] | None = None) -> None:
         self._by_model: dict[str, list[Replica]] = {}
+        self._cluster_in_flight = cluster_in_flight or (lambda r: r.in_flight)
 
     def pick(self, model: str) -> Replica | None:
         replicas = self._by_model.get(model)
         if not replicas:
             return None
-        return min(replicas, key=lambda r: r.in_flight)
+        return min(replicas, key=lambda r: (self._cluster_in_flight(r), r.last_used_s))
+
+    def touch(self, replica: Replica) -> None:
+        replica.last_used_s = time.time()
 
     def add(self, replica: Replica) -> Replica:
         replicas = self._by_model.setdefault(replica.model, [])
         for known in replicas:
-            if known.node_id == replica.node_id and known.replica_index == replica.replica_index:
+            if known.key == replica.key:
                 known.address = replica.address
                 return known
         replicas.append(replica)
         return replica
 
     def remove(self, replica: Replica) -> None:
-        replicas = self._by_model.get(replica.model, [])
-        if replica in replicas:
-            replicas.remove(replica)
+        self.remove_key(replica.model, replica.key)
+
+    def remove_key(self, model: str, key: str) -> Replica | None:
+        replicas = self._by_model.get(model, [])
+        for known in replicas:
+            if known.key == key:
+                replicas.remove(known)
+                return known
+        return None
 
     def remove_node(self, node_id: str) -> None:
         for replicas in self._by_model.values():
             replicas[:] = [r for r in replicas if r.node_id != node_id]
+
+    def replace_all(self, fresh: Iterable[Replica]) -> None:
+        """Adopt a full re-read from PostgreSQL, keeping local counters of replicas that survive."""
+        old = {r.key: r for replicas in self._by_model.values() for r in replicas}
+        by_model: dict[str, list[Replica]] = {}
+        for replica in fresh:
+            kept = old.get(replica.key)
+            if kept is not None and kept.address == replica.address:
+                replica.in_flight, replica.last_used_s = kept.in_flight, kept.last_used_s
+                replica = kept
+            by_model.setdefault(replica.model, []).append(replica)
+        self._by_model = by_model
+
+    def all(self) -> list[Replica]:
+        return [r for replicas in self._by_model.values() for r in replicas]

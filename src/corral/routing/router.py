@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -19,33 +20,89 @@ from corral.loading.runner import JobSettings, LoadJobRunner
 from corral.loading.status import loading_message, loading_object, retry_after_s
 from corral.loading.waiters import Waiters
 from corral.models.config import ModelConfig
-from corral.routing.replica import Replica, ReplicaView
+from corral.routing import events
+from corral.routing.eviction import Evictor, local_in_flight_lookup
+from corral.routing.inflight import ClusterInFlight
+from corral.routing.replica import Replica, ReplicaView, replica_key
 from corral.store import load_jobs
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 3
+VIEW_REFRESH_S = 10.0
 STATUS_READ_TIMEOUT_S = 5.0
 
 
 class Router:
-    def __init__(self, ctx: LoadContext, *, wait_budget_s: float, stall_s: float, orphan_s: float) -> None:
-        self.ctx = ctx
-        self.view = ReplicaView()
+    def __init__(self, ctx: LoadContext, *, wait_budget_s: float, stall_s: float, orphan_s: float,
+                 eviction_wait_s: float = 30.0) -> None:
+        frontend_id = str(uuid.uuid4())
+        self.active: dict[int, Replica] = {}  # replicas with requests in flight here (even if evicted)
+        self.inflight = ClusterInFlight(ctx.nc, frontend_id, self._local_replicas)
+        self.view = ReplicaView(self.inflight.total)
+        evictor = Evictor(ctx.pool, ctx.nc, self.inflight, local_in_flight_lookup(self._local_replicas),
+                          wait_s=eviction_wait_s)
+        self.ctx = dataclasses.replace(ctx, evictor=evictor)
         self.wait_budget_s = wait_budget_s
-        self.jobs = JobSettings(owner=str(uuid.uuid4()), stall_s=stall_s, orphan_s=orphan_s)
+        self.jobs = JobSettings(owner=frontend_id, stall_s=stall_s, orphan_s=orphan_s)
         self.waiters = Waiters(ctx.pool, ctx.nc, orphan_s=orphan_s)
-        self.runner = LoadJobRunner(ctx, self.jobs, self.waiters, self.view.add)
+        self.runner = LoadJobRunner(self.ctx, self.jobs, self.waiters, self._loaded)
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _local_replicas(self) -> list[Replica]:
+        seen = {id(r): r for r in self.view.all()}
+        seen.update(self.active)
+        return list(seen.values())
 
     async def start(self) -> None:
         await self.waiters.start()
+        await self.inflight.start()
+        await events.subscribe(self.ctx.nc, self._on_event)
+        await self.refresh()
+        self._tasks = [asyncio.create_task(self.inflight.run(self._stop), name="inflight-reports"),
+                       asyncio.create_task(self._refresh_loop(), name="replica-view-refresh")]
+
+    async def refresh(self) -> None:
+        """Re-read every routable replica: a missed event heals within one refresh interval."""
+        rows = await replica_store.all_routable(self.ctx.pool)
+        self.view.replace_all(Replica(model=r["model_name"], node_id=r["node_id"], node_name=r["node_name"],
+                                      address=r["address"], replica_index=int(r["replica_index"])) for r in rows)
+
+    async def _refresh_loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), VIEW_REFRESH_S)
+            if not self._stop.is_set():
+                try:
+                    await self.refresh()
+                except Exception as exc:  # the next refresh retries
+                    log.warning("replica view refresh failed: %s", exc)
+
+    async def _on_event(self, event: events.ReplicaEvent) -> None:
+        key = replica_key(event.node_id, event.model, event.replica_index)
+        if event.op == events.LOADED:
+            self.view.add(Replica(model=event.model, node_id=event.node_id, node_name=event.node_name,
+                                  address=event.address, replica_index=event.replica_index))
+        else:
+            self.view.remove_key(event.model, key)
+        if event.mark:
+            self.inflight.acks.add(event.mark)
+
+    async def _loaded(self, replica: Replica) -> None:
+        self.view.add(replica)
+        await events.publish(self.ctx.nc, events.ReplicaEvent(
+            events.LOADED, replica.model, replica.node_id, replica.node_name, replica.replica_index,
+            replica.address))
 
     async def route(self, cfg: ModelConfig) -> Replica:
-        replica = self.view.pick(cfg.name) or await self._warm_from_db(cfg)
-        if replica is not None:
-            return replica
-        return await self._cold(cfg)
+        """Warm path: memory only. Cold path: a durable load job."""
+        replica = self.view.pick(cfg.name)
+        if replica is None:
+            replica = await self._cold(cfg)
+        self.view.touch(replica)
+        return replica
 
     async def _warm_from_db(self, cfg: ModelConfig) -> Replica | None:
         for row in await replica_store.routable(self.ctx.pool, cfg.name):
@@ -95,10 +152,13 @@ class Router:
     @contextlib.asynccontextmanager
     async def using(self, replica: Replica) -> AsyncIterator[Replica]:
         replica.in_flight += 1
+        self.active[id(replica)] = replica
         try:
             yield replica
         finally:
             replica.in_flight -= 1
+            if replica.in_flight == 0:
+                self.active.pop(id(replica), None)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""
@@ -108,7 +168,14 @@ class Router:
         await self.ctx.channels.discard(replica.address)
         await replica_store.delete(self.ctx.pool, node_id=replica.node_id, model=replica.model,
                                    replica_index=replica.replica_index, address=replica.address)
+        await events.publish(self.ctx.nc, events.ReplicaEvent(
+            events.REMOVED, replica.model, replica.node_id, replica.node_name, replica.replica_index,
+            replica.address))
 
     async def close(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.runner.close()
         await self.ctx.channels.close()

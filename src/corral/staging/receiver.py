@@ -1,45 +1,42 @@
-"""Worker side of file staging: the HTTP file server on the worker's base port - 1 (reference §6.4).
+"""Worker side of file staging: the §6.4 protocol of the file server on the worker's base port - 1.
 
-Routes:
+Routes (``/v1/*`` need ``Authorization: Bearer <registration token>``; unlike the reference, an empty
+token refuses them unless ``allow_unauthenticated=True``):
 
-* ``GET|HEAD /healthz`` -- liveness, always ``200 ok``, no auth.
-* ``GET|HEAD /readyz``  -- readiness, ``200 ok`` or ``503 not ready: <reason>``, no auth.
-* ``HEAD /v1/files/{key}`` -- size, worker path and hash (``X-Content-SHA256``; ``X-Target-SHA256``
-  instead while a resumable upload is partial).
-* ``PUT /v1/files/{key}`` -- full upload (no ``Content-Range``): streamed to a temp file next to the
-  target while hashing, verified against ``X-Content-SHA256``, renamed into place atomically.
-  With ``Content-Range: bytes <start>-<end>/<total>``: resumable upload appended in place
-  (308 incomplete, 416 wrong offset, 409 different file, 200 done).
-* ``GET /v1/files/{key}`` -- download.
+* ``GET|HEAD /healthz`` -- liveness, always ``200 ok``. ``GET|HEAD /readyz`` -- ``200 ok`` or
+  ``503 not ready: <reason>``.
+* ``HEAD /v1/files/{key}`` -- ``X-File-Size``, ``X-Local-Path`` and ``X-Content-SHA256`` (cached in a
+  ``.sha256`` sidecar), or ``X-Target-SHA256`` while a resumable upload is partial.
+* ``PUT /v1/files/{key}`` -- without ``Content-Range``: streamed to a temp file, verified against
+  ``X-Content-SHA256``, renamed into place. With ``Content-Range: bytes <start>-<end>/<total>``:
+  appended in place (308 incomplete, 416 wrong offset, 409 different file, 200 done). A full-size
+  unfinished file whose hash matches is finalised without rewriting it; a corrupt one is replaced
+  by the body of the same request. ``Content-Range: bytes */<total>`` with an empty body asks for
+  exactly that finalisation (200, or 416 with the size to resume from).
+* ``GET /v1/files/{key}`` -- download (sendfile). ``POST /v1/files/temp`` -- a fresh temp file.
+  ``GET /v1/files-list/{key}`` -- files below a directory.
 
-Everything under ``/v1/`` needs ``Authorization: Bearer <registration token>``. Unlike the reference
-(which fails open), an empty token refuses ``/v1/*`` unless ``allow_unauthenticated=True``.
+Before accepting an upload the models filesystem must hold the bytes still to come (507 otherwise).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import logging
 import os
 import stat
 import tempfile
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral.staging import hashing
+from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
+from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
+from corral.staging.disk_space import DiskBudget, NotEnoughDisk, enospc_message
 from corral.staging.errors import KeyEscapesDirectory
-from corral.staging.keys import resolve_key
+from corral.staging.file_server import Answer, FileRequest, ThreadedFileServer
+from corral.staging.following_hasher import FollowingHasher
+from corral.staging.keys import resolve_key, staging_dir
+from corral.staging.path_locks import PathLocks
 
 log = logging.getLogger(__name__)
 
@@ -48,55 +45,22 @@ HEADER_TARGET_SHA256 = "X-Target-SHA256"
 HEADER_LOCAL_PATH = "X-Local-Path"
 HEADER_FILE_SIZE = "X-File-Size"
 DEFAULT_MAX_UPLOAD_BYTES = 50 << 30
-WRITE_BATCH_BYTES = 1 << 20
 UPLOAD_FILE_MODE = 0o644
+FILES_PREFIX = "/v1/files/"
+LIST_PREFIX = "/v1/files-list/"
 
 Readiness = Callable[[], str | None]
 """Returns None when the worker can accept work, else a reason it cannot."""
 
+__all__ = ["ContentRange", "FileStore", "build_file_server", "parse_content_range"]
 
-class _Reject(Exception):
+
+class Reject(Exception):
     """An HTTP error answer raised from deep inside a handler."""
 
-    def __init__(self, status_code: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.headers = headers or {}
-
-    def response(self) -> Response:
-        return JSONResponse({"error": self.message}, self.status_code, headers=self.headers)
-
-
-@dataclass(frozen=True)
-class ContentRange:
-    """Parsed ``Content-Range: bytes <start>-<end>/<total>`` of a resumable PUT (inclusive end)."""
-
-    start: int
-    end: int
-    total: int
-
-    @property
-    def length_bytes(self) -> int:
-        return self.end - self.start + 1
-
-
-def parse_content_range(value: str) -> ContentRange:
-    """Parse a Content-Range header; raises ValueError naming what is wrong with it."""
-    text = value.strip()
-    if not text.startswith("bytes "):
-        raise ValueError(f"invalid Content-Range {value!r}: missing 'bytes' prefix")
-    range_part, slash, total_part = text[len("bytes ") :].strip().partition("/")
-    start_part, dash, end_part = range_part.partition("-")
-    if not slash or not dash:
-        raise ValueError(f"invalid Content-Range {value!r}: expected 'bytes <start>-<end>/<total>'")
-    try:
-        start, end, total = int(start_part), int(end_part), int(total_part)
-    except ValueError:
-        raise ValueError(f"invalid Content-Range {value!r}: start, end and total must be integers") from None
-    if start < 0 or end < start or total < end + 1:
-        raise ValueError(f"invalid Content-Range range: {start}-{end}/{total}")
-    return ContentRange(start, end, total)
+        self.answer = Answer.error(status, message, headers)
 
 
 def build_file_server(
@@ -106,292 +70,281 @@ def build_file_server(
     readiness: Readiness,
     allow_unauthenticated: bool = False,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-) -> Starlette:
-    """The worker's file server as an ASGI app (serve it with uvicorn on base port - 1)."""
-    if not token and allow_unauthenticated:
-        log.warning(
-            "worker file server runs WITHOUT a registration token: anyone who can reach it can read and "
-            "write the models/data/staging dirs; set LOCALAI_REGISTRATION_TOKEN"
-        )
-    store = _FileStore(Path(models_dir), max_upload_bytes)
+    disk_budget: DiskBudget | None = None,
+) -> ThreadedFileServer:
+    """The worker's file server; ``await server.start(host, port)`` serves it, ``await server.stop()`` ends it."""
+    store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget())
+    server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated)
+    store.on_body_bytes = server.stats.count_body_bytes
+    return server
 
-    async def healthz(request: Request) -> Response:
-        return PlainTextResponse("ok")
 
-    async def readyz(request: Request) -> Response:
+class FileStore:
+    """The routes over one models directory."""
+
+    def __init__(self, models_dir: Path, readiness: Readiness, max_upload_bytes: int,
+                 disk_budget: DiskBudget) -> None:
+        self.models_dir = models_dir
+        self.readiness = readiness
+        self.max_upload_bytes = max_upload_bytes
+        self.disk_budget = disk_budget
+        self.on_body_bytes: Callable[[int], None] | None = None
+        self.upload_locks = PathLocks()  # one upload at a time per file
+        self.hash_locks = PathLocks()  # orders sidecar writes against HEAD's hashing
+
+    def dispatch(self, request: FileRequest) -> Answer:
+        path, method = request.path, request.method
+        if path in ("/healthz", "/readyz"):
+            if method not in ("GET", "HEAD"):
+                return Answer.error(405, f"{method} is not allowed on {path}")
+            return self._probe(path)
+        if path == "/v1/files/temp" and method == "POST":
+            return self._temp()
         try:
-            reason = readiness()
+            if path.startswith(FILES_PREFIX) and method in ("GET", "HEAD", "PUT"):
+                return self._file(request, path[len(FILES_PREFIX):])
+            if path.startswith(LIST_PREFIX) and method == "GET":
+                return self._list(path[len(LIST_PREFIX):])
+        except KeyEscapesDirectory as exc:
+            return Answer.error(400, str(exc))
+        except Reject as reject:
+            return reject.answer
+        return Answer.error(404, f"no route for {method} {path}")
+
+    def _probe(self, path: str) -> Answer:
+        if path == "/healthz":
+            return Answer.text(200, "ok")
+        try:
+            reason = self.readiness()
         except Exception as exc:  # a broken probe means "not ready", never a 500
             reason = f"readiness check failed: {exc}"
-        if reason is None:
-            return PlainTextResponse("ok")
-        return PlainTextResponse(f"not ready: {reason}", status_code=503)
+        return Answer.text(200, "ok") if reason is None else Answer.text(503, f"not ready: {reason}")
 
-    routes = [
-        Route("/healthz", healthz, methods=["GET", "HEAD"]),
-        Route("/readyz", readyz, methods=["GET", "HEAD"]),
-        Route("/v1/files/{key:path}", store.handle, methods=["GET", "HEAD", "PUT"]),
-    ]
-    app = Starlette(routes=routes)
-    app.add_middleware(_BearerAuth, token=token, allow_unauthenticated=allow_unauthenticated)
-    return app
-
-
-class _BearerAuth:
-    """Refuses ``/v1/*`` requests without ``Authorization: Bearer <token>`` (constant-time compare)."""
-
-    def __init__(self, app: ASGIApp, *, token: str, allow_unauthenticated: bool) -> None:
-        self.app = app
-        self.expected = token.encode()
-        self.allow_unauthenticated = allow_unauthenticated
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
-            problem = self._problem(scope)
-            if problem is not None:
-                response = JSONResponse({"error": problem}, 401, headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    def _problem(self, scope: Scope) -> str | None:
-        if not self.expected:
-            if self.allow_unauthenticated:
-                return None
-            return (
-                "this worker has no registration token, so its file server refuses all /v1 requests; "
-                "set LOCALAI_REGISTRATION_TOKEN on the worker and frontend (or set allow_unauthenticated "
-                "explicitly to serve files without auth)"
-            )
-        header = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, provided = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not provided:
-            return "missing 'Authorization: Bearer <registration token>' header"
-        if not hmac.compare_digest(provided.strip(), self.expected):
-            return "wrong bearer token: it must equal the worker's registration token"
-        return None
-
-
-class _FileStore:
-    """The ``/v1/files/{key}`` handlers over one models directory."""
-
-    def __init__(self, models_dir: Path, max_upload_bytes: int) -> None:
-        self.models_dir = models_dir
-        self.max_upload_bytes = max_upload_bytes
-        # One upload at a time per file; a hash lock orders sidecar writes against HEAD's hashing.
-        self._upload_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._hash_locks: weakref.WeakValueDictionary[Path, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    async def handle(self, request: Request) -> Response:
-        key = request.path_params["key"]
+    def _file(self, request: FileRequest, key: str) -> Answer:
+        target = resolve_key(key, self.models_dir)
         try:
-            path = resolve_key(key, self.models_dir)
-            if request.method == "PUT":
-                return await self._put(request, path)
             if request.method == "HEAD":
-                return await self._head(key, path)
-            return await self._get(key, path)
-        except KeyEscapesDirectory as exc:
-            return _Reject(400, str(exc)).response()
-        except _Reject as reject:
-            return reject.response()
+                return self._head(key, target)
+            if request.method == "GET":
+                _file_size(key, target)
+                return Answer(200, sendfile=target)
+            return self._put(request, key, target)
+        except DiskFull:
+            return Answer.error(507, enospc_message(f"key {key!r}", target.parent))
         except OSError as exc:
-            log.exception("%s %s failed", request.method, key)
-            return _Reject(500, f"{request.method} of key {key!r} failed on the worker: {exc}").response()
+            log.exception("%s of key %s failed", request.method, key)
+            return Answer.error(500, f"{request.method} of key {key!r} failed on the worker: {exc}")
 
-    async def _head(self, key: str, path: Path) -> Response:
-        size_bytes = await asyncio.to_thread(_file_size, key, path)
-        headers = {
-            HEADER_FILE_SIZE: str(size_bytes),
-            "Content-Length": str(size_bytes),
-            HEADER_LOCAL_PATH: _header_text(str(path)),
-            "Accept-Ranges": "bytes",
-        }
-        target = await asyncio.to_thread(hashing.read_target_hash, path)
+    def _head(self, key: str, path: Path) -> Answer:
+        size_bytes = _file_size(key, path)
+        headers = {HEADER_FILE_SIZE: str(size_bytes), HEADER_LOCAL_PATH: _header_text(str(path)),
+                   "Accept-Ranges": "bytes"}
+        target = hashing.read_target_hash(path)
         if target is not None:
             headers[HEADER_TARGET_SHA256] = target
-            return Response(status_code=200, headers=headers)
-        async with _lock(self._hash_locks, path):
-            try:
-                headers[HEADER_CONTENT_SHA256] = await asyncio.to_thread(hashing.cached_sha256, path)
-            except OSError as exc:
-                log.warning("cannot hash %s for HEAD %s: %s", path, key, exc)
-        return Response(status_code=200, headers=headers)
+        else:
+            with self.hash_locks.hold(path):
+                try:
+                    headers[HEADER_CONTENT_SHA256] = hashing.cached_sha256(path)
+                except OSError as exc:
+                    log.warning("cannot hash %s for HEAD %s: %s", path, key, exc)
+        return Answer(200, headers=headers, length_bytes=size_bytes)
 
-    async def _get(self, key: str, path: Path) -> Response:
-        await asyncio.to_thread(_file_size, key, path)
-        return FileResponse(path, media_type="application/octet-stream")
-
-    async def _put(self, request: Request, path: Path) -> Response:
+    def _put(self, request: FileRequest, key: str, path: Path) -> Answer:
         declared = _declared_sha256(request)
-        content_range = request.headers.get("content-range", "").strip()
-        async with _lock(self._upload_locks, path):
-            if await asyncio.to_thread(path.is_dir):
-                raise _Reject(400, f"destination {str(path)!r} is a directory")
+        content_range = request.header("Content-Range")
+        with self.upload_locks.hold(path):
+            if path.is_dir():
+                raise Reject(400, f"destination {str(path)!r} is a directory")
             try:
-                await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                raise _Reject(400, f"a parent of {str(path)!r} is a file, not a directory") from None
-            if content_range:
-                return await self._put_range(request, path, content_range, declared)
-            return await self._put_full(request, path, declared)
+                raise Reject(400, f"a parent of {str(path)!r} is a file, not a directory") from None
+            if not content_range:
+                return self._put_full(request, key, path, declared)
+            status_total = parse_status_query(content_range)
+            if status_total is not None:
+                return self._finalize_probe(path, status_total, declared)
+            try:
+                parsed = parse_content_range(content_range)
+            except ValueError as exc:
+                raise Reject(400, str(exc)) from None
+            return self._put_range(request, key, path, parsed, declared)
 
-    async def _put_full(self, request: Request, path: Path, declared: str | None) -> Response:
-        content_length = _content_length(request)
-        if content_length is not None and content_length > self.max_upload_bytes:
-            raise _too_large(content_length, self.max_upload_bytes)
+    def _put_full(self, request: FileRequest, key: str, path: Path, declared: str | None) -> Answer:
+        length = _content_length(request)
+        if length is not None and length > self.max_upload_bytes:
+            raise _too_large(length, self.max_upload_bytes)
         fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".upload")
         temp = Path(temp_name)
         try:
-            with os.fdopen(fd, "wb", buffering=0) as file:
+            with self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}"), \
+                    os.fdopen(fd, "wb", buffering=0) as file:
                 os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-                digest = hashlib.sha256()
-                over_limit = _too_large(None, self.max_upload_bytes)
-                received, complete = await _stream_body(
-                    request, file, digest, self.max_upload_bytes, over_limit
-                )
-            if not complete:
-                raise _Reject(400, f"short body: connection closed after {received} bytes")
-            if content_length is not None and received != content_length:
-                raise _Reject(400, f"short body: got {received} bytes, Content-Length said {content_length}")
-            actual = digest.hexdigest()
+                hasher = FollowingHasher(temp)
+                try:
+                    received, cut = write_body(request.body, file, limit_bytes=self.max_upload_bytes,
+                                               hasher=hasher, on_bytes=self.on_body_bytes)
+                except BodyTooLong:
+                    raise _too_large(None, self.max_upload_bytes) from None
+                finally:
+                    if request.body.finished:
+                        actual = hasher.finish(_size(temp))
+                    else:
+                        hasher.abandon()
+            if cut is not None:
+                raise Reject(400, f"short body: connection closed after {received} bytes")
+            if length is not None and received != length:
+                raise Reject(400, f"short body: got {received} bytes, Content-Length said {length}")
             if declared is not None and actual != declared:
-                raise _Reject(400, f"sha256 mismatch: expected {declared} got {actual}")
-            async with _lock(self._hash_locks, path):
-                await asyncio.to_thread(_commit_full_upload, temp, path, actual)
+                raise Reject(400, f"sha256 mismatch: expected {declared} got {actual}")
+            with self.hash_locks.hold(path):
+                hashing.remove_sidecars(path)
+                os.replace(temp, path)
+                _write_sidecar_quietly(path, actual)
+        except NotEnoughDisk as exc:
+            raise Reject(507, exc.message) from None
         finally:
-            await asyncio.to_thread(_unlink_if_present, temp)
+            _unlink_if_present(temp)
         log.info("received %s (%d bytes, sha256 %s)", path, received, actual)
-        return JSONResponse({"local_path": str(path)})
+        return Answer.json(200, {"local_path": str(path)})
 
-    async def _put_range(self, request: Request, path: Path, header: str, declared: str | None) -> Response:
-        try:
-            content_range = parse_content_range(header)
-        except ValueError as exc:
-            raise _Reject(400, str(exc)) from None
+    def _put_range(self, request: FileRequest, key: str, path: Path, content_range: ContentRange,
+                   declared: str | None) -> Answer:
         if content_range.total > self.max_upload_bytes:
             raise _too_large(content_range.total, self.max_upload_bytes)
-        content_length = _content_length(request)
-        if content_length is not None and content_length != content_range.length_bytes:
-            raise _Reject(
-                400, f"Content-Length {content_length} does not match Content-Range {header.strip()!r}"
-            )
-        current = await asyncio.to_thread(_size_or_zero, path)
+        length = _content_length(request)
+        if length is not None and length != content_range.length_bytes:
+            raise Reject(400, f"Content-Length {length} does not match Content-Range "
+                              f"{request.header('Content-Range')!r}")
+        current = _size_or_zero(path)
         if content_range.start == 0 and current > 0:
-            if declared is not None and await asyncio.to_thread(_stored_hash_equals, path, declared):
+            if declared is not None and _stored_hash_equals(path, declared):
                 if current == content_range.total:  # all bytes landed before an interrupted finalize
-                    return await self._finalize_range(path, declared)
+                    if self._verify_and_commit(path, declared):
+                        return Answer.json(200, {"local_path": str(path)})
+                    current = 0  # corrupt: removed; this request's body replaces it
             else:  # a different file under the same key: start over
-                await asyncio.to_thread(_remove_with_sidecars, path)
+                _remove_with_sidecars(path)
                 current = 0
         if declared is not None and content_range.start > 0:
-            previous = await asyncio.to_thread(hashing.read_target_hash, path)
+            previous = hashing.read_target_hash(path)
             if previous is not None and previous != declared:
-                await asyncio.to_thread(_remove_with_sidecars, path)
-                raise _Reject(
-                    409,
-                    f"X-Content-SHA256 mismatch with in-progress upload (was {previous}, now {declared}); "
-                    "restart from byte 0",
-                )
+                _remove_with_sidecars(path)
+                raise Reject(409, f"X-Content-SHA256 mismatch with in-progress upload (was {previous}, "
+                                  f"now {declared}); restart from byte 0")
         if content_range.start != current:
-            raise _Reject(
-                416,
-                f"Content-Range start {content_range.start} does not match current file size {current}",
-                {"Content-Range": f"bytes */{content_range.total}", HEADER_FILE_SIZE: str(current)},
-            )
-        return await self._append_range(request, path, content_range, declared)
+            raise Reject(416, f"Content-Range start {content_range.start} does not match current file "
+                              f"size {current}",
+                         {"Content-Range": f"bytes */{content_range.total}", HEADER_FILE_SIZE: str(current)})
+        try:
+            with self.disk_budget.reserve(path.parent, content_range.length_bytes, f"key {key!r}"):
+                return self._append_range(request, path, content_range, declared)
+        except NotEnoughDisk as exc:
+            raise Reject(507, exc.message) from None
 
-    async def _append_range(
-        self, request: Request, path: Path, content_range: ContentRange, declared: str | None
-    ) -> Response:
+    def _append_range(self, request: FileRequest, path: Path, content_range: ContentRange,
+                      declared: str | None) -> Answer:
         if declared is not None:
-            await asyncio.to_thread(hashing.write_sidecar, hashing.target_sidecar_path(path), declared)
-        await asyncio.to_thread(_unlink_if_present, hashing.hash_sidecar_path(path))
+            hashing.write_sidecar(hashing.target_sidecar_path(path), declared)
+        _unlink_if_present(hashing.hash_sidecar_path(path))
         expected = content_range.length_bytes
-        over_limit = _Reject(400, f"body is longer than the {expected} bytes its Content-Range declares")
-        # A body that starts at byte 0 is hashed as it arrives, so a one-request upload is not re-read.
-        digest = hashlib.sha256() if content_range.start == 0 else None
+        completes = content_range.end + 1 == content_range.total
         with open(path, "ab", buffering=0) as file:
-            received, _ = await _stream_body(request, file, digest, expected, over_limit)
-        new_size = content_range.start + received
+            os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
+            # The verify hash follows the writer from byte 0, so completion costs only the tail.
+            hasher = FollowingHasher(path) if completes else None
+            try:
+                received, _ = write_body(request.body, file, limit_bytes=expected,
+                                         base_size_bytes=content_range.start, hasher=hasher,
+                                         on_bytes=self.on_body_bytes)
+            except BodyTooLong:
+                raise Reject(400, f"body is longer than the {expected} bytes its Content-Range declares") \
+                    from None
+            finally:
+                if hasher is not None and not request.body.finished:
+                    hasher.abandon()
         if received != expected:
-            raise _Reject(400, f"short body: got {received} expected {expected}")
+            raise Reject(400, f"short body: got {received} expected {expected}")
+        new_size = content_range.start + received
         if new_size < content_range.total:
-            headers = {"Range": f"bytes=0-{new_size - 1}", HEADER_FILE_SIZE: str(new_size)}
-            return Response(status_code=308, headers=headers)
-        return await self._finalize_range(path, declared, digest.hexdigest() if digest else None)
-
-    async def _finalize_range(
-        self, path: Path, declared: str | None, streamed_sha256: str | None = None
-    ) -> Response:
-        """Verify the completed file (re-reading it unless it was hashed while streaming) and commit."""
-        actual = streamed_sha256 or await asyncio.to_thread(hashing.sha256_file, path)
+            return Answer(308, headers={"Range": f"bytes=0-{new_size - 1}", HEADER_FILE_SIZE: str(new_size)})
+        actual = hasher.finish(new_size) if hasher is not None else hashing.sha256_file(path)
         if declared is not None and actual != declared:
-            await asyncio.to_thread(_remove_with_sidecars, path)
-            raise _Reject(400, f"sha256 mismatch: expected {declared} got {actual}")
-        async with _lock(self._hash_locks, path):
-            await asyncio.to_thread(_commit_range_upload, path, actual)
+            _remove_with_sidecars(path)
+            raise Reject(400, f"sha256 mismatch: expected {declared} got {actual}")
+        self._commit_in_place(path, actual)
         log.info("received %s by resumable upload (sha256 %s)", path, actual)
-        return JSONResponse({"local_path": str(path)})
+        return Answer.json(200, {"local_path": str(path)})
+
+    def _finalize_probe(self, path: Path, total: int, declared: str | None) -> Answer:
+        if declared is None:
+            raise Reject(400, f"Content-Range 'bytes */{total}' needs {HEADER_CONTENT_SHA256}")
+        current = _size_or_zero(path)
+        if current == total and hashing.read_target_hash(path) is None \
+                and hashing.read_trusted_hash(path) == declared:
+            return Answer.json(200, {"local_path": str(path)})
+        if current == total and hashing.read_target_hash(path) == declared:
+            if self._verify_and_commit(path, declared):
+                return Answer.json(200, {"local_path": str(path)})
+            current = 0
+        elif hashing.read_target_hash(path) != declared:
+            _remove_with_sidecars(path)
+            current = 0
+        return Answer.error(416, f"file holds {current} of {total} bytes; continue from byte {current}",
+                            {"Content-Range": f"bytes */{total}", HEADER_FILE_SIZE: str(current)})
+
+    def _verify_and_commit(self, path: Path, declared: str) -> bool:
+        """Finalise a full-size unfinished file if its content matches, else delete it (False)."""
+        actual = hashing.sha256_file(path)
+        if actual != declared:
+            log.warning("unfinished upload %s is corrupt (sha256 %s, expected %s): removed", path, actual,
+                        declared)
+            _remove_with_sidecars(path)
+            return False
+        self._commit_in_place(path, actual)
+        log.info("finalised %s from an interrupted upload without re-sending it", path)
+        return True
+
+    def _commit_in_place(self, path: Path, hash_hex: str) -> None:
+        with self.hash_locks.hold(path):
+            _write_sidecar_quietly(path, hash_hex)
+            _unlink_if_present(hashing.target_sidecar_path(path))
+
+    def _temp(self) -> Answer:
+        directory = staging_dir(self.models_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=directory, prefix="localai-output-", suffix=".tmp")
+        os.close(fd)
+        return Answer.json(200, {"local_path": name})
+
+    def _list(self, key: str) -> Answer:
+        directory = resolve_key(key.rstrip("/"), self.models_dir)
+        if not directory.is_dir():
+            return Answer.error(404, "directory not found")
+        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+        return Answer.json(200, {"files": files or None})
 
 
-async def _stream_body(
-    request: Request, file: Any, digest: Any, limit_bytes: int, over_limit: _Reject
-) -> tuple[int, bool]:
-    """Write the request body to ``file`` (and ``digest``) in 1 MiB batches.
-
-    Returns (bytes received, whether the body ended normally rather than by a client disconnect).
-    Bytes received before a disconnect are still written, so a resumable upload can continue from
-    them. One batch is written by a thread while the next is received: memory stays at ~2 batches.
-    """
-    complete = True
-    received = 0
-    batch = bytearray()
-    pending: asyncio.Future[None] | None = None
+def _file_size(key: str, path: Path) -> int:
     try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > limit_bytes:
-                raise over_limit
-            batch += chunk
-            if len(batch) >= WRITE_BATCH_BYTES:
-                if pending is not None:
-                    await pending
-                pending = asyncio.ensure_future(asyncio.to_thread(_write_batch, file, digest, batch))
-                batch = bytearray()
-    except ClientDisconnect:
-        complete = False
-    finally:
-        if pending is not None:
-            await pending
-    if batch:
-        await asyncio.to_thread(_write_batch, file, digest, batch)
-    return received, complete
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise Reject(404, f"file not found: no file for key {key!r}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise Reject(400, f"key {key!r} names a directory, not a file")
+    return info.st_size
 
 
-def _write_batch(file: Any, digest: Any, batch: bytearray) -> None:
-    file.write(batch)
-    if digest is not None:
-        digest.update(batch)
+def _size(path: Path) -> int:
+    return os.stat(path).st_size
 
 
-def _commit_full_upload(temp: Path, path: Path, hash_hex: str) -> None:
-    hashing.remove_sidecars(path)
-    os.replace(temp, path)
-    _write_sidecar_quietly(path, hash_hex)
-
-
-def _commit_range_upload(path: Path, hash_hex: str) -> None:
-    _write_sidecar_quietly(path, hash_hex)
-    _unlink_if_present(hashing.target_sidecar_path(path))
-
-
-def _write_sidecar_quietly(path: Path, hash_hex: str) -> None:
+def _size_or_zero(path: Path) -> int:
     try:
-        hashing.write_sidecar(hashing.hash_sidecar_path(path), hash_hex)
-    except OSError as exc:
-        log.warning("cannot write hash sidecar for %s: %s", path, exc)
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _stored_hash_equals(path: Path, declared: str) -> bool:
@@ -399,6 +352,34 @@ def _stored_hash_equals(path: Path, declared: str) -> bool:
     if stored is None:
         stored = hashing.read_trusted_hash(path)
     return stored == declared
+
+
+def _declared_sha256(request: FileRequest) -> str | None:
+    value = request.header(HEADER_CONTENT_SHA256)
+    if not value:
+        return None
+    if not hashing.is_sha256_hex(value):
+        raise Reject(400, f"{HEADER_CONTENT_SHA256} must be 64 hex characters, got {value!r}")
+    return value.lower()
+
+
+def _content_length(request: FileRequest) -> int | None:
+    if "chunked" in request.header("Transfer-Encoding").lower():
+        return None
+    value = request.header("Content-Length")
+    return int(value) if value.isdigit() else None
+
+
+def _too_large(size_bytes: int | None, max_bytes: int) -> Reject:
+    size_text = f"{size_bytes} bytes" if size_bytes is not None else "the body"
+    return Reject(413, f"upload too large: {size_text} exceeds this worker's limit of {max_bytes} bytes")
+
+
+def _write_sidecar_quietly(path: Path, hash_hex: str) -> None:
+    try:
+        hashing.write_sidecar(hashing.hash_sidecar_path(path), hash_hex)
+    except OSError as exc:
+        log.warning("cannot write hash sidecar for %s: %s", path, exc)
 
 
 def _remove_with_sidecars(path: Path) -> None:
@@ -413,54 +394,7 @@ def _unlink_if_present(path: Path) -> None:
         pass
 
 
-def _file_size(key: str, path: Path) -> int:
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise _Reject(404, f"file not found: no file for key {key!r}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise _Reject(400, f"key {key!r} names a directory, not a file")
-    return info.st_size
-
-
-def _size_or_zero(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _declared_sha256(request: Request) -> str | None:
-    value = request.headers.get(HEADER_CONTENT_SHA256, "").strip()
-    if not value:
-        return None
-    if not hashing.is_sha256_hex(value):
-        raise _Reject(400, f"{HEADER_CONTENT_SHA256} must be 64 hex characters, got {value!r}")
-    return value.lower()
-
-
-def _content_length(request: Request) -> int | None:
-    value = request.headers.get("content-length")
-    if value is None:
-        return None
-    if not value.strip().isdigit():
-        raise _Reject(400, f"invalid Content-Length {value!r}")
-    return int(value)
-
-
-def _too_large(size_bytes: int | None, max_bytes: int) -> _Reject:
-    size_text = f"{size_bytes} bytes" if size_bytes is not None else "the body"
-    return _Reject(413, f"upload too large: {size_text} exceeds this worker's limit of {max_bytes} bytes")
-
-
-def _lock(locks: weakref.WeakValueDictionary[Path, asyncio.Lock], path: Path) -> asyncio.Lock:
-    lock = locks.get(path)
-    if lock is None:
-        lock = asyncio.Lock()
-        locks[path] = lock
-    return lock
-
-
 def _header_text(value: str) -> str:
     """Header values go out as latin-1; send UTF-8 bytes as the reference (Go) does."""
     return value.encode("utf-8", errors="surrogateescape").decode("latin-1")
+

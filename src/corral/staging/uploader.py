@@ -2,24 +2,29 @@
 
 Protocol per file:
 
-1. Hash the local file (cached in a local ``<file>.sha256`` sidecar).
+1. Hash the local file (cached in a local ``<file>.sha256`` sidecar; hashing reports ``on_hash``).
 2. ``HEAD /v1/files/<key>``: if the worker already has a file with the same ``X-Content-SHA256``,
    skip the upload and return its ``X-Local-Path``. If it has a partial upload whose
-   ``X-Target-SHA256`` is our hash, resume from its ``X-File-Size``.
-3. ``PUT`` the rest, streamed in 1 MiB chunks, with ``X-Content-SHA256`` and
+   ``X-Target-SHA256`` is our hash, resume from its ``X-File-Size``; if that partial is already
+   full-size, ask the worker to verify and finalise it (``Content-Range: bytes */<size>``).
+3. ``PUT`` the rest with ``sendfile`` (zero-copy), ``X-Content-SHA256`` and
    ``Content-Range: bytes <offset>-<size-1>/<size>``; the worker verifies the hash before answering
    ``200 {"local_path": ...}``.
 
 Transient failures (connection refused/reset, timeouts, 308/416 from the resume protocol) are retried
 with capped exponential backoff, HEAD-ing again first so a dropped upload resumes where it stopped.
+An attempt that moved the worker's copy forward resets the count of attempts; the whole file has a
+time budget. Anything else fails at once, naming the file, key, worker and HTTP status.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -35,14 +40,13 @@ from corral.staging.receiver import (
     HEADER_LOCAL_PATH,
     HEADER_TARGET_SHA256,
 )
+from corral.staging.sendfile_put import Cancel, PutAnswer, SendCut, put_file_range
 
 log = logging.getLogger(__name__)
 
-UPLOAD_CHUNK_BYTES = 1 << 20
-# The worker may hash a large uncached file before answering HEAD, and re-hashes the whole file
-# before answering the last resumable PUT: allow minutes for a response, but bound it.
+# The worker may hash a large uncached file before answering HEAD: allow minutes, but bound it.
 HEAD_TIMEOUT = httpx.Timeout(connect=30.0, read=1800.0, write=60.0, pool=60.0)
-PUT_TIMEOUT = httpx.Timeout(connect=30.0, read=1800.0, write=300.0, pool=60.0)
+HASH_REPORT_EVERY_BYTES = 16 << 20
 # Statuses of the resume protocol that mean "HEAD again and continue", not "give up".
 RETRYABLE_STATUSES = frozenset({308, 416})
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -52,22 +56,23 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 )
 
 ProgressCallback = Callable[[int, int], None]
-"""Called as ``on_progress(bytes_sent, total_bytes)``."""
+"""Called as ``on_progress(bytes_done, total_bytes)`` on the event loop."""
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently to retry transient failures of one file's upload."""
 
-    max_attempts: int = 5
+    max_attempts: int = 5  # consecutive attempts that moved nothing forward
     first_backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    budget_s: float = 3600.0  # no new attempt starts after this long on one file
 
-    def backoff_s(self, attempt: int) -> float:
-        """Sleep before ``attempt`` (1-based): 0, then first_backoff_s doubling up to max_backoff_s."""
-        if attempt <= 1:
+    def backoff_s(self, failures: int) -> float:
+        """Sleep after ``failures`` consecutive failures: first_backoff_s doubling up to max_backoff_s."""
+        if failures <= 0:
             return 0.0
-        return min(self.first_backoff_s * 2 ** (attempt - 2), self.max_backoff_s)
+        return min(self.first_backoff_s * 2 ** (failures - 1), self.max_backoff_s)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
@@ -105,42 +110,44 @@ async def stage_file(
     token: str,
     *,
     on_progress: ProgressCallback | None = None,
+    on_hash: ProgressCallback | None = None,
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
     resumable: bool = True,
 ) -> str:
     """Make the worker at ``base_url`` hold ``local_path`` under ``key``; return the worker's path.
 
-    Raises :class:`StagingFailed` when the worker refuses the file or stays unreachable after
-    ``retry_policy.max_attempts`` attempts, and ``KeyEscapesDirectory`` for a malformed key.
-    ``resumable=False`` sends one plain PUT per attempt (no ``Content-Range``; always from byte 0).
+    Raises :class:`StagingFailed` when the worker refuses the file or stays unreachable, and
+    ``KeyEscapesDirectory`` for a malformed key. ``resumable=False`` sends one plain PUT per attempt
+    (no ``Content-Range``; always from byte 0).
     """
     validate_key(key)
     upload = _FileUpload(client, base_url, key, Path(local_path), token, on_progress)
-    size_bytes, local_hash = await upload.describe_local_file()
+    size_bytes, local_hash = await upload.describe_local_file(on_hash)
+    started_s = time.monotonic()
+    failures = 0
     last_failure = _Retryable(None, "no attempt was made")
-    for attempt in range(1, retry_policy.max_attempts + 1):
-        await asyncio.sleep(retry_policy.backoff_s(attempt))
+    while True:
         try:
             remote = await upload.head()
             if remote is not None and remote.content_sha256 == local_hash and remote.local_path:
                 upload.report(size_bytes, size_bytes)
                 log.info("worker %s already has %s as %s; upload skipped", base_url, key, remote.local_path)
                 return remote.local_path
+            if resumable and _is_full_partial(remote, local_hash, size_bytes):
+                return await upload.finalize(size_bytes, local_hash)
             offset_bytes = _resume_offset(remote, local_hash, size_bytes) if resumable else 0
             return await upload.put(size_bytes, local_hash, offset_bytes, resumable=resumable)
         except _Retryable as failure:
+            failures = 1 if upload.moved_forward() else failures + 1
             last_failure = failure
-            log.warning(
-                "staging %s to %s: attempt %d/%d failed: %s",
-                key,
-                base_url,
-                attempt,
-                retry_policy.max_attempts,
-                failure.message,
-            )
-    raise upload.failed(
-        last_failure.status, f"gave up after {retry_policy.max_attempts} attempts: {last_failure.message}"
-    )
+            log.warning("staging %s to %s: attempt failed (%d in a row): %s", key, base_url, failures,
+                        failure.message)
+        elapsed_s = time.monotonic() - started_s
+        if failures >= retry_policy.max_attempts or elapsed_s + retry_policy.backoff_s(failures) > \
+                retry_policy.budget_s:
+            break
+        await asyncio.sleep(retry_policy.backoff_s(failures))
+    raise upload.failed(last_failure.status, f"gave up after {failures} attempts: {last_failure.message}")
 
 
 async def stage_files(
@@ -183,6 +190,11 @@ def _resume_offset(remote: RemoteFile | None, local_hash: str, size_bytes: int) 
     return 0
 
 
+def _is_full_partial(remote: RemoteFile | None, local_hash: str, size_bytes: int) -> bool:
+    return (remote is not None and remote.target_sha256 == local_hash and size_bytes > 0
+            and remote.size_bytes == size_bytes)
+
+
 def _local_size(path: Path) -> int:
     try:
         return os.stat(path).st_size
@@ -193,15 +205,8 @@ def _local_size(path: Path) -> int:
 class _FileUpload:
     """The HTTP conversation about one file with one worker."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        key: str,
-        local_path: Path,
-        token: str,
-        on_progress: ProgressCallback | None,
-    ) -> None:
+    def __init__(self, client: httpx.AsyncClient, base_url: str, key: str, local_path: Path, token: str,
+                 on_progress: ProgressCallback | None) -> None:
         self.client = client
         self.base_url = base_url
         self.key = key
@@ -209,20 +214,28 @@ class _FileUpload:
         self.url = file_url(base_url, key)
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.on_progress = on_progress
+        self.best_offset_bytes = -1  # furthest the worker's copy got; an attempt that raised it made progress
+        self._last_offset_bytes = -1
 
-    def report(self, sent_bytes: int, total_bytes: int) -> None:
+    def report(self, done_bytes: int, total_bytes: int) -> None:
         if self.on_progress is not None:
-            self.on_progress(sent_bytes, total_bytes)
+            self.on_progress(done_bytes, total_bytes)
+
+    def moved_forward(self) -> bool:
+        moved = self.best_offset_bytes > self._last_offset_bytes
+        self._last_offset_bytes = self.best_offset_bytes
+        return moved
 
     def failed(self, status: int | None, message: str) -> StagingFailed:
         return StagingFailed(
             local_path=self.local_path, key=self.key, worker_url=self.base_url, status=status, message=message
         )
 
-    async def describe_local_file(self) -> tuple[int, str]:
+    async def describe_local_file(self, on_hash: ProgressCallback | None) -> tuple[int, str]:
+        report = _from_thread(on_hash, HASH_REPORT_EVERY_BYTES)
         try:
             size_bytes = os.stat(self.local_path).st_size
-            local_hash = await asyncio.to_thread(cached_sha256, self.local_path)
+            local_hash = await asyncio.to_thread(cached_sha256, self.local_path, report)
         except OSError as exc:
             raise self.failed(None, f"cannot read the local file: {exc}") from exc
         return size_bytes, local_hash
@@ -236,88 +249,116 @@ class _FileUpload:
             return None
         if response.status_code != 200:
             # HEAD answers carry no body; say what the status usually means.
-            raise self.failed(response.status_code, f"HEAD {self.url} refused: {_status_hint(response)}")
-        return RemoteFile(
-            size_bytes=_int_header(response, HEADER_FILE_SIZE),
+            raise self.failed(response.status_code, f"HEAD {self.url} refused: "
+                                                    f"{_status_hint(response.status_code, response.reason_phrase)}")
+        remote = RemoteFile(
+            size_bytes=_int_header(response.headers.get(HEADER_FILE_SIZE, "")),
             local_path=response.headers.get(HEADER_LOCAL_PATH, ""),
-            content_sha256=_hash_header(response, HEADER_CONTENT_SHA256),
-            target_sha256=_hash_header(response, HEADER_TARGET_SHA256),
+            content_sha256=_hash_header(response.headers.get(HEADER_CONTENT_SHA256, "")),
+            target_sha256=_hash_header(response.headers.get(HEADER_TARGET_SHA256, "")),
         )
+        if remote.target_sha256 is not None:
+            self.best_offset_bytes = max(self.best_offset_bytes, remote.size_bytes)
+        return remote
+
+    async def finalize(self, size_bytes: int, local_hash: str) -> str:
+        """Ask the worker to verify and finalise a full-size unfinished copy (no body is sent)."""
+        headers = {**self.auth_headers, HEADER_CONTENT_SHA256: local_hash,
+                   "Content-Range": f"bytes */{size_bytes}"}
+        log.info("worker %s holds all %d bytes of %s unfinished; asking it to verify and finalise",
+                 self.base_url, size_bytes, self.key)
+        return self._answer(await self._send(headers, 0, 0, size_bytes))
 
     async def put(self, size_bytes: int, local_hash: str, offset_bytes: int, *, resumable: bool) -> str:
-        headers = {
-            **self.auth_headers,
-            "Content-Type": "application/octet-stream",
-            "Content-Length": str(size_bytes - offset_bytes),
-            HEADER_CONTENT_SHA256: local_hash,
-        }
+        headers = {**self.auth_headers, "Content-Type": "application/octet-stream",
+                   HEADER_CONTENT_SHA256: local_hash}
         if resumable and size_bytes > 0:
             headers["Content-Range"] = f"bytes {offset_bytes}-{size_bytes - 1}/{size_bytes}"
-        body = self._read_chunks(offset_bytes, size_bytes)
+        self.report(offset_bytes, size_bytes)
+        answer = await self._send(headers, offset_bytes, size_bytes - offset_bytes, size_bytes)
+        return self._answer(answer)
+
+    async def _send(self, headers: dict[str, str], offset_bytes: int, count_bytes: int,
+                    size_bytes: int) -> PutAnswer:
+        loop = asyncio.get_running_loop()
+        cancel = Cancel()
+
+        def sent(done: int) -> None:
+            loop.call_soon_threadsafe(self.report, offset_bytes + done, size_bytes)
+
         try:
-            response = await self.client.put(self.url, content=body, headers=headers, timeout=PUT_TIMEOUT)
-        except TRANSIENT_ERRORS as exc:
-            raise _Retryable(None, f"PUT {self.url}: {_describe(exc)}") from exc
-        finally:
-            await body.aclose()
-        if response.status_code in RETRYABLE_STATUSES:
-            raise _Retryable(response.status_code, f"PUT {self.url}: {_worker_message(response)}")
-        if response.status_code != 200:
-            raise self.failed(response.status_code, _worker_message(response))
-        local_path = _json_field(response, "local_path")
+            return await asyncio.to_thread(put_file_range, self.url, headers, self.local_path, offset_bytes,
+                                           count_bytes, on_sent=sent, cancel=cancel)
+        except asyncio.CancelledError:
+            cancel.cancel()  # wakes the thread; the worker keeps what arrived for a later resume
+            raise
+        except SendCut as exc:
+            raise _Retryable(None, f"PUT {self.url}: {exc}") from None
+        except OSError as exc:  # the local file vanished or shrank
+            raise self.failed(None, f"cannot read the local file: {exc}") from None
+
+    def _answer(self, answer: PutAnswer) -> str:
+        message = _worker_message(answer)
+        if answer.status in RETRYABLE_STATUSES:
+            size_text = answer.headers.get(HEADER_FILE_SIZE.lower(), "")
+            if size_text.isdigit():
+                self.best_offset_bytes = max(self.best_offset_bytes, int(size_text))
+            raise _Retryable(answer.status, f"PUT {self.url}: {message}")
+        if answer.status != 200:
+            raise self.failed(answer.status, message)
+        local_path = _json_field(answer.body, "local_path")
         if not local_path:
-            raise self.failed(200, f"the worker's answer has no local_path: {response.text[:200]!r}")
+            raise self.failed(200, f"the worker's answer has no local_path: {answer.body[:200]!r}")
         return local_path
 
-    async def _read_chunks(self, offset_bytes: int, size_bytes: int) -> AsyncIterator[bytes]:
-        sent_bytes = offset_bytes
-        self.report(sent_bytes, size_bytes)
-        with open(self.local_path, "rb") as file:
-            file.seek(offset_bytes)
-            while sent_bytes < size_bytes:
-                want_bytes = min(UPLOAD_CHUNK_BYTES, size_bytes - sent_bytes)
-                chunk = await asyncio.to_thread(file.read, want_bytes)
-                if not chunk:
-                    raise self.failed(
-                        None, f"the local file shrank to {sent_bytes} bytes while uploading {size_bytes}"
-                    )
-                yield chunk
-                sent_bytes += len(chunk)
-                self.report(sent_bytes, size_bytes)
+
+def _from_thread(callback: ProgressCallback | None, every_bytes: int) -> ProgressCallback | None:
+    """A progress callback safe to call from a worker thread: throttled, delivered on the loop."""
+    if callback is None:
+        return None
+    loop = asyncio.get_running_loop()
+    last = [-every_bytes]
+
+    def report(done: int, total: int) -> None:
+        if done - last[0] >= every_bytes or done >= total:
+            last[0] = done
+            loop.call_soon_threadsafe(callback, done, total)
+
+    return report
 
 
 def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _int_header(response: httpx.Response, name: str) -> int:
-    value = response.headers.get(name, "")
+def _int_header(value: str) -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _hash_header(response: httpx.Response, name: str) -> str | None:
-    value = response.headers.get(name, "").strip()
+def _hash_header(value: str) -> str | None:
+    value = value.strip()
     return value.lower() if is_sha256_hex(value) else None
 
 
-def _json_field(response: httpx.Response, field: str) -> str | None:
+def _json_field(body: bytes, name: str) -> str | None:
     try:
-        payload = response.json()
+        payload = json.loads(body)
     except ValueError:
         return None
-    value = payload.get(field) if isinstance(payload, dict) else None
+    value = payload.get(name) if isinstance(payload, dict) else None
     return value if isinstance(value, str) else None
 
 
-def _worker_message(response: httpx.Response) -> str:
-    message = _json_field(response, "error") or response.text.strip()[:500]
-    return message or _status_hint(response)
+def _worker_message(answer: PutAnswer) -> str:
+    message = _json_field(answer.body, "error") or answer.body.decode("utf-8", "replace").strip()[:500]
+    return message or _status_hint(answer.status, answer.reason)
 
 
-def _status_hint(response: httpx.Response) -> str:
+def _status_hint(status: int, reason: str) -> str:
     hints = {
         400: "bad request (malformed key or path outside the worker's directories)",
         401: "unauthorized: the frontend's registration token does not match the worker's",
         413: "file larger than the worker's upload limit",
+        507: "the worker's models filesystem has no room for this file",
     }
-    return hints.get(response.status_code, response.reason_phrase or f"HTTP {response.status_code}")
+    return hints.get(status, reason or f"HTTP {status}")

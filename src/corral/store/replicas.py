@@ -34,3 +34,15 @@ async def of_node(pool: asyncpg.Pool, node_id: str) -> list[asyncpg.Record]:
 
 async def reclaim_stuck(pool: asyncpg.Pool, orphan_s: float) -> list[asyncpg.Record]:
     return list(await pool.fetch(q("replicas_reclaim_stuck"), orphan_s))
+
+
+async def mark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> bool:
+    return await pool.fetchrow(q("replica_mark_unloading"), node_id, model, replica_index, address) is not None
+
+
+async def unmark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> None:
+    await pool.execute(q("replica_unmark_unloading"), node_id, model, replica_index, address)
+
+
+async def all_routable(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(await pool.fetch(q("replicas_all_routable")))

@@ -9,13 +9,19 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
+
 from corral.bus import client as bus
+from corral.bus.security import TlsFiles
+from corral.config.errors import ConfigError
 from corral.config.settings import Settings
-from corral.httpserver import EmbeddedHTTPServer
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
+from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
+from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
 from corral.worker.ports import PortAllocator
+from corral.worker.readiness import BackendProber
 from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import Supervisor
 
@@ -43,16 +49,23 @@ class Worker:
             bind_host="0.0.0.0", token=settings.registration_token,
             start_timeout_s=settings.backend_start_timeout_s,
         )
+        self.prober = BackendProber(self.supervisor)
+        self.creds = WorkerCredentials()
+        self.nc: Client | None = None
+        self.handlers: NodeHandlers | None = None
 
     def readiness(self) -> str | None:
         if not self.node_id:
             return "not registered with the frontend yet"
         if not self.nats_up:
             return "NATS connection is down: worker cannot receive work"
-        return None
+        return self.prober.reason()
 
-    def _registration_body(self) -> dict[str, Any]:
-        facts = hardware.probe(self.models_dir)
+    async def _probe(self) -> hardware.HardwareFacts:
+        return await asyncio.to_thread(hardware.probe, self.models_dir, sysfs_root=Path(self.settings.sysfs_root))
+
+    def _registration_body(self, facts: hardware.HardwareFacts | None = None) -> dict[str, Any]:
+        facts = facts or hardware.probe(self.models_dir, sysfs_root=Path(self.settings.sysfs_root))
         slots = max(1, self.settings.max_replicas_per_model)
         body: dict[str, Any] = {
             "name": self.node_name, "address": self.addresses.advertise_grpc,
@@ -68,9 +81,11 @@ class Worker:
             body["token"] = self.settings.registration_token
         return body
 
-    def _heartbeat_body(self) -> dict[str, Any]:
-        facts = hardware.probe(self.models_dir)
+    def _heartbeat_body(self, facts: hardware.HardwareFacts) -> dict[str, Any]:
         body: dict[str, Any] = {"available_ram": facts.available_ram}
+        if facts.gpu_known:  # omitted without GPU info, so the frontend keeps the last value
+            body.update(available_vram=facts.available_vram, total_vram=facts.total_vram,
+                        gpu_vendor=facts.gpu_vendor)
         if facts.total_disk:
             body.update(total_disk=facts.total_disk, available_disk=facts.available_disk)
         return body
@@ -81,43 +96,92 @@ class Worker:
     async def request_stop(self) -> None:
         self._stop.set()
 
+    async def _register_once(self) -> dict[str, Any]:
+        return await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+
+    async def _first_registration(self) -> dict[str, Any]:
+        s = self.settings
+        if s.nats_jwt or s.nats_user_seed:
+            if not (s.nats_jwt and s.nats_user_seed):
+                raise ConfigError("LOCALAI_NATS_JWT and LOCALAI_NATS_USER_SEED must be set together")
+            self.creds = WorkerCredentials(s.nats_jwt, s.nats_user_seed, static=True)
+        elif s.nats_require_auth:
+            return await register_until_credentialed(self._register_once, self.creds, s.register_max_attempts)
+        reply = await self.frontend.register(self._registration_body(await self._probe()))
+        self.creds.adopt(reply)
+        return reply
+
+    async def _adopt(self, reply: dict[str, Any]) -> None:
+        """Take a new registration: fresh credentials reconnect NATS; a new node id re-subscribes."""
+        fresh = self.creds.adopt(reply)
+        if fresh and self.nc is not None:
+            await self.nc.force_reconnect()
+        if reply["id"] != self.node_id:
+            log.warning("node %s now registered as %s", self.node_id, reply["id"])
+            self.node_id = reply["id"]
+            if self.handlers is not None and self.nc is not None:
+                await self.handlers.rebind(self.nc, self.node_id)
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
-        reply = await self.frontend.register(self._registration_body())
+        reply = await self._first_registration()
         self.node_id = reply["id"]
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
 
         from corral.staging.receiver import build_file_server
 
-        app = build_file_server(self.models_dir, self.settings.registration_token, readiness=self.readiness,
-                                allow_unauthenticated=self.settings.allow_unauthenticated)
+        http = build_file_server(self.models_dir, self.settings.registration_token, readiness=self.readiness,
+                                 allow_unauthenticated=self.settings.allow_unauthenticated)
         host, port = self.addresses.http_bind
-        http = EmbeddedHTTPServer(app, host, port, name="file-server")
-        await http.start()
-        nc = await bus.connect(self.settings.nats_url, f"corral-worker-{self.node_name}", self._on_nats_state)
-        self.nats_up = nc.is_connected
-        handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
-                                self.request_stop)
-        await handlers.subscribe()
+        await http.start(host, port)
+        tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
+        nc = await bus.connect(self.settings.nats_url, f"corral-worker-{self.node_name}", self._on_nats_state,
+                               credentials=self.creds.for_connect(), tls=tls)
+        self.nc, self.nats_up = nc, nc.is_connected
+        self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
+                                     self.request_stop)
+        await self.handlers.subscribe()
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
-        heartbeat = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
+        loops_stop = asyncio.Event()
+        tasks = [asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+                 asyncio.create_task(self.prober.run(loops_stop), name="backend-probe")]
+        refresh = asyncio.create_task(refresh_loop(self._register_once, self.creds, self._adopt, loops_stop),
+                                      name="nats-credential-refresh")
+        code = 0
         try:
-            await self._stop.wait()
+            code = await self._wait_for_stop(refresh)
         finally:
             log.info("worker %s shutting down", self.node_name)
-            heartbeat.cancel()
+            loops_stop.set()
+            for task in (*tasks, refresh):
+                task.cancel()
+            await asyncio.gather(*tasks, refresh, return_exceptions=True)
             try:
-                await asyncio.wait_for(self.frontend.deregister(self.node_id), DEREGISTER_TIMEOUT_S)
+                await asyncio.wait_for(graceful_deregister(self.frontend, self.node_id, self.supervisor,
+                                                           self.settings.drain_timeout_s),
+                                       self.settings.drain_timeout_s + DEREGISTER_TIMEOUT_S)
             except Exception as exc:  # the frontend may be gone already; shutdown continues
-                log.warning("deregistration failed: %s", exc)
+                log.warning("deregistration failed: %s", exc or type(exc).__name__)
             await self.supervisor.stop_all()
             await nc.drain()
             await http.stop()
             await self.frontend.close()
+        return code
+
+    async def _wait_for_stop(self, refresh: asyncio.Task[None]) -> int:
+        """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed."""
+        stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
+        await asyncio.wait({stop_wait, refresh}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if refresh.done() and not refresh.cancelled() and refresh.exception() is not None:
+            log.error("%s; exiting", refresh.exception())
+            return 1
+        if refresh.done() and not self._stop.is_set():
+            await self._stop.wait()  # credentials never expire (static or none): wait for a signal
         return 0
 
     async def _heartbeat_loop(self) -> None:
@@ -127,10 +191,10 @@ class Worker:
             if not self.nats_up:
                 continue
             try:
-                status = await self.frontend.heartbeat(self.node_id, self._heartbeat_body())
+                status = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
                 if status == 404:
-                    log.warning("frontend no longer knows node %s; re-registering", self.node_id)
-                    reply = await self.frontend.register(self._registration_body())
-                    self.node_id = reply["id"]
+                    log.warning("frontend no longer knows node %s (deleted by an admin?); registering again",
+                                self.node_id)
+                    await self._adopt(await self._register_once())
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)

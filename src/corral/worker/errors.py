@@ -11,3 +11,7 @@ class RegistrationRefused(WorkerError):
 
 class FrontendUnreachable(WorkerError):
     """The frontend did not answer registration; check --register-to and that the frontend is up."""
+
+
+class CredentialsUnavailable(WorkerError):
+    """The worker has no usable NATS credentials (not approved, none minted, or refresh failed); it exits."""

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from corral.bus import subjects
 from corral.bus.messages import (
@@ -41,6 +42,7 @@ class NodeHandlers:
         self.advertise_host = advertise_host
         self._on_stop_node = on_stop_node
         self._tasks: set[asyncio.Task[None]] = set()
+        self._subscriptions: list[Subscription] = []
 
     async def subscribe(self) -> None:
         routes = {
@@ -51,8 +53,19 @@ class NodeHandlers:
             subjects.node_stop(self.node_id): self._node_stop,
         }
         for subject, handler in routes.items():
-            await self.nc.subscribe(subject, cb=self._spawn(handler))
+            self._subscriptions.append(await self.nc.subscribe(subject, cb=self._spawn(handler)))
         await self.nc.flush(timeout=5)
+
+    async def rebind(self, nc: Client, node_id: str) -> None:
+        """Serve under a new node id and/or connection (re-registered after an admin deleted the node)."""
+        for sub in self._subscriptions:
+            try:
+                await sub.unsubscribe()
+            except Exception as exc:  # a closed connection has no subscriptions left to drop
+                log.debug("unsubscribe failed: %s", exc)
+        self._subscriptions.clear()
+        self.nc, self.node_id = nc, node_id
+        await self.subscribe()
 
     def _spawn(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
         """Each message runs in its own task: a slow install must not block a stop."""

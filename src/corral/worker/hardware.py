@@ -1,11 +1,28 @@
-"""Hardware facts a worker reports: RAM from /proc/meminfo, disk of the models filesystem."""
+"""Hardware facts a worker reports: RAM, VRAM and the disk of its models directory.
+
+* RAM from /proc/meminfo (MemTotal, MemAvailable), on every registration and beat.
+* Discrete NVIDIA GPUs: `nvidia-smi` on PATH, per GPU, summed; vendor `nvidia`.
+* Unified-memory SoCs (Jetson, DGX Spark / GB10, Thor), detected from `<sysfs>/devices/soc0/family`
+  and `soc_id`: CPU and GPU share RAM, so RAM figures are reported as VRAM (free VRAM tracks
+  MemAvailable) and no `nvidia-smi` is needed.
+* Disk: the filesystem holding the models directory (not the root filesystem).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+NVIDIA_SMI_TIMEOUT_S = 5.0
+MIB = 1 << 20
+NVIDIA_JEP106 = "jep106:036b"  # NVIDIA's JEDEC manufacturer id, as Arm SoCs expose it in soc_id
+UNIFIED_FAMILIES = ("tegra",)
 
 
 @dataclass(frozen=True)
@@ -17,6 +34,11 @@ class HardwareFacts:
     total_vram: int = 0
     available_vram: int = 0
     gpu_vendor: str = ""
+    unified_memory: bool = False
+
+    @property
+    def gpu_known(self) -> bool:
+        return bool(self.gpu_vendor)
 
 
 def _meminfo_bytes(meminfo: Path) -> tuple[int, int]:
@@ -27,12 +49,63 @@ def _meminfo_bytes(meminfo: Path) -> tuple[int, int]:
             parts = rest.split()
             if parts:
                 values[key] = int(parts[0]) * 1024
-    except OSError:
+    except (OSError, ValueError):
         return 0, 0
     return values.get("MemTotal", 0), values.get("MemAvailable", values.get("MemFree", 0))
 
 
-def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo")) -> HardwareFacts:
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip().lower()
+    except OSError:
+        return ""
+
+
+def is_unified_memory_soc(sysfs_root: Path) -> bool:
+    soc = sysfs_root / "devices" / "soc0"
+    family, soc_id = _read(soc / "family"), _read(soc / "soc_id")
+    return any(f in family for f in UNIFIED_FAMILIES) or soc_id.startswith(NVIDIA_JEP106) or "tegra" in soc_id
+
+
+def parse_nvidia_smi(output: str) -> tuple[int, int]:
+    """(total, free) bytes summed over GPUs from `--query-gpu=memory.total,memory.free` CSV in MiB.
+    Lines a GPU cannot fill (`[N/A]`, `[Not Supported]`) are skipped."""
+    total = free = 0
+    for line in output.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 2:
+            continue
+        try:
+            gpu_total, gpu_free = int(float(parts[0])), int(float(parts[1]))
+        except ValueError:
+            continue
+        total += gpu_total * MIB
+        free += gpu_free * MIB
+    return total, free
+
+
+def nvidia_vram() -> tuple[int, int] | None:
+    """(total, free) VRAM from nvidia-smi, or None when there is no usable nvidia-smi."""
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    try:
+        result = subprocess.run(
+            [binary, "--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("nvidia-smi failed (%s); VRAM unknown this time (containers need "
+                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility and an init process)", exc)
+        return None
+    if result.returncode != 0:
+        log.warning("nvidia-smi exited with %d: %s", result.returncode, result.stderr.strip()[:200])
+        return None
+    total, free = parse_nvidia_smi(result.stdout)
+    return (total, free) if total else None
+
+
+def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo"), sysfs_root: Path = Path("/sys")) -> HardwareFacts:
     total_ram, available_ram = _meminfo_bytes(meminfo)
     try:
         os.makedirs(models_dir, exist_ok=True)
@@ -40,4 +113,12 @@ def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo")) -> HardwareFa
         total_disk, available_disk = usage.total, usage.free
     except OSError:
         total_disk = available_disk = 0
-    return HardwareFacts(total_ram, available_ram, total_disk, available_disk)
+    facts = HardwareFacts(total_ram, available_ram, total_disk, available_disk)
+    if is_unified_memory_soc(sysfs_root):
+        return HardwareFacts(total_ram, available_ram, total_disk, available_disk, total_vram=total_ram,
+                             available_vram=available_ram, gpu_vendor="nvidia", unified_memory=True)
+    vram = nvidia_vram()
+    if vram is not None:
+        return HardwareFacts(total_ram, available_ram, total_disk, available_disk, total_vram=vram[0],
+                             available_vram=vram[1], gpu_vendor="nvidia")
+    return facts

@@ -66,6 +66,9 @@ class FrontendClient:
     async def deregister(self, node_id: str) -> None:
         await self._http.post(f"/api/node/{node_id}/deregister")
 
+    async def drain(self, node_id: str) -> None:
+        await self._http.post(f"/api/node/{node_id}/drain")
+
 
 def _error_text(response: httpx.Response) -> str:
     try:

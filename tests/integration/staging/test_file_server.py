@@ -1,4 +1,4 @@
-"""The worker file server (reference §6.4) served by a real uvicorn, driven by real httpx clients."""
+"""The worker file server (reference §6.4) on real sockets, driven by real httpx clients."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ import contextlib
 import hashlib
 import os
 import socket
-import threading
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from corral.staging.errors import KeyEscapesDirectory, StagingFailed
+from corral.staging.disk_space import DiskBudget
+from corral.staging.file_server import ThreadedFileServer, TransferStats
 from corral.staging.receiver import build_file_server
 from corral.staging.uploader import RetryPolicy, stage_file, stage_files
 
@@ -28,32 +28,11 @@ MiB = 1 << 20
 
 
 @dataclass
-class RequestCounter:
-    """ASGI wrapper counting requests per method and body bytes received by the server."""
-
-    app: Callable
-    methods: dict[str, int] = field(default_factory=dict)
-    body_bytes: int = 0
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            self.methods[scope["method"]] = self.methods.get(scope["method"], 0) + 1
-
-        async def counting_receive():
-            message = await receive()
-            if message["type"] == "http.request":
-                self.body_bytes += len(message.get("body", b""))
-            return message
-
-        await self.app(scope, counting_receive, send)
-
-
-@dataclass
 class RunningServer:
     url: str
     port: int
     models_dir: Path
-    counter: RequestCounter
+    counter: TransferStats
 
 
 def _bound_socket() -> socket.socket:
@@ -64,20 +43,13 @@ def _bound_socket() -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def _serve(app, sock: socket.socket) -> AsyncIterator[None]:
-    """Run uvicorn on ``sock`` in a thread with its own event loop until the block exits."""
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("uvicorn exited before it started")
-        await asyncio.sleep(0.01)
+async def _serve(server: ThreadedFileServer, port: int = 0) -> AsyncIterator[int]:
+    """Run the threaded file server on 127.0.0.1:``port`` (0 = any) until the block exits."""
+    await server.start("127.0.0.1", port)
     try:
-        yield
+        yield server.port
     finally:
-        server.should_exit = True
-        await asyncio.to_thread(thread.join, 10)
+        await server.stop()
 
 
 @pytest.fixture
@@ -91,21 +63,20 @@ def file_server(tmp_path):
         readiness: Callable[[], str | None] = lambda: None,
         allow_unauthenticated: bool = False,
         max_upload_bytes: int = 50 << 30,
+        disk_budget: DiskBudget | None = None,
     ) -> AsyncIterator[RunningServer]:
         models_dir = tmp_path / "worker" / "models"
         models_dir.mkdir(parents=True, exist_ok=True)
-        app = build_file_server(
+        server = build_file_server(
             models_dir,
             token,
             readiness=readiness,
             allow_unauthenticated=allow_unauthenticated,
             max_upload_bytes=max_upload_bytes,
+            disk_budget=disk_budget,
         )
-        counter = RequestCounter(app)
-        sock = _bound_socket()
-        port = sock.getsockname()[1]
-        async with _serve(counter, sock):
-            yield RunningServer(f"http://127.0.0.1:{port}", port, models_dir, counter)
+        async with _serve(server) as port:
+            yield RunningServer(f"http://127.0.0.1:{port}", port, models_dir, server.stats)
 
     return start
 
@@ -483,8 +454,8 @@ async def test_stage_file_skips_the_upload_when_the_worker_already_has_the_same_
             on_progress=lambda s, t: progress.append((s, t)),
         )
     assert second == first
-    assert server.counter.methods["PUT"] == 1
-    assert server.counter.methods["HEAD"] == 2
+    assert server.counter.requests["PUT"] == 1
+    assert server.counter.requests["HEAD"] == 2
     assert Path(first).stat().st_mtime_ns == mtime_ns
     assert progress == [(2 * MiB, 2 * MiB)]
 
@@ -499,7 +470,7 @@ async def test_stage_file_replaces_a_worker_file_with_different_content(file_ser
     assert again == remote
     assert Path(remote).read_bytes() == source.read_bytes()
     assert head.headers["X-Content-SHA256"] == _sha256(source.read_bytes())
-    assert server.counter.methods["PUT"] == 2
+    assert server.counter.requests["PUT"] == 2
 
 
 async def test_stage_file_of_20_mib_keeps_memory_bounded_and_reports_progress_up_to_the_total(
@@ -550,7 +521,7 @@ async def test_stage_file_with_a_wrong_token_fails_naming_file_key_worker_and_st
         f"HEAD {server.url}/v1/files/models/m/x.gguf refused: unauthorized: the frontend's registration "
         "token does not match the worker's"
     )
-    assert server.counter.methods == {"HEAD": 1}
+    assert server.counter.requests == {"HEAD": 1}
 
 
 async def test_stage_file_reports_the_workers_message_when_the_upload_is_refused(
@@ -574,9 +545,9 @@ async def test_stage_file_retries_until_the_worker_comes_up(file_server, tmp_pat
     source = _source_file(tmp_path, 100_000)
     models_dir = tmp_path / "late" / "models"
     models_dir.mkdir(parents=True)
-    sock = _bound_socket()  # bound but not listening: connections are refused until uvicorn starts
+    sock = _bound_socket()  # bound but not listening: connections are refused until the server starts
     port = sock.getsockname()[1]
-    app = build_file_server(models_dir, TOKEN, readiness=lambda: None)
+    server = build_file_server(models_dir, TOKEN, readiness=lambda: None)
     staging = asyncio.create_task(
         stage_file(
             client, f"http://127.0.0.1:{port}", "models/m/x.gguf", source, TOKEN, retry_policy=FAST_RETRIES
@@ -584,7 +555,8 @@ async def test_stage_file_retries_until_the_worker_comes_up(file_server, tmp_pat
     )
     await asyncio.sleep(0.15)
     assert not staging.done()
-    async with _serve(app, sock):
+    sock.close()
+    async with _serve(server, port):
         remote = await asyncio.wait_for(staging, 10)
     assert Path(remote).read_bytes() == source.read_bytes()
 
@@ -756,7 +728,7 @@ async def test_stage_file_resumes_a_dropped_upload_from_the_workers_partial_size
         # A previous attempt delivered the first 1 MiB and then the connection dropped.
         url = f"{server.url}/v1/files/models/m/model.gguf"
         await client.put(url, content=data[:MiB], headers=_range_headers(0, MiB - 1, len(data), sha))
-        body_bytes_before = server.counter.body_bytes
+        body_bytes_before = server.counter.body_bytes_received
         remote = await stage_file(
             client,
             server.url,
@@ -765,7 +737,7 @@ async def test_stage_file_resumes_a_dropped_upload_from_the_workers_partial_size
             TOKEN,
             on_progress=lambda sent, total: progress.append((sent, total)),
         )
-        resumed_bytes = server.counter.body_bytes - body_bytes_before
+        resumed_bytes = server.counter.body_bytes_received - body_bytes_before
     assert Path(remote).read_bytes() == data
     assert resumed_bytes == 2 * MiB
     assert progress[0] == (MiB, 3 * MiB)

@@ -33,3 +33,20 @@ WHERE m.state IN ('staging', 'loading') AND m.updated_at < now() - make_interval
   AND NOT EXISTS (SELECT 1 FROM model_load_jobs j WHERE j.tracking_key = m.model_name AND j.state <> 'failed'
                   AND j.last_progress >= now() - make_interval(secs => $1::double precision))
 RETURNING m.node_id, m.model_name, m.replica_index, m.address, m.state;
+
+-- name: replica_mark_unloading
+-- Take a loaded replica out of routing before stopping it (eviction); no row if it changed meanwhile.
+UPDATE node_models SET state = 'unloading', updated_at = now()
+WHERE node_id = $1 AND model_name = $2 AND replica_index = $3 AND address = $4 AND state = 'loaded'
+RETURNING id;
+
+-- name: replica_unmark_unloading
+-- Put back a replica whose eviction was abandoned (it stayed busy).
+UPDATE node_models SET state = 'loaded', updated_at = now()
+WHERE node_id = $1 AND model_name = $2 AND replica_index = $3 AND address = $4 AND state = 'unloading';
+
+-- name: replicas_all_routable
+-- Every loaded replica on a healthy node: the frontend's view, re-read periodically.
+SELECT m.node_id, m.model_name, m.replica_index, m.address, n.name AS node_name
+FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
+WHERE m.state = 'loaded' AND n.status = 'healthy';

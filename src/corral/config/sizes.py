@@ -1,0 +1,21 @@
+"""Byte sizes in settings: ``512MiB``, ``50GiB``, ``1.5GB``, ``0``, or plain bytes."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)\s*$", re.IGNORECASE)
+_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_BINARY = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size_bytes(raw: str) -> int:
+    """Parse a byte size; ``KiB``/``MiB``/``GiB`` are powers of 1024, ``KB``/``MB``/``GB`` of 1000."""
+    match = _SIZE_RE.match(raw)
+    if match is None:
+        raise ValueError(f"{raw!r} is not a size; use e.g. 512MiB, 50GiB or a number of bytes")
+    number, unit = float(match.group(1)), match.group(2).lower().rstrip("b")
+    table, prefix = (_BINARY, unit[:-1]) if unit.endswith("i") else (_DECIMAL, unit)
+    if prefix not in table:
+        raise ValueError(f"{raw!r} is not a size; use e.g. 512MiB, 50GiB or a number of bytes")
+    return int(number * table[prefix])

@@ -1,0 +1,52 @@
+"""Settings of model staging (issue 4): shared-models mode, S3 object storage, Hugging Face artifacts.
+
+Appended to the frontend's and the worker's tables. The S3 settings are read by both sides (the
+frontend uploads to the bucket, workers fetch from it); the Hugging Face ones only by the frontend --
+workers never receive HF_TOKEN.
+"""
+
+from __future__ import annotations
+
+from corral.config.parse import parse_bool, parse_http_url
+from corral.config.settings import Setting
+from corral.config.sizes import parse_size_bytes
+
+DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+
+
+def _optional_http_url(raw: str) -> str:
+    return parse_http_url(raw) if raw.strip() else ""
+
+
+STORAGE_SETTINGS: tuple[Setting, ...] = (
+    Setting("storage_url", "--storage-url", ("LOCALAI_STORAGE_URL",), "", _optional_http_url,
+            "S3-compatible endpoint; set = stage model files through the bucket instead of HTTP to workers"),
+    Setting("storage_bucket", "--storage-bucket", ("LOCALAI_STORAGE_BUCKET",), "localai",
+            help="S3 bucket for staged files"),
+    Setting("storage_region", "--storage-region", ("LOCALAI_STORAGE_REGION",), "us-east-1",
+            help="S3 region"),
+    Setting("storage_access_key", "--storage-access-key", ("LOCALAI_STORAGE_ACCESS_KEY",), "",
+            help="S3 access key (set together with the secret key)", secret=True),
+    Setting("storage_secret_key", "--storage-secret-key", ("LOCALAI_STORAGE_SECRET_KEY",), "",
+            help="S3 secret key (set together with the access key)", secret=True),
+)
+
+FRONTEND_STAGING_SETTINGS: tuple[Setting, ...] = (
+    Setting("distributed_shared_models", "--distributed-shared-models",
+            ("LOCALAI_DISTRIBUTED_SHARED_MODELS",), False, parse_bool,
+            "every node mounts the models dir at the same path: skip staging, pass absolute paths",
+            is_switch=True),
+    *STORAGE_SETTINGS,
+    Setting("hf_endpoint", "--hf-endpoint", ("HF_ENDPOINT",), DEFAULT_HF_ENDPOINT, parse_http_url,
+            "Hugging Face hub the frontend downloads managed artifacts from"),
+    Setting("hf_token", "--hf-token", ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"), "",
+            help="Hugging Face token for gated/private repos; used by the frontend only", secret=True),
+)
+
+WORKER_STAGING_SETTINGS: tuple[Setting, ...] = (
+    *STORAGE_SETTINGS,
+    Setting("staging_min_free_bytes", "--staging-min-free", ("CORRAL_STAGING_MIN_FREE_BYTES",), 64 << 20,
+            parse_size_bytes, "free space kept on the models filesystem; uploads that would eat it get 507"),
+    Setting("max_upload_bytes", "--max-upload-size", ("CORRAL_MAX_UPLOAD_BYTES",), 50 << 30,
+            parse_size_bytes, "largest single file the file server accepts (413 above it)"),
+)

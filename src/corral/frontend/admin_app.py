@@ -1,0 +1,26 @@
+"""Wire admin and API-key access into the app: the access middleware and the admin routers."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from corral.frontend.access import AccessControl, KeyCache
+from corral.frontend.admin_labels import build_admin_labels_router
+from corral.frontend.admin_nodes import build_admin_nodes_router
+from corral.frontend.keys_api import build_keys_router
+from corral.frontend.metrics import build_metrics_router
+from corral.frontend.state import FrontendState
+
+
+def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
+    """Include last: `/api/nodes/{uuid}` routes never shadow other `/api/nodes/<word>` routers anyway."""
+    lifecycle = state.lifecycle
+    cache = KeyCache(state.pool)
+    app.add_middleware(AccessControl, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth))
+    app.include_router(build_admin_nodes_router(state))
+    app.include_router(build_admin_labels_router(state))
+    app.include_router(build_keys_router(state, on_revoked=cache.evict))
+    app.include_router(build_metrics_router())
+    if lifecycle is not None:
+        lifecycle.events.key_revoked_listeners.append(cache.evict)
+    return cache

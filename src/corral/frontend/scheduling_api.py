@@ -1,0 +1,70 @@
+"""Admin: explain a placement decision, and runtime settings shared by every frontend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from corral.frontend.errors import envelope
+from corral.frontend.state import FrontendState
+from corral.loading.place import DISK_CHECK_SETTING, placement_request
+from corral.placement.errors import NoNodeAvailable
+from corral.placement.pipeline import decide
+from corral.placement.rejection import NoNodeFits
+from corral.store import placement as placement_store
+from corral.store import settings as settings_store
+
+RUNTIME_SETTINGS: dict[str, type] = {DISK_CHECK_SETTING: bool}
+DEFAULTS: dict[str, Any] = {DISK_CHECK_SETTING: True}
+
+
+def _bad(message: str, field: str) -> JSONResponse:
+    return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
+
+
+def build_scheduling_router(state: FrontendState) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/api/nodes/scheduling/explain")
+    async def explain(model: str = "") -> JSONResponse:
+        cfg = state.configs.get(model)
+        if cfg is None:
+            return JSONResponse(envelope(f"model {model!r} not found; pass ?model=<configured model name>",
+                                         "not_found_error", 404, "model"), status_code=404)
+        req = await placement_request(state.router.ctx, cfg)
+        nodes = await placement_store.snapshot(state.pool)
+        try:
+            return JSONResponse(decide(req, nodes).explain())
+        except NoNodeFits as exc:
+            verdicts = [{"node": name, "fits": False, "filter": r.filter, "reason": r.reason, "detail": r.detail}
+                        for name, r in sorted(exc.rejections.items())]
+            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": verdicts})
+        except NoNodeAvailable as exc:
+            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": []})
+
+    @router.get("/api/settings")
+    async def get_settings() -> JSONResponse:
+        return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
+
+    @router.post("/api/settings")
+    async def post_settings(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _bad("request body is not valid JSON; send an object like "
+                        '{"distributed_disk_headroom_check": false}', "body")
+        if not isinstance(body, dict) or not body:
+            return _bad("send a JSON object with at least one setting", "body")
+        for key, value in body.items():
+            kind = RUNTIME_SETTINGS.get(key)
+            if kind is None:
+                return _bad(f"unknown setting {key!r}; known: {', '.join(RUNTIME_SETTINGS)}", key)
+            if not isinstance(value, kind):
+                return _bad(f"setting {key!r} must be a {kind.__name__}, got {value!r}", key)
+        for key, value in body.items():
+            await settings_store.put(state.pool, key, value)
+        return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
+
+    return router

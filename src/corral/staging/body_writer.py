@@ -1,0 +1,65 @@
+"""Copy a request body into a file with one large buffer, telling a follower hasher what has landed."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from typing import BinaryIO
+
+from corral.staging.following_hasher import FollowingHasher
+from corral.staging.http_body import BodyCut, RequestBody
+
+RECV_BUFFER_BYTES = 1 << 20
+
+
+class BodyTooLong(Exception):
+    """The body carried more bytes than allowed (upload cap, or the size its Content-Range declared)."""
+
+
+class DiskFull(Exception):
+    """A write failed with ENOSPC; the bytes written before it are still in the file."""
+
+
+def write_body(
+    body: RequestBody,
+    file: BinaryIO,
+    *,
+    limit_bytes: int,
+    base_size_bytes: int = 0,
+    hasher: FollowingHasher | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> tuple[int, str | None]:
+    """Append ``body`` to ``file``; returns (bytes received, why it was cut or None if complete).
+
+    Every byte received before a cut is written, so a resumable upload can continue after it.
+    Raises :class:`BodyTooLong` past ``limit_bytes`` and :class:`DiskFull` on ENOSPC.
+    """
+    buffer = bytearray(RECV_BUFFER_BYTES)
+    view = memoryview(buffer)
+    received = 0
+    while True:
+        try:
+            count = body.readinto(view)
+        except BodyCut as cut:
+            return received, str(cut)
+        if count == 0:
+            return received, None
+        if received + count > limit_bytes:
+            raise BodyTooLong(f"more than {limit_bytes} bytes")
+        _write_all(file, view[:count])
+        received += count
+        if on_bytes is not None:
+            on_bytes(count)
+        if hasher is not None:
+            hasher.advance(base_size_bytes + received)
+
+
+def _write_all(file: BinaryIO, data: memoryview) -> None:
+    written = 0
+    try:
+        while written < len(data):
+            written += file.write(data[written:]) or 0
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(str(exc)) from None
+        raise

@@ -1,0 +1,27 @@
+-- name: placement_snapshot
+-- One read for a placement decision: healthy backend nodes with their labels and replica rows.
+SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, n.reserved_vram,
+    n.vram_budget_bytes, n.total_disk, n.available_disk, n.max_replicas_per_model,
+    COALESCE((SELECT jsonb_object_agg(l.key, l.value) FROM node_labels l WHERE l.node_id = n.id), '{}'::jsonb)::text
+        AS labels,
+    COALESCE((SELECT jsonb_agg(jsonb_build_object(
+        'model', m.model_name, 'replica_index', m.replica_index, 'state', m.state, 'address', m.address,
+        'in_flight', m.in_flight, 'last_used_s', EXTRACT(EPOCH FROM m.last_used)))
+        FROM node_models m WHERE m.node_id = n.id), '[]'::jsonb)::text AS replicas
+FROM backend_nodes n
+WHERE n.status = 'healthy' AND n.node_type = 'backend'
+ORDER BY n.name;
+
+-- name: vram_reserve
+-- Soft-reserve VRAM on a node for a load in progress (no row when it no longer fits).
+UPDATE backend_nodes SET reserved_vram = reserved_vram + $2
+WHERE id = $1 AND available_vram - reserved_vram >= $2
+RETURNING id;
+
+-- name: vram_release
+-- Give back a soft reservation (never below zero).
+UPDATE backend_nodes SET reserved_vram = GREATEST(0, reserved_vram - $2) WHERE id = $1;
+
+-- name: node_mark_unhealthy
+-- A node that does not answer on the bus: out of placement until it beats again.
+UPDATE backend_nodes SET status = 'unhealthy', updated_at = now() WHERE id = $1 AND status = 'healthy';

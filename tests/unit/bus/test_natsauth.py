@@ -1,0 +1,47 @@
+"""NATS JWT minting with nkeys: claim shapes, scopes, signatures, seed checks."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import nkeys
+import pytest
+
+from corral.bus import natsauth
+
+
+def _parts(jwt: str) -> tuple[dict[str, object], dict[str, object], bytes, bytes]:
+    header, claims, sig = jwt.split(".")
+    pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
+    return (json.loads(base64.urlsafe_b64decode(pad(header))), json.loads(base64.urlsafe_b64decode(pad(claims))),
+            f"{header}.{claims}".encode(), base64.urlsafe_b64decode(pad(sig)))
+
+
+def test_a_minted_worker_credential_is_scoped_to_its_own_node_subjects() -> None:
+    account = natsauth.create_pair("account")
+    jwt, seed = natsauth.mint_worker(account, "node.1*", ttl_s=60)
+    header, claims, signed, sig = _parts(jwt)
+    assert header == {"typ": "JWT", "alg": "ed25519-nkey"}
+    assert claims["iss"] == account.public_key and claims["exp"] - claims["iat"] == 60
+    assert claims["sub"] == natsauth.pair_from_seed(seed).public_key and seed.startswith("SU")
+    nats_claims = claims["nats"]
+    assert nats_claims["sub"]["allow"] == ["nodes.node-1-.>", "_INBOX.>"]  # sanitised token: no wildcards
+    assert "nodes.node-1-.backend.install.*.progress" in nats_claims["pub"]["allow"]
+    assert claims["name"] == "localai-backend-node-1-"
+    verifier = nkeys.from_seed(bytearray(account.seed.encode()))
+    assert verifier.verify(signed, sig)
+
+
+def test_seed_kind_is_checked_and_the_error_names_the_setting() -> None:
+    user = natsauth.create_pair("user")
+    with pytest.raises(natsauth.NatsAuthError, match="LOCALAI_NATS_ACCOUNT_SEED is not a NATS account seed"):
+        natsauth.pair_from_seed(user.seed, kind="account", setting="LOCALAI_NATS_ACCOUNT_SEED")
+    with pytest.raises(natsauth.NatsAuthError, match="not a valid NATS nkey seed"):
+        natsauth.pair_from_seed("SAnotaseed", setting="X")
+
+
+def test_decode_claims_reads_what_encode_wrote() -> None:
+    operator = natsauth.create_pair("operator")
+    jwt = natsauth.operator_jwt(operator, "ASYS")
+    assert natsauth.decode_claims(jwt)["nats"] == {"type": "operator", "version": 2, "system_account": "ASYS"}
