@@ -24,6 +24,18 @@ def _bad(message: str, field: str) -> JSONResponse:
     return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
 
 
+def _validate_settings(body: Any) -> JSONResponse | None:
+    if not isinstance(body, dict) or not body:
+        return _bad("send a JSON object with at least one setting", "body")
+    for key, value in body.items():
+        kind = RUNTIME_SETTINGS.get(key)
+        if kind is None:
+            return _bad(f"unknown setting {key!r}; known: {', '.join(RUNTIME_SETTINGS)}", key)
+        if not isinstance(value, kind):
+            return _bad(f"setting {key!r} must be a {kind.__name__}, got {value!r}", key)
+    return None
+
+
 def build_scheduling_router(state: FrontendState) -> APIRouter:
     router = APIRouter()
 
@@ -55,14 +67,9 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
         except ValueError:
             return _bad("request body is not valid JSON; send an object like "
                         '{"distributed_disk_headroom_check": false}', "body")
-        if not isinstance(body, dict) or not body:
-            return _bad("send a JSON object with at least one setting", "body")
-        for key, value in body.items():
-            kind = RUNTIME_SETTINGS.get(key)
-            if kind is None:
-                return _bad(f"unknown setting {key!r}; known: {', '.join(RUNTIME_SETTINGS)}", key)
-            if not isinstance(value, kind):
-                return _bad(f"setting {key!r} must be a {kind.__name__}, got {value!r}", key)
+        refused = _validate_settings(body)
+        if refused is not None:
+            return refused
         for key, value in body.items():
             await settings_store.put(state.pool, key, value)
         return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
