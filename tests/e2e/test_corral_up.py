@@ -74,6 +74,24 @@ def _marker(data_dir: Path) -> str:
     raise LookupError("frontend of corral up not found")
 
 
+def _check_admin_key_and_approval(data_dir: Path, port: int, text: str, *, first_run: bool) -> None:
+    """The admin key is printed once and kept 0600; own workers are approved, a foreign node stays pending."""
+    key_file = data_dir / "admin-key"
+    key = key_file.read_text().strip()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert (key in text) is first_run, text
+    admin = {"Authorization": f"Bearer {key}"}
+    nodes = httpx.get(f"http://127.0.0.1:{port}/api/nodes", headers=admin).json()
+    own = [n for n in nodes if n["name"].endswith("-worker-1")]
+    assert own and own[0]["status"] == "healthy" and own[0]["approved"]
+    if first_run:
+        token = (data_dir / "registration-token").read_text().strip()
+        reply = httpx.post(f"http://127.0.0.1:{port}/api/node/register", headers={"Authorization": f"Bearer {token}"},
+                           json={"name": "stranger", "address": "10.9.9.9:50051", "token": token})
+        assert reply.status_code == 201 and reply.json()["status"] == "pending"
+    assert httpx.get(f"http://127.0.0.1:{port}/api/nodes").status_code == 401
+
+
 def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="corral-up-", dir="/var/tmp"))
     os.chmod(data_dir, 0o755)
@@ -88,6 +106,7 @@ def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
                     assert any(line.startswith(component) for line in lines), text
                 assert f"curl http://127.0.0.1:{port}/v1/chat/completions" in text
                 marker = _marker(data_dir)
+                _check_admin_key_and_approval(data_dir, port, text, first_run=run == 0)
                 if run == 0:
                     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
                                            timeout=300)

@@ -26,9 +26,9 @@ WORKER_SUB = ("nodes.{tok}.>", "_INBOX.>")
 WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.files.>", "_INBOX.>")
 # Frontend service user (from `corral nats-auth-setup`).
 SERVICE_PUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
-               "prefixcache.>", "finetune.>", "_INBOX.>")
+               "prefixcache.>", "finetune.>", "corral.>", "_INBOX.>")
 SERVICE_SUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
-               "prefixcache.>", "_INBOX.>")
+               "prefixcache.>", "corral.>", "_INBOX.>")
 
 
 class NatsAuthError(Exception):

@@ -101,8 +101,8 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)
         progress.phase(STAGING)
-        staged = await stage_model(ctx.staging, StagingTarget(node.name, node.http_address),
-                                   cfg, model_options(cfg), progress)
+        target = StagingTarget(node.name, node.http_address, node.id)
+        staged = await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)
         await call_load_model(ctx, address, cfg, staged)

@@ -19,12 +19,14 @@ from corral.loading.hold import LoadHold, base_budget_s
 from corral.loading.progress import LoadProgress
 from corral.loading.waiters import Outcome, Waiters
 from corral.models.config import ModelConfig
+from corral.placement.errors import PlacementError
 from corral.routing.replica import Replica
 from corral.store import load_jobs
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
+PLACEMENT = "placement"
 FAILED_GRACE_S = 15.0
 
 
@@ -81,6 +83,8 @@ class LoadJobRunner:
             if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
                 raise
             await self._failed(key, f"loading model {key}: {why_stopped[0]}")
+        except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
+            await self._failed(key, str(exc), PLACEMENT)
         except Exception as exc:  # every failure reaches every waiter with its real cause
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
             await self._failed(key, message)
@@ -92,10 +96,10 @@ class LoadJobRunner:
             for helper in helpers:
                 helper.cancel()
 
-    async def _failed(self, key: str, message: str) -> None:
+    async def _failed(self, key: str, message: str, kind: str = "load") -> None:
         log.warning("%s", message)
-        await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message)
-        await self.waiters.announce(key, Outcome(ok=False, error=message))
+        await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message, kind)
+        await self.waiters.announce(key, Outcome(ok=False, error=message, kind=kind))
         await asyncio.sleep(self.settings.failed_grace_s)  # the failure stays visible, then the next try may run
         await load_jobs.delete(self.ctx.pool, key, self.settings.owner)
 

@@ -37,6 +37,7 @@ class Outcome:
     ok: bool
     error: str = ""
     orphaned: bool = False
+    kind: str = ""  # of a failure: "placement" (no node fits) or "load"
 
 
 class Waiters:
@@ -50,14 +51,15 @@ class Waiters:
     async def _on_event(self, msg: Msg) -> None:
         try:
             body = json.loads(msg.data)
-            self.notify(str(body["tracking_key"]), Outcome(bool(body["ok"]), str(body.get("error") or "")))
+            self.notify(str(body["tracking_key"]),
+                        Outcome(bool(body["ok"]), str(body.get("error") or ""), kind=str(body.get("kind") or "")))
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring malformed load event on %s", msg.subject)
 
     async def announce(self, key: str, outcome: Outcome) -> None:
         """Wake local waiters at once and every other frontend's through NATS."""
         self.notify(key, outcome)
-        payload = {"tracking_key": key, "ok": outcome.ok, "error": outcome.error or None}
+        payload = {"tracking_key": key, "ok": outcome.ok, "error": outcome.error or None, "kind": outcome.kind}
         with contextlib.suppress(Exception):  # peers fall back to polling the job row
             await self.nc.publish(event_subject(key), json.dumps(payload).encode())
 
@@ -92,6 +94,6 @@ class Waiters:
             if job is None:
                 return Outcome(ok=True)
             if job.state == FAILED:
-                return Outcome(ok=False, error=job.last_error)
+                return Outcome(ok=False, error=job.last_error, kind=job.error_kind)
             if job.silent_s > self.orphan_s:
                 return Outcome(ok=False, orphaned=True)

@@ -68,7 +68,7 @@ class Decision:
                 "needs_eviction": self.needs_eviction, "warnings": self.warnings, "nodes": nodes}
 
 
-def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Decision) -> list[NodeSnapshot]:
+def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Decision) -> list[NodeSnapshot]:  # noqa: C901
     passed: list[NodeSnapshot] = []
     disk_only: list[NodeSnapshot] = []
     for node in nodes:
@@ -83,10 +83,8 @@ def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Deci
         return passed
     disk_rejections = [decision.rejections[n.name] for n in disk_only]
     message = disk_message(req.model, required_disk_bytes(req.disk_bytes), disk_rejections)
-    if req.disk_check:
-        if len(disk_only) == len(nodes):
-            raise NoNodeFits(message, decision.rejections)
-        return passed
+    if req.disk_check:  # every node that could otherwise take the model lacks disk: the spec's message
+        raise NoNodeFits(message, decision.rejections)
     warning = (f"No node has room to store this model, but the disk-headroom check is DISABLED; scheduling "
                f"anyway — staging will most likely fail with ENOSPC model={req.model} "
                "knob=distributed-disk-headroom-check")

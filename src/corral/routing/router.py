@@ -20,6 +20,7 @@ from corral.loading.runner import JobSettings, LoadJobRunner
 from corral.loading.status import loading_message, loading_object, retry_after_s
 from corral.loading.waiters import Waiters
 from corral.models.config import ModelConfig
+from corral.placement.errors import PlacementError
 from corral.routing import events
 from corral.routing.eviction import Evictor, local_in_flight_lookup
 from corral.routing.inflight import ClusterInFlight
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 3
 VIEW_REFRESH_S = 10.0
 STATUS_READ_TIMEOUT_S = 5.0
+
+
+def _raise_failure(key: str, error: str, kind: str) -> None:
+    if kind == "placement":
+        raise PlacementError(error)
+    raise LoadError(error or f"loading model {key} failed")
 
 
 class Router:
@@ -126,13 +133,13 @@ class Router:
                         return replica
                     self.runner.start(cfg)
                 elif job is not None and job.state == "failed":
-                    raise LoadError(job.last_error or f"loading model {key} failed")
+                    _raise_failure(key, job.last_error, job.error_kind)
                 remaining = None if deadline is None else max(0.0, deadline - loop.time())
                 outcome = await self.waiters.wait(woken, key, remaining)
             if outcome is None:
                 await self._still_loading(key)
             elif not outcome.ok and not outcome.orphaned:
-                raise LoadError(outcome.error or f"loading model {key} failed")
+                _raise_failure(key, outcome.error, outcome.kind)
             replica = self.view.pick(key) or await self._warm_from_db(cfg)
             if replica is not None:
                 return replica

@@ -52,3 +52,27 @@ class StagingFailed(StagingError):
             f"staging {str(local_path)!r} as key {key!r} to worker {worker_url} failed "
             f"({status_text}): {message}"
         )
+
+
+class HubDownloadFailed(StagingError):
+    """The frontend could not resolve or download a managed Hugging Face artifact.
+
+    The message names the repo, the HTTP status (``None`` when the hub was unreachable) and the fix:
+    a 401/403 means the repo is gated or private and the frontend needs HF_TOKEN; a 404 means the repo
+    or revision does not exist; an unreachable hub means HF_ENDPOINT or the frontend's network is wrong.
+    """
+
+    def __init__(self, repo: str, status: int | None, message: str) -> None:
+        self.repo = repo
+        self.status = status
+        self.message = message
+        super().__init__(f"Hugging Face repo {repo!r}: {message}")
+
+
+class ObjectStoreFailed(StagingError):
+    """S3 staging failed: the bucket refused or was unreachable, or a worker could not fetch a key.
+
+    The message names the key, the bucket or node, and the cause. Check LOCALAI_STORAGE_URL,
+    LOCALAI_STORAGE_BUCKET and the access/secret keys on the frontend *and* the workers, and that
+    the workers reach the endpoint.
+    """

@@ -232,7 +232,7 @@ class _FileUpload:
         )
 
     async def describe_local_file(self, on_hash: ProgressCallback | None) -> tuple[int, str]:
-        report = _from_thread(on_hash, HASH_REPORT_EVERY_BYTES)
+        report = threadsafe_progress(on_hash, HASH_REPORT_EVERY_BYTES)
         try:
             size_bytes = os.stat(self.local_path).st_size
             local_hash = await asyncio.to_thread(cached_sha256, self.local_path, report)
@@ -312,7 +312,7 @@ class _FileUpload:
         return local_path
 
 
-def _from_thread(callback: ProgressCallback | None, every_bytes: int) -> ProgressCallback | None:
+def threadsafe_progress(callback: ProgressCallback | None, every_bytes: int) -> ProgressCallback | None:
     """A progress callback safe to call from a worker thread: throttled, delivered on the loop."""
     if callback is None:
         return None

@@ -21,6 +21,7 @@ class JobSnapshot:
     file_index: int
     total_files: int
     last_error: str
+    error_kind: str  # "placement" (no node fits) or "load"
     silent_s: float  # seconds since the owner's last heartbeat
     moving_s: float | None  # seconds since the first byte moved
 
@@ -30,7 +31,7 @@ class JobSnapshot:
             tracking_key=row["tracking_key"], state=row["state"], owner_replica=row["owner_replica"],
             node_id=row["node_id"], node_name=row["node_name"], bytes_sent=int(row["bytes_sent"]),
             total_bytes=int(row["total_bytes"]), file_index=int(row["file_index"]),
-            total_files=int(row["total_files"]), last_error=row["last_error"],
+            total_files=int(row["total_files"]), last_error=row["last_error"], error_kind=row.get("error_kind") or "",
             silent_s=float(row.get("silent_s") or 0.0), moving_s=row.get("moving_s"),
         )
 
@@ -61,8 +62,8 @@ async def heartbeat(pool: asyncpg.Pool, key: str, owner: str, *, state: str, nod
     return row is not None
 
 
-async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str) -> None:
-    await pool.execute(q("load_job_fail"), key, owner, error)
+async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str, kind: str = "load") -> None:
+    await pool.execute(q("load_job_fail"), key, owner, error, kind)
 
 
 async def delete(pool: asyncpg.Pool, key: str, owner: str) -> None:

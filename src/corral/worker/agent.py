@@ -53,6 +53,7 @@ class Worker:
         self.creds = WorkerCredentials()
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
+        self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
 
     def readiness(self) -> str | None:
         if not self.node_id:
@@ -121,6 +122,8 @@ class Worker:
             self.node_id = reply["id"]
             if self.handlers is not None and self.nc is not None:
                 await self.handlers.rebind(self.nc, self.node_id)
+            if self.s3_files is not None and self.nc is not None:
+                await self.s3_files.rebind(self.nc, self.node_id)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -131,10 +134,10 @@ class Worker:
         self.node_id = reply["id"]
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
 
-        from corral.staging.receiver import build_file_server
+        from corral.worker.files import build_worker_file_server, drop_hub_token, start_s3_file_handlers
 
-        http = build_file_server(self.models_dir, self.settings.registration_token, readiness=self.readiness,
-                                 allow_unauthenticated=self.settings.allow_unauthenticated)
+        drop_hub_token()
+        http = build_worker_file_server(self.settings, self.models_dir, self.readiness)
         host, port = self.addresses.http_bind
         await http.start(host, port)
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
@@ -144,6 +147,7 @@ class Worker:
         self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
                                      self.request_stop)
         await self.handlers.subscribe()
+        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir)
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()
@@ -169,6 +173,8 @@ class Worker:
             await self.supervisor.stop_all()
             await nc.drain()
             await http.stop()
+            if self.s3_files is not None:
+                self.s3_files.close()
             await self.frontend.close()
         return code
 

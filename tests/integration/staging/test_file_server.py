@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.staging.errors import KeyEscapesDirectory, StagingFailed
 from corral.staging.disk_space import DiskBudget
+from corral.staging.errors import KeyEscapesDirectory, StagingFailed
 from corral.staging.file_server import ThreadedFileServer, TransferStats
 from corral.staging.receiver import build_file_server
 from corral.staging.uploader import RetryPolicy, stage_file, stage_files

@@ -12,7 +12,7 @@ MIB = 1 << 20
 def job(state: str = "staging", sent: int = 0, total: int = 0, index: int = 0, files: int = 0,
         moving_s: float | None = None, node: str = "gpu-7") -> JobSnapshot:
     return JobSnapshot(tracking_key="llama", state=state, owner_replica="o", node_id="n", node_name=node,
-                       bytes_sent=sent, total_bytes=total, file_index=index, total_files=files, last_error="",
+                       bytes_sent=sent, total_bytes=total, file_index=index, total_files=files, last_error="", error_kind="",
                        silent_s=0.0, moving_s=moving_s)
 
 

@@ -4,7 +4,7 @@ INSERT INTO model_load_jobs AS j (tracking_key, state, owner_replica, last_progr
 VALUES ($1, 'pending', $2, now(), now(), now())
 ON CONFLICT (tracking_key) DO UPDATE SET state = 'pending', owner_replica = EXCLUDED.owner_replica,
     node_id = '', node_name = '', replica_index = 0, bytes_sent = 0, total_bytes = 0, file_index = 0,
-    total_files = 0, last_error = '', started_at = NULL, created_at = now(), updated_at = now(),
+    total_files = 0, last_error = '', error_kind = '', started_at = NULL, created_at = now(), updated_at = now(),
     last_progress = now()
 WHERE (j.state <> 'failed' AND j.last_progress < now() - make_interval(secs => $3::double precision))
    OR (j.state = 'failed' AND j.updated_at < now() - make_interval(secs => $4::double precision))
@@ -26,7 +26,7 @@ RETURNING tracking_key;
 
 -- name: load_job_fail
 -- The load failed: keep the row (state failed, real cause) for the failure grace so waiters read it.
-UPDATE model_load_jobs SET state = 'failed', last_error = $3, updated_at = now()
+UPDATE model_load_jobs SET state = 'failed', last_error = $3, error_kind = $4, updated_at = now()
 WHERE tracking_key = $1 AND owner_replica = $2;
 
 -- name: load_job_delete

@@ -1,0 +1,97 @@
+"""Workers on a NATS server in operator/JWT mode: wait for approval, get minted credentials,
+refresh them before expiry (TTL shortened), and give up visibly when never approved."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.bus import auth_setup
+from corral.bus import client as bus
+from corral.bus.security import NatsCredentials
+from support.cluster import Cluster, free_port_pair, spawn, wait_http
+from support.nats_servers import NatsServer, nats_server
+
+pytestmark = pytest.mark.slow
+
+JWT_TTL_S = 6.0
+
+
+@pytest.fixture(scope="module")
+def material() -> auth_setup.AuthMaterial:
+    return auth_setup.generate()
+
+
+@pytest.fixture(scope="module")
+def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
+    out = state_root / "e2e-nats-jwt-server"
+    auth_setup.write(material, out)
+    server = nats_server(out, (out / "nats-server.conf").read_text()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(state_root: Path, make_database: Callable[[], str], jwt_server: NatsServer,
+            material: auth_setup.AuthMaterial) -> Iterator[Cluster]:
+    c = Cluster(root=state_root / "e2e-nats-jwt", database_url=make_database(), nats_url=jwt_server.url,
+                auto_approve=False, frontend_env={
+                    "LOCALAI_NATS_ACCOUNT_SEED": material.account.seed,
+                    "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
+                    "LOCALAI_NATS_SERVICE_SEED": material.service_seed,
+                    "LOCALAI_NATS_WORKER_JWT_TTL": f"{JWT_TTL_S:g}s", "LOCALAI_NATS_REQUIRE_AUTH": "true"})
+    c.models_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        c.start_frontend()
+        yield c
+    finally:
+        c.stop()
+
+
+def _node_id(cluster: Cluster, name: str) -> str | None:
+    nodes = httpx.get(f"{cluster.frontend_url}/api/nodes", headers=cluster.admin_headers).json()
+    return next((n["id"] for n in nodes if n["name"] == name), None)
+
+
+def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_ttl(
+        cluster: Cluster, jwt_server: NatsServer, material: auth_setup.AuthMaterial) -> None:
+    base = free_port_pair()
+    worker = spawn("w-jwt", [*cluster.worker_argv("w-jwt", base), "--nats-require-auth"], cluster.root / "logs")
+    cluster.workers.append(worker)
+    deadline = time.monotonic() + 20
+    while (node_id := _node_id(cluster, "w-jwt")) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node_id is not None
+    time.sleep(0.5)
+    assert httpx.get(f"http://127.0.0.1:{base - 1}/readyz").status_code != 200  # not connected while pending
+    approved = httpx.post(f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers)
+    assert approved.status_code == 200 and approved.json()["nats_jwt"] and approved.json()["nats_user_seed"]
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker, timeout_s=30)
+    time.sleep(2.5 * JWT_TTL_S)  # two and a half lifetimes of the first JWT
+    assert httpx.get(f"http://127.0.0.1:{base - 1}/readyz").status_code == 200
+
+    async def ask_worker() -> bytes:
+        nc = await bus.connect(jwt_server.url, "test-service",
+                               credentials=NatsCredentials.static(material.service_jwt, material.service_seed))
+        try:
+            return (await nc.request(f"nodes.{node_id}.models.running", b"{}", timeout=5)).data
+        finally:
+            await nc.close()
+
+    assert b"models" in asyncio.run(ask_worker())
+    assert worker.log().count("NATS credentials refreshed") >= 2
+    assert worker.popen.poll() is None
+
+
+def test_a_worker_that_is_never_approved_exits_non_zero_after_bounded_attempts(cluster: Cluster) -> None:
+    base = free_port_pair()
+    worker = spawn("w-never", [*cluster.worker_argv("w-never", base), "--nats-require-auth",
+                               "--register-max-attempts", "2"], cluster.root / "logs")
+    assert worker.popen.wait(60) == 1
+    assert "no NATS credentials after 2 registrations" in worker.log()
+    assert "Traceback" not in worker.log()
