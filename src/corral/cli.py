@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from corral.config.errors import ConfigError
 
@@ -33,6 +34,15 @@ def setup_logging(level: str, component: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _run_fast(main: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when it is installed (the hot path's event loop), else on asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def _run_frontend(argv: Sequence[str]) -> int:
     from corral.config.frontend import FRONTEND_SETTINGS
     from corral.config.settings import load
@@ -40,7 +50,7 @@ def _run_frontend(argv: Sequence[str]) -> int:
 
     settings = load("corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
     setup_logging(settings.log_level, "frontend")
-    return asyncio.run(serve(settings))
+    return _run_fast(serve(settings))
 
 
 def _run_worker(argv: Sequence[str]) -> int:

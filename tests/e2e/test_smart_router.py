@@ -13,9 +13,9 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
-from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 
 from corral.models.tiny_gguf import write_tiny_llama
+from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 
 pytestmark = pytest.mark.slow
 
