@@ -126,7 +126,7 @@ def test_negated_selectors_keep_a_model_off_matching_nodes(env: Env) -> None:
     assert response.json()["error"]["message"] == "scheduling not-on-gpu: 0/1 nodes fit: 1 selector mismatch"
 
 
-def _register_ghost(env: Env, name: str, **facts: int) -> str:
+def _register_ghost(env: Env, name: str, **facts: object) -> str:
     body = {"name": name, "address": "127.0.0.1:1", "http_address": "127.0.0.1:2", "token": env.cluster.token,
             **facts}
     response = httpx.post(f"{env.f1}/api/node/register", json=body,
@@ -171,3 +171,20 @@ async def test_a_node_that_does_not_answer_on_the_bus_is_demoted_and_another_is_
 
 def _f2_log(env: Env) -> str:
     return (env.cluster.root / "logs" / "frontend-2.log").read_text(errors="replace")
+
+
+async def test_an_admin_vram_budget_is_validated_and_sticky_across_re_registration(env: Env) -> None:
+    node_id = _register_ghost(env, "ghost-budget", total_vram=80 << 30, available_vram=80 << 30)
+    url = f"{env.f1}/api/nodes/{node_id}/vram-budget"
+    assert httpx.put(url, json={"value": "10GiB"}).status_code in (401, 403)  # admin only
+    bad = httpx.put(url, json={"value": "lots"}, headers=env.admin)
+    assert bad.status_code == 400 and "'lots'" in bad.json()["error"]["message"]
+    assert httpx.put(url, json={"value": "10GiB"}, headers=env.admin).json() == {"vram_budget": "10GiB"}
+    _register_ghost(env, "ghost-budget", total_vram=80 << 30, available_vram=80 << 30, vram_budget="90%")
+    conn = await asyncpg.connect(env.cluster.database_url)
+    try:
+        row = await conn.fetchrow("SELECT vram_budget, vram_budget_bytes FROM backend_nodes WHERE id = $1", node_id)
+    finally:
+        await conn.close()
+    assert (row["vram_budget"], row["vram_budget_bytes"]) == ("10GiB", 10 << 30)
+    assert httpx.delete(url, headers=env.admin).json() == {"reset": True}

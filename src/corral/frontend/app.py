@@ -13,6 +13,7 @@ from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
 from corral.frontend.scheduling_api import build_scheduling_router
 from corral.frontend.state import FrontendState
+from corral.frontend.vram_budget_api import build_vram_budget_router
 
 
 def build_app(state: FrontendState) -> FastAPI:
@@ -22,6 +23,7 @@ def build_app(state: FrontendState) -> FastAPI:
     app.include_router(build_openai_router(state))
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
+    app.include_router(build_vram_budget_router(state))
     install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
 
     @app.get("/healthz", response_class=PlainTextResponse)

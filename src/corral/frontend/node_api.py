@@ -14,6 +14,7 @@ from corral.frontend.auth import check_registration_token
 from corral.frontend.state import FrontendState
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
+from corral.store import vram_budget
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ async def _register(state: FrontendState, body: RegisterNodeRequest) -> JSONResp
         return node_error(400, "field 'address' is required for backend nodes (the worker's gRPC host:port)")
     facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
     row = await node_store.register(state.pool, facts, body.token, body.labels, auto_approve=state.auto_approve_nodes)
+    await vram_budget.refresh(state.pool, row["id"])  # resolve the (possibly sticky) budget against this VRAM
     state.router.view.remove_node(row["id"])
     await node_changed(state, row["id"], row["status"])
     log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])

@@ -80,6 +80,8 @@ class Worker:
             body.update(total_disk=facts.total_disk, available_disk=facts.available_disk)
         if self.settings.registration_token:
             body["token"] = self.settings.registration_token
+        if self.settings.vram_budget:
+            body["vram_budget"] = self.settings.vram_budget
         return body
 
     def _heartbeat_body(self, facts: hardware.HardwareFacts) -> dict[str, Any]:

@@ -25,3 +25,15 @@ UPDATE backend_nodes SET reserved_vram = GREATEST(0, reserved_vram - $2) WHERE i
 -- name: node_mark_unhealthy
 -- A node that does not answer on the bus: out of placement until it beats again.
 UPDATE backend_nodes SET status = 'unhealthy', updated_at = now() WHERE id = $1 AND status = 'healthy';
+
+-- name: node_vram_budget_get
+-- A node's budget string and detected VRAM (to resolve the budget in bytes).
+SELECT id, vram_budget, total_vram, vram_budget_manually_set FROM backend_nodes WHERE id = $1;
+
+-- name: node_vram_budget_set
+-- Store a node's budget and its resolved ceiling; `manual` makes an admin budget sticky across re-registration.
+UPDATE backend_nodes SET vram_budget = $2, vram_budget_bytes = $3,
+    vram_budget_manually_set = CASE WHEN $4::boolean IS NULL THEN vram_budget_manually_set ELSE $4 END,
+    updated_at = now()
+WHERE id = $1
+RETURNING id;
