@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
-import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -89,8 +88,40 @@ async def _measure(call: Callable[[], Awaitable[None]]) -> tuple[float, float, f
     return statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, rps
 
 
-def _client(url: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=CONCURRENCY))
+class _LeanClient:
+    """A minimal keep-alive HTTP/1.1 client (one request at a time per connection), so the load
+    generator costs little next to the servers it measures; a pool of connections for concurrency."""
+
+    def __init__(self, url: str) -> None:
+        self.host, self.port = url.removeprefix("http://").split(":")
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def __aenter__(self) -> _LeanClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        for _, writer in self._idle:
+            writer.close()
+
+    async def post(self, path: str, json: object) -> int:
+        payload = orjson.dumps(json)
+        conn = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, int(self.port))
+        reader, writer = conn
+        writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        await reader.readexactly(length)
+        self._idle.append(conn)
+        if status != 200:
+            raise RuntimeError(f"{path}: HTTP {status}")
+        return status
+
+
+def _client(url: str) -> _LeanClient:
+    return _LeanClient(url)
 
 
 async def _xacts(database_url: str) -> int:
@@ -142,7 +173,7 @@ async def main() -> None:
             rows.append(("baseline: minimal HTTP server", await _measure(lambda: base.post("/v1/chat/completions",
                                                                                            json=BODY))))
         async with _client(cluster.frontend_url) as front:
-            (await front.post("/v1/chat/completions", json=BODY)).raise_for_status()  # cold load
+            await front.post("/v1/chat/completions", json=BODY)  # cold load
             await asyncio.sleep(1.0)
             idle_before = await _xacts(database_url)
             started = time.perf_counter()
@@ -152,7 +183,7 @@ async def main() -> None:
             started = time.perf_counter()
 
             async def routed() -> None:
-                (await front.post("/v1/chat/completions", json=BODY)).raise_for_status()
+                await front.post("/v1/chat/completions", json=BODY)
 
             rows.append(("corral: frontend -> simulator replica", await _measure(routed)))
             elapsed = time.perf_counter() - started

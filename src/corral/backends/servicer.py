@@ -111,7 +111,10 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self, fn: Callable[..., T], *args: Any, on_cancel: Callable[[], None] | None = None
     ) -> T:
         """Run `fn` in a thread; if the caller is cancelled, call `on_cancel` (a hint to stop
-        early) and still wait for the thread before returning, so the lock covers it."""
+        early) and still wait for the thread before returning, so the lock covers it.
+        An engine whose calls cannot block (`blocks` is False) runs inline: no thread hop."""
+        if not getattr(self._engine, "blocks", True):
+            return fn(*args)
         self._threads_in_flight += 1
         future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
         future.add_done_callback(lambda _: self._finished_thread())

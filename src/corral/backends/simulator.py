@@ -124,6 +124,11 @@ class SimulatorEngine:
     def settings(self) -> SimulatorSettings:
         return self._settings
 
+    @property
+    def blocks(self) -> bool:
+        """Whether a call may sleep: with zero simulated time it runs inline, without a thread hop."""
+        return not self._loaded or self._settings.prompt_token_time_s > 0 or self._settings.output_token_time_s > 0
+
     def load(self, opts: pb.ModelOptions) -> None:
         try:
             settings = SimulatorSettings.from_options(list(opts.Options))

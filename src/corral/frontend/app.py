@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 from corral import __version__
 from corral.frontend.admin_app import install_admin
 from corral.frontend.errors import install_handlers
+from corral.frontend.fast_path import FastPath
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
@@ -20,7 +21,10 @@ def build_app(state: FrontendState) -> FastAPI:
     app = FastAPI(title="corral", version=__version__, docs_url="/docs", redoc_url=None)
     install_handlers(app)
     install_node_api(app, state)
-    app.include_router(build_openai_router(state))
+    openai_router = build_openai_router(state)
+    app.include_router(openai_router)
+    # Added before the access middleware, so it runs inside it: auth still applies to the fast path.
+    app.add_middleware(FastPath, handlers=openai_router.fast_handlers)  # type: ignore[attr-defined]
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_vram_budget_router(state))

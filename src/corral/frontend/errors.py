@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,9 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def validation_message(exc: RequestValidationError) -> tuple[str, str]:
-    first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str]:
+    errors = list(exc.errors())
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
     field = _field_path(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
         return "body", "request body is not valid JSON; send a JSON object"
@@ -46,16 +48,24 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str]:
     return field, f"invalid request: field '{field}': {msg}"
 
 
+def validation_response(exc: RequestValidationError | ValidationError) -> JSONResponse:
+    field, message = validation_message(exc)
+    return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
+
+
+def api_error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse({**envelope(exc.message, exc.type, exc.code, exc.param), **exc.extra},
+                        status_code=exc.status, headers=exc.headers)
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse({**envelope(exc.message, exc.type, exc.code, exc.param), **exc.extra},
-                            status_code=exc.status, headers=exc.headers)
+        return api_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        field, message = validation_message(exc)
-        return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
+        return validation_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

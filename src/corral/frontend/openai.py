@@ -150,6 +150,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
                       "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
                      headers=_node_header(state, replica))
 
+    # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
+    router.fast_handlers = {  # type: ignore[attr-defined]
+        "/v1/chat/completions": (ChatCompletionRequest, chat),
+        "/v1/completions": (CompletionRequest, completions),
+        "/v1/embeddings": (EmbeddingRequest, embeddings),
+    }
     return router
 
 

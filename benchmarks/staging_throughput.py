@@ -1,0 +1,183 @@
+"""Staging throughput: one large file frontend -> worker file server on loopback, against raw baselines.
+
+Measured in the same run, alternating rounds (these machines are noisy), median of each:
+
+* transfer: ``stage_file`` (HEAD, sendfile PUT, worker writes + verifies sha256, sidecars) with the
+  local hash already cached, vs ``curl -T`` of the same file to a minimal receiver that only writes
+  the bytes to disk (no hashing, no protocol);
+* verify hashing: ``corral.staging.hashing.sha256_file`` vs ``sha256sum``;
+* first staging of a file never hashed before: local hash + transfer, vs ``sha256sum`` + ``curl -T``.
+
+Prints MB/s and the ratios (ours / raw, higher is better; target >= 0.90).
+
+    python benchmarks/staging_throughput.py [--size-mib 1024] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from corral.staging.hashing import hash_sidecar_path, sha256_file
+from corral.staging.uploader import stage_file
+
+TOKEN = "bench-token"
+MiB = 1 << 20
+
+WORKER_SCRIPT = """
+import asyncio, sys
+from pathlib import Path
+from corral.staging.receiver import build_file_server
+async def main():
+    server = build_file_server(Path(sys.argv[2]), sys.argv[3], readiness=lambda: None)
+    await server.start("127.0.0.1", int(sys.argv[1]))
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+MINIMAL_RECEIVER_SCRIPT = """
+import socket, sys
+listener = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+print("ready", flush=True)
+buffer = bytearray(1 << 20)
+view = memoryview(buffer)
+while True:
+    conn, _ = listener.accept()
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        head += conn.recv(65536)
+    head, _, rest = head.partition(b"\\r\\n\\r\\n")
+    fields = dict(line.split(b":", 1) for line in head.split(b"\\r\\n")[1:] if b":" in line)
+    fields = {k.strip().lower(): v.strip() for k, v in fields.items()}
+    if fields.get(b"expect", b"").lower() == b"100-continue":
+        conn.sendall(b"HTTP/1.1 100 Continue\\r\\n\\r\\n")
+    length, got = int(fields[b"content-length"]), len(rest)
+    with open(sys.argv[2], "wb", buffering=0) as out:
+        out.write(rest)
+        while got < length:
+            count = conn.recv_into(view, min(len(view), length - got))
+            if not count:
+                break
+            out.write(view[:count])
+            got += count
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok")
+    conn.close()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(script: str, *args: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise SystemExit(f"helper process failed to start: {args}")
+    return proc
+
+
+def _write_random(path: Path, size_bytes: int) -> None:
+    block = os.urandom(8 * MiB)
+    with open(path, "wb") as file:
+        left = size_bytes
+        while left > 0:
+            file.write(block[: min(left, len(block))])
+            left -= len(block)
+            block = block[1:] + block[:1]  # no two blocks alike (no dedup anywhere)
+
+
+def _timed(fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _curl(port: int, path: Path) -> None:
+    subprocess.run(["curl", "-sS", "-o", "/dev/null", "-T", str(path), f"http://127.0.0.1:{port}/upload"],
+                   check=True)
+
+
+def _sha256sum(path: Path) -> None:
+    subprocess.run(["sha256sum", str(path)], check=True, stdout=subprocess.DEVNULL)
+
+
+async def _stage(client: httpx.AsyncClient, port: int, path: Path, worker_dir: Path, key: str) -> float:
+    shutil.rmtree(worker_dir / "bench", ignore_errors=True)
+    start = time.perf_counter()
+    remote = await stage_file(client, f"http://127.0.0.1:{port}", key, path, TOKEN)
+    elapsed = time.perf_counter() - start
+    if os.stat(remote).st_size != path.stat().st_size:
+        raise SystemExit("staged file has the wrong size")
+    return elapsed
+
+
+def _line(label: str, ours_s: float, raw_s: float, size_bytes: int) -> None:
+    ours_mbs, raw_mbs = size_bytes / ours_s / 1e6, size_bytes / raw_s / 1e6
+    ratio = raw_s / ours_s
+    verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"
+    print(f"{label:<34} ours {ours_mbs:8.0f} MB/s   raw {raw_mbs:8.0f} MB/s   ratio {ratio:5.2f}  [{verdict}]")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if shutil.which("curl") is None or shutil.which("sha256sum") is None:
+        raise SystemExit("benchmark needs curl and sha256sum on PATH")
+    size_bytes = args.size_mib * MiB
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-staging-", dir="/var/tmp"))
+    source = root / "frontend" / "model.bin"
+    source.parent.mkdir(parents=True)
+    worker_dir = root / "worker" / "models"
+    worker_dir.mkdir(parents=True)
+    worker_port, raw_port = _free_port(), _free_port()
+    print(f"writing a {args.size_mib} MiB test file in {root} ...", flush=True)
+    _write_random(source, size_bytes)
+    worker = _start(WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN)
+    raw = _start(MINIMAL_RECEIVER_SCRIPT, str(raw_port), str(root / "raw-received.bin"))
+    results: dict[str, list[float]] = {k: [] for k in ("stage", "curl", "hash", "sha256sum", "first", "raw_first")}
+    try:
+        async with httpx.AsyncClient(timeout=600) as client:
+            _sha256sum(source)  # warm the page cache the same way for everyone
+            for _round in range(args.rounds):
+                results["curl"].append(_timed(lambda: _curl(raw_port, source)))
+                results["stage"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                results["sha256sum"].append(_timed(lambda: _sha256sum(source)))
+                results["hash"].append(_timed(lambda: sha256_file(source)))
+                hash_sidecar_path(source).unlink(missing_ok=True)  # a file never hashed before
+                results["first"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                results["raw_first"].append(results["curl"][-1] + results["sha256sum"][-1])
+    finally:
+        for proc in (worker, raw):
+            proc.terminate()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        shutil.rmtree(root, ignore_errors=True)
+    median = {k: statistics.median(v) for k, v in results.items()}
+    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs")
+    _line("transfer (stage_file vs curl -T)", median["stage"], median["curl"], size_bytes)
+    _line("verify hash (ours vs sha256sum)", median["hash"], median["sha256sum"], size_bytes)
+    _line("first staging (hash + transfer)", median["first"], median["raw_first"], size_bytes)
+    for key, values in results.items():
+        print(f"  {key:<10} " + " ".join(f"{v:6.2f}s" for v in values))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
