@@ -27,9 +27,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.cluster import Cluster, free_port  # noqa: E402
-
 from corral.embedded import port_open  # noqa: E402
+from support.cluster import Cluster, free_port  # noqa: E402
 
 SERIAL = 400
 CONCURRENT = 2000

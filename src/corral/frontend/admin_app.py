@@ -23,4 +23,11 @@ def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
     app.include_router(build_metrics_router())
     if lifecycle is not None:
         lifecycle.events.key_revoked_listeners.append(cache.evict)
+        lifecycle.events.listeners.append(lambda node_id, status: _drop_unhealthy(state, node_id, status))
     return cache
+
+
+def _drop_unhealthy(state: FrontendState, node_id: str, status: str) -> None:
+    """A node that left `healthy` (on any frontend) gets no more warm-path work from this one."""
+    if status != "healthy":
+        state.router.view.remove_node(node_id)
