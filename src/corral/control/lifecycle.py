@@ -15,6 +15,7 @@ import asyncpg
 from nats.aio.client import Client
 
 from corral.bus import natsauth
+from corral.config.errors import ConfigError
 from corral.control.health_monitor import HealthMonitor, StatusChange
 from corral.control.heartbeats import HeartbeatCheckpointer
 from corral.control.held_beats import HeldBeats
@@ -59,8 +60,11 @@ class NodeLifecycle:
         held = HeldBeats(nc)
         minter = None
         if settings.nats_account_seed:
-            account = natsauth.pair_from_seed(settings.nats_account_seed, kind="account",
-                                              setting="LOCALAI_NATS_ACCOUNT_SEED")
+            try:
+                account = natsauth.pair_from_seed(settings.nats_account_seed, kind="account",
+                                                  setting="LOCALAI_NATS_ACCOUNT_SEED")
+            except natsauth.NatsAuthError as exc:
+                raise ConfigError(str(exc)) from None
             minter = Minter(account, settings.nats_worker_jwt_ttl_s)
         lifecycle = cls(
             pool=pool, nc=nc, held=held, events=NodeEvents(),

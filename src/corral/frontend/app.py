@@ -9,6 +9,7 @@ from corral import __version__
 from corral.frontend.admin_app import install_admin
 from corral.frontend.errors import install_handlers
 from corral.frontend.fast_path import FastPath
+from corral.frontend.model_configs_api import build_model_configs_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
@@ -28,6 +29,8 @@ def build_app(state: FrontendState) -> FastAPI:
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_vram_budget_router(state))
+    if state.config_revisions is not None:
+        app.include_router(build_model_configs_router(state.config_revisions))
     install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
 
     @app.get("/healthz", response_class=PlainTextResponse)

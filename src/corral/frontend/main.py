@@ -13,7 +13,9 @@ import httpx
 from corral.bus import client as bus
 from corral.config.settings import Settings
 from corral.control import stuck_replicas
+from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
+from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.app import build_app
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
@@ -67,7 +69,11 @@ async def serve(settings: Settings) -> int:
     lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
     await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
     warn_shared_vector_store(settings)
-    state = FrontendState(pool=pool, nc=nc, router=router, configs=configs,
+    revs = ConfigRevisions(pool, nc, router, configs, models_dir)
+    cleanup = RevisionCleanup(pool, nc, router)
+    revs.cleanup_kick = cleanup.kick
+    await revs.start()
+    state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
                           expose_node_header=settings.expose_node_header)
@@ -78,11 +84,13 @@ async def serve(settings: Settings) -> int:
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
     sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),
                                   name="stuck-replica-sweep")
+    cleaner = asyncio.create_task(cleanup.run(stop), name="revision-cleanup")
     try:
         await stop.wait()
     finally:
         log.info("frontend shutting down")
         await sweeper
+        await cleaner
         await server.stop()
         await lifecycle.stop()
         await router.close()

@@ -30,7 +30,9 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
-    return {"X-LocalAI-Node": replica.node_id} if state.expose_node_header else None
+    if not state.expose_node_header:
+        return None
+    return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}"}
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -63,19 +65,23 @@ def _sse(payload: Any) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+def config_for(state: FrontendState, model: str, *, embeddings: bool = False) -> ModelConfig:
+    cfg = state.configs.get(model)
+    if cfg is None:
+        known = ", ".join(sorted(state.configs)) or "none configured"
+        raise APIError(404, f"model {model!r} not found; available models: {known}",
+                       "invalid_request_error", "model_not_found", "model")
+    if cfg.disabled:
+        raise APIError(404, f"model {model!r} is disabled; enable it with POST /api/model-configs/{model}/enable",
+                       "invalid_request_error", "model_not_found", "model")
+    if embeddings and not cfg.embeddings and cfg.backend != "simulator":
+        raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
+                            "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+    return cfg
+
+
 def build_openai_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/v1")
-
-    def config_for(model: str, *, embeddings: bool = False) -> ModelConfig:
-        cfg = state.configs.get(model)
-        if cfg is None:
-            known = ", ".join(sorted(state.configs)) or "none configured"
-            raise APIError(404, f"model {model!r} not found; available models: {known}",
-                           "invalid_request_error", "model_not_found", "model")
-        if embeddings and not cfg.embeddings and cfg.backend != "simulator":
-            raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
-                                "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
-        return cfg
 
     @router.get("/models")
     async def list_models() -> Response:
@@ -84,7 +90,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.post("/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:
-        cfg = config_for(body.model)
+        cfg = config_for(state, body.model)
         max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
         opts.UseTokenizerTemplate = True
@@ -109,7 +115,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.post("/completions")
     async def completions(body: CompletionRequest) -> Response:
-        cfg = config_for(body.model)
+        cfg = config_for(state, body.model)
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
         opts.Prompt = body.prompt_text()
@@ -132,7 +138,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.post("/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Response:
-        cfg = config_for(body.model, embeddings=True)
+        cfg = config_for(state, body.model, embeddings=True)
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)

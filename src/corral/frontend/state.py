@@ -20,5 +20,6 @@ class FrontendState:
     configs: dict[str, ModelConfig]
     registration_token: str
     auto_approve_nodes: bool
+    config_revisions: Any = None  # corral.control.config_revisions.ConfigRevisions (model config edits)
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)

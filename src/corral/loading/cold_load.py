@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import grpc
 import httpx
+import yaml
 from nats.aio.client import Client
 
 from corral.bus import subjects
@@ -30,6 +31,7 @@ from corral.routing.replica import Replica
 from corral.staging.stager import StagingContext, StagingTarget, stage_model
 from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
+from corral.store import revisions
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,24 @@ async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, r
     await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
 
 
+async def check_revision(ctx: LoadContext, cfg: ModelConfig, *, quarantine: bool = False) -> None:
+    """Establish the model's revision on first sight; refuse to load (or keep) an outdated one."""
+    if not cfg.revision:
+        return
+    await revisions.establish(ctx.pool, cfg.name, cfg.revision, yaml.safe_dump(cfg.raw, sort_keys=False))
+    state = await revisions.get(ctx.pool, cfg.name)
+    if state is None or state["config_revision"] == cfg.revision:
+        return
+    if quarantine:
+        await revisions.advance(ctx.pool, cfg.name, state["config_revision"], state["config_yaml"])
+    raise LoadError(f"loading model {cfg.name}: its configuration changed (revision {cfg.revision[:12]} is "
+                    f"stale, current {state['config_revision'][:12]}); retry the request")
+
+
 async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> Replica:
     progress = progress or LoadProgress()
     progress.phase(PENDING)
+    await check_revision(ctx, cfg)
     decision = await plan(ctx, cfg)
     if decision.needs_eviction and ctx.evictor is not None:
         if await ctx.evictor.evict_for(cfg.name, decision):
@@ -97,7 +114,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
     progress.on_node(node.id, node.name, replica_index)
     log.info("loading %s on node %s (replica %d)", cfg.name, node.name, replica_index)
     row = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
-               backend=cfg.backend)
+               backend=cfg.backend, config_revision=cfg.revision)
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)
         progress.phase(STAGING)
@@ -107,6 +124,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
         progress.phase(LOADING)
         await call_load_model(ctx, address, cfg, staged)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
+        await check_revision(ctx, cfg, quarantine=True)  # an edit during the load: never route the old one
     except BaseException as exc:
         await placement_store.release_vram(ctx.pool, node.id, placed.reserved_vram)
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,

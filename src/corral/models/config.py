@@ -33,6 +33,7 @@ from corral.models.huggingface import (
     committed_snapshot,
     parse_huggingface,
 )
+from corral.models.revision import config_revision  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class ModelConfig:
     gpu_layers: int = 0
     options: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict, compare=False)  # placement constraint
+    disabled: bool = False  # configured but not served; its replicas are stopped
+    revision: str = ""  # hash of the semantic configuration (models/revision.py)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)  # the parsed YAML mapping, for edits
     source: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     artifacts: ArtifactPaths = field(default_factory=ArtifactPaths)  # mmproj, lora, ... (issue 4)
@@ -156,6 +160,7 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         node_selector={str(k): "" if v is None else str(v)
                        for k, v in _field(data, "node_selector", dict, source, {}).items()},
         artifacts=artifacts, huggingface=huggingface,
+        disabled=_field(data, "disabled", bool, source, False), revision=config_revision(data), raw=dict(data),
     )
 
 

@@ -55,6 +55,12 @@ class NodeSnapshot:
         return {r.replica_index for r in self.replicas if r.model == model and r.state != "unloading"}
 
     def free_replica_index(self, model: str) -> int | None:
-        """Lowest free replica index for `model` on this node, or None when its slots are full."""
-        used = self.replica_indexes(model)
-        return next((i for i in range(max(1, self.max_replicas_per_model)) if i not in used), None)
+        """Lowest replica index no row of `model` holds on this node, or None when its slots are full.
+
+        Slots count live rows only, but an `unloading` row still owns its index (and its process key
+        `model#index`) until its exact stop: a new replica never reuses the process being stopped.
+        """
+        if len(self.replica_indexes(model)) >= max(1, self.max_replicas_per_model):
+            return None
+        taken = {r.replica_index for r in self.replicas if r.model == model}
+        return next(i for i in range(len(taken) + 1) if i not in taken)

@@ -91,11 +91,10 @@ def rewrite_for_worker(opts: backend_pb2.ModelOptions, cfg: ModelConfig, plan: S
 
     staged = _fill_fields(opts, cfg, remote)
     staged.ModelPath = base
-    roots = [cfg.models_dir]
     main_dir = cfg.model_file.parent if cfg.model_file is not None else None
     for name in ("Options", "Overrides"):
         values = list(getattr(staged, name))
-        rewritten = [_rewrite_option(v, cfg, main_dir, roots, remote) for v in values]
+        rewritten = [_rewrite_option(v, cfg, main_dir, remote) for v in values]
         if rewritten != values:
             del getattr(staged, name)[:]
             getattr(staged, name).extend(rewritten)
@@ -124,7 +123,7 @@ def _fill_fields(opts: backend_pb2.ModelOptions, cfg: ModelConfig, to_path) -> b
     return result
 
 
-def _rewrite_option(option: str, cfg: ModelConfig, main_dir: Path | None, roots: list[Path], remote) -> str:  # type: ignore[no-untyped-def]
+def _rewrite_option(option: str, cfg: ModelConfig, main_dir: Path | None, remote) -> str:  # type: ignore[no-untyped-def]
     key, sep, value = option.partition(":")
     if not sep:
         return option

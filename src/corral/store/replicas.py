@@ -13,10 +13,11 @@ STAGING, LOADING, LOADED, UNLOADING = "staging", "loading", "loaded", "unloading
 
 async def upsert(
     pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, state: str,
-    backend: str,
+    backend: str, config_revision: str = "",
 ) -> asyncpg.Record:
     return await pool.fetchrow(
-        q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend
+        q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend,
+        config_revision,
     )
 
 
@@ -36,8 +37,10 @@ async def reclaim_stuck(pool: asyncpg.Pool, orphan_s: float) -> list[asyncpg.Rec
     return list(await pool.fetch(q("replicas_reclaim_stuck"), orphan_s))
 
 
-async def mark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> bool:
-    return await pool.fetchrow(q("replica_mark_unloading"), node_id, model, replica_index, address) is not None
+async def mark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str,
+                         lease_s: float = 60.0) -> bool:
+    row = await pool.fetchrow(q("replica_mark_unloading"), node_id, model, replica_index, address, lease_s)
+    return row is not None
 
 
 async def unmark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> None:

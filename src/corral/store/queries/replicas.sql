@@ -1,10 +1,11 @@
 -- name: replica_upsert
 -- Record (or move to a new state) the replica of a model on a node.
 INSERT INTO node_models (id, node_id, model_name, replica_index, address, state, backend_type, in_flight,
-    last_used, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now())
+    last_used, updated_at, config_revision)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8)
 ON CONFLICT (node_id, model_name, replica_index) DO UPDATE SET address = EXCLUDED.address,
-    state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, updated_at = now()
+    state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, config_revision = EXCLUDED.config_revision,
+    updated_at = now()
 RETURNING *;
 
 -- name: replica_delete
@@ -20,6 +21,9 @@ DELETE FROM node_models WHERE node_id = $1;
 SELECT m.node_id, m.model_name, m.replica_index, m.address, n.name AS node_name
 FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
 WHERE m.model_name = $1 AND m.state = 'loaded' AND n.status = 'healthy'
+  AND (NOT EXISTS (SELECT 1 FROM model_config_states s WHERE s.model_name = m.model_name)
+       OR m.config_revision = (SELECT s.config_revision FROM model_config_states s
+                               WHERE s.model_name = m.model_name))
 ORDER BY m.in_flight ASC, m.last_used ASC;
 
 -- name: replicas_of_node
@@ -36,7 +40,10 @@ RETURNING m.node_id, m.model_name, m.replica_index, m.address, m.state;
 
 -- name: replica_mark_unloading
 -- Take a loaded replica out of routing before stopping it (eviction); no row if it changed meanwhile.
-UPDATE node_models SET state = 'unloading', updated_at = now()
+-- The lease keeps the cleanup service off it while the evictor drains it (a crashed evictor's row is
+-- finished by the cleanup service once the lease ends).
+UPDATE node_models SET state = 'unloading', updated_at = now(),
+    cleanup_next_retry_at = now() + make_interval(secs => $5::double precision)
 WHERE node_id = $1 AND model_name = $2 AND replica_index = $3 AND address = $4 AND state = 'loaded'
 RETURNING id;
 
@@ -49,4 +56,7 @@ WHERE node_id = $1 AND model_name = $2 AND replica_index = $3 AND address = $4 A
 -- Every loaded replica on a healthy node: the frontend's view, re-read periodically.
 SELECT m.node_id, m.model_name, m.replica_index, m.address, n.name AS node_name
 FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
-WHERE m.state = 'loaded' AND n.status = 'healthy';
+WHERE m.state = 'loaded' AND n.status = 'healthy'
+  AND (NOT EXISTS (SELECT 1 FROM model_config_states s WHERE s.model_name = m.model_name)
+       OR m.config_revision = (SELECT s.config_revision FROM model_config_states s
+                               WHERE s.model_name = m.model_name));

@@ -1,0 +1,151 @@
+"""Pure pieces of staging: Content-Range, disk admission, retry backoff, size settings, body writing."""
+
+from __future__ import annotations
+
+import errno
+import io
+from pathlib import Path
+
+import pytest
+
+from corral.config.errors import ConfigError
+from corral.config.sizes import parse_size_bytes
+from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
+from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
+from corral.staging.disk_space import DiskBudget, NotEnoughDisk
+from corral.staging.http_body import BodyCut, ChunkedBody, LengthBody
+from corral.staging.s3 import StorageConfig
+from corral.staging.uploader import RetryPolicy
+
+
+@pytest.mark.parametrize("header, parsed", [
+    ("bytes 0-99/100", ContentRange(0, 99, 100)),  # the whole file
+    ("bytes 40-99/100", ContentRange(40, 99, 100)),  # a resumed tail
+    (" bytes 0-0/1 ", ContentRange(0, 0, 1)),  # one byte, padded
+])
+def test_content_range_parses_start_end_total(header, parsed):
+    assert parse_content_range(header) == parsed
+
+
+@pytest.mark.parametrize("header, message", [
+    ("0-99/100", "missing 'bytes' prefix"),
+    ("bytes 0-99", "expected 'bytes <start>-<end>/<total>'"),
+    ("bytes a-b/c", "start, end and total must be integers"),
+    ("bytes 50-10/100", "invalid Content-Range range: 50-10/100"),
+    ("bytes 0-100/100", "invalid Content-Range range: 0-100/100"),
+])
+def test_malformed_content_range_names_the_problem(header, message):
+    with pytest.raises(ValueError, match=message):
+        parse_content_range(header)
+
+
+def test_status_query_form_is_recognised_only_with_a_numeric_total():
+    assert parse_status_query("bytes */1000") == 1000
+    assert parse_status_query("bytes */x") is None
+    assert parse_status_query("bytes 0-1/2") is None
+
+
+def _budget(free_bytes: int, keep_free: int = 100) -> DiskBudget:
+    return DiskBudget(min_free_bytes=keep_free, free_bytes=lambda _path: free_bytes)
+
+
+@pytest.mark.parametrize("need, fits", [(900, True), (901, False)])  # 1000 free, 100 kept free
+def test_disk_budget_admits_only_what_fits_above_the_kept_free_space(tmp_path, need, fits):
+    budget = _budget(1000)
+    if fits:
+        with budget.reserve(tmp_path, need, "key 'k'"):
+            pass
+    else:
+        with pytest.raises(NotEnoughDisk, match="it needs 901 bytes"), budget.reserve(tmp_path, need, "key 'k'"):
+            pass
+
+
+def test_concurrent_reservations_add_up_and_are_released(tmp_path):
+    budget = _budget(1000)
+    with budget.reserve(tmp_path, 500, "key 'a'"):
+        with pytest.raises(NotEnoughDisk, match=r"\(500 reserved by uploads in progress"):
+            with budget.reserve(tmp_path, 500, "key 'b'"):
+                pass
+        with budget.reserve(tmp_path, 400, "key 'c'"):
+            pass
+    with budget.reserve(tmp_path, 900, "key 'd'"):
+        pass
+
+
+def test_retry_backoff_doubles_from_the_first_and_is_capped():
+    policy = RetryPolicy(first_backoff_s=1.0, max_backoff_s=5.0)
+    assert [policy.backoff_s(n) for n in range(0, 6)] == [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("raw, size", [("0", 0), ("512MiB", 512 << 20), ("50GiB", 50 << 30),
+                                       ("1.5GB", 1_500_000_000), ("64k", 64_000), ("1PiB", 1 << 50)])
+def test_sizes_in_settings_accept_binary_and_decimal_units(raw, size):
+    assert parse_size_bytes(raw) == size
+
+
+@pytest.mark.parametrize("raw", ["", "-1", "5 apples", "1ZB", "i"])
+def test_bad_sizes_are_refused_with_an_example(raw):
+    with pytest.raises(ValueError, match="use e.g. 512MiB"):
+        parse_size_bytes(raw)
+
+
+def _storage(**overrides):  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    values = dict(storage_url="http://s3:9000", storage_bucket="localai", storage_region="",
+                  storage_access_key="a", storage_secret_key="s")
+    return SimpleNamespace(**{**values, **overrides})
+
+
+def test_storage_config_is_off_without_a_url_and_defaults_the_region():
+    assert StorageConfig.from_settings(_storage(storage_url="")) is None
+    assert StorageConfig.from_settings(_storage()).region == "us-east-1"
+
+
+def test_storage_keys_must_be_set_together():
+    with pytest.raises(ConfigError, match="must be set together"):
+        StorageConfig.from_settings(_storage(storage_secret_key=""))
+
+
+class _FullDisk(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_write_body_maps_enospc_to_disk_full():
+    body = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)  # type: ignore[arg-type]
+    with pytest.raises(DiskFull):
+        write_body(body, _FullDisk(), limit_bytes=100)  # type: ignore[arg-type]
+
+
+def test_write_body_refuses_more_than_the_limit_and_reports_a_cut(tmp_path: Path):
+    with open(tmp_path / "out", "wb") as out:
+        long = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)  # type: ignore[arg-type]
+        with pytest.raises(BodyTooLong):
+            write_body(long, out, limit_bytes=5)
+    with open(tmp_path / "out", "wb") as out:
+        cut = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 4)), 10, None)  # type: ignore[arg-type]
+        received, why = write_body(cut, out, limit_bytes=100)
+    assert received == 4 and "connection closed after 4 of 10 body bytes" in str(why)
+    assert (tmp_path / "out").read_bytes() == b"xxxx"  # bytes before the cut are kept for a resume
+
+
+def test_chunked_body_is_decoded_and_trailers_skipped():
+    raw = b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nTrailer: x\r\n\r\n"
+    body = ChunkedBody(io.BufferedReader(io.BytesIO(raw)), None)  # type: ignore[arg-type]
+    buffer = memoryview(bytearray(100))
+    out = b""
+    while count := body.readinto(buffer):
+        out += bytes(buffer[:count])
+    assert out == b"abcdefg" and body.finished
+
+
+def test_chunked_body_cut_between_chunks_is_a_body_cut():
+    body = ChunkedBody(io.BufferedReader(io.BytesIO(b"4\r\nabcd\r\n")), None)  # type: ignore[arg-type]
+    buffer = memoryview(bytearray(100))
+    assert body.readinto(buffer) == 4
+    with pytest.raises(BodyCut):
+        body.readinto(buffer)
