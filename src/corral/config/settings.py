@@ -43,7 +43,7 @@ class Setting:
             default = f"default: {format_duration_s(self.default)}"
         else:
             default = f"default: {self.default!r}" if self.default not in (None, "") else "default: unset"
-        return f"{self.help} [{env}; {default}]"
+        return f"{self.help} [{env}; {default}]".replace("%", "%%")  # argparse formats help with %
 
 
 @dataclass

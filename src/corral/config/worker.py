@@ -49,7 +49,7 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("backend_start_timeout_s", "--backend-start-timeout", ("LOCALAI_BACKEND_START_TIMEOUT",), 30.0,
             parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
     Setting("vram_budget", "--vram-budget", ("LOCALAI_VRAM_BUDGET",), "",
-            help="cap the VRAM this node offers for placement: 80%%, 12GB, 12GiB, raw bytes (admin override wins)"),
+            help="cap the VRAM this node offers for placement: 80%, 12GB, 12GiB, raw bytes (admin override wins)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
 )
 WORKER_SETTINGS += WORKER_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
