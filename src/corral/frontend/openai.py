@@ -32,7 +32,7 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
     if not state.expose_node_header:
         return None
-    return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}"}
+    return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}"}
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:

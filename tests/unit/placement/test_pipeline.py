@@ -145,3 +145,8 @@ def test_explain_lists_every_node_with_its_verdict() -> None:
                                              (937 * GB, "937.0 GB")])
 def test_sizes_print_like_the_specification(num_bytes: int, text: str) -> None:
     assert decimal_size(num_bytes) == text
+
+
+def test_a_new_replica_never_takes_the_index_of_one_being_stopped() -> None:
+    stopping = ReplicaSnapshot(model="m", replica_index=0, state="unloading")
+    assert node("a", replicas=(stopping,)).free_replica_index("m") == 1  # the slot is free, index 0 is not

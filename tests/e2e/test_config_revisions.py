@@ -1,0 +1,137 @@
+"""Config revisions across two frontends: edits stop routing to old replicas at once, old replicas get
+an acknowledged exact stop with durable retries, per-request parameters never change the revision."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from support.cluster import Cluster, Proc
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    a: str
+    b: str
+    b_models: Path
+    admin: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+    c = Cluster(root=state_root / "e2e-revisions", database_url=make_database(), nats_url=nats_url)
+    c.models_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("rev", "cut", "params"):
+        (c.models_dir / f"{name}.yaml").write_text(
+            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n")
+    b_models = c.root / "frontend-b-models"  # frontend B has its own models directory
+    shutil.copytree(c.models_dir, b_models)
+    extra: list[Proc] = []
+    try:
+        c.start_frontend("--expose-node-header")
+        fb, url_b = c.spawn_frontend("frontend-b", "--expose-node-header", "--models-path", str(b_models))
+        extra.append(fb)
+        c.start_worker("w1")
+        yield Env(c, c.frontend_url, url_b, b_models, c.admin_headers)
+    finally:
+        for proc in c.workers:
+            os.kill(proc.popen.pid, signal.SIGCONT)
+        c.stop()
+        for proc in extra:
+            proc.stop()
+
+
+def _chat(url: str, model: str, **extra: object) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+
+
+async def _rows(env: Env, model: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(env.cluster.database_url)
+    try:
+        return list(await conn.fetch("SELECT * FROM node_models WHERE model_name = $1 ORDER BY replica_index", model))
+    finally:
+        await conn.close()
+
+
+async def test_after_an_edit_on_one_frontend_the_other_never_routes_to_the_old_replica(env: Env) -> None:
+    first = _chat(env.b, "rev")
+    assert first.status_code == 200 and first.headers["X-Corral-Replica"].startswith("rev#0@")
+    before = (await _rows(env, "rev"))[0]["config_revision"]
+    edit = httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": 1024}, headers=env.admin)
+    assert edit.status_code == 200, edit.text
+    assert edit.json()["config_revision"] != before and edit.json()["pending_cleanup"] >= 0
+    after = _chat(env.b, "rev")  # right after the edit's response, on the other frontend
+    assert after.status_code == 200
+    assert after.headers["X-Corral-Replica"] != first.headers["X-Corral-Replica"]  # a new process, not the old
+    assert "context_size: 1024" in (env.b_models / "rev.yaml").read_text()  # B adopted the edit
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rows = await _rows(env, "rev")
+        if len(rows) == 1:
+            break
+        await asyncio.sleep(0.2)
+    assert [(r["state"], r["config_revision"]) for r in rows] == [("loaded", edit.json()["config_revision"])]
+    assert after.headers["X-Corral-Replica"].endswith("@" + rows[0]["address"])
+
+
+def test_edits_are_admin_only_and_invalid_configs_are_refused_naming_the_field(env: Env) -> None:
+    assert httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": 2}).status_code in (401, 403)
+    bad = httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": "big"}, headers=env.admin)
+    assert bad.status_code == 400 and "context_size" in bad.json()["error"]["message"]
+    wrong_name = httpx.put(f"{env.a}/api/model-configs/rev", content=b"name: other\nbackend: simulator\n",
+                           headers=env.admin)
+    assert wrong_name.status_code == 400 and "rename" in wrong_name.json()["error"]["message"]
+
+
+async def test_old_replicas_stay_unloading_while_the_worker_is_unreachable_and_stop_when_it_returns(env: Env) -> None:
+    assert _chat(env.a, "cut").status_code == 200
+    worker = env.cluster.workers[0]
+    os.kill(worker.popen.pid, signal.SIGSTOP)  # the worker cannot answer the exact stop
+    try:
+        edit = httpx.patch(f"{env.a}/api/model-configs/cut", json={"context_size": 2048}, headers=env.admin,
+                           timeout=30)
+        assert edit.status_code == 200 and edit.json()["pending_cleanup"] == 1  # the edit still succeeds
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            rows = await _rows(env, "cut")
+            if rows and rows[0]["cleanup_attempts"] >= 1:
+                break
+            await asyncio.sleep(0.5)
+        assert rows[0]["state"] == "unloading" and rows[0]["cleanup_error"]
+        assert rows[0]["cleanup_next_retry_at"] is not None
+    finally:
+        os.kill(worker.popen.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and await _rows(env, "cut"):
+        await asyncio.sleep(0.5)
+    assert await _rows(env, "cut") == []
+
+
+async def test_per_request_sampling_parameters_never_change_the_revision(env: Env) -> None:
+    assert _chat(env.a, "params", temperature=0.1, top_p=0.5).status_code == 200
+    before = [(r["replica_index"], r["config_revision"]) for r in await _rows(env, "params")]
+    for temperature, top_p in ((0.9, 0.1), (1.5, 1.0), (0.0, 0.3)):
+        assert _chat(env.b, "params", temperature=temperature, top_p=top_p).status_code == 200
+    assert [(r["replica_index"], r["config_revision"]) for r in await _rows(env, "params")] == before
+
+
+def test_a_disabled_model_is_not_served_and_can_be_enabled_again(env: Env) -> None:
+    assert httpx.post(f"{env.a}/api/model-configs/params/disable", headers=env.admin).json()["disabled"] is True
+    refused = _chat(env.b, "params")
+    assert refused.status_code == 404 and "disabled" in refused.json()["error"]["message"]
+    assert httpx.post(f"{env.a}/api/model-configs/params/enable", headers=env.admin).status_code == 200
+    assert _chat(env.b, "params").status_code == 200
