@@ -102,6 +102,11 @@ def _write_random(path: Path, size_bytes: int) -> None:
             block = block[1:] + block[:1]  # no two blocks alike (no dedup anywhere)
 
 
+def _settle(worker_dir: Path) -> None:
+    shutil.rmtree(worker_dir / "bench", ignore_errors=True)
+    os.sync()
+
+
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     fn()
@@ -141,7 +146,7 @@ def _line(label: str, ours_s: float, raw_s: float, size_bytes: int) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     if shutil.which("curl") is None or shutil.which("sha256sum") is None:
         raise SystemExit("benchmark needs curl and sha256sum on PATH")
@@ -162,14 +167,22 @@ async def main() -> None:
     try:
         async with httpx.AsyncClient(timeout=600) as client:
             _sha256sum(source)  # warm the page cache the same way for everyone
-            for _round in range(args.rounds):
-                results["curl"].append(_timed(lambda: _curl(raw_port, source)))
-                results["stage"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+            for round_index in range(args.rounds):
+                # Each transfer starts with no dirty pages left by the previous one (writeback throttling
+                # would otherwise penalise whoever runs second), and the order alternates.
+                for name in ("curl", "stage") if round_index % 2 == 0 else ("stage", "curl"):
+                    _settle(worker_dir)
+                    if name == "curl":
+                        results["curl"].append(_timed(lambda: _curl(raw_port, source)))
+                    else:
+                        results["stage"].append(
+                            await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
                 results["sha256sum"].append(_timed(lambda: _sha256sum(source)))
                 results["hash"].append(_timed(lambda: sha256_file(source)))
                 if has_openssl:
                     results["openssl"].append(_timed(lambda: _openssl(source)))
                 hash_sidecar_path(source).unlink(missing_ok=True)  # a file never hashed before
+                _settle(worker_dir)
                 results["first"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
                 results["raw_first"].append(results["curl"][-1] + results["sha256sum"][-1])
     finally:

@@ -9,6 +9,7 @@ from corral.config.parse import (
     parse_nats_url,
     parse_postgres_url,
 )
+from corral.config.scheduling import FRONTEND_SCHEDULING_SETTINGS
 from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 from corral.config.staging import FRONTEND_STAGING_SETTINGS
@@ -54,3 +55,4 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
 )
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face
+FRONTEND_SETTINGS += FRONTEND_SCHEDULING_SETTINGS  # issue 6: scheduling rules, replica reconciler

@@ -21,7 +21,7 @@ from corral.store import api_keys
 
 log = logging.getLogger(__name__)
 
-ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs")
+ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources")
 USER_PREFIXES = ("/v1/",)
 POSITIVE_TTL_S = 10.0
 NEGATIVE_TTL_S = 2.0

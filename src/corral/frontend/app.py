@@ -13,7 +13,9 @@ from corral.frontend.model_configs_api import build_model_configs_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.openai import build_openai_router
+from corral.frontend.resources_api import build_resources_router
 from corral.frontend.scheduling_api import build_scheduling_router
+from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
 from corral.frontend.vram_budget_api import build_vram_budget_router
 
@@ -28,6 +30,8 @@ def build_app(state: FrontendState) -> FastAPI:
     app.add_middleware(FastPath, handlers=openai_router.fast_handlers)  # type: ignore[attr-defined]
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
+    app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
+    app.include_router(build_resources_router(state))  # /api/resources, /api/models, /api/models/variants/<id>
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))

@@ -12,9 +12,10 @@ import httpx
 
 from corral.bus import client as bus
 from corral.config.settings import Settings
-from corral.control import stuck_replicas
+from corral.control import scheduling_seed, stuck_replicas
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
+from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.app import build_app
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
@@ -22,6 +23,7 @@ from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
 from corral.loading.cold_load import LoadContext
 from corral.loading.place import DISK_CHECK_SETTING
+from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendChannels
 from corral.routing.router import Router
@@ -49,6 +51,7 @@ async def serve(settings: Settings) -> int:
     if not settings.registration_token:
         log.warning("no registration token set: any host that reaches this frontend can register as a worker; "
                     "set LOCALAI_REGISTRATION_TOKEN")
+    declared_rules = scheduling_seed.declared_rules(settings)  # a mistake stops the start, naming the entry
     pool = await db.connect(settings.database_url)
     applied = await db.migrate(pool)
     if applied:
@@ -57,12 +60,14 @@ async def serve(settings: Settings) -> int:
     models_dir = Path(settings.models_path).resolve()
     configs = load_model_configs(models_dir)
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
+    aliases = load_aliases(models_dir, set(configs))
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
     ctx = LoadContext(pool=pool, nc=nc, http=http, channels=BackendChannels(settings.registration_token),
                       staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
-                      load_timeout_override_s=settings.model_load_timeout_s)
+                      load_timeout_override_s=settings.model_load_timeout_s, aliases=aliases)
     await apply_boot_settings(pool, settings)
+    await scheduling_seed.apply(pool, declared_rules)
     router = Router(ctx, wait_budget_s=settings.model_load_wait_s, stall_s=settings.load_stall_window_s,
                     orphan_s=settings.load_orphan_window_s, eviction_wait_s=settings.eviction_wait_s)
     await router.start()
@@ -76,7 +81,7 @@ async def serve(settings: Settings) -> int:
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header)
+                          expose_node_header=settings.expose_node_header, aliases=aliases)
     await lifecycle.start()
     host, port = settings.address
     server = EmbeddedHTTPServer(build_app(state), host or "0.0.0.0", port, name="frontend-http")
@@ -85,12 +90,17 @@ async def serve(settings: Settings) -> int:
     sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),
                                   name="stuck-replica-sweep")
     cleaner = asyncio.create_task(cleanup.run(stop), name="revision-cleanup")
+    reconciler = ReplicaReconciler(router, configs, aliases, ReconcilerSettings(
+        settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s))
+    lifecycle.events.listeners.append(reconciler.on_node_event)
+    reconciling = asyncio.create_task(reconciler.run(stop), name="replica-reconciler")
     try:
         await stop.wait()
     finally:
         log.info("frontend shutting down")
         await sweeper
         await cleaner
+        await reconciling
         await server.stop()
         await lifecycle.stop()
         await router.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import logging
 from typing import Any, Literal
 
@@ -66,7 +67,7 @@ def _token_refusal(state: FrontendState, presented: str) -> JSONResponse | None:
         return None
     if not presented:
         return node_error(401, "registration token required")
-    if node_store.token_hash(presented) != node_store.token_hash(state.registration_token):
+    if not hmac.compare_digest(node_store.token_hash(presented), node_store.token_hash(state.registration_token)):
         return node_error(401, "invalid registration token")
     return None
 

@@ -66,7 +66,7 @@ def _sse(payload: Any) -> bytes:
 
 
 def config_for(state: FrontendState, model: str, *, embeddings: bool = False) -> ModelConfig:
-    cfg = state.configs.get(model)
+    cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
         known = ", ".join(sorted(state.configs)) or "none configured"
         raise APIError(404, f"model {model!r} not found; available models: {known}",

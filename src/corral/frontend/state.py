@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -23,3 +23,4 @@ class FrontendState:
     config_revisions: Any = None  # corral.control.config_revisions.ConfigRevisions (model config edits)
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)
+    aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router

@@ -7,8 +7,8 @@ replace one step without moving the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -19,6 +19,7 @@ from nats.aio.client import Client
 
 from corral.bus import subjects
 from corral.bus.messages import BackendStopRequest
+from corral.loading import replay
 from corral.loading.deadlines import deadline_message, load_budget_s
 from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed
 from corral.loading.place import place_and_install, plan
@@ -49,6 +50,7 @@ class LoadContext:
     install_timeout_s: float
     load_timeout_override_s: float | None
     evictor: Any = None  # routing.eviction.Evictor; frees a node when nothing has room
+    aliases: Mapping[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py)
 
 
 def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
@@ -134,5 +136,6 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
             raise LoadError(f"loading model {cfg.name} on node {node.name}: {exc}") from exc
         raise
     log.info("model %s loaded on node %s at %s", cfg.name, node.name, address)
+    await replay.record(ctx.pool, cfg, model_options(cfg))  # the reconciler can load it again from this alone
     return Replica(model=cfg.name, node_id=node.id, node_name=node.name, address=address,
                    replica_index=replica_index)

@@ -13,12 +13,15 @@ from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import BackendInstallReply, BackendInstallRequest
 from corral.loading.errors import InstallFailed
+from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
 from corral.models.vram import estimate_vram_bytes
+from corral.placement.governance import governing_rule
 from corral.placement.pipeline import Decision, decide
 from corral.placement.request import PlacementRequest
 from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
+from corral.store import scheduling as scheduling_store
 from corral.store import settings as settings_store
 
 log = logging.getLogger(__name__)
@@ -34,11 +37,19 @@ class Placed:
     reserved_vram: int
 
 
+async def effective_selector(ctx, cfg: ModelConfig) -> dict[str, str]:  # noqa: ANN001 - LoadContext (cycle)
+    """The model YAML's node_selector merged with its scheduling rule's; the rule wins on a shared key."""
+    rules = await scheduling_store.all_rules(ctx.pool)
+    aliases = getattr(ctx, "aliases", {})
+    rule = governing_rule(cfg.name, rules, lambda name: resolve(name, None, aliases))
+    return {**cfg.node_selector, **(rule.node_selector if rule else {})}
+
+
 async def placement_request(ctx, cfg: ModelConfig) -> PlacementRequest:  # noqa: ANN001 - LoadContext (cycle)
     return PlacementRequest(
         model=cfg.name, disk_bytes=cfg.checkpoint_bytes(),
         vram_bytes=estimate_vram_bytes(cfg.model_file, cfg.context_size),
-        selector=dict(cfg.node_selector),
+        selector=await effective_selector(ctx, cfg),
         disk_check=bool(await settings_store.get(ctx.pool, DISK_CHECK_SETTING, True)),
         shared_models=bool(getattr(ctx.staging, "shared_models", False)),
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from corral.models.aliases import is_alias_document
 from corral.models.artifacts import (
     REPEATED_FIELD,
     ArtifactPaths,
@@ -172,7 +173,10 @@ def load_model_configs(models_dir: Path) -> dict[str, ModelConfig]:
         return configs
     for path in sorted([*models_dir.glob("*.yaml"), *models_dir.glob("*.yml")]):
         try:
-            config = parse_model_config(yaml.safe_load(path.read_text()), path, models_dir)
+            data = yaml.safe_load(path.read_text())
+            if is_alias_document(data):  # `name` + `alias`: read by models/aliases.py, not a model
+                continue
+            config = parse_model_config(data, path, models_dir)
         except (ModelConfigError, yaml.YAMLError, OSError) as exc:
             log.error("skipping model config %s: %s", path, exc)
             continue

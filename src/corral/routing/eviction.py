@@ -5,6 +5,8 @@
 3. wait (bounded) until every live frontend acknowledged the mark and reports zero in flight for it;
 4. stop exactly that process (model + replica index + address) and delete its row.
 When every replica is busy, wait (bounded by CORRAL_EVICTION_WAIT) for one to go idle.
+A model governed by a scheduling rule is never evicted below the rule's minimum (spread: one per
+matching node). The replica reconciler's scale-down uses the same exact stop (`stop_replica`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import asyncpg
@@ -22,14 +25,18 @@ from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.config.parse import format_duration_s
+from corral.models.aliases import resolve
 from corral.placement.errors import PlacementError
+from corral.placement.governance import govern
 from corral.placement.pipeline import Decision
+from corral.placement.replica_plan import replica_floor
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing import events
 from corral.routing.inflight import ClusterInFlight
 from corral.routing.replica import Replica, replica_key
 from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
+from corral.store import scheduling as scheduling_store
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +61,42 @@ class _Candidate:
 
 class Evictor:
     def __init__(self, pool: asyncpg.Pool, nc: Client, inflight: ClusterInFlight,
-                 local_in_flight: Callable[[str], int], *, wait_s: float) -> None:
+                 local_in_flight: Callable[[str], int], *, wait_s: float,
+                 aliases: Mapping[str, str] | None = None) -> None:
         self.pool, self.nc, self.inflight = pool, nc, inflight
         self._local_in_flight = local_in_flight
         self.wait_s = wait_s
+        self.aliases: Mapping[str, str] = aliases if aliases is not None else {}
+
+    def in_flight(self, key: str) -> int:
+        """Requests in flight on a replica, on this frontend and every live peer."""
+        return self._local_in_flight(key) + self.inflight.remote_total(key)
 
     def _busy(self, key: str) -> bool:
-        return self._local_in_flight(key) + self.inflight.remote_total(key) > 0
+        return self.in_flight(key) > 0
 
-    def _candidates(self, nodes: list[NodeSnapshot], model: str) -> list[_Candidate]:
-        found = [_Candidate(n, r) for n in nodes for r in n.replicas if r.state == "loaded" and r.model != model]
+    async def _floors(self, nodes: list[NodeSnapshot]) -> dict[str, int]:
+        """Loaded replicas each rule-governed model keeps whatever else needs room."""
+        rules = await scheduling_store.all_rules(self.pool)
+        governance = govern(rules, lambda name: resolve(name, None, self.aliases))
+        floors: dict[str, int] = {}
+        for rule in rules:
+            g = governance[rule.model_name]
+            if g.governs and g.target is not None and rule.autoscaling:
+                floors[g.target] = replica_floor(rule, nodes)
+        return floors
+
+    def _candidates(self, nodes: list[NodeSnapshot], model: str, floors: Mapping[str, int] | None = None
+                    ) -> list[_Candidate]:
+        floors = floors or {}
+        loaded = Counter(r.model for n in nodes for r in n.replicas if r.state == "loaded")
+        found = [_Candidate(n, r) for n in nodes for r in n.replicas if r.state == "loaded" and r.model != model
+                 and loaded[r.model] > floors.get(r.model, 0)]
         return sorted(found, key=lambda c: max(c.replica.last_used_s, self.inflight.last_used_s(c.key)))
+
+    async def stop_replica(self, node: NodeSnapshot, replica: ReplicaSnapshot, why: str) -> bool:
+        """The exact, in-flight-safe stop of one replica (scale-down); False when it stayed busy or changed."""
+        return await self._evict(_Candidate(node, replica), why)
 
     async def evict_for(self, model: str, decision: Decision) -> bool:
         """Free room for `model`; True when a replica was stopped."""
@@ -72,7 +104,7 @@ class Evictor:
         deadline = loop.time() + self.wait_s
         while True:
             nodes = await placement_store.snapshot(self.pool)
-            candidates = self._candidates(nodes, model)
+            candidates = self._candidates(nodes, model, await self._floors(nodes))
             if not candidates:
                 return False
             for candidate in candidates:
@@ -86,7 +118,7 @@ class Evictor:
                 )
             await asyncio.sleep(0.25)
 
-    async def _evict(self, c: _Candidate) -> bool:
+    async def _evict(self, c: _Candidate, why: str = "to make room") -> bool:
         r, node = c.replica, c.node
         row = dict(node_id=node.id, model=r.model, replica_index=r.replica_index, address=r.address)
         if not await replica_store.mark_unloading(self.pool, **row):
@@ -105,7 +137,7 @@ class Evictor:
         await replica_store.delete(self.pool, **row)
         await events.publish(self.nc, events.ReplicaEvent(events.REMOVED, r.model, node.id, node.name,
                                                           r.replica_index, r.address))
-        log.info("evicted %s (replica %d) from node %s to make room", r.model, r.replica_index, node.name)
+        log.info("evicted %s (replica %d) from node %s %s", r.model, r.replica_index, node.name, why)
         return True
 
     async def _drained(self, key: str, mark: str) -> bool:

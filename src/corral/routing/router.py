@@ -49,7 +49,7 @@ class Router:
         self.inflight = ClusterInFlight(ctx.nc, frontend_id, self._local_replicas)
         self.view = ReplicaView(self.inflight.total)
         evictor = Evictor(ctx.pool, ctx.nc, self.inflight, local_in_flight_lookup(self._local_replicas),
-                          wait_s=eviction_wait_s)
+                          wait_s=eviction_wait_s, aliases=ctx.aliases)
         self.ctx = dataclasses.replace(ctx, evictor=evictor)
         self.wait_budget_s = wait_budget_s
         self.jobs = JobSettings(owner=frontend_id, stall_s=stall_s, orphan_s=orphan_s)

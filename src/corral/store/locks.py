@@ -17,3 +17,7 @@ def key_from_string(name: str) -> int:
     for byte in name.encode():
         value = ((value ^ byte) * _FNV_PRIME) & _MASK_64
     return (value >> 1) | 0x1_0000_0000
+
+
+KEY_REPLICA_RECONCILER = key_from_string("replica-reconciler")  # try-lock: one reconciler pass at a time
+KEY_SCHEDULING_RULES = key_from_string("scheduling-rules")  # xact lock: rule conflict check + write

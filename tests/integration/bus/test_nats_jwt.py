@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 
 from corral.bus import auth_setup, natsauth
 from corral.bus import client as bus
@@ -37,6 +39,16 @@ def test_setup_writes_secrets_readable_by_the_owner_only(state_root: Path, jwt_s
     assert env["LOCALAI_NATS_ACCOUNT_SEED"].startswith("SA") and env["LOCALAI_NATS_SERVICE_SEED"].startswith("SU")
 
 
+async def _request_when_subscribed(nc: Client, subject: str) -> Msg:
+    """Ask once the subscription is in place (a reconnect in between re-subscribes; allow for it)."""
+    for _ in range(20):
+        try:
+            return await nc.request(subject, b"{}", timeout=5)
+        except NoRespondersError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"nobody answers on {subject}")
+
+
 async def test_a_minted_worker_uses_its_own_subjects_and_is_denied_another_nodes_install(
         jwt_server: NatsServer, material: auth_setup.AuthMaterial) -> None:
     service = await bus.connect(jwt_server.url, "frontend",
@@ -55,7 +67,7 @@ async def test_a_minted_worker_uses_its_own_subjects_and_is_denied_another_nodes
 
         await worker.subscribe("nodes.node-a.backend.install", cb=answer)
         await worker.flush()
-        reply = await service.request("nodes.node-a.backend.install", b"{}", timeout=5)
+        reply = await _request_when_subscribed(service, "nodes.node-a.backend.install")
         assert reply.data == b'{"success":true}'
         await worker.publish("nodes.node-b.backend.install", b"{}")
         await worker.flush()

@@ -1,0 +1,144 @@
+"""Admin: scheduling rules — `GET/POST /api/nodes/scheduling`, `GET/DELETE /api/nodes/scheduling/<model>`.
+
+Shapes follow the reference (§4.3; `node_selector` answered as a JSON string), plus what an
+operator needs to read a rule: `target` (the model it governs, through an alias if keyed by
+one), `shadowed` / `shadowed_by`, `declared` (seeded by LOCALAI_MODEL_SCHEDULING[_CONFIG]: an
+API change lasts until the next boot) and `status` (what the reconciler makes of it).
+Admin auth is enforced for the whole prefix by `access.AccessControl`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from corral.frontend.state import FrontendState
+from corral.models.aliases import Resolution, resolve
+from corral.placement.governance import Governance, conflicting_rule, govern
+from corral.placement.rules import RuleInvalid, SchedulingRule, parse_rule
+from corral.store import scheduling as scheduling_store
+from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
+
+
+def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    error: dict[str, Any] = {"code": status, "message": message, "type": "node_error"}
+    if param is not None:
+        error["param"] = param
+    return JSONResponse({"error": error}, status_code=status)
+
+
+def _iso(seconds: float | None) -> str | None:
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat()
+
+
+def rule_status(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) -> dict[str, Any]:
+    """What the rule does now, in one word and one sentence."""
+    if g.target is None:
+        return {"state": "inert", "message": f"{g.problem}; this rule governs nothing"}
+    if g.shadowed_by:
+        return {"state": "shadowed", "message": f"shadowed: rule {g.shadowed_by!r} governs {g.target}"}
+    if not rule.autoscaling:
+        return {"state": "on_demand", "replicas": loaded,
+                "message": f"{g.target} loads on demand, only on nodes matching the selector"}
+    if rule.unsatisfiable_until_s is not None and rule.unsatisfiable_until_s > now_s:
+        return {"state": "cooling_down", "replicas": loaded, "message": (
+            f"unsatisfiable; retried after {_iso(rule.unsatisfiable_until_s)} or when a node registers, is "
+            f"approved, relabelled or re-budgeted: {rule.unsatisfiable_reason}")}
+    if rule.unsatisfiable_ticks:
+        return {"state": "unsatisfiable", "replicas": loaded, "message": (
+            f"unsatisfiable ({rule.unsatisfiable_ticks}/{UNSATISFIABLE_TICKS} passes before a cooldown): "
+            f"{rule.unsatisfiable_reason}")}
+    if rule.unsatisfiable_reason:
+        return {"state": "waiting", "replicas": loaded, "message": rule.unsatisfiable_reason}
+    return {"state": "active", "replicas": loaded, "message": f"{loaded} replica(s) of {g.target} loaded"}
+
+
+def rule_view(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": rule.id, "model_name": rule.model_name}
+    if rule.node_selector:
+        out["node_selector"] = selector_text(rule.node_selector)
+    out.update(min_replicas=rule.min_replicas, max_replicas=rule.max_replicas)
+    optional = {"spread_all": rule.spread_all, "route_policy": rule.route_policy,
+                "balance_abs_threshold": rule.balance_abs_threshold,
+                "balance_rel_threshold": rule.balance_rel_threshold, "min_prefix_match": rule.min_prefix_match,
+                "unsatisfiable_until": _iso(rule.unsatisfiable_until_s)}
+    out.update({k: v for k, v in optional.items() if v})
+    out.update(unsatisfiable_ticks=rule.unsatisfiable_ticks, created_at=_iso(rule.created_s),
+               updated_at=_iso(rule.updated_s), target=g.target, shadowed=bool(g.shadowed_by))
+    if g.shadowed_by:
+        out["shadowed_by"] = g.shadowed_by
+    out.update(declared=rule.declared, status=rule_status(rule, g, loaded, now_s))
+    return out
+
+
+def _resolver(state: FrontendState) -> Callable[[str], Resolution]:
+    return lambda name: resolve(name, set(state.configs), state.aliases)
+
+
+async def _views(state: FrontendState, rules: list[SchedulingRule]) -> list[dict[str, Any]]:
+    everything = await scheduling_store.all_rules(state.pool)  # shadowing is decided over every rule
+    governance = govern(everything, _resolver(state))
+    counts = await scheduling_store.loaded_counts(state.pool)
+    now_s = time.time()
+    return [rule_view(r, governance[r.model_name], counts.get(governance[r.model_name].target or "", 0), now_s)
+            for r in rules]
+
+
+async def _set_rule(state: FrontendState, request: Request) -> Any:
+    try:
+        body = await request.json()
+    except ValueError:
+        return _error(400, 'request body is not valid JSON; send {"model_name": "...", ...}', "body")
+    try:
+        spec = parse_rule(body)
+    except RuleInvalid as exc:
+        return _error(400, f"invalid scheduling rule: {exc}", exc.field)
+    resolver = _resolver(state)
+    resolution = resolver(spec.model_name)
+    if resolution.model is None:
+        return _error(400, f"invalid scheduling rule: field 'model_name': {resolution.problem}; a rule keyed "
+                           "by an alias must govern a configured model", "model_name")
+    try:
+        await scheduling_store.upsert_unless_governed(
+            state.pool, spec, lambda rules: conflicting_rule(spec.model_name, rules, resolver))
+    except RuleConflict as exc:
+        via = f" (alias of {resolution.model!r})" if resolution.via_alias else ""
+        return _error(409, f"scheduling rule for {spec.model_name!r}{via} conflicts: model {resolution.model!r} "
+                           f"is already governed by scheduling rule {exc.rule!r}; one load serves every name of a "
+                           f"model, so only one rule may place it — update or delete rule {exc.rule!r} "
+                           f"(DELETE /api/nodes/scheduling/{exc.rule}) first", "model_name")
+    rule = await scheduling_store.get(state.pool, spec.model_name)
+    return (await _views(state, [rule]))[0] if rule else _error(404, f"rule {spec.model_name!r} vanished; retry")
+
+
+def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
+    """Include after `scheduling_api` so `GET /api/nodes/scheduling/explain` keeps its route."""
+    router = APIRouter(prefix="/api/nodes/scheduling")
+
+    @router.get("")
+    async def list_rules() -> Any:
+        return await _views(state, await scheduling_store.all_rules(state.pool))
+
+    @router.get("/{model:path}")
+    async def get_rule(model: str) -> Any:
+        rule = await scheduling_store.get(state.pool, model)
+        if rule is None:
+            return _error(404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling")
+        return (await _views(state, [rule]))[0]
+
+    @router.post("")
+    async def set_rule(request: Request) -> Any:
+        return await _set_rule(state, request)
+
+    @router.delete("/{model:path}")
+    async def delete_rule(model: str) -> Any:
+        if not await scheduling_store.delete(state.pool, model):
+            return _error(404, f"no scheduling rule for {model!r}")
+        return Response(status_code=204)
+
+    return router
