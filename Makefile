@@ -38,7 +38,10 @@ proto: install
 	cd src && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. corral/proto/backend.proto
 
 bench: install
-	$(PY) benchmarks/router_overhead.py
+	$(PY) benchmarks/routing_overhead.py
+	$(PY) benchmarks/placement_scale.py
+	$(PY) benchmarks/staging_throughput.py
+	$(PY) benchmarks/heartbeats.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -136,11 +136,14 @@ async def _stage(client: httpx.AsyncClient, port: int, path: Path, worker_dir: P
     return elapsed
 
 
-def _line(label: str, ours_s: float, raw_s: float, size_bytes: int) -> None:
+def _line(label: str, ours: list[float], raw: list[float], size_bytes: int) -> None:
+    """Median MB/s and ratio; the best-of-rounds ratio too (shared machines make medians noisy)."""
+    ours_s, raw_s = statistics.median(ours), statistics.median(raw)
     ours_mbs, raw_mbs = size_bytes / ours_s / 1e6, size_bytes / raw_s / 1e6
-    ratio = raw_s / ours_s
+    ratio, best_ratio = raw_s / ours_s, min(raw) / min(ours)
     verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"
-    print(f"{label:<34} ours {ours_mbs:8.0f} MB/s   raw {raw_mbs:8.0f} MB/s   ratio {ratio:5.2f}  [{verdict}]")
+    print(f"{label:<34} ours {ours_mbs:6.0f} MB/s  raw {raw_mbs:6.0f} MB/s  ratio {ratio:5.2f} "
+          f"(best-of-rounds {best_ratio:4.2f})  [{verdict}]")
 
 
 async def main() -> None:
@@ -192,13 +195,13 @@ async def main() -> None:
             if proc.stdout is not None:
                 proc.stdout.close()
         shutil.rmtree(root, ignore_errors=True)
-    median = {k: statistics.median(v) for k, v in results.items() if v}
-    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs")
-    _line("transfer (stage_file vs curl -T)", median["stage"], median["curl"], size_bytes)
-    _line("verify hash (ours vs sha256sum)", median["hash"], median["sha256sum"], size_bytes)
-    if "openssl" in median:
-        _line("verify hash (ours vs openssl dgst)", median["hash"], median["openssl"], size_bytes)
-    _line("first staging (hash + transfer)", median["first"], median["raw_first"], size_bytes)
+    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    _line("transfer (stage_file vs curl -T)", results["stage"], results["curl"], size_bytes)
+    _line("verify hash (ours vs sha256sum)", results["hash"], results["sha256sum"], size_bytes)
+    if results["openssl"]:
+        _line("verify hash (ours vs openssl dgst)", results["hash"], results["openssl"], size_bytes)
+    _line("first staging (hash + transfer)", results["first"], results["raw_first"], size_bytes)
     for key, values in results.items():
         print(f"  {key:<10} " + " ".join(f"{v:6.2f}s" for v in values))
 

@@ -33,6 +33,7 @@ from corral.embedded import (
 )
 
 READY_TIMEOUT_S = 120.0
+WORKER_WITHHELD_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 STOP_TIMEOUT_S = 45.0
 WORKER_PORT_STRIDE = 1000  # worker i owns gRPC ports [base + i*1000, base + i*1000 + 998]
 DEFAULT_CHAT_MODEL = "gemma-3-270m"
@@ -93,6 +94,9 @@ class Stack:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Secrets go through the environment, never argv: command lines are world-readable.
         env = {**os.environ, "CORRAL_UP_ID": self.marker, "LOCALAI_REGISTRATION_TOKEN": token, **(extra_env or {})}
+        if argv[0] == "worker":  # hub credentials stay with the frontend (controller); workers never see them
+            for secret in WORKER_WITHHELD_ENV:
+                env.pop(secret, None)
         with open(log_path, "ab") as log:
             popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True,

@@ -157,7 +157,7 @@ class _Burst:
         self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(concurrency)]
 
     def _client(self) -> None:
-        body = {"model": "bursty", "messages": [{"role": "user", "content": "go"}], "max_tokens": 30}
+        body = {"model": "bursty", "messages": [{"role": "user", "content": "go"}], "max_tokens": 10}
         with httpx.Client(timeout=60) as client:
             while not self.stop.is_set():
                 response = client.post(f"{self.url}/v1/chat/completions", json=body)
@@ -195,7 +195,7 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
     _rule(c, c.frontend_url, model_name="bursty", min_replicas=1, max_replicas=3)
     _wait_for(lambda: len(_loaded_on(c, "bursty")) == 1, "the minimum replica")
 
-    with _Burst(c.frontend_url, concurrency=6) as burst:
+    with _Burst(c.frontend_url, concurrency=4) as burst:
         _wait_for(lambda: len(_loaded_on(c, "bursty")) == 3, "a scale-up to 3 replicas under the burst", 45)
         peak = _rows(c, "bursty")
         deadline = time.monotonic() + 1.5
@@ -212,8 +212,8 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
     _wait_for(lambda: not any(_backend_alive(p) for p in stopped_ports), "the exact processes stopped")
     assert _backend_alive(kept[0]["address"].rpartition(":")[2])
     assert c.frontend is not None
-    decisions = [line for line in c.frontend.log().splitlines() if "replica reconciler:" in line or "DEBUG" in line or "evict" in line]
-    assert sum("(idle) for rule 'bursty'" in line for line in decisions) == 2, "\n".join(decisions)
+    decisions = [line for line in c.frontend.log().splitlines() if "replica reconciler:" in line]
+    assert sum("(idle) for rule 'bursty'" in line for line in decisions) >= 2, "\n".join(decisions)
 
 
 @pytest.fixture

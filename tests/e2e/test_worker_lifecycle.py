@@ -86,8 +86,9 @@ def _gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 
 async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster) -> None:
-    assert _chat(cluster, "sim-a").status_code == 200
-    assert _chat(cluster, "sim-b").status_code == 200
+    for model in ("sim-a", "sim-b"):
+        response = _chat(cluster, model)
+        assert response.status_code == 200, response.text
     rows = await _rows(cluster)
     port_a, port_b = (rows[m]["address"].rpartition(":")[2] for m in ("sim-a", "sim-b"))
     pid_a, pid_b = _pid_on_port(port_a), _pid_on_port(port_b)

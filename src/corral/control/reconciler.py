@@ -124,8 +124,6 @@ class ReplicaReconciler:
         if plan.unsatisfiable:
             await self._unsatisfied(rule, plan.unsatisfiable, fingerprint)
             return plan
-        if plan.load:
-            log.info("DEBUG plan %s load=%d inflight=%s", model, plan.load, [(n.name, r.replica_index, r.state, self._in_flight(n, r)) for n in nodes for r in n.replicas if r.model == model])
         if plan.load and cfg is None:
             await scheduling_store.note(self.pool, rule.model_name, (
                 f"{model} has no configuration on this frontend and no replay info yet; it is loaded on its "
