@@ -80,6 +80,7 @@ def wait_http(url: str, proc: Proc, timeout_s: float = 60.0) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
+    proc.stop()  # never leave a half-started process behind
     raise RuntimeError(f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.log()[-3000:]}")
 
 

@@ -118,6 +118,9 @@ class ReplicaReconciler:
         if rule.cooling_down(self._clock(), fingerprint):
             return None
         cfg = self.configs.get(model) or await replay_config(self.pool, model)
+        if cfg is not None and cfg.disabled:  # its replicas are being stopped: never fight the edit
+            await scheduling_store.note(self.pool, rule.model_name, f"{model} is disabled; enable it to scale it")
+            return None
         selector = {**(cfg.node_selector if cfg else {}), **rule.node_selector}
         plan = plan_replicas(rule, model, selector, nodes, in_flight=self._in_flight, idle_s=self._idle_s,
                              idle_window_s=self.settings.idle_window_s)
@@ -125,6 +128,7 @@ class ReplicaReconciler:
             await self._unsatisfied(rule, plan.unsatisfiable, fingerprint)
             return plan
         if plan.load and cfg is None:
+            await scheduling_store.satisfied(self.pool, rule.model_name)  # not a capacity problem: no back-off
             await scheduling_store.note(self.pool, rule.model_name, (
                 f"{model} has no configuration on this frontend and no replay info yet; it is loaded on its "
                 "first request, after which the reconciler can scale it"))
