@@ -21,6 +21,42 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from corral.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
 
+# Every process a test starts inherits this marker, so the session can prove it leaves none behind.
+SESSION_MARKER = f"CORRAL_TEST_SESSION={uuid.uuid4().hex}"
+os.environ["CORRAL_TEST_SESSION"] = SESSION_MARKER.split("=", 1)[1]
+
+
+def _marked_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if SESSION_MARKER.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_processes() -> Iterator[None]:
+    """Kill (and report) any process a test started and forgot: CI must leave nothing running."""
+    import signal
+    import time
+
+    yield
+    deadline = time.monotonic() + 10
+    while (leftovers := _marked_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in leftovers:
+        try:
+            cmd = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))[:120]
+            os.kill(pid, signal.SIGKILL)
+            print(f"\nkilled leftover test process {pid}: {cmd}", file=sys.stderr)
+        except (OSError, ProcessLookupError):
+            pass
+
 
 @pytest.fixture(scope="session")
 def state_root() -> Iterator[Path]:
