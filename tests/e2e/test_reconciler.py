@@ -81,6 +81,7 @@ def _status(c: Cluster, model: str) -> dict[str, Any]:
 def three_workers(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "failover")
     _model(c, "steady")
+    (c.models_dir / "prod.yaml").write_text("name: prod\nalias: steady\n")  # a stable deployment slot
     try:
         c.start_frontend(*FAST)
         for name in ("w1", "w2", "w3"):
@@ -92,7 +93,9 @@ def three_workers(state_root: Path, make_database: Callable[[], str], nats_url: 
 
 def test_a_replica_lost_with_its_worker_is_replaced_on_another_node(three_workers: Cluster) -> None:
     c = three_workers
-    _rule(c, c.frontend_url, model_name="steady", min_replicas=2)  # no request: the minimum loads proactively
+    assert httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": "prod"}).status_code == 401
+    rule = _rule(c, c.frontend_url, model_name="prod", min_replicas=2)  # keyed by the alias; no request needed
+    assert rule["target"] == "steady"
     _wait_for(lambda: len(_loaded_on(c, "steady")) == 2, "two replicas of steady")
     hosts = _loaded_on(c, "steady")
     assert len(set(hosts)) == 2  # one replica slot per node: two nodes
@@ -102,10 +105,15 @@ def test_a_replica_lost_with_its_worker_is_replaced_on_another_node(three_worker
     spare = ({"w1", "w2", "w3"} - set(hosts)).pop()
     _wait_for(lambda: sorted(_loaded_on(c, "steady")) == sorted([hosts[1], spare]),
               f"a replacement replica on {spare} after {hosts[0]} died", timeout_s=45)
-    assert _status(c, "steady") == {"state": "active", "replicas": 2, "message": "2 replica(s) of steady loaded"}
-    answer = httpx.post(f"{c.frontend_url}/v1/chat/completions", timeout=30,
-                        json={"model": "steady", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
-    assert answer.status_code == 200, answer.text
+    assert _status(c, "prod") == {"state": "active", "replicas": 2, "message": "2 replica(s) of steady loaded"}
+    for name in ("prod", "steady"):  # one load serves both names
+        answer = httpx.post(f"{c.frontend_url}/v1/chat/completions", timeout=30,
+                            json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert answer.status_code == 200, answer.text
+    assert len(_rows(c, "steady")) == 2 and _rows(c, "prod") == []
+    conflict = httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": "steady", "min_replicas": 1},
+                          headers=c.admin_headers)
+    assert conflict.status_code == 409 and "governed by scheduling rule 'prod'" in conflict.json()["error"]["message"]
 
 
 @pytest.fixture
@@ -134,6 +142,22 @@ def test_replicas_all_follows_nodes_joining_and_leaving(spread_cluster: Cluster)
     time.sleep(1.0)  # several passes: nothing else is loaded and nothing is reported unsatisfiable
     assert [r["node"] for r in _rows(c, "everywhere")] == ["s1"]
     assert _status(c, "everywhere")["state"] == "active"
+
+
+def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_cluster: Cluster) -> None:
+    c = spread_cluster
+    _wait_for(lambda: _loaded_on(c, "everywhere") == ["s1"], "the declared spread on s1")
+    node_id = next(n["id"] for n in httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers).json()
+                   if n["name"] == "s1")
+    labels = f"{c.frontend_url}/api/nodes/{node_id}/labels"
+    assert httpx.patch(labels, json={"zone": "a"}, headers=c.admin_headers).status_code == 200
+    _rule(c, c.frontend_url, model_name="everywhere", replicas="all", node_selector={"zone": "a"})
+    time.sleep(1.0)
+    assert _loaded_on(c, "everywhere") == ["s1"]
+    port = _rows(c, "everywhere")[0]["address"].rpartition(":")[2]
+    assert httpx.delete(f"{labels}/zone", headers=c.admin_headers).status_code == 204
+    _wait_for(lambda: _rows(c, "everywhere") == [], "the replica on the node that stopped matching is stopped")
+    _wait_for(lambda: not _backend_alive(port), "its exact backend process gone")
 
 
 @pytest.fixture
