@@ -16,6 +16,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sysconfig
 import sys
 import tempfile
 import time
@@ -132,18 +133,19 @@ async def _xacts(database_url: str) -> int:
         await conn.close()
 
 
-def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]] | None:
-    binary = shutil.which("vllm-router")
+async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]] | None:
+    binary = shutil.which("vllm-router") or shutil.which("vllm-router", path=sysconfig.get_path("scripts"))
     if binary is None:
         return None
     port = free_port()
     proc = subprocess.Popen([binary, "--worker-urls", f"http://127.0.0.1:{baseline_port}", "--policy",
-                             "round_robin", "--host", "127.0.0.1", "--port", str(port)],
+                             "round_robin", "--host", "127.0.0.1", "--port", str(port),
+                             "--worker-startup-check-interval", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        if port_open("127.0.0.1", port):
+    for _ in range(300):  # the baseline server answers its health checks on this event loop
+        if port_open("127.0.0.1", port, timeout_s=0.05):
             return f"http://127.0.0.1:{port}", proc
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
     proc.terminate()
     return None
 
@@ -165,7 +167,7 @@ async def main() -> None:
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     cluster.start_frontend()
     cluster.start_worker("bench-w1")
-    peer = _peer_router(baseline_port)
+    peer = await _peer_router(baseline_port)
     rows: list[tuple[str, tuple[float, float, float]]] = []
     try:
         async with _client(f"http://127.0.0.1:{baseline_port}") as base:
