@@ -16,8 +16,8 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sysconfig
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
