@@ -124,6 +124,9 @@ def test_negated_selectors_keep_a_model_off_matching_nodes(env: Env) -> None:
     response = _chat(env.f1, "not-on-gpu")
     assert response.status_code == 503
     assert response.json()["error"]["message"] == "scheduling not-on-gpu: 0/1 nodes fit: 1 selector mismatch"
+    [reason] = response.json()["rejections"]  # the structured reasons ride along
+    assert reason["node"] == "gpu-w" and reason["reason"] == "selector mismatch"
+    assert "gpu.vendor must not be 'nvidia'" in reason["detail"]
 
 
 def _register_ghost(env: Env, name: str, **facts: object) -> str:

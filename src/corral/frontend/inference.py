@@ -10,8 +10,10 @@ import grpc
 
 from corral.frontend.errors import APIError
 from corral.loading.errors import LoadError, ModelStillLoading
+from corral.loading.place import plan
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
+from corral.placement.rejection import NoNodeFits
 from corral.proto import backend_pb2
 from corral.routing.backend_client import replica_gone
 from corral.routing.replica import Replica
@@ -27,12 +29,26 @@ async def _route(router: Router, cfg: ModelConfig) -> Replica:
     try:
         return await router.route(cfg)
     except PlacementError as exc:
-        raise APIError(503, str(exc), "server_error", "no_nodes_available") from None
+        reasons = await _placement_reasons(router, cfg)
+        raise APIError(503, str(exc), "server_error", "no_nodes_available",
+                       extra={"rejections": reasons} if reasons else None) from None
     except LoadError as exc:
         raise APIError(502, str(exc), "server_error", "model_load_failed") from None
     except ModelStillLoading as exc:
         raise APIError(503, str(exc), "model_loading", "model_loading",
                        headers={"Retry-After": str(exc.retry_after_s)}, extra={"loading": exc.loading}) from None
+
+
+async def _placement_reasons(router: Router, cfg: ModelConfig) -> list[dict[str, str]]:
+    """The structured per-node reasons behind a placement failure (error path only: one snapshot read)."""
+    try:
+        await plan(router.ctx, cfg)
+    except NoNodeFits as exc:
+        return [{"node": name, "filter": r.filter, "reason": r.reason, "detail": r.detail}
+                for name, r in sorted(exc.rejections.items())]
+    except Exception:  # the message alone still explains the failure
+        return []
+    return []
 
 
 def _backend_error(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> APIError:
