@@ -30,7 +30,7 @@ from corral.store import revisions
 log = logging.getLogger(__name__)
 
 SUBJECT = "cache.invalidate.models"
-ACK_TIMEOUT_S = 5.0
+ACK_TIMEOUT_S = 10.0
 TOMBSTONE_PREFIX = "removed-"
 
 
