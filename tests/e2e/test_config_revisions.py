@@ -135,3 +135,38 @@ def test_a_disabled_model_is_not_served_and_can_be_enabled_again(env: Env) -> No
     assert refused.status_code == 404 and "disabled" in refused.json()["error"]["message"]
     assert httpx.post(f"{env.a}/api/model-configs/params/enable", headers=env.admin).status_code == 200
     assert _chat(env.b, "params").status_code == 200
+
+
+async def test_a_frontend_starting_with_a_changed_config_on_disk_republishes_only_that_model(env: Env) -> None:
+    assert _chat(env.a, "rev").status_code == 200
+    conn = await asyncpg.connect(env.cluster.database_url)
+    try:
+        before = {r["model_name"]: r["config_revision"] for r in await conn.fetch("SELECT * FROM model_config_states")}
+    finally:
+        await conn.close()
+    c_models = env.cluster.root / "frontend-c-models"
+    shutil.copytree(env.b_models, c_models, dirs_exist_ok=True)
+    (c_models / "cut.yaml").write_text("name: cut\nbackend: simulator\ncontext_size: 333\nparameters:\n  model: cut\n")
+    proc, _url = env.cluster.spawn_frontend("frontend-c", "--models-path", str(c_models))
+    try:
+        conn = await asyncpg.connect(env.cluster.database_url)
+        try:
+            after = {r["model_name"]: r["config_revision"] for r in await conn.fetch("SELECT * FROM model_config_states")}
+        finally:
+            await conn.close()
+    finally:
+        proc.stop()
+    assert after["cut"] != before["cut"]  # the drifted model advanced
+    assert {k: v for k, v in after.items() if k != "cut"} == {k: v for k, v in before.items() if k != "cut"}
+
+
+def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: Env) -> None:
+    nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
+    node_id = next(n["id"] for n in nodes if n["name"] == "w1")
+    for url, headers in ((f"{env.a}/api/nodes/{node_id}/models", env.admin),
+                         (f"{env.a}/api/node/{node_id}/models", {"Authorization": f"Bearer {env.cluster.token}"})):
+        rows = httpx.get(url, headers=headers).json()
+        assert rows, url
+        for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",
+                      "cleanup_next_retry_at"):
+            assert field in rows[0], (url, field)
