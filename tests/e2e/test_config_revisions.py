@@ -170,3 +170,19 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
         for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",
                       "cleanup_next_retry_at"):
             assert field in rows[0], (url, field)
+
+
+def test_an_alias_repointed_through_the_api_moves_requests_and_its_rule_on_every_frontend(env: Env) -> None:
+    admin = {**env.admin, "Content-Type": "application/yaml"}
+    created = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: rev\n", headers=admin)
+    assert created.status_code == 200, created.text
+    rule = httpx.post(f"{env.a}/api/nodes/scheduling", json={"model_name": "prod", "max_replicas": 2},
+                      headers=env.admin)
+    assert rule.status_code == 200, rule.text
+    assert _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("rev#")
+    repointed = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: params\n", headers=admin)
+    assert repointed.json() == {"name": "prod", "alias": "params"}
+    assert _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("params#")  # the other frontend follows
+    assert httpx.get(f"{env.b}/api/nodes/scheduling/prod", headers=env.admin).json()["target"] == "params"
+    dangling = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: nope\n", headers=admin)
+    assert dangling.status_code == 400 and "'nope' is not a configured model" in dangling.json()["error"]["message"]

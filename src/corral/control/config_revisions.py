@@ -23,7 +23,7 @@ import yaml
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.models.config import ModelConfig, parse_model_config
+from corral.models.config import ModelConfig, ModelConfigError, parse_model_config
 from corral.routing.router import Router
 from corral.store import revisions
 
@@ -40,8 +40,9 @@ def dump_yaml(raw: dict[str, Any]) -> str:
 
 class ConfigRevisions:
     def __init__(self, pool: asyncpg.Pool, nc: Client, router: Router, configs: dict[str, ModelConfig],
-                 models_dir: Path) -> None:
+                 models_dir: Path, aliases: dict[str, str] | None = None) -> None:
         self.pool, self.nc, self.router, self.configs, self.models_dir = pool, nc, router, configs, models_dir
+        self.aliases = aliases if aliases is not None else {}  # shared in place with routing and the reconciler
         self.cleanup_kick: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
@@ -98,6 +99,17 @@ class ConfigRevisions:
         await self._advance_and_announce(name, cfg)
         return cfg, await revisions.pending_cleanup(self.pool, name)
 
+    async def set_alias(self, name: str, target: str) -> None:
+        """Point alias `name` at model `target` (a scheduling rule keyed by the alias follows it)."""
+        if name in self.configs:
+            raise ModelConfigError(f"{name!r} is a model, not an alias; choose another alias name")
+        if target not in self.configs:
+            raise ModelConfigError(f"field 'alias': {target!r} is not a configured model (aliases point at models)")
+        self._write(self.models_dir / f"{name}.yaml", dump_yaml({"name": name, "alias": target}))
+        self.aliases[name] = target
+        await self._announce(name, "alias", target)
+        log.info("alias %s now points at %s", name, target)
+
     async def remove(self, name: str) -> int:
         """Retire a model name (rename's old name): its replicas stop, peers forget the config."""
         path = self._path(name)
@@ -151,7 +163,11 @@ class ConfigRevisions:
         if mark in self.router.inflight.acks:
             return  # our own announcement
         try:
-            if body.get("op") == "delete":
+            if body.get("op") == "alias":
+                target = str(body.get("config_revision") or "")
+                self._write(self.models_dir / f"{name}.yaml", dump_yaml({"name": name, "alias": target}))
+                self.aliases[name] = target
+            elif body.get("op") == "delete":
                 self.configs.pop(name, None)
             else:
                 state = await revisions.get(self.pool, name)

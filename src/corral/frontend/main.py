@@ -74,7 +74,7 @@ async def serve(settings: Settings) -> int:
     lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
     await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
     warn_shared_vector_store(settings)
-    revs = ConfigRevisions(pool, nc, router, configs, models_dir)
+    revs = ConfigRevisions(pool, nc, router, configs, models_dir, aliases)
     cleanup = RevisionCleanup(pool, nc, router)
     revs.cleanup_kick = cleanup.kick
     await revs.start()

@@ -6,6 +6,7 @@ confirmed stopped). From the moment the response returns, no frontend routes to 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -14,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from corral.control.config_revisions import ConfigRevisions, dump_yaml
 from corral.frontend.errors import envelope
+from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 
 
@@ -41,6 +43,8 @@ def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
     if not isinstance(raw, dict):
         return _bad("the configuration must be a mapping (name, backend, parameters.model, …)")
+    if is_alias_document(raw):
+        return await apply_alias(revs, name, raw)
     if raw.get("name") != name:
         return _bad(f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name")
     try:
@@ -49,6 +53,17 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
         return _bad(str(exc))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
                          "disabled": cfg.disabled})
+
+
+async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any]) -> JSONResponse:
+    try:
+        alias, target = parse_alias(raw, Path(f"{name}.yaml"))
+        if alias != name:
+            return _bad(f"field 'name' must be {name!r}", "name")
+        await revs.set_alias(name, target)
+    except (AliasConfigError, ModelConfigError) as exc:
+        return _bad(str(exc), "alias")
+    return JSONResponse({"name": name, "alias": target})
 
 
 async def _json_object(request: Request) -> dict[str, Any] | None:

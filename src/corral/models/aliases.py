@@ -6,8 +6,9 @@ An alias is a YAML file in the models directory with exactly two fields:
     alias: llama3        # the configured model it points at (never another alias)
 
 A request for `production` is served by the replicas of `llama3` (one load serves both names),
-and a scheduling rule keyed by `production` governs `llama3`. Repointing the alias (editing the
-file, then restarting or reloading the frontend) moves the rule to the new model.
+and a scheduling rule keyed by `production` governs `llama3`. Repointing the alias with
+`PUT /api/model-configs/production` (body `name: production` / `alias: <model>`) updates every
+frontend at once and moves the rule to the new model; editing the file takes effect at restart.
 """
 
 from __future__ import annotations
