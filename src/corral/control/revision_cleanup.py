@@ -22,7 +22,7 @@ from corral.store import revisions
 
 log = logging.getLogger(__name__)
 
-TICK_S = 1.0
+TICK_S = 5.0  # edits kick the loop at once; the tick only paces retries
 STOP_TIMEOUT_S = 10.0
 BUSY_RECHECK_S = 1.0
 
