@@ -21,6 +21,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from corral.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
 
+# CORRAL_TEST_EMBEDDED=1: ignore services on the default ports and start embedded ones (as on a bare machine).
+FORCE_EMBEDDED = os.environ.get("CORRAL_TEST_EMBEDDED", "") not in ("", "0", "false")
+
 # Every process a test starts inherits this marker, so the session can prove it leaves none behind.
 SESSION_MARKER = f"CORRAL_TEST_SESSION={uuid.uuid4().hex}"
 os.environ["CORRAL_TEST_SESSION"] = SESSION_MARKER.split("=", 1)[1]
@@ -72,7 +75,7 @@ def pg_admin_url(state_root: Path) -> Iterator[str]:
     if os.environ.get("CORRAL_TEST_DATABASE_URL"):
         yield os.environ["CORRAL_TEST_DATABASE_URL"]
         return
-    if port_open("127.0.0.1", 5432):
+    if port_open("127.0.0.1", 5432) and not FORCE_EMBEDDED:
         yield "postgresql://postgres@127.0.0.1:5432/postgres"
         return
     pg = embedded_postgres(state_root / "pg")
@@ -122,7 +125,7 @@ def nats_url(state_root: Path) -> Iterator[str]:
     if os.environ.get("CORRAL_TEST_NATS_URL"):
         yield os.environ["CORRAL_TEST_NATS_URL"]
         return
-    if port_open("127.0.0.1", 4222):
+    if port_open("127.0.0.1", 4222) and not FORCE_EMBEDDED:
         yield "nats://127.0.0.1:4222"
         return
     nats = embedded_nats(state_root / "nats")
