@@ -177,3 +177,28 @@ def test_a_worker_with_a_wrong_token_is_refused_and_exits_nonzero(cluster: Clust
     log = proc.log()
     assert "401" in log and "registration token" in log
     assert "Traceback" not in log
+
+
+MALFORMED = [
+    ("/v1/chat/completions", {"model": ["sim"], "messages": [{"role": "user", "content": "x"}]}),
+    ("/v1/chat/completions", {"model": "sim", "messages": "hello"}),
+    ("/v1/chat/completions", {"model": "sim", "messages": [{"role": "user", "content": 5}]}),
+    ("/v1/chat/completions", {"model": "sim", "messages": []}),
+    ("/v1/chat/completions", {"model": "sim", "messages": [{"role": "user"}], "stop": 7}),
+    ("/v1/chat/completions", {"model": "sim", "messages": [{"role": "user", "content": "x"}], "n": 3}),
+    ("/v1/chat/completions", [1, 2, 3]),
+    ("/v1/chat/completions", "just a string"),
+    ("/v1/completions", {"model": "sim", "prompt": ["a", "b"]}),
+    ("/v1/completions", {"model": "sim"}),
+    ("/v1/embeddings", {"model": "sim", "input": 42}),
+    ("/v1/embeddings", {"model": "sim", "input": ""}),
+    ("/v1/embeddings", {"model": "sim", "input": "x", "encoding_format": "int8"}),
+]
+
+
+@pytest.mark.parametrize("path, body", MALFORMED)
+def test_malformed_bodies_get_a_4xx_naming_the_field_never_a_500(cluster: Cluster, path: str, body: object) -> None:
+    response = httpx.post(f"{cluster.frontend_url}{path}", json=body, timeout=30)
+    assert 400 <= response.status_code < 500, response.text
+    error = response.json()["error"]
+    assert error["message"] and "Traceback" not in response.text
