@@ -27,6 +27,7 @@ up: install
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy src/corral
 
 test: install lint
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)

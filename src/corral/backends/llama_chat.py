@@ -98,7 +98,7 @@ def message_dicts(messages: list[pb.Message]) -> list[dict[str, Any]]:
 def render_chat(formatter: ChatFormatter, req: pb.PredictOptions) -> ChatPrompt:
     tools = _json_field(req.Tools, "PredictOptions.Tools") if req.Tools else None
     try:
-        rendered = formatter(messages=message_dicts(list(req.Messages)), tools=tools)
+        rendered = formatter(messages=message_dicts(list(req.Messages)), tools=tools)  # type: ignore[arg-type]
     except InvalidRequestError:
         raise
     except Exception as exc:  # noqa: BLE001 - templates raise on unsupported conversations

@@ -67,8 +67,8 @@ def default_context_tokens(path: Path) -> int:
         import gguf
 
         reader = gguf.GGUFReader(str(path))
-        arch = reader.get_field("general.architecture").contents()
-        trained = int(reader.get_field(f"{arch}.context_length").contents())
+        arch = reader.get_field("general.architecture").contents()  # type: ignore[union-attr]
+        trained = int(reader.get_field(f"{arch}.context_length").contents())  # type: ignore[union-attr]
     except Exception as exc:  # noqa: BLE001 - llama.cpp reports unreadable files itself
         log.debug("could not read context length from %s: %s", path, exc)
         return MAX_DEFAULT_CONTEXT_TOKENS
@@ -173,7 +173,7 @@ class LlamaCppEngine:
             for piece in pieces:
                 yield piece_reply(piece)
         finally:
-            pieces.close()  # type: ignore[attr-defined] - a generator; stops the token loop now
+            pieces.close()  # type: ignore[attr-defined]  # a generator: stops the token loop now
         stats = generation.stats
         yield final_reply(
             tokens=stats.completion_tokens,

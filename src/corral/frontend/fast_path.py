@@ -46,7 +46,7 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         response = await self._handle(handler, await _read_body(receive))
-        await response(scope, receive, send)
+        await response(scope, receive, send)  # type: ignore[arg-type]
 
     async def _handle(self, handler: Handler, raw: bytes) -> Response:
         model, call = handler

@@ -80,6 +80,13 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False) ->
     return cfg
 
 
+def _embed_call(state: FrontendState, opts: backend_pb2.PredictOptions) -> Any:
+    def call(replica: Replica) -> Any:
+        return state.router.ctx.channels.stub(replica.address).Embedding(opts, metadata=state.router.ctx.channels.metadata)
+
+    return call
+
+
 def build_openai_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
@@ -142,11 +149,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, replica = await inference.unary(
-                state.router, cfg,
-                lambda r, o=opts: state.router.ctx.channels.stub(r.address).Embedding(
-                    o, metadata=state.router.ctx.channels.metadata),
-            )
+            result, replica = await inference.unary(state.router, cfg, _embed_call(state, opts))
             vector: Any = list(result.embeddings)
             if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()

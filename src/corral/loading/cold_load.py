@@ -115,7 +115,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
     node, replica_index, address = placed.node, placed.replica_index, placed.address
     progress.on_node(node.id, node.name, replica_index)
     log.info("loading %s on node %s (replica %d)", cfg.name, node.name, replica_index)
-    row = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
+    row: dict[str, Any] = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
                backend=cfg.backend, config_revision=cfg.revision)
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)

@@ -150,7 +150,7 @@ def _write(out_path: Path, model_dir: Path, dtype: str) -> None:
     writer = gguf.GGUFWriter(out_path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
     _add_metadata(writer, model_dir, dtype)
     for name, data, qtype in _gguf_tensors(model_dir, n_layers, dtype):
-        writer.add_tensor(name, data, raw_dtype=qtype)
+        writer.add_tensor(name, data, raw_dtype=qtype)  # type: ignore[arg-type]
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -26,8 +26,8 @@ def _kv_bytes_per_token(path: str, _mtime_ns: int) -> int:
     heads_kv = _field(reader, f"{arch}.attention.head_count_kv") or heads
     if not all(isinstance(v, int) and v > 0 for v in (layers, embd, heads, heads_kv)):
         return 0
-    head_dim = embd // heads
-    return 2 * layers * heads_kv * head_dim * KV_BYTES_PER_ELEMENT  # K and V
+    head_dim = int(embd) // int(heads)  # type: ignore[call-overload]
+    return 2 * int(layers) * int(heads_kv) * head_dim * KV_BYTES_PER_ELEMENT  # type: ignore[call-overload]
 
 
 def _field(reader: object, key: str) -> object:

@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 from nats.aio.client import Client
@@ -120,7 +121,7 @@ class Evictor:
 
     async def _evict(self, c: _Candidate, why: str = "to make room") -> bool:
         r, node = c.replica, c.node
-        row = dict(node_id=node.id, model=r.model, replica_index=r.replica_index, address=r.address)
+        row: dict[str, Any] = dict(node_id=node.id, model=r.model, replica_index=r.replica_index, address=r.address)
         if not await replica_store.mark_unloading(self.pool, **row):
             return False
         mark = uuid.uuid4().hex

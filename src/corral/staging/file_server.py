@@ -177,11 +177,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> RequestBody | Answer:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return ChunkedBody(self.rfile, self._send_continue)
+            return ChunkedBody(self.rfile, self._send_continue)  # type: ignore[arg-type]
         raw = (self.headers.get("Content-Length") or "0").strip()
         if not raw.isdigit():
             return Answer.error(400, f"invalid Content-Length {raw!r}")
-        return LengthBody(self.rfile, int(raw), self._send_continue)
+        return LengthBody(self.rfile, int(raw), self._send_continue)  # type: ignore[arg-type]
 
     def _serve(self, method: str) -> None:
         self.server.stats.count_request(method)

@@ -23,6 +23,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -181,7 +182,8 @@ def _hub_file(sibling: object) -> HubFile | None:
     if not path or path.startswith("/") or "\\" in path or any(p in ("..", ".") for p in parts):
         log.warning("ignoring unsafe file name %r in a hub listing", path)
         return None
-    lfs = sibling.get("lfs") if isinstance(sibling.get("lfs"), dict) else {}
+    lfs_field = sibling.get("lfs")
+    lfs: dict[str, Any] = lfs_field if isinstance(lfs_field, dict) else {}
     size = lfs.get("size", sibling.get("size"))
     sha = lfs.get("sha256")
     return HubFile(path, size if isinstance(size, int) else None, sha if isinstance(sha, str) else None)
