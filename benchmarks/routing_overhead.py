@@ -198,6 +198,9 @@ async def main() -> None:
             peer[1].terminate()
         cluster.stop()
         server.close()
+        admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # leave the server as found
+        await admin.close()
     base_p50, _, base_rps = rows[0][1]
     print(f"{'path':<40} {'p50 ms':>8} {'p99 ms':>8} {'req/s c=16':>11} {'added p50':>10}")
     for label, (p50, p99, rps) in rows:
