@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
 
 import asyncpg
-import pytest
 
 from corral.control.health_monitor import HealthMonitor
 from corral.control.heartbeat_rules import Beat
 from corral.control.heartbeats import HeartbeatCheckpointer
 from corral.control.held_beats import HeldBeats
-from corral.store import db
 from corral.store import nodes as node_store
 
 GIB = 1 << 30
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 def facts(name: str) -> node_store.NodeFacts:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-
 import asyncpg
 import pytest
 
 from corral.routing.eviction import EvictionBusy, Evictor
-from corral.store import db
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
 
@@ -23,14 +20,6 @@ class AllBusy:
 
     def last_used_s(self, _key: str) -> float:
         return 0.0
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg.Pool) -> None:

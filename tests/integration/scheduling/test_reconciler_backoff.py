@@ -3,26 +3,15 @@ registry change (a node registering, a label) ends at once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 
 import asyncpg
-import pytest
 
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.placement.rules import RuleSpec
-from corral.store import db
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
 from corral.store import scheduling as scheduling_store
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 def _reconciler(pool: asyncpg.Pool) -> ReplicaReconciler:

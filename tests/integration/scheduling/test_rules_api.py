@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
 from corral.placement.rules import RuleSpec
-from corral.store import db
 from corral.store import scheduling as scheduling_store
 
 URL = "http://frontend/api/nodes/scheduling"
@@ -27,14 +26,6 @@ URL = "http://frontend/api/nodes/scheduling"
 
 def _config(name: str) -> ModelConfig:
     return ModelConfig(name=name, backend="simulator", model="", models_dir=Path("/nonexistent"))
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

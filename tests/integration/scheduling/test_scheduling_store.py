@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import asyncpg
-import pytest
 
 from corral.loading.cold_load import model_options
 from corral.loading.place import effective_selector
@@ -15,16 +13,8 @@ from corral.loading.replay import config_from_replay, record, replay_config
 from corral.models.artifacts import ArtifactPaths
 from corral.models.config import ModelConfig
 from corral.placement.rules import RuleSpec
-from corral.store import db, load_infos
+from corral.store import load_infos
 from corral.store import scheduling as scheduling_store
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 def _config(name: str, models_dir: Path, **fields: object) -> ModelConfig:

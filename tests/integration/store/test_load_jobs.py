@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 
 import asyncpg
-import pytest
 
-from corral.store import db, load_jobs
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database(), max_size=20)
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
+from corral.store import load_jobs
 
 
 async def test_exactly_one_of_many_concurrent_claims_wins(pool: asyncpg.Pool) -> None:

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import asyncpg
-import pytest
 
 from corral.store import db
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 async def test_two_frontends_migrating_at_once_apply_each_migration_once(make_database: Callable[[], str]) -> None:

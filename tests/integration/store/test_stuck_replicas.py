@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import nats
 import pytest
 
 from corral.control.stuck_replicas import sweep_once
-from corral.store import db, load_jobs
+from corral.store import load_jobs
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
-
-
-@pytest.fixture
-async def pool(make_database: Callable[[], str]) -> AsyncIterator[asyncpg.Pool]:
-    pool = await db.connect(make_database())
-    await db.migrate(pool)
-    yield pool
-    await pool.close()
 
 
 async def test_only_rows_without_a_heartbeating_job_are_reclaimed(pool: asyncpg.Pool, nats_url: str,
