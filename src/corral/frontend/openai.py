@@ -80,9 +80,12 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False) ->
     return cfg
 
 
-def _embed_call(state: FrontendState, opts: backend_pb2.PredictOptions) -> Any:
+def _rpc(state: FrontendState, method: str, opts: backend_pb2.PredictOptions) -> Any:
+    """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks."""
+    channels = state.router.ctx.channels
+
     def call(replica: Replica) -> Any:
-        return state.router.ctx.channels.stub(replica.address).Embedding(opts, metadata=state.router.ctx.channels.metadata)
+        return getattr(channels.stub(replica.address), method)(opts, metadata=channels.metadata)
 
     return call
 
@@ -108,10 +111,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
-        reply, replica = await inference.unary(
-            state.router, cfg,
-            lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
-        )
+        reply, replica = await inference.unary(state.router, cfg, _rpc(state, "Predict", opts))
         message = {"role": "assistant", "content": reply.message.decode(errors="replace")}
         return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
@@ -131,10 +131,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
-        reply, replica = await inference.unary(
-            state.router, cfg,
-            lambda r: state.router.ctx.channels.stub(r.address).Predict(opts, metadata=state.router.ctx.channels.metadata),
-        )
+        reply, replica = await inference.unary(state.router, cfg, _rpc(state, "Predict", opts))
         text = reply.message.decode(errors="replace")
         return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
@@ -149,7 +146,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, replica = await inference.unary(state.router, cfg, _embed_call(state, opts))
+            result, replica = await inference.unary(state.router, cfg, _rpc(state, "Embedding", opts))
             vector: Any = list(result.embeddings)
             if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
