@@ -26,6 +26,18 @@ class EmbeddedServiceError(Exception):
     """An embedded PostgreSQL/NATS could not be found or started; the message says what to install or pass."""
 
 
+def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int | None:
+    """SIGTERM, wait up to `timeout_s`, then SIGKILL; always reaps. Returns the exit code."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+    return popen.returncode
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -185,13 +197,8 @@ class EmbeddedNats:
         _wait_port("127.0.0.1", self.port, "nats-server", self.process)
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            stop_process(self.process)
 
 
 def embedded_nats(store_dir: Path, port: int | None = None) -> EmbeddedNats:

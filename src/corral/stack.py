@@ -30,6 +30,7 @@ from corral.embedded import (
     embedded_nats,
     embedded_postgres,
     port_open,
+    stop_process,
 )
 
 READY_TIMEOUT_S = 120.0
@@ -194,13 +195,7 @@ class Stack:
     def stop(self) -> None:
         self.stopping = True
         for child in reversed(self.children):  # workers first (they stop their backends), then the frontend
-            if child.popen.poll() is None:
-                child.popen.send_signal(signal.SIGTERM)
-            try:
-                child.popen.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                child.popen.kill()
-                child.popen.wait()
+            stop_process(child.popen, STOP_TIMEOUT_S)
         if self.nats:
             self.nats.stop()
         if self.pg:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from corral.embedded import stop_process
 
 
 def free_port_pair() -> int:
@@ -50,14 +51,7 @@ class Proc:
             return ""
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
+        return stop_process(self.popen, timeout_s)
 
 
 def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Proc:

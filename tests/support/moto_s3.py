@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from corral.embedded import stop_process
 from support.cluster import free_port
 
 ACCESS_KEY = "test-access-key"
@@ -42,9 +43,4 @@ def moto_server(log_dir: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -20,6 +20,7 @@ from typing import BinaryIO
 import grpc
 import pytest
 
+from corral.embedded import stop_process
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
 
@@ -101,13 +102,7 @@ def running_backend(name: str, tmp_path: Path, token: str = "", **env: str) -> I
         yield Backend(process, port, stub, channel, time.perf_counter() - started, stderr, token)
     finally:
         channel.close()
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process)
         stderr.close()
 
 
