@@ -15,7 +15,7 @@ from corral.bus import auth_setup
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
-from support.nats_servers import NatsServer, nats_server
+from support.nats_servers import NatsServer, jwt_nats_server
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +29,7 @@ def material() -> auth_setup.AuthMaterial:
 
 @pytest.fixture(scope="module")
 def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
-    out = state_root / "e2e-nats-jwt-server"
-    auth_setup.write(material, out)
-    server = nats_server(out, (out / "nats-server.conf").read_text()).start()
+    server = jwt_nats_server(state_root / "e2e-nats-jwt-server", material)
     yield server
     server.stop()
 

@@ -6,7 +6,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.embedded import _wait_port, find_nats_server, free_port
+from corral.bus import auth_setup
+from corral.embedded import _wait_port, find_nats_server, free_port, stop_process
 
 
 @dataclass
@@ -30,13 +31,8 @@ class NatsServer:
         return self
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            stop_process(self.process)
 
 
 def nats_server(directory: Path, config_text: str, scheme: str = "nats") -> NatsServer:
@@ -44,6 +40,12 @@ def nats_server(directory: Path, config_text: str, scheme: str = "nats") -> Nats
     config = directory / "nats-server.conf"
     config.write_text(config_text)
     return NatsServer(config=config, port=free_port(), scheme=scheme)
+
+
+def jwt_nats_server(directory: Path, material: auth_setup.AuthMaterial) -> NatsServer:
+    """A started nats-server in operator/JWT mode for `corral nats-auth-setup` material."""
+    auth_setup.write(material, directory)
+    return nats_server(directory, (directory / "nats-server.conf").read_text()).start()
 
 
 async def connect_refused(url: str, **options: object) -> Exception:

@@ -14,7 +14,7 @@ from nats.errors import NoRespondersError
 from corral.bus import auth_setup, natsauth
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
-from support.nats_servers import NatsServer, connect_refused, nats_server
+from support.nats_servers import NatsServer, connect_refused, jwt_nats_server
 
 
 @pytest.fixture(scope="module")
@@ -24,9 +24,7 @@ def material() -> auth_setup.AuthMaterial:
 
 @pytest.fixture(scope="module")
 def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
-    out = state_root / "nats-jwt"
-    auth_setup.write(material, out)
-    server = nats_server(out, (out / "nats-server.conf").read_text()).start()
+    server = jwt_nats_server(state_root / "nats-jwt", material)
     yield server
     server.stop()
 
