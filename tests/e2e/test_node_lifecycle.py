@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
+from support.processes import backend_pid
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -48,13 +50,9 @@ def _node(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return next((n for n in _admin(cluster, "GET", "/api/nodes").json() if n["name"] == name), None)
 
 
+
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(predicate, what, timeout_s)
 
 
 def _chat(cluster: Cluster, model: str, max_tokens: int = 3) -> httpx.Response:
@@ -137,18 +135,6 @@ def test_an_admin_deleted_node_registers_again_by_itself_and_serves(cluster: Clu
     assert reply.status_code == 200, reply.text  # NATS handlers answer under the new id
 
 
-def _pid_on_port(port: str) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv):
-            return int(entry.name)
-    return None
-
 
 def test_readyz_skips_cold_starts_and_flips_when_a_serving_backend_is_killed(cluster: Cluster) -> None:
     ready = f"http://127.0.0.1:{cluster.worker_ports[0] - 1}/readyz"
@@ -171,7 +157,7 @@ def test_readyz_skips_cold_starts_and_flips_when_a_serving_backend_is_killed(clu
     node = _node(cluster, "w-pending")
     rows = _admin(cluster, "GET", f"/api/nodes/{node['id']}/models").json()
     port = next(r["address"] for r in rows if r["model_name"] == "coldstart").rpartition(":")[2]
-    pid = _pid_on_port(port)
+    pid = backend_pid(port)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     _wait_for(lambda: httpx.get(ready).status_code == 503, "readyz 503 after the backend died")

@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from support.cluster import Cluster, Proc
+from support.processes import backend_alive
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -58,13 +60,9 @@ def _loaded_on(c: Cluster, model: str) -> list[str]:
     return [r["node"] for r in _rows(c, model) if r["state"] == "loaded"]
 
 
+
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(predicate, what, timeout_s)
 
 
 def _rule(c: Cluster, url: str, **body: Any) -> dict[str, Any]:
@@ -157,7 +155,7 @@ def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_clus
     port = _rows(c, "everywhere")[0]["address"].rpartition(":")[2]
     assert httpx.delete(f"{labels}/zone", headers=c.admin_headers).status_code == 204
     _wait_for(lambda: _rows(c, "everywhere") == [], "the replica on the node that stopped matching is stopped")
-    _wait_for(lambda: not _backend_alive(port), "its exact backend process gone")
+    _wait_for(lambda: not backend_alive(port), "its exact backend process gone")
 
 
 @pytest.fixture
@@ -200,19 +198,6 @@ class _Burst:
             thread.join(60)
 
 
-def _backend_alive(port: str) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().split(")")[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv) and state != "Z":
-            return True
-    return False
-
 
 def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_cluster: Cluster) -> None:
     c = burst_cluster
@@ -233,8 +218,8 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
     kept = _rows(c, "bursty")
     assert len(kept) == 1 and kept[0]["state"] == "loaded"
     stopped_ports = [r["address"].rpartition(":")[2] for r in peak if r["replica_index"] != kept[0]["replica_index"]]
-    _wait_for(lambda: not any(_backend_alive(p) for p in stopped_ports), "the exact processes stopped")
-    assert _backend_alive(kept[0]["address"].rpartition(":")[2])
+    _wait_for(lambda: not any(backend_alive(p) for p in stopped_ports), "the exact processes stopped")
+    assert backend_alive(kept[0]["address"].rpartition(":")[2])
     assert c.frontend is not None
     decisions = [line for line in c.frontend.log().splitlines() if "replica reconciler:" in line]
     assert sum("(idle) for rule 'bursty'" in line for line in decisions) >= 2, "\n".join(decisions)

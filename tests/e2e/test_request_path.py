@@ -16,6 +16,7 @@ import pytest
 
 from corral.models.defaults import write_tiny_model_config
 from support.cluster import Cluster, free_port_pair, spawn
+from support.processes import backend_pid
 
 pytestmark = pytest.mark.slow
 
@@ -105,25 +106,15 @@ async def test_staged_file_on_the_worker_has_the_source_sha256(cluster: Cluster)
     assert hashlib.sha256(staged.read_bytes()).hexdigest() == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
-def _backend_pid(port: str) -> int:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv):
-            return int(entry.name)
-    raise LookupError(f"no backend process on port {port}")
-
 
 async def test_killing_a_backend_process_makes_the_next_request_reload_and_succeed(
     cluster: Cluster, client: openai.OpenAI
 ) -> None:
     client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     rows = {r["model_name"]: r for r in await _replica_rows(cluster)}
-    os.kill(_backend_pid(rows["tiny-chat"]["address"].rpartition(":")[2]), signal.SIGKILL)
+    pid = backend_pid(rows["tiny-chat"]["address"].rpartition(":")[2])
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
     time.sleep(0.3)
     reply = client.chat.completions.create(
         model="tiny-chat", messages=[{"role": "user", "content": "again"}], max_tokens=4

@@ -16,6 +16,7 @@ import pytest
 
 from corral.models.tiny_gguf import write_tiny_llama
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.processes import backend_alive
 
 pytestmark = pytest.mark.slow
 
@@ -83,19 +84,6 @@ async def _replicas(env: Env) -> dict[str, tuple[str, str]]:
         await conn.close()
 
 
-def _backend_alive(port: str) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().split(")")[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv) and state != "Z":
-            return True
-    return False
-
 
 async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_another_frontend(env: Env) -> None:
     first = _chat(env.f1, "m1")
@@ -115,7 +103,7 @@ async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_ano
             assert big.status_code == 200, big.text
             rows = await _replicas(env)
             assert "m1" in rows and "m2" not in rows  # the LRU replica m1 was busy elsewhere: m2 went
-            assert _backend_alive(m1_port) and not _backend_alive(m2_port)
+            assert backend_alive(m1_port) and not backend_alive(m2_port)
             rest = [line async for line in chunks]
     assert rest[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in rest  # the busy stream finished intact
 

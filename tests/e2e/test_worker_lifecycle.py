@@ -16,6 +16,7 @@ import pytest
 from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.embedded import embedded_nats
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
+from support.processes import backend_pid, gone
 
 pytestmark = pytest.mark.slow
 
@@ -56,33 +57,6 @@ async def _rows(cluster: Cluster) -> dict[str, asyncpg.Record]:
         await conn.close()
 
 
-def _pid_on_port(port: str) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"backend" in argv and any(a.endswith(f":{port}".encode()) for a in argv):
-            return int(entry.name)
-    return None
-
-
-def _gone(pid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:  # a zombie has exited; its parent has not reaped it yet
-            if (Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]) == "Z":
-                return True
-        except (OSError, IndexError):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster) -> None:
@@ -91,7 +65,7 @@ async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster)
         assert response.status_code == 200, response.text
     rows = await _rows(cluster)
     port_a, port_b = (rows[m]["address"].rpartition(":")[2] for m in ("sim-a", "sim-b"))
-    pid_a, pid_b = _pid_on_port(port_a), _pid_on_port(port_b)
+    pid_a, pid_b = backend_pid(port_a), backend_pid(port_b)
     assert pid_a and pid_b
     nc = await nats.connect(cluster.nats_url)
     try:
@@ -104,7 +78,7 @@ async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster)
         assert again.terminated and not again.matched  # idempotent
     finally:
         await nc.close()
-    assert _gone(pid_a)
+    assert gone(pid_a)
     os.kill(pid_b, 0)  # the other model's process is untouched
     assert _chat(cluster, "sim-a").status_code == 200  # and the stopped model reloads on demand
 
@@ -140,11 +114,11 @@ async def test_backends_die_with_a_killed_worker(cluster: Cluster) -> None:
         address = msg.json()["address"] if hasattr(msg, "json") else __import__("json").loads(msg.data)["address"]
     finally:
         await nc.close()
-    pid = _pid_on_port(address.rpartition(":")[2])
+    pid = backend_pid(address.rpartition(":")[2])
     assert pid is not None
     worker.popen.send_signal(signal.SIGKILL)
     worker.popen.wait(10)
-    assert _gone(pid)
+    assert gone(pid)
 
 
 def test_worker_sigterm_stops_its_backends_and_exits_zero(cluster: Cluster) -> None:
