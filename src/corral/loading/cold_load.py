@@ -7,7 +7,7 @@ replace one step without moving the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,6 @@ from corral.store import revisions
 
 log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 @dataclass(frozen=True)

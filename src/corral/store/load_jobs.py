@@ -69,6 +69,3 @@ async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str, kind: str =
 async def delete(pool: asyncpg.Pool, key: str, owner: str) -> None:
     await pool.execute(q("load_job_delete"), key, owner)
 
-
-async def live_keys(pool: asyncpg.Pool, orphan_s: float) -> set[str]:
-    return {r["tracking_key"] for r in await pool.fetch(q("load_jobs_live_keys"), orphan_s)}

@@ -135,7 +135,3 @@ async def set_max_replicas(pool: asyncpg.Pool, node_id: str, value: int) -> bool
 
 async def reset_max_replicas(pool: asyncpg.Pool, node_id: str) -> bool:
     return await pool.fetchrow(q("node_reset_max_replicas"), node_id) is not None
-
-
-async def schedulable(pool: asyncpg.Pool) -> list[asyncpg.Record]:
-    return list(await pool.fetch(q("nodes_schedulable")))

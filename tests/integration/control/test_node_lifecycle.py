@@ -11,6 +11,7 @@ from corral.control.heartbeat_rules import Beat
 from corral.control.heartbeats import HeartbeatCheckpointer
 from corral.control.held_beats import HeldBeats
 from corral.store import nodes as node_store
+from corral.store import placement as placement_store
 
 GIB = 1 << 30
 
@@ -26,10 +27,10 @@ async def _age_heartbeat(pool: asyncpg.Pool, node_id: str, seconds: float) -> No
 
 async def test_a_pending_node_is_never_schedulable_until_approved(pool: asyncpg.Pool) -> None:
     row = await node_store.register(pool, facts("p1"), "", {}, auto_approve=False)
-    assert row["status"] == "pending" and not await node_store.schedulable(pool)
+    assert row["status"] == "pending" and not await placement_store.snapshot(pool)
     approved = await node_store.approve(pool, row["id"])
     assert approved is not None and approved["status"] == "healthy"
-    assert [r["name"] for r in await node_store.schedulable(pool)] == ["p1"]
+    assert [n.name for n in await placement_store.snapshot(pool)] == ["p1"]
     assert await node_store.approve(pool, row["id"]) is None  # approving twice is refused
 
 
@@ -43,7 +44,7 @@ async def test_a_pending_node_that_went_stale_and_beats_again_is_still_pending(p
     assert await checkpointer.beat(row["id"], Beat(available_ram=GIB))  # an offline node's beat is written
     assert [c.new for c in await monitor.check_once()] == ["pending"]
     assert (await node_store.get(pool, row["id"]))["status"] == "pending"
-    assert not await node_store.schedulable(pool)
+    assert not await placement_store.snapshot(pool)
 
 
 async def test_an_approved_node_recovers_only_on_a_beat_newer_than_its_offline_mark(pool: asyncpg.Pool) -> None:

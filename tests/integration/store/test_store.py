@@ -9,6 +9,7 @@ import asyncpg
 
 from corral.store import db
 from corral.store import nodes as node_store
+from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
 
 
@@ -71,5 +72,5 @@ async def test_the_schedulable_snapshot_counts_loaded_models(pool: asyncpg.Pool)
     node = await node_store.register(pool, FACTS, "", {}, auto_approve=True)
     await replica_store.upsert(pool, node_id=node["id"], model="m", replica_index=0, address="x:1",
                                state="loaded", backend="simulator")
-    [snap] = await node_store.schedulable(pool)
-    assert (snap["loaded_models"], list(snap["model_names"])) == (1, ["m"])
+    [snap] = await placement_store.snapshot(pool)
+    assert (snap.loaded_models, sorted(snap.model_names)) == (1, ["m"])

@@ -32,8 +32,3 @@ WHERE tracking_key = $1 AND owner_replica = $2;
 -- name: load_job_delete
 -- The load finished (or its failure grace ended): remove the job.
 DELETE FROM model_load_jobs WHERE tracking_key = $1 AND owner_replica = $2;
-
--- name: load_jobs_live_keys
--- Models whose load job is still heartbeating (used to find replica rows nobody drives any more).
-SELECT tracking_key FROM model_load_jobs
-WHERE state <> 'failed' AND last_progress >= now() - make_interval(secs => $1::double precision);

@@ -96,16 +96,3 @@ RETURNING id;
 INSERT INTO node_labels (id, node_id, key, value) VALUES ($1, $2, $3, $4)
 ON CONFLICT (node_id, key) DO UPDATE SET value = EXCLUDED.value;
 
--- name: nodes_schedulable
--- Healthy, approved backend nodes with their load: the snapshot the placement step decides over.
-SELECT n.id, n.name, n.address, n.http_address, n.available_vram, n.total_disk, n.available_disk,
-    n.max_replicas_per_model,
-    COALESCE((SELECT count(*) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
-        AS loaded_models,
-    COALESCE((SELECT sum(in_flight) FROM node_models m WHERE m.node_id = n.id AND m.state = 'loaded'), 0)
-        AS in_flight,
-    ARRAY(SELECT m.model_name FROM node_models m WHERE m.node_id = n.id AND m.state <> 'unloading')
-        AS model_names
-FROM backend_nodes n
-WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
-ORDER BY n.name;

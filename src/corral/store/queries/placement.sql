@@ -1,5 +1,6 @@
 -- name: placement_snapshot
--- One read for a placement decision: healthy backend nodes with their labels and replica rows.
+-- One read for a placement decision: healthy, approved backend nodes with their labels and replica rows
+-- (a node that was never approved gets no work, whatever its status says).
 SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, n.reserved_vram,
     n.vram_budget_bytes, n.total_disk, n.available_disk, n.max_replicas_per_model,
     COALESCE((SELECT jsonb_object_agg(l.key, l.value) FROM node_labels l WHERE l.node_id = n.id), '{}'::jsonb)::text
@@ -9,7 +10,7 @@ SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, 
         'in_flight', m.in_flight, 'last_used_s', EXTRACT(EPOCH FROM m.last_used)))
         FROM node_models m WHERE m.node_id = n.id), '[]'::jsonb)::text AS replicas
 FROM backend_nodes n
-WHERE n.status = 'healthy' AND n.node_type = 'backend'
+WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
 ORDER BY n.name;
 
 -- name: vram_reserve
