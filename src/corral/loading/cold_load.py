@@ -106,7 +106,7 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
     await check_revision(ctx, cfg)
     decision = await plan(ctx, cfg)
     if decision.needs_eviction and ctx.evictor is not None:
-        if await ctx.evictor.evict_for(cfg.name, decision):
+        if await ctx.evictor.evict_for(cfg.name):
             decision = await plan(ctx, cfg)
     progress.on_node(decision.node.id, decision.node.name, decision.node.free_replica_index(cfg.name) or 0)
     progress.phase(INSTALLING)

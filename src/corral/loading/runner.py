@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from corral.loading.cold_load import LoadContext, cold_load
-from corral.loading.deadlines import load_budget_s
+from corral.loading.deadlines import LOAD_BASE_S, load_budget_s
 from corral.loading.errors import LoadError
 from corral.loading.hold import LoadHold, base_budget_s
 from corral.loading.progress import LoadProgress
@@ -58,7 +58,7 @@ class LoadJobRunner:
     async def _run(self, cfg: ModelConfig) -> None:
         key, owner = cfg.name, self.settings.owner
         progress = LoadProgress()
-        load_timeout_s = self.ctx.load_timeout_override_s or 300.0
+        load_timeout_s = self.ctx.load_timeout_override_s or LOAD_BASE_S
         hold = LoadHold(base_budget_s(self.ctx.install_timeout_s, load_timeout_s), self.settings.stall_s)
         budget_s = load_budget_s(cfg.checkpoint_bytes(), self.ctx.load_timeout_override_s)
 

@@ -29,7 +29,6 @@ from corral.config.parse import format_duration_s
 from corral.models.aliases import resolve
 from corral.placement.errors import PlacementError
 from corral.placement.governance import govern
-from corral.placement.pipeline import Decision
 from corral.placement.replica_plan import replica_floor
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing import events
@@ -99,7 +98,7 @@ class Evictor:
         """The exact, in-flight-safe stop of one replica (scale-down); False when it stayed busy or changed."""
         return await self._evict(_Candidate(node, replica), why)
 
-    async def evict_for(self, model: str, decision: Decision) -> bool:
+    async def evict_for(self, model: str) -> bool:
         """Free room for `model`; True when a replica was stopped."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s

@@ -29,7 +29,7 @@ async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg
                                    state="loaded", backend="simulator")
     evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
     with pytest.raises(EvictionBusy) as info:
-        await evictor.evict_for("big", decision=None)  # type: ignore[arg-type]
+        await evictor.evict_for("big")
     message = str(info.value)
     assert "all models busy, cannot evict" in message
     assert "waited 500ms" in message and "CORRAL_EVICTION_WAIT" in message
