@@ -21,8 +21,9 @@ class _Server(uvicorn.Server):
 
 
 class EmbeddedHTTPServer:
-    def __init__(self, app: Any, host: str, port: int, *, name: str) -> None:
-        self.host, self.port, self.name = host, port, name
+    def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False) -> None:
+        """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections)."""
+        self.host, self.port, self.name, self.reuse_port = host, port, name, reuse_port
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
             timeout_graceful_shutdown=5, loop="none",
@@ -33,6 +34,8 @@ class EmbeddedHTTPServer:
     async def start(self) -> None:
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
         try:
             sock.bind((self.host, self.port))

@@ -9,6 +9,7 @@ from corral.config.parse import (
     parse_nats_url,
     parse_postgres_url,
 )
+from corral.config.process import SLOW_CALLBACK_SETTING, parse_http_workers
 from corral.config.scheduling import FRONTEND_SCHEDULING_SETTINGS
 from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
@@ -52,6 +53,9 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
     Setting("eviction_wait_s", "--eviction-wait", ("CORRAL_EVICTION_WAIT",), 30.0, parse_duration_s,
             "when every replica is busy, how long a load waits for one to go idle before failing"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
+    Setting("http_workers", "--http-workers", ("CORRAL_HTTP_WORKERS",), 1, parse_http_workers,
+            "frontend processes serving one port (SO_REUSEPORT), each a full frontend; use up to one per core"),
+    SLOW_CALLBACK_SETTING,
 )
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face

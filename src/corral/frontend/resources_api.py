@@ -93,8 +93,7 @@ def _selector(state: FrontendState, cfg: ModelConfig, rules: list[SchedulingRule
     return {**cfg.node_selector, **(rule.node_selector if rule else {})}
 
 
-def _model_entry(cfg: ModelConfig, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
-    need = model_memory_bytes(cfg)
+def _model_entry(cfg: ModelConfig, need: int, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
     return {"name": cfg.name, "backend": cfg.backend, "memory_bytes": need, **verdict(need, budget, local_bytes)}
 
 
@@ -107,7 +106,7 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         body: dict[str, Any] = {"type": "ram", "available": True, "gpus": [],
                                 "ram": {"total": fields["ram_total"], "available": fields["ram_available"],
                                         "used": fields["ram_used"]},
-                                "aggregate": fields["aggregate"], "storage_size": _storage_bytes(state),
+                                "aggregate": fields["aggregate"], "storage_size": await asyncio.to_thread(_storage_bytes, state),
                                 "reclaimer_enabled": False, "reclaimer_threshold": 0, "watchdog_interval": ""}
         registry = await read_registry(state)
         budget = cluster_budget(registry[0]) if registry else None
@@ -122,9 +121,11 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         nodes, rules = registry if registry else ([], [])
         overall = cluster_budget(nodes)
         entries = []
-        for cfg in sorted(state.configs.values(), key=lambda c: c.name):
+        configs = sorted(state.configs.values(), key=lambda c: c.name)
+        needs = await asyncio.to_thread(lambda: [model_memory_bytes(cfg) for cfg in configs])  # file reads
+        for cfg, need in zip(configs, needs, strict=True):
             budget = cluster_budget(nodes, _selector(state, cfg, rules)) if overall else None
-            entry = _model_entry(cfg, budget, local["ram_total"])
+            entry = _model_entry(cfg, need, budget, local["ram_total"])
             if overall and budget is None:
                 entry.update(fits=False, fits_on=None, verdict="no healthy node matches its node_selector")
             entries.append(entry)
@@ -146,9 +147,11 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         budget = cluster_budget(nodes)
         present = capabilities(nodes) if budget else {"cpu"}
         entries = []
-        for cfg in sorted(found, key=lambda c: (c.name != target, c.name)):
+        found.sort(key=lambda c: (c.name != target, c.name))
+        sizes = await asyncio.to_thread(lambda: [model_memory_bytes(cfg) for cfg in found])  # file reads
+        for cfg, size in zip(found, sizes, strict=True):
             needs = str(cfg.raw.get("capability") or "")
-            entry = {**_model_entry(cfg, budget, local["ram_total"]), "capability": needs,
+            entry = {**_model_entry(cfg, size, budget, local["ram_total"]), "capability": needs,
                      "compatible": compatible(needs, present)}
             entries.append(entry)
         usable = [e for e in entries if e["compatible"] and e["fits"] is not False]

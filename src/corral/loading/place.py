@@ -15,7 +15,7 @@ from corral.bus.messages import BackendInstallReply, BackendInstallRequest
 from corral.loading.errors import InstallFailed
 from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
-from corral.models.vram import estimate_vram_bytes
+from corral.models.vram import estimate_vram_bytes_off_loop
 from corral.placement.governance import governing_rule
 from corral.placement.pipeline import Decision, decide
 from corral.placement.request import PlacementRequest
@@ -48,7 +48,7 @@ async def effective_selector(ctx, cfg: ModelConfig) -> dict[str, str]:  # noqa: 
 async def placement_request(ctx, cfg: ModelConfig) -> PlacementRequest:  # noqa: ANN001 - LoadContext (cycle)
     return PlacementRequest(
         model=cfg.name, disk_bytes=cfg.checkpoint_bytes(),
-        vram_bytes=estimate_vram_bytes(cfg.model_file, cfg.context_size),
+        vram_bytes=await estimate_vram_bytes_off_loop(cfg.model_file, cfg.context_size),
         selector=await effective_selector(ctx, cfg),
         disk_check=bool(await settings_store.get(ctx.pool, DISK_CHECK_SETTING, True)),
         shared_models=bool(getattr(ctx.staging, "shared_models", False)),
