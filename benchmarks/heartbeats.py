@@ -9,7 +9,9 @@ checkpoint 60 s / k. After a warm-up (every node's first beat is written by rule
 writes are counted by an insert-only trigger on `backend_nodes` UPDATEs and the frontend's CPU
 is read from /proc/<pid>/stat. Figures are scaled back to real time per node per hour; the
 ratio is writes per beat, checkpointed over one-write-per-beat. Beats go over a small raw
-HTTP/1.1 keep-alive pool, so the load generator is not what limits the rate.
+HTTP/1.1 keep-alive pool, so the load generator is not what limits the rate. The driver also holds
+every node's NATS presence (one connection subscribed to `nodes.<id>.>` for each node, as workers
+are) and counts what the frontend sends them. Frontend CPU is reported per real hour as well.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import nats
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -129,6 +132,15 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
             db = await asyncpg.connect(url)
             for sql in TRIGGER_SQL:
                 await db.execute(sql)
+        nc = await nats.connect(cluster.nats_url, name="bench-nodes")
+        node_messages = [0]
+
+        async def on_node_message(_msg: object) -> None:
+            node_messages[0] += 1
+
+        for node_id in ids:
+            await nc.subscribe(f"nodes.{node_id}.>", cb=on_node_message)
+        await nc.flush()
         interval_s = BEAT_INTERVAL_S / COMPRESSION
         pid, beats, marks = cluster.frontend.popen.pid, [0], {}
         pool = RawPool("127.0.0.1", int(cluster.frontend_url.rsplit(":", 1)[1]), cluster.token)
@@ -141,13 +153,19 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
         writes = int(await db.fetchval("SELECT count(*) FROM bench_updates"))
         await db.close()
         await pool.close()
+        await nc.drain()
         simulated_hours = RUN_S * COMPRESSION / 3600
         result = {"beats": beats[0], "writes": writes, "writes_per_node_hour": writes / NODES / simulated_hours,
-                  "beats_per_node_hour": beats[0] / NODES / simulated_hours, "cpu_percent": 100 * cpu_s / RUN_S}
+                  "beats_per_node_hour": beats[0] / NODES / simulated_hours, "cpu_percent": 100 * cpu_s / RUN_S,
+                  "cpu_s_per_hour": cpu_s / simulated_hours, "writes_per_hour": writes / simulated_hours}
         print(f"{label:>12}: {beats[0]} beats, {writes} durable writes -> "
               f"{result['writes_per_node_hour']:.1f} writes/node/hour "
               f"({result['beats_per_node_hour']:.0f} beats/node/hour); frontend CPU {result['cpu_percent']:.0f}% "
               f"of one core at {beats[0] / RUN_S:.0f} beats/s", flush=True)
+        print(f"{'':>12}  per real hour for {NODES} nodes at {BEAT_INTERVAL_S:g} s beats: "
+              f"{result['writes_per_hour']:.0f} PostgreSQL writes, {result['cpu_s_per_hour']:.0f} frontend CPU "
+              f"seconds ({result['cpu_s_per_hour'] / 36:.1f}% of a core); "
+              f"{node_messages[0]} NATS messages to the nodes during the run", flush=True)
         return result
     finally:
         cluster.stop()
