@@ -16,6 +16,7 @@ whose processes logged a stall with M over the threshold.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import sys
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 SLOW_CALLBACK_ENV = "CORRAL_SLOW_CALLBACK_MS"
 DEFAULT_SLOW_CALLBACK_MS = 100
+STACK_FRAMES = 40  # innermost frames logged (import machinery left out): enough to reach our code
+BLOCKED_MARKER = "event loop blocked for over"
 STALL_LINE = re.compile(r"event loop stalled for (\d+) ms \(loop thread on CPU (\d+) ms")
 
 STALLS = Counter("corral_event_loop_stalls", "Event-loop stalls longer than the slow-callback threshold "
@@ -109,8 +112,9 @@ class LoopWatch:
             reported_tick = tick
             frame = sys._current_frames().get(self._loop_thread)
             if frame is not None:
-                stack = "".join(traceback.format_stack(frame, limit=12))
-                log.warning("event loop blocked for over %d ms, in:\n%s", self.threshold_s * 1000, stack)
+                frames = [f for f in traceback.extract_stack(frame) if not f.filename.startswith("<frozen")]
+                stack = "".join(traceback.format_list(frames[-STACK_FRAMES:]))
+                log.warning("%s %d ms, in:\n%s", BLOCKED_MARKER, self.threshold_s * 1000, stack)
 
 
 async def watched(main: Coroutine[Any, Any, T], process: str, threshold_ms: int) -> T:
@@ -124,6 +128,16 @@ async def watched(main: Coroutine[Any, Any, T], process: str, threshold_ms: int)
 
 
 def stalls_in_log(text: str, cpu_threshold_ms: int = DEFAULT_SLOW_CALLBACK_MS) -> list[str]:
-    """The stall lines of a process log where the loop thread itself computed for the threshold or more."""
-    return [line for line in text.splitlines()
-            if (m := STALL_LINE.search(line)) is not None and int(m.group(2)) >= cpu_threshold_ms]
+    """The stalls of a process log where the loop thread itself computed for the threshold or more: each is
+    the stall line, preceded by the blocking stack the watchdog logged during it (when it caught one)."""
+    found, stack = [], ""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if BLOCKED_MARKER in line:
+            frames = itertools.takewhile(lambda x: x.startswith("  "), lines[i + 1:])
+            stack = "\n".join([line, *frames])
+        elif (m := STALL_LINE.search(line)) is not None:
+            if int(m.group(2)) >= cpu_threshold_ms:
+                found.append(f"{stack}\n{line}" if stack else line)
+            stack = ""
+    return found

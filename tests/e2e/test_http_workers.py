@@ -16,6 +16,7 @@ from support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 CONNECTIONS = 16  # the kernel spreads connections by hash: all 16 on one process would be a 2^-15 chance
+ESTABLISHED, LISTENING = "01", "0A"
 CHAT = {"model": "sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
@@ -36,13 +37,13 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def _accepted(pid: int, port: int) -> int:
-    """Established TCP connections on local `port` that process `pid` holds (by socket inode)."""
+def _sockets(pid: int, port: int, state: str) -> int:
+    """TCP sockets on local `port` in `state` (01 established, 0A listening) that process `pid` holds."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # 01 = ESTABLISHED
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
                 inodes.add(fields[9])
     count = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -67,18 +68,22 @@ def test_two_frontend_processes_share_the_port_and_both_serve_inference(cluster:
     supervisor = cluster.frontend.popen.pid
     wait_for(lambda: len(_children(supervisor)) == 2, "both frontend processes started", timeout_s=60)
     children = _children(supervisor)
+    wait_for(lambda: all(_sockets(pid, int(port), LISTENING) for pid in children),
+             "both frontend processes listening on the port", timeout_s=60)
     first = http.client.HTTPConnection(host, int(port), timeout=60)
     _chat(first)  # the cold load, once for the cluster
     first.close()
-    before = {pid: _accepted(pid, int(port)) for pid in children}  # e.g. the worker's heartbeat connection
+    before = {pid: _sockets(pid, int(port), ESTABLISHED) for pid in children}  # e.g. the worker's heartbeats
     conns = [http.client.HTTPConnection(host, int(port), timeout=60) for _ in range(CONNECTIONS)]
-    replies = [_chat(conn) for conn in conns]  # each keep-alive connection stays on the process that accepted it
-    served = {pid: _accepted(pid, int(port)) - before[pid] for pid in children}
+    try:
+        replies = [_chat(conn) for conn in conns]  # a keep-alive connection stays on the process that accepted it
+        served = {pid: _sockets(pid, int(port), ESTABLISHED) - before[pid] for pid in children}
+    finally:
+        for conn in conns:
+            conn.close()
 
     assert all(r["choices"][0]["message"]["content"] for r in replies)
     assert all(n > 0 for n in served.values()), served
-    for conn in conns:
-        conn.close()
 
 
 def test_stopping_the_supervisor_stops_every_frontend_process(cluster: Cluster) -> None:

@@ -152,5 +152,5 @@ def assert_no_loop_stalls(procs: list[Proc]) -> None:
     found = {proc.name: stalls for proc in procs if (stalls := stalls_in_log(proc.log(), SLOW_CALLBACK_MS))}
     if found:
         lines = "\n".join(f"{name}: {line}" for name, stalls in found.items() for line in stalls)
-        raise AssertionError(f"event loop stalls over {SLOW_CALLBACK_MS} ms ({SLOW_CALLBACK_ENV}); "
-                             f"the stack follows each in its log:\n{lines}")
+        raise AssertionError(f"event loop stalls over {SLOW_CALLBACK_MS} ms ({SLOW_CALLBACK_ENV}), each after "
+                             f"the stack that blocked when the watchdog caught it:\n{lines}")
