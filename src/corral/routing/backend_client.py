@@ -25,15 +25,19 @@ class BackendChannels:
     def __init__(self, token: str) -> None:
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, backend_pb2_grpc.BackendStub] = {}
 
     def stub(self, address: str) -> backend_pb2_grpc.BackendStub:
-        channel = self._channels.get(address)
-        if channel is None:
+        """The stub of `address`, made once: a new stub builds one callable per RPC (~30 µs per request)."""
+        stub = self._stubs.get(address)
+        if stub is None:
             channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
             self._channels[address] = channel
-        return backend_pb2_grpc.BackendStub(channel)
+            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)
+        return stub
 
     async def discard(self, address: str) -> None:
+        self._stubs.pop(address, None)
         channel = self._channels.pop(address, None)
         if channel is not None:
             await channel.close()
