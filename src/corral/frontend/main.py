@@ -63,8 +63,9 @@ async def serve(settings: Settings) -> int:
     aliases = load_aliases(models_dir, set(configs))
     http = await asyncio.to_thread(  # off the loop: it loads the CA bundle (~0.1-0.3 s of CPU)
         httpx.AsyncClient, timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
+    staging = await asyncio.to_thread(StagingContext.from_settings, settings, http)  # S3: boto3 import + client
     ctx = LoadContext(pool=pool, nc=nc, http=http, channels=BackendChannels(settings.registration_token),
-                      staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
+                      staging=staging, token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s, aliases=aliases)
     await apply_boot_settings(pool, settings)
