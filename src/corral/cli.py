@@ -75,6 +75,7 @@ def _run_worker(argv: Sequence[str]) -> int:
     settings = load("corral worker", "Start a worker.", WORKER_SETTINGS, argv)
     setup_logging(settings.log_level, "worker")
     _preload()
+    import corral.worker.files  # noqa: F401 - the agent imports it in run(), on the loop (file server, S3)
     return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
 
 
