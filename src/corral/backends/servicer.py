@@ -4,6 +4,8 @@
   state, and never waits on the engine.
 * Engine calls run in a worker thread and are serialised by one lock (one model context per
   process). If a caller cancels, the lock is held until the engine call really returns.
+* LoadModel refuses (PERMISSION_DENIED, naming the field and path) a file path outside the worker's
+  models directory when the worker passed one (``CORRAL_BACKEND_MODELS_ROOT``, see ``model_root``).
 * Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString) answer FAILED_PRECONDITION
   "... model not loaded" before a successful LoadModel (and after Free), and NOT_FOUND
   "model identity mismatch ..." when `ModelIdentity` is set and differs from the loaded
@@ -19,12 +21,14 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from corral.backends.engine import Engine, EngineError
+from corral.backends.model_root import models_root_from_env, outside_root
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
 
@@ -90,8 +94,9 @@ def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threadi
 
 
 class BackendServicer(backend_pb2_grpc.BackendServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, models_root: Path | None = None) -> None:
         self._engine = engine
+        self.models_root = models_root if models_root is not None else models_root_from_env()
         self._state = BackendState.UNINITIALIZED
         self._identity = ""
         self._last_error = ""
@@ -194,6 +199,11 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()))
 
     async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
+        if self.models_root is not None:
+            problem = outside_root(request, self.models_root)
+            if problem is not None:
+                log.warning("LoadModel %r refused: %s", request.Model, problem)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
         async with self._lock:
             if self._state is BackendState.READY:
                 log.info("replacing loaded model %r with %r", self._identity, request.Model)

@@ -47,7 +47,7 @@ class Worker:
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
             bind_host="0.0.0.0", token=settings.registration_token,
-            start_timeout_s=settings.backend_start_timeout_s,
+            start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
         )
         self.prober = BackendProber(self.supervisor)
         self.creds = WorkerCredentials()

@@ -17,9 +17,11 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from corral.backends.model_root import MODELS_ROOT_ENV
 from corral.proto import backend_pb2, backend_pb2_grpc
 from corral.worker.ports import PortAllocator
 
@@ -89,8 +91,10 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 
 
 class Supervisor:
-    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float) -> None:
+    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
+                 models_root: Path | None = None) -> None:
         self.ports = ports
+        self.models_root = models_root
         self.bind_host = bind_host
         self.token = token
         self.start_timeout_s = start_timeout_s
@@ -112,6 +116,8 @@ class Supervisor:
         env = dict(os.environ)
         if self.token:
             env["LOCALAI_GRPC_AUTH_TOKEN"] = self.token
+        if self.models_root is not None:
+            env[MODELS_ROOT_ENV] = str(self.models_root)  # LoadModel opens files only below it
         argv = [sys.executable, "-m", "corral", "backend", backend, "--addr", f"{self.bind_host}:{port}"]
         try:
             process = await asyncio.create_subprocess_exec(
