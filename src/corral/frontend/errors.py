@@ -33,8 +33,13 @@ def envelope(message: str, type_: str, code: str | int | None = None, param: str
     return {"error": error}
 
 
+LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found the field, not its name
+PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
+
+
 def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
+    parts = [str(p) for p in loc[1:]] if loc and loc[0] in LOCATIONS else [str(p) for p in loc]
+    parts = [p if len(p) <= PART_MAX else p[:PART_MAX] + "…" for p in parts]
     return ".".join(parts) or "body"
 
 
@@ -74,6 +79,10 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500),
-                            status_code=500)
+        return unexpected_response(exc)
+
+
+def unexpected_response(exc: BaseException) -> JSONResponse:
+    """A bug reached the client: log the traceback here, answer only the exception's type name."""
+    log.error("unexpected error", exc_info=exc)
+    return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500)

@@ -18,6 +18,7 @@ from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.app import build_app
+from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
@@ -84,7 +85,7 @@ async def serve(settings: Settings) -> int:
                           expose_node_header=settings.expose_node_header, aliases=aliases)
     await lifecycle.start()
     host, port = settings.address
-    server = EmbeddedHTTPServer(build_app(state), host or "0.0.0.0", port, name="frontend-http")
+    server = EmbeddedHTTPServer(build_app(state, RequestLimits.from_settings(settings)), host or "0.0.0.0", port, name="frontend-http")
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
     sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),

@@ -12,17 +12,21 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+from corral.frontend.bounds import NAME_MAX
+from corral.frontend.json_body import json_body
 from corral.frontend.state import FrontendState
 from corral.models.aliases import Resolution, resolve
 from corral.placement.governance import Governance, conflicting_rule, govern
 from corral.placement.rules import RuleInvalid, SchedulingRule, parse_rule
 from corral.store import scheduling as scheduling_store
 from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
+
+RuleName = Annotated[str, Path(max_length=NAME_MAX)]  # model_scheduling_configs.model_name varchar(255)
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -91,7 +95,7 @@ async def _views(state: FrontendState, rules: list[SchedulingRule]) -> list[dict
 
 async def _set_rule(state: FrontendState, request: Request) -> Any:
     try:
-        body = await request.json()
+        body = await json_body(request)
     except ValueError:
         return _error(400, 'request body is not valid JSON; send {"model_name": "...", ...}', "body")
     try:
@@ -125,7 +129,7 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
         return await _views(state, await scheduling_store.all_rules(state.pool))
 
     @router.get("/{model:path}")
-    async def get_rule(model: str) -> Any:
+    async def get_rule(model: RuleName) -> Any:
         rule = await scheduling_store.get(state.pool, model)
         if rule is None:
             return _error(404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling")
@@ -136,7 +140,7 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
         return await _set_rule(state, request)
 
     @router.delete("/{model:path}")
-    async def delete_rule(model: str) -> Any:
+    async def delete_rule(model: RuleName) -> Any:
         if not await scheduling_store.delete(state.pool, model):
             return _error(404, f"no scheduling rule for {model!r}")
         return Response(status_code=204)
