@@ -11,11 +11,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from corral.frontend.bounds import LABEL_KEY_MAX, LABEL_VALUE_MAX, LABELS_MAX, ReplicasOverride
-from corral.frontend.json_body import json_body
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.node_api import node_error
 from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
+
+LABELS_BODY = documented_body({"type": "object", "maxProperties": LABELS_MAX, "propertyNames": {
+    "minLength": 1, "maxLength": LABEL_KEY_MAX}, "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}})
 
 
 class MaxReplicasBody(BaseModel):
@@ -46,7 +49,7 @@ async def _missing(state: FrontendState, node_id: uuid.UUID) -> Response | None:
 
 
 def _label_routes_replace(router: APIRouter, state: FrontendState) -> None:
-    @router.put("/labels")
+    @router.put("/labels", openapi_extra=LABELS_BODY)
     async def replace_labels(node_id: uuid.UUID, request: Request) -> Any:
         body = await _label_body(request)
         if isinstance(body, Response):
@@ -69,7 +72,7 @@ def build_admin_labels_router(state: FrontendState) -> APIRouter:
 
     _label_routes_replace(router, state)
 
-    @router.patch("/labels")
+    @router.patch("/labels", openapi_extra=LABELS_BODY)
     async def merge_labels(node_id: uuid.UUID, request: Request) -> Any:
         body = await _label_body(request)
         if isinstance(body, Response):

@@ -37,20 +37,29 @@ LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found
 PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc[1:]] if loc and loc[0] in LOCATIONS else [str(p) for p in loc]
-    parts = [p if len(p) <= PART_MAX else p[:PART_MAX] + "…" for p in parts]
-    return ".".join(parts) or "body"
+def _quote(part: Any) -> str:
+    text = str(part)
+    return text if len(text) <= PART_MAX else text[:PART_MAX] + "…"
+
+
+def _field_path(loc: tuple[Any, ...]) -> tuple[str, str]:
+    """(dotted field path, what inside it is wrong): a bad dict key is named as `key '…'` of its field."""
+    parts = list(loc[1:] if loc and loc[0] in LOCATIONS else loc)
+    prefix = ""
+    if len(parts) >= 2 and parts[-1] == "[key]":
+        prefix = f"key {_quote(parts[-2])!r}: "
+        parts = parts[:-2]
+    return ".".join(_quote(p) for p in parts) or "body", prefix
 
 
 def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str]:
     errors = list(exc.errors())
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    field = _field_path(tuple(first.get("loc", ())))
+    field, prefix = _field_path(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
         return "body", "request body is not valid JSON; send a JSON object"
     msg = str(first.get("msg", "invalid value"))
-    return field, f"invalid request: field '{field}': {msg}"
+    return field, f"invalid request: field '{field}': {prefix}{msg}"
 
 
 def validation_response(exc: RequestValidationError | ValidationError) -> JSONResponse:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from corral.control.config_revisions import ConfigRevisions, dump_yaml
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
-from corral.frontend.json_body import json_body
+from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 
@@ -160,7 +160,7 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
         return JSONResponse({"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
                              "yaml": dump_yaml(cfg.raw), "config": cfg.raw})
 
-    @router.put("/{name}")
+    @router.put("/{name}", openapi_extra=documented_body({"type": "object"}, "application/yaml"))
     async def put_yaml(name: ConfigName, request: Request) -> JSONResponse:
         body = await request.body()
         try:
@@ -169,7 +169,7 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
             return _bad(f"the body is not valid YAML: {exc}")
         return await apply(revs, name, raw)
 
-    @router.patch("/{name}")
+    @router.patch("/{name}", openapi_extra=documented_body({"type": "object"}))
     async def patch(name: ConfigName, request: Request) -> JSONResponse:
         return await patch_config(revs, name, request)
 
@@ -181,7 +181,8 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
     async def enable(name: ConfigName) -> JSONResponse:
         return await set_disabled(revs, name, False)
 
-    @router.post("/{name}/rename")
+    @router.post("/{name}/rename", openapi_extra=documented_body({"type": "object", "required": ["name"],
+                                                                  "properties": {"name": {"type": "string"}}}))
     async def rename(name: ConfigName, request: Request) -> JSONResponse:
         return await rename_config(revs, name, request)
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
-from corral.frontend.json_body import json_body
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.loading.place import DISK_CHECK_SETTING, placement_request
 from corral.placement.errors import NoNodeAvailable
@@ -62,7 +62,8 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
     async def get_settings() -> JSONResponse:
         return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
 
-    @router.post("/api/settings")
+    @router.post("/api/settings", openapi_extra=documented_body({"type": "object", "properties": {
+        key: {"type": "boolean"} for key in RUNTIME_SETTINGS}}))
     async def post_settings(request: Request) -> JSONResponse:
         try:
             body = await json_body(request)

@@ -18,14 +18,30 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
 from corral.frontend.bounds import NAME_MAX
-from corral.frontend.json_body import json_body
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.models.aliases import Resolution, resolve
 from corral.placement.governance import Governance, conflicting_rule, govern
-from corral.placement.rules import RuleInvalid, SchedulingRule, parse_rule
+from corral.placement.rules import (
+    LABEL_VALUE_MAX,
+    REPLICAS_MAX,
+    ROUTE_POLICIES,
+    RuleInvalid,
+    SchedulingRule,
+    parse_rule,
+)
 from corral.store import scheduling as scheduling_store
 from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
 
+_REPLICAS = {"type": "integer", "minimum": 0, "maximum": REPLICAS_MAX}
+RULE_BODY = documented_body({"type": "object", "required": ["model_name"], "properties": {
+    "model_name": {"type": "string", "minLength": 1, "maxLength": NAME_MAX},
+    "node_selector": {"type": "object", "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}},
+    "min_replicas": _REPLICAS, "max_replicas": _REPLICAS, "replicas": {"type": "string", "enum": ["all"]},
+    "spread_all": {"type": "boolean"}, "route_policy": {"type": "string", "enum": list(ROUTE_POLICIES)},
+    "balance_abs_threshold": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
+    "balance_rel_threshold": {"type": "number", "minimum": 0}, "min_prefix_match": {"type": "number", "minimum": 0,
+                                                                                   "maximum": 1}}})
 RuleName = Annotated[str, Path(max_length=NAME_MAX)]  # model_scheduling_configs.model_name varchar(255)
 
 
@@ -135,7 +151,7 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
             return _error(404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling")
         return (await _views(state, [rule]))[0]
 
-    @router.post("")
+    @router.post("", openapi_extra=RULE_BODY)
     async def set_rule(request: Request) -> Any:
         return await _set_rule(state, request)
 

@@ -9,12 +9,14 @@ from fastapi.responses import JSONResponse
 
 from corral.frontend.bounds import NODE_ID_MAX
 from corral.frontend.errors import envelope
-from corral.frontend.json_body import json_body
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.placement.vram_budget import ACCEPTED, BadVramBudget
 from corral.store import vram_budget
 
 BUDGET_TEXT_MAX = 32  # backend_nodes.vram_budget varchar(32)
+BUDGET_BODY = documented_body({"type": "object", "required": ["value"], "properties": {
+    "value": {"type": "string", "maxLength": BUDGET_TEXT_MAX, "description": ACCEPTED}}})
 NodeId = Annotated[str, Path(max_length=NODE_ID_MAX)]
 
 
@@ -28,7 +30,7 @@ def build_vram_budget_router(state: FrontendState) -> APIRouter:
     def _missing(node_id: str) -> JSONResponse:
         return JSONResponse(envelope(f"node {node_id} not found", "not_found_error", 404), status_code=404)
 
-    @router.put("/{node_id}/vram-budget")
+    @router.put("/{node_id}/vram-budget", openapi_extra=BUDGET_BODY)
     async def put_budget(node_id: NodeId, request: Request) -> JSONResponse:
         try:
             body = await json_body(request)
