@@ -18,6 +18,7 @@ from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.app import build_app
+from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
@@ -84,7 +85,7 @@ async def serve(settings: Settings) -> int:
                           expose_node_header=settings.expose_node_header, aliases=aliases)
     await lifecycle.start()
     host, port = settings.address
-    app = await asyncio.to_thread(build_app, state)  # ~0.2 s of CPU (FastAPI route models): off the loop
+    app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
     server = EmbeddedHTTPServer(app, host or "0.0.0.0", port, name="frontend-http",
                                 reuse_port=settings.http_workers > 1)
     await server.start()

@@ -12,6 +12,15 @@ from pydantic import BaseModel, Field, ValidationError
 
 from corral.control.heartbeat_rules import Beat
 from corral.frontend.auth import check_registration_token
+from corral.frontend.bounds import (
+    LABELS_MAX,
+    NAME_MAX,
+    TOKEN_MAX,
+    ByteCount,
+    LabelKey,
+    LabelValue,
+    ReplicasPerModel,
+)
 from corral.frontend.state import FrontendState
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
@@ -21,32 +30,34 @@ log = logging.getLogger(__name__)
 
 
 class RegisterNodeRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=255)
+    """Each bound is its backend_nodes / node_labels column's (varchar(N), bigint)."""
+
+    name: str = Field(min_length=1, max_length=NAME_MAX)
     node_type: Literal["backend", "agent"] = "backend"
-    address: str = Field(default="", max_length=512)
-    http_address: str = Field(default="", max_length=512)
-    token: str = ""
-    total_vram: int = Field(default=0, ge=0)
-    available_vram: int = Field(default=0, ge=0)
-    total_ram: int = Field(default=0, ge=0)
-    available_ram: int = Field(default=0, ge=0)
-    total_disk: int = Field(default=0, ge=0)
-    available_disk: int = Field(default=0, ge=0)
+    address: str = Field(default="", max_length=NAME_MAX)
+    http_address: str = Field(default="", max_length=NAME_MAX)
+    token: str = Field(default="", max_length=TOKEN_MAX)
+    total_vram: ByteCount = 0
+    available_vram: ByteCount = 0
+    total_ram: ByteCount = 0
+    available_ram: ByteCount = 0
+    total_disk: ByteCount = 0
+    available_disk: ByteCount = 0
     gpu_vendor: str = Field(default="", max_length=32)
     gpu_compute_capability: str = Field(default="", max_length=16)
     capability: str = Field(default="", max_length=64)
-    labels: dict[str, str] = {}
-    max_replicas_per_model: int = Field(default=1, ge=0)
+    labels: dict[LabelKey, LabelValue] = Field(default={}, max_length=LABELS_MAX)
+    max_replicas_per_model: ReplicasPerModel = 1
     vram_budget: str = Field(default="", max_length=32)
 
 
 class HeartbeatUpdate(BaseModel):
-    available_vram: int | None = Field(default=None, ge=0)
-    total_vram: int | None = Field(default=None, ge=0)
-    available_ram: int | None = Field(default=None, ge=0)
-    available_disk: int | None = Field(default=None, ge=0)
-    total_disk: int | None = Field(default=None, ge=0)
-    gpu_vendor: str | None = None
+    available_vram: ByteCount | None = None
+    total_vram: ByteCount | None = None
+    available_ram: ByteCount | None = None
+    available_disk: ByteCount | None = None
+    total_disk: ByteCount | None = None
+    gpu_vendor: str | None = Field(default=None, max_length=32)
 
 
 def node_error(status: int, message: str) -> JSONResponse:

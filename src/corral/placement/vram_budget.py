@@ -11,6 +11,7 @@ import re
 _UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 _AMOUNT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+BYTES_MAX = (1 << 63) - 1
 ACCEPTED = "a percentage (80%), an amount (12GB, 12GiB, 12000MB, raw bytes) or a fraction (0.8)"
 
 
@@ -37,7 +38,10 @@ def parse_budget(raw: str) -> tuple[float | None, int | None]:
     value, unit = float(match.group(1)), match.group(2).lower()
     if not unit and 0 < value <= 1 and "." in match.group(1):
         return value, None
-    return None, int(value * _UNITS.get(unit or "b", 1))
+    amount = value * _UNITS.get(unit or "b", 1)
+    if amount > BYTES_MAX:  # backend_nodes.vram_budget_bytes is a bigint
+        raise BadVramBudget(f"VRAM budget {raw!r} is too large; the most is {BYTES_MAX} bytes (8 EiB)")
+    return None, int(amount)
 
 
 def budget_bytes(raw: str, total_vram: int) -> int:
