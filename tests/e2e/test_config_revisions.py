@@ -164,7 +164,7 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
     nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
     node_id = next(n["id"] for n in nodes if n["name"] == "w1")
     for url, headers in ((f"{env.a}/api/nodes/{node_id}/models", env.admin),
-                         (f"{env.a}/api/node/{node_id}/models", {"Authorization": f"Bearer {env.cluster.token}"})):
+                         (f"{env.a}/api/node/{node_id}/models", env.cluster.node_headers("w1"))):
         rows = httpx.get(url, headers=headers).json()
         assert rows, url
         for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",

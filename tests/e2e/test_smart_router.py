@@ -117,12 +117,18 @@ def test_negated_selectors_keep_a_model_off_matching_nodes(env: Env) -> None:
     assert "gpu.vendor must not be 'nvidia'" in reason["detail"]
 
 
+GHOST_TOKENS: dict[str, str] = {}  # ghost name -> the credential its first registration returned
+
+
 def _register_ghost(env: Env, name: str, **facts: object) -> str:
     body = {"name": name, "address": "127.0.0.1:1", "http_address": "127.0.0.1:2", "token": env.cluster.token,
             **facts}
-    response = httpx.post(f"{env.f1}/api/node/register", json=body,
-                          headers={"Authorization": f"Bearer {env.cluster.token}"})
+    headers = {"Authorization": f"Bearer {env.cluster.token}"}
+    if name in GHOST_TOKENS:  # registering a known name again needs its own credential
+        headers["X-Node-Token"] = GHOST_TOKENS[name]
+    response = httpx.post(f"{env.f1}/api/node/register", json=body, headers=headers)
     assert response.status_code == 201, response.text
+    GHOST_TOKENS.setdefault(name, response.json().get("node_token", ""))
     return response.json()["id"]
 
 
