@@ -1,4 +1,6 @@
-"""Byte sizes in settings: ``512MiB``, ``50GiB``, ``1.5GB``, ``0``, or plain bytes."""
+"""Byte sizes: parsing settings (``512MiB``, ``50GiB``, ``1.5GB``, ``0``, plain bytes) and formatting
+sizes for messages in the specification's style (decimal units, one decimal: ``73.5 GB``, ``0 B``).
+One parser and one formatter for the whole project."""
 
 from __future__ import annotations
 
@@ -19,3 +21,19 @@ def parse_size_bytes(raw: str) -> int:
     if prefix not in table:
         raise ValueError(f"{raw!r} is not a size; use e.g. 512MiB, 50GiB or a number of bytes")
     return int(number * table[prefix])
+
+
+GIB = 1 << 30
+_FORMAT_UNITS = ("kB", "MB", "GB", "TB", "PB")
+
+
+def format_size(num_bytes: int) -> str:
+    """A size for a message: decimal units with one decimal (`73.5 GB`), plain bytes below 1 kB."""
+    if num_bytes < 1000:
+        return f"{max(0, num_bytes)} B"
+    value = float(num_bytes)
+    for unit in _FORMAT_UNITS[:-1]:
+        value /= 1000.0
+        if value < 1000.0:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000.0:.1f} {_FORMAT_UNITS[-1]}"

@@ -14,6 +14,8 @@ from urllib.parse import urlparse
 
 import asyncpg
 
+from corral.loops import run_periodic
+
 log = logging.getLogger(__name__)
 
 GAUGE_NAME = "localai_control_plane_oldest_xmin_age"
@@ -34,15 +36,7 @@ class XminAgeSampler:
         return self.value
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.sample()
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cannot sample %s: %s", GAUGE_NAME, exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+        await run_periodic(f"{GAUGE_NAME} sampler", self.sample, self.interval_s, stop)
 
 
 _samplers: list[XminAgeSampler] = []

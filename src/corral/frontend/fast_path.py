@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from corral.frontend.errors import APIError, api_error_response, envelope, validation_response
+from corral.frontend.unavailable import unavailable_response
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,10 @@ class FastPath:
         except APIError as exc:
             return api_error_response(exc)
         except Exception as exc:  # the envelope, never a traceback to the client
+            down = unavailable_response(exc)  # PostgreSQL / NATS down: 503 naming it and its setting
+            if down is not None:
+                log.warning("%s", bytes(down.body).decode())
+                return down
             log.exception("unexpected error")
             return Response(orjson.dumps(envelope(f"internal error: {type(exc).__name__}", "server_error", 500)),
                             status_code=500, media_type="application/json")
