@@ -137,7 +137,8 @@ class Stack:
         admin_key, admin_key_is_new = _admin_key(self.data_dir / "admin-key")
         database_url = args.database_url or os.environ.get("LOCALAI_AUTH_DATABASE_URL")
         if not database_url:
-            self.pg = embedded_postgres(self.data_dir / "postgres", password=_secret(self.data_dir / "postgres-password"))
+            self.pg = embedded_postgres(self.data_dir / "postgres",
+                                        password=_secret(self.data_dir / "postgres-password"))
             self.pg.start()
             database_url = self.pg.create_database("corral")
         print(f"postgres   {_redact(database_url)}", flush=True)

@@ -24,16 +24,19 @@ def parse_size_bytes(raw: str) -> int:
 
 
 GIB = 1 << 30
-_FORMAT_UNITS = ("kB", "MB", "GB", "TB", "PB")
+_DECIMAL_UNITS = ("kB", "MB", "GB", "TB", "PB")
+_BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def format_size(num_bytes: int) -> str:
-    """A size for a message: decimal units with one decimal (`73.5 GB`), plain bytes below 1 kB."""
-    if num_bytes < 1000:
+def format_size(num_bytes: int, *, binary: bool = False) -> str:
+    """A size for a message, one decimal: decimal units by default (the specification's `73.5 GB`),
+    powers of 1024 with `binary` (`70.0 GiB`, where a formula is per GiB); plain bytes below one unit."""
+    step, units = (1024.0, _BINARY_UNITS) if binary else (1000.0, _DECIMAL_UNITS)
+    if num_bytes < step:
         return f"{max(0, num_bytes)} B"
     value = float(num_bytes)
-    for unit in _FORMAT_UNITS[:-1]:
-        value /= 1000.0
-        if value < 1000.0:
+    for unit in units[:-1]:
+        value /= step
+        if value < step:
             return f"{value:.1f} {unit}"
-    return f"{value / 1000.0:.1f} {_FORMAT_UNITS[-1]}"
+    return f"{value / step:.1f} {units[-1]}"

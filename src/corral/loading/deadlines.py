@@ -22,7 +22,7 @@ def load_budget_s(checkpoint_bytes: int, override_s: float | None = None) -> flo
 def deadline_message(model: str, budget_s: float, checkpoint_bytes: int, overridden: bool) -> str:
     origin = (
         f"set by {LOAD_TIMEOUT_KNOB}" if overridden
-        else f"derived from a {format_size(checkpoint_bytes)} checkpoint (5m + 20s/GiB)"
+        else f"derived from a {format_size(checkpoint_bytes, binary=True)} checkpoint (5m + 20s/GiB)"
     )
     return (
         f"loading model {model}: LoadModel did not finish within {format_duration_s(budget_s)} ({origin}); "

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.placement.filters.selector import selector_matches
 from corral.config.sizes import format_size
+from corral.placement.filters.selector import selector_matches
 
 CPU_CAPABILITIES = frozenset({"", "cpu", "default"})  # every node runs a CPU build
 

@@ -10,7 +10,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from corral.models.names import name_problem
 from corral.bus import subjects
 from corral.bus.messages import (
     BackendInstallReply,
@@ -22,6 +21,7 @@ from corral.bus.messages import (
     RunningModel,
     ValidationError,
 )
+from corral.models.names import name_problem
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor
 

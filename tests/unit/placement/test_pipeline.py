@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import pytest
 
+from corral.config.sizes import GIB, format_size
 from corral.placement.errors import NoNodeAvailable
 from corral.placement.filters.disk_headroom import DiskHeadroomFilter, required_disk_bytes
 from corral.placement.filters.selector import SelectorFilter, selector_matches
 from corral.placement.pipeline import decide
 from corral.placement.rejection import NoNodeFits
 from corral.placement.request import PlacementRequest
-from corral.config.sizes import GIB
-from corral.config.sizes import format_size
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 
 GB = 1000**3

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from corral.config.sizes import GIB, format_size
 from corral.placement.rejection import Rejection
 from corral.placement.request import PlacementRequest
-from corral.config.sizes import GIB
-from corral.config.sizes import format_size
 from corral.placement.snapshot import NodeSnapshot
 
 NOT_ENOUGH_DISK = "not enough free disk"
