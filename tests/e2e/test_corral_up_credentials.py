@@ -63,9 +63,12 @@ async def _check_services(data_dir: Path, text: str) -> None:
         assert clients >= 2  # the frontend's pool, authenticated with the password
     finally:
         await conn.close()
-    with pytest.raises(nats.errors.Error, match="[Aa]uthorization"):  # anonymous: refused
-        await nats.connect(f"nats://127.0.0.1:{nats_port}", max_reconnect_attempts=0, allow_reconnect=False,
-                           connect_timeout=5)
+    anonymous = nats.NATS()
+    try:
+        with pytest.raises(nats.errors.Error, match="[Aa]uthorization"):  # anonymous: refused
+            await anonymous.connect(f"nats://127.0.0.1:{nats_port}", allow_reconnect=False, connect_timeout=5)
+    finally:
+        await anonymous.close()
     nats_password = (data_dir / "nats-password").read_text().strip()
     nc = await nats.connect(f"nats://corral:{nats_password}@127.0.0.1:{nats_port}", allow_reconnect=False)
     await nc.close()
