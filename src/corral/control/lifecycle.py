@@ -97,6 +97,11 @@ class NodeLifecycle:
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The lifecycle's long-lived tasks, for the process that owns it to watch."""
+        return list(self._tasks)
+
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():
             log.error("background loop %s died: %r", task.get_name(), task.exception())

@@ -14,13 +14,13 @@ that governs a model and auto-scales, `placement.replica_plan` decides; this loo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from corral.loading.replay import replay_config
+from corral.loops import run_periodic
 from corral.models.aliases import Resolution, resolve
 from corral.models.config import ModelConfig
 from corral.placement.governance import govern
@@ -61,21 +61,19 @@ class ReplicaReconciler:
         self._registry_changed = True
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            pass_task = asyncio.create_task(self._guarded_pass(), name="replica-reconciler-pass")
-            stopper = asyncio.create_task(stop.wait(), name="replica-reconciler-stop")
-            await asyncio.wait({pass_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            pass_task.cancel()  # a no-op when it finished; on shutdown its load job is left to be reclaimed
-            await asyncio.gather(pass_task, stopper, return_exceptions=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+        await run_periodic("replica reconciler", lambda: self._pass_until(stop), self.settings.interval_s, stop)
 
-    async def _guarded_pass(self) -> None:
-        try:
-            await self.tick()
-        except Exception:  # the next pass retries; the loop must not die on a blip
-            log.exception("replica reconciler pass failed")
+    async def _pass_until(self, stop: asyncio.Event) -> None:
+        """One pass, abandoned at once on shutdown (its load job is left to be reclaimed)."""
+        pass_task = asyncio.create_task(self.tick(), name="replica-reconciler-pass")
+        stopper = asyncio.create_task(stop.wait(), name="replica-reconciler-stop")
+        await asyncio.wait({pass_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not pass_task.done():
+            pass_task.cancel()
+            await asyncio.gather(pass_task, return_exceptions=True)
+            return
+        pass_task.result()  # a failed pass reaches the loop helper: logged, backed off, retried
 
     async def tick(self) -> bool:
         """One pass if this frontend wins the lock; False when another frontend is reconciling."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -86,6 +86,8 @@ def install_handlers(app: FastAPI) -> None:
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(envelope(str(exc.detail), type_, exc.status_code), status_code=exc.status_code)
 
+    install_unavailable_handler(app)
+
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
         return unexpected_response(exc)
@@ -95,3 +97,18 @@ def unexpected_response(exc: BaseException) -> JSONResponse:
     """A bug reached the client: log the traceback here, answer only the exception's type name."""
     log.error("unexpected error", exc_info=exc)
     return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500)
+
+
+def install_unavailable_handler(app: FastAPI) -> None:
+    """PostgreSQL or NATS down: 503 naming it and its setting (frontend/unavailable.py), never a 500."""
+    from corral.frontend.unavailable import DEPENDENCY_ERRORS, unavailable_response
+
+    async def _unavailable(_request: Request, exc: Exception) -> Response:
+        down = unavailable_response(exc)
+        if down is not None:
+            log.warning("%s", bytes(down.body).decode())
+            return down
+        return unexpected_response(exc)
+
+    for kind in DEPENDENCY_ERRORS:
+        app.add_exception_handler(kind, _unavailable)

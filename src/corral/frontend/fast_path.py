@@ -7,6 +7,7 @@ injection (~0.5 ms on this hardware). Everything else falls through to the FastA
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ from corral.frontend.errors import (
     unexpected_response,
     validation_response,
 )
+from corral.frontend.unavailable import unavailable_response
+
+log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -68,4 +72,8 @@ class FastPath:
         except APIError as exc:
             return api_error_response(exc)
         except Exception as exc:  # the envelope, never a traceback to the client
+            down = unavailable_response(exc)  # PostgreSQL / NATS down: 503 naming it and its setting
+            if down is not None:
+                log.warning("%s", bytes(down.body).decode())
+                return down
             return unexpected_response(exc)

@@ -24,6 +24,7 @@ from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
 from corral.loading.cold_load import LoadContext
 from corral.loading.place import DISK_CHECK_SETTING
+from corral.loops import OwnedTasks
 from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendChannels
@@ -90,24 +91,28 @@ async def serve(settings: Settings) -> int:
                                 reuse_port=settings.http_workers > 1)
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
-    sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),
-                                  name="stuck-replica-sweep")
-    cleaner = asyncio.create_task(cleanup.run(stop), name="revision-cleanup")
     reconciler = ReplicaReconciler(router, configs, aliases, ReconcilerSettings(
         settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s))
     lifecycle.events.listeners.append(reconciler.on_node_event)
-    reconciling = asyncio.create_task(reconciler.run(stop), name="replica-reconciler")
+    tasks = OwnedTasks()  # every long-lived task of this process: one that ends makes the process exit non-zero
+    tasks.adopt([*router.background_tasks, *lifecycle.tasks])
+    tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
+    tasks.start("revision-cleanup", cleanup.run(stop))
+    tasks.start("replica-reconciler", reconciler.run(stop))
+    code = 0
     try:
-        await stop.wait()
+        died = await tasks.until_stop(stop)
+        if died is not None:
+            log.error("%s; exiting", died)
+            code = 1
     finally:
         log.info("frontend shutting down")
-        await sweeper
-        await cleaner
-        await reconciling
+        stop.set()
+        await tasks.close()
         await server.stop()
         await lifecycle.stop()
         await router.close()
         await http.aclose()
         await nc.drain()
         await pool.close()
-    return 0
+    return code

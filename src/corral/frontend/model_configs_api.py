@@ -20,6 +20,7 @@ from corral.frontend.errors import envelope
 from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
+from corral.models.names import name_problem
 
 DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
 ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
@@ -77,7 +78,16 @@ def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _bad_name(name: str, field: str = "name") -> JSONResponse | None:
+    """400 naming `field` when `name` is not a plain model/alias name (it becomes a file name)."""
+    problem = name_problem(name)
+    return None if problem is None else _bad(f"field {field!r} {problem}", field)
+
+
 async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
+    refused = _bad_name(name)
+    if refused is not None:
+        return refused
     if not isinstance(raw, dict):
         return _bad("the configuration must be a mapping (name, backend, parameters.model, …)")
     if depth(raw) > DEPTH_MAX:
@@ -138,8 +148,9 @@ async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> J
     new_name = body.get("name") if body else None
     if not isinstance(new_name, str) or not new_name.strip():
         return _bad('send {"name": "<new model name>"}', "name")
-    if len(new_name) > NAME_MAX:
-        return _bad(f"invalid request: field 'name': must be at most {NAME_MAX} characters", "name")
+    refused = _bad_name(new_name)
+    if refused is not None:
+        return refused
     if new_name in revs.configs:
         return JSONResponse(envelope(f"model {new_name!r} already exists", "invalid_request_error", 409),
                             status_code=409)

@@ -34,6 +34,7 @@ from corral.models.huggingface import (
     committed_snapshot,
     parse_huggingface,
 )
+from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,9 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     name = _field(data, "name", str, source, "").strip()
     if not name:
         raise ModelConfigError(f"{source}: field 'name' is required (the model id clients request)")
+    problem = name_problem(name)
+    if problem is not None:
+        raise ModelConfigError(f"{source}: field 'name' {problem}")
     backend = _field(data, "backend", str, source, "").strip()
     if backend not in KNOWN_BACKENDS:
         raise ModelConfigError(

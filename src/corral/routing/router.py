@@ -14,11 +14,14 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 
+import asyncpg
+
 from corral.loading.cold_load import LoadContext
 from corral.loading.errors import LoadError, ModelStillLoading
 from corral.loading.runner import JobSettings, LoadJobRunner
 from corral.loading.status import loading_message, loading_object, retry_after_s
 from corral.loading.waiters import Waiters
+from corral.loops import run_periodic
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.routing import events
@@ -78,24 +81,39 @@ class Router:
                                       address=r["address"], replica_index=int(r["replica_index"])) for r in rows)
 
     async def _refresh_loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), VIEW_REFRESH_S)
-            if not self._stop.is_set():
-                try:
-                    await self.refresh()
-                except Exception as exc:  # the next refresh retries
-                    log.warning("replica view refresh failed: %s", exc)
+        await run_periodic("replica view refresh", self.refresh, VIEW_REFRESH_S, self._stop, delay_first=True)
+
+    @property
+    def background_tasks(self) -> list[asyncio.Task[None]]:
+        """The router's long-lived tasks, for the process that owns it to watch."""
+        return list(self._tasks)
 
     async def _on_event(self, event: events.ReplicaEvent) -> None:
-        key = replica_key(event.node_id, event.model, event.replica_index)
+        """A NATS event is a hint, never a route: an address is routed to only after PostgreSQL says so.
+
+        `loaded` re-reads the model's routable replicas (anyone on the bus can publish an event);
+        a removal is applied at once (removing is always safe) and its eviction mark acknowledged.
+        """
         if event.op == events.LOADED:
-            self.view.add(Replica(model=event.model, node_id=event.node_id, node_name=event.node_name,
-                                  address=event.address, replica_index=event.replica_index))
+            try:
+                await self._adopt_routable(event.model)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("replica event for %s not applied (PostgreSQL unavailable: %s); the next view "
+                            "refresh catches up", event.model, exc)
         else:
-            self.view.remove_key(event.model, key)
+            self.view.remove_key(event.model, replica_key(event.node_id, event.model, event.replica_index))
         if event.mark:
             self.inflight.acks.add(event.mark)
+
+    async def _adopt_routable(self, model: str) -> None:
+        """Make the view of `model` exactly its routable replicas in PostgreSQL."""
+        rows = await replica_store.routable(self.ctx.pool, model)
+        fresh = {replica_key(r["node_id"], model, int(r["replica_index"])) for r in rows}
+        for known in [r for r in self.view.all() if r.model == model and r.key not in fresh]:
+            self.view.remove(known)
+        for row in rows:
+            self.view.add(Replica(model=model, node_id=row["node_id"], node_name=row["node_name"],
+                                  address=row["address"], replica_index=int(row["replica_index"])))
 
     async def _loaded(self, replica: Replica) -> None:
         self.view.add(replica)

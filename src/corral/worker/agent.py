@@ -15,6 +15,7 @@ from corral.bus import client as bus
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
 from corral.config.settings import Settings
+from corral.loops import OwnedTasks, run_periodic
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
@@ -172,13 +173,13 @@ class Worker:
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()
-        tasks = [asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+        tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
                  asyncio.create_task(self.prober.run(loops_stop), name="backend-probe")]
         refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")
         code = 0
         try:
-            code = await self._wait_for_stop(refresh)
+            code = await self._wait_for_stop(refresh, tasks)
         finally:
             log.info("worker %s shutting down", self.node_name)
             loops_stop.set()
@@ -199,32 +200,36 @@ class Worker:
             await self.frontend.close()
         return code
 
-    async def _wait_for_stop(self, refresh: asyncio.Task[None]) -> int:
-        """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed."""
+    async def _wait_for_stop(self, refresh: asyncio.Task[None], tasks: list[asyncio.Task[None]]) -> int:
+        """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed
+        or a long-lived task (heartbeat, backend probe) ended: the process never runs on half-alive."""
+        owned = OwnedTasks()
+        owned.adopt(tasks)
         stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
-        await asyncio.wait({stop_wait, refresh}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
+        await asyncio.wait({stop_wait, refresh, *tasks}, return_when=asyncio.FIRST_COMPLETED)
         if refresh.done() and not refresh.cancelled() and refresh.exception() is not None:
+            stop_wait.cancel()
             log.error("%s; exiting", refresh.exception())
             return 1
-        if refresh.done() and not self._stop.is_set():
-            await self._stop.wait()  # credentials never expire (static or none): wait for a signal
+        stop_wait.cancel()
+        died = await owned.until_stop(self._stop)  # credentials that never expire end `refresh` quietly
+        if died is not None:
+            log.error("%s; exiting", died)
+            return 1
         return 0
 
-    async def _heartbeat_loop(self) -> None:
+    async def _heartbeat_once(self) -> None:
+        if not self.nats_up:
+            return
+        status, message = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
+        if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
+            log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id,
+                        status, message)
+            await self._adopt(await self._register_once())
+        elif status != 200:
+            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
+
+    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        while True:
-            await asyncio.sleep(interval_s)
-            if not self.nats_up:
-                continue
-            try:
-                status, message = await self.frontend.heartbeat(self.node_id,
-                                                                self._heartbeat_body(await self._probe()))
-                if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
-                    log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id,
-                                status, message)
-                    await self._adopt(await self._register_once())
-                elif status != 200:
-                    log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)
+        await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
+                           backoff_cap_s=interval_s)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 
+from corral.loops import run_periodic
 from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,7 @@ class BackendProber:
         self._failures = failures
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self.probe_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+        await run_periodic("backend probe", self.probe_once, self.interval_s, stop, backoff_cap_s=self.interval_s)
 
     def reason(self) -> str | None:
         """Why the worker cannot serve what it believes it serves, or None."""

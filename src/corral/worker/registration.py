@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from corral import loops
 from corral.worker.errors import FrontendUnreachable, RegistrationRefused
 
 log = logging.getLogger(__name__)
@@ -24,8 +25,8 @@ BACKOFF_MAX_S = 30.0
 
 
 def backoff_s(attempt: int) -> float:
-    """Delay before attempt n≥2: 2s, 4s, 8s … capped at 30s."""
-    return min(BACKOFF_FIRST_S * 2 ** max(0, attempt - 2), BACKOFF_MAX_S)
+    """Delay before attempt n≥2: 2s, 4s, 8s … capped at 30s (the project's one backoff policy)."""
+    return loops.backoff_s(max(1, attempt - 1), BACKOFF_FIRST_S, BACKOFF_MAX_S)
 
 
 class FrontendClient:
