@@ -85,6 +85,18 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             "add X-LocalAI-Node: <node id> to inference responses", is_switch=True),
     Setting("eviction_wait_s", "--eviction-wait", ("CORRAL_EVICTION_WAIT",), 30.0, parse_duration_s,
             "when every replica is busy, how long a load waits for one to go idle before failing"),
+    # issue 10 item 6: no hang on the backend path (routing/backend_client.py, routing/calls.py)
+    Setting("backend_call_timeout_s", "--backend-call-timeout", ("CORRAL_BACKEND_CALL_TIMEOUT",), 600.0,
+            parse_duration_s, "deadline of one unary backend call (Predict, Embedding); past it: 504"),
+    Setting("stream_first_token_timeout_s", "--stream-first-token-timeout", ("CORRAL_STREAM_FIRST_TOKEN_TIMEOUT",),
+            300.0, parse_duration_s, "how long a stream may wait for its first token (prompt processing)"),
+    Setting("stream_idle_timeout_s", "--stream-idle-timeout", ("CORRAL_STREAM_IDLE_TIMEOUT",), 60.0,
+            parse_duration_s, "a stream that sends nothing for this long after its first token ends with an error"),
+    Setting("backend_probe_timeout_s", "--backend-probe-timeout", ("CORRAL_BACKEND_PROBE_TIMEOUT",), 2.0,
+            parse_duration_s, "after a backend timeout, the replica's Health probe deadline; fail it and the "
+            "replica is dropped"),
+    Setting("backend_keepalive_s", "--backend-keepalive", ("CORRAL_BACKEND_KEEPALIVE",), 20.0, parse_duration_s,
+            "gRPC keepalive ping interval on backend channels; a ping unanswered as long fails the calls"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     Setting("http_workers", "--http-workers", ("CORRAL_HTTP_WORKERS",), 1, parse_http_workers,
             "frontend processes serving one port (SO_REUSEPORT), each a full frontend; use up to one per core"),

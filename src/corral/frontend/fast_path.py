@@ -15,6 +15,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
+from corral.frontend.disconnect import respond_until_disconnect
 from corral.frontend.errors import (
     APIError,
     api_error_response,
@@ -52,8 +53,13 @@ class FastPath:
         if handler is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        response = await self._handle(handler, await _read_body(receive))
-        await response(scope, receive, send)  # type: ignore[arg-type]
+        raw = await _read_body(receive)
+
+        async def respond(send: Send) -> None:
+            response = await self._handle(handler, raw)
+            await response(scope, receive, send)  # type: ignore[arg-type]
+
+        await respond_until_disconnect(receive, send, respond)  # a gone client cancels the backend call
 
     async def _handle(self, handler: Handler, raw: bytes) -> Response:
         model, call = handler

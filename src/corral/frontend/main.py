@@ -27,7 +27,7 @@ from corral.loading.place import DISK_CHECK_SETTING
 from corral.loops import OwnedTasks
 from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
-from corral.routing.backend_client import BackendChannels
+from corral.routing.backend_client import BackendBudgets, BackendChannels
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
@@ -64,7 +64,8 @@ async def serve(settings: Settings) -> int:
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
     aliases = load_aliases(models_dir, set(configs))
     http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
-    ctx = LoadContext(pool=pool, nc=nc, http=http, channels=BackendChannels(settings.registration_token),
+    channels = BackendChannels(settings.registration_token, BackendBudgets.from_settings(settings))
+    ctx = LoadContext(pool=pool, nc=nc, http=http, channels=channels,
                       staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s, aliases=aliases)

@@ -174,16 +174,29 @@ class Router:
         message = loading_message(job)
         raise ModelStillLoading(message, loading_object(job), retry_after_s(job, self.wait_budget_s))
 
-    @contextlib.asynccontextmanager
-    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
+    async def checkout(self, cfg: ModelConfig) -> Replica:
+        """Route and count the request in flight at once (no await between the pick and the count), so
+        eviction and scale-down see it from its first moment; the caller must `release` the replica."""
+        replica = await self.route(cfg)
+        self.acquire(replica)
+        return replica
+
+    def acquire(self, replica: Replica) -> None:
         replica.in_flight += 1
         self.active[id(replica)] = replica
+
+    def release(self, replica: Replica) -> None:
+        replica.in_flight -= 1
+        if replica.in_flight == 0:
+            self.active.pop(id(replica), None)
+
+    @contextlib.asynccontextmanager
+    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
+        self.acquire(replica)
         try:
             yield replica
         finally:
-            replica.in_flight -= 1
-            if replica.in_flight == 0:
-                self.active.pop(id(replica), None)
+            self.release(replica)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""

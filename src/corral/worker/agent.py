@@ -48,7 +48,7 @@ class Worker:
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
-            bind_host="0.0.0.0", token=settings.registration_token,
+            bind_host=self.addresses.serve_host, token=settings.registration_token,
             start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
         )
         self.prober = BackendProber(self.supervisor)
