@@ -42,10 +42,11 @@ def env(state_root: Path, make_database, nats_url: str, request: pytest.FixtureR
     c = Cluster(root=state_root / f"e2e-failover-{request.node.name[:40]}", database_url=make_database(),
                 nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("install-stall", "stage-stall", "stage-kill"):
-        _model(c.models_dir, name, 16 * MIB)
+    for name, size_mib in (("install-stall", 1), ("stage-stall", 48), ("stage-kill", 48)):
+        _model(c.models_dir, name, size_mib * MIB)
     base = free_port_pair()
-    proxy = ThrottlingProxy(base - 1, upload_bytes_per_s=2 * MIB)  # w1 stages slowly: time to stop it mid-way
+    # w1 stages slowly (progress is reported per 16 MiB piece: one every 2 s, inside the 3 s stall window)
+    proxy = ThrottlingProxy(base - 1, upload_bytes_per_s=8 * MIB)
     try:
         c.start_frontend("--load-stall-window", "3s", "--backend-install-timeout", "2s")
         proxy.__enter__()

@@ -15,8 +15,9 @@ from typing import Any
 import grpc
 import httpx
 
+from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.messages import BackendStopRequest
+from corral.bus.messages import BackendStopRequest, ModelStopReply, ModelStopRequest
 from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.deadlines import deadline_message, load_budget_s
 from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed, NodeLost
@@ -32,6 +33,9 @@ from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 10.0
+_stopping: set[asyncio.Task[None]] = set()  # exact stops in flight (a reference keeps each task alive)
 
 
 def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
@@ -64,10 +68,31 @@ async def call_load_model(ctx: LoadContext, node: NodeSnapshot, address: str, cf
         raise LoadModelFailed(f"loading model {cfg.name}: {result.message}")
 
 
-async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int) -> None:
-    """Reap an abandoned backend process (fire-and-forget, like the reference's backend.stop)."""
-    payload = BackendStopRequest(backend=f"{cfg.name}#{replica_index}", force=True)
-    await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
+async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int,
+                       address: str = "") -> None:
+    """Reap the attempt's backend process without waiting on the node (it may be the one that is lost).
+
+    Once the install answered, exactly the process at `address` is stopped, so a later attempt that
+    reuses the replica index is never hit; before that, the fire-and-forget `backend.stop` by key.
+    """
+    if not address:
+        payload = BackendStopRequest(backend=f"{cfg.name}#{replica_index}", force=True)
+        await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
+        return
+    request = ModelStopRequest(model_name=cfg.name, process_key=f"{cfg.name}#{replica_index}",
+                               expected_address=address, force=True)
+    task = asyncio.create_task(_stop_exact(ctx, node, request), name=f"stop:{request.process_key}")
+    _stopping.add(task)
+    task.add_done_callback(_stopping.discard)
+
+
+async def _stop_exact(ctx: LoadContext, node: NodeSnapshot, request: ModelStopRequest) -> None:
+    try:
+        await bus.request(ctx.nc, subjects.model_stop(node.id), request, ModelStopReply, STOP_TIMEOUT_S,
+                          "the worker's NATS link")
+    except bus.BusError as exc:
+        log.info("abandoned backend %s at %s on node %s not stopped (%s); the worker reaps it when it is back",
+                 request.process_key, request.expected_address, node.name, exc)
 
 
 def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
@@ -124,7 +149,7 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
         await placement_store.release_vram(ctx.pool, node.id, reserved)
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
                                    address=row["address"])
-        await stop_backend(ctx, node, cfg, replica_index)
+        await stop_backend(ctx, node, cfg, replica_index, row["address"])
         lost = node_lost_cause(node, exc) if isinstance(exc, Exception) else None
         if lost is not None and lost is not exc:
             raise lost from exc

@@ -29,11 +29,11 @@ from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.config.parse import format_duration_s
 from corral.models.aliases import resolve
 from corral.placement.errors import PlacementError
+from corral.placement.governance import govern
 from corral.placement.pipeline import Decision
+from corral.placement.replica_plan import replica_floor
 from corral.placement.room import RoomPlan, loaded_counts, plan_room, room_shortfall
 from corral.placement.sizes import decimal_size
-from corral.placement.governance import govern
-from corral.placement.replica_plan import replica_floor
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing import events
 from corral.routing.inflight import ClusterInFlight
