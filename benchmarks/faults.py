@@ -74,6 +74,9 @@ def _dependency(name: str) -> Callable[[FaultBed], Outcome]:
     return run
 
 
+# A worker does not heartbeat while its NATS link is down; keep the stale threshold above the outage.
+FRONTEND_ENV = {"nats": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}, "postgresql": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}}
+
 SCENARIOS: dict[str, Callable[[FaultBed], Outcome]] = {
     "worker-stream": worker_stream,
     "worker-staging": worker_staging,
@@ -97,7 +100,7 @@ def main() -> None:
     print(HEADER, flush=True)
     try:
         for name in chosen:
-            bed = FaultBed.start(root, pg, nats, name)
+            bed = FaultBed.start(root, pg, nats, name, **FRONTEND_ENV.get(name, {}))
             started = time.monotonic()
             try:
                 outcome = SCENARIOS[name](bed)

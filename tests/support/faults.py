@@ -305,10 +305,11 @@ class FaultBed:
     proxies: list[ThrottlingProxy] = field(default_factory=list)
 
     @classmethod
-    def start(cls, root: Path, pg: EmbeddedPostgres, nats: EmbeddedNats, name: str) -> FaultBed:
+    def start(cls, root: Path, pg: EmbeddedPostgres, nats: EmbeddedNats, name: str,
+              **frontend_env: str) -> FaultBed:
         database = pg.create_database(f"faults_{name.replace('-', '_')}")
         cluster = Cluster(root=root / name, database_url=database, nats_url=nats.url,
-                          frontend_env=dict(FRONTEND_WINDOWS))
+                          frontend_env={**FRONTEND_WINDOWS, **frontend_env})
         cluster.models_dir.mkdir(parents=True, exist_ok=True)
         return cls(root / name, cluster, pg, nats)
 
