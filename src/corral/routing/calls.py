@@ -48,7 +48,7 @@ def _refused(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> B
 async def _timed_out(router: Router, cfg: ModelConfig, replica: Replica, what: str, budget_s: float,
                      knob: str) -> BackendTimeout:
     """Probe the replica that ran out of time: forget it only when it does not answer Health either."""
-    alive = await router.ctx.channels.healthy(replica.address)
+    alive = await router.channels.healthy(replica.address)
     if not alive:
         await router.forget(replica, f"{what} within {format_duration_s(budget_s)} ({knob}) "
                                      "and no answer to a health probe")
@@ -62,7 +62,7 @@ async def _timed_out(router: Router, cfg: ModelConfig, replica: Replica, what: s
 
 async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> tuple[Any, Replica]:
     """One unary call (`Predict`, `Embedding`, …) on whichever replica the router picks."""
-    channels = router.ctx.channels
+    channels = router.channels
     budget_s = channels.budgets.call_timeout_s
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg)
@@ -97,7 +97,7 @@ class ReplyStream:
 
     def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: grpc.aio.UnaryStreamCall) -> None:
         self.router, self.cfg, self.replica, self._call = router, cfg, replica, call
-        budgets = router.ctx.channels.budgets
+        budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
         self._budget_s, self._knob, self._what = budgets.first_token_timeout_s, FIRST_TOKEN_TIMEOUT_KNOB, "no first token"
         self._loop = asyncio.get_running_loop()
@@ -152,7 +152,7 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
     """Start a stream and read its first reply, so a dead replica is retried before any byte is sent.
 
     The caller must `close()` the stream (also when it never reads past the first reply)."""
-    channels = router.ctx.channels
+    channels = router.channels
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg)
         stream = ReplyStream(router, cfg, replica,

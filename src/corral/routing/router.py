@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import cast
 
 import asyncpg
 
@@ -18,6 +19,7 @@ from corral.loading.context import LoadContext
 from corral.loops import run_periodic
 from corral.models.config import ModelConfig
 from corral.routing import events
+from corral.routing.backend_client import BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.replica import Replica, replica_key
@@ -34,6 +36,11 @@ class Router:
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def channels(self) -> BackendChannels:
+        """The concrete channels (budgets, health probes) behind the loading context's stub protocol."""
+        return cast(BackendChannels, self.ctx.channels)
 
     def _local_replicas(self) -> list[Replica]:
         return self.replicas.all()
