@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator
 
 from corral.loading.cold_load import LoadContext
 from corral.loading.errors import LoadError, ModelStillLoading
@@ -171,14 +170,6 @@ class Router:
         replica.in_flight -= 1
         if replica.in_flight == 0:
             self.active.pop(id(replica), None)
-
-    @contextlib.asynccontextmanager
-    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
-        self.acquire(replica)
-        try:
-            yield replica
-        finally:
-            self.release(replica)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""
