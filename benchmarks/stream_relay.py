@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -162,6 +163,7 @@ async def main() -> None:
         cluster.stop()
         nats.stop()
         pg.stop(quiet=True)
+        shutil.rmtree(root, ignore_errors=True)
     print(f"{'run':<34} {'tokens':>8} {'tok/s':>10} {'fe µs/tok':>10} {'be µs/tok':>10} {'fe/be':>8}")
     for run in runs:
         print(run.row())
