@@ -72,7 +72,8 @@ class Answer:
 
     @classmethod
     def json(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Answer:
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        # A path that was not UTF-8 (percent-escaped bytes) is quoted back escaped, not a 500.
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
         return cls(status, body, headers or {})
 
     @classmethod
