@@ -286,12 +286,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
     def _body(self) -> RequestBody | Answer:
+        body: RequestBody
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return ChunkedBody(self.rfile, self._send_continue)  # type: ignore[arg-type]
-        raw = (self.headers.get("Content-Length") or "0").strip()
-        if not raw.isdigit():
-            return Answer.error(400, f"invalid Content-Length {raw!r}")
-        return LengthBody(self.rfile, int(raw), self._send_continue)  # type: ignore[arg-type]
+            body = ChunkedBody(self.rfile, self._send_continue)  # type: ignore[arg-type]
+        else:
+            raw = (self.headers.get("Content-Length") or "0").strip()
+            if not raw.isdigit():
+                return Answer.error(400, f"invalid Content-Length {raw!r}")
+            body = LengthBody(self.rfile, int(raw), self._send_continue)  # type: ignore[arg-type]
+        body.idle_timeout_s = self.server.limits.idle_timeout_s
+        return body
 
     def _serve(self, method: str) -> None:
         self.server.header_received(self.connection)

@@ -199,7 +199,7 @@ class FileStore:
                     else:
                         hasher.abandon()
             if cut is not None:
-                raise Reject(400, f"short body: connection closed after {received} bytes")
+                raise Reject(400, f"short body: {cut}; {received} bytes received")
             if length is not None and received != length:
                 raise Reject(400, f"short body: got {received} bytes, Content-Length said {length}")
             if declared is not None and actual != declared:

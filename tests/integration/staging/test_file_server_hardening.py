@@ -259,7 +259,8 @@ async def test_a_body_that_stops_is_cut_after_the_idle_timeout(tmp_path):
             answer = await _read_all(sock)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
-    assert body == b'{"error":"short body: connection closed after 10 bytes"}'
+    assert body == (b'{"error":"short body: no body byte arrived for 0.3s (CORRAL_FILE_SERVER_IDLE_TIMEOUT); '
+                    b'10 bytes received"}')
     assert not (server.models_dir / "m" / "x.bin").exists()
 
 
