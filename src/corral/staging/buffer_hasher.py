@@ -3,8 +3,9 @@
 The receiver takes a free buffer, receives into it, writes it to the file and hands it over; this
 thread hashes it and returns it to the pool. Nothing is read back from the page cache (the
 :class:`~corral.staging.following_hasher.FollowingHasher` did that: one more copy of every byte, and
-a reader contending with the writer for the same pages). Measured on 1 GiB over loopback
-(``benchmarks/staging_throughput.py``): see the module docstring of the benchmark.
+a reader contending with the writer for the same pages). The hash itself (~1 CPU-second per GiB
+with SHA extensions) is what a verified transfer costs beyond ``curl -T``; this keeps it the only
+extra work (``benchmarks/staging_throughput.py`` prints the CPU seconds of both sides).
 
 A few buffers let the receiver run ahead of the hash by that much; when the hash falls behind, the
 receiver waits for a buffer (TCP backpressure), never for the disk. Used for uploads that start at
