@@ -34,6 +34,7 @@ from corral.backends.llama_generate import GenerationRequest, generate_pieces, s
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
+from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -69,15 +70,13 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
 def default_context_tokens(path: Path) -> int:
     """The GGUF's `<arch>.context_length`, capped at 4096 (4096 if it cannot be read)."""
     try:
-        import gguf
-
-        reader = gguf.GGUFReader(str(path))
-        arch = reader.get_field("general.architecture").contents()  # type: ignore[union-attr]
-        trained = int(reader.get_field(f"{arch}.context_length").contents())  # type: ignore[union-attr]
-    except Exception as exc:  # noqa: BLE001 - llama.cpp reports unreadable files itself
+        arch = read_gguf_header(path, ("general.architecture",)).str_field("general.architecture")
+        key = f"{arch}.context_length"
+        trained = read_gguf_header(path, ("general.architecture", key)).int_field(key) if arch else None
+    except (OSError, GGUFHeaderError) as exc:  # llama.cpp reports unreadable files itself
         log.debug("could not read context length from %s: %s", path, exc)
         return MAX_DEFAULT_CONTEXT_TOKENS
-    return min(trained, MAX_DEFAULT_CONTEXT_TOKENS) if trained > 0 else MAX_DEFAULT_CONTEXT_TOKENS
+    return min(trained, MAX_DEFAULT_CONTEXT_TOKENS) if trained and trained > 0 else MAX_DEFAULT_CONTEXT_TOKENS
 
 
 class LlamaCppEngine:
