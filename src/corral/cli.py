@@ -46,6 +46,7 @@ def _run_fast(main: Coroutine[Any, Any, int]) -> int:
 def _preload() -> None:
     """Import now what libraries import on first use, so that first use on the event loop does not stall it
     (httpx imports httpcore and h11 when the first client is made: ~0.1 s of CPU)."""
+    import anyio._backends._asyncio  # noqa: F401 - httpcore picks its backend on the first request
     import httpcore  # noqa: F401
 
 
