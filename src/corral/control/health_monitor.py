@@ -69,7 +69,8 @@ class HealthMonitor:
         last_beat_s = max(durable_s, self.held.latest_s.get(row["id"], 0.0))
         new = next_status(row["status"], approved=row["approved"], last_beat_s=last_beat_s,
                           status_changed_s=row["status_changed_at"].timestamp(), now_s=self._clock(),
-                          stale_threshold_s=self.stale_threshold_s, watching_since_s=self.watching_since_s)
+                          stale_threshold_s=self.stale_threshold_s, watching_since_s=self.watching_since_s,
+                          admin_drained=row["drained_by"] == node_store.ADMIN)
         if new is None or new == row["status"]:
             return None
         dropped = new == node_store.OFFLINE

@@ -51,7 +51,8 @@ class NodeLifecycle:
     monitor: HealthMonitor
     xmin: XminAgeSampler
     minter: Minter | None = None
-    user_auth: bool = False  # LOCALAI_AUTH: API keys required on /v1/*
+    user_auth: bool = False  # LOCALAI_AUTH: API keys required on every route but health checks and /api/node/*
+    metrics_token: str = ""  # CORRAL_METRICS_TOKEN: scrape token for /metrics
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -72,6 +73,7 @@ class NodeLifecycle:
             monitor=HealthMonitor(pool, held, stale_threshold_s=settings.stale_node_threshold_s,
                                   interval_s=settings.health_check_interval_s),
             xmin=XminAgeSampler(pool), minter=minter, user_auth=bool(settings.auth),
+            metrics_token=settings.metrics_token,
         )
         lifecycle.monitor.on_change = lifecycle._announce
         lifecycle.events.listeners.append(lifecycle.checkpointer.on_node_event)

@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 import asyncpg
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
 
 from corral.loops import run_periodic
 
@@ -53,10 +56,6 @@ def register_gauge(sampler: XminAgeSampler) -> None:
     _samplers.append(sampler)
     if _registered:
         return
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.metrics import CallbackOptions, Observation
-    from opentelemetry.sdk.metrics import MeterProvider
-
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(s.value) for s in _samplers[-1:] if s.value is not None]
 

@@ -119,6 +119,9 @@ class ModelConfig:
         return sum(p.stat().st_size for p in self.files())
 
 
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: Any) -> Any:
     value = data.get(key, default)
     if value is None:
@@ -127,6 +130,8 @@ def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: An
         raise ModelConfigError(f"{source}: field {key!r} must be an integer, got {value!r}")
     if not isinstance(value, kind):
         raise ModelConfigError(f"{source}: field {key!r} must be {kind.__name__}, got {value!r}")
+    if isinstance(value, int) and kind is int and not INT32_MIN <= value <= INT32_MAX:  # every int option is a protobuf int32 field
+        raise ModelConfigError(f"{source}: field {key!r} must be between {INT32_MIN} and {INT32_MAX}, got {value}")
     return value
 
 

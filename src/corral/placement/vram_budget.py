@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from corral.config.sizes import parse_size_bytes
 
+BYTES_MAX = (1 << 63) - 1
 ACCEPTED = "a percentage (80%), an amount (12GB, 12GiB, 12000MB, raw bytes) or a fraction (0.8)"
 
 
@@ -35,9 +36,12 @@ def parse_budget(raw: str) -> tuple[float | None, int | None]:
     if fraction is not None and 0 < fraction <= 1 and "." in text:
         return fraction, None
     try:
-        return None, parse_size_bytes(text)
+        amount = parse_size_bytes(text)
     except ValueError:
         raise BadVramBudget(f"VRAM budget {raw!r} is not valid; use {ACCEPTED}") from None
+    if amount > BYTES_MAX:  # backend_nodes.vram_budget_bytes is a bigint
+        raise BadVramBudget(f"VRAM budget {raw!r} is too large; the most is {BYTES_MAX} bytes (8 EiB)")
+    return None, amount
 
 
 def budget_bytes(raw: str, total_vram: int) -> int:

@@ -21,6 +21,7 @@ from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
+from corral.worker.node_credential import NodeCredentialFile, default_state_dir
 from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
 from corral.worker.registration import FrontendClient
@@ -47,11 +48,13 @@ class Worker:
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
-            bind_host="0.0.0.0", token=settings.registration_token,
-            start_timeout_s=settings.backend_start_timeout_s,
+            bind_host=self.addresses.serve_host, token=settings.registration_token,
+            start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
         )
         self.prober = BackendProber(self.supervisor)
         self.creds = WorkerCredentials()
+        state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir(self.models_dir)
+        self.credential_file = NodeCredentialFile(state_dir, self.node_name)
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
@@ -101,7 +104,21 @@ class Worker:
         self._stop.set()
 
     async def _register_once(self) -> dict[str, Any]:
-        return await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+        reply = await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+        await self._keep_node_token(reply)
+        return reply
+
+    async def _keep_node_token(self, reply: dict[str, Any]) -> None:
+        """A first registration (or one after an admin re-key) returns the node's credential once: keep it."""
+        token = str(reply.get("node_token") or "")
+        if not token:
+            return
+        await asyncio.to_thread(self.credential_file.save, str(reply["id"]), token)
+        self.frontend.use_node_token(token)
+        log.info("node credential for %s (%s) kept in %s", self.node_name, reply["id"], self.credential_file.path)
+
+    async def _refresh_nats(self) -> dict[str, Any]:
+        return await self.frontend.nats_credentials(self.node_id)
 
     async def _first_registration(self) -> dict[str, Any]:
         s = self.settings
@@ -112,6 +129,7 @@ class Worker:
         elif s.nats_require_auth:
             return await register_until_credentialed(self._register_once, self.creds, s.register_max_attempts)
         reply = await self.frontend.register(self._registration_body(await self._probe()))
+        await self._keep_node_token(reply)
         self.creds.adopt(reply)
         return reply
 
@@ -133,6 +151,7 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
         reply = await self._first_registration()
         self.node_id = reply["id"]
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
@@ -156,7 +175,7 @@ class Worker:
         loops_stop = asyncio.Event()
         tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
                  asyncio.create_task(self.prober.run(loops_stop), name="backend-probe")]
-        refresh = asyncio.create_task(refresh_loop(self._register_once, self.creds, self._adopt, loops_stop),
+        refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")
         code = 0
         try:
@@ -202,10 +221,13 @@ class Worker:
     async def _heartbeat_once(self) -> None:
         if not self.nats_up:
             return
-        status = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
-        if status == 404:
-            log.warning("frontend no longer knows node %s (deleted by an admin?); registering again", self.node_id)
+        status, message = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
+        if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
+            log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id,
+                        status, message)
             await self._adopt(await self._register_once())
+        elif status != 200:
+            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0

@@ -45,7 +45,7 @@ class BackendProber:
         for key, proc in list(self.supervisor.processes.items()):
             if proc.state is not BackendState.READY:
                 continue
-            why = await dial("127.0.0.1", proc.port)
+            why = await dial(proc.dial_host, proc.port)
             if why is not None:
                 failures[key] = (proc.port, why)
         self._failures = failures
@@ -62,5 +62,5 @@ class BackendProber:
                 return f"backend {key} (port {proc.port}) exited with code {proc.process.returncode}"
             failure = self._failures.get(key)
             if failure is not None and failure[0] == proc.port:
-                return f"backend {key} refuses connections on 127.0.0.1:{proc.port} ({failure[1]})"
+                return f"backend {key} refuses connections on {proc.local_address} ({failure[1]})"
         return None
