@@ -9,20 +9,20 @@ import nats.errors
 import pytest
 
 from corral.frontend.unavailable import (
-    DATABASE_SETTING,
-    NATS_SETTING,
+    DATABASE,
+    MESSAGE_BUS,
     unavailable_dependency,
     unavailable_response,
 )
 
 
 @pytest.mark.parametrize("exc, found", [
-    (asyncpg.exceptions.CannotConnectNowError("the database system is starting up"), ("database", DATABASE_SETTING)),
-    (asyncpg.exceptions.AdminShutdownError("terminating connection"), ("database", DATABASE_SETTING)),
-    (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), ("database", DATABASE_SETTING)),
-    (asyncpg.InterfaceError("pool is closing"), ("database", DATABASE_SETTING)),
-    (nats.errors.ConnectionClosedError(), ("message bus", NATS_SETTING)),
-    (nats.errors.OutboundBufferLimitError(), ("message bus", NATS_SETTING)),
+    (asyncpg.exceptions.CannotConnectNowError("the database system is starting up"), DATABASE),
+    (asyncpg.exceptions.AdminShutdownError("terminating connection"), DATABASE),
+    (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), DATABASE),
+    (asyncpg.InterfaceError("pool is closing"), DATABASE),
+    (nats.errors.ConnectionClosedError(), MESSAGE_BUS),
+    (nats.errors.OutboundBufferLimitError(), MESSAGE_BUS),
     (ConnectionRefusedError(111, "refused"), None),  # not raised inside asyncpg: not the database
     (FileNotFoundError("x"), None),
     (asyncpg.exceptions.UniqueViolationError("duplicate key"), None),  # the database answered
@@ -36,5 +36,5 @@ def test_the_503_names_the_dependency_and_its_setting_and_asks_to_retry() -> Non
     response = unavailable_response(nats.errors.ConnectionClosedError())
     assert response is not None and response.status_code == 503 and response.headers["Retry-After"] == "5"
     assert json.loads(bytes(response.body)) == {"error": {
-        "message": "message bus unavailable: nats: connection closed (LOCALAI_NATS_URL / --nats-url); retry shortly",
+        "message": "message bus unavailable: NATS: connection closed (LOCALAI_NATS_URL / --nats-url); retry shortly",
         "type": "service_unavailable", "code": 503}}
