@@ -11,6 +11,7 @@ import logging
 from typing import cast
 
 import asyncpg
+import nats.errors
 
 from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
@@ -107,6 +108,9 @@ class Router:
         return self.view.pick(cfg.name)
 
     async def _cold(self, cfg: ModelConfig) -> Replica:
+        if not getattr(self.ctx.nc, "is_connected", True):  # a load needs the bus: the handlers answer 503
+            raise nats.errors.ConnectionReconnectingError()
+
         async def find() -> Replica | None:
             return self.view.pick(cfg.name) or await self._warm_from_db(cfg)
 
