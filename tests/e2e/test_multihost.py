@@ -115,9 +115,15 @@ def env(state_root: Path) -> Iterator[Env]:
             ], root / "logs")
         for role, proc in workers.items():
             _wait_http(f"http://{net.hosts[role].ip}:{BASE_PORTS[role] - 1}/readyz", proc)
+        wait_for(lambda: _healthy(url) == ["w1", "w2"], "w1 and w2 registered and healthy", 60)
         yield Env(net, url, database_url, models_dir, root, workers)
     finally:
         net.close()
+
+
+def _healthy(url: str) -> list[str]:
+    nodes = httpx.get(f"{url}/api/nodes", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10).json()
+    return sorted(n["name"] for n in nodes if n["status"] == "healthy")
 
 
 def _nats_server() -> str:
@@ -172,6 +178,7 @@ def test_replicas_all_puts_one_replica_on_each_host_and_requests_reach_both(env:
 def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no_request(env: Env) -> None:
     wait_for(lambda: len([r for r in replicas(env.database_url, "everywhere") if r["state"] == "loaded"]) == 2,
              "two loaded replicas of everywhere", 90)
+    assert chat(env.url, "staged").ok  # another model, whose process must survive the edit
     old_pids = {_backend_pid(env, r) for r in replicas(env.database_url, "everywhere")}
     staged_pid = _backend_pid(env, replicas(env.database_url, "staged")[0])
     assert None not in old_pids and staged_pid is not None
