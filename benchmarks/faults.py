@@ -40,6 +40,14 @@ def worker_stream(bed: FaultBed) -> Outcome:
     return faults.worker_killed_mid_stream(bed, "streamer")
 
 
+def backend_stop(bed: FaultBed) -> Outcome:
+    write_sim_model(bed.cluster.models_dir, "frozen", "output_token_time_s:0.1", file_bytes=MIB)
+    bed.start_frontend()
+    bed.start_worker("w1")
+    bed.start_worker("w2")
+    return faults.backend_stopped_mid_stream(bed, "frozen")
+
+
 def worker_staging(bed: FaultBed) -> Outcome:
     write_sim_model(bed.cluster.models_dir, "bulky", file_bytes=48 * MIB)
     bed.start_frontend()
@@ -79,6 +87,7 @@ FRONTEND_ENV = {"nats": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}, "postgresql": {
 
 SCENARIOS: dict[str, Callable[[FaultBed], Outcome]] = {
     "worker-stream": worker_stream,
+    "backend-sigstop": backend_stop,
     "worker-staging": worker_staging,
     "worker-idle": worker_idle,
     "frontend-load": frontend_load,

@@ -17,6 +17,7 @@ from corral.embedded import EmbeddedNats, EmbeddedPostgres, embedded_nats, embed
 from support.faults import (
     FaultBed,
     Outcome,
+    backend_stopped_mid_stream,
     dependency_restarted,
     frontend_killed_owning_load,
     loaded_on,
@@ -79,6 +80,24 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_
     survivor = ({"w1", "w2"} - {outcome.details["host"]}).pop()
     assert loaded_on(bed.cluster.database_url, "streamer") == [survivor]
     assert outcome.duplicate_loads == 0
+
+
+def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error_and_is_replaced(
+        make_bed: Callable[..., FaultBed]) -> None:
+    bed = make_bed()
+    write_sim_model(bed.cluster.models_dir, "frozen", "output_token_time_s:0.1", file_bytes=MIB)
+    bed.start_frontend()
+    bed.start_worker("w1")
+    bed.start_worker("w2")
+    outcome = backend_stopped_mid_stream(bed, "frozen")
+    stream = outcome.details["stream"]
+    # issue 10 item 6: an idle stream ends with an error naming the model (and the knob), never a hang
+    assert stream.status == 200 and stream.finish_reason is None and stream.error.startswith("model frozen"), \
+        stream.seen()
+    assert stream.done, stream.seen()
+    assert outcome.recover_s is not None and outcome.lost == 1, outcome.client_saw
+    survivor = ({"w1", "w2"} - {outcome.details["host"]}).pop()
+    assert loaded_on(bed.cluster.database_url, "frozen") == [survivor]  # the silent replica was dropped
 
 
 def test_a_worker_killed_mid_staging_moves_the_load_to_the_other_worker_before_the_waiter_sees_a_failure(

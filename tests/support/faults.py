@@ -24,6 +24,7 @@ import orjson
 
 from corral.embedded import EmbeddedNats, EmbeddedPostgres
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.processes import backend_pid
 from support.proxy import ThrottlingProxy
 from support.waiting import wait_for
 
@@ -376,6 +377,29 @@ def worker_killed_mid_stream(bed: FaultBed, model: str) -> Outcome:
     lost = 1 + sum(not r.ok for r in after)
     return Outcome("worker kill -9 mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
                    lost, bed.load_calls(model) - 2, {"stream": stream, "after": after, "host": host})
+
+
+def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
+    """A replica's backend process is SIGSTOPped while a client reads a stream from it: alive, silent."""
+    warm = chat(bed.url, model)
+    assert warm.ok, warm.seen()
+    row = replicas(bed.cluster.database_url, model)[0]
+    pid = backend_pid(str(row["address"]).rpartition(":")[2])
+    assert pid is not None, f"no backend process for {row}"
+    stream = StreamResult()
+    reader = threading.Thread(target=stream_chat, args=(bed.url, model, 400, stream), daemon=True)
+    reader.start()
+    wait_for(lambda: stream.pieces >= 3 or not reader.is_alive(), f"three streamed chunks of {model}", 60)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        reader.join(CLIENT_TIMEOUT_S + 10)
+        recover_s, after = until_served(bed.url, model, t0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return Outcome("backend SIGSTOP mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
+                   1 + sum(not r.ok for r in after), bed.load_calls(model) - 2,
+                   {"stream": stream, "after": after, "host": row["node"]})
 
 
 def worker_killed_mid_staging(bed: FaultBed, model: str) -> Outcome:
