@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral.embedded import EmbeddedNats, EmbeddedPostgres, embedded_nats, embedded_postgres
+from support.fault_clients import summarize
 from support.faults import (
     FaultBed,
     Outcome,
@@ -21,7 +22,6 @@ from support.faults import (
     dependency_restarted,
     frontend_killed_owning_load,
     loaded_on,
-    summarize,
     worker_killed_idle,
     worker_killed_mid_staging,
     worker_killed_mid_stream,

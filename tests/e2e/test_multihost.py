@@ -19,19 +19,16 @@ import httpx
 import pytest
 
 from support.cluster import Proc
-from support.faults import (
+from support.fault_clients import (
     CLIENT_TIMEOUT_S,
-    FRONTEND_WINDOWS,
     StreamResult,
     Traffic,
     chat,
     load_status,
-    loaded_on,
-    replicas,
     stream_chat,
     summarize,
-    write_sim_model,
 )
+from support.faults import FRONTEND_WINDOWS, loaded_on, query, replicas, write_sim_model
 from support.netns import Network, start_postgres, unavailable_reason
 from support.processes import backend_pid
 from support.waiting import wait_for
@@ -224,8 +221,6 @@ def test_a_config_edit_while_a_replica_is_loading_loses_no_request(env: Env) -> 
 
 
 def _revision_rows(env: Env, revision: str) -> list[dict[str, object]]:
-    from support.faults import query
-
     return query(env.database_url, "SELECT n.name AS node, m.state FROM node_models m JOIN backend_nodes n "
                                    "ON n.id = m.node_id WHERE m.model_name = 'everywhere' AND m.config_revision = $1",
                  revision)
