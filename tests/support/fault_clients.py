@@ -18,6 +18,7 @@ import orjson
 from support.waiting import wait_for
 
 CLIENT_TIMEOUT_S = 90.0  # bound on any one client call in a fault scenario (a hang fails, never blocks)
+STREAM_SILENCE_S = 60.0  # a stream silent this long counts as hung (the frontend's own idle bound is far below)
 
 
 @dataclass
@@ -75,10 +76,10 @@ class StreamResult:
 
 
 def stream_chat(url: str, model: str, max_tokens: int, result: StreamResult,
-                timeout_s: float = CLIENT_TIMEOUT_S) -> StreamResult:
+                timeout_s: float = STREAM_SILENCE_S) -> StreamResult:
     """A streamed chat request, recorded into `result` as it goes (so another thread can watch it)."""
     started = time.monotonic()
-    deadline = started + timeout_s
+    deadline = started + CLIENT_TIMEOUT_S  # overall; `timeout_s` bounds each silence
     try:
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=chat_body(model, max_tokens, stream=True),
                           timeout=timeout_s) as response:
@@ -92,7 +93,7 @@ def stream_chat(url: str, model: str, max_tokens: int, result: StreamResult,
                 if result.done or time.monotonic() > deadline:
                     break
             if time.monotonic() > deadline:
-                result.error = result.error or f"stream still open after {timeout_s:g}s"
+                result.error = result.error or f"stream still open after {CLIENT_TIMEOUT_S:g}s"
     except httpx.HTTPError as exc:
         result.error = result.error or f"{type(exc).__name__}: {exc}"
     finally:

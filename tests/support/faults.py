@@ -93,6 +93,8 @@ FRONTEND_WINDOWS = {  # short windows (env, as an operator would set them) so fa
     "CORRAL_LOAD_ORPHAN_WINDOW": "3s", "CORRAL_LOAD_STALL_WINDOW": "5s", "LOCALAI_STALE_NODE_THRESHOLD": "4s",
     "LOCALAI_NODE_HEARTBEAT_CHECKPOINT": "1s", "CORRAL_HEALTH_CHECK_INTERVAL": "0.5s",
     "LOCALAI_MODEL_LOAD_WAIT": "30s",
+    # issue 10 item 6 (no hang); ignored by a frontend without these knobs
+    "CORRAL_STREAM_IDLE_TIMEOUT": "5s", "CORRAL_BACKEND_KEEPALIVE": "5s",
 }
 WORKER_BEAT = ("--heartbeat-interval", "0.5s")
 
