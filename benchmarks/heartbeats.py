@@ -9,7 +9,9 @@ checkpoint 60 s / k. After a warm-up (every node's first beat is written by rule
 writes are counted by an insert-only trigger on `backend_nodes` UPDATEs and the frontend's CPU
 is read from /proc/<pid>/stat. Figures are scaled back to real time per node per hour; the
 ratio is writes per beat, checkpointed over one-write-per-beat. Beats go over a small raw
-HTTP/1.1 keep-alive pool, so the load generator is not what limits the rate.
+HTTP/1.1 keep-alive pool, so the load generator is not what limits the rate. The driver also holds
+every node's NATS presence (one connection subscribed to `nodes.<id>.>` for each node, as workers
+are) and counts what the frontend sends them. Frontend CPU is reported per real hour as well.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import nats
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -65,10 +68,11 @@ class RawPool:
         for _ in range(count):
             self._free.put_nowait(await asyncio.open_connection(self.host, self.port))
 
-    async def post(self, path: str, body: bytes) -> int:
+    async def post(self, path: str, body: bytes, node_token: str) -> int:
         reader, writer = await self._free.get()
         try:
             writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
+                         f"X-Node-Token: {node_token}\r\n"
                          f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
             status = int((await reader.readline()).split()[1])
             length = 0
@@ -86,14 +90,16 @@ class RawPool:
             writer.close()
 
 
-async def _node_loop(pool: RawPool, node_id: str, interval_s: float, stop_at: float, counted_from: float,
-                     beats: list[int]) -> None:
+async def _node_loop(pool: RawPool, node: tuple[str, str], interval_s: float, stop_at: float,
+                     counted_from: float, beats: list[int]) -> None:
+    node_id, node_token = node
     await asyncio.sleep(random.uniform(0, interval_s))
     ram = 16 * GIB
     while time.monotonic() < stop_at:
         ram += random.randint(-8 << 20, 8 << 20)  # a slow drift: crosses 256 MiB only now and then
         body = orjson.dumps({"available_ram": ram, "total_disk": 500 * GIB, "available_disk": 200 * GIB})
-        await pool.post(f"/api/node/{node_id}/heartbeat", body)
+        status = await pool.post(f"/api/node/{node_id}/heartbeat", body, node_token)
+        assert status == 200, f"heartbeat answered HTTP {status}"
         if time.monotonic() >= counted_from:
             beats[0] += 1
         await asyncio.sleep(interval_s)
@@ -125,10 +131,19 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
             for i in range(NODES):
                 reply = await client.post("/api/node/register", json={
                     "name": f"bench-{i:04d}", "address": f"10.0.{i // 250}.{i % 250}:50051", "token": cluster.token})
-                ids.append(reply.json()["id"])
+                ids.append((reply.json()["id"], reply.json()["node_token"]))
             db = await asyncpg.connect(url)
             for sql in TRIGGER_SQL:
                 await db.execute(sql)
+        nc = await nats.connect(cluster.nats_url, name="bench-nodes")
+        node_messages = [0]
+
+        async def on_node_message(_msg: object) -> None:
+            node_messages[0] += 1
+
+        for node_id in ids:
+            await nc.subscribe(f"nodes.{node_id}.>", cb=on_node_message)
+        await nc.flush()
         interval_s = BEAT_INTERVAL_S / COMPRESSION
         pid, beats, marks = cluster.frontend.popen.pid, [0], {}
         pool = RawPool("127.0.0.1", int(cluster.frontend_url.rsplit(":", 1)[1]), cluster.token)
@@ -141,13 +156,19 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
         writes = int(await db.fetchval("SELECT count(*) FROM bench_updates"))
         await db.close()
         await pool.close()
+        await nc.drain()
         simulated_hours = RUN_S * COMPRESSION / 3600
         result = {"beats": beats[0], "writes": writes, "writes_per_node_hour": writes / NODES / simulated_hours,
-                  "beats_per_node_hour": beats[0] / NODES / simulated_hours, "cpu_percent": 100 * cpu_s / RUN_S}
+                  "beats_per_node_hour": beats[0] / NODES / simulated_hours, "cpu_percent": 100 * cpu_s / RUN_S,
+                  "cpu_s_per_hour": cpu_s / simulated_hours, "writes_per_hour": writes / simulated_hours}
         print(f"{label:>12}: {beats[0]} beats, {writes} durable writes -> "
               f"{result['writes_per_node_hour']:.1f} writes/node/hour "
               f"({result['beats_per_node_hour']:.0f} beats/node/hour); frontend CPU {result['cpu_percent']:.0f}% "
               f"of one core at {beats[0] / RUN_S:.0f} beats/s", flush=True)
+        print(f"{'':>12}  per real hour for {NODES} nodes at {BEAT_INTERVAL_S:g} s beats: "
+              f"{result['writes_per_hour']:.0f} PostgreSQL writes, {result['cpu_s_per_hour']:.0f} frontend CPU "
+              f"seconds ({result['cpu_s_per_hour'] / 36:.1f}% of a core); "
+              f"{node_messages[0]} NATS messages to the nodes during the run", flush=True)
         return result
     finally:
         cluster.stop()

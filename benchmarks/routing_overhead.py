@@ -4,14 +4,16 @@ In one run, on this machine:
   baseline — a minimal HTTP server (TCP_NODELAY, one write per response) answering the chat request;
   corral   — frontend → zero-delay `simulator` replica on a worker (warm), same client, same request;
   vllm-router / litellm — routing to the baseline server, when those packages are installed.
-Prints p50/p99 at concurrency 1, req/s at concurrency 16, the added latency and the ratios, and the
-PostgreSQL statements the frontend ran per warm request (transactions counted by pg_stat_database
-over the measured run, minus the same-length idle background).
+Prints p50/p99 at concurrency 1, req/s at concurrency 16, the added latency and the ratios, the
+frontend's CPU per warm request at c=16 (user + system of its processes, from /proc), for one and two
+frontend processes on one port (`--http-workers`), and the PostgreSQL statements it ran per warm
+request (transactions counted by pg_stat_database over the measured run, minus the idle background).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import statistics
@@ -34,6 +36,9 @@ from support.cluster import Cluster, free_port  # noqa: E402
 SERIAL = 400
 CONCURRENT = 2000
 CONCURRENCY = 16
+HTTP_WORKERS = (1, 2)  # frontend processes on one port (`corral run --http-workers N`)
+TARGET_CPU_US = 120
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = {"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
 CANNED = orjson.dumps({
     "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "sim",
@@ -66,7 +71,9 @@ class _Minimal(asyncio.Protocol):
                                  + str(len(CANNED)).encode() + b"\r\n\r\n" + CANNED)
 
 
-async def _measure(call: Callable[[], Awaitable[None]]) -> tuple[float, float, float]:
+async def _measure(call: Callable[[], Awaitable[None]],
+                   cpu_s: Callable[[], float] = lambda: 0.0) -> tuple[float, float, float, float]:
+    """p50 and p99 ms at c=1, req/s at c=16, and the server's CPU µs per request at c=16 (`cpu_s`: its CPU)."""
     for _ in range(50):
         await call()
     latencies = []
@@ -82,10 +89,22 @@ async def _measure(call: Callable[[], Awaitable[None]]) -> tuple[float, float, f
             remaining[0] -= 1
             await call()
 
+    cpu_before = cpu_s()
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     rps = CONCURRENT / (time.perf_counter() - start)
-    return statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, rps
+    cpu_us = (cpu_s() - cpu_before) / CONCURRENT * 1e6
+    return statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, rps, cpu_us
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of `pid` and its children (the `--http-workers` processes)."""
+    pids = [pid, *(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    total = 0.0
+    for one in pids:
+        fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 class _LeanClient:
@@ -150,29 +169,23 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
     return None
 
 
-async def main() -> None:
-    if not port_open("127.0.0.1", 5432):
-        raise SystemExit("this benchmark needs PostgreSQL on 127.0.0.1:5432 and NATS on 127.0.0.1:4222")
-    name = f"corral_bench_{int(time.time())}"
-    conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+async def _corral(http_workers: int) -> tuple[tuple[float, float, float, float], float, int]:
+    """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
+    PostgreSQL transactions during the measured run (idle background subtracted) and the request count."""
+    name = f"corral_bench_{int(time.time())}_{http_workers}"
+    conn = await asyncpg.connect(PG_ADMIN)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
     database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
-    loop = asyncio.get_running_loop()
-    baseline_port = free_port()
-    server = await loop.create_server(_Minimal, "127.0.0.1", baseline_port)
     root = Path(tempfile.mkdtemp(prefix="corral-bench-", dir="/var/tmp"))
     cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222")
     cluster.models_dir.mkdir(parents=True)
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
-    cluster.start_frontend()
-    cluster.start_worker("bench-w1")
-    peer = await _peer_router(baseline_port)
-    rows: list[tuple[str, tuple[float, float, float]]] = []
     try:
-        async with _client(f"http://127.0.0.1:{baseline_port}") as base:
-            rows.append(("baseline: minimal HTTP server", await _measure(lambda: base.post("/v1/chat/completions",
-                                                                                           json=BODY))))
+        cluster.start_frontend("--http-workers", str(http_workers))
+        cluster.start_worker("bench-w1")
+        assert cluster.frontend is not None
+        pid = cluster.frontend.popen.pid
         async with _client(cluster.frontend_url) as front:
             await front.post("/v1/chat/completions", json=BODY)  # cold load
             await asyncio.sleep(1.0)
@@ -186,31 +199,62 @@ async def main() -> None:
             async def routed() -> None:
                 await front.post("/v1/chat/completions", json=BODY)
 
-            rows.append(("corral: frontend -> simulator replica", await _measure(routed)))
+            figures = await _measure(routed, lambda: _tree_cpu_s(pid))
             elapsed = time.perf_counter() - started
             statements = max(0.0, (await _xacts(database_url) - before - 1) - idle_rate * elapsed)
+        return figures, statements, 50 + SERIAL + CONCURRENT
+    finally:
+        cluster.stop()
+        admin = await asyncpg.connect(PG_ADMIN)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # leave the server as found
+        await admin.close()
+
+
+async def main() -> None:
+    if not (port_open("127.0.0.1", 5432) and port_open("127.0.0.1", 4222)):
+        raise SystemExit("this benchmark needs PostgreSQL on 127.0.0.1:5432 and NATS on 127.0.0.1:4222")
+    loop = asyncio.get_running_loop()
+    baseline_port = free_port()
+    server = await loop.create_server(_Minimal, "127.0.0.1", baseline_port)
+    peer = await _peer_router(baseline_port)
+    rows: list[tuple[str, tuple[float, float, float, float]]] = []
+    statements: list[tuple[int, float, int]] = []
+    try:
+        async with _client(f"http://127.0.0.1:{baseline_port}") as base:
+            rows.append(("baseline: minimal HTTP server", await _measure(lambda: base.post("/v1/chat/completions",
+                                                                                           json=BODY))))
+        for processes in HTTP_WORKERS:
+            figures, count, requests = await _corral(processes)
+            rows.append((f"corral: frontend x{processes} -> simulator", figures))
+            statements.append((processes, count, requests))
         if peer:
+            peer_pid = peer[1].pid
             async with _client(peer[0]) as client:
                 rows.append(("vllm-router -> baseline", await _measure(
-                    lambda: client.post("/v1/chat/completions", json=BODY))))
+                    lambda: client.post("/v1/chat/completions", json=BODY), lambda: _tree_cpu_s(peer_pid))))
     finally:
         if peer:
             peer[1].terminate()
-        cluster.stop()
         server.close()
-        admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # leave the server as found
-        await admin.close()
-    base_p50, _, base_rps = rows[0][1]
-    print(f"{'path':<40} {'p50 ms':>8} {'p99 ms':>8} {'req/s c=16':>11} {'added p50':>10}")
-    for label, (p50, p99, rps) in rows:
-        print(f"{label:<40} {p50:>8.2f} {p99:>8.2f} {rps:>11.0f} {p50 - base_p50:>+10.2f}")
-    p50, _, rps = rows[1][1]
+    base_p50 = rows[0][1][0]
+    base_rps = rows[0][1][2]
+    print(f"{'path':<40} {'p50 ms':>8} {'p99 ms':>8} {'req/s c=16':>11} {'added p50':>10} {'CPU µs/req':>11}")
+    for label, (p50, p99, rps, cpu_us) in rows:
+        cpu = f"{cpu_us:>11.0f}" if not label.startswith("baseline") else f"{'-':>11}"
+        print(f"{label:<40} {p50:>8.2f} {p99:>8.2f} {rps:>11.0f} {p50 - base_p50:>+10.2f} {cpu}")
+    p50, _, rps, cpu_us = rows[1][1]
     print(f"corral vs baseline: latency x{p50 / base_p50:.2f} (+{p50 - base_p50:.2f} ms), "
-          f"throughput x{rps / base_rps:.2f}")
-    requests = 50 + SERIAL + CONCURRENT
-    print(f"PostgreSQL transactions per warm request: {statements / requests:.4f} "
-          f"({statements:.0f} over {requests} requests, idle background {idle_rate:.2f}/s subtracted)")
+          f"throughput x{rps / base_rps:.2f}; frontend CPU per warm request {cpu_us:.0f} µs "
+          f"(target <= {TARGET_CPU_US} µs)")
+    if len(HTTP_WORKERS) > 1:
+        one, two = rows[1][1], rows[2][1]
+        print(f"--http-workers 2 vs 1: throughput x{two[2] / one[2]:.2f}, CPU per request x{two[3] / one[3]:.2f}")
+    if peer:
+        print(f"corral x1 vs vllm-router: throughput x{rps / rows[-1][1][2]:.2f}, "
+              f"CPU per request x{cpu_us / max(rows[-1][1][3], 1e-9):.1f}")
+    for processes, count, requests in statements:
+        print(f"PostgreSQL transactions per warm request (x{processes}): {count / requests:.4f} "
+              f"({count:.0f} over {requests} requests, idle background subtracted)")
 
 
 if __name__ == "__main__":

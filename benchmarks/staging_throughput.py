@@ -136,14 +136,22 @@ async def _stage(client: httpx.AsyncClient, port: int, path: Path, worker_dir: P
     return elapsed
 
 
+def _spread(values: list[float]) -> str:
+    """Median and range of the rounds, and the range as a factor (max / min): how steady it is."""
+    return (f"median {statistics.median(values):5.2f}s  min {min(values):5.2f}s  max {max(values):5.2f}s  "
+            f"spread {max(values) / min(values):4.2f}x")
+
+
 def _line(label: str, ours: list[float], raw: list[float], size_bytes: int) -> None:
-    """Median MB/s and ratio; the best-of-rounds ratio too (shared machines make medians noisy)."""
+    """Median MB/s and ratio (raw time / our time; higher is better), then each side's rounds spread."""
     ours_s, raw_s = statistics.median(ours), statistics.median(raw)
     ours_mbs, raw_mbs = size_bytes / ours_s / 1e6, size_bytes / raw_s / 1e6
     ratio, best_ratio = raw_s / ours_s, min(raw) / min(ours)
     verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"
     print(f"{label:<34} ours {ours_mbs:6.0f} MB/s  raw {raw_mbs:6.0f} MB/s  ratio {ratio:5.2f} "
           f"(best-of-rounds {best_ratio:4.2f})  [{verdict}]")
+    print(f"{'':<34} ours: {_spread(ours)}")
+    print(f"{'':<34} raw:  {_spread(raw)}")
 
 
 async def main() -> None:

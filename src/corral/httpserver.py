@@ -1,6 +1,9 @@
 """Run an ASGI app on uvicorn inside an existing event loop, without uvicorn's signal handling.
 
-The owning process handles SIGINT/SIGTERM itself and shuts its parts down in order.
+The owning process handles SIGINT/SIGTERM itself and shuts its parts down in order. Before it
+listens, one request for a path no route has goes through the app in a worker thread: FastAPI
+builds its per-route state (pydantic adapters for every route) lazily on the first match, which
+took the first request's event loop 150-450 ms of CPU on this machine.
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ class _Server(uvicorn.Server):
 
 
 class EmbeddedHTTPServer:
-    def __init__(self, app: Any, host: str, port: int, *, name: str) -> None:
-        self.host, self.port, self.name = host, port, name
+    def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False) -> None:
+        """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections)."""
+        self.host, self.port, self.name, self.reuse_port = host, port, name, reuse_port
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
             timeout_graceful_shutdown=5, loop="none",
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
+        self.app = app
 
     async def start(self) -> None:
+        await asyncio.to_thread(warm_up, self.app)
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it
         try:
             sock.bind((self.host, self.port))
@@ -53,3 +61,23 @@ class EmbeddedHTTPServer:
         self._server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+
+WARM_UP_PATH = "/_corral/warm-up"
+
+
+def warm_up(app: Any) -> int:
+    """Send one GET for a path no route has through `app` on a private event loop; returns the status."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": WARM_UP_PATH, "raw_path": WARM_UP_PATH.encode(), "root_path": "", "query_string": b"",
+             "headers": [], "server": ("127.0.0.1", 0), "client": ("127.0.0.1", 0)}
+    asyncio.run(app(scope, receive, send))
+    return int(sent[0]["status"]) if sent else 0

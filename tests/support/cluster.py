@@ -13,6 +13,9 @@ from pathlib import Path
 import httpx
 
 from corral.embedded import stop_process
+from corral.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
+
+SLOW_CALLBACK_MS = 100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
 
 
 def free_port_pair() -> int:
@@ -59,7 +62,8 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as handle:  # the child keeps its own descriptor
         popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=handle, stderr=subprocess.STDOUT,
-                                 env={**os.environ, **(env or {})}, start_new_session=True)
+                                 env={**os.environ, SLOW_CALLBACK_ENV: str(SLOW_CALLBACK_MS), **(env or {})},
+                                 start_new_session=True)
     return Proc(name, popen, log_path)
 
 
@@ -91,6 +95,7 @@ class Cluster:
     frontend_url: str = ""
     workers: list[Proc] = field(default_factory=list)
     worker_ports: list[int] = field(default_factory=list)
+    others: list[Proc] = field(default_factory=list)  # frontends from spawn_frontend, checked for stalls at stop
 
     @property
     def models_dir(self) -> Path:
@@ -109,6 +114,7 @@ class Cluster:
             *(["--auto-approve-nodes"] if self.auto_approve else []), "--models-path", str(self.models_dir),
             *extra,
         ], self.root / "logs", env={"LOCALAI_BOOTSTRAP_ADMIN_KEY": self.admin_key, **self.frontend_env})
+        self.others.append(proc)
         wait_http(f"{url}/readyz", proc)
         return proc, url
 
@@ -125,6 +131,17 @@ class Cluster:
             "--heartbeat-interval", "2s", "--log-level", "debug",
         ]
 
+    def node_token(self, name: str) -> str:
+        """The node credential worker `name` keeps in its state dir (`.corral-worker` next to its models)."""
+        import json
+
+        path = self.root / name / ".corral-worker" / f"node-credential-{name}.json"
+        return str(json.loads(path.read_text())["node_token"])
+
+    def node_headers(self, name: str) -> dict[str, str]:
+        """What worker `name` sends on `/api/node/<id>/*`: the registration token and its own credential."""
+        return {"Authorization": f"Bearer {self.token}", "X-Node-Token": self.node_token(name)}
+
     def start_worker(self, name: str, *extra: str) -> Proc:
         base = free_port_pair()
         proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs")
@@ -138,3 +155,13 @@ class Cluster:
             proc.stop()
         if self.frontend:
             self.frontend.stop()
+        assert_no_loop_stalls([*self.workers, *self.others])
+
+
+def assert_no_loop_stalls(procs: list[Proc]) -> None:
+    """Fail when a process's event loop computed for over SLOW_CALLBACK_MS without yielding."""
+    found = {proc.name: stalls for proc in procs if (stalls := stalls_in_log(proc.log(), SLOW_CALLBACK_MS))}
+    if found:
+        lines = "\n".join(f"{name}: {line}" for name, stalls in found.items() for line in stalls)
+        raise AssertionError(f"event loop stalls over {SLOW_CALLBACK_MS} ms ({SLOW_CALLBACK_ENV}), each after "
+                             f"the stack that blocked when the watchdog caught it:\n{lines}")

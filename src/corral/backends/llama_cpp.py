@@ -32,7 +32,9 @@ from corral.backends.engine import (
 from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_formatter, render_chat
 from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
+from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
+from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,10 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
         path = Path(opts.ModelPath or ".") / opts.Model
     else:
         raise LoadError("LoadModel needs ModelOptions.ModelFile (absolute path to a .gguf file)")
+    root = models_root_from_env()
+    problem = path_outside_root(path, root) if root is not None else None
+    if problem is not None:
+        raise LoadError(problem)
     if not path.is_file():
         what = "is a directory, not a .gguf file" if path.is_dir() else "does not exist"
         raise LoadError(
@@ -64,15 +70,13 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
 def default_context_tokens(path: Path) -> int:
     """The GGUF's `<arch>.context_length`, capped at 4096 (4096 if it cannot be read)."""
     try:
-        import gguf
-
-        reader = gguf.GGUFReader(str(path))
-        arch = reader.get_field("general.architecture").contents()  # type: ignore[union-attr]
-        trained = int(reader.get_field(f"{arch}.context_length").contents())  # type: ignore[union-attr]
-    except Exception as exc:  # noqa: BLE001 - llama.cpp reports unreadable files itself
+        arch = read_gguf_header(path, ("general.architecture",)).str_field("general.architecture")
+        key = f"{arch}.context_length"
+        trained = read_gguf_header(path, ("general.architecture", key)).int_field(key) if arch else None
+    except (OSError, GGUFHeaderError) as exc:  # llama.cpp reports unreadable files itself
         log.debug("could not read context length from %s: %s", path, exc)
         return MAX_DEFAULT_CONTEXT_TOKENS
-    return min(trained, MAX_DEFAULT_CONTEXT_TOKENS) if trained > 0 else MAX_DEFAULT_CONTEXT_TOKENS
+    return min(trained, MAX_DEFAULT_CONTEXT_TOKENS) if trained and trained > 0 else MAX_DEFAULT_CONTEXT_TOKENS
 
 
 class LlamaCppEngine:

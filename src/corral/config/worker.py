@@ -10,6 +10,7 @@ from corral.config.parse import (
     parse_labels,
     parse_nats_url,
 )
+from corral.config.process import SLOW_CALLBACK_SETTING
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 from corral.config.staging import WORKER_STAGING_SETTINGS
@@ -51,6 +52,7 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("vram_budget", "--vram-budget", ("LOCALAI_VRAM_BUDGET",), "",
             help="cap the VRAM this node offers for placement: 80%, 12GB, 12GiB, raw bytes (admin override wins)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
+    SLOW_CALLBACK_SETTING,
 )
 WORKER_SETTINGS += WORKER_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
 WORKER_SETTINGS += WORKER_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face

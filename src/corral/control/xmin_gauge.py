@@ -13,6 +13,11 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 import asyncpg
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+
+from corral.loops import run_periodic
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +39,7 @@ class XminAgeSampler:
         return self.value
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.sample()
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cannot sample %s: %s", GAUGE_NAME, exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+        await run_periodic(f"{GAUGE_NAME} sampler", self.sample, self.interval_s, stop)
 
 
 _samplers: list[XminAgeSampler] = []
@@ -59,10 +56,6 @@ def register_gauge(sampler: XminAgeSampler) -> None:
     _samplers.append(sampler)
     if _registered:
         return
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from opentelemetry.metrics import CallbackOptions, Observation
-    from opentelemetry.sdk.metrics import MeterProvider
-
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(s.value) for s in _samplers[-1:] if s.value is not None]
 

@@ -17,12 +17,14 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 from fastapi import APIRouter
+from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.state import FrontendState
 from corral.models.aliases import resolve
@@ -93,8 +95,7 @@ def _selector(state: FrontendState, cfg: ModelConfig, rules: list[SchedulingRule
     return {**cfg.node_selector, **(rule.node_selector if rule else {})}
 
 
-def _model_entry(cfg: ModelConfig, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
-    need = model_memory_bytes(cfg)
+def _model_entry(cfg: ModelConfig, need: int, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
     return {"name": cfg.name, "backend": cfg.backend, "memory_bytes": need, **verdict(need, budget, local_bytes)}
 
 
@@ -107,7 +108,7 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         body: dict[str, Any] = {"type": "ram", "available": True, "gpus": [],
                                 "ram": {"total": fields["ram_total"], "available": fields["ram_available"],
                                         "used": fields["ram_used"]},
-                                "aggregate": fields["aggregate"], "storage_size": _storage_bytes(state),
+                                "aggregate": fields["aggregate"], "storage_size": await asyncio.to_thread(_storage_bytes, state),
                                 "reclaimer_enabled": False, "reclaimer_threshold": 0, "watchdog_interval": ""}
         registry = await read_registry(state)
         budget = cluster_budget(registry[0]) if registry else None
@@ -122,9 +123,11 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         nodes, rules = registry if registry else ([], [])
         overall = cluster_budget(nodes)
         entries = []
-        for cfg in sorted(state.configs.values(), key=lambda c: c.name):
+        configs = sorted(state.configs.values(), key=lambda c: c.name)
+        needs = await asyncio.to_thread(lambda: [model_memory_bytes(cfg) for cfg in configs])  # file reads
+        for cfg, need in zip(configs, needs, strict=True):
             budget = cluster_budget(nodes, _selector(state, cfg, rules)) if overall else None
-            entry = _model_entry(cfg, budget, local["ram_total"])
+            entry = _model_entry(cfg, need, budget, local["ram_total"])
             if overall and budget is None:
                 entry.update(fits=False, fits_on=None, verdict="no healthy node matches its node_selector")
             entries.append(entry)
@@ -134,7 +137,7 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         return JSONResponse(body)
 
     @router.get("/api/models/variants/{model_id:path}")
-    async def variants(model_id: str) -> JSONResponse:
+    async def variants(model_id: Annotated[str, PathParam(max_length=NAME_MAX)]) -> JSONResponse:
         target = resolve(model_id, set(state.configs), state.aliases).model or model_id
         found = [c for c in state.configs.values() if c.name == target or c.raw.get("variant_of") == target]
         if not found:
@@ -146,9 +149,11 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         budget = cluster_budget(nodes)
         present = capabilities(nodes) if budget else {"cpu"}
         entries = []
-        for cfg in sorted(found, key=lambda c: (c.name != target, c.name)):
+        found.sort(key=lambda c: (c.name != target, c.name))
+        sizes = await asyncio.to_thread(lambda: [model_memory_bytes(cfg) for cfg in found])  # file reads
+        for cfg, size in zip(found, sizes, strict=True):
             needs = str(cfg.raw.get("capability") or "")
-            entry = {**_model_entry(cfg, budget, local["ram_total"]), "capability": needs,
+            entry = {**_model_entry(cfg, size, budget, local["ram_total"]), "capability": needs,
                      "compatible": compatible(needs, present)}
             entries.append(entry)
         usable = [e for e in entries if e["compatible"] and e["fits"] is not False]

@@ -47,7 +47,7 @@ SCORERS: tuple[Scorer, ...] = (VramFitScorer(), IdleScorer(), LeastLoadedScorer(
 @dataclass
 class Decision:
     request: PlacementRequest
-    ranked: list[NodeSnapshot]  # best first
+    ranked: Sequence[NodeSnapshot]  # best first (an indexed decision ranks lazily: placement/index.py)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     rejections: dict[str, Rejection] = field(default_factory=dict)
     needs_eviction: bool = False  # nothing has room: free a node by evicting an idle replica

@@ -6,6 +6,7 @@ import errno
 from collections.abc import Callable
 from typing import BinaryIO
 
+from corral.staging.disk_space import DiskReservation
 from corral.staging.following_hasher import FollowingHasher
 from corral.staging.http_body import BodyCut, RequestBody
 
@@ -28,11 +29,13 @@ def write_body(
     base_size_bytes: int = 0,
     hasher: FollowingHasher | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    reservation: DiskReservation | None = None,
 ) -> tuple[int, str | None]:
     """Append ``body`` to ``file``; returns (bytes received, why it was cut or None if complete).
 
     Every byte received before a cut is written, so a resumable upload can continue after it.
-    Raises :class:`BodyTooLong` past ``limit_bytes`` and :class:`DiskFull` on ENOSPC.
+    Raises :class:`BodyTooLong` past ``limit_bytes``, :class:`DiskFull` on ENOSPC, and
+    ``NotEnoughDisk`` when ``reservation`` cannot grow to hold the next bytes.
     """
     buffer = bytearray(RECV_BUFFER_BYTES)
     view = memoryview(buffer)
@@ -46,7 +49,11 @@ def write_body(
             return received, None
         if received + count > limit_bytes:
             raise BodyTooLong(f"more than {limit_bytes} bytes")
+        if reservation is not None:
+            reservation.admit(count)
         _write_all(file, view[:count])
+        if reservation is not None:
+            reservation.wrote(count)
         received += count
         if on_bytes is not None:
             on_bytes(count)

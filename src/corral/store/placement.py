@@ -15,7 +15,8 @@ async def snapshot(pool: asyncpg.Pool) -> list[NodeSnapshot]:
     for row in await pool.fetch(q("placement_snapshot")):
         replicas = tuple(
             ReplicaSnapshot(model=r["model"], replica_index=int(r["replica_index"]), state=r["state"],
-                            address=r["address"], in_flight=int(r["in_flight"]), last_used_s=float(r["last_used_s"]))
+                            address=r["address"], in_flight=int(r["in_flight"]), last_used_s=float(r["last_used_s"]),
+                            vram_bytes=int(r.get("vram_bytes") or 0))
             for r in json.loads(row["replicas"])
         )
         nodes.append(NodeSnapshot(
@@ -38,6 +39,11 @@ async def reserve_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> boo
 async def release_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> None:
     if vram_bytes > 0:
         await pool.execute(q("vram_release"), node_id, vram_bytes)
+
+
+async def credit_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> None:
+    if vram_bytes > 0:
+        await pool.execute(q("vram_credit"), node_id, vram_bytes)
 
 
 async def mark_unhealthy(pool: asyncpg.Pool, node_id: str) -> None:

@@ -149,3 +149,37 @@ def test_chunked_body_cut_between_chunks_is_a_body_cut():
     assert body.readinto(buffer) == 4
     with pytest.raises(BodyCut):
         body.readinto(buffer)
+
+
+class _Disk:
+    """A filesystem of ``capacity`` bytes whose free space shrinks as writes land."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.used = capacity, 0
+
+    def free(self, _path: Path) -> int:
+        return self.capacity - self.used
+
+
+def test_a_reservation_of_unknown_size_grows_with_each_write_until_the_disk_cannot_hold_more(tmp_path):
+    disk = _Disk(100 << 20)
+    budget = DiskBudget(min_free_bytes=10 << 20, free_bytes=disk.free)
+    with budget.reserve(tmp_path, 0, "key 'c'") as reservation:
+        for _ in range(90):  # 90 MiB fit above the 10 MiB kept free
+            reservation.admit(1 << 20)
+            disk.used += 1 << 20
+            reservation.wrote(1 << 20)
+        with pytest.raises(NotEnoughDisk, match=r"it needs 94371841 bytes .* has 10485760 bytes free \(0 reserved"):
+            reservation.admit(1)
+    assert budget._reserved_bytes == {}
+
+
+def test_written_bytes_leave_the_reservation_so_free_space_is_not_counted_twice(tmp_path):
+    disk = _Disk(1000)
+    budget = DiskBudget(min_free_bytes=0, free_bytes=disk.free)
+    with budget.reserve(tmp_path, 600, "key 'a'") as first:
+        first.admit(600)
+        disk.used += 600
+        first.wrote(600)
+        with budget.reserve(tmp_path, 400, "key 'b'"):  # 400 free, nothing outstanding: fits
+            pass

@@ -7,7 +7,7 @@ SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, 
         AS labels,
     COALESCE((SELECT jsonb_agg(jsonb_build_object(
         'model', m.model_name, 'replica_index', m.replica_index, 'state', m.state, 'address', m.address,
-        'in_flight', m.in_flight, 'last_used_s', EXTRACT(EPOCH FROM m.last_used)))
+        'in_flight', m.in_flight, 'last_used_s', EXTRACT(EPOCH FROM m.last_used), 'vram_bytes', m.vram_bytes))
         FROM node_models m WHERE m.node_id = n.id), '[]'::jsonb)::text AS replicas
 FROM backend_nodes n
 WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
@@ -22,6 +22,10 @@ RETURNING id;
 -- name: vram_release
 -- Give back a soft reservation (never below zero).
 UPDATE backend_nodes SET reserved_vram = GREATEST(0, reserved_vram - $2) WHERE id = $1;
+
+-- name: vram_credit
+-- A replica was stopped: its VRAM counts as free until the node's next heartbeat reports the measured value.
+UPDATE backend_nodes SET available_vram = LEAST(total_vram, available_vram + $2) WHERE id = $1 AND total_vram > 0;
 
 -- name: node_mark_unhealthy
 -- A node that does not answer on the bus: out of placement until it beats again.

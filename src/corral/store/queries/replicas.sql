@@ -1,11 +1,11 @@
 -- name: replica_upsert
 -- Record (or move to a new state) the replica of a model on a node.
 INSERT INTO node_models (id, node_id, model_name, replica_index, address, state, backend_type, in_flight,
-    last_used, updated_at, config_revision)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8)
+    last_used, updated_at, config_revision, vram_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8, $9)
 ON CONFLICT (node_id, model_name, replica_index) DO UPDATE SET address = EXCLUDED.address,
     state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, config_revision = EXCLUDED.config_revision,
-    updated_at = now()
+    vram_bytes = EXCLUDED.vram_bytes, updated_at = now()
 RETURNING *;
 
 -- name: replica_delete

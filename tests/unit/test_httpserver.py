@@ -1,0 +1,23 @@
+"""The HTTP server walks the app's routes once, off the event loop, before it listens."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from corral.httpserver import warm_up
+
+
+def test_warm_up_matches_every_route_without_calling_a_handler() -> None:
+    called: list[str] = []
+    app = FastAPI()
+    router = APIRouter(prefix="/v1")
+
+    @router.post("/chat")
+    async def chat() -> dict[str, str]:
+        called.append("chat")
+        return {}
+
+    app.include_router(router)
+
+    assert warm_up(app) == 404
+    assert called == []
