@@ -188,7 +188,7 @@ def test_nats_restarted_under_traffic_keeps_warm_requests_served_and_everyone_re
 def test_postgresql_restarted_under_traffic_keeps_warm_requests_served_and_all_processes_recover(
         make_bed: Callable[..., FaultBed]) -> None:
     outcome = dependency_restarted(_dependency_bed(make_bed), "postgresql", "warm", "cold", "later")
-    problems = _dependency_problems(outcome, ("postgresql", "database_url"))
+    problems = _dependency_problems(outcome, ("database", "database_url"))
     if outcome.details["cold"].ok:  # nothing can load without the database
         problems.append("a cold request was served while PostgreSQL was down")
     assert problems == []
