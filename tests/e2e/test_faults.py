@@ -64,7 +64,7 @@ def make_bed(state_root: Path, services: tuple[EmbeddedPostgres, EmbeddedNats],
 
 
 def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_reloads_elsewhere(
-        make_bed: Callable[[], FaultBed]) -> None:
+        make_bed: Callable[..., FaultBed]) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "streamer", "output_token_time_s:0.1", file_bytes=MIB)
     bed.start_frontend()
@@ -102,7 +102,7 @@ def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error
 
 
 def test_a_worker_killed_mid_staging_moves_the_load_to_the_other_worker_before_the_waiter_sees_a_failure(
-        make_bed: Callable[[], FaultBed]) -> None:
+        make_bed: Callable[..., FaultBed]) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "bulky", file_bytes=48 * MIB)
     bed.start_frontend()
@@ -116,7 +116,7 @@ def test_a_worker_killed_mid_staging_moves_the_load_to_the_other_worker_before_t
     assert outcome.duplicate_loads == 0
 
 
-def test_a_worker_killed_while_idle_costs_no_request(make_bed: Callable[[], FaultBed]) -> None:
+def test_a_worker_killed_while_idle_costs_no_request(make_bed: Callable[..., FaultBed]) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "idler", file_bytes=MIB)
     bed.start_frontend()
@@ -131,7 +131,7 @@ def test_a_worker_killed_while_idle_costs_no_request(make_bed: Callable[[], Faul
 
 
 def test_a_killed_frontends_load_is_taken_over_after_the_orphan_window_and_loaded_once(
-        make_bed: Callable[[], FaultBed]) -> None:
+        make_bed: Callable[..., FaultBed]) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "orphaned", "load_time_s:4", file_bytes=MIB)
     bed.start_frontend()
