@@ -34,18 +34,20 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 corral \
     && useradd --system --uid 10001 --gid corral --home-dir /var/lib/corral --create-home corral \
-    && mkdir -p /models \
-    && chown corral:corral /models
+    && mkdir -p /data/models \
+    && chown -R corral:corral /data
 COPY --from=build /opt/corral /opt/corral
 COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/corral-entrypoint
 COPY --chmod=0755 deploy/docker/healthcheck.py /usr/local/bin/corral-healthcheck
 COPY --chmod=0755 deploy/docker/drain.sh /usr/local/bin/corral-drain
 ENV PATH=/opt/corral/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    LOCALAI_MODELS_PATH=/models
+    LOCALAI_MODELS_PATH=/data/models
 USER 10001:10001
 WORKDIR /var/lib/corral
-VOLUME ["/models"]
+# /data/models: model files and configs; /data/.corral-worker: a worker's node credential (keep it with the
+# models so a restarted worker registers as the same node).
+VOLUME ["/data"]
 # 8080 frontend API; 50050 worker file server (base port - 1); 50051+ backend gRPC, one per replica.
 EXPOSE 8080 50050 50051
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
