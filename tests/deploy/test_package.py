@@ -58,17 +58,22 @@ def _build_wheel(tmp: Path) -> Path:
 
 
 def _fresh_venv(tmp: Path, wheel: Path) -> Path:
-    """A new virtualenv with the wheel installed --no-deps; its dependencies come from this interpreter's
-    site-packages through a .pth line (a plain path: that directory's own .pth files, such as the checkout's
-    editable finder, are not processed), so nothing is downloaded and the checkout is not importable."""
+    """A new virtualenv with the wheel installed --no-deps (by this interpreter's pip: the venv has none).
+
+    Its dependencies come from this interpreter's site-packages through a .pth line (a plain path: that
+    directory's own .pth files, such as the checkout's editable finder, are not processed), so nothing is
+    downloaded and the checkout is not importable."""
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
+                   timeout=120)
     python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                    "-q", str(wheel)],
+                   check=True, capture_output=True, env=_clean_env(), timeout=120)
+    # after the install, so that pip never sees (nor touches) the test environment's own corral
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
     (Path(purelib) / "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True, env=_clean_env(), timeout=120)
     return venv
 
 
