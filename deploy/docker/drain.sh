@@ -1,7 +1,7 @@
 #!/bin/sh
 # corral-drain: the preStop hook. SIGTERM the corral process the entrypoint recorded and wait until it
 # has exited. On SIGTERM a worker drains: it stops taking work, waits (at most CORRAL_DRAIN_TIMEOUT) for
-# in-flight requests to finish and deregisters; a frontend stops accepting and finishes its streams.
+# in-flight requests to finish and deregisters; a frontend stops accepting and gives open requests 5 s.
 # The pod's terminationGracePeriodSeconds must be longer than that drain, or the kubelet kills it first.
 set -u
 pid_file="${CORRAL_RUN_DIR:-/tmp}/corral.pid"
