@@ -122,9 +122,14 @@ def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
 
 
 async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int,
-                             progress: LoadProgress) -> tuple[str, backend_pb2.ModelOptions]:
-    """Start the backend and stage the files at once; the first failure cancels the other."""
+                             progress: LoadProgress, started: list[str]) -> tuple[str, backend_pb2.ModelOptions]:
+    """Start the backend and stage the files at once; the first failure cancels the other.
+
+    `started` receives the backend's address as soon as the install answers (for an exact stop).
+    """
     installing = asyncio.create_task(install(ctx, node, cfg, replica_index), name=f"install:{cfg.name}")
+    installing.add_done_callback(
+        lambda t: started.append(t.result()) if not t.cancelled() and t.exception() is None else None)
     target = StagingTarget(node.name, node.http_address, node.id)
     progress.phase(STAGING)
     staging = asyncio.create_task(stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg),
@@ -151,9 +156,10 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
     reserved = vram_bytes if await placement_store.reserve_vram(ctx.pool, node.id, vram_bytes) else 0
     row: dict[str, Any] = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address="",
                                backend=cfg.backend, config_revision=cfg.revision, vram_bytes=vram_bytes)
+    started: list[str] = []
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)  # holds the slot meanwhile
-        address, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress)
+        address, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress, started)
         row["address"] = address
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)
@@ -164,7 +170,7 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
         await placement_store.release_vram(ctx.pool, node.id, reserved)
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
                                    address=row["address"])
-        await stop_backend(ctx, node.id, node.name, cfg.name, replica_index, row["address"])
+        await stop_backend(ctx, node.id, node.name, cfg.name, replica_index, started[0] if started else "")
         lost = node_lost_cause(node, exc) if isinstance(exc, Exception) else None
         if lost is not None and lost is not exc:
             raise lost from exc
