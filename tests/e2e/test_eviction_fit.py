@@ -82,6 +82,7 @@ def three_small(cluster: Cluster) -> Cluster:
     for model in ("b1", "a1", "a2"):  # b1 (on gpu-b) is the least recently used of all
         wait_for(lambda: _settled(cluster), "heartbeats reporting 1 MiB free on both nodes", timeout_s=20)
         assert _chat(cluster, model).status_code == 200
+    wait_for(lambda: _settled(cluster), "heartbeats reporting 1 MiB free on both nodes", timeout_s=20)
     assert _loaded(cluster) == {"b1": "gpu-b", "a1": "gpu-a", "a2": "gpu-a"}
     return cluster
 

@@ -68,31 +68,46 @@ async def call_load_model(ctx: LoadContext, node: NodeSnapshot, address: str, cf
         raise LoadModelFailed(f"loading model {cfg.name}: {result.message}")
 
 
-async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int,
+async def stop_backend(ctx: LoadContext, node_id: str, node_name: str, model: str, replica_index: int,
                        address: str = "") -> None:
-    """Reap the attempt's backend process without waiting on the node (it may be the one that is lost).
+    """Reap an abandoned backend process without waiting on the node (it may be the one that is lost).
 
     Once the install answered, exactly the process at `address` is stopped, so a later attempt that
     reuses the replica index is never hit; before that, the fire-and-forget `backend.stop` by key.
     """
     if not address:
-        payload = BackendStopRequest(backend=f"{cfg.name}#{replica_index}", force=True)
-        await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
+        payload = BackendStopRequest(backend=f"{model}#{replica_index}", force=True)
+        await ctx.nc.publish(subjects.backend_stop(node_id), payload.to_json())
         return
-    request = ModelStopRequest(model_name=cfg.name, process_key=f"{cfg.name}#{replica_index}",
-                               expected_address=address, force=True)
-    task = asyncio.create_task(_stop_exact(ctx, node, request), name=f"stop:{request.process_key}")
+    request = ModelStopRequest(model_name=model, process_key=f"{model}#{replica_index}", expected_address=address,
+                               force=True)
+    task = asyncio.create_task(_stop_exact(ctx, node_id, node_name, request), name=f"stop:{request.process_key}")
     _stopping.add(task)
     task.add_done_callback(_stopping.discard)
 
 
-async def _stop_exact(ctx: LoadContext, node: NodeSnapshot, request: ModelStopRequest) -> None:
+async def reclaim_leftovers(ctx: LoadContext, model: str) -> None:
+    """A dead owner's half-done load of `model` (its rows staging or loading): forget the rows, stop the processes.
+
+    The model's load job is the only load of it anywhere, so such rows can only be leftovers; left
+    alone they would hold the replica slot they were loading into. Each stop is awaited (bounded), so
+    a new install of the same process key never races it.
+    """
+    for row in await replica_store.reclaim_model_loads(ctx.pool, model):
+        index, address = int(row["replica_index"]), str(row["address"])
+        log.info("reclaiming a half-done load of %s (replica %d at %r) left by a dead owner", model, index, address)
+        request = ModelStopRequest(model_name=model, process_key=f"{model}#{index}", expected_address=address,
+                                   force=True)
+        await _stop_exact(ctx, row["node_id"], row["node_id"], request)  # gone before this load installs again
+
+
+async def _stop_exact(ctx: LoadContext, node_id: str, node_name: str, request: ModelStopRequest) -> None:
     try:
-        await bus.request(ctx.nc, subjects.model_stop(node.id), request, ModelStopReply, STOP_TIMEOUT_S,
+        await bus.request(ctx.nc, subjects.model_stop(node_id), request, ModelStopReply, STOP_TIMEOUT_S,
                           "the worker's NATS link")
     except bus.BusError as exc:
         log.info("abandoned backend %s at %s on node %s not stopped (%s); the worker reaps it when it is back",
-                 request.process_key, request.expected_address, node.name, exc)
+                 request.process_key, request.expected_address, node_name, exc)
 
 
 def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
@@ -107,9 +122,14 @@ def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
 
 
 async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int,
-                             progress: LoadProgress) -> tuple[str, backend_pb2.ModelOptions]:
-    """Start the backend and stage the files at once; the first failure cancels the other."""
+                             progress: LoadProgress, started: list[str]) -> tuple[str, backend_pb2.ModelOptions]:
+    """Start the backend and stage the files at once; the first failure cancels the other.
+
+    `started` receives the backend's address as soon as the install answers (for an exact stop).
+    """
     installing = asyncio.create_task(install(ctx, node, cfg, replica_index), name=f"install:{cfg.name}")
+    installing.add_done_callback(
+        lambda t: started.append(t.result()) if not t.cancelled() and t.exception() is None else None)
     target = StagingTarget(node.name, node.http_address, node.id)
     progress.phase(STAGING)
     staging = asyncio.create_task(stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg),
@@ -136,9 +156,10 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
     reserved = vram_bytes if await placement_store.reserve_vram(ctx.pool, node.id, vram_bytes) else 0
     row: dict[str, Any] = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address="",
                                backend=cfg.backend, config_revision=cfg.revision, vram_bytes=vram_bytes)
+    started: list[str] = []
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)  # holds the slot meanwhile
-        address, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress)
+        address, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress, started)
         row["address"] = address
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)
@@ -149,7 +170,7 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
         await placement_store.release_vram(ctx.pool, node.id, reserved)
         await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
                                    address=row["address"])
-        await stop_backend(ctx, node, cfg, replica_index, row["address"])
+        await stop_backend(ctx, node.id, node.name, cfg.name, replica_index, started[0] if started else "")
         lost = node_lost_cause(node, exc) if isinstance(exc, Exception) else None
         if lost is not None and lost is not exc:
             raise lost from exc

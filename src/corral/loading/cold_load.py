@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from corral.loading import replay
-from corral.loading.attempt import load_on_node, model_options
+from corral.loading.attempt import load_on_node, model_options, reclaim_leftovers
 from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.errors import LoadError, NodeLost, StaleRevision
 from corral.loading.place import choose_node
@@ -95,6 +95,7 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
 
 async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> LoadedReplica:
     progress = progress or LoadProgress()
+    await reclaim_leftovers(ctx, cfg.name)
     attempt = 1
     while True:
         try:

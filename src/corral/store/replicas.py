@@ -49,3 +49,8 @@ async def unmark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, repl
 
 async def all_routable(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return list(await pool.fetch(q("replicas_all_routable")))
+
+
+async def reclaim_model_loads(pool: asyncpg.Pool, model: str) -> list[asyncpg.Record]:
+    """Forget the rows of `model` a dead load left staging or loading; returns them (to stop their processes)."""
+    return list(await pool.fetch(q("replicas_reclaim_model_loads"), model))

@@ -60,3 +60,8 @@ WHERE m.state = 'loaded' AND n.status = 'healthy'
   AND (NOT EXISTS (SELECT 1 FROM model_config_states s WHERE s.model_name = m.model_name)
        OR m.config_revision = (SELECT s.config_revision FROM model_config_states s
                                WHERE s.model_name = m.model_name));
+
+-- name: replicas_reclaim_model_loads
+-- A model's load job starts: its rows still staging or loading are a dead owner's (one load per model at a time).
+DELETE FROM node_models WHERE model_name = $1 AND state IN ('staging', 'loading')
+RETURNING node_id, replica_index, address;
