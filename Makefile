@@ -41,6 +41,7 @@ proto: install
 bench: install
 	$(VENV)/bin/pip install -q -e '.[bench,models]'  # vllm-router: the reference point (optional)
 	$(PY) benchmarks/cold_start.py
+	$(PY) benchmarks/cold_start_breakdown.py
 	$(PY) benchmarks/routing_overhead.py
 	$(PY) benchmarks/placement_scale.py
 	$(PY) benchmarks/staging_throughput.py

@@ -68,10 +68,11 @@ class RawPool:
         for _ in range(count):
             self._free.put_nowait(await asyncio.open_connection(self.host, self.port))
 
-    async def post(self, path: str, body: bytes) -> int:
+    async def post(self, path: str, body: bytes, node_token: str) -> int:
         reader, writer = await self._free.get()
         try:
             writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
+                         f"X-Node-Token: {node_token}\r\n"
                          f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
             status = int((await reader.readline()).split()[1])
             length = 0
@@ -89,14 +90,16 @@ class RawPool:
             writer.close()
 
 
-async def _node_loop(pool: RawPool, node_id: str, interval_s: float, stop_at: float, counted_from: float,
-                     beats: list[int]) -> None:
+async def _node_loop(pool: RawPool, node: tuple[str, str], interval_s: float, stop_at: float,
+                     counted_from: float, beats: list[int]) -> None:
+    node_id, node_token = node
     await asyncio.sleep(random.uniform(0, interval_s))
     ram = 16 * GIB
     while time.monotonic() < stop_at:
         ram += random.randint(-8 << 20, 8 << 20)  # a slow drift: crosses 256 MiB only now and then
         body = orjson.dumps({"available_ram": ram, "total_disk": 500 * GIB, "available_disk": 200 * GIB})
-        await pool.post(f"/api/node/{node_id}/heartbeat", body)
+        status = await pool.post(f"/api/node/{node_id}/heartbeat", body, node_token)
+        assert status == 200, f"heartbeat answered HTTP {status}"
         if time.monotonic() >= counted_from:
             beats[0] += 1
         await asyncio.sleep(interval_s)
@@ -128,7 +131,7 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
             for i in range(NODES):
                 reply = await client.post("/api/node/register", json={
                     "name": f"bench-{i:04d}", "address": f"10.0.{i // 250}.{i % 250}:50051", "token": cluster.token})
-                ids.append(reply.json()["id"])
+                ids.append((reply.json()["id"], reply.json()["node_token"]))
             db = await asyncpg.connect(url)
             for sql in TRIGGER_SQL:
                 await db.execute(sql)

@@ -78,7 +78,7 @@ def pg_admin_url(state_root: Path) -> Iterator[str]:
     if port_open("127.0.0.1", 5432) and not FORCE_EMBEDDED:
         yield "postgresql://postgres@127.0.0.1:5432/postgres"
         return
-    pg = embedded_postgres(state_root / "pg")
+    pg = embedded_postgres(state_root / "pg", fsync=False)  # throwaway databases: the suite alone turns fsync off
     pg.start()
     yield f"{pg.url_base}/postgres"
     pg.stop(quiet=True)

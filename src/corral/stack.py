@@ -3,6 +3,10 @@
 Every part is a child process running the same distributed code a real cluster runs. Ctrl-C
 or SIGTERM stops them in order: workers (which stop their backends), frontend, NATS,
 PostgreSQL. Children also get PR_SET_PDEATHSIG, so a killed `corral up` takes them along.
+
+The embedded PostgreSQL and NATS get generated credentials (kept 0600 in the data directory and
+reused on the next start: `postgres-password`, `nats-password`); PostgreSQL keeps fsync on.
+Children receive the URLs with those credentials through their environment, never argv.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from corral.embedded import (
     embedded_postgres,
     port_open,
     stop_process,
+    write_private,
 )
 
 READY_TIMEOUT_S = 120.0
@@ -122,12 +127,7 @@ class Stack:
                                        f"see {child.log_path}")
 
     def _token(self) -> str:
-        path = self.data_dir / "registration-token"
-        if path.exists():
-            return path.read_text().strip()
-        token = secrets.token_urlsafe(24)
-        _write_secret(path, token)
-        return token
+        return _secret(self.data_dir / "registration-token")
 
     def start(self) -> None:
         args = self.args
@@ -137,16 +137,18 @@ class Stack:
         admin_key, admin_key_is_new = _admin_key(self.data_dir / "admin-key")
         database_url = args.database_url or os.environ.get("LOCALAI_AUTH_DATABASE_URL")
         if not database_url:
-            self.pg = embedded_postgres(self.data_dir / "postgres")
+            self.pg = embedded_postgres(self.data_dir / "postgres",
+                                        password=_secret(self.data_dir / "postgres-password"))
             self.pg.start()
             database_url = self.pg.create_database("corral")
         print(f"postgres   {_redact(database_url)}", flush=True)
         nats_url = args.nats_url or os.environ.get("LOCALAI_NATS_URL")
         if not nats_url:
-            self.nats = embedded_nats(self.data_dir / "nats")
+            self.nats = embedded_nats(self.data_dir / "nats", password=_secret(self.data_dir / "nats-password"))
             self.nats.start()
             nats_url = self.nats.url
-        print(f"nats       {nats_url}", flush=True)
+        print(f"nats       {_redact(nats_url)}", flush=True)
+        services = {"LOCALAI_AUTH_DATABASE_URL": database_url, "LOCALAI_NATS_URL": nats_url}
         models = (args.models_path or self.data_dir / "models").resolve()
         if not args.no_default_models and args.models_path is None:
             from corral.models.defaults import prepare_default_models
@@ -158,9 +160,8 @@ class Stack:
         if port_open(args.host, args.port):
             raise EmbeddedServiceError(f"port {args.port} is already in use; pass --port to choose another")
         frontend = self._spawn("frontend", frontend_url, [
-            "run", "--address", f"{args.host}:{args.port}", "--nats-url", nats_url, "--database-url", database_url,
-            "--models-path", str(models),
-        ], token, {"LOCALAI_BOOTSTRAP_ADMIN_KEY": admin_key})
+            "run", "--address", f"{args.host}:{args.port}", "--models-path", str(models),
+        ], token, {"LOCALAI_BOOTSTRAP_ADMIN_KEY": admin_key, **services})
         self._wait_ready(frontend, f"{frontend_url}/readyz")
         print(f"frontend   {frontend_url}   (log {frontend.log_path})", flush=True)
         if admin_key_is_new:
@@ -173,12 +174,12 @@ class Stack:
             base = args.worker_base_port + index * WORKER_PORT_STRIDE
             name = f"worker-{index + 1}"
             worker = self._spawn(name, f"127.0.0.1:{base}", [
-                "worker", "--register-to", frontend_url.replace("0.0.0.0", "127.0.0.1"), "--nats-url", nats_url,
+                "worker", "--register-to", frontend_url.replace("0.0.0.0", "127.0.0.1"),
                 "--node-name", f"{os.uname().nodename}-{name}",
                 "--serve-addr", f"127.0.0.1:{base}", "--advertise-addr", f"127.0.0.1:{base}",
                 "--grpc-max-port", str(base + WORKER_PORT_STRIDE - 2), "--http-addr", f"127.0.0.1:{base - 1}",
                 "--models-path", str(self.data_dir / name / "models"),
-            ], token)
+            ], token, {"LOCALAI_NATS_URL": nats_url})
             approver.approve_own(worker, f"{os.uname().nodename}-{name}", f"127.0.0.1:{base}",
                                  lambda: self.stopping)
             self._wait_ready(worker, f"http://127.0.0.1:{base - 1}/readyz")
@@ -202,12 +203,14 @@ class Stack:
             self.pg.stop(quiet=True)
 
 
-def _write_secret(path: Path, value: str) -> None:
-    """Create `path` readable by its owner only, before the secret is written into it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value)
-    path.chmod(0o600)
+def _secret(path: Path) -> str:
+    """The secret kept in `path` (0600), generated on first start and reused after."""
+    if path.exists():
+        path.chmod(0o600)
+        return path.read_text().strip()
+    value = secrets.token_urlsafe(24)
+    write_private(path, value)
+    return value
 
 
 def _admin_key(path: Path) -> tuple[str, bool]:
@@ -217,11 +220,12 @@ def _admin_key(path: Path) -> tuple[str, bool]:
     from corral.store.api_keys import new_key
 
     key = new_key()
-    _write_secret(path, key)
+    write_private(path, key)
     return key, True
 
 
 def _redact(url: str) -> str:
+    """A PostgreSQL or NATS URL without its password."""
     from corral.store.db import redact
 
     return redact(url)

@@ -103,3 +103,46 @@ def test_v1_needs_a_live_user_key_when_auth_is_enabled_and_revocation_applies_at
         assert httpx.get(f"{url}/v1/models", headers=auth).status_code == 401
     finally:
         proc.stop()
+
+
+OPEN_ONLY_WITHOUT_AUTH = [("GET", "/api/models"), ("GET", "/api/models/anything/load-status"),
+                          ("GET", "/api/models/variants/anything"), ("GET", "/docs"), ("GET", "/openapi.json"),
+                          ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/no-such-route")]
+SCRAPE_TOKEN = "corral-test-scrape-token"
+
+
+def test_with_auth_every_route_but_the_health_checks_needs_a_key(cluster: Cluster, user_key: str) -> None:
+    proc, url = cluster.spawn_frontend("frontend-auth-all", "--auth")
+    try:
+        for method, path in OPEN_ONLY_WITHOUT_AUTH:
+            assert httpx.request(method, f"{cluster.frontend_url}{path}").status_code != 401, path  # auth off
+            refused = httpx.request(method, f"{url}{path}")
+            assert refused.status_code == 401, path
+            assert refused.headers["www-authenticate"] == "Bearer"
+            allowed = httpx.request(method, f"{url}{path}", headers={"Authorization": f"Bearer {user_key}"})
+            assert allowed.status_code != 401, path
+        assert httpx.get(f"{url}/api/models").json()["error"]["message"] == (
+            "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)")
+        for path in ("/healthz", "/readyz"):
+            assert httpx.get(f"{url}{path}").status_code == 200, path
+        worker_route = httpx.post(f"{url}/api/node/register", headers={"Authorization": f"Bearer {cluster.token}"},
+                                  json={"name": "auth-n", "address": "h:1", "token": cluster.token})
+        assert worker_route.status_code == 201  # workers authenticate with the registration token, not API keys
+    finally:
+        proc.stop()
+
+
+def test_metrics_take_the_scrape_token(cluster: Cluster) -> None:
+    proc, url = cluster.spawn_frontend("frontend-scrape", "--metrics-token", SCRAPE_TOKEN)
+    try:
+        missing = httpx.get(f"{url}/metrics")
+        assert missing.status_code == 401 and missing.json()["error"]["message"] == (
+            "metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: send Authorization: Bearer <token>")
+        wrong = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["message"] == "invalid scrape token or API key"
+        scraped = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+        assert scraped.status_code == 200 and "# HELP" in scraped.text
+        assert httpx.get(f"{url}/api/models").status_code == 200  # auth is off: only /metrics is guarded
+        assert SCRAPE_TOKEN not in (proc.log() + missing.text + wrong.text)
+    finally:
+        proc.stop()

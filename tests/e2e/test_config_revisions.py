@@ -14,6 +14,7 @@ from pathlib import Path
 
 import asyncpg
 import httpx
+import nats
 import pytest
 
 from support.cluster import Cluster, Proc
@@ -37,6 +38,9 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     for name in ("rev", "cut", "params"):
         (c.models_dir / f"{name}.yaml").write_text(
             f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n")
+    (c.models_dir / "mid-load.yaml").write_text(  # LoadModel takes 2 s: time to edit the config meanwhile
+        "name: mid-load\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: mid-load\n"
+        "options:\n  - \"load_time_s:2\"\n")
     b_models = c.root / "frontend-b-models"  # frontend B has its own models directory
     shutil.copytree(c.models_dir, b_models)
     extra: list[Proc] = []
@@ -164,7 +168,7 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
     nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
     node_id = next(n["id"] for n in nodes if n["name"] == "w1")
     for url, headers in ((f"{env.a}/api/nodes/{node_id}/models", env.admin),
-                         (f"{env.a}/api/node/{node_id}/models", {"Authorization": f"Bearer {env.cluster.token}"})):
+                         (f"{env.a}/api/node/{node_id}/models", env.cluster.node_headers("w1"))):
         rows = httpx.get(url, headers=headers).json()
         assert rows, url
         for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",
@@ -186,3 +190,43 @@ def test_an_alias_repointed_through_the_api_moves_requests_and_its_rule_on_every
     assert httpx.get(f"{env.b}/api/nodes/scheduling/prod", headers=env.admin).json()["target"] == "params"
     dangling = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: nope\n", headers=admin)
     assert dangling.status_code == 400 and "'nope' is not a configured model" in dangling.json()["error"]["message"]
+
+
+async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is_served(env: Env) -> None:
+    nc = await nats.connect(env.cluster.nats_url)
+    installs: list[bytes] = []
+
+    async def count(msg) -> None:  # noqa: ANN001
+        installs.append(msg.data)
+
+    sub = await nc.subscribe("nodes.*.backend.install", cb=count)
+    body = {"model": "mid-load", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    try:
+        async with httpx.AsyncClient(timeout=90) as client:
+            before = [asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
+                      for i in range(6)]
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the job is inside LoadModel under the old revision
+                status = await client.get(f"{env.a}/api/models/mid-load/load-status")
+                if status.status_code == 200 and status.json()["state"] == "loading":
+                    break
+                await asyncio.sleep(0.05)
+            assert status.json()["state"] == "loading"
+            edit = await client.patch(f"{env.a}/api/model-configs/mid-load", json={"context_size": 1024},
+                                      headers=env.admin)
+            assert edit.status_code == 200, edit.text
+            after = [asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
+                     for i in range(6)]
+            responses = await asyncio.gather(*before, *after)
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+    assert [r.status_code for r in responses] == [200] * 12, [r.text for r in responses if r.status_code != 200]
+    assert len([d for d in installs if b'"mid-load"' in d]) == 2  # the first load and its redo, nothing more
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rows = await _rows(env, "mid-load")
+        if len(rows) == 1:
+            break
+        await asyncio.sleep(0.2)
+    assert [(r["state"], r["config_revision"]) for r in rows] == [("loaded", edit.json()["config_revision"])]

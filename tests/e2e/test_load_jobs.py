@@ -176,7 +176,7 @@ async def test_a_killed_frontends_job_is_reclaimed_by_another_frontend(env: Env)
         doomed.popen.send_signal(signal.SIGKILL)
         doomed.popen.wait(10)
         response = httpx.post(f"{env.a}/v1/chat/completions", json=_chat_body("orphaned"), timeout=60)
-        assert response.status_code == 200
+        assert response.status_code == 200, response.text
     finally:
         doomed.stop()
     assert env.cluster.frontend is not None

@@ -1,5 +1,6 @@
 """Workers on a NATS server in operator/JWT mode: wait for approval, get minted credentials,
-refresh them before expiry (TTL shortened), and give up visibly when never approved."""
+refresh them before expiry (TTL shortened), give up visibly when never approved, and lose
+the bus once deleted."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from corral.bus import auth_setup
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
-from support.nats_servers import NatsServer, jwt_nats_server
+from support.nats_servers import NatsServer, connect_refused, jwt_nats_server
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +101,44 @@ def test_a_worker_that_is_never_approved_exits_non_zero_after_bounded_attempts(c
     assert worker.popen.wait(60) == 1
     assert "no NATS credentials after 2 registrations" in worker.log()
     assert "Traceback" not in worker.log()
+
+
+def test_a_deleted_nodes_nats_credentials_stop_working_and_its_name_cannot_be_taken_for_new_ones(
+        cluster: Cluster, jwt_server: NatsServer) -> None:
+    base = free_port_pair()
+    worker = spawn("w-del", [*cluster.worker_argv("w-del", base), "--nats-require-auth"], cluster.root / "logs")
+    cluster.workers.append(worker)
+    deadline = time.monotonic() + 20
+    while (node_id := _node_id(cluster, "w-del")) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert node_id is not None
+    approved = httpx.post(f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers).json()
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker, timeout_s=30)
+    minted = NatsCredentials.static(approved["nats_jwt"], approved["nats_user_seed"])
+
+    hijack = httpx.post(f"{cluster.frontend_url}/api/node/register",
+                        headers={"Authorization": f"Bearer {cluster.token}"},
+                        json={"name": "w-del", "address": "127.0.0.1:1", "token": cluster.token})
+    assert hijack.status_code == 409 and "nats_jwt" not in hijack.text  # the shared token mints nothing
+    own = cluster.node_headers("w-del")
+    fresh = httpx.post(f"{cluster.frontend_url}/api/node/{node_id}/nats-credentials", headers=own)
+    assert fresh.status_code == 200 and fresh.json()["nats_jwt"]  # the node itself may refresh ...
+
+    async def connected_until_expiry() -> bool:
+        """Connect with the node's credentials; True when the server closes the link once the JWT ends."""
+        nc = await bus.connect(jwt_server.url, "deleted-node", credentials=minted)
+        try:
+            await asyncio.sleep(JWT_TTL_S + 2)
+            return not nc.is_connected
+        finally:
+            await nc.close()
+
+    assert httpx.delete(f"{cluster.frontend_url}/api/nodes/{node_id}", headers=cluster.admin_headers).status_code == 200
+    gone = httpx.post(f"{cluster.frontend_url}/api/node/{node_id}/nats-credentials", headers=own)
+    assert gone.status_code == 404  # ... a deleted one gets nothing
+    assert asyncio.run(connected_until_expiry())
+    refused = asyncio.run(connect_refused(jwt_server.url, **minted.connect_options()))
+    assert "authorization violation" in str(refused).lower() or "expired" in str(refused).lower(), refused
+    assert worker.popen.wait(60) == 1  # it registered again as a new, pending node: no credentials, so it exits
+    assert "cannot refresh NATS credentials" in worker.log()
+    cluster.workers.remove(worker)

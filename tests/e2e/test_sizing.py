@@ -49,11 +49,17 @@ def _get(c: Cluster, path: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+NODE_TOKENS: dict[str, str] = {}  # node name -> the credential its first registration returned
+
+
 def _register(c: Cluster, name: str, **facts: Any) -> str:
     body = {"name": name, "address": "127.0.0.1:1", "http_address": "127.0.0.1:2", "token": c.token, **facts}
-    response = httpx.post(f"{c.frontend_url}/api/node/register", json=body,
-                          headers={"Authorization": f"Bearer {c.token}"})
+    headers = {"Authorization": f"Bearer {c.token}"}
+    if name in NODE_TOKENS:  # registering a known name again needs its own credential
+        headers["X-Node-Token"] = NODE_TOKENS[name]
+    response = httpx.post(f"{c.frontend_url}/api/node/register", json=body, headers=headers)
     assert response.status_code == 201, response.text
+    NODE_TOKENS.setdefault(name, response.json().get("node_token", ""))
     return str(response.json()["id"])
 
 

@@ -45,7 +45,7 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     write_tiny_llama(c.models_dir / "tiny.gguf")  # ~0.3 MB weights: with a 512 context it needs ~0.4 MiB
     _yaml(c.models_dir, "m1", "output_token_time_s:0.2")
     _yaml(c.models_dir, "m2")
-    _yaml(c.models_dir, "big", context=8192)  # ~2.3 MiB of KV cache: fits nowhere
+    _yaml(c.models_dir, "big", context=3584)  # ~1.15 MiB: fits only once one ~0.4 MiB replica is gone
     _yaml(c.models_dir, "not-on-gpu", selector="node_selector:\n  \"!gpu.vendor\": \"nvidia\"\n")
     _yaml(c.models_dir, "ghost-only", selector="node_selector:\n  node.name: ghost-full\n")
     fake_bin = c.root / "fake-bin"
@@ -55,7 +55,7 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     smi.chmod(0o755)
     extra: list[Proc] = []
     try:
-        c.start_frontend("--expose-node-header")
+        c.start_frontend("--expose-node-header", "--node-heartbeat-checkpoint", "1s")  # beats end reservations
         f2, url2 = c.spawn_frontend("frontend-2")
         extra.append(f2)
         base = free_port_pair()
@@ -85,12 +85,20 @@ async def _replicas(env: Env) -> dict[str, tuple[str, str]]:
 
 
 
+async def _reserved_vram(env: Env) -> int:
+    conn = await asyncpg.connect(env.cluster.database_url)
+    try:
+        return int(await conn.fetchval("SELECT reserved_vram FROM backend_nodes WHERE name = 'gpu-w'"))
+    finally:
+        await conn.close()
+
+
 async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_another_frontend(env: Env) -> None:
     first = _chat(env.f1, "m1")
     assert first.status_code == 200
     assert first.headers["X-LocalAI-Node"]  # LOCALAI_EXPOSE_NODE_HEADER on frontend 1
     async with httpx.AsyncClient(timeout=60) as client:
-        body = {"model": "m1", "messages": [{"role": "user", "content": "long"}], "max_tokens": 25, "stream": True}
+        body = {"model": "m1", "messages": [{"role": "user", "content": "long"}], "max_tokens": 60, "stream": True}
         async with client.stream("POST", f"{env.f2}/v1/chat/completions", json=body) as stream:  # busy on F2
             chunks = stream.aiter_lines()
             await chunks.__anext__()
@@ -98,6 +106,9 @@ async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_ano
             rows = await _replicas(env)
             m1_port, m2_port = rows["m1"][1].rpartition(":")[2], rows["m2"][1].rpartition(":")[2]
             await asyncio.sleep(1.0)  # in-flight reports propagate
+            deadline = time.monotonic() + 20
+            while await _reserved_vram(env) and time.monotonic() < deadline:  # a beat reports the 1 MiB free
+                await asyncio.sleep(0.2)
             big = await client.post(f"{env.f1}/v1/chat/completions", json={
                 "model": "big", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
             assert big.status_code == 200, big.text
@@ -117,12 +128,18 @@ def test_negated_selectors_keep_a_model_off_matching_nodes(env: Env) -> None:
     assert "gpu.vendor must not be 'nvidia'" in reason["detail"]
 
 
+GHOST_TOKENS: dict[str, str] = {}  # ghost name -> the credential its first registration returned
+
+
 def _register_ghost(env: Env, name: str, **facts: object) -> str:
     body = {"name": name, "address": "127.0.0.1:1", "http_address": "127.0.0.1:2", "token": env.cluster.token,
             **facts}
-    response = httpx.post(f"{env.f1}/api/node/register", json=body,
-                          headers={"Authorization": f"Bearer {env.cluster.token}"})
+    headers = {"Authorization": f"Bearer {env.cluster.token}"}
+    if name in GHOST_TOKENS:  # registering a known name again needs its own credential
+        headers["X-Node-Token"] = GHOST_TOKENS[name]
+    response = httpx.post(f"{env.f1}/api/node/register", json=body, headers=headers)
     assert response.status_code == 201, response.text
+    GHOST_TOKENS.setdefault(name, response.json().get("node_token", ""))
     return response.json()["id"]
 
 

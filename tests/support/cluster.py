@@ -132,6 +132,17 @@ class Cluster:
             "--heartbeat-interval", "2s", "--log-level", "debug",
         ]
 
+    def node_token(self, name: str) -> str:
+        """The node credential worker `name` keeps in its state dir (`.corral-worker` next to its models)."""
+        import json
+
+        path = self.root / name / ".corral-worker" / f"node-credential-{name}.json"
+        return str(json.loads(path.read_text())["node_token"])
+
+    def node_headers(self, name: str) -> dict[str, str]:
+        """What worker `name` sends on `/api/node/<id>/*`: the registration token and its own credential."""
+        return {"Authorization": f"Bearer {self.token}", "X-Node-Token": self.node_token(name)}
+
     def start_worker(self, name: str, *extra: str) -> Proc:
         base = free_port_pair()
         proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs")

@@ -32,6 +32,7 @@ from corral.backends.engine import (
 from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_formatter, render_chat
 from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
+from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
 from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
@@ -53,6 +54,10 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
         path = Path(opts.ModelPath or ".") / opts.Model
     else:
         raise LoadError("LoadModel needs ModelOptions.ModelFile (absolute path to a .gguf file)")
+    root = models_root_from_env()
+    problem = path_outside_root(path, root) if root is not None else None
+    if problem is not None:
+        raise LoadError(problem)
     if not path.is_file():
         what = "is a directory, not a .gguf file" if path.is_dir() else "does not exist"
         raise LoadError(

@@ -12,37 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from corral.config.parse import parse_duration_s
+
 log = logging.getLogger(__name__)
+
+__all__ = ["ParentWatchConfig", "parse_duration_s", "watch_parent"]
 
 WATCH_ENV = "LOCALAI_BACKEND_PARENT_WATCH"
 INTERVAL_ENV = "LOCALAI_BACKEND_PARENT_WATCH_INTERVAL"
 DEFAULT_INTERVAL_S = 2.0
-
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """`"2s"` -> 2.0, `"1m30s"` -> 90.0, `"250ms"` -> 0.25, `"0.5"` -> 0.5. Raises ValueError."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    while pos < len(text):
-        match = _GO_DURATION_PART.match(text, pos)
-        if match is None:
-            raise ValueError(f"not a duration: {text!r} (use e.g. '2s', '500ms' or '0.5')")
-        total += float(match.group(1)) * _UNIT_S[match.group(2)]
-        pos = match.end()
-    if not text:
-        raise ValueError("empty duration")
-    return total
 
 
 @dataclass(frozen=True)

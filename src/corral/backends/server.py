@@ -33,6 +33,10 @@ GRPC_SERVER_OPTIONS = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),
+    # Frontends ping every CORRAL_BACKEND_KEEPALIVE during calls, also through a long silent prefill:
+    # accept those pings instead of answering them with GOAWAY "too_many_pings".
+    ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+    ("grpc.http2.max_ping_strikes", 0),  # 0: never GOAWAY for pings
 )
 
 

@@ -3,7 +3,12 @@
 * Health answers `Reply(message=b"OK")` whenever the process is serving, whatever the model
   state, and never waits on the engine.
 * Engine calls run in a worker thread and are serialised by one lock (one model context per
-  process). If a caller cancels, the lock is held until the engine call really returns.
+  process). If a caller cancels, the lock is held until the engine call really returns; the
+  generation stops at its next token and the cancellation is logged and counted.
+* PredictStream runs a generation in one thread and sends the text pieces that piled up while
+  the reader was slower as one Reply (`reply_pump`).
+* LoadModel refuses (PERMISSION_DENIED, naming the field and path) a file path outside the worker's
+  models directory when the worker passed one (``CORRAL_BACKEND_MODELS_ROOT``, see ``model_root``).
 * Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString) answer FAILED_PRECONDITION
   "... model not loaded" before a successful LoadModel (and after Free), and NOT_FOUND
   "model identity mismatch ..." when `ModelIdentity` is set and differs from the loaded
@@ -13,18 +18,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
 from corral.backends.engine import Engine, EngineError
+from corral.backends.model_root import models_root_from_env, outside_root
+from corral.backends.reply_pump import ReplyPump, coalesce
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
 
@@ -32,7 +41,6 @@ log = logging.getLogger(__name__)
 
 IDENTITY_MISMATCH_SENTINEL = "model identity mismatch"
 T = TypeVar("T")
-_DONE = object()
 
 
 class BackendState(enum.Enum):
@@ -49,24 +57,6 @@ def rss_bytes() -> int:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-
-
-class _SteppedIterator:
-    """Advances a blocking iterator one item per call; `close` waits for a running step."""
-
-    def __init__(self, iterator: Iterator[Any]) -> None:
-        self._iterator = iterator
-        self._lock = threading.Lock()
-
-    def step(self) -> Any:
-        with self._lock:
-            return next(self._iterator, _DONE)
-
-    def close(self) -> None:
-        with self._lock:
-            close = getattr(self._iterator, "close", None)
-            if close is not None:
-                close()
 
 
 def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threading.Event) -> pb.Reply:
@@ -90,13 +80,15 @@ def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threadi
 
 
 class BackendServicer(backend_pb2_grpc.BackendServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, models_root: Path | None = None) -> None:
         self._engine = engine
+        self.models_root = models_root if models_root is not None else models_root_from_env()
         self._state = BackendState.UNINITIALIZED
         self._identity = ""
         self._last_error = ""
         self._lock = asyncio.Lock()
         self._threads_in_flight = 0
+        self.cancellations = 0  # calls whose caller went away before the answer (logged; tests read it)
 
     @property
     def state(self) -> BackendState:
@@ -134,6 +126,12 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
 
     def _finished_thread(self) -> None:
         self._threads_in_flight -= 1
+
+    def _cancelled(self, rpc: str, replies: int | None = None) -> None:
+        self.cancellations += 1
+        sent = "" if replies is None else f" after {replies} replies"
+        log.info("%s cancelled by the caller%s; generation stopped (%d cancellation(s) so far)",
+                 rpc, sent, self.cancellations)
 
     # ---- admission -------------------------------------------------------------------------
 
@@ -194,6 +192,11 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()))
 
     async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
+        if self.models_root is not None:
+            problem = outside_root(request, self.models_root)
+            if problem is not None:
+                log.warning("LoadModel %r refused: %s", request.Model, problem)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
         async with self._lock:
             if self._state is BackendState.READY:
                 log.info("replacing loaded model %r with %r", self._identity, request.Model)
@@ -244,9 +247,13 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         # Built on predict_stream (same result as engine.predict) so that a caller that goes away
         # stops the generation at the next token instead of holding the model until it ends.
         cancelled = threading.Event()
-        return await self._call_engine(
-            context, lambda req: collect_reply(self._engine, req, cancelled), request, on_cancel=cancelled.set
-        )
+        try:
+            return await self._call_engine(
+                context, lambda req: collect_reply(self._engine, req, cancelled), request, on_cancel=cancelled.set
+            )
+        except asyncio.CancelledError:
+            self._cancelled("Predict")
+            raise
 
     async def Embedding(
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
@@ -265,18 +272,30 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         async with self._lock:
             await self._admit(request, context)
             failure: tuple[grpc.StatusCode, str] | None = None
-            stepper: _SteppedIterator | None = None
+            pump: ReplyPump | None = None
+            runner: asyncio.Future[None] | None = None
+            replies = 0
             try:
-                stepper = _SteppedIterator(await self._run_blocking(self._engine.predict_stream, request))
-                while (reply := await self._run_blocking(stepper.step)) is not _DONE:
-                    yield reply
+                pump = ReplyPump(await self._run_blocking(self._engine.predict_stream, request),
+                                 asyncio.get_running_loop())
+                runner = asyncio.ensure_future(self._run_blocking(pump.run))  # one thread per generation
+                while (batch := await pump.take()) is not None:
+                    for reply in coalesce(batch):  # pieces that piled up while the reader was slower
+                        yield reply
+                        replies += 1
+            except (asyncio.CancelledError, GeneratorExit):
+                self._cancelled("PredictStream", replies)
+                raise
             except EngineError as exc:
                 failure = exc.status, str(exc)
             except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
                 log.exception("predict_stream failed")
                 failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
             finally:
-                if stepper is not None:
-                    await self._run_blocking(stepper.close)
+                if pump is not None:
+                    pump.stop()
+                while runner is not None and not runner.done():  # the lock covers the engine thread
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(runner)
         if failure is not None:
             await context.abort(*failure)

@@ -6,6 +6,7 @@ from corral.config.parse import (
     parse_bool,
     parse_duration_s,
     parse_host_port,
+    parse_int,
     parse_nats_url,
     parse_postgres_url,
 )
@@ -13,11 +14,43 @@ from corral.config.process import SLOW_CALLBACK_SETTING, parse_http_workers
 from corral.config.scheduling import FRONTEND_SCHEDULING_SETTINGS
 from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
+from corral.config.sizes import parse_size_bytes
 from corral.config.staging import FRONTEND_STAGING_SETTINGS
 
 
 def _optional_duration_s(raw: str) -> float | None:
     return parse_duration_s(raw) if raw.strip() else None
+
+
+def _positive_size(raw: str) -> int:
+    size = parse_size_bytes(raw)
+    if size <= 0:
+        raise ValueError(f"{raw!r} must be a positive size, e.g. 1MiB")
+    return size
+
+
+def _positive_int(raw: str) -> int:
+    value = parse_int(raw)
+    if value <= 0:
+        raise ValueError(f"{raw!r} must be a positive number")
+    return value
+
+
+# Bounded resources per request (frontend/limits.py): enforced before parsing and before auth.
+FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
+    Setting("inference_max_body_bytes", "--inference-max-body", ("CORRAL_INFERENCE_MAX_BODY",), 16 << 20,
+            _positive_size, "largest request body on /v1/* (413 past it, unread); keep it under the 50 MiB "
+            "gRPC message limit to the backends"),
+    Setting("node_api_max_body_bytes", "--node-api-max-body", ("CORRAL_NODE_API_MAX_BODY",), 1 << 20,
+            _positive_size, "largest request body on the worker node API /api/node/* (413 past it, unread)"),
+    Setting("model_config_max_body_bytes", "--model-config-max-body", ("CORRAL_MODEL_CONFIG_MAX_BODY",), 1 << 20,
+            _positive_size, "largest model config edit on /api/model-configs/* (413 past it, unread)"),
+    Setting("admin_max_body_bytes", "--admin-max-body", ("CORRAL_ADMIN_MAX_BODY",), 1 << 20, _positive_size,
+            "largest request body on every other route: admin APIs, keys, settings (413 past it, unread)"),
+    Setting("max_concurrent_requests", "--max-concurrent-requests", ("CORRAL_MAX_CONCURRENT_REQUESTS",), 1024,
+            _positive_int, "requests this frontend serves at once (streams until they end; health checks "
+            "excluded); past it a request gets 429 with Retry-After instead of queueing"),
+)
 
 
 FRONTEND_SETTINGS: tuple[Setting, ...] = (
@@ -52,11 +85,24 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             "add X-LocalAI-Node: <node id> to inference responses", is_switch=True),
     Setting("eviction_wait_s", "--eviction-wait", ("CORRAL_EVICTION_WAIT",), 30.0, parse_duration_s,
             "when every replica is busy, how long a load waits for one to go idle before failing"),
+    # issue 10 item 6: no hang on the backend path (routing/backend_client.py, routing/calls.py)
+    Setting("backend_call_timeout_s", "--backend-call-timeout", ("CORRAL_BACKEND_CALL_TIMEOUT",), 600.0,
+            parse_duration_s, "deadline of one unary backend call (Predict, Embedding); past it: 504"),
+    Setting("stream_first_token_timeout_s", "--stream-first-token-timeout", ("CORRAL_STREAM_FIRST_TOKEN_TIMEOUT",),
+            300.0, parse_duration_s, "how long a stream may wait for its first token (prompt processing)"),
+    Setting("stream_idle_timeout_s", "--stream-idle-timeout", ("CORRAL_STREAM_IDLE_TIMEOUT",), 60.0,
+            parse_duration_s, "a stream that sends nothing for this long after its first token ends with an error"),
+    Setting("backend_probe_timeout_s", "--backend-probe-timeout", ("CORRAL_BACKEND_PROBE_TIMEOUT",), 2.0,
+            parse_duration_s, "after a backend timeout, the replica's Health probe deadline; fail it and the "
+            "replica is dropped"),
+    Setting("backend_keepalive_s", "--backend-keepalive", ("CORRAL_BACKEND_KEEPALIVE",), 20.0, parse_duration_s,
+            "gRPC keepalive ping interval on backend channels; a ping unanswered as long fails the calls"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     Setting("http_workers", "--http-workers", ("CORRAL_HTTP_WORKERS",), 1, parse_http_workers,
             "frontend processes serving one port (SO_REUSEPORT), each a full frontend; use up to one per core"),
     SLOW_CALLBACK_SETTING,
 )
+FRONTEND_SETTINGS += FRONTEND_LIMIT_SETTINGS  # issue 10: body size and concurrency limits
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face
 FRONTEND_SETTINGS += FRONTEND_SCHEDULING_SETTINGS  # issue 6: scheduling rules, replica reconciler

@@ -5,11 +5,17 @@ quarantines every replica of another revision as `unloading`), announced on NATS
 (`cache.invalidate.models`) and acknowledged by every live frontend before the edit's response
 returns — so from then on no frontend routes to an old replica. Old replicas get an acknowledged
 exact stop from the cleanup loop, retried with durable backoff.
+
+The NATS message is only a hint: a frontend that receives one re-reads the element's state from
+PostgreSQL and acts on that (anyone on the bus can publish). Aliases are stored there too (their
+revision is `alias-<hash>`), so an alias change, like a model edit, is adopted from the database.
+Every name is validated as a name before it becomes a file in the models directory.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -23,7 +29,9 @@ import yaml
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfig, ModelConfigError, parse_model_config
+from corral.models.names import name_problem
 from corral.routing.router import Router
 from corral.store import revisions
 
@@ -32,10 +40,15 @@ log = logging.getLogger(__name__)
 SUBJECT = "cache.invalidate.models"
 ACK_TIMEOUT_S = 10.0
 TOMBSTONE_PREFIX = "removed-"
+ALIAS_PREFIX = "alias-"
 
 
 def dump_yaml(raw: dict[str, Any]) -> str:
     return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+
+
+def alias_revision(yaml_text: str) -> str:
+    return ALIAS_PREFIX + hashlib.sha256(yaml_text.encode()).hexdigest()[:32]
 
 
 class ConfigRevisions:
@@ -52,8 +65,17 @@ class ConfigRevisions:
     # ---- files --------------------------------------------------------------------------------
 
     def _path(self, name: str) -> Path:
+        """The YAML file of `name`; ModelConfigError when `name` is not a plain name (never a path)."""
+        problem = name_problem(name)
+        if problem is not None:
+            raise ModelConfigError(f"field 'name' {problem}")
         cfg = self.configs.get(name)
-        return cfg.source if cfg is not None and cfg.source is not None else self.models_dir / f"{name}.yaml"
+        if cfg is not None and cfg.source is not None:
+            return cfg.source
+        path = self.models_dir / f"{name}.yaml"
+        if path.resolve().parent != self.models_dir.resolve():
+            raise ModelConfigError(f"field 'name': {name!r} does not name a file in the models directory")
+        return path
 
     def _write(self, path: Path, text: str) -> None:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -62,11 +84,28 @@ class ConfigRevisions:
 
     def _adopt(self, name: str, yaml_text: str) -> None:
         """Take the cluster's current config of `name` (edited elsewhere) as ours, on disk too."""
+        data = yaml.safe_load(yaml_text)
+        if is_alias_document(data):
+            self._adopt_alias(name, data)
+            return
         path = self._path(name)
-        cfg = parse_model_config(yaml.safe_load(yaml_text), path, self.models_dir)
+        cfg = parse_model_config(data, path, self.models_dir)
+        if cfg.name != name:
+            raise ModelConfigError(f"the stored configuration of {name!r} names another model ({cfg.name!r})")
         self._write(path, yaml_text)
         self.configs[name] = cfg
         log.info("adopted the cluster's configuration of %s (revision %s)", name, cfg.revision[:12])
+
+    def _adopt_alias(self, name: str, data: dict[str, Any]) -> None:
+        alias, target = parse_alias(data, Path(f"{name}.yaml"))
+        if alias != name:
+            raise AliasConfigError(f"the stored alias {name!r} names another alias ({alias!r})")
+        if name in self.configs:
+            raise AliasConfigError(f"{name!r} is a model here, not an alias; not adopting the cluster's alias")
+        if self.aliases.get(name) != target:
+            self._write(self._path(name), dump_yaml({"name": name, "alias": target}))
+            self.aliases[name] = target
+            log.info("alias %s now points at %s (adopted from the cluster)", name, target)
 
     # ---- startup ------------------------------------------------------------------------------
 
@@ -80,13 +119,30 @@ class ConfigRevisions:
             elif state["config_revision"] != cfg.revision:
                 mtime_s = cfg.source.stat().st_mtime if cfg.source and cfg.source.exists() else 0.0
                 if state["updated_s"] > mtime_s and state["config_yaml"]:
-                    self._adopt(name, state["config_yaml"])
+                    self._adopt_logged(name, state["config_yaml"])
                 else:
                     await self._advance_and_announce(name, cfg)
+        for name, target in list(self.aliases.items()):
+            text = dump_yaml({"name": name, "alias": target})
+            state = states.get(name)
+            if state is None:
+                await revisions.establish(self.pool, name, alias_revision(text), text)
+            elif state["config_revision"] != alias_revision(text):
+                path = self.models_dir / f"{name}.yaml"
+                mtime_s = path.stat().st_mtime if path.exists() else 0.0
+                if not (state["updated_s"] > mtime_s and state["config_yaml"]):  # the file was edited last
+                    await revisions.advance(self.pool, name, alias_revision(text), text)
+                    del states[name]
         for name, state in states.items():
             if name not in self.configs and state["config_yaml"] and not state["config_revision"].startswith(
                     TOMBSTONE_PREFIX):
-                self._adopt(name, state["config_yaml"])
+                self._adopt_logged(name, state["config_yaml"])
+
+    def _adopt_logged(self, name: str, yaml_text: str) -> None:
+        try:
+            self._adopt(name, yaml_text)
+        except (ModelConfigError, AliasConfigError, yaml.YAMLError, OSError) as exc:
+            log.error("not adopting the cluster's configuration of %r: %s", name, exc)
 
     # ---- edits --------------------------------------------------------------------------------
 
@@ -101,12 +157,18 @@ class ConfigRevisions:
 
     async def set_alias(self, name: str, target: str) -> None:
         """Point alias `name` at model `target` (a scheduling rule keyed by the alias follows it)."""
+        for field, value in (("name", name), ("alias", target)):
+            problem = name_problem(value)
+            if problem is not None:
+                raise ModelConfigError(f"field {field!r} {problem}")
         if name in self.configs:
             raise ModelConfigError(f"{name!r} is a model, not an alias; choose another alias name")
         if target not in self.configs:
             raise ModelConfigError(f"field 'alias': {target!r} is not a configured model (aliases point at models)")
-        self._write(self.models_dir / f"{name}.yaml", dump_yaml({"name": name, "alias": target}))
+        text = dump_yaml({"name": name, "alias": target})
+        self._write(self._path(name), text)
         self.aliases[name] = target
+        await revisions.advance(self.pool, name, alias_revision(text), text)
         await self._announce(name, "alias", target)
         log.info("alias %s now points at %s", name, target)
 
@@ -155,6 +217,7 @@ class ConfigRevisions:
             await asyncio.sleep(0.05)
 
     async def _on_event(self, msg: Msg) -> None:
+        """A hint that `element` changed: re-read its state from PostgreSQL and follow that, never the message."""
         try:
             body = json.loads(msg.data)
             name, mark = str(body["element"]), str(body.get("mark") or "")
@@ -163,19 +226,26 @@ class ConfigRevisions:
         if mark in self.router.inflight.acks:
             return  # our own announcement
         try:
-            if body.get("op") == "alias":
-                target = str(body.get("config_revision") or "")
-                self._write(self.models_dir / f"{name}.yaml", dump_yaml({"name": name, "alias": target}))
-                self.aliases[name] = target
-            elif body.get("op") == "delete":
-                self.configs.pop(name, None)
-            else:
-                state = await revisions.get(self.pool, name)
-                current = self.configs.get(name)
-                if state is not None and state["config_yaml"] and (
-                        current is None or current.revision != state["config_revision"]):
-                    self._adopt(name, state["config_yaml"])
+            problem = name_problem(name)
+            if problem is not None:
+                log.warning("ignoring a config invalidation: field 'element' %s", problem)
+                return
+            await self._follow_database(name)
             self._drop_view(name)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("config invalidation of %s not applied (PostgreSQL unavailable: %s)", name, exc)
         finally:
             if mark:
-                self.router.inflight.acks.add(mark)
+                self.router.inflight.acks.add(mark[:64])
+
+    async def _follow_database(self, name: str) -> None:
+        state = await revisions.get(self.pool, name)
+        if state is None:
+            return
+        revision = state["config_revision"]
+        if revision.startswith(TOMBSTONE_PREFIX):
+            self.configs.pop(name, None)
+        elif revision.startswith(ALIAS_PREFIX) or name not in self.configs or \
+                self.configs[name].revision != revision:
+            if state["config_yaml"]:
+                self._adopt_logged(name, state["config_yaml"])

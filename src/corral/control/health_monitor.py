@@ -13,6 +13,7 @@ import asyncpg
 
 from corral.control.held_beats import HeldBeats
 from corral.control.node_status import next_status
+from corral.loops import run_periodic
 from corral.store import nodes as node_store
 from corral.store.locks import KEY_HEALTH_CHECK
 from corral.store.queries import q
@@ -38,20 +39,15 @@ class HealthMonitor:
         self.watching_since_s = clock()
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                for change in await self.check_once():
-                    if self.on_change is not None:
-                        result = self.on_change(change)
-                        if asyncio.iscoroutine(result):
-                            await result
-                self.held.prune(older_than_s=2 * self.stale_threshold_s)
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("health check pass failed: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+        await run_periodic("health monitor", self.pass_once, self.interval_s, stop)
+
+    async def pass_once(self) -> None:
+        for change in await self.check_once():
+            if self.on_change is not None:
+                result = self.on_change(change)
+                if asyncio.iscoroutine(result):
+                    await result
+        self.held.prune(older_than_s=2 * self.stale_threshold_s)
 
     async def check_once(self) -> list[StatusChange]:
         """One pass, if this frontend wins the lock; another frontend's pass makes this a no-op."""
@@ -73,7 +69,8 @@ class HealthMonitor:
         last_beat_s = max(durable_s, self.held.latest_s.get(row["id"], 0.0))
         new = next_status(row["status"], approved=row["approved"], last_beat_s=last_beat_s,
                           status_changed_s=row["status_changed_at"].timestamp(), now_s=self._clock(),
-                          stale_threshold_s=self.stale_threshold_s, watching_since_s=self.watching_since_s)
+                          stale_threshold_s=self.stale_threshold_s, watching_since_s=self.watching_since_s,
+                          admin_drained=row["drained_by"] == node_store.ADMIN)
         if new is None or new == row["status"]:
             return None
         dropped = new == node_store.OFFLINE

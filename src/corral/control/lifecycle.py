@@ -51,7 +51,8 @@ class NodeLifecycle:
     monitor: HealthMonitor
     xmin: XminAgeSampler
     minter: Minter | None = None
-    user_auth: bool = False  # LOCALAI_AUTH: API keys required on /v1/*
+    user_auth: bool = False  # LOCALAI_AUTH: API keys required on every route but health checks and /api/node/*
+    metrics_token: str = ""  # CORRAL_METRICS_TOKEN: scrape token for /metrics
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -72,6 +73,7 @@ class NodeLifecycle:
             monitor=HealthMonitor(pool, held, stale_threshold_s=settings.stale_node_threshold_s,
                                   interval_s=settings.health_check_interval_s),
             xmin=XminAgeSampler(pool), minter=minter, user_auth=bool(settings.auth),
+            metrics_token=settings.metrics_token,
         )
         lifecycle.monitor.on_change = lifecycle._announce
         lifecycle.events.listeners.append(lifecycle.checkpointer.on_node_event)
@@ -94,6 +96,11 @@ class NodeLifecycle:
                        asyncio.create_task(self.xmin.run(self._stop), name="xmin-age")]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The lifecycle's long-lived tasks, for the process that owns it to watch."""
+        return list(self._tasks)
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():

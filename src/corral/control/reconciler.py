@@ -14,13 +14,14 @@ that governs a model and auto-scales, `placement.replica_plan` decides; this loo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from corral.loading.cold_path import JobBusy
 from corral.loading.replay import replay_config
+from corral.loops import run_periodic
 from corral.models.aliases import Resolution, resolve
 from corral.models.config import ModelConfig
 from corral.placement.governance import govern
@@ -29,7 +30,6 @@ from corral.placement.rules import SchedulingRule
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing.replica import replica_key
 from corral.routing.router import Router
-from corral.store import load_jobs
 from corral.store import placement as placement_store
 from corral.store import scheduling as scheduling_store
 from corral.store.locks import KEY_REPLICA_RECONCILER
@@ -42,10 +42,6 @@ class ReconcilerSettings:
     interval_s: float = 30.0
     idle_window_s: float = 300.0  # scale-down delay
     cooldown_s: float = 300.0  # after UNSATISFIABLE_TICKS failed passes
-
-
-class _Busy(Exception):
-    """Another load of the model is running (a request's or a peer's): look again next pass."""
 
 
 class ReplicaReconciler:
@@ -61,21 +57,19 @@ class ReplicaReconciler:
         self._registry_changed = True
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            pass_task = asyncio.create_task(self._guarded_pass(), name="replica-reconciler-pass")
-            stopper = asyncio.create_task(stop.wait(), name="replica-reconciler-stop")
-            await asyncio.wait({pass_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            pass_task.cancel()  # a no-op when it finished; on shutdown its load job is left to be reclaimed
-            await asyncio.gather(pass_task, stopper, return_exceptions=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+        await run_periodic("replica reconciler", lambda: self._pass_until(stop), self.settings.interval_s, stop)
 
-    async def _guarded_pass(self) -> None:
-        try:
-            await self.tick()
-        except Exception:  # the next pass retries; the loop must not die on a blip
-            log.exception("replica reconciler pass failed")
+    async def _pass_until(self, stop: asyncio.Event) -> None:
+        """One pass, abandoned at once on shutdown (its load job is left to be reclaimed)."""
+        pass_task = asyncio.create_task(self.tick(), name="replica-reconciler-pass")
+        stopper = asyncio.create_task(stop.wait(), name="replica-reconciler-stop")
+        await asyncio.wait({pass_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not pass_task.done():
+            pass_task.cancel()
+            await asyncio.gather(pass_task, return_exceptions=True)
+            return
+        pass_task.result()  # a failed pass reaches the loop helper: logged, backed off, retried
 
     async def tick(self) -> bool:
         """One pass if this frontend wins the lock; False when another frontend is reconciling."""
@@ -106,7 +100,7 @@ class ReplicaReconciler:
         return replica_key(node.id, replica.model, replica.replica_index)
 
     def _in_flight(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> float:
-        return float(self.router.ctx.evictor.in_flight(self._key(node, replica)))
+        return float(self.router.evictor.in_flight(self._key(node, replica)))
 
     def _idle_s(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> float:
         last_s = max(replica.last_used_s, self.router.inflight.last_used_s(self._key(node, replica)), self.started_s)
@@ -138,7 +132,7 @@ class ReplicaReconciler:
         await scheduling_store.satisfied(self.pool, rule.model_name)
         for ref in plan.stop:
             why = f"by the replica reconciler ({ref.why}; rule {rule.model_name!r})"
-            if await self.router.ctx.evictor.stop_replica(ref.node, ref.replica, why):
+            if await self.router.evictor.stop_replica(ref.node, ref.replica, why):
                 log.info("replica reconciler: stopped %s#%d on %s (%s) for rule %r", model,
                          ref.replica.replica_index, ref.node.name, ref.why, rule.model_name)
         return plan
@@ -147,7 +141,7 @@ class ReplicaReconciler:
         for number in range(1, plan.load + 1):
             try:
                 error = await self._load_one(cfg)
-            except _Busy:
+            except JobBusy:
                 return False
             if error:
                 await self._unsatisfied(rule, error, fingerprint)
@@ -158,17 +152,8 @@ class ReplicaReconciler:
 
     async def _load_one(self, cfg: ModelConfig) -> str:
         """Load one more replica through the model's load job; "" on success, else the real cause."""
-        router, key = self.router, cfg.name
-        with router.waiters.register(key) as woken:
-            claimed, _job = await load_jobs.claim(self.pool, key, router.jobs.owner, orphan_s=router.jobs.orphan_s,
-                                                  failed_grace_s=router.jobs.failed_grace_s)
-            if not claimed:
-                raise _Busy(key)
-            router.runner.start(cfg)
-            outcome = await router.waiters.wait(woken, key, None)
-        if outcome is None or outcome.orphaned:
-            raise _Busy(key)
-        return "" if outcome.ok else (outcome.error or f"loading model {key} failed")
+        outcome = await self.router.cold.load_once(cfg)  # JobBusy: another load runs, look again next pass
+        return "" if outcome.ok else (outcome.error or f"loading model {cfg.name} failed")
 
     async def _unsatisfied(self, rule: SchedulingRule, reason: str, fingerprint: str) -> None:
         ticks = await scheduling_store.unsatisfied(self.pool, rule.model_name, reason, fingerprint,

@@ -7,7 +7,6 @@ frontends can run this loop. A replica with requests still in flight anywhere is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import asyncpg
@@ -16,6 +15,7 @@ from nats.aio.client import Client
 from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import ModelStopReply, ModelStopRequest
+from corral.loops import run_periodic
 from corral.routing.replica import replica_key
 from corral.routing.router import Router
 from corral.store import revisions
@@ -62,12 +62,9 @@ class RevisionCleanup:
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                while await self.once():
-                    pass
-            except Exception as exc:  # a database or bus blip: the next tick retries
-                log.warning("revision cleanup failed: %s", exc)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_S)
+        await run_periodic("revision cleanup", self.drain, TICK_S, stop, wake=self._wake)
+
+    async def drain(self) -> None:
+        """Handle every due row."""
+        while await self.once():
+            pass

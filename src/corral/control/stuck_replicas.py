@@ -14,6 +14,7 @@ from nats.aio.client import Client
 
 from corral.bus import subjects
 from corral.bus.messages import BackendStopRequest
+from corral.loops import run_periodic
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
@@ -33,12 +34,4 @@ async def sweep_once(pool: asyncpg.Pool, nc: Client, orphan_s: float) -> int:
 
 async def run(pool: asyncpg.Pool, nc: Client, orphan_s: float, stop: asyncio.Event,
               interval_s: float = SWEEP_INTERVAL_S) -> None:
-    while not stop.is_set():
-        try:
-            await sweep_once(pool, nc, orphan_s)
-        except Exception as exc:  # the next sweep retries; the loop must not die on a blip
-            log.warning("stuck replica sweep failed: %s", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), interval_s)
-        except TimeoutError:
-            pass
+    await run_periodic("stuck replica sweep", lambda: sweep_once(pool, nc, orphan_s), interval_s, stop)

@@ -17,6 +17,8 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 
+from corral.loops import run_periodic
+
 log = logging.getLogger(__name__)
 
 GAUGE_NAME = "localai_control_plane_oldest_xmin_age"
@@ -37,15 +39,7 @@ class XminAgeSampler:
         return self.value
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.sample()
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("cannot sample %s: %s", GAUGE_NAME, exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+        await run_periodic(f"{GAUGE_NAME} sampler", self.sample, self.interval_s, stop)
 
 
 _samplers: list[XminAgeSampler] = []

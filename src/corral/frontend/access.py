@@ -1,5 +1,9 @@
-"""Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`; user keys on `/v1/*`
-when auth is enabled. `/api/node/*` (worker self-service) is guarded by the registration token.
+"""Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`, `/api/model-configs`,
+`/api/resources`, always. With auth enabled (LOCALAI_AUTH) every other route needs a user or admin
+key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
+(`/healthz`, `/readyz`) and `/api/node/*` (worker self-service: registration token plus the node's
+own credential, see `node_identity`). `/metrics` takes an API key or the scrape token
+(CORRAL_METRICS_TOKEN); it needs one of them whenever auth is on or a scrape token is set.
 
 A pure ASGI middleware, not a per-route dependency: the inference path pays one prefix test
 when auth is off, and one sha256 plus a dict lookup when it is on. Key hashes are cached in
@@ -9,6 +13,7 @@ memory (positive 10 s, negative 2 s) and evicted at once when any frontend revok
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import time
@@ -23,6 +28,9 @@ log = logging.getLogger(__name__)
 
 ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources")
 USER_PREFIXES = ("/v1/",)
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
+METRICS_PATH = "/metrics"
 POSITIVE_TTL_S = 10.0
 NEGATIVE_TTL_S = 2.0
 CACHE_MAX_ENTRIES = 10_000
@@ -88,24 +96,30 @@ def _user_error(message: str) -> dict[str, Any]:
 
 
 class AccessControl:
-    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool) -> None:
+    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool, metrics_token: str = "") -> None:
         self.app, self.cache, self.user_auth = app, cache, user_auth
+        self.metrics_token = metrics_token.encode()
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
                        send: Callable[[Any], Awaitable[None]]) -> None:
         if scope["type"] == "http":
-            path = scope["path"]
-            if _under(path, ADMIN_PREFIXES):
-                refusal = await self._admin_refusal(scope)
-                if refusal is not None:
-                    await _send_json(send, refusal[0], _admin_error(*refusal))
-                    return
-            elif self.user_auth and path.startswith(USER_PREFIXES):
-                message = await self._user_refusal(scope)
-                if message is not None:
-                    await _send_json(send, 401, _user_error(message))
-                    return
+            refusal = await self._refusal(scope, scope["path"])
+            if refusal is not None:
+                await _send_json(send, refusal[0], refusal[1])
+                return
         await self.app(scope, receive, send)
+
+    async def _refusal(self, scope: Scope, path: str) -> tuple[int, dict[str, Any]] | None:
+        if _under(path, ADMIN_PREFIXES):
+            admin = await self._admin_refusal(scope)
+            return None if admin is None else (admin[0], _admin_error(*admin))
+        if path == METRICS_PATH and (self.user_auth or self.metrics_token):
+            message = await self._metrics_refusal(scope)
+            return None if message is None else (401, _user_error(message))
+        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES):
+            message = await self._user_refusal(scope)
+            return None if message is None else (401, _user_error(message))
+        return None
 
     async def _admin_refusal(self, scope: Scope) -> tuple[int, str] | None:
         key = bearer(scope)
@@ -124,4 +138,15 @@ class AccessControl:
             return "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)"
         if await self.cache.role(key) is None:
             return "invalid or revoked API key"
+        return None
+
+    async def _metrics_refusal(self, scope: Scope) -> str | None:
+        key = bearer(scope)
+        if not key:
+            return ("metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: "
+                    "send Authorization: Bearer <token>")
+        if self.metrics_token and hmac.compare_digest(key.encode(), self.metrics_token):
+            return None
+        if await self.cache.role(key) is None:
+            return "invalid scrape token or API key"
         return None

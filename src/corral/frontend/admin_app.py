@@ -16,7 +16,8 @@ def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
     """Include last: `/api/nodes/{uuid}` routes never shadow other `/api/nodes/<word>` routers anyway."""
     lifecycle = state.lifecycle
     cache = KeyCache(state.pool)
-    app.add_middleware(AccessControl, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth))
+    app.add_middleware(AccessControl, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth),
+                       metrics_token=lifecycle.metrics_token if lifecycle is not None else "")
     app.include_router(build_admin_nodes_router(state))
     app.include_router(build_admin_labels_router(state))
     app.include_router(build_keys_router(state, on_revoked=cache.evict))

@@ -4,32 +4,36 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from corral.frontend.bounds import LABEL_KEY_MAX, LABEL_VALUE_MAX, LABELS_MAX, ReplicasOverride
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.node_api import node_error
 from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
 
-LABEL_KEY_MAX = 128
-LABEL_VALUE_MAX = 255
+LABELS_BODY = documented_body({"type": "object", "maxProperties": LABELS_MAX, "propertyNames": {
+    "minLength": 1, "maxLength": LABEL_KEY_MAX}, "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}})
 
 
 class MaxReplicasBody(BaseModel):
-    value: int = Field(ge=1, le=1024)
+    value: ReplicasOverride
 
 
 async def _label_body(request: Request) -> dict[str, str] | Response:
     try:
-        body = await request.json()
+        body = await json_body(request)
     except ValueError:
         return node_error(400, "request body is not valid JSON; send an object of label key → value")
     if not isinstance(body, dict):
         return node_error(400, "labels must be a JSON object of label key → value")
+    if len(body) > LABELS_MAX:
+        return node_error(400, f"send at most {LABELS_MAX} labels in one request, got {len(body)}")
     for key, value in body.items():
         if not key or len(key) > LABEL_KEY_MAX:
             return node_error(400, f"label key {key[:40]!r} must be 1-{LABEL_KEY_MAX} characters")
@@ -45,7 +49,7 @@ async def _missing(state: FrontendState, node_id: uuid.UUID) -> Response | None:
 
 
 def _label_routes_replace(router: APIRouter, state: FrontendState) -> None:
-    @router.put("/labels")
+    @router.put("/labels", openapi_extra=LABELS_BODY)
     async def replace_labels(node_id: uuid.UUID, request: Request) -> Any:
         body = await _label_body(request)
         if isinstance(body, Response):
@@ -68,7 +72,7 @@ def build_admin_labels_router(state: FrontendState) -> APIRouter:
 
     _label_routes_replace(router, state)
 
-    @router.patch("/labels")
+    @router.patch("/labels", openapi_extra=LABELS_BODY)
     async def merge_labels(node_id: uuid.UUID, request: Request) -> Any:
         body = await _label_body(request)
         if isinstance(body, Response):
@@ -79,7 +83,7 @@ def build_admin_labels_router(state: FrontendState) -> APIRouter:
         return await label_store.of_node(state.pool, str(node_id))
 
     @router.delete("/labels/{key}", response_class=Response)
-    async def delete_label(node_id: uuid.UUID, key: str) -> Any:
+    async def delete_label(node_id: uuid.UUID, key: Annotated[str, Path(max_length=LABEL_KEY_MAX)]) -> Any:
         if (refusal := await missing(node_id)) is not None:
             return refusal
         await label_store.delete(state.pool, str(node_id), key)

@@ -1,4 +1,4 @@
-"""`/api/nodes/*`: admin node management — list, inspect, approve, drain, resume, delete.
+"""`/api/nodes/*`: admin node management — list, inspect, approve, drain, resume, re-key, delete.
 
 Admin auth is enforced for the whole prefix by `access.AccessControl`. Node ids in paths are
 UUIDs, so sibling routes such as `/api/nodes/scheduling` (registered by other routers) are
@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from corral.frontend.node_api import jsonable, node_changed, node_error, set_status
+from corral.frontend.node_api import jsonable, node_changed, node_error
 from corral.frontend.state import FrontendState
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 def node_view(row: Any) -> dict[str, Any]:
     out = jsonable(row)
+    if "credential_hash" in row.keys():
+        out["credential_set"] = bool(row["credential_hash"])
     labels = out.get("labels")
     if isinstance(labels, str):
         out["labels"] = json.loads(labels)
@@ -68,19 +70,7 @@ def _add_state_routes(router: APIRouter, state: FrontendState) -> None:
         await node_changed(state, str(node_id), "deleted")
         return {"message": "node deregistered"}
 
-    @router.post("/{node_id:uuid}/drain")
-    async def drain(node_id: uuid.UUID) -> Any:
-        return await set_status(state, str(node_id), node_store.DRAINING, "node set to draining", True)
-
-    @router.post("/{node_id:uuid}/resume")
-    async def resume(node_id: uuid.UUID) -> Any:
-        node = await node_store.get(state.pool, str(node_id))
-        if node is None:
-            return node_error(404, f"node {node_id} not found")
-        if not node["approved"]:
-            return node_error(409, f"node {node_id} is pending approval; approve it with "
-                                   f"POST /api/nodes/{node_id}/approve")
-        return await set_status(state, str(node_id), node_store.HEALTHY, "node resumed", False)
+    _add_drain_routes(router, state)
 
     @router.post("/{node_id:uuid}/approve")
     async def approve(node_id: uuid.UUID) -> Any:
@@ -96,3 +86,37 @@ def _add_state_routes(router: APIRouter, state: FrontendState) -> None:
         if state.lifecycle is not None and state.lifecycle.minter is not None:
             reply.update(state.lifecycle.minter.credentials(row))
         return reply
+
+
+def _add_drain_routes(router: APIRouter, state: FrontendState) -> None:
+    @router.post("/{node_id:uuid}/drain")
+    async def drain(node_id: uuid.UUID) -> Any:
+        """An admin's drain holds across the worker's re-registrations and resume calls."""
+        if not await node_store.drain(state.pool, str(node_id), by=node_store.ADMIN, drop_replicas=True):
+            return node_error(404, f"node {node_id} not found")
+        await node_changed(state, str(node_id), node_store.DRAINING)
+        return {"message": "node set to draining"}
+
+    @router.post("/{node_id:uuid}/rekey")
+    async def rekey(node_id: uuid.UUID) -> Any:
+        """Forget the node's credential: the next registration under its name is accepted and gets a new one."""
+        row = await node_store.rekey(state.pool, str(node_id))
+        if row is None:
+            return node_error(404, f"node {node_id} not found")
+        log.warning("node %s (%s) re-keyed by an admin: its next registration gets a new credential",
+                    row["name"], row["id"])
+        await node_changed(state, row["id"], row["status"])  # every frontend drops its cached credential
+        return {"message": f"node credential cleared: the next registration as {row['name']!r} receives a new one"}
+
+    @router.post("/{node_id:uuid}/resume")
+    async def resume(node_id: uuid.UUID) -> Any:
+        node = await node_store.get(state.pool, str(node_id))
+        if node is None:
+            return node_error(404, f"node {node_id} not found")
+        if not node["approved"]:
+            return node_error(409, f"node {node_id} is pending approval; approve it with "
+                                   f"POST /api/nodes/{node_id}/approve")
+        if not await node_store.resume(state.pool, str(node_id), by_admin=True):
+            return node_error(404, f"node {node_id} not found")
+        await node_changed(state, str(node_id), node_store.HEALTHY)
+        return {"message": "node resumed"}

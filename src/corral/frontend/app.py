@@ -9,6 +9,7 @@ from corral import __version__
 from corral.frontend.admin_app import install_admin
 from corral.frontend.errors import install_handlers
 from corral.frontend.fast_path import FastPath
+from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.model_configs_api import build_model_configs_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
@@ -20,7 +21,7 @@ from corral.frontend.state import FrontendState
 from corral.frontend.vram_budget_api import build_vram_budget_router
 
 
-def build_app(state: FrontendState) -> FastAPI:
+def build_app(state: FrontendState, limits: RequestLimits | None = None) -> FastAPI:
     # FastAPI's native OpenTelemetry hooks cost ~10 µs per request even with no provider set; /metrics is ours.
     app = FastAPI(title="corral", version=__version__, docs_url="/docs", redoc_url=None,
                   telemetry={"tracing": False, "metrics": False, "logs": False})
@@ -38,6 +39,8 @@ def build_app(state: FrontendState) -> FastAPI:
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
     install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
+    # Added last, so it runs first: body size and concurrency are bounded before auth and parsing.
+    app.add_middleware(RequestLimitsMiddleware, limits=limits or RequestLimits())  # type: ignore[arg-type]
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

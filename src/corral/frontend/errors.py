@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -33,19 +33,33 @@ def envelope(message: str, type_: str, code: str | int | None = None, param: str
     return {"error": error}
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
-    return ".".join(parts) or "body"
+LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found the field, not its name
+PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
+
+
+def _quote(part: Any) -> str:
+    text = str(part)
+    return text if len(text) <= PART_MAX else text[:PART_MAX] + "…"
+
+
+def _field_path(loc: tuple[Any, ...]) -> tuple[str, str]:
+    """(dotted field path, what inside it is wrong): a bad dict key is named as `key '…'` of its field."""
+    parts = list(loc[1:] if loc and loc[0] in LOCATIONS else loc)
+    prefix = ""
+    if len(parts) >= 2 and parts[-1] == "[key]":
+        prefix = f"key {_quote(parts[-2])!r}: "
+        parts = parts[:-2]
+    return ".".join(_quote(p) for p in parts) or "body", prefix
 
 
 def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str]:
     errors = list(exc.errors())
     first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    field = _field_path(tuple(first.get("loc", ())))
+    field, prefix = _field_path(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
         return "body", "request body is not valid JSON; send a JSON object"
     msg = str(first.get("msg", "invalid value"))
-    return field, f"invalid request: field '{field}': {msg}"
+    return field, f"invalid request: field '{field}': {prefix}{msg}"
 
 
 def validation_response(exc: RequestValidationError | ValidationError) -> JSONResponse:
@@ -72,8 +86,29 @@ def install_handlers(app: FastAPI) -> None:
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return JSONResponse(envelope(str(exc.detail), type_, exc.status_code), status_code=exc.status_code)
 
+    install_unavailable_handler(app)
+
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500),
-                            status_code=500)
+        return unexpected_response(exc)
+
+
+def unexpected_response(exc: BaseException) -> JSONResponse:
+    """A bug reached the client: log the traceback here, answer only the exception's type name."""
+    log.error("unexpected error", exc_info=exc)
+    return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500)
+
+
+def install_unavailable_handler(app: FastAPI) -> None:
+    """PostgreSQL or NATS down: 503 naming it and its setting (frontend/unavailable.py), never a 500."""
+    from corral.frontend.unavailable import DEPENDENCY_ERRORS, unavailable_response
+
+    async def _unavailable(_request: Request, exc: Exception) -> Response:
+        down = unavailable_response(exc)
+        if down is not None:
+            log.warning("%s", bytes(down.body).decode())
+            return down
+        return unexpected_response(exc)
+
+    for kind in DEPENDENCY_ERRORS:
+        app.add_exception_handler(kind, _unavailable)

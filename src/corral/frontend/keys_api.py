@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from corral.control.node_events import publish_key_revoked
+from corral.frontend.bounds import NAME_MAX, NODE_ID_MAX
 from corral.frontend.node_api import jsonable, node_error
 from corral.frontend.state import FrontendState
 from corral.store import api_keys
 
 
 class CreateKeyRequest(BaseModel):
-    name: str = Field(default="", max_length=255)
+    name: str = Field(default="", max_length=NAME_MAX)  # api_keys.name varchar(255)
     role: Literal["admin", "user"] = "user"
 
 
@@ -35,7 +36,7 @@ def build_keys_router(state: FrontendState, on_revoked: Any = None) -> APIRouter
         return JSONResponse({**jsonable(row), "key": key}, status_code=201)
 
     @router.delete("/{key_id}")
-    async def revoke_key(key_id: str) -> Any:
+    async def revoke_key(key_id: Annotated[str, Path(max_length=NODE_ID_MAX)]) -> Any:
         hashed = await api_keys.revoke(state.pool, key_id)
         if hashed is None:
             return node_error(404, f"API key {key_id} not found or already revoked")

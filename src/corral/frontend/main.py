@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import uuid
 from pathlib import Path
 
 import asyncpg
 import httpx
+from nats.aio.client import Client
 
 from corral.bus import client as bus
 from corral.config.settings import Settings
@@ -18,14 +20,21 @@ from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.app import build_app
+from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.httpserver import EmbeddedHTTPServer
-from corral.loading.cold_load import LoadContext
+from corral.loading.cold_path import ColdLoads
+from corral.loading.context import LoadContext
 from corral.loading.place import DISK_CHECK_SETTING
+from corral.loading.runner import JobSettings, LoadJobRunner
+from corral.loading.waiters import Waiters
+from corral.loops import OwnedTasks
 from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
-from corral.routing.backend_client import BackendChannels
+from corral.routing.backend_client import BackendBudgets, BackendChannels
+from corral.routing.eviction import Evictor
+from corral.routing.local_replicas import LocalReplicas
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
@@ -41,6 +50,25 @@ async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
     if not await settings_store.get(pool, DISK_CHECK_SETTING, True):
         log.warning("the disk-headroom check is DISABLED (distributed-disk-headroom-check=false): models are "
                     "placed even on nodes that cannot store them; staging may fail with ENOSPC")
+
+
+def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
+                 channels: BackendChannels, aliases: dict[str, str], staging: StagingContext) -> Router:
+    """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
+    frontend_id = str(uuid.uuid4())
+    replicas = LocalReplicas(nc, frontend_id)
+    evictor = Evictor(pool, nc, replicas.inflight, replicas.in_flight, wait_s=settings.eviction_wait_s,
+                      aliases=aliases)
+    ctx = LoadContext(pool=pool, nc=nc, http=http, channels=channels,
+                      staging=staging, token=settings.registration_token,
+                      install_timeout_s=settings.backend_install_timeout_s,
+                      load_timeout_override_s=settings.model_load_timeout_s, evictor=evictor, aliases=aliases)
+    jobs = JobSettings(owner=frontend_id, stall_s=settings.load_stall_window_s,
+                       orphan_s=settings.load_orphan_window_s)
+    waiters = Waiters(pool, nc, orphan_s=settings.load_orphan_window_s)
+    runner = LoadJobRunner(ctx, jobs, waiters, replicas.loaded)
+    cold = ColdLoads(runner, waiters, jobs, wait_budget_s=settings.model_load_wait_s)
+    return Router(ctx, replicas, cold, evictor)
 
 
 async def serve(settings: Settings) -> int:
@@ -63,15 +91,11 @@ async def serve(settings: Settings) -> int:
     aliases = load_aliases(models_dir, set(configs))
     http = await asyncio.to_thread(  # off the loop: it loads the CA bundle (~0.1-0.3 s of CPU)
         httpx.AsyncClient, timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
+    channels = BackendChannels(settings.registration_token, BackendBudgets.from_settings(settings))
     staging = await asyncio.to_thread(StagingContext.from_settings, settings, http)  # S3: boto3 import + client
-    ctx = LoadContext(pool=pool, nc=nc, http=http, channels=BackendChannels(settings.registration_token),
-                      staging=staging, token=settings.registration_token,
-                      install_timeout_s=settings.backend_install_timeout_s,
-                      load_timeout_override_s=settings.model_load_timeout_s, aliases=aliases)
     await apply_boot_settings(pool, settings)
     await scheduling_seed.apply(pool, declared_rules)
-    router = Router(ctx, wait_budget_s=settings.model_load_wait_s, stall_s=settings.load_stall_window_s,
-                    orphan_s=settings.load_orphan_window_s, eviction_wait_s=settings.eviction_wait_s)
+    router = build_router(settings, pool, nc, http, channels, aliases, staging)
     await router.start()
     lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
     await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
@@ -86,29 +110,34 @@ async def serve(settings: Settings) -> int:
                           expose_node_header=settings.expose_node_header, aliases=aliases)
     await lifecycle.start()
     host, port = settings.address
-    app = await asyncio.to_thread(build_app, state)  # ~0.2 s of CPU (FastAPI route models): off the loop
+    app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
     server = EmbeddedHTTPServer(app, host or "0.0.0.0", port, name="frontend-http",
                                 reuse_port=settings.http_workers > 1)
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
-    sweeper = asyncio.create_task(stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop),
-                                  name="stuck-replica-sweep")
-    cleaner = asyncio.create_task(cleanup.run(stop), name="revision-cleanup")
     reconciler = ReplicaReconciler(router, configs, aliases, ReconcilerSettings(
         settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s))
     lifecycle.events.listeners.append(reconciler.on_node_event)
-    reconciling = asyncio.create_task(reconciler.run(stop), name="replica-reconciler")
+    tasks = OwnedTasks()  # every long-lived task of this process: one that ends makes the process exit non-zero
+    tasks.adopt([*router.background_tasks, *lifecycle.tasks])
+    tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
+    tasks.start("revision-cleanup", cleanup.run(stop))
+    tasks.start("replica-reconciler", reconciler.run(stop))
+    code = 0
     try:
-        await stop.wait()
+        died = await tasks.until_stop(stop)
+        if died is not None:
+            log.error("%s; exiting", died)
+            code = 1
     finally:
         log.info("frontend shutting down")
-        await sweeper
-        await cleaner
-        await reconciling
+        stop.set()
+        await tasks.close()
         await server.stop()
         await lifecycle.stop()
         await router.close()
+        await channels.close()
         await http.aclose()
         await nc.drain()
         await pool.close()
-    return 0
+    return code

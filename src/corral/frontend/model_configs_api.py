@@ -6,17 +6,55 @@ confirmed stopped). From the moment the response returns, no frontend routes to 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import asyncio
+from pathlib import Path as FilePath
+from typing import Annotated, Any
 
 import yaml
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from corral.control.config_revisions import ConfigRevisions, dump_yaml
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
+from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
+from corral.models.names import name_problem
+
+DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
+ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: `*a` repeated a few levels deep expands to billions of nodes when
+    the config is hashed or dumped (a "billion laughs" body of a few hundred bytes)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted in a model "
+                                              "config; write the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(raw: bytes) -> Any:
+    try:
+        return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError(f"it is nested more than {DEPTH_MAX} levels deep") from None
+
+
+def depth(value: Any) -> int:
+    """How deeply mappings and lists nest (iterative: a deep value must not exhaust the stack here)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= DEPTH_MAX:
+                todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _bad(message: str, field: str = "body") -> JSONResponse:
@@ -40,9 +78,20 @@ def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _bad_name(name: str, field: str = "name") -> JSONResponse | None:
+    """400 naming `field` when `name` is not a plain model/alias name (it becomes a file name)."""
+    problem = name_problem(name)
+    return None if problem is None else _bad(f"field {field!r} {problem}", field)
+
+
 async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
+    refused = _bad_name(name)
+    if refused is not None:
+        return refused
     if not isinstance(raw, dict):
         return _bad("the configuration must be a mapping (name, backend, parameters.model, …)")
+    if depth(raw) > DEPTH_MAX:
+        return _bad(f"the configuration is nested more than {DEPTH_MAX} levels deep")
     if is_alias_document(raw):
         return await apply_alias(revs, name, raw)
     if raw.get("name") != name:
@@ -57,7 +106,7 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
 
 async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any]) -> JSONResponse:
     try:
-        alias, target = parse_alias(raw, Path(f"{name}.yaml"))
+        alias, target = parse_alias(raw, FilePath(f"{name}.yaml"))
         if alias != name:
             return _bad(f"field 'name' must be {name!r}", "name")
         await revs.set_alias(name, target)
@@ -68,7 +117,7 @@ async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any]) -> 
 
 async def _json_object(request: Request) -> dict[str, Any] | None:
     try:
-        body = await request.json()
+        body = await json_body(request)
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
@@ -99,6 +148,9 @@ async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> J
     new_name = body.get("name") if body else None
     if not isinstance(new_name, str) or not new_name.strip():
         return _bad('send {"name": "<new model name>"}', "name")
+    refused = _bad_name(new_name)
+    if refused is not None:
+        return refused
     if new_name in revs.configs:
         return JSONResponse(envelope(f"model {new_name!r} already exists", "invalid_request_error", 409),
                             status_code=409)
@@ -112,35 +164,37 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
     router = APIRouter(prefix="/api/model-configs")
 
     @router.get("/{name}")
-    async def get_config(name: str) -> JSONResponse:
+    async def get_config(name: ConfigName) -> JSONResponse:
         cfg = revs.configs.get(name)
         if cfg is None:
             return _missing(name)
         return JSONResponse({"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
                              "yaml": dump_yaml(cfg.raw), "config": cfg.raw})
 
-    @router.put("/{name}")
-    async def put_yaml(name: str, request: Request) -> JSONResponse:
+    @router.put("/{name}", openapi_extra=documented_body({"type": "object"}, "application/yaml"))
+    async def put_yaml(name: ConfigName, request: Request) -> JSONResponse:
+        body = await request.body()
         try:
-            raw = yaml.safe_load(await request.body())
+            raw = await asyncio.to_thread(parse_yaml, body)  # up to CORRAL_MODEL_CONFIG_MAX_BODY: off the loop
         except yaml.YAMLError as exc:
             return _bad(f"the body is not valid YAML: {exc}")
         return await apply(revs, name, raw)
 
-    @router.patch("/{name}")
-    async def patch(name: str, request: Request) -> JSONResponse:
+    @router.patch("/{name}", openapi_extra=documented_body({"type": "object"}))
+    async def patch(name: ConfigName, request: Request) -> JSONResponse:
         return await patch_config(revs, name, request)
 
     @router.post("/{name}/disable")
-    async def disable(name: str) -> JSONResponse:
+    async def disable(name: ConfigName) -> JSONResponse:
         return await set_disabled(revs, name, True)
 
     @router.post("/{name}/enable")
-    async def enable(name: str) -> JSONResponse:
+    async def enable(name: ConfigName) -> JSONResponse:
         return await set_disabled(revs, name, False)
 
-    @router.post("/{name}/rename")
-    async def rename(name: str, request: Request) -> JSONResponse:
+    @router.post("/{name}/rename", openapi_extra=documented_body({"type": "object", "required": ["name"],
+                                                                  "properties": {"name": {"type": "string"}}}))
+    async def rename(name: ConfigName, request: Request) -> JSONResponse:
         return await rename_config(revs, name, request)
 
     return router

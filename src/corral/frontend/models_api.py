@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.state import FrontendState
 from corral.loading.status import loading_object
@@ -15,7 +18,7 @@ def build_models_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/api/models")
 
     @router.get("/{model_id}/load-status")
-    async def load_status(model_id: str) -> JSONResponse:
+    async def load_status(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> JSONResponse:
         job = await load_jobs.get(state.pool, model_id)
         if job is None:
             return JSONResponse(envelope(f"no load is running for model {model_id}", "not_found_error", 404),

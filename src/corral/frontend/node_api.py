@@ -12,6 +12,24 @@ from pydantic import BaseModel, Field, ValidationError
 
 from corral.control.heartbeat_rules import Beat
 from corral.frontend.auth import check_registration_token
+from corral.frontend.bounds import (
+    LABELS_MAX,
+    NAME_MAX,
+    TOKEN_MAX,
+    ByteCount,
+    LabelKey,
+    LabelValue,
+    ReplicasPerModel,
+)
+from corral.frontend.node_identity import (
+    NODE_TOKEN_HEADER,
+    NodeCredentials,
+    credential_hash,
+    new_credential,
+    node_error,
+    presented,
+    rekey_hint,
+)
 from corral.frontend.state import FrontendState
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
@@ -21,42 +39,40 @@ log = logging.getLogger(__name__)
 
 
 class RegisterNodeRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=255)
+    """Each bound is its backend_nodes / node_labels column's (varchar(N), bigint)."""
+
+    name: str = Field(min_length=1, max_length=NAME_MAX)
     node_type: Literal["backend", "agent"] = "backend"
-    address: str = Field(default="", max_length=512)
-    http_address: str = Field(default="", max_length=512)
-    token: str = ""
-    total_vram: int = Field(default=0, ge=0)
-    available_vram: int = Field(default=0, ge=0)
-    total_ram: int = Field(default=0, ge=0)
-    available_ram: int = Field(default=0, ge=0)
-    total_disk: int = Field(default=0, ge=0)
-    available_disk: int = Field(default=0, ge=0)
+    address: str = Field(default="", max_length=NAME_MAX)
+    http_address: str = Field(default="", max_length=NAME_MAX)
+    token: str = Field(default="", max_length=TOKEN_MAX)
+    total_vram: ByteCount = 0
+    available_vram: ByteCount = 0
+    total_ram: ByteCount = 0
+    available_ram: ByteCount = 0
+    total_disk: ByteCount = 0
+    available_disk: ByteCount = 0
     gpu_vendor: str = Field(default="", max_length=32)
     gpu_compute_capability: str = Field(default="", max_length=16)
     capability: str = Field(default="", max_length=64)
-    labels: dict[str, str] = {}
-    max_replicas_per_model: int = Field(default=1, ge=0)
+    labels: dict[LabelKey, LabelValue] = Field(default={}, max_length=LABELS_MAX)
+    max_replicas_per_model: ReplicasPerModel = 1
     vram_budget: str = Field(default="", max_length=32)
 
 
 class HeartbeatUpdate(BaseModel):
-    available_vram: int | None = Field(default=None, ge=0)
-    total_vram: int | None = Field(default=None, ge=0)
-    available_ram: int | None = Field(default=None, ge=0)
-    available_disk: int | None = Field(default=None, ge=0)
-    total_disk: int | None = Field(default=None, ge=0)
-    gpu_vendor: str | None = None
-
-
-def node_error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": status, "message": message, "type": "node_error"}}, status_code=status)
+    available_vram: ByteCount | None = None
+    total_vram: ByteCount | None = None
+    available_ram: ByteCount | None = None
+    available_disk: ByteCount | None = None
+    total_disk: ByteCount | None = None
+    gpu_vendor: str | None = Field(default=None, max_length=32)
 
 
 def jsonable(row: Any) -> dict[str, Any]:
     out = {}
     for key, value in dict(row).items():
-        if key in ("model_opts_blob", "token_hash"):
+        if key in ("model_opts_blob", "token_hash", "credential_hash"):
             continue
         out[key] = value.isoformat() if hasattr(value, "isoformat") else value
     return out
@@ -72,20 +88,35 @@ def _token_refusal(state: FrontendState, presented: str) -> JSONResponse | None:
     return None
 
 
-async def _register(state: FrontendState, body: RegisterNodeRequest) -> JSONResponse:
+async def _register(state: FrontendState, body: RegisterNodeRequest, secret: str,
+                    credentials: NodeCredentials) -> JSONResponse:
     refused = _token_refusal(state, body.token)
     if refused is not None:
         return refused
     if body.node_type == "backend" and not body.address:
         return node_error(400, "field 'address' is required for backend nodes (the worker's gRPC host:port)")
     facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
-    row = await node_store.register(state.pool, facts, body.token, body.labels, auto_approve=state.auto_approve_nodes)
+    issued, issued_hash = new_credential()
+    try:
+        row = await node_store.register(state.pool, facts, body.token, body.labels,
+                                        auto_approve=state.auto_approve_nodes, credential_hash=credential_hash(secret),
+                                        new_credential_hash=issued_hash)
+    except node_store.CredentialMismatch as exc:
+        node = exc.node
+        log.warning("refused a registration as node %s (%s) from %s: %s", node["name"], node["id"],
+                    body.address or "-", "wrong node credential" if secret else "no node credential")
+        return node_error(409, f"node name {node['name']!r} is already registered (id {node['id']}) and this "
+                               f"registration did not present its credential ({NODE_TOKEN_HEADER} header, issued at its "
+                               f"first registration and kept in the worker's state directory); {rekey_hint(node['id'])}")
+    credentials.forget(row["id"])
     await vram_budget.refresh(state.pool, row["id"])  # resolve the (possibly sticky) budget against this VRAM
     state.router.view.remove_node(row["id"])
     await node_changed(state, row["id"], row["status"])
     log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
     reply = {"id": row["id"], "name": row["name"], "node_type": row["node_type"], "status": row["status"],
              "created_at": row["created_at"].isoformat()}
+    if row["credential_hash"] == issued_hash:
+        reply["node_token"] = issued  # returned this once; only its hash is kept
     if state.lifecycle is not None and state.lifecycle.minter is not None:
         reply.update(state.lifecycle.minter.credentials(row))
     return JSONResponse(reply, status_code=201)
@@ -112,14 +143,22 @@ async def record_heartbeat(state: FrontendState, node_id: str, update: Heartbeat
     return bool(await state.lifecycle.checkpointer.beat(node_id, Beat(**update.model_dump())))
 
 
-def build_node_router(state: FrontendState) -> APIRouter:
+def build_node_router(state: FrontendState, credentials: NodeCredentials) -> APIRouter:
     router = APIRouter(prefix="/api/node")
 
-    @router.post("/register", status_code=201)
-    async def register(body: RegisterNodeRequest) -> Any:
-        return await _register(state, body)
+    async def as_itself(node_id: str, request: Request) -> None:
+        """Every `/api/node/<id>/*` route: the caller must present node <id>'s own credential."""
+        refused = await credentials.refusal(node_id, presented(request))
+        if refused is not None:
+            raise _Refused(refused)
 
-    @router.post("/{node_id}/heartbeat")
+    own = [Depends(as_itself)]
+
+    @router.post("/register", status_code=201)
+    async def register(body: RegisterNodeRequest, request: Request) -> Any:
+        return await _register(state, body, presented(request), credentials)
+
+    @router.post("/{node_id}/heartbeat", dependencies=own)
     async def heartbeat(node_id: str, request: Request) -> Any:
         raw = await request.body()
         try:
@@ -132,33 +171,60 @@ def build_node_router(state: FrontendState) -> APIRouter:
             return node_error(404, f"node {node_id} not found; register again")
         return {"message": "heartbeat received"}
 
-    async def _status(node_id: str, status: str, message: str, drop: bool) -> Any:
-        return await set_status(state, node_id, status, message, drop)
+    _add_status_routes(router, state, own)
+    _add_self_service_routes(router, state, own)
+    return router
 
-    @router.post("/{node_id}/drain")
+
+def _add_status_routes(router: APIRouter, state: FrontendState, own: list[Any]) -> None:
+    @router.post("/{node_id}/drain", dependencies=own)
     async def drain(node_id: str) -> Any:
-        return await _status(node_id, node_store.DRAINING, "node set to draining", False)
+        if not await node_store.drain(state.pool, node_id, by=node_store.WORKER):
+            return node_error(404, f"node {node_id} not found")
+        await node_changed(state, node_id, node_store.DRAINING)
+        return {"message": "node set to draining"}
 
-    @router.post("/{node_id}/resume")
+    @router.post("/{node_id}/resume", dependencies=own)
     async def resume(node_id: str) -> Any:
         node = await node_store.get(state.pool, node_id)
-        if node is not None and not node["approved"]:
+        if node is None:
+            return node_error(404, f"node {node_id} not found")
+        if not node["approved"]:
             return node_error(409, f"node {node_id} is pending approval; an admin must approve it first")
-        return await _status(node_id, node_store.HEALTHY, "node resumed", False)
+        if not await node_store.resume(state.pool, node_id, by_admin=False):
+            return node_error(409, f"node {node_id} was drained by an admin and stays draining until an admin "
+                                   f"resumes it (POST /api/nodes/{node_id}/resume)")
+        await node_changed(state, node_id, node_store.HEALTHY)
+        return {"message": "node resumed"}
 
-    @router.post("/{node_id}/deregister")
+    @router.post("/{node_id}/deregister", dependencies=own)
     async def deregister(node_id: str) -> Any:
-        return await _status(node_id, node_store.OFFLINE, "node set to offline", True)
+        return await set_status(state, node_id, node_store.OFFLINE, "node set to offline", True)
 
-    @router.delete("/{node_id}")
+    @router.delete("/{node_id}", dependencies=own)
     async def delete(node_id: str) -> Any:
-        return await _status(node_id, node_store.OFFLINE, "node set to offline", True)
+        return await set_status(state, node_id, node_store.OFFLINE, "node set to offline", True)
 
-    @router.get("/{node_id}/models")
+
+def _add_self_service_routes(router: APIRouter, state: FrontendState, own: list[Any]) -> None:
+    @router.get("/{node_id}/models", dependencies=own)
     async def models(node_id: str) -> Any:
         return [jsonable(r) for r in await replica_store.of_node(state.pool, node_id)]
 
-    return router
+    @router.post("/{node_id}/nats-credentials", dependencies=own)
+    async def nats_credentials(node_id: str) -> Any:
+        """Fresh NATS credentials for a live, approved node (a deleted node gets none: its JWT runs out)."""
+        node = await node_store.get(state.pool, node_id)
+        if node is None:
+            return node_error(404, f"node {node_id} not found; register again")
+        minter = state.lifecycle.minter if state.lifecycle is not None else None
+        if minter is None:
+            return node_error(409, "this frontend mints no NATS credentials (set LOCALAI_NATS_ACCOUNT_SEED)")
+        minted = minter.credentials(node)
+        if not minted:
+            return node_error(409, f"node {node_id} is {node['status']} and not approved: no NATS credentials "
+                                   f"until an admin approves it (POST /api/nodes/{node_id}/approve)")
+        return {"id": node["id"], "status": node["status"], **minted}
 
 
 class _Refused(Exception):
@@ -166,7 +232,11 @@ class _Refused(Exception):
         self.response = response
 
 
-def install_node_api(app: FastAPI, state: FrontendState) -> None:
+def install_node_api(app: FastAPI, state: FrontendState) -> NodeCredentials:
+    credentials = NodeCredentials(state.pool)
+    if state.lifecycle is not None:  # re-key, deletion, re-registration on any frontend: check afresh
+        state.lifecycle.events.listeners.append(credentials.forget)
+
     async def require_token(request: Request) -> None:
         refused = check_registration_token(request, state.registration_token)
         if refused is not None:
@@ -176,4 +246,5 @@ def install_node_api(app: FastAPI, state: FrontendState) -> None:
     async def _refused(_request: Request, exc: _Refused) -> Response:
         return exc.response
 
-    app.include_router(build_node_router(state), dependencies=[Depends(require_token)])
+    app.include_router(build_node_router(state, credentials), dependencies=[Depends(require_token)])
+    return credentials

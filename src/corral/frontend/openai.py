@@ -9,17 +9,19 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 import orjson
 from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
 
-from corral.frontend import inference
+from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, _Sampling
+from corral.frontend.sse import DONE, ChunkEncoder, sse
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
+from corral.routing import calls
+from corral.routing.errors import BackendCallError, BackendTimeout
 from corral.routing.replica import Replica
 
 DEFAULT_MAX_TOKENS = 256
@@ -61,10 +63,6 @@ def _finish_reason(completion_tokens: int, max_tokens: int) -> str:
     return "length" if completion_tokens >= max_tokens else "stop"
 
 
-def _sse(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
 def config_for(state: FrontendState, model: str, *, embeddings: bool = False) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
@@ -80,14 +78,11 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False) ->
     return cfg
 
 
-def _rpc(state: FrontendState, method: str, opts: backend_pb2.PredictOptions) -> Any:
+async def _unary(state: FrontendState, cfg: ModelConfig, method: str, request: Any) -> tuple[Any, Replica]:
     """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks."""
-    channels = state.router.ctx.channels
-
-    def call(replica: Replica) -> Any:
-        return getattr(channels.stub(replica.address), method)(opts, metadata=channels.metadata)
-
-    return call
+    async with http_errors(state.router, cfg):
+        return await calls.unary(state.router, cfg, method, request)
+    raise AssertionError("unreachable")  # http_errors re-raises every error it catches
 
 
 def build_openai_router(state: FrontendState) -> APIRouter:
@@ -111,7 +106,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
-        reply, replica = await inference.unary(state.router, cfg, _rpc(state, "Predict", opts))
+        reply, replica = await _unary(state, cfg, "Predict", opts)
         message = {"role": "assistant", "content": reply.message.decode(errors="replace")}
         return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
@@ -131,7 +126,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
-        reply, replica = await inference.unary(state.router, cfg, _rpc(state, "Predict", opts))
+        reply, replica = await _unary(state, cfg, "Predict", opts)
         text = reply.message.decode(errors="replace")
         return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
@@ -146,7 +141,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, replica = await inference.unary(state.router, cfg, _rpc(state, "Embedding", opts))
+            result, replica = await _unary(state, cfg, "Embedding", opts)
             vector: Any = list(result.embeddings)
             if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
@@ -165,54 +160,49 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     return router
 
 
-def _chunk_factory(cfg: ModelConfig, ident: str, created: int, chat: bool):  # noqa: ANN202
-    obj = "chat.completion.chunk" if chat else "text_completion"
+class _RelayResponse(StreamingResponse):
+    """A streaming response that always ends its backend stream, even if the body never started."""
 
-    def chunk(piece: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if piece:
-                delta["content"] = piece
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
-        return {"id": ident, "object": obj, "created": created, "model": cfg.name, "choices": [choice]}
+    def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream, headers: dict[str, str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self._stream = stream
 
-    return chunk
-
-
-async def _replies(first: Any, rest: AsyncIterator[backend_pb2.Reply]) -> AsyncIterator[backend_pb2.Reply]:
-    if first is not grpc.aio.EOF:
-        yield first
-    async for reply in rest:
-        yield reply
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.close()
 
 
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                   created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
-    first, rest, replica = await inference.open_stream(state.router, cfg, opts)
-    chunk = _chunk_factory(cfg, ident, created, chat)
+    async with http_errors(state.router, cfg):
+        first, stream = await calls.open_stream(state.router, cfg, opts)
+    encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)
 
     async def events() -> AsyncIterator[bytes]:
         completion_tokens = prompt_tokens = 0
         if chat:
-            yield _sse(chunk(None, None, role=True))
+            yield sse(encoder.chunk(None, role=True))
+        reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
         try:
-            async for reply in _replies(first, rest):
-                completion_tokens = max(completion_tokens, reply.tokens)
-                prompt_tokens = max(prompt_tokens, reply.prompt_tokens)
+            while reply is not eof:
                 if reply.message:
-                    yield _sse(chunk(reply.message.decode(errors="replace"), None))
-        except grpc.aio.AioRpcError as exc:
-            message = f"model {cfg.name}: backend error {exc.code().name}: {exc.details()}"
-            yield _sse({"error": {"message": message, "type": "server_error", "code": "backend_error"}})
-            yield b"data: [DONE]\n\n"
+                    yield piece(reply.message)
+                if reply.tokens:  # the final reply carries the counts
+                    completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
+                reply = await read()
+        except BackendCallError as exc:  # after the first byte, an error can only be an event
+            code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
+            yield sse({"error": {"message": str(exc), "type": "server_error", "code": code}})
+            yield DONE
             return
-        yield _sse(chunk(None, _finish_reason(completion_tokens, max_tokens)))
+        finally:
+            stream.close()
+        yield sse(encoder.chunk(_finish_reason(completion_tokens, max_tokens)))
         if include_usage:
-            usage = {**chunk(None, None), "choices": [], "usage": _usage(prompt_tokens, completion_tokens)}
-            yield _sse(usage)
-        yield b"data: [DONE]\n\n"
+            yield encoder.usage(_usage(prompt_tokens, completion_tokens))
+        yield DONE
 
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(_node_header(state, replica) or {})}
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(_node_header(state, stream.replica) or {})}
+    return _RelayResponse(events(), stream, headers)

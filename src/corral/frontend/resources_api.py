@@ -17,12 +17,14 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 from fastapi import APIRouter
+from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.state import FrontendState
 from corral.models.aliases import resolve
@@ -135,7 +137,7 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         return JSONResponse(body)
 
     @router.get("/api/models/variants/{model_id:path}")
-    async def variants(model_id: str) -> JSONResponse:
+    async def variants(model_id: Annotated[str, PathParam(max_length=NAME_MAX)]) -> JSONResponse:
         target = resolve(model_id, set(state.configs), state.aliases).model or model_id
         found = [c for c in state.configs.values() if c.name == target or c.raw.get("variant_of") == target]
         if not found:

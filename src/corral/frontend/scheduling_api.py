@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.loading.place import DISK_CHECK_SETTING, placement_request
 from corral.placement.errors import NoNodeAvailable
@@ -40,7 +42,7 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
     router = APIRouter()
 
     @router.get("/api/nodes/scheduling/explain")
-    async def explain(model: str = "") -> JSONResponse:
+    async def explain(model: Annotated[str, Query(max_length=NAME_MAX)] = "") -> JSONResponse:
         cfg = state.configs.get(model)
         if cfg is None:
             return JSONResponse(envelope(f"model {model!r} not found; pass ?model=<configured model name>",
@@ -60,10 +62,11 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
     async def get_settings() -> JSONResponse:
         return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
 
-    @router.post("/api/settings")
+    @router.post("/api/settings", openapi_extra=documented_body({"type": "object", "properties": {
+        key: {"type": "boolean"} for key in RUNTIME_SETTINGS}}))
     async def post_settings(request: Request) -> JSONResponse:
         try:
-            body = await request.json()
+            body = await json_body(request)
         except ValueError:
             return _bad("request body is not valid JSON; send an object like "
                         '{"distributed_disk_headroom_check": false}', "body")

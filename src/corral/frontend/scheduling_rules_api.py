@@ -12,17 +12,37 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+from corral.frontend.bounds import NAME_MAX
+from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.models.aliases import Resolution, resolve
 from corral.placement.governance import Governance, conflicting_rule, govern
-from corral.placement.rules import RuleInvalid, SchedulingRule, parse_rule
+from corral.placement.rules import (
+    LABEL_VALUE_MAX,
+    REPLICAS_MAX,
+    ROUTE_POLICIES,
+    RuleInvalid,
+    SchedulingRule,
+    parse_rule,
+)
 from corral.store import scheduling as scheduling_store
 from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
+
+_REPLICAS = {"type": "integer", "minimum": 0, "maximum": REPLICAS_MAX}
+RULE_BODY = documented_body({"type": "object", "required": ["model_name"], "properties": {
+    "model_name": {"type": "string", "minLength": 1, "maxLength": NAME_MAX},
+    "node_selector": {"type": "object", "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}},
+    "min_replicas": _REPLICAS, "max_replicas": _REPLICAS, "replicas": {"type": "string", "enum": ["all"]},
+    "spread_all": {"type": "boolean"}, "route_policy": {"type": "string", "enum": list(ROUTE_POLICIES)},
+    "balance_abs_threshold": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
+    "balance_rel_threshold": {"type": "number", "minimum": 0}, "min_prefix_match": {"type": "number", "minimum": 0,
+                                                                                   "maximum": 1}}})
+RuleName = Annotated[str, Path(max_length=NAME_MAX)]  # model_scheduling_configs.model_name varchar(255)
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -91,7 +111,7 @@ async def _views(state: FrontendState, rules: list[SchedulingRule]) -> list[dict
 
 async def _set_rule(state: FrontendState, request: Request) -> Any:
     try:
-        body = await request.json()
+        body = await json_body(request)
     except ValueError:
         return _error(400, 'request body is not valid JSON; send {"model_name": "...", ...}', "body")
     try:
@@ -125,18 +145,18 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
         return await _views(state, await scheduling_store.all_rules(state.pool))
 
     @router.get("/{model:path}")
-    async def get_rule(model: str) -> Any:
+    async def get_rule(model: RuleName) -> Any:
         rule = await scheduling_store.get(state.pool, model)
         if rule is None:
             return _error(404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling")
         return (await _views(state, [rule]))[0]
 
-    @router.post("")
+    @router.post("", openapi_extra=RULE_BODY)
     async def set_rule(request: Request) -> Any:
         return await _set_rule(state, request)
 
     @router.delete("/{model:path}")
-    async def delete_rule(model: str) -> Any:
+    async def delete_rule(model: RuleName) -> Any:
         if not await scheduling_store.delete(state.pool, model):
             return _error(404, f"no scheduling rule for {model!r}")
         return Response(status_code=204)

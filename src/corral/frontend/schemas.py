@@ -1,10 +1,24 @@
-"""OpenAI request bodies. Unknown fields are accepted and ignored, as OpenAI clients send many."""
+"""OpenAI request bodies. Unknown fields are accepted and ignored, as OpenAI clients send many.
+
+Every number is bounded to what its protobuf field holds (`bounds`); string sizes are bounded by the
+inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below the gRPC message limit.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from corral.frontend.bounds import (
+    NAME_MAX,
+    Int32,
+    ModelName,
+    Penalty,
+    PositiveInt32,
+    Probability,
+    Temperature,
+)
 
 
 class _Body(BaseModel):
@@ -19,7 +33,7 @@ class ContentPart(_Body):
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=NAME_MAX)
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -32,13 +46,13 @@ class StreamOptions(_Body):
 
 
 class _Sampling(_Body):
-    model: str = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    seed: int | None = None
+    model: ModelName
+    max_tokens: PositiveInt32 | None = None  # PredictOptions.Tokens is an int32
+    temperature: Temperature | None = None
+    top_p: Probability | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: Int32 | None = None  # PredictOptions.Seed is an int32
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -52,7 +66,7 @@ class _Sampling(_Body):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: PositiveInt32 | None = None
 
     def max_output_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -74,10 +88,10 @@ class CompletionRequest(_Sampling):
 
 
 class EmbeddingRequest(_Body):
-    model: str = Field(min_length=1)
+    model: ModelName
     input: str | list[str] = Field(min_length=1)
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = None
+    dimensions: PositiveInt32 | None = None
     user: Any = None
 
     def inputs(self) -> list[str]:

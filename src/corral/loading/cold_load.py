@@ -1,140 +1,112 @@
-"""One cold load, step by step: place → install → stage → LoadModel → record.
+"""One cold load: revision → node → attempt, moving to the next node when one stops answering.
 
-Each step is a small function so the durable load-job, staging and placement issues can
-replace one step without moving the others.
+* A node that stops answering (NATS no responders, install timeout, staging stall, LoadModel
+  UNAVAILABLE) costs one attempt: the next eligible node is tried before any waiter sees a failure,
+  at most MAX_NODES_TRIED nodes; the final error names each node tried and why.
+* A load refused or finished under a stale config revision is redone under the current one
+  (the job re-reads it from PostgreSQL), at most MAX_REVISION_ATTEMPTS times.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
-import asyncpg
-import grpc
-import httpx
-import yaml
-from nats.aio.client import Client
-
-from corral.bus import subjects
-from corral.bus.messages import BackendStopRequest
 from corral.loading import replay
-from corral.loading.deadlines import deadline_message, load_budget_s
-from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed
-from corral.loading.place import place_and_install, plan
-from corral.loading.progress import INSTALLING, LOADING, PENDING, STAGING, LoadProgress
+from corral.loading.attempt import load_on_node, model_options, reclaim_leftovers
+from corral.loading.context import LoadContext, LoadedReplica
+from corral.loading.errors import LoadError, NodeLost, StaleRevision
+from corral.loading.place import choose_node
+from corral.loading.progress import PENDING, LoadProgress
+from corral.loading.revision import MAX_REVISION_ATTEMPTS, check_revision, current_config, still_current
 from corral.models.config import ModelConfig
+from corral.placement.errors import PlacementError
 from corral.placement.snapshot import NodeSnapshot
-from corral.proto import backend_pb2
-from corral.routing.backend_client import BackendChannels
-from corral.routing.replica import Replica
-from corral.staging.stager import StagingContext, StagingTarget, stage_model
-from corral.store import placement as placement_store
-from corral.store import replicas as replica_store
-from corral.store import revisions
+
+__all__ = ["MAX_NODES_TRIED", "cold_load", "model_options", "nodes_exhausted"]
 
 log = logging.getLogger(__name__)
 
+MAX_NODES_TRIED = 3
 
 
-@dataclass(frozen=True)
-class LoadContext:
-    pool: asyncpg.Pool
-    nc: Client
-    http: httpx.AsyncClient
-    channels: BackendChannels
-    staging: StagingContext
-    token: str
-    install_timeout_s: float
-    load_timeout_override_s: float | None
-    evictor: Any = None  # routing.eviction.Evictor; frees a node when nothing has room
-    aliases: Mapping[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py)
+def nodes_exhausted(model: str, tried: list[NodeLost], last: str) -> str:
+    """The error once no further node can take the load: every node tried and why, then what stopped it."""
+    nodes = "; ".join(f"{lost.node_name}: {lost.why}" for lost in tried)
+    return f"loading model {model}: {len(tried)} node(s) stopped answering ({nodes}); {last}"
 
 
-def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
-    """LoadModel options with frontend-local paths; staging rewrites them for the worker."""
-    opts = backend_pb2.ModelOptions(
-        Model=cfg.model, ContextSize=cfg.context_size, Embeddings=cfg.embeddings, Threads=cfg.threads,
-        Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options), ModelPath=str(cfg.models_dir),
-    )
-    if cfg.model_file is not None:
-        opts.ModelFile = str(cfg.model_file)
-    return opts
+async def _attempt(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int,
+                   progress: LoadProgress) -> LoadedReplica:
+    """One node attempt as its own task, so the hold can abandon this node (not the load) on a stall."""
+    task = asyncio.create_task(load_on_node(ctx, cfg, node, vram_bytes, progress), name=f"attempt:{cfg.name}")
+    abandoned: list[str] = []
 
+    def abandon(reason: str) -> bool:
+        if task.done() or abandoned:
+            return False
+        abandoned.append(reason)
+        task.cancel()
+        return True
 
-async def call_load_model(ctx: LoadContext, address: str, cfg: ModelConfig,
-                          opts: backend_pb2.ModelOptions) -> None:
-    size_bytes = cfg.checkpoint_bytes()
-    budget_s = load_budget_s(size_bytes, ctx.load_timeout_override_s)
-    stub = ctx.channels.stub(address)
+    progress.abandon = abandon
     try:
-        result = await stub.LoadModel(opts, timeout=budget_s, metadata=ctx.channels.metadata)
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise LoadDeadlineExceeded(
-                deadline_message(cfg.name, budget_s, size_bytes, ctx.load_timeout_override_s is not None)
-            ) from None
-        raise LoadModelFailed(f"loading model {cfg.name}: backend at {address}: {exc.details()}") from None
-    if not result.success:
-        raise LoadModelFailed(f"loading model {cfg.name}: {result.message}")
-
-
-async def stop_backend(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int) -> None:
-    """Reap an abandoned backend process (fire-and-forget, like the reference's backend.stop)."""
-    payload = BackendStopRequest(backend=f"{cfg.name}#{replica_index}", force=True)
-    await ctx.nc.publish(subjects.backend_stop(node.id), payload.to_json())
-
-
-async def check_revision(ctx: LoadContext, cfg: ModelConfig, *, quarantine: bool = False) -> None:
-    """Establish the model's revision on first sight; refuse to load (or keep) an outdated one."""
-    if not cfg.revision:
-        return
-    await revisions.establish(ctx.pool, cfg.name, cfg.revision, yaml.safe_dump(cfg.raw, sort_keys=False))
-    state = await revisions.get(ctx.pool, cfg.name)
-    if state is None or state["config_revision"] == cfg.revision:
-        return
-    if quarantine:
-        await revisions.advance(ctx.pool, cfg.name, state["config_revision"], state["config_yaml"])
-    raise LoadError(f"loading model {cfg.name}: its configuration changed (revision {cfg.revision[:12]} is "
-                    f"stale, current {state['config_revision'][:12]}); retry the request")
-
-
-async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> Replica:
-    progress = progress or LoadProgress()
-    progress.phase(PENDING)
-    await check_revision(ctx, cfg)
-    decision = await plan(ctx, cfg)
-    if decision.needs_eviction and ctx.evictor is not None:
-        if await ctx.evictor.evict_for(cfg.name):
-            decision = await plan(ctx, cfg)
-    progress.on_node(decision.node.id, decision.node.name, decision.node.free_replica_index(cfg.name) or 0)
-    progress.phase(INSTALLING)
-    placed = await place_and_install(ctx, cfg, decision)
-    node, replica_index, address = placed.node, placed.replica_index, placed.address
-    progress.on_node(node.id, node.name, replica_index)
-    log.info("loading %s on node %s (replica %d)", cfg.name, node.name, replica_index)
-    row: dict[str, Any] = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address=address,
-               backend=cfg.backend, config_revision=cfg.revision)
-    try:
-        await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)
-        progress.phase(STAGING)
-        target = StagingTarget(node.name, node.http_address, node.id)
-        staged = await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
-        await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
-        progress.phase(LOADING)
-        await call_load_model(ctx, address, cfg, staged)
-        await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
-        await check_revision(ctx, cfg, quarantine=True)  # an edit during the load: never route the old one
-    except BaseException as exc:
-        await placement_store.release_vram(ctx.pool, node.id, placed.reserved_vram)
-        await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
-                                   address=address)
-        await stop_backend(ctx, node, cfg, replica_index)
-        if isinstance(exc, Exception) and not isinstance(exc, LoadError):
-            raise LoadError(f"loading model {cfg.name} on node {node.name}: {exc}") from exc
+        return await task
+    except asyncio.CancelledError:
+        if abandoned and not _cancelling():
+            raise NodeLost(node.name, abandoned[0]) from None
         raise
-    log.info("model %s loaded on node %s at %s", cfg.name, node.name, address)
+    finally:
+        progress.abandon = None
+
+
+def _cancelling() -> bool:
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
+
+
+async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress) -> LoadedReplica:
+    await check_revision(ctx, cfg)
+    tried: list[NodeLost] = []
+    while True:
+        progress.phase(PENDING)
+        try:
+            node, vram_bytes = await choose_node(ctx, cfg, excluded={lost.node_id for lost in tried})
+        except PlacementError as exc:
+            if not tried:
+                raise
+            raise LoadError(nodes_exhausted(cfg.name, tried, f"no other node can take it: {exc}")) from None
+        try:
+            return await _attempt(ctx, cfg, node, vram_bytes, progress)
+        except NodeLost as lost:
+            stale = await still_current(ctx, cfg)
+            if stale is not None:
+                raise stale from lost
+            tried.append(NodeLost(lost.node_name, lost.why, node.id))
+            log.warning("loading %s: %s; trying the next eligible node", cfg.name, lost)
+            if len(tried) >= MAX_NODES_TRIED:
+                raise LoadError(nodes_exhausted(cfg.name, tried, f"gave up after {MAX_NODES_TRIED} nodes")) from None
+        except LoadError as exc:
+            stale = await still_current(ctx, cfg)
+            if stale is not None and not isinstance(exc, StaleRevision):
+                raise stale from exc
+            raise
+
+
+async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> LoadedReplica:
+    progress = progress or LoadProgress()
+    await reclaim_leftovers(ctx, cfg.name)
+    attempt = 1
+    while True:
+        try:
+            loaded = await _load_revision(ctx, cfg, progress)
+            break
+        except StaleRevision as stale:
+            if attempt >= MAX_REVISION_ATTEMPTS:
+                raise LoadError(f"{stale}; the configuration changed {attempt} times during this load, "
+                                "retry the request") from None
+            cfg, attempt = current_config(cfg, stale), attempt + 1
+            log.info("loading %s again under its current revision %s (attempt %d of %d)", cfg.name,
+                     cfg.revision[:12], attempt, MAX_REVISION_ATTEMPTS)
     await replay.record(ctx.pool, cfg, model_options(cfg))  # the reconciler can load it again from this alone
-    return Replica(model=cfg.name, node_id=node.id, node_name=node.name, address=address,
-                   replica_index=replica_index)
+    return loaded

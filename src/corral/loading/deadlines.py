@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from corral.config.parse import format_duration_s
+from corral.config.sizes import format_size
 
 LOAD_BASE_S = 5 * 60.0
 LOAD_PER_GIB_S = 20.0
@@ -18,16 +19,10 @@ def load_budget_s(checkpoint_bytes: int, override_s: float | None = None) -> flo
     return min(LOAD_BASE_S + LOAD_PER_GIB_S * checkpoint_bytes / GIB, LOAD_CAP_S)
 
 
-def describe_size(num_bytes: int) -> str:
-    if num_bytes >= GIB:
-        return f"{num_bytes / GIB:.1f} GiB"
-    return f"{num_bytes / (1 << 20):.1f} MiB"
-
-
 def deadline_message(model: str, budget_s: float, checkpoint_bytes: int, overridden: bool) -> str:
     origin = (
         f"set by {LOAD_TIMEOUT_KNOB}" if overridden
-        else f"derived from a {describe_size(checkpoint_bytes)} checkpoint (5m + 20s/GiB)"
+        else f"derived from a {format_size(checkpoint_bytes, binary=True)} checkpoint (5m + 20s/GiB)"
     )
     return (
         f"loading model {model}: LoadModel did not finish within {format_duration_s(budget_s)} ({origin}); "

@@ -28,3 +28,22 @@ class ModelStillLoading(Exception):
         super().__init__(message)
         self.loading = loading
         self.retry_after_s = retry_after_s
+
+
+class NodeLost(LoadError):
+    """The chosen node stopped answering during the load (bus, file server or backend); the load moves on.
+
+    `why` names what did not answer; the error after every node was tried lists each node and why.
+    """
+
+    def __init__(self, node_name: str, why: str, node_id: str = "") -> None:
+        super().__init__(f"node {node_name}: {why}")
+        self.node_name, self.why, self.node_id = node_name, why, node_id
+
+
+class StaleRevision(LoadError):
+    """The model's configuration changed during the load; the load is redone under the current revision."""
+
+    def __init__(self, message: str, current_revision: str, current_yaml: str) -> None:
+        super().__init__(message)
+        self.current_revision, self.current_yaml = current_revision, current_yaml

@@ -3,7 +3,8 @@
 Pure logic with an injected clock. Before staging the base budget applies (node selection and
 install report no progress); while staging, the hold expires only after a stall window with no
 real work (uploaded bytes or verify hashing); entering LoadModel widens it by the load budget
-plus slack; an absolute cap ends it regardless.
+plus slack; moving to another node (placing, installing again) restarts the base budget, and an
+absolute cap ends it regardless.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class LoadHold:
         elif phase == LOADING:
             self._load_budget_s = load_budget_s
             self.deadline_s = max(self.deadline_s, now + load_budget_s + SLACK_S)
+        else:  # placing or installing (again, on the next node): the base budget from now
+            self.deadline_s = max(self.deadline_s, now + self.base_s)
 
     def worked(self) -> None:
         """Real staging work happened (bytes uploaded, a verify-hash chunk)."""

@@ -26,6 +26,7 @@ class LoadProgress:
     started_at_s: float | None = None  # wall clock of the first moved byte (ETA anchor)
     last_work_s: float = field(default_factory=time.monotonic)
     listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    abandon: Callable[[str], bool] | None = field(default=None, repr=False)  # set by the running node attempt
 
     def _worked(self) -> None:
         self.last_work_s = time.monotonic()
@@ -51,6 +52,10 @@ class LoadProgress:
             self.started_at_s = time.time()
         self.bytes_sent, self.total_bytes = bytes_sent, total_bytes
         self._worked()
+
+    def abandon_node(self, reason: str) -> bool:
+        """Give up the current node (the load moves to the next one); False when no node attempt runs."""
+        return self.abandon is not None and self.abandon(reason)
 
     def on_hash(self, _done_bytes: int, _total_bytes: int) -> None:
         """Verify hashing of a file already on the worker: no bytes move, but it is real work."""

@@ -12,15 +12,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from corral.loading.cold_load import LoadContext, cold_load
+from corral.loading.cold_load import cold_load
+from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.deadlines import LOAD_BASE_S, load_budget_s
 from corral.loading.errors import LoadError
 from corral.loading.hold import LoadHold, base_budget_s
-from corral.loading.progress import LoadProgress
+from corral.loading.progress import PENDING, STAGING, LoadProgress
 from corral.loading.waiters import Outcome, Waiters
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
-from corral.routing.replica import Replica
 from corral.store import load_jobs
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class JobSettings:
 
 class LoadJobRunner:
     def __init__(self, ctx: LoadContext, settings: JobSettings, waiters: Waiters,
-                 on_loaded: Callable[[Replica], Awaitable[None]]) -> None:
+                 on_loaded: Callable[[LoadedReplica], Awaitable[None]]) -> None:
         self.ctx, self.settings, self.waiters, self.on_loaded = ctx, settings, waiters, on_loaded
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -76,7 +76,8 @@ class LoadJobRunner:
         why_stopped: list[str] = []
         helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped, phase_changed),
                                        name=f"job-beat:{key}"),
-                   asyncio.create_task(self._watchdog(hold, load, why_stopped), name=f"job-hold:{key}")]
+                   asyncio.create_task(self._watchdog(hold, progress, load, why_stopped),
+                                       name=f"job-hold:{key}")]
         try:
             replica = await load
         except asyncio.CancelledError:
@@ -103,7 +104,7 @@ class LoadJobRunner:
         await asyncio.sleep(self.settings.failed_grace_s)  # the failure stays visible, then the next try may run
         await load_jobs.delete(self.ctx.pool, key, self.settings.owner)
 
-    async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[Replica],
+    async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
                          why_stopped: list[str], phase_changed: asyncio.Event) -> None:
         while not load.done():
             with contextlib.suppress(TimeoutError):
@@ -124,11 +125,15 @@ class LoadJobRunner:
                 why_stopped.append("the load job was taken over by another frontend")
                 load.cancel()
 
-    async def _watchdog(self, hold: LoadHold, load: asyncio.Task[Replica], why_stopped: list[str]) -> None:
+    async def _watchdog(self, hold: LoadHold, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
+                        why_stopped: list[str]) -> None:
         tick_s = max(0.05, min(1.0, hold.stall_s / 20))
         while not load.done():
             await asyncio.sleep(tick_s)
             reason = hold.expired_reason()
+            if reason and hold.phase == STAGING and progress.abandon_node(reason):
+                hold.enter(PENDING)  # the node stalled, not the load: the next node gets a fresh budget
+                continue
             if reason and not load.done():
                 why_stopped.append(reason)
                 load.cancel()

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from corral.models.names import name_problem
+
 log = logging.getLogger(__name__)
 
 ALIAS_FIELDS = frozenset({"name", "alias"})
@@ -52,6 +54,10 @@ def parse_alias(data: dict[str, Any], source: Path) -> tuple[str, str]:
         raise AliasConfigError(f"{source}: field 'name' is required (the alias clients request)")
     if not isinstance(target, str) or not target.strip():
         raise AliasConfigError(f"{source}: field 'alias' must name the model this alias points at")
+    for field, value in (("name", name.strip()), ("alias", target.strip())):
+        problem = name_problem(value)
+        if problem is not None:
+            raise AliasConfigError(f"{source}: field {field!r} {problem}")
     if name.strip() == target.strip():
         raise AliasConfigError(f"{source}: alias {name.strip()!r} points at itself")
     return name.strip(), target.strip()

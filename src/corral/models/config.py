@@ -34,6 +34,7 @@ from corral.models.huggingface import (
     committed_snapshot,
     parse_huggingface,
 )
+from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,9 @@ class ModelConfig:
         return sum(p.stat().st_size for p in self.files())
 
 
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: Any) -> Any:
     value = data.get(key, default)
     if value is None:
@@ -126,6 +130,8 @@ def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: An
         raise ModelConfigError(f"{source}: field {key!r} must be an integer, got {value!r}")
     if not isinstance(value, kind):
         raise ModelConfigError(f"{source}: field {key!r} must be {kind.__name__}, got {value!r}")
+    if isinstance(value, int) and kind is int and not INT32_MIN <= value <= INT32_MAX:  # every int option is a protobuf int32 field
+        raise ModelConfigError(f"{source}: field {key!r} must be between {INT32_MIN} and {INT32_MAX}, got {value}")
     return value
 
 
@@ -135,6 +141,9 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     name = _field(data, "name", str, source, "").strip()
     if not name:
         raise ModelConfigError(f"{source}: field 'name' is required (the model id clients request)")
+    problem = name_problem(name)
+    if problem is not None:
+        raise ModelConfigError(f"{source}: field 'name' {problem}")
     backend = _field(data, "backend", str, source, "").strip()
     if backend not in KNOWN_BACKENDS:
         raise ModelConfigError(

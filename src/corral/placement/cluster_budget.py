@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.config.sizes import format_size
 from corral.placement.filters.selector import selector_matches
-from corral.placement.sizes import decimal_size
 
 CPU_CAPABILITIES = frozenset({"", "cpu", "default"})  # every node runs a CPU build
 
@@ -72,8 +72,8 @@ def verdict(need_bytes: int, budget: ClusterBudget | None, local_bytes: int) -> 
     if need_bytes <= room:
         return {"fits": True, "fits_on": where, "verdict": f"Fits on {where}"}
     return {"fits": False, "fits_on": None,
-            "verdict": f"Too large: needs {decimal_size(need_bytes)}, the largest node ({where}) offers "
-                       f"{decimal_size(room)}"}
+            "verdict": f"Too large: needs {format_size(need_bytes)}, the largest node ({where}) offers "
+                       f"{format_size(room)}"}
 
 
 def capabilities(nodes: Iterable[NodeMemory]) -> set[str]:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.models.names import name_problem
+
 ROUTE_POLICIES = ("", "round_robin", "prefix_cache")
 MODEL_NAME_MAX = 255
 LABEL_KEY_MAX = 128
@@ -106,6 +108,9 @@ def _model_name(body: Mapping[str, Any]) -> str:
     name = name.strip()
     if len(name) > MODEL_NAME_MAX:
         raise RuleInvalid("model_name", f"must be at most {MODEL_NAME_MAX} characters")
+    problem = name_problem(name)
+    if problem is not None:
+        raise RuleInvalid("model_name", problem)
     return name
 
 

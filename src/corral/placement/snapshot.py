@@ -13,6 +13,7 @@ class ReplicaSnapshot:
     address: str = ""
     in_flight: int = 0
     last_used_s: float = 0.0
+    vram_bytes: int = 0  # the estimate it was placed with; 0 = unknown
 
 
 @dataclass(frozen=True)

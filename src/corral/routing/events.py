@@ -1,4 +1,8 @@
-"""Replica events on NATS: every replica change is published so every frontend's view follows it."""
+"""Replica events on NATS: every replica change is published so every frontend's view follows it.
+
+An event is a hint, not a fact: anyone on the bus can publish one. Receivers re-read PostgreSQL
+before routing anywhere (`Router._on_event`); malformed events and invalid names are dropped here.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,13 @@ from dataclasses import asdict, dataclass
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from corral.models.names import is_valid_name
+
 log = logging.getLogger(__name__)
 
 SUBJECT = "corral.replicas"
 LOADED, REMOVED, UNLOADING = "loaded", "removed", "unloading"
+OPS = frozenset({LOADED, REMOVED, UNLOADING})
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,10 @@ async def subscribe(nc: Client, handler: Callable[[ReplicaEvent], Awaitable[None
             event = ReplicaEvent(**json.loads(msg.data))
         except (ValueError, TypeError):
             log.debug("ignoring malformed replica event")
+            return
+        if event.op not in OPS or not is_valid_name(event.model) or not isinstance(event.replica_index, int) \
+                or not isinstance(event.node_id, str) or not isinstance(event.mark, str):
+            log.debug("ignoring invalid replica event %r", event)
             return
         await handler(event)
 

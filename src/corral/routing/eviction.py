@@ -1,10 +1,12 @@
-"""Exact, in-flight-safe eviction: free a node by stopping the least-recently-used idle replica.
+"""Exact, in-flight-safe eviction: make room for a model on a node it may use, by stopping idle replicas.
 
-1. pick the LRU loaded replica (cluster-wide) with zero requests in flight on every frontend;
-2. mark it unloading in PostgreSQL and announce it, so no frontend routes to it any more;
+1. plan (placement/room.py): among the nodes the model's decision allows (approved, selector,
+   slots, disk), the one needing the fewest stops of idle, least-recently-used replicas to fit;
+   none ⇒ fail naming why, stopping nothing;
+2. mark each victim unloading in PostgreSQL and announce it, so no frontend routes to it any more;
 3. wait (bounded) until every live frontend acknowledged the mark and reports zero in flight for it;
 4. stop exactly that process (model + replica index + address) and delete its row.
-When every replica is busy, wait (bounded by CORRAL_EVICTION_WAIT) for one to go idle.
+When the fit needs replicas that are busy, wait (bounded by CORRAL_EVICTION_WAIT) for them to go idle.
 A model governed by a scheduling rule is never evicted below the rule's minimum (spread: one per
 matching node). The replica reconciler's scale-down uses the same exact stop (`stop_replica`).
 """
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,14 +27,17 @@ from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.config.parse import format_duration_s
+from corral.config.sizes import format_size
 from corral.models.aliases import resolve
 from corral.placement.errors import PlacementError
 from corral.placement.governance import govern
+from corral.placement.pipeline import Decision
 from corral.placement.replica_plan import replica_floor
+from corral.placement.room import RoomPlan, loaded_counts, plan_room, room_shortfall
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing import events
 from corral.routing.inflight import ClusterInFlight
-from corral.routing.replica import Replica, replica_key
+from corral.routing.replica import replica_key
 from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
 from corral.store import scheduling as scheduling_store
@@ -86,37 +90,49 @@ class Evictor:
                 floors[g.target] = replica_floor(rule, nodes)
         return floors
 
-    def _candidates(self, nodes: list[NodeSnapshot], model: str, floors: Mapping[str, int] | None = None
-                    ) -> list[_Candidate]:
-        floors = floors or {}
-        loaded = Counter(r.model for n in nodes for r in n.replicas if r.state == "loaded")
-        found = [_Candidate(n, r) for n in nodes for r in n.replicas if r.state == "loaded" and r.model != model
-                 and loaded[r.model] > floors.get(r.model, 0)]
-        return sorted(found, key=lambda c: max(c.replica.last_used_s, self.inflight.last_used_s(c.key)))
-
     async def stop_replica(self, node: NodeSnapshot, replica: ReplicaSnapshot, why: str) -> bool:
         """The exact, in-flight-safe stop of one replica (scale-down); False when it stayed busy or changed."""
         return await self._evict(_Candidate(node, replica), why)
 
-    async def evict_for(self, model: str) -> bool:
-        """Free room for `model`; True when a replica was stopped."""
+    async def make_room(self, decision: Decision) -> NodeSnapshot:
+        """Free one node the decision allows until the model fits there; that node (loading.context.Evictor)."""
+        req = decision.request
+        allowed_ids = [n.id for n in decision.ranked]
+        rejected = {name: r.reason for name, r in decision.rejections.items()}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_s
         while True:
             nodes = await placement_store.snapshot(self.pool)
-            candidates = self._candidates(nodes, model, await self._floors(nodes))
-            if not candidates:
-                return False
-            for candidate in candidates:
-                if not self._busy(candidate.key) and await self._evict(candidate):
-                    return True
+            by_id = {n.id: n for n in nodes}
+            allowed = [by_id[i] for i in allowed_ids if i in by_id]
+            loaded, floors = loaded_counts(nodes), await self._floors(nodes)
+            plan = plan_room(req, allowed, loaded, floors, self._idle, self._recency)
+            if plan is not None and await self._evict_all(plan):
+                return plan.node
+            # a victim got busy or changed meanwhile (plan again), or the fit needs busy replicas (wait)
+            if plan is None and plan_room(req, allowed, loaded, floors, lambda _n, _r: True, self._recency) is None:
+                raise PlacementError(room_shortfall(req, allowed, loaded, floors, rejected))
             if loop.time() >= deadline:
                 raise EvictionBusy(
-                    f"scheduling {model}: no healthy nodes available: all models busy, cannot evict (waited "
+                    f"scheduling {req.model}: no healthy nodes available: all models busy, cannot evict (waited "
                     f"{format_duration_s(self.wait_s)} for a replica to go idle; raise CORRAL_EVICTION_WAIT "
                     "or add nodes)"
                 )
             await asyncio.sleep(0.25)
+
+    def _idle(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> bool:
+        return not self._busy(replica_key(node.id, replica.model, replica.replica_index))
+
+    def _recency(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> float:
+        key = replica_key(node.id, replica.model, replica.replica_index)
+        return max(replica.last_used_s, self.inflight.last_used_s(key))
+
+    async def _evict_all(self, plan: RoomPlan) -> bool:
+        for victim in plan.victims:
+            why = f"to make room for another model ({format_size(plan.freed_bytes)} of VRAM freed in all)"
+            if not await self._evict(_Candidate(plan.node, victim), why):
+                return False
+        return True
 
     async def _evict(self, c: _Candidate, why: str = "to make room") -> bool:
         r, node = c.replica, c.node
@@ -135,6 +151,7 @@ class Evictor:
             return False
         await self._stop_exact(node, r)
         await replica_store.delete(self.pool, **row)
+        await placement_store.credit_vram(self.pool, node.id, r.vram_bytes)
         await events.publish(self.nc, events.ReplicaEvent(events.REMOVED, r.model, node.id, node.name,
                                                           r.replica_index, r.address))
         log.info("evicted %s (replica %d) from node %s %s", r.model, r.replica_index, node.name, why)
@@ -161,10 +178,3 @@ class Evictor:
             return
         if reply.error:
             log.warning("exact stop of %s#%d on %s: %s", r.model, r.replica_index, node.name, reply.error)
-
-
-def local_in_flight_lookup(replicas: Callable[[], list[Replica]]) -> Callable[[str], int]:
-    def lookup(key: str) -> int:
-        return sum(r.in_flight for r in replicas() if r.key == key)
-
-    return lookup

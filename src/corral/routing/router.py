@@ -1,70 +1,51 @@
-"""Route a request to a replica: warm (in-memory view, then PostgreSQL) or cold (a durable load job).
+"""Route a request to a replica: warm (in-memory view, then PostgreSQL) or cold (loading's cold path).
 
-Cold path, per request, up to 3 rounds: register as a waiter, claim the model's load job (one
-statement); the claimer starts the job in the background; everyone waits for its outcome
-(NATS event, polling fallback) within LOCALAI_MODEL_LOAD_WAIT, then re-runs the warm path.
+The router picks replicas; the cold path (claim the model's durable load job, wait for it) is
+loading's `ColdLoads`, built with the evictor and the runner where the frontend is assembled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import logging
-import uuid
-from collections.abc import AsyncIterator
+from typing import cast
 
-from corral.loading.cold_load import LoadContext
-from corral.loading.errors import LoadError, ModelStillLoading
-from corral.loading.runner import JobSettings, LoadJobRunner
-from corral.loading.status import loading_message, loading_object, retry_after_s
-from corral.loading.waiters import Waiters
+import asyncpg
+import nats.errors
+
+from corral.loading.cold_path import ColdLoads
+from corral.loading.context import LoadContext
+from corral.loops import run_periodic
 from corral.models.config import ModelConfig
-from corral.placement.errors import PlacementError
 from corral.routing import events
-from corral.routing.eviction import Evictor, local_in_flight_lookup
-from corral.routing.inflight import ClusterInFlight
-from corral.routing.replica import Replica, ReplicaView, replica_key
-from corral.store import load_jobs
+from corral.routing.backend_client import BackendChannels
+from corral.routing.eviction import Evictor
+from corral.routing.local_replicas import LocalReplicas
+from corral.routing.replica import Replica, replica_key
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
 
-MAX_ROUNDS = 3
 VIEW_REFRESH_S = 10.0
-STATUS_READ_TIMEOUT_S = 5.0
-
-
-def _raise_failure(key: str, error: str, kind: str) -> None:
-    if kind == "placement":
-        raise PlacementError(error)
-    raise LoadError(error or f"loading model {key} failed")
 
 
 class Router:
-    def __init__(self, ctx: LoadContext, *, wait_budget_s: float, stall_s: float, orphan_s: float,
-                 eviction_wait_s: float = 30.0) -> None:
-        frontend_id = str(uuid.uuid4())
-        self.active: dict[int, Replica] = {}  # replicas with requests in flight here (even if evicted)
-        self.inflight = ClusterInFlight(ctx.nc, frontend_id, self._local_replicas)
-        self.view = ReplicaView(self.inflight.total)
-        evictor = Evictor(ctx.pool, ctx.nc, self.inflight, local_in_flight_lookup(self._local_replicas),
-                          wait_s=eviction_wait_s, aliases=ctx.aliases)
-        self.ctx = dataclasses.replace(ctx, evictor=evictor)
-        self.wait_budget_s = wait_budget_s
-        self.jobs = JobSettings(owner=frontend_id, stall_s=stall_s, orphan_s=orphan_s)
-        self.waiters = Waiters(ctx.pool, ctx.nc, orphan_s=orphan_s)
-        self.runner = LoadJobRunner(self.ctx, self.jobs, self.waiters, self._loaded)
+    def __init__(self, ctx: LoadContext, replicas: LocalReplicas, cold: ColdLoads, evictor: Evictor) -> None:
+        self.ctx, self.replicas, self.cold, self.evictor = ctx, replicas, cold, evictor
+        self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
+    @property
+    def channels(self) -> BackendChannels:
+        """The concrete channels (budgets, health probes) behind the loading context's stub protocol."""
+        return cast(BackendChannels, self.ctx.channels)
+
     def _local_replicas(self) -> list[Replica]:
-        seen = {id(r): r for r in self.view.all()}
-        seen.update(self.active)
-        return list(seen.values())
+        return self.replicas.all()
 
     async def start(self) -> None:
-        await self.waiters.start()
+        await self.cold.start()
         await self.inflight.start()
         await events.subscribe(self.ctx.nc, self._on_event)
         await self.refresh()
@@ -78,30 +59,39 @@ class Router:
                                       address=r["address"], replica_index=int(r["replica_index"])) for r in rows)
 
     async def _refresh_loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), VIEW_REFRESH_S)
-            if not self._stop.is_set():
-                try:
-                    await self.refresh()
-                except Exception as exc:  # the next refresh retries
-                    log.warning("replica view refresh failed: %s", exc)
+        await run_periodic("replica view refresh", self.refresh, VIEW_REFRESH_S, self._stop, delay_first=True)
+
+    @property
+    def background_tasks(self) -> list[asyncio.Task[None]]:
+        """The router's long-lived tasks, for the process that owns it to watch."""
+        return list(self._tasks)
 
     async def _on_event(self, event: events.ReplicaEvent) -> None:
-        key = replica_key(event.node_id, event.model, event.replica_index)
+        """A NATS event is a hint, never a route: an address is routed to only after PostgreSQL says so.
+
+        `loaded` re-reads the model's routable replicas (anyone on the bus can publish an event);
+        a removal is applied at once (removing is always safe) and its eviction mark acknowledged.
+        """
         if event.op == events.LOADED:
-            self.view.add(Replica(model=event.model, node_id=event.node_id, node_name=event.node_name,
-                                  address=event.address, replica_index=event.replica_index))
+            try:
+                await self._adopt_routable(event.model)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                log.warning("replica event for %s not applied (PostgreSQL unavailable: %s); the next view "
+                            "refresh catches up", event.model, exc)
         else:
-            self.view.remove_key(event.model, key)
+            self.view.remove_key(event.model, replica_key(event.node_id, event.model, event.replica_index))
         if event.mark:
             self.inflight.acks.add(event.mark)
 
-    async def _loaded(self, replica: Replica) -> None:
-        self.view.add(replica)
-        await events.publish(self.ctx.nc, events.ReplicaEvent(
-            events.LOADED, replica.model, replica.node_id, replica.node_name, replica.replica_index,
-            replica.address))
+    async def _adopt_routable(self, model: str) -> None:
+        """Make the view of `model` exactly its routable replicas in PostgreSQL."""
+        rows = await replica_store.routable(self.ctx.pool, model)
+        fresh = {replica_key(r["node_id"], model, int(r["replica_index"])) for r in rows}
+        for known in [r for r in self.view.all() if r.model == model and r.key not in fresh]:
+            self.view.remove(known)
+        for row in rows:
+            self.view.add(Replica(model=model, node_id=row["node_id"], node_name=row["node_name"],
+                                  address=row["address"], replica_index=int(row["replica_index"])))
 
     async def route(self, cfg: ModelConfig) -> Replica:
         """Warm path: memory only. Cold path: a durable load job."""
@@ -118,54 +108,29 @@ class Router:
         return self.view.pick(cfg.name)
 
     async def _cold(self, cfg: ModelConfig) -> Replica:
-        key = cfg.name
-        loop = asyncio.get_running_loop()
-        deadline = None if self.wait_budget_s <= 0 else loop.time() + self.wait_budget_s
-        for _round in range(MAX_ROUNDS):
-            with self.waiters.register(key) as woken:
-                claimed, job = await load_jobs.claim(self.ctx.pool, key, self.jobs.owner,
-                                                     orphan_s=self.jobs.orphan_s,
-                                                     failed_grace_s=self.jobs.failed_grace_s)
-                if claimed:
-                    replica = await self._warm_from_db(cfg)  # it may have loaded meanwhile
-                    if replica is not None:
-                        await load_jobs.delete(self.ctx.pool, key, self.jobs.owner)
-                        return replica
-                    self.runner.start(cfg)
-                elif job is not None and job.state == "failed":
-                    _raise_failure(key, job.last_error, job.error_kind)
-                remaining = None if deadline is None else max(0.0, deadline - loop.time())
-                outcome = await self.waiters.wait(woken, key, remaining)
-            if outcome is None:
-                await self._still_loading(key)
-            elif not outcome.ok and not outcome.orphaned:
-                _raise_failure(key, outcome.error, outcome.kind)
-            replica = self.view.pick(key) or await self._warm_from_db(cfg)
-            if replica is not None:
-                return replica
-        raise LoadError(f"loading model {key}: the load finished but the model is not available on any node")
+        if not getattr(self.ctx.nc, "is_connected", True):  # a load needs the bus: the handlers answer 503
+            raise nats.errors.ConnectionReconnectingError()
 
-    async def _still_loading(self, key: str) -> None:
-        try:
-            job = await asyncio.wait_for(load_jobs.get(self.ctx.pool, key), STATUS_READ_TIMEOUT_S)
-        except TimeoutError:
-            job = None
-        if job is None:
-            raise LoadError(f"timed out waiting for model {key} to load after {self.wait_budget_s:g}s "
-                            "(LOCALAI_MODEL_LOAD_WAIT)")
-        message = loading_message(job)
-        raise ModelStillLoading(message, loading_object(job), retry_after_s(job, self.wait_budget_s))
+        async def find() -> Replica | None:
+            return self.view.pick(cfg.name) or await self._warm_from_db(cfg)
 
-    @contextlib.asynccontextmanager
-    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
+        return await self.cold.load(cfg, find)
+
+    async def checkout(self, cfg: ModelConfig) -> Replica:
+        """Route and count the request in flight at once (no await between the pick and the count), so
+        eviction and scale-down see it from its first moment; the caller must `release` the replica."""
+        replica = await self.route(cfg)
+        self.acquire(replica)
+        return replica
+
+    def acquire(self, replica: Replica) -> None:
         replica.in_flight += 1
         self.active[id(replica)] = replica
-        try:
-            yield replica
-        finally:
-            replica.in_flight -= 1
-            if replica.in_flight == 0:
-                self.active.pop(id(replica), None)
+
+    def release(self, replica: Replica) -> None:
+        replica.in_flight -= 1
+        if replica.in_flight == 0:
+            self.active.pop(id(replica), None)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""
@@ -184,5 +149,4 @@ class Router:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.runner.close()
-        await self.ctx.channels.close()
+        await self.cold.close()

@@ -34,7 +34,13 @@ class NotEnoughDisk(Exception):
 
 
 class DiskBudget:
-    """Admits writes of a declared size against free space minus in-flight reservations."""
+    """Admits writes against free space minus what accepted uploads still have to write.
+
+    A reservation counts only the bytes still to come: as an upload writes, the filesystem's free
+    space shrinks and its reservation shrinks with it, so nothing is counted twice. An upload of
+    unknown size (chunked) starts with nothing reserved and grows its reservation before each write
+    (:meth:`DiskReservation.admit`), so it is refused with the same message when it gets there.
+    """
 
     def __init__(self, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
                  free_bytes: FreeBytesProbe = statvfs_free_bytes) -> None:
@@ -44,27 +50,74 @@ class DiskBudget:
         self._reserved_bytes: dict[int, int] = {}
 
     @contextlib.contextmanager
-    def reserve(self, directory: Path, size_bytes: int, what: str) -> Iterator[None]:
-        """Hold ``size_bytes`` on ``directory``'s filesystem for the block, or raise :class:`NotEnoughDisk`."""
-        if size_bytes <= 0:
-            yield
-            return
-        device = os.stat(directory).st_dev
-        with self._lock:
-            free = self._free_bytes(directory)
-            reserved = self._reserved_bytes.get(device, 0)
-            if free - reserved - self.min_free_bytes < size_bytes:
-                raise NotEnoughDisk(_refusal(what, directory, size_bytes, free, reserved, self.min_free_bytes))
-            self._reserved_bytes[device] = reserved + size_bytes
+    def reserve(self, directory: Path, size_bytes: int, what: str) -> Iterator[DiskReservation]:
+        """Hold ``size_bytes`` on ``directory``'s filesystem for the block, or raise :class:`NotEnoughDisk`.
+
+        The writer reports each write through the yielded reservation's :meth:`DiskReservation.admit`.
+        """
+        reservation = DiskReservation(self, directory, os.stat(directory).st_dev, what)
         try:
-            yield
+            reservation.grow(max(0, size_bytes))
+            yield reservation
         finally:
-            with self._lock:
-                left = self._reserved_bytes.get(device, 0) - size_bytes
-                if left > 0:
-                    self._reserved_bytes[device] = left
-                else:
-                    self._reserved_bytes.pop(device, None)
+            reservation.release()
+
+    def _grow(self, reservation: DiskReservation, size_bytes: int) -> None:
+        with self._lock:
+            free = self._free_bytes(reservation.directory)
+            reserved = self._reserved_bytes.get(reservation.device, 0)
+            if free - reserved - self.min_free_bytes < size_bytes:
+                raise NotEnoughDisk(_refusal(reservation.what, reservation.directory,
+                                             reservation.written_bytes + reservation.outstanding_bytes + size_bytes,
+                                             free, reserved, self.min_free_bytes))
+            self._reserved_bytes[reservation.device] = reserved + size_bytes
+
+    def _shrink(self, device: int, size_bytes: int) -> None:
+        with self._lock:
+            left = self._reserved_bytes.get(device, 0) - size_bytes
+            if left > 0:
+                self._reserved_bytes[device] = left
+            else:
+                self._reserved_bytes.pop(device, None)
+
+
+class DiskReservation:
+    """One upload's claim on a filesystem: the bytes it may still write without asking again."""
+
+    GROW_STEP_BYTES = 16 << 20  # a chunked upload asks for room this much at a time
+
+    def __init__(self, budget: DiskBudget, directory: Path, device: int, what: str) -> None:
+        self.budget, self.directory, self.device, self.what = budget, directory, device, what
+        self.outstanding_bytes = 0
+        self.written_bytes = 0
+
+    def grow(self, size_bytes: int) -> None:
+        if size_bytes <= 0:
+            return
+        self.budget._grow(self, size_bytes)
+        self.outstanding_bytes += size_bytes
+
+    def admit(self, count_bytes: int) -> None:
+        """About to write ``count_bytes``: make sure the reservation covers them, growing it if it is
+        short (raises :class:`NotEnoughDisk` when the filesystem cannot hold them)."""
+        short = count_bytes - self.outstanding_bytes
+        if short > 0:
+            try:
+                self.grow(max(short, self.GROW_STEP_BYTES))
+            except NotEnoughDisk:
+                self.grow(short)  # a full step does not fit; exactly what this write needs might
+
+    def wrote(self, count_bytes: int) -> None:
+        """``count_bytes`` were written: the free space shows them now, so they leave the reservation."""
+        taken = min(count_bytes, self.outstanding_bytes)
+        self.outstanding_bytes -= taken
+        self.written_bytes += count_bytes
+        self.budget._shrink(self.device, taken)
+
+    def release(self) -> None:
+        if self.outstanding_bytes > 0:
+            self.budget._shrink(self.device, self.outstanding_bytes)
+            self.outstanding_bytes = 0
 
 
 def _refusal(what: str, directory: Path, need: int, free: int, reserved: int, keep_free: int) -> str:

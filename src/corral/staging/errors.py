@@ -23,6 +23,15 @@ class KeyEscapesDirectory(StagingError):
         super().__init__(f"invalid storage key {key!r}: {reason}")
 
 
+class ReservedKey(KeyEscapesDirectory):
+    """A storage key names the worker's own metadata: a hash sidecar (``*.sha256``,
+    ``*.sha256.target``) or an upload in progress (``.<name>.*.upload``, ``.<name>.*.tmp``).
+
+    Hashes on a worker come only from bytes it received or read itself, so clients can neither write
+    nor read these names. Rename the file if a model really ships one (the file server answers 403).
+    """
+
+
 class StagingFailed(StagingError):
     """Uploading a local file to a worker's file server failed and retrying did not help.
 

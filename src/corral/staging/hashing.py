@@ -1,9 +1,17 @@
 """SHA-256 of staged files, streamed, with the reference's sidecar cache files.
 
-Sidecars sit next to the file they describe and hold 64 lowercase hex characters, no newline:
+Sidecars sit next to the file they describe:
 
-* ``<file>.sha256``        -- hash of the complete file; trusted only if its mtime >= the file's mtime.
-* ``<file>.sha256.target`` -- declared final hash of a *partial* (resumable) upload in progress.
+* ``<file>.sha256``        -- ``<64 hex> <size> <mtime_ns> <inode>``: the hash of the complete file as
+  this process read or received it, bound to the file's identity when it was hashed. It is trusted
+  only while the file still has that size, mtime and inode, so a file changed in place (even with the
+  same size) is hashed again, and an unchanged one never is. The reference's bare-hex form is never
+  trusted (hashed once more, then rewritten in this form).
+* ``<file>.sha256.target`` -- declared final hash of a *partial* (resumable) upload in progress: a
+  client's claim, reported as such (``X-Target-SHA256``), never as the file's hash.
+
+Only code that computed a hash from the bytes writes a ``.sha256`` sidecar (:func:`record_hash`);
+clients cannot name sidecar keys on a worker's file server (see :mod:`corral.staging.keys`).
 
 All functions are synchronous and block on disk I/O; async callers use ``asyncio.to_thread``.
 """
@@ -20,6 +28,7 @@ HASH_SIDECAR_SUFFIX = ".sha256"
 TARGET_SIDECAR_SUFFIX = ".sha256.target"
 SHA256_HEX_CHARS = 64
 HASH_CHUNK_BYTES = 1 << 20
+SIDECAR_MAX_BYTES = 256
 
 ProgressCallback = Callable[[int, int], None]
 """Called as ``on_progress(done_bytes, total_bytes)``."""
@@ -71,16 +80,26 @@ def sha256_file(
 
 
 def read_trusted_hash(path: Path) -> str | None:
-    """The cached hash of ``path`` if its ``.sha256`` sidecar is valid and not older than the file."""
-    sidecar = hash_sidecar_path(path)
+    """The recorded hash of ``path`` if its sidecar was recorded for the file as it is now (size,
+    mtime and inode all match), else None."""
     try:
-        file_mtime_ns = os.stat(path).st_mtime_ns
-        if os.stat(sidecar).st_mtime_ns < file_mtime_ns:
-            return None
-        value = _read_small_text(sidecar)
+        identity = _identity(os.stat(path))
+        fields = _read_small_text(hash_sidecar_path(path)).split()
     except OSError:
         return None
-    return value.lower() if is_sha256_hex(value) else None
+    if len(fields) != 4 or not is_sha256_hex(fields[0]):
+        return None  # the reference's bare hex, or garbage: not bound to this file's identity
+    if tuple(fields[1:]) != tuple(str(value) for value in identity):
+        return None
+    return fields[0].lower()
+
+
+def record_hash(path: Path, hash_hex: str, identity: os.stat_result | None = None) -> None:
+    """Write ``path``'s ``.sha256`` sidecar, bound to ``identity`` (the file's stat when it was hashed;
+    now if None). Only for hashes computed here from the bytes themselves."""
+    stat = os.stat(path) if identity is None else identity
+    size, mtime_ns, inode = _identity(stat)
+    write_sidecar(hash_sidecar_path(path), f"{hash_hex.lower()} {size} {mtime_ns} {inode}")
 
 
 def read_target_hash(path: Path) -> str | None:
@@ -93,7 +112,9 @@ def read_target_hash(path: Path) -> str | None:
 
 
 def write_sidecar(sidecar: Path, hash_hex: str) -> None:
-    """Atomically replace ``sidecar`` with ``hash_hex`` (never follows an existing symlink there)."""
+    """Atomically replace ``sidecar`` with ``hash_hex`` (never follows an existing symlink there).
+
+    Use :func:`record_hash` for ``.sha256`` sidecars; this raw form is for ``.sha256.target``."""
     temp = sidecar.with_name(f".{sidecar.name}.{secrets.token_hex(6)}.tmp")
     try:
         fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
@@ -111,7 +132,8 @@ def remove_sidecars(path: Path) -> None:
 
 
 def cached_sha256(path: Path, on_progress: ProgressCallback | None = None) -> str:
-    """Hex SHA-256 of ``path``, from its ``.sha256`` sidecar when fresh, else hashed and cached.
+    """Hex SHA-256 of ``path``, from its ``.sha256`` sidecar when it matches the file, else hashed and
+    recorded (so staging a file that did not change costs a stat, not a re-hash).
 
     The sidecar is written only if the file did not change while it was hashed; failures to write
     it (read-only directory, full disk) are ignored -- the hash is still returned.
@@ -122,23 +144,24 @@ def cached_sha256(path: Path, on_progress: ProgressCallback | None = None) -> st
             size_bytes = os.stat(path).st_size
             on_progress(size_bytes, size_bytes)
         return cached
-    before = _identity(os.stat(path))
+    before = os.stat(path)
     hash_hex = sha256_file(path, on_progress=on_progress)
     try:
-        if _identity(os.stat(path)) == before:
-            write_sidecar(hash_sidecar_path(path), hash_hex)
+        if _identity(os.stat(path)) == _identity(before):
+            record_hash(path, hash_hex, before)
     except OSError:
         pass
     return hash_hex
 
 
-def _identity(stat: os.stat_result) -> tuple[int, int, int, int]:
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+def _identity(stat: os.stat_result) -> tuple[int, int, int]:
+    """What a recorded hash is bound to: size, mtime (ns) and inode."""
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
 
 def _read_small_text(path: Path) -> str:
     with open(path, "rb") as file:
-        return file.read(SHA256_HEX_CHARS + 8).decode("ascii", errors="replace").strip()
+        return file.read(SIDECAR_MAX_BYTES).decode("ascii", errors="replace").strip()
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -30,7 +30,7 @@ import httpx
 
 from corral.models.huggingface import HuggingFaceSource, committed_snapshot, ref_path, snapshot_path
 from corral.staging.errors import HubDownloadFailed
-from corral.staging.hashing import hash_sidecar_path, write_sidecar
+from corral.staging.hashing import record_hash
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class HubClient:
         _verify(source, hub_file, received, digest.hexdigest(), part)
         os.replace(part, target)
         try:
-            write_sidecar(hash_sidecar_path(target), digest.hexdigest())  # the stager need not re-hash it
+            record_hash(target, digest.hexdigest())  # the stager need not re-hash it
         except OSError:
             pass
 

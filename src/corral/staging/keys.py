@@ -7,6 +7,9 @@ A key is a relative, '/'-separated path. Its first segment picks the worker dire
 * ``data/<rest>``    -> ``<models_dir>/../data/<rest>``
 * anything else (``ephemeral/...`` included) -> ``<models_dir>/../staging/<key>``
 
+Keys that name the worker's own metadata (hash sidecars, uploads in progress) are refused with
+:class:`ReservedKey`: a client must not plant a hash for bytes that do not have it.
+
 Pure functions except for the symlink check in :func:`resolve_key`, which reads the filesystem.
 """
 
@@ -15,11 +18,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from corral.staging.errors import KeyEscapesDirectory
+from corral.staging.errors import KeyEscapesDirectory, ReservedKey
+from corral.staging.hashing import is_sidecar_name
 
 MODELS_KEY_PREFIX = "models/"
 DATA_KEY_PREFIX = "data/"
 EPHEMERAL_KEY_PREFIX = "ephemeral/"
+MAX_KEY_CHARS = 1024
+MAX_SEGMENT_BYTES = 255  # NAME_MAX of common Linux filesystems
+TEMP_SUFFIXES = (".upload", ".tmp")  # hidden files of uploads / sidecar writes in progress
 
 
 def storage_key(tracking_key: str, local_path: Path, models_dir: Path) -> str:
@@ -92,11 +99,21 @@ def _split_checked(key: str, models_dir: Path) -> tuple[Path, str]:
     return base, relative
 
 
+def is_reserved_name(name: str) -> bool:
+    """True for names of the worker's own metadata: hash sidecars and hidden in-progress files."""
+    return is_sidecar_name(name) or (name.startswith(".") and name.endswith(TEMP_SUFFIXES))
+
+
 def _reject_malformed(key: str) -> None:
     if not key:
         raise KeyEscapesDirectory(key, "key is empty")
+    if len(key) > MAX_KEY_CHARS:
+        raise KeyEscapesDirectory(key[:64] + "...", f"key is {len(key)} characters long; the limit is "
+                                                    f"{MAX_KEY_CHARS}")
     if "\x00" in key:
         raise KeyEscapesDirectory(key, "key contains a NUL byte")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in key):
+        raise KeyEscapesDirectory(key, "key contains a control character")
     if "\\" in key:
         raise KeyEscapesDirectory(key, "key contains a backslash; use '/' as the separator")
     if key.startswith("/"):
@@ -109,3 +126,11 @@ def _reject_malformed_segments(key: str, relative: str) -> None:
             raise KeyEscapesDirectory(key, "key has an empty path segment ('//' or a trailing '/')")
         if segment in (".", ".."):
             raise KeyEscapesDirectory(key, f"key has a {segment!r} path segment")
+        size_bytes = len(segment.encode("utf-8", errors="surrogateescape"))
+        if size_bytes > MAX_SEGMENT_BYTES:
+            raise KeyEscapesDirectory(key, f"a path segment is {size_bytes} bytes long; the limit is "
+                                           f"{MAX_SEGMENT_BYTES} (the filesystem's longest name)")
+        if is_reserved_name(segment):
+            raise ReservedKey(key, f"{segment!r} is a name reserved for the worker's own metadata (hash "
+                                   "sidecars '*.sha256', '*.sha256.target' and hidden '.*.upload' / '.*.tmp' "
+                                   "files of uploads in progress); clients can neither write nor read it")

@@ -30,12 +30,13 @@ from pathlib import Path
 
 from corral.staging import hashing
 from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
+from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
-from corral.staging.disk_space import DiskBudget, NotEnoughDisk, enospc_message
-from corral.staging.errors import KeyEscapesDirectory
-from corral.staging.file_server import Answer, FileRequest, ThreadedFileServer
+from corral.staging.disk_space import DiskBudget, DiskReservation, NotEnoughDisk, enospc_message
+from corral.staging.errors import KeyEscapesDirectory, ReservedKey
+from corral.staging.file_server import Answer, FileRequest, ServerLimits, ThreadedFileServer
 from corral.staging.following_hasher import FollowingHasher
-from corral.staging.keys import resolve_key, staging_dir
+from corral.staging.keys import is_reserved_name, resolve_key, staging_dir
 from corral.staging.path_locks import PathLocks
 
 log = logging.getLogger(__name__)
@@ -71,10 +72,12 @@ def build_file_server(
     allow_unauthenticated: bool = False,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     disk_budget: DiskBudget | None = None,
+    limits: ServerLimits | None = None,
 ) -> ThreadedFileServer:
     """The worker's file server; ``await server.start(host, port)`` serves it, ``await server.stop()`` ends it."""
     store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget())
-    server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated)
+    server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated,
+                                limits=limits)
     store.on_body_bytes = server.stats.count_body_bytes
     return server
 
@@ -105,6 +108,8 @@ class FileStore:
                 return self._file(request, path[len(FILES_PREFIX):])
             if path.startswith(LIST_PREFIX) and method == "GET":
                 return self._list(path[len(LIST_PREFIX):])
+        except ReservedKey as exc:
+            return Answer.error(403, str(exc))
         except KeyEscapesDirectory as exc:
             return Answer.error(400, str(exc))
         except Reject as reject:
@@ -178,13 +183,14 @@ class FileStore:
         fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".upload")
         temp = Path(temp_name)
         try:
-            with self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}"), \
+            with self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}") as reservation, \
                     os.fdopen(fd, "wb", buffering=0) as file:
                 os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-                hasher = FollowingHasher(temp)
+                hasher = BufferHasher()
                 try:
                     received, cut = write_body(request.body, file, limit_bytes=self.max_upload_bytes,
-                                               hasher=hasher, on_bytes=self.on_body_bytes)
+                                               hasher=hasher, on_bytes=self.on_body_bytes,
+                                               reservation=reservation)
                 except BodyTooLong:
                     raise _too_large(None, self.max_upload_bytes) from None
                 finally:
@@ -193,7 +199,7 @@ class FileStore:
                     else:
                         hasher.abandon()
             if cut is not None:
-                raise Reject(400, f"short body: connection closed after {received} bytes")
+                raise Reject(400, f"short body: {cut}; {received} bytes received")
             if length is not None and received != length:
                 raise Reject(400, f"short body: got {received} bytes, Content-Length said {length}")
             if declared is not None and actual != declared:
@@ -238,13 +244,13 @@ class FileStore:
                               f"size {current}",
                          {"Content-Range": f"bytes */{content_range.total}", HEADER_FILE_SIZE: str(current)})
         try:
-            with self.disk_budget.reserve(path.parent, content_range.length_bytes, f"key {key!r}"):
-                return self._append_range(request, path, content_range, declared)
+            with self.disk_budget.reserve(path.parent, content_range.length_bytes, f"key {key!r}") as reservation:
+                return self._append_range(request, path, content_range, declared, reservation)
         except NotEnoughDisk as exc:
             raise Reject(507, exc.message) from None
 
     def _append_range(self, request: FileRequest, path: Path, content_range: ContentRange,
-                      declared: str | None) -> Answer:
+                      declared: str | None, reservation: DiskReservation) -> Answer:
         if declared is not None:
             hashing.write_sidecar(hashing.target_sidecar_path(path), declared)
         _unlink_if_present(hashing.hash_sidecar_path(path))
@@ -252,12 +258,15 @@ class FileStore:
         completes = content_range.end + 1 == content_range.total
         with open(path, "ab", buffering=0) as file:
             os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-            # The verify hash follows the writer from byte 0, so completion costs only the tail.
-            hasher = FollowingHasher(path) if completes else None
+            # The verify hash runs beside the writer from byte 0, so completion costs only the tail: over
+            # the received buffers for a fresh upload, following the file when a prefix is already on disk.
+            hasher: BufferHasher | FollowingHasher | None = None
+            if completes:
+                hasher = BufferHasher() if content_range.start == 0 else FollowingHasher(path)
             try:
                 received, _ = write_body(request.body, file, limit_bytes=expected,
                                          base_size_bytes=content_range.start, hasher=hasher,
-                                         on_bytes=self.on_body_bytes)
+                                         on_bytes=self.on_body_bytes, reservation=reservation)
             except BodyTooLong:
                 raise Reject(400, f"body is longer than the {expected} bytes its Content-Range declares") \
                     from None
@@ -322,14 +331,15 @@ class FileStore:
         directory = resolve_key(key.rstrip("/"), self.models_dir)
         if not directory.is_dir():
             return Answer.error(404, "directory not found")
-        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                       if p.is_file() and not is_reserved_name(p.name))
         return Answer.json(200, {"files": files or None})
 
 
 def _file_size(key: str, path: Path) -> int:
     try:
         info = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise Reject(404, f"file not found: no file for key {key!r}") from None
     if stat.S_ISDIR(info.st_mode):
         raise Reject(400, f"key {key!r} names a directory, not a file")
@@ -377,7 +387,7 @@ def _too_large(size_bytes: int | None, max_bytes: int) -> Reject:
 
 def _write_sidecar_quietly(path: Path, hash_hex: str) -> None:
     try:
-        hashing.write_sidecar(hashing.hash_sidecar_path(path), hash_hex)
+        hashing.record_hash(path, hash_hex)
     except OSError as exc:
         log.warning("cannot write hash sidecar for %s: %s", path, exc)
 

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import httpx
 
+from corral import loops
 from corral.staging.errors import StagingFailed
 from corral.staging.hashing import cached_sha256, is_sha256_hex
 from corral.staging.keys import validate_key
@@ -70,9 +71,7 @@ class RetryPolicy:
 
     def backoff_s(self, failures: int) -> float:
         """Sleep after ``failures`` consecutive failures: first_backoff_s doubling up to max_backoff_s."""
-        if failures <= 0:
-            return 0.0
-        return min(self.first_backoff_s * 2 ** (failures - 1), self.max_backoff_s)
+        return loops.backoff_s(failures, self.first_backoff_s, self.max_backoff_s)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -13,6 +13,7 @@ from corral.store.queries import q
 
 PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING = "pending", "healthy", "unhealthy", "offline", "draining"
 STATUSES = (PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING)
+ADMIN, WORKER = "admin", "worker"  # who drained a node (`drained_by`)
 
 
 @dataclass(frozen=True)
@@ -48,25 +49,48 @@ def vram_bucket(total_vram: int) -> str:
     return f"{int(gib)}GB"
 
 
+def _columns(facts: NodeFacts, token: str, approved: bool) -> tuple[Any, ...]:
+    """The registration's column values, in the order node_insert and node_reregister take them."""
+    return (
+        facts.node_type, facts.address, facts.http_address, HEALTHY if approved else PENDING, token_hash(token),
+        approved, facts.total_vram, facts.available_vram, facts.total_ram, facts.available_ram,
+        facts.total_disk, facts.available_disk, facts.gpu_vendor, facts.gpu_compute_capability,
+        facts.capability, max(1, facts.max_replicas_per_model), facts.vram_budget,
+    )
+
+
+class CredentialMismatch(Exception):
+    """The name belongs to a node with a credential, and the registration did not present it."""
+
+    def __init__(self, node: asyncpg.Record) -> None:
+        super().__init__(f"node {node['name']!r} ({node['id']}) holds another credential")
+        self.node = node
+
+
 async def register(
-    pool: asyncpg.Pool, facts: NodeFacts, token: str, labels: dict[str, str], *, auto_approve: bool
+    pool: asyncpg.Pool, facts: NodeFacts, token: str, labels: dict[str, str], *, auto_approve: bool,
+    credential_hash: str = "", new_credential_hash: str = "",
 ) -> asyncpg.Record:
-    """Insert or refresh a node. A node keeps its id; it is healthy only if auto-approve or approved once."""
+    """Insert or refresh a node. A node keeps its id; it is healthy only if auto-approve or approved once.
+
+    A new node gets `new_credential_hash`. A known name is refreshed only when `credential_hash` is its
+    credential (or it has none: then it takes `new_credential_hash`); otherwise CredentialMismatch is
+    raised and nothing about the node changes.
+    """
     async with pool.acquire() as conn, conn.transaction():
         existing = await conn.fetchrow(q("node_by_name"), facts.name)
-        approved = auto_approve or bool(existing and existing["approved"])
-        status = HEALTHY if approved else PENDING
-        args = (
-            facts.node_type, facts.address, facts.http_address, status, token_hash(token), approved,
-            facts.total_vram, facts.available_vram, facts.total_ram, facts.available_ram,
-            facts.total_disk, facts.available_disk, facts.gpu_vendor, facts.gpu_compute_capability,
-            facts.capability, max(1, facts.max_replicas_per_model), facts.vram_budget,
-        )
-        if existing:
-            row = await conn.fetchrow(q("node_reregister"), existing["id"], *args)
+        row = None
+        if existing is None:
+            row = await conn.fetchrow(q("node_insert"), str(uuid.uuid4()), facts.name,
+                                      *_columns(facts, token, auto_approve), new_credential_hash)
+        if row is None:  # known, or registered by a concurrent call since we looked
+            existing = await conn.fetchrow(q("node_by_name_locked"), facts.name)
+            approved = auto_approve or bool(existing["approved"])
+            row = await conn.fetchrow(q("node_reregister"), existing["id"], *_columns(facts, token, approved),
+                                      new_credential_hash, credential_hash)
+            if row is None:
+                raise CredentialMismatch(existing)
             await conn.execute(q("replicas_delete_for_node"), existing["id"])
-        else:
-            row = await conn.fetchrow(q("node_insert"), str(uuid.uuid4()), facts.name, *args)
         auto = {"node.name": facts.name, "node.replica-slots": str(max(1, facts.max_replicas_per_model))}
         if facts.gpu_vendor:
             auto["gpu.vendor"] = facts.gpu_vendor
@@ -91,6 +115,31 @@ async def set_status(pool: asyncpg.Pool, node_id: str, status: str, *, drop_repl
         if row and drop_replicas:
             await conn.execute(q("replicas_delete_for_node"), node_id)
         return row is not None
+
+
+async def drain(pool: asyncpg.Pool, node_id: str, *, by: str, drop_replicas: bool = False) -> bool:
+    """Drain a node; `by` is ADMIN or WORKER (an admin's drain holds until an admin resumes)."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(q("node_drain"), node_id, by)
+        if row and drop_replicas:
+            await conn.execute(q("replicas_delete_for_node"), node_id)
+        return row is not None
+
+
+async def resume(pool: asyncpg.Pool, node_id: str, *, by_admin: bool) -> bool:
+    """Back to healthy; False when unknown or (for a worker's call) drained by an admin."""
+    return await pool.fetchrow(q("node_resume"), node_id, by_admin) is not None
+
+
+async def rekey(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
+    """Forget a node's credential (its next registration gets a new one); None when unknown."""
+    return await pool.fetchrow(q("node_rekey"), node_id)
+
+
+async def credential_of(pool: asyncpg.Pool, node_id: str) -> str | None:
+    """The node's credential hash ('' when it has none); None when the node is unknown."""
+    value = await pool.fetchval(q("node_credential"), node_id)
+    return None if value is None else str(value)
 
 
 async def swap_status(pool: asyncpg.Pool, node_id: str, expected: str, status: str, *,

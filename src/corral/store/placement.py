@@ -18,10 +18,10 @@ async def snapshot(pool: asyncpg.Pool) -> list[NodeSnapshot]:
     for node_id, key, value in label_rows:
         labels.setdefault(node_id, {})[key] = value
     replicas: dict[str, list[ReplicaSnapshot]] = {}
-    for node_id, model, index, state, address, in_flight, last_used_s in replica_rows:
+    for node_id, model, index, state, address, in_flight, last_used_s, vram_bytes in replica_rows:
         replicas.setdefault(node_id, []).append(ReplicaSnapshot(
             model=model, replica_index=int(index), state=state, address=address, in_flight=int(in_flight),
-            last_used_s=float(last_used_s)))
+            last_used_s=float(last_used_s), vram_bytes=int(vram_bytes or 0)))
     return [NodeSnapshot(
         id=row["id"], name=row["name"], address=row["address"], http_address=row["http_address"],
         total_vram=int(row["total_vram"]), available_vram=int(row["available_vram"]),
@@ -41,6 +41,11 @@ async def reserve_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> boo
 async def release_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> None:
     if vram_bytes > 0:
         await pool.execute(q("vram_release"), node_id, vram_bytes)
+
+
+async def credit_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> None:
+    if vram_bytes > 0:
+        await pool.execute(q("vram_credit"), node_id, vram_bytes)
 
 
 async def mark_unhealthy(pool: asyncpg.Pool, node_id: str) -> None:

@@ -13,11 +13,11 @@ STAGING, LOADING, LOADED, UNLOADING = "staging", "loading", "loaded", "unloading
 
 async def upsert(
     pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, state: str,
-    backend: str, config_revision: str = "",
+    backend: str, config_revision: str = "", vram_bytes: int = 0,
 ) -> asyncpg.Record:
     return await pool.fetchrow(
         q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend,
-        config_revision,
+        config_revision, vram_bytes,
     )
 
 
@@ -49,3 +49,8 @@ async def unmark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, repl
 
 async def all_routable(pool: asyncpg.Pool) -> list[asyncpg.Record]:
     return list(await pool.fetch(q("replicas_all_routable")))
+
+
+async def reclaim_model_loads(pool: asyncpg.Pool, model: str) -> list[asyncpg.Record]:
+    """Forget the rows of `model` a dead load left staging or loading; returns them (to stop their processes)."""
+    return list(await pool.fetch(q("replicas_reclaim_model_loads"), model))

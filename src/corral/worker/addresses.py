@@ -19,6 +19,7 @@ class WorkerAddresses:
     advertise_grpc: str
     http_bind: tuple[str, int]
     advertise_http: str
+    serve_host: str = "0.0.0.0"  # every listener the worker starts binds here (host of --serve-addr)
 
 
 def _port_of(addr: str) -> int | None:
@@ -28,6 +29,13 @@ def _port_of(addr: str) -> int | None:
         return parse_host_port(addr)[1]
     except ValueError:
         return None
+
+
+def _host_of(addr: str) -> str:
+    try:
+        return parse_host_port(addr)[0] if addr else ""
+    except ValueError:
+        return ""
 
 
 def resolve_max_port(base_port: int, configured: int) -> int:
@@ -48,13 +56,14 @@ def resolve_addresses(
     hostname: str | None = None,
 ) -> WorkerAddresses:
     base_port = _port_of(addr) or _port_of(serve_addr) or DEFAULT_BASE_PORT
+    serve_host = _host_of(serve_addr) or "0.0.0.0"
     host = hostname or socket.gethostname()
     advertise_grpc = advertise_addr or addr or f"{host}:{base_port}"
     advertise_host = parse_host_port(advertise_grpc)[0] or host
     if http_addr:
         http_bind = parse_host_port(http_addr)
     else:
-        http_bind = ("0.0.0.0", base_port - 1)
+        http_bind = (serve_host, base_port - 1)
     advertise_http = advertise_http_addr or f"{advertise_host}:{base_port - 1}"
     return WorkerAddresses(
         base_port=base_port,
@@ -63,4 +72,5 @@ def resolve_addresses(
         advertise_grpc=advertise_grpc,
         http_bind=http_bind,
         advertise_http=advertise_http,
+        serve_host=serve_host,
     )

@@ -15,11 +15,13 @@ from corral.bus import client as bus
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
 from corral.config.settings import Settings
+from corral.loops import OwnedTasks, run_periodic
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
+from corral.worker.node_credential import NodeCredentialFile, default_state_dir
 from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
 from corral.worker.registration import FrontendClient
@@ -46,11 +48,13 @@ class Worker:
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
-            bind_host="0.0.0.0", token=settings.registration_token,
-            start_timeout_s=settings.backend_start_timeout_s,
+            bind_host=self.addresses.serve_host, token=settings.registration_token,
+            start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
         )
         self.prober = BackendProber(self.supervisor)
         self.creds = WorkerCredentials()
+        state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir(self.models_dir)
+        self.credential_file = NodeCredentialFile(state_dir, self.node_name)
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
@@ -100,7 +104,21 @@ class Worker:
         self._stop.set()
 
     async def _register_once(self) -> dict[str, Any]:
-        return await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+        reply = await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+        await self._keep_node_token(reply)
+        return reply
+
+    async def _keep_node_token(self, reply: dict[str, Any]) -> None:
+        """A first registration (or one after an admin re-key) returns the node's credential once: keep it."""
+        token = str(reply.get("node_token") or "")
+        if not token:
+            return
+        await asyncio.to_thread(self.credential_file.save, str(reply["id"]), token)
+        self.frontend.use_node_token(token)
+        log.info("node credential for %s (%s) kept in %s", self.node_name, reply["id"], self.credential_file.path)
+
+    async def _refresh_nats(self) -> dict[str, Any]:
+        return await self.frontend.nats_credentials(self.node_id)
 
     async def _first_registration(self) -> dict[str, Any]:
         s = self.settings
@@ -111,6 +129,7 @@ class Worker:
         elif s.nats_require_auth:
             return await register_until_credentialed(self._register_once, self.creds, s.register_max_attempts)
         reply = await self.frontend.register(self._registration_body(await self._probe()))
+        await self._keep_node_token(reply)
         self.creds.adopt(reply)
         return reply
 
@@ -132,6 +151,7 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
         reply = await self._first_registration()
         self.node_id = reply["id"]
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
@@ -153,13 +173,13 @@ class Worker:
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()
-        tasks = [asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+        tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
                  asyncio.create_task(self.prober.run(loops_stop), name="backend-probe")]
-        refresh = asyncio.create_task(refresh_loop(self._register_once, self.creds, self._adopt, loops_stop),
+        refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")
         code = 0
         try:
-            code = await self._wait_for_stop(refresh)
+            code = await self._wait_for_stop(refresh, tasks)
         finally:
             log.info("worker %s shutting down", self.node_name)
             loops_stop.set()
@@ -180,29 +200,36 @@ class Worker:
             await self.frontend.close()
         return code
 
-    async def _wait_for_stop(self, refresh: asyncio.Task[None]) -> int:
-        """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed."""
+    async def _wait_for_stop(self, refresh: asyncio.Task[None], tasks: list[asyncio.Task[None]]) -> int:
+        """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed
+        or a long-lived task (heartbeat, backend probe) ended: the process never runs on half-alive."""
+        owned = OwnedTasks()
+        owned.adopt(tasks)
         stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
-        await asyncio.wait({stop_wait, refresh}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
+        await asyncio.wait({stop_wait, refresh, *tasks}, return_when=asyncio.FIRST_COMPLETED)
         if refresh.done() and not refresh.cancelled() and refresh.exception() is not None:
+            stop_wait.cancel()
             log.error("%s; exiting", refresh.exception())
             return 1
-        if refresh.done() and not self._stop.is_set():
-            await self._stop.wait()  # credentials never expire (static or none): wait for a signal
+        stop_wait.cancel()
+        died = await owned.until_stop(self._stop)  # credentials that never expire end `refresh` quietly
+        if died is not None:
+            log.error("%s; exiting", died)
+            return 1
         return 0
 
-    async def _heartbeat_loop(self) -> None:
+    async def _heartbeat_once(self) -> None:
+        if not self.nats_up:
+            return
+        status, message = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
+        if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
+            log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id,
+                        status, message)
+            await self._adopt(await self._register_once())
+        elif status != 200:
+            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
+
+    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        while True:
-            await asyncio.sleep(interval_s)
-            if not self.nats_up:
-                continue
-            try:
-                status = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
-                if status == 404:
-                    log.warning("frontend no longer knows node %s (deleted by an admin?); registering again",
-                                self.node_id)
-                    await self._adopt(await self._register_once())
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)
+        await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
+                           backoff_cap_s=interval_s)

@@ -1,5 +1,9 @@
 """The worker's NATS credentials: static (`LOCALAI_NATS_JWT` + `LOCALAI_NATS_USER_SEED`, used
-as given), or minted by the frontend at registration and refreshed at ~75% of their lifetime.
+as given), or minted by the frontend at registration and refreshed at ~75% of their lifetime
+through `POST /api/node/<id>/nats-credentials`, which needs the node's own credential and
+answers only for a live, approved node: a deleted node's JWT runs out (LOCALAI_NATS_WORKER_JWT_TTL)
+and nats-server then refuses it. (A refresh is not a re-registration: that would drop the
+node's replica rows.)
 
 With `LOCALAI_NATS_REQUIRE_AUTH=true` and no static credentials, a worker that is still
 pending approval registers again (with backoff) until it is approved and gets credentials,
@@ -85,7 +89,7 @@ async def register_until_credentialed(register: Register, creds: WorkerCredentia
 
 async def refresh_loop(register: Register, creds: WorkerCredentials, on_new: Callable[[dict[str, Any]],
                        Awaitable[None]], stop: asyncio.Event) -> None:
-    """Re-register at 75% of the JWT lifetime; raise CredentialsUnavailable when refresh keeps failing."""
+    """Fetch fresh credentials at 75% of the JWT lifetime; raise CredentialsUnavailable when refresh keeps failing."""
     while not stop.is_set():
         span = creds.lifetime_s()
         if span is None:

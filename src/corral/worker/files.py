@@ -24,7 +24,7 @@ from corral.bus.messages import Message, ValidationError
 from corral.staging import hashing
 from corral.staging.disk_space import DiskBudget, NotEnoughDisk
 from corral.staging.errors import KeyEscapesDirectory, ObjectStoreFailed
-from corral.staging.file_server import ThreadedFileServer
+from corral.staging.file_server import ServerLimits, ThreadedFileServer
 from corral.staging.keys import resolve_key, staging_dir
 from corral.staging.messages import (
     FILES_ENSURE,
@@ -51,11 +51,14 @@ HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 def build_worker_file_server(settings: Any, models_dir: Path, readiness: Callable[[], str | None],
                              ) -> ThreadedFileServer:
-    """The file server with this worker's token, upload cap and disk admission."""
+    """The file server with this worker's token, upload cap, disk admission and connection limits."""
+    limits = ServerLimits(max_connections=settings.file_server_max_connections,
+                          header_timeout_s=settings.file_server_header_timeout_s,
+                          idle_timeout_s=settings.file_server_idle_timeout_s)
     return build_file_server(models_dir, settings.registration_token, readiness=readiness,
                              allow_unauthenticated=settings.allow_unauthenticated,
                              max_upload_bytes=settings.max_upload_bytes,
-                             disk_budget=DiskBudget(settings.staging_min_free_bytes))
+                             disk_budget=DiskBudget(settings.staging_min_free_bytes), limits=limits)
 
 
 def drop_hub_token() -> None:
@@ -152,7 +155,7 @@ class S3FileHandlers:
             await asyncio.to_thread(_remove, path)
             return FileEnsureReply(error=f"fetched {request.key!r} has sha256 {actual}, expected {wanted}; "
                                          "the bucket object is corrupt: stage it again")
-        await asyncio.to_thread(hashing.write_sidecar, hashing.hash_sidecar_path(path), actual)
+        await asyncio.to_thread(hashing.record_hash, path, actual)
         self.fetched_bytes += stored.size_bytes
         log.info("files.ensure %s: fetched %d bytes into %s", request.key, stored.size_bytes, path)
         return FileEnsureReply(local_path=str(path), fetched_bytes=stored.size_bytes)

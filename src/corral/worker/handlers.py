@@ -21,6 +21,7 @@ from corral.bus.messages import (
     RunningModel,
     ValidationError,
 )
+from corral.models.names import name_problem
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor
 
@@ -89,6 +90,9 @@ class NodeHandlers:
             return
         if not req.backend:
             await msg.respond(BackendInstallReply(success=False, error="backend is required").to_json())
+            return
+        if req.model_id and (problem := name_problem(req.model_id)) is not None:
+            await msg.respond(BackendInstallReply(success=False, error=f"field 'model_id' {problem}").to_json())
             return
         key = process_key(req.model_id or "", req.backend, req.replica_index or 0)
         try:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 
+from corral.loops import run_periodic
 from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)
@@ -44,16 +45,13 @@ class BackendProber:
         for key, proc in list(self.supervisor.processes.items()):
             if proc.state is not BackendState.READY:
                 continue
-            why = await dial("127.0.0.1", proc.port)
+            why = await dial(proc.dial_host, proc.port)
             if why is not None:
                 failures[key] = (proc.port, why)
         self._failures = failures
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self.probe_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.interval_s)
+        await run_periodic("backend probe", self.probe_once, self.interval_s, stop, backoff_cap_s=self.interval_s)
 
     def reason(self) -> str | None:
         """Why the worker cannot serve what it believes it serves, or None."""
@@ -64,5 +62,5 @@ class BackendProber:
                 return f"backend {key} (port {proc.port}) exited with code {proc.process.returncode}"
             failure = self._failures.get(key)
             if failure is not None and failure[0] == proc.port:
-                return f"backend {key} refuses connections on 127.0.0.1:{proc.port} ({failure[1]})"
+                return f"backend {key} refuses connections on {proc.local_address} ({failure[1]})"
         return None

@@ -1,4 +1,8 @@
-"""HTTP calls from the worker to the frontend's `/api/node/*` (reference §4.2)."""
+"""HTTP calls from the worker to the frontend's `/api/node/*` (reference §4.2).
+
+Every call carries the registration token (`Authorization: Bearer`) and, once the node has one,
+its own credential (`X-Node-Token`, see `node_credential`).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,21 @@ from typing import Any
 
 import httpx
 
+from corral import loops
 from corral.worker.errors import FrontendUnreachable, RegistrationRefused
 
 log = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_S = 10.0
+NODE_TOKEN_HEADER = "X-Node-Token"
 REGISTER_ATTEMPTS = 10
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 30.0
 
 
 def backoff_s(attempt: int) -> float:
-    """Delay before attempt n≥2: 2s, 4s, 8s … capped at 30s."""
-    return min(BACKOFF_FIRST_S * 2 ** max(0, attempt - 2), BACKOFF_MAX_S)
+    """Delay before attempt n≥2: 2s, 4s, 8s … capped at 30s (the project's one backoff policy)."""
+    return loops.backoff_s(max(1, attempt - 1), BACKOFF_FIRST_S, BACKOFF_MAX_S)
 
 
 class FrontendClient:
@@ -28,6 +34,11 @@ class FrontendClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=HTTP_TIMEOUT_S)
         self.base_url = base_url
+
+    def use_node_token(self, node_token: str) -> None:
+        """Send this node's own credential on every call from now on."""
+        if node_token:
+            self._http.headers[NODE_TOKEN_HEADER] = node_token
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -47,7 +58,7 @@ class FrontendClient:
             if response.status_code == 201:
                 return dict(response.json())
             message = _error_text(response)
-            if response.status_code in (400, 401, 403):
+            if response.status_code in (400, 401, 403, 409):  # 409: the name is another credential's node
                 raise RegistrationRefused(
                     f"frontend {self.base_url} refused registration (HTTP {response.status_code}): {message}"
                     + ("; check --registration-token / LOCALAI_REGISTRATION_TOKEN"
@@ -59,9 +70,22 @@ class FrontendClient:
             "check --register-to / LOCALAI_REGISTER_TO"
         )
 
-    async def heartbeat(self, node_id: str, body: dict[str, Any]) -> int:
+    async def heartbeat(self, node_id: str, body: dict[str, Any]) -> tuple[int, str]:
+        """(HTTP status, error message or "")."""
         response = await self._http.post(f"/api/node/{node_id}/heartbeat", json=body)
-        return response.status_code
+        return response.status_code, "" if response.status_code == 200 else _error_text(response)
+
+    async def nats_credentials(self, node_id: str) -> dict[str, Any]:
+        """Fresh minted NATS credentials for this node (raises FrontendUnreachable with the reason)."""
+        try:
+            response = await self._http.post(f"/api/node/{node_id}/nats-credentials")
+        except httpx.HTTPError as exc:
+            raise FrontendUnreachable(f"NATS credential refresh at {self.base_url} failed: "
+                                      f"{type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise FrontendUnreachable(f"NATS credential refresh refused (HTTP {response.status_code}): "
+                                      f"{_error_text(response)}")
+        return dict(response.json())
 
     async def deregister(self, node_id: str) -> None:
         await self._http.post(f"/api/node/{node_id}/deregister")

@@ -17,9 +17,11 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from corral.backends.model_root import MODELS_ROOT_ENV
 from corral.proto import backend_pb2, backend_pb2_grpc
 from corral.worker.ports import PortAllocator
 
@@ -43,19 +45,32 @@ class BackendStartFailed(Exception):
     """A backend process exited or never answered Health; the message carries its last stderr lines."""
 
 
+WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # bind host -> host to dial
+
+
+def host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 @dataclass
 class BackendProcess:
     key: str
     backend: str
     port: int
     process: asyncio.subprocess.Process
+    host: str = "0.0.0.0"  # where it listens: the worker's serve host
     state: BackendState = BackendState.STARTING
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
     _reader: asyncio.Task[None] | None = None
 
     @property
+    def dial_host(self) -> str:
+        """The host this worker dials the backend on: loopback for a wildcard bind, else the bind host."""
+        return WILDCARD_HOSTS.get(self.host, self.host)
+
+    @property
     def local_address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return host_port(self.dial_host, self.port)
 
     def alive(self) -> bool:
         return self.process.returncode is None
@@ -89,8 +104,10 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 
 
 class Supervisor:
-    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float) -> None:
+    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
+                 models_root: Path | None = None) -> None:
         self.ports = ports
+        self.models_root = models_root
         self.bind_host = bind_host
         self.token = token
         self.start_timeout_s = start_timeout_s
@@ -102,7 +119,13 @@ class Supervisor:
         async with self._locks[key]:
             current = self.processes.get(key)
             if current and current.alive() and current.backend == backend and current.state is BackendState.READY:
-                return current
+                if await _probe_health(current.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
+                    return current
+                # Frozen or wedged (a frontend dropped it after a failed probe): replace it, do not reuse it.
+                log.warning("backend %s for %s (pid %d) does not answer Health; replacing it", backend, key,
+                            current.process.pid)
+                await self._stop(current, force=True)
+                return await self._start(key, backend)
             if current:
                 await self._stop(current, force=False)
             return await self._start(key, backend)
@@ -112,7 +135,9 @@ class Supervisor:
         env = dict(os.environ)
         if self.token:
             env["LOCALAI_GRPC_AUTH_TOKEN"] = self.token
-        argv = [sys.executable, "-m", "corral", "backend", backend, "--addr", f"{self.bind_host}:{port}"]
+        if self.models_root is not None:
+            env[MODELS_ROOT_ENV] = str(self.models_root)  # LoadModel opens files only below it
+        argv = [sys.executable, "-m", "corral", "backend", backend, "--addr", host_port(self.bind_host, port)]
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
@@ -121,7 +146,7 @@ class Supervisor:
         except OSError as exc:
             self.ports.release(key, port)
             raise BackendStartFailed(f"cannot start backend {backend!r} for {key}: {exc}") from None
-        proc = BackendProcess(key, backend, port, process)
+        proc = BackendProcess(key, backend, port, process, self.bind_host)
         proc._reader = asyncio.create_task(self._read_stderr(proc), name=f"stderr:{key}")
         self.processes[key] = proc
         try:

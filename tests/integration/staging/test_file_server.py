@@ -228,7 +228,9 @@ async def test_uploaded_file_is_reported_by_head_with_the_source_sha256_size_and
     assert head.headers["X-Local-Path"] == str(target)
     assert head.headers["Accept-Ranges"] == "bytes"
     assert "X-Target-SHA256" not in head.headers
-    assert (target.parent / "model.gguf.sha256").read_text() == _sha256(data)
+    stat = target.stat()  # the worker's record: its own hash, bound to the file's size, mtime and inode
+    assert (target.parent / "model.gguf.sha256").read_text() == \
+        f"{_sha256(data)} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}"
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
 
 
@@ -419,9 +421,9 @@ async def test_head_rehashes_a_file_changed_after_its_sidecar_was_written(file_s
         url = f"{server.url}/v1/files/models/m/x.gguf"
         await client.put(url, content=b"first", headers=AUTH)
         target = server.models_dir / "m" / "x.gguf"
+        before_ns = target.stat().st_mtime_ns
         target.write_bytes(b"second")
-        sidecar_mtime_ns = (target.parent / "x.gguf.sha256").stat().st_mtime_ns
-        os.utime(target, ns=(sidecar_mtime_ns + 10**9, sidecar_mtime_ns + 10**9))
+        os.utime(target, ns=(before_ns + 10**9, before_ns + 10**9))
         head = await client.head(url, headers=AUTH)
     assert head.headers["X-Content-SHA256"] == _sha256(b"second")
 

@@ -14,6 +14,7 @@ import yaml
 
 from corral.models.config import ModelConfig, parse_model_config
 from corral.proto import backend_pb2
+from corral.staging.hashing import read_trusted_hash
 from corral.staging.stager import StagingContext, StagingTarget, stage_model
 from support.file_servers import TOKEN, running_file_server
 
@@ -91,7 +92,7 @@ async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_w
         "llm/main.gguf", "llm/mmproj.gguf", "llm/vocab.json", "loras/style/adapter.bin",
         "voices/en.onnx", "voices/en.onnx.json", "extra/table.bin",
     ])
-    assert (base / "loras" / "style" / "adapter.bin.sha256").read_text() == hashlib.sha256(
+    assert read_trusted_hash(base / "loras" / "style" / "adapter.bin") == hashlib.sha256(
         (models_dir / "loras" / "style" / "adapter.bin").read_bytes()).hexdigest()  # the worker's own
     for relative in ("llm/main.gguf", "loras/style/adapter.bin", "extra/table.bin"):
         source = models_dir / relative if not relative.startswith("extra") else outside / relative

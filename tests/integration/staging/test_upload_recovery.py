@@ -170,7 +170,7 @@ async def test_temp_and_list_routes_follow_the_reference(tmp_path, client):
         listed = await client.get(f"{worker.url}/v1/files-list/models/m", headers=AUTH)
         missing = await client.get(f"{worker.url}/v1/files-list/models/none", headers=AUTH)
         temp = await client.post(f"{worker.url}/v1/files/temp", headers=AUTH)
-    assert listed.json() == {"files": ["b.bin", "b.bin.sha256", "sub/a.bin", "sub/a.bin.sha256"]}
+    assert listed.json() == {"files": ["b.bin", "sub/a.bin"]}  # sidecars are the worker's, not listed
     assert (missing.status_code, missing.json()) == (404, {"error": "directory not found"})
     temp_path = Path(temp.json()["local_path"])
     assert temp_path.parent == worker.models_dir.parent / "staging" and temp_path.name.startswith("localai-output-")

@@ -49,3 +49,8 @@ def test_no_node_is_judged_stale_before_one_threshold_after_the_monitor_started(
 
 def test_the_monitor_start_never_counts_as_a_beat_for_recovery() -> None:
     assert decide("offline", beat_age_s=1_000.0, changed_age_s=500.0, watching_since_s=NOW_S - 1.0) is None
+
+
+def test_a_node_an_admin_drained_comes_back_draining_after_going_stale() -> None:
+    assert next_status("offline", approved=True, last_beat_s=NOW_S - 10.0, status_changed_s=NOW_S - 1_000.0,
+                       now_s=NOW_S, stale_threshold_s=THRESHOLD_S, admin_drained=True) == "draining"

@@ -118,3 +118,16 @@ def test_before_staging_the_base_budget_names_its_knobs() -> None:
     hold.enter("installing")
     clock.now_s = 1501
     assert "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT" in (hold.expired_reason() or "")
+
+
+def test_moving_to_the_next_node_after_a_stall_gives_it_a_fresh_base_budget() -> None:
+    clock = Clock()
+    hold = LoadHold(base_s=1500, stall_s=300, clock=clock)
+    hold.enter("staging")
+    clock.now_s = 301
+    assert "staging made no progress" in (hold.expired_reason() or "")  # the node stalled: it is abandoned
+    hold.enter("pending")  # the next node: placing, installing again
+    clock.now_s = 301 + 1499
+    assert hold.expired_reason() is None
+    clock.now_s += 2
+    assert "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT" in (hold.expired_reason() or "")

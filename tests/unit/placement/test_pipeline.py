@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
+from corral.config.sizes import GIB, format_size
 from corral.placement.errors import NoNodeAvailable
 from corral.placement.filters.disk_headroom import DiskHeadroomFilter, required_disk_bytes
 from corral.placement.filters.selector import SelectorFilter, selector_matches
 from corral.placement.pipeline import decide
 from corral.placement.rejection import NoNodeFits
 from corral.placement.request import PlacementRequest
-from corral.placement.sizes import GIB, decimal_size
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 
 GB = 1000**3
@@ -144,7 +144,7 @@ def test_explain_lists_every_node_with_its_verdict() -> None:
 @pytest.mark.parametrize("num_bytes, text", [(0, "0 B"), (999, "999 B"), (73_500_000_000, "73.5 GB"),
                                              (937 * GB, "937.0 GB")])
 def test_sizes_print_like_the_specification(num_bytes: int, text: str) -> None:
-    assert decimal_size(num_bytes) == text
+    assert format_size(num_bytes) == text
 
 
 def test_a_new_replica_never_takes_the_index_of_one_being_stopped() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.staging.errors import KeyEscapesDirectory, StagingError
+from corral.staging.errors import KeyEscapesDirectory, ReservedKey, StagingError
 from corral.staging.keys import resolve_key, storage_key, validate_key
 
 
@@ -139,3 +139,17 @@ def test_models_dir_reached_through_a_symlink_still_accepts_its_own_keys(tmp_pat
     real.mkdir()
     os.symlink(real, tmp_path / "models")
     assert resolve_key("models/m/x.gguf", tmp_path / "models") == tmp_path / "models" / "m" / "x.gguf"
+
+
+@pytest.mark.parametrize("key", [
+    "models/m/x.gguf.sha256", "models/m/x.gguf.sha256.target", "data/.x.abc.upload", "models/.x.sha256.1f.tmp",
+    "models/d.sha256/x",
+])  # sidecars, target sidecars, upload temp files, sidecar temp files, a sidecar name as a directory
+def test_keys_naming_worker_metadata_are_reserved(key):
+    with pytest.raises(ReservedKey, match="is a name reserved for the worker's own metadata"):
+        validate_key(key)
+
+
+def test_ordinary_dotfiles_and_hash_like_names_inside_a_name_are_not_reserved():
+    validate_key("models/m/.gitattributes")
+    validate_key("models/m/x.sha256sum.txt")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from corral.config.sizes import GIB, format_size
 from corral.placement.rejection import Rejection
 from corral.placement.request import PlacementRequest
-from corral.placement.sizes import GIB, decimal_size
 from corral.placement.snapshot import NodeSnapshot
 
 NOT_ENOUGH_DISK = "not enough free disk"
@@ -30,12 +30,12 @@ class DiskHeadroomFilter:
         if node.available_disk >= need:
             return None
         return Rejection(self.name, NOT_ENOUGH_DISK,
-                         f"{node.name} has {decimal_size(node.available_disk)} free of {decimal_size(node.total_disk)}",
+                         f"{node.name} has {format_size(node.available_disk)} free of {format_size(node.total_disk)}",
                          {"need": need, "free": node.available_disk, "total": node.total_disk})
 
 
 def disk_message(model: str, need: int, rejections: list[Rejection]) -> str:
     """The specification's exact capacity error, every rejected node listed."""
     nodes = ", ".join(r.detail for r in rejections)
-    return (f"scheduling {model}: no node has enough free disk for the model: need {decimal_size(need)} free on "
+    return (f"scheduling {model}: no node has enough free disk for the model: need {format_size(need)} free on "
             f"the models filesystem, but {nodes}")

@@ -7,25 +7,36 @@ SELECT * FROM backend_nodes WHERE name = $1;
 SELECT * FROM backend_nodes WHERE id = $1;
 
 -- name: node_insert
--- A newly registered node.
+-- A newly registered node with its credential; nothing when the name was taken meanwhile (the caller re-registers).
 INSERT INTO backend_nodes (id, name, node_type, address, http_address, status, token_hash, approved,
     total_vram, available_vram, total_ram, available_ram, total_disk, available_disk, gpu_vendor,
-    gpu_compute_capability, capability, max_replicas_per_model, vram_budget, last_heartbeat, status_changed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, now(), now())
+    gpu_compute_capability, capability, max_replicas_per_model, vram_budget, credential_hash, last_heartbeat,
+    status_changed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, now(), now())
+ON CONFLICT (name) DO NOTHING
 RETURNING *;
 
+-- name: node_by_name_locked
+-- The node registered under a name, locked until the re-registration decides.
+SELECT * FROM backend_nodes WHERE name = $1 FOR UPDATE;
+
 -- name: node_reregister
--- A known node registering again: refresh addresses and facts, keep the id and admin overrides.
+-- A known node registering again, only with its own credential ($20) or while it has none (then it takes $19):
+-- refresh addresses and facts, keep the id, admin overrides and an admin drain; a worker's own drain ends.
 UPDATE backend_nodes SET node_type = $2, address = $3, http_address = $4,
-    status_changed_at = CASE WHEN status <> $5 THEN now() ELSE status_changed_at END, status = $5,
+    status_changed_at = CASE WHEN status <> (CASE WHEN drained_by = 'admin' THEN 'draining' ELSE $5 END)
+                             THEN now() ELSE status_changed_at END,
+    status = CASE WHEN drained_by = 'admin' THEN 'draining' ELSE $5 END,
+    drained_by = CASE WHEN drained_by = 'admin' THEN 'admin' ELSE '' END,
     token_hash = $6, approved = $7, total_vram = $8, available_vram = $9, total_ram = $10, available_ram = $11,
     total_disk = $12, available_disk = $13, gpu_vendor = $14, gpu_compute_capability = $15,
     capability = $16,
     max_replicas_per_model = CASE WHEN max_replicas_per_model_manually_set THEN max_replicas_per_model
                                   ELSE $17 END,
     vram_budget = CASE WHEN vram_budget_manually_set THEN vram_budget ELSE $18 END,
+    credential_hash = CASE WHEN credential_hash = '' THEN $19 ELSE credential_hash END,
     last_heartbeat = now(), updated_at = now()
-WHERE id = $1
+WHERE id = $1 AND (credential_hash = '' OR credential_hash = $20)
 RETURNING *;
 
 -- name: node_heartbeat
@@ -40,8 +51,31 @@ WHERE id = $1
 RETURNING id, status, approved;
 
 -- name: node_set_status
--- Change a node's status (drain, resume, offline), remembering when.
+-- Change a node's status (offline), remembering when.
 UPDATE backend_nodes SET status = $2, status_changed_at = now(), updated_at = now() WHERE id = $1 RETURNING id;
+
+-- name: node_drain
+-- Drain a node; an admin's drain ($2 = 'admin') is remembered and a worker's own drain never replaces it.
+UPDATE backend_nodes SET status = 'draining',
+    status_changed_at = CASE WHEN status <> 'draining' THEN now() ELSE status_changed_at END,
+    drained_by = CASE WHEN drained_by = 'admin' THEN 'admin' ELSE $2 END, updated_at = now()
+WHERE id = $1
+RETURNING id;
+
+-- name: node_resume
+-- Resume a node to healthy; a worker's call ($2 = false) leaves a node an admin drained as it is.
+UPDATE backend_nodes SET status = 'healthy', drained_by = '',
+    status_changed_at = CASE WHEN status <> 'healthy' THEN now() ELSE status_changed_at END, updated_at = now()
+WHERE id = $1 AND ($2 OR drained_by <> 'admin')
+RETURNING id;
+
+-- name: node_rekey
+-- Forget a node's credential: its next registration (by name) is accepted and gets a new one.
+UPDATE backend_nodes SET credential_hash = '', updated_at = now() WHERE id = $1 RETURNING id, name, status;
+
+-- name: node_credential
+-- A node's credential hash ('' when it has none) for the node routes' check.
+SELECT credential_hash FROM backend_nodes WHERE id = $1;
 
 -- name: node_swap_status
 -- Change a node's status only if it is still what the caller saw (health monitor vs. registration races).
@@ -64,7 +98,7 @@ DELETE FROM backend_nodes WHERE id = $1 RETURNING id;
 
 -- name: nodes_for_health
 -- What the health monitor decides over: status, approval and the durable heartbeat of every node.
-SELECT id, name, status, approved, last_heartbeat, status_changed_at FROM backend_nodes;
+SELECT id, name, status, approved, drained_by, last_heartbeat, status_changed_at FROM backend_nodes;
 
 -- name: nodes_list
 -- Every node with its replica count, in-flight sum and labels, by name.

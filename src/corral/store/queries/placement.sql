@@ -17,7 +17,7 @@ WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend';
 -- name: placement_replicas
 -- The replica rows of the nodes placement_nodes returns.
 SELECT m.node_id, m.model_name, m.replica_index, m.state, m.address, m.in_flight,
-    EXTRACT(EPOCH FROM m.last_used)::float8 AS last_used_s
+    EXTRACT(EPOCH FROM m.last_used)::float8 AS last_used_s, m.vram_bytes
 FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
 WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
 ORDER BY m.node_id, m.model_name, m.replica_index;
@@ -31,6 +31,10 @@ RETURNING id;
 -- name: vram_release
 -- Give back a soft reservation (never below zero).
 UPDATE backend_nodes SET reserved_vram = GREATEST(0, reserved_vram - $2) WHERE id = $1;
+
+-- name: vram_credit
+-- A replica was stopped: its VRAM counts as free until the node's next heartbeat reports the measured value.
+UPDATE backend_nodes SET available_vram = LEAST(total_vram, available_vram + $2) WHERE id = $1 AND total_vram > 0;
 
 -- name: node_mark_unhealthy
 -- A node that does not answer on the bus: out of placement until it beats again.

@@ -1,11 +1,11 @@
 -- name: replica_upsert
 -- Record (or move to a new state) the replica of a model on a node.
 INSERT INTO node_models (id, node_id, model_name, replica_index, address, state, backend_type, in_flight,
-    last_used, updated_at, config_revision)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8)
+    last_used, updated_at, config_revision, vram_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8, $9)
 ON CONFLICT (node_id, model_name, replica_index) DO UPDATE SET address = EXCLUDED.address,
     state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, config_revision = EXCLUDED.config_revision,
-    updated_at = now()
+    vram_bytes = EXCLUDED.vram_bytes, updated_at = now()
 RETURNING *;
 
 -- name: replica_delete
@@ -60,3 +60,8 @@ WHERE m.state = 'loaded' AND n.status = 'healthy'
   AND (NOT EXISTS (SELECT 1 FROM model_config_states s WHERE s.model_name = m.model_name)
        OR m.config_revision = (SELECT s.config_revision FROM model_config_states s
                                WHERE s.model_name = m.model_name));
+
+-- name: replicas_reclaim_model_loads
+-- A model's load job starts: its rows still staging or loading are a dead owner's (one load per model at a time).
+DELETE FROM node_models WHERE model_name = $1 AND state IN ('staging', 'loading')
+RETURNING node_id, replica_index, address;

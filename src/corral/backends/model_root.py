@@ -1,0 +1,67 @@
+"""LoadModel opens files only under the worker's models directory.
+
+The worker passes its models directory to every backend process it starts
+(``CORRAL_BACKEND_MODELS_ROOT``). A ``ModelOptions`` path field that resolves outside it -- by an
+absolute path, ``..`` segments or a symlink -- is refused before the engine sees it, so a forged
+or mistaken LoadModel cannot make a backend read an arbitrary file of the worker. A backend started
+by hand without the variable keeps the old behaviour (any path).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from corral.proto import backend_pb2 as pb
+
+MODELS_ROOT_ENV = "CORRAL_BACKEND_MODELS_ROOT"
+# ModelOptions fields that name files besides ModelFile/ModelPath (see models/artifacts.py).
+PATH_FIELDS = ("MMProj", "DraftModel", "LoraAdapter", "LoraBase", "Tokenizer", "CLIPModel", "AudioPath")
+
+
+def models_root_from_env(env: Mapping[str, str] | None = None) -> Path | None:
+    raw = (os.environ if env is None else env).get(MODELS_ROOT_ENV, "").strip()
+    return Path(raw) if raw else None
+
+
+def outside_root(opts: pb.ModelOptions, root: Path) -> str | None:
+    """Why ``opts`` may not be loaded under ``root`` (naming the field and path), or None."""
+    real_root = os.path.realpath(root)
+    for field, value in _path_fields(opts):
+        if "\x00" in value:
+            return f"LoadModel {field} {value!r} contains a NUL byte"
+        real = os.path.realpath(_anchored(value, opts.ModelPath, field))
+        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return (f"LoadModel {field} {value!r} resolves to {real!r}, outside this worker's models "
+                    f"directory {real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it")
+    return None
+
+
+def path_outside_root(path: Path, root: Path) -> str | None:
+    """Why an engine may not open ``path`` (already resolved from the options), or None."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return (f"model file {str(path)!r} resolves to {real!r}, outside this worker's models directory "
+            f"{real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it")
+
+
+def _path_fields(opts: pb.ModelOptions) -> Iterator[tuple[str, str]]:
+    # ModelPath alone is not checked: models without files carry the frontend's directory there and
+    # open nothing through it; an engine that opens ModelPath/Model checks that path itself.
+    if opts.ModelFile:
+        yield "ModelFile", opts.ModelFile
+    for field in PATH_FIELDS:
+        value = getattr(opts, field)
+        if value and (os.path.isabs(value) or ".." in Path(value).parts):
+            yield field, value  # a bare name may be an identifier, not a file; relative paths stay below ModelPath
+    for value in opts.LoraAdapters:
+        if value and (os.path.isabs(value) or ".." in Path(value).parts):
+            yield "LoraAdapters", value
+
+
+def _anchored(value: str, model_path: str, field: str) -> str:
+    if os.path.isabs(value) or not model_path:
+        return value
+    return os.path.join(model_path, value)

@@ -1,0 +1,130 @@
+"""Stream an engine's replies with one thread per generation, coalescing what piles up.
+
+The engine's blocking iterator runs in one thread (not one thread hop per token); the event loop
+takes whatever replies are ready at once. When the reader (gRPC flow control, a slow frontend or
+client) is slower than the engine, the text pieces that piled up go out as one Reply, so a relay
+pays per message, not per token; when the reader keeps up, every token is its own message and no
+latency is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from corral.proto import backend_pb2 as pb
+
+COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # set on the worker; 1 = one message per token, as the reference
+
+
+def _max_pieces() -> int:
+    try:
+        return max(1, int(os.environ.get(COALESCE_ENV, "") or 256))
+    except ValueError:
+        return 256
+
+
+MAX_PIECES_PER_REPLY = _max_pieces()  # a cap on one coalesced message (tokens are a few bytes each)
+
+
+def _is_text_piece(reply: pb.Reply) -> bool:
+    """Text only: no counts, audio or logprobs, at most one delta with content only."""
+    if reply.tokens or reply.prompt_tokens or reply.audio or reply.logprobs:
+        return False
+    deltas = reply.chat_deltas
+    if not deltas:
+        return True
+    return len(deltas) == 1 and not deltas[0].reasoning_content and not deltas[0].tool_calls
+
+
+def _merge(pieces: list[pb.Reply]) -> pb.Reply:
+    if len(pieces) == 1:
+        return pieces[0]
+    merged = pb.Reply(message=b"".join(p.message for p in pieces))
+    if any(p.chat_deltas for p in pieces):
+        merged.chat_deltas.add(content="".join(p.chat_deltas[0].content for p in pieces if p.chat_deltas))
+    return merged
+
+
+def coalesce(replies: Iterable[pb.Reply]) -> list[pb.Reply]:
+    """Merge runs of consecutive text pieces (in order); every other reply passes as it is."""
+    out: list[pb.Reply] = []
+    run: list[pb.Reply] = []
+    for reply in replies:
+        if _is_text_piece(reply):
+            run.append(reply)
+            if len(run) < MAX_PIECES_PER_REPLY:
+                continue
+        if run:
+            out.append(_merge(run))
+            run = []
+        if not _is_text_piece(reply):
+            out.append(reply)
+    if run:
+        out.append(_merge(run))
+    return out
+
+
+class ReplyPump:
+    """`run()` (in a thread) drains the iterator; `take()` (on the loop) returns every reply ready."""
+
+    def __init__(self, replies: Iterator[pb.Reply], loop: asyncio.AbstractEventLoop) -> None:
+        self._replies, self._loop = replies, loop
+        self._ready: deque[pb.Reply] = deque()
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+        self._stopped = threading.Event()
+        self._done = False
+        self._error: BaseException | None = None
+        self.produced = 0
+
+    def stop(self) -> None:
+        """Stop at the next reply (the caller went away)."""
+        self._stopped.set()
+
+    def run(self) -> None:
+        try:
+            for reply in self._replies:
+                with self._lock:
+                    self._ready.append(reply)
+                    self.produced += 1
+                    self._wake()
+                if self._stopped.is_set():
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which reports it
+            self._error = exc
+        finally:
+            close = getattr(self._replies, "close", None)
+            if close is not None:
+                close()
+            with self._lock:
+                self._done = True
+                self._wake()
+
+    def _wake(self) -> None:  # under the lock
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._loop.call_soon_threadsafe(_resolve, waiter)
+
+    async def take(self) -> list[pb.Reply] | None:
+        """Every reply ready now (waiting for at least one); None at the end. Raises the engine's error."""
+        while True:
+            with self._lock:
+                if self._ready:
+                    batch = list(self._ready)
+                    self._ready.clear()
+                    return batch
+                if self._done:
+                    if self._error is not None:
+                        raise self._error
+                    return None
+                waiter = self._waiter = self._loop.create_future()
+            await waiter
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

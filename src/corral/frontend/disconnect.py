@@ -1,0 +1,49 @@
+"""Cancel a request's work when its client goes away, so the backend stops generating for nobody.
+
+uvicorn's `receive()` answers `http.disconnect` once the connection is lost (after the body was read).
+A watcher awaits it and cancels the request's task: the gRPC call beneath is cancelled with it
+(routing/calls.py), unary or streamed, during prefill too (a stream alone would only notice on
+its next write). One task per request; a response that already finished is never cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+async def respond_until_disconnect(receive: Receive, send: Send, respond: Callable[[Send], Awaitable[None]]) -> None:
+    """Run `respond(send)`; cancel it if the client disconnects before the response is complete."""
+    task = asyncio.current_task()
+    state = {"finished": False, "cancelled": False}
+
+    async def tracking_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            state["finished"] = True
+        await send(message)
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not state["finished"] and task is not None:
+            state["cancelled"] = True
+            task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await respond(tracking_send)
+    except asyncio.CancelledError:
+        if not state["cancelled"] or task is None:
+            raise
+        task.uncancel()
+        log.debug("client disconnected: request cancelled")
+    finally:
+        watcher.cancel()

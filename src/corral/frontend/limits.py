@@ -1,0 +1,178 @@
+"""Bounded resources per request, enforced before anything else runs (the outermost ASGI layer).
+
+* Body size per route class. A `Content-Length` over the class's limit is refused with 413 without
+  reading a byte of the body (and without `100 Continue`); a body without one (chunked) is read up
+  to the limit and cut off with 413 the moment it passes it. Either way before parsing and before
+  auth: an anonymous 300 MB POST costs the frontend nothing. A declared length within the limit is
+  passed through untouched (the HTTP server delivers no more than it declares), so the inference
+  path pays one header scan.
+* Concurrency. Past `max_concurrent_requests` requests in progress on this frontend (streams count
+  until they end; health checks never count and are never refused), a request is answered 429 with
+  `Retry-After` at once instead of queueing without bound.
+
+Both 413 and 429 name the knob that raises the limit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+UNCOUNTED_PATHS = frozenset({"/healthz", "/readyz"})  # probes must answer even when the frontend is full
+RETRY_AFTER_S = 1
+CONCURRENCY_KNOB = "CORRAL_MAX_CONCURRENT_REQUESTS"
+
+
+@dataclass(frozen=True)
+class BodyLimit:
+    """The largest body one class of routes accepts, and the setting that raises it."""
+
+    what: str  # "inference requests (/v1/*)"
+    max_bytes: int
+    knob: str
+
+    def message(self) -> str:
+        return (f"request body too large: {self.what} accept at most {self.max_bytes} bytes; "
+                f"raise {self.knob} to allow more")
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    inference_body_bytes: int = 16 << 20
+    node_api_body_bytes: int = 1 << 20
+    model_config_body_bytes: int = 1 << 20
+    admin_body_bytes: int = 1 << 20
+    max_concurrent_requests: int = 1024
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RequestLimits:
+        return cls(settings.inference_max_body_bytes, settings.node_api_max_body_bytes,
+                   settings.model_config_max_body_bytes, settings.admin_max_body_bytes,
+                   settings.max_concurrent_requests)
+
+    def classes(self) -> tuple[tuple[str, BodyLimit], ...]:
+        """(path prefix, limit), first match wins; the last entry (prefix "") covers every other route."""
+        return (
+            ("/v1/", BodyLimit("inference requests (/v1/*)", self.inference_body_bytes, "CORRAL_INFERENCE_MAX_BODY")),
+            ("/api/node/", BodyLimit("worker node API requests (/api/node/*)", self.node_api_body_bytes,
+                                     "CORRAL_NODE_API_MAX_BODY")),
+            ("/api/model-configs", BodyLimit("model config edits (/api/model-configs/*)",
+                                             self.model_config_body_bytes, "CORRAL_MODEL_CONFIG_MAX_BODY")),
+            ("", BodyLimit("admin and other requests", self.admin_body_bytes, "CORRAL_ADMIN_MAX_BODY")),
+        )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+def _declared_length(scope: Scope) -> int | None:
+    """Content-Length when it alone frames the body; None for chunked (or a length we will not trust)."""
+    length = None
+    for name, value in scope.get("headers", ()):
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            length = int(value) if value.isdigit() else None
+    return length
+
+
+async def _read_at_most(receive: Receive, max_bytes: int) -> bytes:
+    chunks, total = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > max_bytes:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body already read, then the client's own messages (a disconnect during a stream)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+async def _answer(send: Send, status: int, message: str, type_: str, code: str,
+                  headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _too_large(send: Send, limit: BodyLimit) -> None:
+    # Connection: close — the server drops the connection instead of draining the rest of the body.
+    await _answer(send, 413, limit.message(), "invalid_request_error", "body_too_large",
+                  [(b"connection", b"close")])
+
+
+class RequestLimitsMiddleware:
+    def __init__(self, app: ASGIApp, limits: RequestLimits) -> None:
+        self.app, self.limits = app, limits
+        self._classes = limits.classes()
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNCOUNTED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limits.max_concurrent_requests:
+            await self._busy(send)
+            return
+        self.in_flight += 1
+        try:
+            await self._bounded(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    def body_limit(self, path: str) -> BodyLimit:
+        for prefix, limit in self._classes:
+            if path.startswith(prefix):
+                return limit
+        return self._classes[-1][1]
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = self.body_limit(scope["path"])
+        declared = _declared_length(scope)
+        if declared is not None:
+            if declared > limit.max_bytes:
+                await _too_large(send, limit)
+                return
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await _read_at_most(receive, limit.max_bytes)
+        except _TooLarge:
+            await _too_large(send, limit)
+            return
+        except _Disconnected:
+            return  # nobody to answer
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _busy(self, send: Send) -> None:
+        limit = self.limits.max_concurrent_requests
+        await _answer(send, 429, f"this frontend is serving its limit of {limit} concurrent requests; retry "
+                                 f"after {RETRY_AFTER_S} s, or raise {CONCURRENCY_KNOB}", "rate_limit_error",
+                      "frontend_busy", [(b"retry-after", str(RETRY_AFTER_S).encode())])

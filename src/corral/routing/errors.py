@@ -1,0 +1,35 @@
+"""Errors of a backend call made through the router; `frontend` maps them to HTTP."""
+
+from __future__ import annotations
+
+
+class BackendCallError(Exception):
+    """A call to a model replica's backend process did not produce an answer."""
+
+    def __init__(self, message: str, *, model: str, node_name: str) -> None:
+        super().__init__(message)
+        self.model, self.node_name = model, node_name
+
+
+class BackendRefused(BackendCallError):
+    """The backend answered with an error status (the message quotes it); fix the request or the model."""
+
+    def __init__(self, message: str, *, model: str, node_name: str, code: str, details: str) -> None:
+        super().__init__(message, model=model, node_name=node_name)
+        self.code, self.details = code, details
+
+    @property
+    def invalid_request(self) -> bool:
+        return self.code == "INVALID_ARGUMENT"
+
+
+class BackendTimeout(BackendCallError):
+    """The backend sent nothing within a budget; the message names the knob that raises it.
+
+    The replica was health-probed: `dropped` says whether it failed the probe and was forgotten.
+    """
+
+    def __init__(self, message: str, *, model: str, node_name: str, budget_s: float, knob: str,
+                 dropped: bool) -> None:
+        super().__init__(message, model=model, node_name=node_name)
+        self.budget_s, self.knob, self.dropped = budget_s, knob, dropped

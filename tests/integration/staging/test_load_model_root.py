@@ -1,0 +1,81 @@
+"""LoadModel opens files only under the worker's models directory (issue 10, staged-file integrity).
+
+A real supervisor (the worker's) starts a real backend process, passing it the models root; the
+LoadModel calls go over gRPC like the frontend's.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
+from corral.worker.ports import PortAllocator
+from corral.worker.supervisor import Supervisor
+
+TOKEN = "t0k"
+
+
+def _free_base() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def backend(tmp_path):
+    models = tmp_path / "worker" / "models"
+    (models / "m").mkdir(parents=True)
+    base = _free_base()
+    supervisor = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token=TOKEN,
+                            start_timeout_s=30, models_root=models)
+    proc = await supervisor.ensure("m#0", "simulator")
+    try:
+        async with grpc.aio.insecure_channel(proc.local_address) as channel:
+            yield backend_pb2_grpc.BackendStub(channel), models
+    finally:
+        await supervisor.stop_all(force=True)
+
+
+async def _load(stub: backend_pb2_grpc.BackendStub, **fields: str) -> pb.Result:
+    return await stub.LoadModel(pb.ModelOptions(Model="m", **fields), timeout=30,
+                                metadata=(("authorization", f"Bearer {TOKEN}"),))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("ModelFile", "/etc/passwd"),  # absolute, elsewhere
+    ("ModelFile", "m/../../../../etc/passwd"),  # relative, climbing out of ModelPath
+    ("MMProj", "/etc/hostname"),  # a companion file
+])
+async def test_load_model_refuses_a_path_outside_the_models_directory(backend, field, value):
+    stub, models = backend
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _load(stub, ModelPath=str(models), **{field: value})
+    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert info.value.details() == (
+        f"LoadModel {field} {value!r} resolves to {str(Path(models / value).resolve())!r}, outside this worker's "
+        f"models directory {str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it"
+    )
+
+
+async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(backend, tmp_path):
+    stub, models = backend
+    outside = tmp_path / "secret.gguf"
+    outside.write_bytes(b"GGUF")
+    (models / "m" / "link.gguf").symlink_to(outside)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _load(stub, ModelFile=str(models / "m" / "link.gguf"))
+    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert f"resolves to {str(outside)!r}, outside this worker's models directory" in info.value.details()
+
+
+async def test_load_model_accepts_a_file_under_the_models_directory(backend):
+    stub, models = backend
+    model_file = models / "m" / "model.gguf"
+    model_file.write_bytes(b"GGUF")
+    result = await _load(stub, ModelFile=str(model_file), ModelPath=str(models / "m"))
+    assert result.success, result.message
