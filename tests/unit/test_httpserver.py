@@ -21,3 +21,16 @@ def test_warm_up_matches_every_route_without_calling_a_handler() -> None:
 
     assert warm_up(app) == 404
     assert called == []
+
+
+async def test_the_server_builds_the_openapi_schema_before_it_listens() -> None:
+    from corral.embedded import free_port
+    from corral.httpserver import EmbeddedHTTPServer
+
+    app = FastAPI()
+    server = EmbeddedHTTPServer(app, "127.0.0.1", free_port(), name="test-http")
+    await server.start()
+    try:
+        assert app.openapi_schema is not None
+    finally:
+        await server.stop()
