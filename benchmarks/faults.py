@@ -40,6 +40,14 @@ def worker_stream(bed: FaultBed) -> Outcome:
     return faults.worker_killed_mid_stream(bed, "streamer")
 
 
+def backend_stop(bed: FaultBed) -> Outcome:
+    write_sim_model(bed.cluster.models_dir, "frozen", "output_token_time_s:0.1", file_bytes=MIB)
+    bed.start_frontend()
+    bed.start_worker("w1")
+    bed.start_worker("w2")
+    return faults.backend_stopped_mid_stream(bed, "frozen")
+
+
 def worker_staging(bed: FaultBed) -> Outcome:
     write_sim_model(bed.cluster.models_dir, "bulky", file_bytes=48 * MIB)
     bed.start_frontend()
@@ -79,6 +87,7 @@ FRONTEND_ENV = {"nats": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}, "postgresql": {
 
 SCENARIOS: dict[str, Callable[[FaultBed], Outcome]] = {
     "worker-stream": worker_stream,
+    "backend-sigstop": backend_stop,
     "worker-staging": worker_staging,
     "worker-idle": worker_idle,
     "frontend-load": frontend_load,
@@ -87,11 +96,29 @@ SCENARIOS: dict[str, Callable[[FaultBed], Outcome]] = {
 }
 
 
+def host_unplugged(root: Path) -> Outcome | str:
+    """The multi-host row: its own network namespaces, PostgreSQL and NATS (skipped where unavailable)."""
+    from support.multihost import host_unplugged_mid_stream, start_multihost
+    from support.netns import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        return f"skipped: {reason}"
+    models_dir = root / "multihost" / "frontend-models"
+    write_sim_model(models_dir, "everywhere", file_bytes=MIB)
+    write_sim_model(models_dir, "talker", "output_token_time_s:0.1")
+    cluster = start_multihost(root / "multihost", models_dir)
+    try:
+        return host_unplugged_mid_stream(cluster, "talker")
+    finally:
+        cluster.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(SCENARIOS)}")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(SCENARIOS)}, netns")
     args = parser.parse_args()
-    chosen = [s for s in args.only.split(",") if s] or list(SCENARIOS)
+    chosen = [s for s in args.only.split(",") if s] or [*SCENARIOS, "netns"]
     root = Path(tempfile.mkdtemp(prefix="corral-faults-", dir="/var/tmp"))
     os.chmod(root, 0o755)  # PostgreSQL runs as the `postgres` user when we are root
     pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
@@ -100,6 +127,9 @@ def main() -> None:
     print(HEADER, flush=True)
     try:
         for name in chosen:
+            if name == "netns":
+                _netns_row(root)
+                continue
             bed = FaultBed.start(root, pg, nats, name, **FRONTEND_ENV.get(name, {}))
             started = time.monotonic()
             try:
@@ -114,6 +144,17 @@ def main() -> None:
         nats.stop()
         pg.stop(quiet=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _netns_row(root: Path) -> None:
+    started = time.monotonic()
+    try:
+        outcome = host_unplugged(root)
+        print(outcome.row() if isinstance(outcome, Outcome) else f"{'host unplugged (netns)':<34} {outcome}",
+              flush=True)
+    except Exception as exc:  # noqa: BLE001 - a scenario that breaks still gets its row
+        print(f"{'host unplugged (netns)':<34} scenario failed after {time.monotonic() - started:.0f}s: "
+              f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
 
 
 if __name__ == "__main__":

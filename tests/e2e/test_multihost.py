@@ -1,67 +1,33 @@
 """Multi-host on one machine: PostgreSQL, NATS, a frontend and two workers, each in its own network namespace
 with its own address on a bridge; nothing talks over loopback between them. Covers staging (the workers
 have no shared model directory: files travel over the bridge), routing to the workers' addresses,
-`replicas: all`, a config edit's exact stop under traffic, and the loss of a worker (its veth deleted).
-Skipped, with the reason, where namespaces cannot be created.
+`replicas: all`, a config edit's exact stop under traffic, an edit while a replica loads, and the loss of
+a worker (its veth deleted mid-stream). Skipped, with the reason, where namespaces cannot be created.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from support.cluster import Proc
-from support.faults import FRONTEND_WINDOWS, Traffic, chat, replicas, summarize, write_sim_model
-from support.netns import Network, start_postgres, unavailable_reason
-from support.processes import backend_pid
+from support.fault_clients import Traffic, chat, load_status, summarize
+from support.faults import loaded_on, query, replicas, write_sim_model
+from support.multihost import MultiHost, host_unplugged_mid_stream, spread_on, start_multihost
+from support.netns import unavailable_reason
+from support.processes import backend_pid, gone
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
-TOKEN = "multihost-token"
-ADMIN_KEY = "multihost-admin-key"
-HOSTS = {"pg": 2, "nats": 3, "fe": 10, "w1": 11, "w2": 12}
-BASE_PORTS = {"w1": 50051, "w2": 50071}  # distinct, so a backend's port names its replica
-
-
-@dataclass
-class Env:
-    net: Network
-    url: str
-    database_url: str
-    models_dir: Path
-    root: Path
-    workers: dict[str, Proc]
-
-    @property
-    def admin(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-    def ip(self, role: str) -> str:
-        return self.net.hosts[role].ip
-
-
-def _wait_http(url: str, proc: Proc, timeout_s: float = 90.0) -> None:
-    def ready() -> bool:
-        assert proc.popen.poll() is None, f"{proc.name} exited:\n{proc.log()[-3000:]}"
-        try:
-            return httpx.get(url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, f"{proc.name} ready at {url}", timeout_s)
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path) -> Iterator[Env]:
+def env(state_root: Path) -> Iterator[MultiHost]:
     reason = unavailable_reason()
     if reason:
         print(f"\nmulti-host tests skipped: {reason}")
@@ -69,63 +35,13 @@ def env(state_root: Path) -> Iterator[Env]:
     root = state_root / "multihost"
     models_dir = root / "frontend-models"
     write_sim_model(models_dir, "staged", file_bytes=8 * MIB)
-    write_sim_model(models_dir, "everywhere", "load_time_s:1", file_bytes=2 * MIB)
-    net = Network()
+    write_sim_model(models_dir, "everywhere", "load_time_s:2", file_bytes=2 * MIB)
+    write_sim_model(models_dir, "talker", "output_token_time_s:0.1")
+    cluster = start_multihost(root, models_dir)
     try:
-        net.create()
-        for role, octet in HOSTS.items():
-            net.add_host(role, octet)
-        pg_base = start_postgres(net, "pg", root / "pg")
-        database_url = _create_database(pg_base)
-        nats_url = f"nats://{net.hosts['nats'].ip}:4222"
-        net.spawn("nats", "nats", [_nats_server(), "-a", net.hosts["nats"].ip, "-p", "4222", "-js", "-sd",
-                                   str(root / "nats")], root / "logs", python=False)
-        url = f"http://{net.hosts['fe'].ip}:8080"
-        frontend = net.spawn("fe", "frontend", [
-            "run", "--address", f"{net.hosts['fe'].ip}:8080", "--nats-url", nats_url, "--database-url", database_url,
-            "--registration-token", TOKEN, "--auto-approve-nodes", "--models-path", str(models_dir),
-            "--expose-node-header", "--reconciler-interval", "0.5s",
-        ], root / "logs", env={**FRONTEND_WINDOWS, "LOCALAI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
-                               "LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": "everywhere",
-                                                                        "replicas": "all"}])})
-        _wait_http(f"{url}/readyz", frontend)
-        workers = {}
-        for role in ("w1", "w2"):
-            ip = net.hosts[role].ip
-            workers[role] = net.spawn(role, role, [
-                "worker", "--register-to", url, "--nats-url", nats_url, "--registration-token", TOKEN,
-                "--node-name", role, "--serve-addr", f"{ip}:{BASE_PORTS[role]}",
-                "--advertise-addr", f"{ip}:{BASE_PORTS[role]}", "--http-addr", f"{ip}:{BASE_PORTS[role] - 1}",
-                "--models-path", str(root / role / "models"),
-                "--heartbeat-interval", "0.5s", "--log-level", "debug",
-            ], root / "logs")
-        for role, proc in workers.items():
-            _wait_http(f"http://{net.hosts[role].ip}:{BASE_PORTS[role] - 1}/readyz", proc)
-        yield Env(net, url, database_url, models_dir, root, workers)
+        yield cluster
     finally:
-        net.close()
-
-
-def _nats_server() -> str:
-    from corral.embedded import find_nats_server
-
-    return str(find_nats_server())
-
-
-def _create_database(pg_base: str) -> str:
-    import asyncio
-
-    import asyncpg
-
-    async def create() -> None:
-        conn = await asyncpg.connect(f"{pg_base}/postgres", timeout=10)
-        try:
-            await conn.execute('CREATE DATABASE "corral_multihost"')
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    return f"{pg_base}/corral_multihost"
+        cluster.close()
 
 
 def _replica_header(url: str, model: str) -> str:
@@ -135,7 +51,7 @@ def _replica_header(url: str, model: str) -> str:
     return response.headers["X-Corral-Replica"]
 
 
-def test_a_model_is_staged_over_the_bridge_and_served_from_the_workers_address(env: Env) -> None:
+def test_a_model_is_staged_over_the_bridge_and_served_from_the_workers_address(env: MultiHost) -> None:
     header = _replica_header(env.url, "staged")
     address = header.rpartition("@")[2]
     node = next(role for role in ("w1", "w2") if address.startswith(f"{env.ip(role)}:"))
@@ -146,18 +62,17 @@ def test_a_model_is_staged_over_the_bridge_and_served_from_the_workers_address(e
     assert not (env.root / other / "models" / "staged").exists()  # no shared directory: only the chosen host has it
 
 
-def test_replicas_all_puts_one_replica_on_each_host_and_requests_reach_both(env: Env) -> None:
-    wait_for(lambda: sorted(str(r["node"]) for r in replicas(env.database_url, "everywhere")
-                            if r["state"] == "loaded") == ["w1", "w2"], "a replica of everywhere on w1 and w2", 90)
+def test_replicas_all_puts_one_replica_on_each_host_and_requests_reach_both(env: MultiHost) -> None:
+    wait_for(lambda: spread_on(env, ["w1", "w2"]), "a replica of everywhere on w1 and w2", 90)
     rows = replicas(env.database_url, "everywhere")
     assert sorted(str(r["address"]).rpartition(":")[0] for r in rows) == [env.ip("w1"), env.ip("w2")]
     seen = {_replica_header(env.url, "everywhere").rpartition("@")[2].rpartition(":")[0] for _ in range(12)}
     assert seen <= {env.ip("w1"), env.ip("w2")} and seen, seen
 
 
-def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no_request(env: Env) -> None:
-    wait_for(lambda: len([r for r in replicas(env.database_url, "everywhere") if r["state"] == "loaded"]) == 2,
-             "two loaded replicas of everywhere", 90)
+def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no_request(env: MultiHost) -> None:
+    wait_for(lambda: spread_on(env, ["w1", "w2"]), "a replica of everywhere on w1 and w2", 90)
+    assert chat(env.url, "staged").ok  # another model, whose process must survive the edit
     old_pids = {_backend_pid(env, r) for r in replicas(env.database_url, "everywhere")}
     staged_pid = _backend_pid(env, replicas(env.database_url, "staged")[0])
     assert None not in old_pids and staged_pid is not None
@@ -175,15 +90,39 @@ def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no
     assert _backend_pid(env, replicas(env.database_url, "staged")[0]) == staged_pid  # the other model untouched
 
 
-def _revision_rows(env: Env, revision: str) -> list[dict[str, object]]:
-    from support.faults import query
+def _edit(env: MultiHost, context_size: int) -> str:
+    edit = httpx.patch(f"{env.url}/api/model-configs/everywhere", json={"context_size": context_size},
+                       headers=env.admin, timeout=30)
+    assert edit.status_code == 200, edit.text
+    return str(edit.json()["config_revision"])
 
+
+def _loading(env: MultiHost, revision: str) -> bool:
+    rows = _revision_rows(env, revision)
+    return load_status(env.url, "everywhere") is not None or any(r["state"] != "loaded" for r in rows)
+
+
+def test_a_config_edit_while_a_replica_is_loading_loses_no_request(env: MultiHost) -> None:
+    wait_for(lambda: spread_on(env, ["w1", "w2"]), "a replica of everywhere on w1 and w2", 90)
+    with Traffic(env.url, "everywhere", concurrency=2, timeout_s=90) as traffic:
+        traffic.wait_served(3, "before the edits")
+        first = _edit(env, 1536)
+        wait_for(lambda: _loading(env, first), "a replica of the first edit loading", 60)
+        last = _edit(env, 3072)  # a second edit while that load runs (issue 10: 502 for every request)
+        wait_for(lambda: sorted((str(r["node"]), r["state"]) for r in _revision_rows(env, last)) ==
+                 [("w1", "loaded"), ("w2", "loaded")], "both replicas loaded under the last revision", 120)
+        traffic.wait_served(3, "after the edits")
+    assert all(r.ok for r in traffic.replies), summarize(traffic.replies)  # issue 10 item 7: no outage
+    wait_for(lambda: len(replicas(env.database_url, "everywhere")) == 2, "only the last revision's replicas left", 60)
+
+
+def _revision_rows(env: MultiHost, revision: str) -> list[dict[str, object]]:
     return query(env.database_url, "SELECT n.name AS node, m.state FROM node_models m JOIN backend_nodes n "
                                    "ON n.id = m.node_id WHERE m.model_name = 'everywhere' AND m.config_revision = $1",
                  revision)
 
 
-def _backend_pid(env: Env, row: dict[str, object]) -> int | None:
+def _backend_pid(env: MultiHost, row: dict[str, object]) -> int | None:
     """The backend process of a replica row: a child of that node's worker, listening on the row's port."""
     pid = backend_pid(str(row["address"]).rpartition(":")[2])
     if pid is None:
@@ -194,24 +133,19 @@ def _backend_pid(env: Env, row: dict[str, object]) -> int | None:
 
 
 def backend_pid_alive(pid: int | None) -> bool:
-    from support.processes import gone
-
     return pid is not None and not gone(pid, timeout_s=0.1)
 
 
-def test_a_worker_unplugged_from_the_network_costs_no_request_and_its_replicas_are_dropped(env: Env) -> None:
-    wait_for(lambda: sorted(str(r["node"]) for r in replicas(env.database_url, "everywhere")
-                            if r["state"] == "loaded") == ["w1", "w2"], "a replica of everywhere on w1 and w2", 90)
-    with Traffic(env.url, "everywhere", concurrency=2, timeout_s=60) as traffic:
-        traffic.wait_served(3, "before the cut")
-        t0 = time.monotonic()
-        env.net.cut("w2")
-        wait_for(lambda: [str(r["node"]) for r in replicas(env.database_url, "everywhere")] == ["w1"],
-                 "w2's replica dropped once its heartbeats stop", 60)
-        traffic.wait_served(5, "after the cut", 90)
-    after = [r for r in traffic.replies if r.started >= t0]
-    assert after and all(r.ok for r in after), summarize(after)  # retried on w1, never a hang or an error
+def test_a_worker_unplugged_mid_stream_ends_that_stream_costs_no_other_request_and_is_dropped(env: MultiHost) -> None:
+    outcome = host_unplugged_mid_stream(env, "talker")
+    print(f"\n{outcome.row()}")
+    after, stream = outcome.details["after"], outcome.details["stream"]
+    victim, survivor = outcome.details["victim"], outcome.details["survivor"]
+    assert after and all(r.ok for r in after), summarize(after)  # never a hang or an error for other requests
     nodes = {n["name"]: n for n in httpx.get(f"{env.url}/api/nodes", headers=env.admin, timeout=10).json()}
-    assert nodes["w2"]["status"] != "healthy" and nodes["w1"]["status"] == "healthy"
-    reply = chat(env.url, "staged")  # wherever it was, it is served from the host that is left
-    assert reply.ok, reply.seen()
+    assert nodes[victim]["status"] != "healthy" and nodes[survivor]["status"] == "healthy"
+    # issue 10 item 6: the stream from the unplugged host ends with an error naming the model, not a hang
+    assert stream.finish_reason is None and stream.error.startswith("model talker"), stream.seen()
+    assert stream.done, stream.seen()
+    assert [r.status for r in outcome.details["again"]] == [200]  # served again, from the host that is left
+    assert loaded_on(env.database_url, "talker") == [survivor]

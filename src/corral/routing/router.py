@@ -7,9 +7,7 @@ loading's `ColdLoads`, built with the evictor and the runner where the frontend 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import cast
 
 import asyncpg
@@ -133,14 +131,6 @@ class Router:
         replica.in_flight -= 1
         if replica.in_flight == 0:
             self.active.pop(id(replica), None)
-
-    @contextlib.asynccontextmanager
-    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
-        self.acquire(replica)
-        try:
-            yield replica
-        finally:
-            self.release(replica)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""
