@@ -340,6 +340,7 @@ def dependency_restarted(bed: FaultBed, dependency: str, warm: str, cold: str, l
     duplicates = (bed.load_calls(warm) - 1) + (bed.load_calls(later) - 1) + (bed.load_calls(cold) - cold_reply.ok)
     return Outcome(
         f"{'PostgreSQL' if dependency == 'postgresql' else 'NATS'} down {down_s:g}s under traffic",
-        f"warm: {summarize(during)}; cold: {cold_reply.seen()}", recover_s, lost, duplicates,
+        f"warm: {summarize(during)}; cold: {cold_reply.seen()}; after the restart: {summarize(after)}",
+        recover_s, lost, duplicates,
         {"during": during, "outside": outside, "cold": cold_reply, "after": after, "served_after": served_after,
          "heartbeats": heartbeats, "exited": [p.name for p in procs if p.popen.poll() is not None]})
