@@ -157,6 +157,8 @@ def _dependency_problems(outcome: Outcome, names: tuple[str, ...]) -> list[str]:
         problems.append(f"cold request during the outage: {cold.seen()} (want a 503 naming {' and '.join(names)})")
     if outcome.recover_s is None:
         problems.append(f"no cold load served after the restart: {summarize(outcome.details['after'])}")
+    elif len(outcome.details["after"]) > 1:  # a request right after the restart waits for the reconnect
+        problems.append(f"a new model's requests right after the restart: {summarize(outcome.details['after'])}")
     if not outcome.details["served_after"]:
         problems.append("warm traffic not served after the restart")
     if not outcome.details["heartbeats"]:
