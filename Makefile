@@ -39,6 +39,8 @@ proto: install
 	cd src && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. corral/proto/backend.proto
 
 bench: install
+	$(VENV)/bin/pip install -q -e '.[bench,models]'  # vllm-router: the reference point (optional)
+	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/routing_overhead.py
 	$(PY) benchmarks/placement_scale.py
 	$(PY) benchmarks/staging_throughput.py

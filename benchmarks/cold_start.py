@@ -99,7 +99,7 @@ async def _corral(database_url: str) -> tuple[float, float, int, int]:
     root = Path(tempfile.mkdtemp(prefix="corral-bench-cold-", dir="/var/tmp"))
     root.mkdir(parents=True, exist_ok=True)
     (root / "frontend-models").symlink_to(MODELS_DIR)
-    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222")
+    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
     watch = ("--slow-callback-ms", str(WATCH_MS))
     try:
         cluster.start_frontend(*watch)
@@ -113,10 +113,7 @@ async def _corral(database_url: str) -> tuple[float, float, int, int]:
         assert cluster.frontend is not None
         return ttfb, worst[0], _max_stall_ms(cluster.frontend.log()), _max_stall_ms(cluster.workers[0].log())
     finally:
-        try:
-            cluster.stop()
-        except AssertionError as exc:  # the harness's stall guard: report, do not hide the figures
-            print(f"loop stalls logged: {exc}")
+        cluster.stop()
 
 
 async def main() -> None:

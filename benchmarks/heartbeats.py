@@ -118,7 +118,7 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
     await admin.execute(f'CREATE DATABASE "{name}"')
     url = f"postgresql://postgres@127.0.0.1:5432/{name}"
     root = Path(tempfile.mkdtemp(prefix="corral-bench-hb-", dir="/var/tmp"))
-    cluster = Cluster(root=root, database_url=url, nats_url="nats://127.0.0.1:4222")
+    cluster = Cluster(root=root, database_url=url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
     (root / "frontend-models").mkdir(parents=True)
     try:
         cluster.start_frontend("--node-heartbeat-checkpoint", f"{checkpoint_s}s", "--log-level", "warning")

@@ -127,13 +127,30 @@ async def _snapshot_read(url: str) -> None:
         await pool.close()
 
 
+async def _on_server(admin_url: str) -> None:
+    import asyncpg
+
+    name = f"corral_bench_place_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(admin_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        await _snapshot_read(f"{admin_url.rsplit('/', 1)[0]}/{name}")
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
 def _with_database() -> None:
+    """On CORRAL_BENCH_DATABASE_URL (a database to fill), else a fresh database on 127.0.0.1:5432, else embedded."""
+    from corral.embedded import embedded_postgres, port_open
+
     url = os.environ.get("CORRAL_BENCH_DATABASE_URL")
     if url:
         asyncio.run(_snapshot_read(url))
         return
-    from corral.embedded import embedded_postgres
-
+    if port_open("127.0.0.1", 5432):
+        asyncio.run(_on_server("postgresql://postgres@127.0.0.1:5432/postgres"))
+        return
     pg = embedded_postgres(Path(tempfile.mkdtemp(prefix="corral-bench-pg-", dir="/var/tmp")) / "pg")
     pg.start()
     try:

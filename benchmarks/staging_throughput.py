@@ -9,9 +9,12 @@ Measured in the same run, alternating rounds (these machines are noisy), median 
   uses the CPU's SHA extensions where coreutils may not);
 * first staging of a file never hashed before: local hash + transfer, vs ``sha256sum`` + ``curl -T``.
 
-Prints MB/s and the ratios (ours / raw, higher is better; target >= 0.90).
+Prints MB/s and the ratios (ours / raw, higher is better; target >= 0.90), then for each side the
+median, min, max and spread (max / min) of the rounds, and the CPU seconds each transfer cost (worker +
+client process vs minimal receiver + curl): on a machine other work keeps busy, wall times follow the
+CPU left over, so the CPU cost is the steadier figure.
 
-    python benchmarks/staging_throughput.py [--size-mib 1024] [--rounds 3]
+    python benchmarks/staging_throughput.py [--size-mib 1024] [--rounds 4] [--transfer-only]
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.staging.hashing import hash_sidecar_path, sha256_file
+from corral.staging.hashing import cached_sha256, hash_sidecar_path, sha256_file
 from corral.staging.uploader import stage_file
 
 TOKEN = "bench-token"
@@ -107,6 +111,27 @@ def _settle(worker_dir: Path) -> None:
     os.sync()
 
 
+def _process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuMeter:
+    """CPU seconds of a server process plus this process (``RUSAGE_SELF``) or its children (curl)."""
+
+    def __init__(self, server_pid: int, who: int) -> None:
+        self.server_pid, self.who = server_pid, who
+
+    def now(self) -> float:
+        return _process_cpu_s(self.server_pid) + _own_cpu_s(self.who)
+
+
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]
     start = time.perf_counter()
     fn()
@@ -154,10 +179,29 @@ def _line(label: str, ours: list[float], raw: list[float], size_bytes: int) -> N
     print(f"{'':<34} raw:  {_spread(raw)}")
 
 
+def _report(args: argparse.Namespace, results: dict[str, list[float]], size_bytes: int) -> None:
+    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    _line("transfer (stage_file vs curl -T)", results["stage"], results["curl"], size_bytes)
+    print(f"{'transfer CPU seconds':<34} ours (worker + client) median {statistics.median(results['stage_cpu']):5.2f}s"
+          f"  raw (receiver + curl) median {statistics.median(results['curl_cpu']):5.2f}s  ratio "
+          f"{statistics.median(results['curl_cpu']) / statistics.median(results['stage_cpu']):4.2f}")
+    if not args.transfer_only:
+        _line("verify hash (ours vs sha256sum)", results["hash"], results["sha256sum"], size_bytes)
+        if results["openssl"]:
+            _line("verify hash (ours vs openssl dgst)", results["hash"], results["openssl"], size_bytes)
+        _line("first staging (hash + transfer)", results["first"], results["raw_first"], size_bytes)
+    for key, values in results.items():
+        if not values:
+            continue
+        print(f"  {key:<10} " + " ".join(f"{v:6.2f}s" for v in values))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--transfer-only", action="store_true", help="only the transfer rows (no hash rounds)")
     args = parser.parse_args()
     if shutil.which("curl") is None or shutil.which("sha256sum") is None:
         raise SystemExit("benchmark needs curl and sha256sum on PATH")
@@ -172,22 +216,32 @@ async def main() -> None:
     _write_random(source, size_bytes)
     worker = _start(WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN)
     raw = _start(MINIMAL_RECEIVER_SCRIPT, str(raw_port), str(root / "raw-received.bin"))
-    keys = ("stage", "curl", "hash", "sha256sum", "openssl", "first", "raw_first")
+    keys = ("stage", "curl", "stage_cpu", "curl_cpu", "hash", "sha256sum", "openssl", "first", "raw_first")
+    stage_cpu, curl_cpu = CpuMeter(worker.pid, resource.RUSAGE_SELF), CpuMeter(raw.pid, resource.RUSAGE_CHILDREN)
     results: dict[str, list[float]] = {k: [] for k in keys}
     has_openssl = shutil.which("openssl") is not None
     try:
         async with httpx.AsyncClient(timeout=600) as client:
-            _sha256sum(source)  # warm the page cache the same way for everyone
+            # Warm the page cache the same way for everyone, and record the source's hash: a transfer round
+            # measures the transfer only (before this, round 1 also hashed the 1 GiB source, which made
+            # the first round 2-3x slower than the others and the spread look like the transfer's).
+            cached_sha256(source)
             for round_index in range(args.rounds):
                 # Each transfer starts with no dirty pages left by the previous one (writeback throttling
                 # would otherwise penalise whoever runs second), and the order alternates.
                 for name in ("curl", "stage") if round_index % 2 == 0 else ("stage", "curl"):
                     _settle(worker_dir)
                     if name == "curl":
+                        cpu_before = curl_cpu.now()
                         results["curl"].append(_timed(lambda: _curl(raw_port, source)))
+                        results["curl_cpu"].append(curl_cpu.now() - cpu_before)
                     else:
+                        cpu_before = stage_cpu.now()
                         results["stage"].append(
                             await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                        results["stage_cpu"].append(stage_cpu.now() - cpu_before)
+                if args.transfer_only:
+                    continue
                 results["sha256sum"].append(_timed(lambda: _sha256sum(source)))
                 results["hash"].append(_timed(lambda: sha256_file(source)))
                 if has_openssl:
@@ -203,15 +257,7 @@ async def main() -> None:
             if proc.stdout is not None:
                 proc.stdout.close()
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
-    _line("transfer (stage_file vs curl -T)", results["stage"], results["curl"], size_bytes)
-    _line("verify hash (ours vs sha256sum)", results["hash"], results["sha256sum"], size_bytes)
-    if results["openssl"]:
-        _line("verify hash (ours vs openssl dgst)", results["hash"], results["openssl"], size_bytes)
-    _line("first staging (hash + transfer)", results["first"], results["raw_first"], size_bytes)
-    for key, values in results.items():
-        print(f"  {key:<10} " + " ".join(f"{v:6.2f}s" for v in values))
+    _report(args, results, size_bytes)
 
 
 if __name__ == "__main__":

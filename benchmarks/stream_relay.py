@@ -1,26 +1,29 @@
 """Stream relay cost: frontend CPU per relayed streamed token, against the backend's own CPU per token.
 
-In one run, on this machine (its own PostgreSQL and NATS, a frontend, a worker, simulator backends):
-  flood  — a zero-delay simulator: the engine is faster than any relay (tokens pile up; the backend
-           coalesces whatever is ready into one gRPC message, the frontend into one SSE write);
-  paced  — 16 streams at 500 tokens/s each: one token per gRPC message and per SSE event, the cost
-           of relaying tokens one by one while the frontend keeps up;
-  decode — one stream from a 100 tokens/s simulator, through corral vs. the backend's gRPC stream
-           read directly (the same engine alone): the relay must keep the engine's speed.
-CPU time is read from /proc/<pid>/stat (user + system) for the frontend and the backend process,
-minus the frontend's idle background (heartbeats, in-flight reports) over the same duration.
+In one run, on this machine (its own PostgreSQL and NATS, a frontend, two workers, simulator backends):
+  flood, coalesced   — a zero-delay simulator: the engine outruns the relay, and the backend sends the
+                       text pieces that piled up as one gRPC message (the frontend: one SSE write);
+  flood, per token   — the same with CORRAL_STREAM_COALESCE_MAX=1 on the second worker: one gRPC
+                       message and one SSE event per token, the frontend saturated (per-message cost);
+  paced              — one stream at a time at 500 tokens/s: every token wakes the frontend up;
+  decode             — one stream from a 100 tokens/s simulator, through corral vs. the backend's gRPC
+                       stream read directly (the same engine alone): the relay must keep its speed.
+CPU time is read from /proc/<pid>/stat (user + system, all threads) for the frontend and the backend
+process, minus the frontend's idle background (heartbeats, in-flight reports) over the same duration.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import grpc
 import orjson
 
@@ -28,11 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from corral.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from corral.proto import backend_pb2, backend_pb2_grpc  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from support.cluster import Cluster, free_port_pair, spawn, wait_http  # noqa: E402
 from support.processes import backend_pid  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-token"
+COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # backends/reply_pump.py (literal: the script also runs on older trees)
 
 
 def cpu_s(pid: int) -> float:
@@ -109,8 +113,6 @@ async def decode_speed(cluster: Cluster, model: str, address: str, max_tokens: i
 async def warm(cluster: Cluster, model: str) -> tuple[int, str]:
     host, port = cluster.frontend_url.removeprefix("http://").split(":")
     await stream_tokens(host, int(port), model, 4)
-    import asyncpg
-
     conn = await asyncpg.connect(cluster.database_url)
     address = await conn.fetchval("SELECT address FROM node_models WHERE model_name = $1", model)
     await conn.close()
@@ -126,30 +128,42 @@ async def main() -> None:
     pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
     pg.start()
     nats.start()
-    cluster = Cluster(root=root, database_url=pg.create_database("relay"), nats_url=nats.url, token=TOKEN)
+    database_url = await asyncio.to_thread(pg.create_database, "relay")
+    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN)
     cluster.models_dir.mkdir(parents=True)
-    for name, options in (("flood", ""), ("paced", "\n  - output_token_time_s:0.002"),
-                          ("decode", "\n  - output_token_time_s:0.01")):
+    models = (("flood", "", "bench-w1"), ("per-token", "", "bench-w2"),
+              ("paced", "\n  - output_token_time_s:0.002", "bench-w1"),
+              ("decode", "\n  - output_token_time_s:0.01", "bench-w1"))
+    for name, options, node in models:
         (cluster.models_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{options or ' []'}\n")
+            f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{options or ' []'}\n"
+            f"node_selector:\n  node.name: {node}\n")
     try:
         cluster.start_frontend()
         cluster.start_worker("bench-w1")
-        pids = {name: await warm(cluster, name) for name in ("flood", "paced", "decode")}
+        base = free_port_pair()
+        per_token = spawn("bench-w2", cluster.worker_argv("bench-w2", base), cluster.root / "logs",
+                          env={COALESCE_ENV: "1"})
+        cluster.workers.append(per_token)
+        wait_http(f"http://127.0.0.1:{base - 1}/readyz", per_token)
+        pids = {name: await warm(cluster, name) for name, _, _ in models}
         frontend = cluster.frontend.popen.pid if cluster.frontend else 0
         idle0 = cpu_s(frontend)
         await asyncio.sleep(3.0)
         idle_rate = (cpu_s(frontend) - idle0) / 3.0
         runs = [
-            await measure("flood: zero-delay engine, c=8", cluster, "flood", 96, 8, 1024, idle_rate,
-                          pids["flood"][0]),
-            await measure("paced: 16 x 500 tok/s", cluster, "paced", 32, 16, 500, idle_rate, pids["paced"][0]),
+            await measure("flood, coalesced, c=8", cluster, "flood", 96, 8, 1024, idle_rate, pids["flood"][0]),
+            await measure("flood, one message per token, c=8", cluster, "per-token", 48, 8, 512, idle_rate,
+                          pids["per-token"][0]),
+            await measure("paced: 1 stream at 500 tok/s", cluster, "paced", 4, 1, 500, idle_rate,
+                          pids["paced"][0]),
         ]
         through, alone = await decode_speed(cluster, "decode", pids["decode"][1], 200)
     finally:
         cluster.stop()
         nats.stop()
         pg.stop(quiet=True)
+        shutil.rmtree(root, ignore_errors=True)
     print(f"{'run':<34} {'tokens':>8} {'tok/s':>10} {'fe µs/tok':>10} {'be µs/tok':>10} {'fe/be':>8}")
     for run in runs:
         print(run.row())

@@ -21,7 +21,21 @@ commands:
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
 
 `corral <command> --help` lists every flag with its environment variable and default.
+`corral --version` prints the installed version.
 """
+
+
+def version() -> str:
+    """The installed distribution's version (the checkout's `__version__` when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("corral")
+    except PackageNotFoundError:
+        from corral import __version__
+
+        return __version__
 
 
 def setup_logging(level: str, component: str) -> None:
@@ -46,6 +60,7 @@ def _run_fast(main: Coroutine[Any, Any, int]) -> int:
 def _preload() -> None:
     """Import now what libraries import on first use, so that first use on the event loop does not stall it
     (httpx imports httpcore and h11 when the first client is made: ~0.1 s of CPU)."""
+    import anyio._backends._asyncio  # noqa: F401 - httpcore picks its backend on the first request
     import httpcore  # noqa: F401
 
 
@@ -116,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("--version", "-V", "version"):
+        print(f"corral {version()}")
+        return 0
     command = COMMANDS.get(args[0])
     if command is None:
         print(f"corral: unknown command {args[0]!r}; use one of: {', '.join(COMMANDS)}", file=sys.stderr)

@@ -65,6 +65,8 @@ class LoopWatch:
         self._halt = threading.Event()
         self._tick_s = time.monotonic()
         self._loop_thread = threading.get_ident()
+        STALLS.labels(process)  # exported at 0 from the start, so a scrape sees the series before a stall
+        MAX_STALL.labels(process)
 
     def start(self) -> None:
         self._loop_thread = threading.get_ident()

@@ -152,20 +152,19 @@ def test_a_rename_to_a_path_or_an_overlong_name_is_refused_naming_the_field(
     assert (cluster.models_dir / "fresh.yaml").exists()
 
 
-@pytest.mark.parametrize("path, body, param, problem", [
-    (".hidden", b"name: .hidden\nbackend: simulator\n", "name", "'.hidden' must not start with '.'"),
-    (LONG, f"name: {LONG}\nbackend: simulator\n".encode(), "name",
-     f"must be at most 255 characters, got 300 ('{'n' * 64}…')"),
+@pytest.mark.parametrize("path, body, param, message", [
+    (".hidden", b"name: .hidden\nbackend: simulator\n", "name", "field 'name' '.hidden' must not start with '.'"),
+    (LONG, f"name: {LONG}\nbackend: simulator\n".encode(), "name",  # the path parameter's bound answers first
+     "invalid request: field 'name': String should have at most 255 characters"),
     ("prod2", b"name: prod2\nalias: ../target\n", "alias",
      "prod2.yaml: field 'alias' '../target' must not contain '/' or '\\' (a name, not a path)"),
 ])
 def test_a_config_put_under_an_invalid_name_is_refused_naming_the_field(
-        cluster: Cluster, path: str, body: bytes, param: str, problem: str) -> None:
+        cluster: Cluster, path: str, body: bytes, param: str, message: str) -> None:
     reply = httpx.put(f"{cluster.frontend_url}/api/model-configs/{path}", content=body, headers=cluster.admin_headers)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
-    assert error["param"] == param and error["message"] == (f"field {param!r} {problem}" if param == "name"
-                                                            else problem)
+    assert (error["param"], error["message"]) == (param, message)
 
 
 @pytest.mark.parametrize("model_name", ["../steady", LONG])

@@ -61,7 +61,7 @@ def test_database_down_serves_warm_requests_refuses_cold_ones_with_503_and_recov
     assert cold.headers["Retry-After"] == "5"
     error = cold.json()["error"]
     assert error["type"] == "service_unavailable" and error["code"] == 503
-    assert error["message"].startswith("database unavailable: ")
+    assert error["message"].startswith("database unavailable: PostgreSQL: ")
     assert error["message"].endswith(" (LOCALAI_AUTH_DATABASE_URL / --database-url); retry shortly")
     assert env.cluster.frontend is not None and env.cluster.frontend.popen.poll() is None
     wait_for(lambda: _chat(url, "later").status_code == 200, "a cold load after PostgreSQL came back", 60)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from support.cluster import Cluster
@@ -84,6 +86,12 @@ def test_two_frontend_processes_share_the_port_and_both_serve_inference(cluster:
 
     assert all(r["choices"][0]["message"]["content"] for r in replies)
     assert all(n > 0 for n in served.values()), served
+
+
+def test_each_frontend_process_exports_its_event_loop_stall_counter(cluster: Cluster) -> None:
+    text = httpx.get(f"{cluster.frontend_url}/metrics", timeout=10).text
+
+    assert re.search(r'^corral_event_loop_stalls_total\{process="frontend"\} \d+\.0$', text, re.MULTILINE)
 
 
 def test_stopping_the_supervisor_stops_every_frontend_process(cluster: Cluster) -> None:

@@ -8,6 +8,7 @@ backend listening on the worker's serve host only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -118,8 +119,15 @@ def test_a_stopped_backend_ends_the_stream_with_an_error_naming_the_idle_knob_an
                        "CORRAL_STREAM_IDLE_TIMEOUT); the replica did not answer a health probe and was dropped",
             "type": "server_error", "code": "backend_timeout"}]
         assert asyncio.run(_replica(cluster, "steady")) is None  # forgotten: row deleted
+        # The model recovers: the next request loads it again, on a fresh process (the frozen one is replaced).
+        reply = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=_chat("steady", max_tokens=2),
+                           timeout=60)
+        assert reply.status_code == 200, reply.text
+        row = asyncio.run(_replica(cluster, "steady"))
+        assert row is not None and backend_pid(row["address"].rpartition(":")[2]) != pid
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def test_a_slow_but_alive_backend_times_out_the_stream_and_is_kept(cluster: Cluster) -> None:

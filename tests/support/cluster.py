@@ -96,6 +96,7 @@ class Cluster:
     workers: list[Proc] = field(default_factory=list)
     worker_ports: list[int] = field(default_factory=list)
     others: list[Proc] = field(default_factory=list)  # frontends from spawn_frontend, checked for stalls at stop
+    fail_on_loop_stalls: bool = True  # benchmarks saturate the loop on purpose: they report, not fail
 
     @property
     def models_dir(self) -> Path:
@@ -155,7 +156,8 @@ class Cluster:
             proc.stop()
         if self.frontend:
             self.frontend.stop()
-        assert_no_loop_stalls([*self.workers, *self.others])
+        if self.fail_on_loop_stalls:
+            assert_no_loop_stalls([*self.workers, *self.others])
 
 
 def assert_no_loop_stalls(procs: list[Proc]) -> None:

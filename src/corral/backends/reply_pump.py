@@ -10,13 +10,24 @@ latency is added.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 
 from corral.proto import backend_pb2 as pb
 
-MAX_PIECES_PER_REPLY = 256  # a cap on one coalesced message (tokens are a few bytes each)
+COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # set on the worker; 1 = one message per token, as the reference
+
+
+def _max_pieces() -> int:
+    try:
+        return max(1, int(os.environ.get(COALESCE_ENV, "") or 256))
+    except ValueError:
+        return 256
+
+
+MAX_PIECES_PER_REPLY = _max_pieces()  # a cap on one coalesced message (tokens are a few bytes each)
 
 
 def _is_text_piece(reply: pb.Reply) -> bool:

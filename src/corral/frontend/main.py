@@ -53,14 +53,14 @@ async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
 
 
 def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
-                 channels: BackendChannels, aliases: dict[str, str]) -> Router:
+                 channels: BackendChannels, aliases: dict[str, str], staging: StagingContext) -> Router:
     """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
     frontend_id = str(uuid.uuid4())
     replicas = LocalReplicas(nc, frontend_id)
     evictor = Evictor(pool, nc, replicas.inflight, replicas.in_flight, wait_s=settings.eviction_wait_s,
                       aliases=aliases)
     ctx = LoadContext(pool=pool, nc=nc, http=http, channels=channels,
-                      staging=StagingContext.from_settings(settings, http), token=settings.registration_token,
+                      staging=staging, token=settings.registration_token,
                       install_timeout_s=settings.backend_install_timeout_s,
                       load_timeout_override_s=settings.model_load_timeout_s, evictor=evictor, aliases=aliases)
     jobs = JobSettings(owner=frontend_id, stall_s=settings.load_stall_window_s,
@@ -89,11 +89,13 @@ async def serve(settings: Settings) -> int:
     configs = load_model_configs(models_dir)
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
     aliases = load_aliases(models_dir, set(configs))
-    http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
+    http = await asyncio.to_thread(  # off the loop: it loads the CA bundle (~0.1-0.3 s of CPU)
+        httpx.AsyncClient, timeout=httpx.Timeout(30.0, read=None, write=None), http1=True)
     channels = BackendChannels(settings.registration_token, BackendBudgets.from_settings(settings))
+    staging = await asyncio.to_thread(StagingContext.from_settings, settings, http)  # S3: boto3 import + client
     await apply_boot_settings(pool, settings)
     await scheduling_seed.apply(pool, declared_rules)
-    router = build_router(settings, pool, nc, http, channels, aliases)
+    router = build_router(settings, pool, nc, http, channels, aliases, staging)
     await router.start()
     lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
     await bootstrap_admin_key(pool, settings.bootstrap_admin_key)

@@ -1,5 +1,6 @@
 """`/metrics`: the Prometheus registry, which the OpenTelemetry Prometheus reader feeds
-(`localai_control_plane_oldest_xmin_age` among others)."""
+(`localai_control_plane_oldest_xmin_age` among others); `corral.loopwatch` registers
+`corral_event_loop_stalls_total` and `corral_event_loop_max_stall_seconds` in it."""
 
 from __future__ import annotations
 

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 import orjson
 from fastapi import APIRouter
 from fastapi.responses import Response, StreamingResponse
@@ -193,11 +192,9 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
                 if reply.tokens:  # the final reply carries the counts
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
-        except (grpc.aio.AioRpcError, BackendCallError) as exc:
-            message = str(exc) if isinstance(exc, BackendCallError) else \
-                f"model {cfg.name}: backend error {exc.code().name}: {exc.details()}"
+        except BackendCallError as exc:  # after the first byte, an error can only be an event
             code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
-            yield sse({"error": {"message": message, "type": "server_error", "code": code}})
+            yield sse({"error": {"message": str(exc), "type": "server_error", "code": code}})
             yield DONE
             return
         finally:

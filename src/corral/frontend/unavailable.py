@@ -45,14 +45,18 @@ def _pool_closing(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.InterfaceError) and "pool is closing" in str(exc)
 
 
-def unavailable_dependency(exc: BaseException) -> tuple[str, str] | None:
-    """('database'|'message bus', setting) when `exc` means PostgreSQL or NATS is unreachable, else None."""
+DATABASE = ("database", "PostgreSQL", DATABASE_SETTING)
+MESSAGE_BUS = ("message bus", "NATS", NATS_SETTING)
+
+
+def unavailable_dependency(exc: BaseException) -> tuple[str, str, str] | None:
+    """(role, server, setting) when `exc` means PostgreSQL or NATS is unreachable, else None."""
     if isinstance(exc, _DATABASE_DOWN) or _pool_closing(exc):
-        return "database", DATABASE_SETTING
+        return DATABASE
     if isinstance(exc, OSError | TimeoutError) and _raised_in(exc, "asyncpg"):  # refused, reset, pool timeout
-        return "database", DATABASE_SETTING
+        return DATABASE
     if isinstance(exc, _NATS_DOWN):
-        return "message bus", NATS_SETTING
+        return MESSAGE_BUS
     return None
 
 
@@ -61,9 +65,9 @@ def unavailable_response(exc: BaseException) -> Response | None:
     found = unavailable_dependency(exc)
     if found is None:
         return None
-    what, setting = found
-    detail = str(exc) or type(exc).__name__
-    message = f"{what} unavailable: {detail} ({setting}); retry shortly"
+    role, server, setting = found
+    detail = (str(exc) or type(exc).__name__).removeprefix("nats: ")
+    message = f"{role} unavailable: {server}: {detail} ({setting}); retry shortly"
     body = {"error": {"message": message, "type": "service_unavailable", "code": 503}}
     return Response(orjson.dumps(body), status_code=503, media_type="application/json",
                     headers={"Retry-After": str(RETRY_AFTER_S)})

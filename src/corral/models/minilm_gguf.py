@@ -10,20 +10,19 @@ sentence-transformers Normalize step, so callers normalise (cosine is unaffected
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import struct
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import gguf
 import numpy as np
 from safetensors import safe_open
+
+from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 # Hash of this vocabulary's pre-tokenizer output matches BAAI/bge-small-en-v1.5 (same vocab and
@@ -157,34 +156,9 @@ def _write(out_path: Path, model_dir: Path, dtype: str) -> None:
     writer.close()
 
 
-_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
-_STRING, _ARRAY = 8, 9
-
-
-def _skip_value(f: BinaryIO, value_type: int) -> None:
-    if value_type == _STRING:
-        f.seek(struct.unpack("<Q", f.read(8))[0], io.SEEK_CUR)
-    elif value_type == _ARRAY:
-        item_type, count = struct.unpack("<IQ", f.read(12))
-        for _ in range(count):
-            _skip_value(f, item_type)
-    else:
-        f.seek(_SCALAR_SIZES[value_type], io.SEEK_CUR)
-
-
 def _header_file_type(path: Path) -> int | None:
-    """`general.file_type` read straight from the GGUF header (GGUFReader parses the whole vocab)."""
-    with path.open("rb") as f:
-        magic, _version, _n_tensors, n_kv = struct.unpack("<4sIQQ", f.read(24))
-        if magic != b"GGUF":
-            return None
-        for _ in range(n_kv):
-            key = f.read(struct.unpack("<Q", f.read(8))[0]).decode("utf-8")
-            value_type = struct.unpack("<I", f.read(4))[0]
-            if key == gguf.Keys.General.FILE_TYPE and value_type == 4:
-                return struct.unpack("<I", f.read(4))[0]
-            _skip_value(f, value_type)
-    return None
+    """`general.file_type` read from the GGUF header only."""
+    return read_gguf_header(path, (gguf.Keys.General.FILE_TYPE,)).int_field(gguf.Keys.General.FILE_TYPE)
 
 
 def _is_current(out_path: Path, source: Path, dtype: str) -> bool:
@@ -193,7 +167,7 @@ def _is_current(out_path: Path, source: Path, dtype: str) -> bool:
         return False
     try:
         return _header_file_type(out_path) == int(_FILE_TYPES[dtype])
-    except (OSError, struct.error, KeyError, UnicodeDecodeError):
+    except (OSError, GGUFHeaderError):
         return False
 
 

@@ -68,13 +68,16 @@ class BackendChannels:
         self.budgets = budgets or BackendBudgets()
         self._options = channel_options(self.budgets)
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, backend_pb2_grpc.BackendStub] = {}
 
     def stub(self, address: str) -> backend_pb2_grpc.BackendStub:
-        channel = self._channels.get(address)
-        if channel is None:
+        """The stub of `address`, made once: a new stub builds one callable per RPC (~30 µs per request)."""
+        stub = self._stubs.get(address)
+        if stub is None:
             channel = grpc.aio.insecure_channel(address, options=self._options)
             self._channels[address] = channel
-        return backend_pb2_grpc.BackendStub(channel)
+            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)
+        return stub
 
     async def healthy(self, address: str) -> bool:
         """The backend's Health RPC answered OK within CORRAL_BACKEND_PROBE_TIMEOUT."""
@@ -86,6 +89,7 @@ class BackendChannels:
         return bool(reply.message == b"OK")
 
     async def discard(self, address: str) -> None:
+        self._stubs.pop(address, None)
         channel = self._channels.pop(address, None)
         if channel is not None:
             await channel.close()

@@ -116,7 +116,13 @@ class ReplyStream:
         self._call.cancel()
 
     async def read(self) -> Any:
-        """The next reply, or `EOF`; raises AioRpcError, BackendTimeout."""
+        """The next reply, or `EOF`; raises BackendRefused, BackendTimeout."""
+        try:
+            return await self._read()
+        except grpc.aio.AioRpcError as exc:
+            raise _refused(self.cfg, self.replica, exc) from None
+
+    async def _read(self) -> Any:
         try:
             reply = await self._call.read()
         except asyncio.CancelledError:
@@ -128,8 +134,8 @@ class ReplyStream:
         return reply
 
     async def first(self) -> Any:
-        """Read the first reply and switch the watchdog to the idle budget."""
-        reply = await self.read()
+        """Read the first reply (raises AioRpcError: the caller may retry) and switch the watchdog to idle."""
+        reply = await self._read()
         self._budget_s, self._knob, self._what = self._idle_s, IDLE_TIMEOUT_KNOB, "the stream sent nothing"
         if self._timer is not None:
             self._timer.cancel()

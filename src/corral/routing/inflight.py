@@ -28,6 +28,7 @@ REPORT_INTERVAL_S = 0.5
 STALE_AFTER_REPORTS = 4  # a frontend silent this long is gone (its requests died with it)
 ACK_TTL_S = 120.0  # longer than every wait for acks (eviction drain 30 s, config edits 10 s)
 PEER_FORGET_S = 60.0
+LAST_USE_KEEP_S = 24 * 3600.0  # a replica unused this long is simply idle: its entry goes
 
 
 class AckSet:
@@ -108,6 +109,11 @@ class ClusterInFlight:
         for fid in gone:
             del self._remote[fid]
 
+    def _forget_old_uses(self) -> None:
+        horizon_s = time.time() - LAST_USE_KEEP_S
+        if any(used_s < horizon_s for used_s in self._last_used_s.values()):
+            self._last_used_s = {k: used_s for k, used_s in self._last_used_s.items() if used_s >= horizon_s}
+
     async def publish_once(self) -> None:
         replicas = self._local()
         counts = {r.key: r.in_flight for r in replicas if r.in_flight}
@@ -117,6 +123,7 @@ class ClusterInFlight:
         body = {"frontend": self.frontend_id, "counts": counts, "acks": self.acks.current(), "used": used}
         await self.nc.publish(SUBJECT, json.dumps(body).encode())
         self._forget_silent_peers(self._clock())
+        self._forget_old_uses()
 
     async def run(self, stop: asyncio.Event) -> None:
         # a NATS blip: the next report heals it; never slower than the interval peers judge liveness by

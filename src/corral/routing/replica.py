@@ -20,10 +20,10 @@ class Replica:
     replica_index: int = 0
     in_flight: int = field(default=0, compare=False)  # this frontend's requests
     last_used_s: float = field(default=0.0, compare=False)
+    key: str = field(init=False, compare=False, repr=False)  # identity, computed once (read on every request)
 
-    @property
-    def key(self) -> str:
-        return replica_key(self.node_id, self.model, self.replica_index)
+    def __post_init__(self) -> None:
+        self.key = replica_key(self.node_id, self.model, self.replica_index)
 
 
 class ReplicaView:
@@ -40,6 +40,8 @@ class ReplicaView:
         replicas = self._by_model.get(model)
         if not replicas:
             return None
+        if len(replicas) == 1:  # the common case needs no cluster-wide count
+            return replicas[0]
         return min(replicas, key=lambda r: (self._cluster_in_flight(r), r.last_used_s))
 
     def touch(self, replica: Replica) -> None:

@@ -7,12 +7,11 @@ loading's `ColdLoads`, built with the evictor and the runner where the frontend 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from typing import cast
 
 import asyncpg
+import nats.errors
 
 from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
@@ -109,6 +108,9 @@ class Router:
         return self.view.pick(cfg.name)
 
     async def _cold(self, cfg: ModelConfig) -> Replica:
+        if not getattr(self.ctx.nc, "is_connected", True):  # a load needs the bus: the handlers answer 503
+            raise nats.errors.ConnectionReconnectingError()
+
         async def find() -> Replica | None:
             return self.view.pick(cfg.name) or await self._warm_from_db(cfg)
 
@@ -129,14 +131,6 @@ class Router:
         replica.in_flight -= 1
         if replica.in_flight == 0:
             self.active.pop(id(replica), None)
-
-    @contextlib.asynccontextmanager
-    async def using(self, replica: Replica) -> AsyncIterator[Replica]:
-        self.acquire(replica)
-        try:
-            yield replica
-        finally:
-            self.release(replica)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""

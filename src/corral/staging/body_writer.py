@@ -6,6 +6,7 @@ import errno
 from collections.abc import Callable
 from typing import BinaryIO
 
+from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.disk_space import DiskReservation
 from corral.staging.following_hasher import FollowingHasher
 from corral.staging.http_body import BodyCut, RequestBody
@@ -27,20 +28,24 @@ def write_body(
     *,
     limit_bytes: int,
     base_size_bytes: int = 0,
-    hasher: FollowingHasher | None = None,
+    hasher: FollowingHasher | BufferHasher | None = None,
     on_bytes: Callable[[int], None] | None = None,
     reservation: DiskReservation | None = None,
 ) -> tuple[int, str | None]:
     """Append ``body`` to ``file``; returns (bytes received, why it was cut or None if complete).
 
     Every byte received before a cut is written, so a resumable upload can continue after it.
+    With a :class:`BufferHasher` the body is received into its buffers (hashed without a re-read);
+    a :class:`FollowingHasher` is told how far the file was written.
     Raises :class:`BodyTooLong` past ``limit_bytes``, :class:`DiskFull` on ENOSPC, and
     ``NotEnoughDisk`` when ``reservation`` cannot grow to hold the next bytes.
     """
-    buffer = bytearray(RECV_BUFFER_BYTES)
-    view = memoryview(buffer)
+    pooled = hasher if isinstance(hasher, BufferHasher) else None
+    follower = hasher if isinstance(hasher, FollowingHasher) else None
+    own = memoryview(bytearray(RECV_BUFFER_BYTES if pooled is None else 0))
     received = 0
     while True:
+        index, view = pooled.take() if pooled is not None else (-1, own)
         try:
             count = body.readinto(view)
         except BodyCut as cut:
@@ -57,8 +62,10 @@ def write_body(
         received += count
         if on_bytes is not None:
             on_bytes(count)
-        if hasher is not None:
-            hasher.advance(base_size_bytes + received)
+        if pooled is not None:
+            pooled.give(index, count)
+        elif follower is not None:
+            follower.advance(base_size_bytes + received)
 
 
 def _write_all(file: BinaryIO, data: memoryview) -> None:

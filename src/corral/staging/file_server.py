@@ -72,7 +72,8 @@ class Answer:
 
     @classmethod
     def json(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Answer:
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        # A path that was not UTF-8 (percent-escaped bytes) is quoted back escaped, not a 500.
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
         return cls(status, body, headers or {})
 
     @classmethod
@@ -285,12 +286,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
     def _body(self) -> RequestBody | Answer:
+        body: RequestBody
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return ChunkedBody(self.rfile, self._send_continue)  # type: ignore[arg-type]
-        raw = (self.headers.get("Content-Length") or "0").strip()
-        if not raw.isdigit():
-            return Answer.error(400, f"invalid Content-Length {raw!r}")
-        return LengthBody(self.rfile, int(raw), self._send_continue)  # type: ignore[arg-type]
+            body = ChunkedBody(self.rfile, self._send_continue)  # type: ignore[arg-type]
+        else:
+            raw = (self.headers.get("Content-Length") or "0").strip()
+            if not raw.isdigit():
+                return Answer.error(400, f"invalid Content-Length {raw!r}")
+            body = LengthBody(self.rfile, int(raw), self._send_continue)  # type: ignore[arg-type]
+        body.idle_timeout_s = self.server.limits.idle_timeout_s
+        return body
 
     def _serve(self, method: str) -> None:
         self.server.header_received(self.connection)

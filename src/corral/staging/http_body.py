@@ -27,11 +27,17 @@ class BadBody(Exception):
 class RequestBody:
     """One request body; ``started`` tells whether any of it was read (keep-alive bookkeeping)."""
 
+    idle_timeout_s: float | None = None  # only to name the budget when a read times out
+
     def __init__(self, rfile: BinaryIO, send_continue: Callable[[], None] | None) -> None:
         self._rfile = rfile
         self._send_continue = send_continue
         self.started = False
         self.finished = False
+
+    def _idle_cut(self) -> BodyCut:
+        budget = f"{self.idle_timeout_s:g}s" if self.idle_timeout_s is not None else "the idle timeout"
+        return BodyCut(f"no body byte arrived for {budget} (CORRAL_FILE_SERVER_IDLE_TIMEOUT)")
 
     def _start(self) -> None:
         if not self.started:
@@ -45,8 +51,8 @@ class RequestBody:
     def _raw_readinto(self, buffer: memoryview) -> int:
         try:
             count = self._rfile.readinto1(buffer)  # type: ignore[attr-defined]
-        except TimeoutError as exc:
-            raise BodyCut(f"no body bytes arrived for {exc or 'the idle timeout'}") from None
+        except TimeoutError:
+            raise self._idle_cut() from None
         except OSError as exc:
             raise BodyCut(f"connection error while reading the body: {exc}") from None
         return count or 0
@@ -125,7 +131,9 @@ class ChunkedBody(RequestBody):
     def _line(self) -> bytes:
         try:
             line = self._rfile.readline(MAX_CHUNK_LINE_BYTES)
-        except (TimeoutError, OSError) as exc:
+        except TimeoutError:
+            raise self._idle_cut() from None
+        except OSError as exc:
             raise BodyCut(f"connection error while reading a chunk header: {exc}") from None
         if not line:
             raise BodyCut(f"connection closed between chunks after {self.received_bytes} body bytes")

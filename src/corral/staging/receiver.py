@@ -30,6 +30,7 @@ from pathlib import Path
 
 from corral.staging import hashing
 from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
+from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
 from corral.staging.disk_space import DiskBudget, DiskReservation, NotEnoughDisk, enospc_message
 from corral.staging.errors import KeyEscapesDirectory, ReservedKey
@@ -185,7 +186,7 @@ class FileStore:
             with self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}") as reservation, \
                     os.fdopen(fd, "wb", buffering=0) as file:
                 os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-                hasher = FollowingHasher(temp)
+                hasher = BufferHasher()
                 try:
                     received, cut = write_body(request.body, file, limit_bytes=self.max_upload_bytes,
                                                hasher=hasher, on_bytes=self.on_body_bytes,
@@ -198,7 +199,7 @@ class FileStore:
                     else:
                         hasher.abandon()
             if cut is not None:
-                raise Reject(400, f"short body: connection closed after {received} bytes")
+                raise Reject(400, f"short body: {cut}; {received} bytes received")
             if length is not None and received != length:
                 raise Reject(400, f"short body: got {received} bytes, Content-Length said {length}")
             if declared is not None and actual != declared:
@@ -257,8 +258,11 @@ class FileStore:
         completes = content_range.end + 1 == content_range.total
         with open(path, "ab", buffering=0) as file:
             os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-            # The verify hash follows the writer from byte 0, so completion costs only the tail.
-            hasher = FollowingHasher(path) if completes else None
+            # The verify hash runs beside the writer from byte 0, so completion costs only the tail: over
+            # the received buffers for a fresh upload, following the file when a prefix is already on disk.
+            hasher: BufferHasher | FollowingHasher | None = None
+            if completes:
+                hasher = BufferHasher() if content_range.start == 0 else FollowingHasher(path)
             try:
                 received, _ = write_body(request.body, file, limit_bytes=expected,
                                          base_size_bytes=content_range.start, hasher=hasher,

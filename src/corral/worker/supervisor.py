@@ -119,7 +119,13 @@ class Supervisor:
         async with self._locks[key]:
             current = self.processes.get(key)
             if current and current.alive() and current.backend == backend and current.state is BackendState.READY:
-                return current
+                if await _probe_health(current.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
+                    return current
+                # Frozen or wedged (a frontend dropped it after a failed probe): replace it, do not reuse it.
+                log.warning("backend %s for %s (pid %d) does not answer Health; replacing it", backend, key,
+                            current.process.pid)
+                await self._stop(current, force=True)
+                return await self._start(key, backend)
             if current:
                 await self._stop(current, force=False)
             return await self._start(key, backend)

@@ -259,7 +259,8 @@ async def test_a_body_that_stops_is_cut_after_the_idle_timeout(tmp_path):
             answer = await _read_all(sock)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
-    assert body == b'{"error":"short body: connection closed after 10 bytes"}'
+    assert body == (b'{"error":"short body: no body byte arrived for 0.3s (CORRAL_FILE_SERVER_IDLE_TIMEOUT); '
+                    b'10 bytes received"}')
     assert not (server.models_dir / "m" / "x.bin").exists()
 
 
@@ -345,3 +346,17 @@ async def test_malformed_keys_are_refused_with_4xx_naming_the_rule(tmp_path, cli
     for answer in answers:
         assert (answer.status_code, answer.json()) == (status, {"error": message})
     assert not (tmp_path / "etc").exists()
+
+
+async def test_a_path_that_is_not_utf8_gets_a_4xx_quoting_it_escaped(tmp_path, client):
+    async with running_file_server(tmp_path / "models") as server:
+        answer = await client.get(f"{server.url}/v1/nothing-%90", headers=AUTH)
+    assert (answer.status_code, answer.json()) == (404, {"error": "no route for GET /v1/nothing-\udc90"})
+
+
+async def test_an_unknown_method_gets_405_naming_the_allowed_ones(tmp_path, client):
+    async with running_file_server(tmp_path / "models") as server:
+        answer = await client.request("DELETE", f"{server.url}/v1/files/models/m/x", headers=AUTH)
+    assert answer.status_code == 405
+    assert answer.headers["Allow"] == "GET, HEAD, PUT, POST"
+    assert answer.json() == {"error": "method 'DELETE' is not allowed; use GET, HEAD, PUT or POST"}

@@ -116,3 +116,12 @@ def test_vram_estimate_of_an_unreadable_gguf_is_its_size(tmp_path: Path) -> None
     path.write_bytes(b"GGUF" + bytes(10))
 
     assert estimate_vram_bytes(path, 512) == 14
+
+
+def test_a_current_minilm_gguf_is_recognised_from_its_header_and_kept(minilm: Path) -> None:
+    from corral.models.minilm_gguf import convert_minilm
+
+    mtime_ns = minilm.stat().st_mtime_ns
+    convert_minilm(minilm)
+
+    assert minilm.stat().st_mtime_ns == mtime_ns

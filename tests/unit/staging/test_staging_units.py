@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from corral.config.errors import ConfigError
 from corral.config.sizes import parse_size_bytes
 from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
+from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
 from corral.staging.disk_space import DiskBudget, NotEnoughDisk
 from corral.staging.http_body import BodyCut, ChunkedBody, LengthBody
@@ -183,3 +185,34 @@ def test_written_bytes_leave_the_reservation_so_free_space_is_not_counted_twice(
         first.wrote(600)
         with budget.reserve(tmp_path, 400, "key 'b'"):  # 400 free, nothing outstanding: fits
             pass
+
+
+def test_buffer_hasher_hashes_the_given_buffers_in_order_and_reuses_them(tmp_path):
+    hasher = BufferHasher(buffer_bytes=4, buffer_count=2)
+    expected = hashlib.sha256()
+    for piece in (b"abcd", b"ef", b"", b"ghij", b"k"):  # more pieces than buffers: they come back to the pool
+        index, view = hasher.take()
+        view[: len(piece)] = piece
+        hasher.give(index, len(piece))
+        expected.update(piece)
+    assert hasher.finish(11) == expected.hexdigest()
+
+
+def test_buffer_hasher_refuses_a_size_it_did_not_hash():
+    hasher = BufferHasher(buffer_bytes=4, buffer_count=1)
+    index, view = hasher.take()
+    view[:3] = b"abc"
+    hasher.give(index, 3)
+    with pytest.raises(OSError, match="hashed 3 bytes of an upload of 4 bytes"):
+        hasher.finish(4)
+
+
+def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_wrote():
+    data = bytes(range(256)) * 20000  # 5 MB: several rounds through the pool
+    hasher = BufferHasher(buffer_bytes=64 << 10, buffer_count=2)
+    out = io.BytesIO()
+    received, cut = write_body(LengthBody(io.BytesIO(data), len(data), None), out, limit_bytes=len(data),
+                               hasher=hasher)
+    assert (received, cut) == (len(data), None)
+    assert out.getvalue() == data
+    assert hasher.finish(len(data)) == hashlib.sha256(data).hexdigest()

@@ -1,17 +1,26 @@
--- name: placement_snapshot
--- One read for a placement decision: healthy, approved backend nodes with their labels and replica rows
--- (a node that was never approved gets no work, whatever its status says).
+-- name: placement_nodes
+-- The nodes of a placement snapshot: healthy, approved backend nodes (a node that was never approved gets
+-- no work, whatever its status says). Labels and replicas come flat in the next two queries, not as
+-- per-node JSON: 10,000 nodes read in a fraction of the time.
 SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, n.reserved_vram,
-    n.vram_budget_bytes, n.total_disk, n.available_disk, n.max_replicas_per_model,
-    COALESCE((SELECT jsonb_object_agg(l.key, l.value) FROM node_labels l WHERE l.node_id = n.id), '{}'::jsonb)::text
-        AS labels,
-    COALESCE((SELECT jsonb_agg(jsonb_build_object(
-        'model', m.model_name, 'replica_index', m.replica_index, 'state', m.state, 'address', m.address,
-        'in_flight', m.in_flight, 'last_used_s', EXTRACT(EPOCH FROM m.last_used), 'vram_bytes', m.vram_bytes))
-        FROM node_models m WHERE m.node_id = n.id), '[]'::jsonb)::text AS replicas
+    n.vram_budget_bytes, n.total_disk, n.available_disk, n.max_replicas_per_model
 FROM backend_nodes n
 WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
 ORDER BY n.name;
+
+-- name: placement_labels
+-- The labels of the nodes placement_nodes returns.
+SELECT l.node_id, l.key, l.value
+FROM node_labels l JOIN backend_nodes n ON n.id = l.node_id
+WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend';
+
+-- name: placement_replicas
+-- The replica rows of the nodes placement_nodes returns.
+SELECT m.node_id, m.model_name, m.replica_index, m.state, m.address, m.in_flight,
+    EXTRACT(EPOCH FROM m.last_used)::float8 AS last_used_s, m.vram_bytes
+FROM node_models m JOIN backend_nodes n ON n.id = m.node_id
+WHERE n.status = 'healthy' AND n.approved AND n.node_type = 'backend'
+ORDER BY m.node_id, m.model_name, m.replica_index;
 
 -- name: vram_reserve
 -- Soft-reserve VRAM on a node for a load in progress (no row when it no longer fits).

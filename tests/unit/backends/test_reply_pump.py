@@ -1,0 +1,60 @@
+"""Coalescing of streamed replies: text pieces that piled up go out as one Reply, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+from corral.backends import reply_pump
+from corral.backends.engine import final_reply, piece_reply
+from corral.backends.reply_pump import ReplyPump, coalesce
+from corral.proto import backend_pb2 as pb
+
+
+def test_consecutive_text_pieces_become_one_reply_and_the_final_counts_pass_unchanged() -> None:
+    final = final_reply(tokens=3, prompt_tokens=2, prompt_time_s=0.1, generation_time_s=0.2)
+    out = coalesce([piece_reply("a"), piece_reply(" b"), piece_reply(" ü"), final])
+    assert [r.message for r in out] == [" ".join(["a", "b", "ü"]).encode(), b""]
+    assert [d.content for d in out[0].chat_deltas] == ["a b ü"]
+    assert out[1] is final
+
+
+def test_a_reply_with_more_than_text_is_never_merged() -> None:
+    reasoning = pb.Reply(message=b"x", chat_deltas=[pb.ChatDelta(content="x", reasoning_content="why")])
+    out = coalesce([piece_reply("a"), reasoning, piece_reply("b")])
+    assert [r.message for r in out] == [b"a", b"x", b"b"]
+
+
+def test_one_reply_carries_at_most_the_cap_of_pieces(monkeypatch) -> None:
+    monkeypatch.setattr(reply_pump, "MAX_PIECES_PER_REPLY", 2)
+    assert [r.message for r in coalesce([piece_reply(c) for c in "abcde"])] == [b"ab", b"cd", b"e"]
+
+
+def _slow_words(count: int, delay_s: float, produced: list[int]) -> Iterator[pb.Reply]:
+    for i in range(count):
+        time.sleep(delay_s)
+        produced.append(i)
+        yield piece_reply(str(i))
+
+
+async def test_the_pump_hands_over_everything_in_order_and_stops_at_the_next_token_when_asked() -> None:
+    loop = asyncio.get_running_loop()
+    pump = ReplyPump(_slow_words(5, 0.0, []), loop)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    got = []
+    while (batch := await pump.take()) is not None:
+        got.extend(r.message for r in batch)
+    thread.join()
+    assert got == [b"0", b"1", b"2", b"3", b"4"]
+
+    produced: list[int] = []
+    pump = ReplyPump(_slow_words(1000, 0.01, produced), loop)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    assert await pump.take()
+    pump.stop()
+    await asyncio.to_thread(thread.join)
+    assert len(produced) < 1000  # stopped early, not after the whole generation
