@@ -227,7 +227,8 @@ def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
         reader.join(CLIENT_TIMEOUT_S + 10)
         recover_s, after = until_served(bed.url, model, t0)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # the cluster may have stopped it meanwhile
+            os.kill(pid, signal.SIGCONT)
     return Outcome("backend SIGSTOP mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
                    1 + sum(not r.ok for r in after), bed.load_calls(model) - 2,
                    {"stream": stream, "after": after, "host": row["node"]})
