@@ -170,7 +170,7 @@ def summarize(replies: Iterable[Reply]) -> str:
         key = str(reply.status or "no answer")
         counts[key] += 1
         if not reply.ok:
-            first.setdefault(key, reply.message[:120])
+            first.setdefault(key, reply.message[:240])
     return ", ".join(f"{k} x{n}" + (f" ({first[k]})" if k in first else "") for k, n in counts.most_common())
 
 
