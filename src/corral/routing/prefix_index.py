@@ -28,14 +28,13 @@ DEFAULT_MAX_BLOCKS = 100_000
 def prefix_chain(model: str, text: str) -> list[int]:
     """The block hashes of `text`'s prefixes (the last, partial block included), at most MAX_DEPTH."""
     data = text[: BLOCK_CHARS * MAX_DEPTH].encode()
-    view = memoryview(data)
-    crc = zlib.crc32(model.encode())
-    adler = zlib.adler32(model.encode())
+    crc32, adler32 = zlib.crc32, zlib.adler32
+    salt = model.encode()
+    crc, adler = crc32(salt), adler32(salt)
     chain = []
     for start in range(0, len(data), BLOCK_CHARS):
-        window = view[start : start + BLOCK_CHARS]
-        crc = zlib.crc32(window, crc)
-        adler = zlib.adler32(window, adler)
+        window = data[start : start + BLOCK_CHARS]
+        crc, adler = crc32(window, crc), adler32(window, adler)
         chain.append((crc << 32) | adler)
     return chain
 
@@ -87,20 +86,21 @@ class PrefixIndex:
             del blocks[oldest]
 
     def match(self, chain: Sequence[int], candidates: Collection[str]) -> tuple[int, list[str]]:
-        """The longest matched prefix (in blocks) among `candidates`, and the replicas that hold it."""
+        """The longest matched prefix (in blocks) among `candidates`, and the replicas that hold it.
+
+        A block's hash names its whole prefix, so the deepest block a replica holds is its longest
+        match: walk from the end, and stop at the first block any live candidate holds."""
         horizon = self._clock() - self.ttl_s
         dropped = self._dropped_s
-        survivors = list(candidates)
-        depth = 0
-        for block in chain:
-            holders = self._blocks.get(block)
+        blocks = self._blocks
+        for depth in range(len(chain), 0, -1):
+            holders = blocks.get(chain[depth - 1])
             if holders is None:
-                break
-            held = [k for k in survivors if _live(holders.get(k), horizon, dropped.get(k))]
-            if not held:
-                break
-            survivors, depth = held, depth + 1
-        return depth, (survivors if depth else [])
+                continue
+            held = [k for k in candidates if _live(holders.get(k), horizon, dropped.get(k))]
+            if held:
+                return depth, held
+        return 0, []
 
     def drop(self, key: str) -> None:
         """Forget replica `key`: entries it had before now never match again."""

@@ -39,7 +39,17 @@ def test_the_longest_match_wins_and_every_holder_of_it_is_named():
     index.observe([1, 2, 3], "r3")
     assert index.match(chain, ["r1", "r2", "r3"]) == (3, ["r2", "r3"])
     assert index.match(chain, ["r1"]) == (2, ["r1"])
-    assert index.match([9, 2], ["r1", "r2"]) == (0, [])
+    assert index.match([9, 10], ["r1", "r2"]) == (0, [])
+
+
+def test_a_real_conversation_matches_its_history_on_the_replica_that_served_it():
+    index = PrefixIndex(clock=Clock())
+    system = "system\n" + "be brief. " * 100 + "\n"
+    first = system + "user\nwhat is a river?\n"
+    index.observe(prefix_chain("m", first), "r1")
+    index.observe(prefix_chain("m", system + "user\nsomething else entirely\n"), "r2")
+    second = prefix_chain("m", first + "assistant\nwater that flows.\nuser\nand a lake?\n")
+    assert index.match(second, ["r1", "r2"]) == (len(first) // BLOCK_CHARS, ["r1"])
 
 
 def test_only_candidates_match():
