@@ -15,7 +15,12 @@ TTFT = time to the first streamed content chunk. The hit ratio is the share of p
 the replica's KV cache, modelled by replaying each replica's requests (X-Corral-Replica header) through
 the simulator's own cache model. Throughput = requests / wall time of the workload.
 
-Run: PYTHONPATH=src python benchmarks/prefix_routing.py
+With `--llama <gemma-3-270m .gguf>` it measures a real llama.cpp backend instead (its prompt cache
+keeps the KV of the last prompt, so a shared prefix is not evaluated again): 2 replicas (one per
+worker, 1 thread each), LLAMA_CONVERSATIONS conversations of LLAMA_TURNS turns with their own system
+prompt, interleaved in a fixed random order and sent one at a time, round_robin vs prefix_cache.
+
+Run: PYTHONPATH=src python benchmarks/prefix_routing.py [--llama path/to/gemma-3-270m-q4_k_m.gguf]
 """
 
 from __future__ import annotations
@@ -92,8 +97,9 @@ def conversations(phase: str, skewed: bool) -> list[tuple[str, list[str]]]:
     return convs
 
 
-async def turn(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]]) -> tuple[float, str, str]:
-    body = {"model": "chat", "messages": messages, "max_tokens": MAX_TOKENS, "stream": True}
+async def turn(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
+               ) -> tuple[float, str, str]:
+    body = {"model": "chat", "messages": messages, "max_tokens": max_tokens, "stream": True}
     started = time.perf_counter()
     ttft, text = 0.0, []
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
@@ -165,6 +171,82 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+LLAMA_CONVERSATIONS = 2
+LLAMA_TURNS = 4
+LLAMA_SYSTEM = ("You are a patient assistant for a small public library. Answer in one short sentence. "
+                "The library opens at nine and closes at six on weekdays, and at noon on Saturdays. "
+                "Members may borrow up to eight books for three weeks and renew them twice online. ") * 5
+
+
+async def llama(gguf: Path) -> None:
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-prefix-llama-", dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
+    pg.start()
+    nats.start()
+    database_url = await asyncio.to_thread(pg.create_database, "prefix")
+    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN,
+                      fail_on_loop_stalls=False)
+    cluster.models_dir.mkdir(parents=True)
+    (cluster.models_dir / gguf.name).symlink_to(gguf.resolve())
+    (cluster.models_dir / "chat.yaml").write_text(
+        f"name: chat\nbackend: llama-cpp\ncontext_size: 2048\nthreads: 1\nparameters:\n  model: {gguf.name}\n"
+        'options:\n  - "chat_format:gemma"\n')
+    cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
+        [{"model_name": "chat", "min_replicas": 2}]).decode()}
+    rows: list[tuple[str, list[float], list[float]]] = []
+    second = None
+    try:
+        fast = ("--reconciler-interval", "0.5s", "--expose-node-header")
+        cluster.start_frontend(*fast)
+        second, url2 = cluster.spawn_frontend("frontend-2", *fast)
+        cluster.start_worker("bench-w1")
+        cluster.start_worker("bench-w2")
+        urls = [cluster.frontend_url, url2]
+        deadline = time.monotonic() + 600
+        while not all(routable(cluster, u) == 2 for u in urls):
+            if time.monotonic() > deadline:
+                raise RuntimeError("2 replicas of chat not routable within 600 s")
+            await asyncio.sleep(1.0)
+        for picker in ("round_robin", "prefix_cache"):
+            set_policy_n(cluster, urls, picker, 2)
+            rng = random.Random(picker)
+            order = [c for c in range(LLAMA_CONVERSATIONS) for _ in range(LLAMA_TURNS)]
+            random.Random(7).shuffle(order)
+            chats = [[{"role": "system", "content": f"[{picker} desk {c}] " + LLAMA_SYSTEM}]
+                     for c in range(LLAMA_CONVERSATIONS)]
+            first, follow = [], []
+            async with httpx.AsyncClient(timeout=600) as client:
+                for i, c in enumerate(order):
+                    chats[c].append({"role": "user", "content": f"Question {rng.randrange(100)}: when can I come?"})
+                    ttft, _, answer = await turn(client, urls[i % 2], chats[c], max_tokens=8)
+                    chats[c].append({"role": "assistant", "content": answer})
+                    (first if len(chats[c]) == 3 else follow).append(ttft)
+            rows.append((picker, first, follow))
+            print(f"  {picker} done", file=sys.stderr)
+    finally:
+        if second is not None:
+            second.stop()
+        cluster.stop()
+        nats.stop()
+        pg.stop(quiet=True)
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"llama.cpp {gguf.name}: 2 replicas (1 thread each) on 2 workers behind 2 frontends; "
+          f"{LLAMA_CONVERSATIONS} conversations × {LLAMA_TURNS} turns interleaved, one request at a time")
+    print(f"{'picker':<13} {'first-turn TTFT p50':>20} {'follow-up TTFT p50':>19}")
+    for picker, first, follow in rows:
+        print(f"{picker:<13} {statistics.median(first) * 1000:>18.0f}ms {statistics.median(follow) * 1000:>17.0f}ms")
+    ratio = statistics.median(rows[0][2]) / statistics.median(rows[1][2])
+    print(f"follow-up TTFT p50: round_robin / prefix_cache = {ratio:.1f}x")
+
+
+def set_policy_n(cluster: Cluster, urls: list[str], picker: str, replicas: int) -> None:
+    for url in urls:
+        r = httpx.post(f"{url}/api/nodes/scheduling", headers=cluster.admin_headers, timeout=30,
+                       json={"model_name": "chat", "min_replicas": replicas, "route_policy": picker})
+        r.raise_for_status()
+
+
 async def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="corral-bench-prefix-", dir="/var/tmp"))
     os.chmod(root, 0o755)
@@ -232,4 +314,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if len(sys.argv) == 3 and sys.argv[1] == "--llama":
+        asyncio.run(llama(Path(sys.argv[2])))
+    else:
+        asyncio.run(main())
