@@ -172,10 +172,10 @@ def pct(values: list[float], q: float) -> float:
 
 
 LLAMA_CONVERSATIONS = 2
-LLAMA_TURNS = 4
+LLAMA_TURNS = 5
 LLAMA_SYSTEM = ("You are a patient assistant for a small public library. Answer in one short sentence. "
                 "The library opens at nine and closes at six on weekdays, and at noon on Saturdays. "
-                "Members may borrow up to eight books for three weeks and renew them twice online. ") * 5
+                "Members may borrow up to eight books for three weeks and renew them twice online. ") * 12
 
 
 async def llama(gguf: Path) -> None:
@@ -208,6 +208,10 @@ async def llama(gguf: Path) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("2 replicas of chat not routable within 600 s")
             await asyncio.sleep(1.0)
+        set_policy_n(cluster, urls, "round_robin", 2)
+        async with httpx.AsyncClient(timeout=600) as client:  # page the weights in on both replicas first
+            for i in range(4):
+                await turn(client, urls[i % 2], [{"role": "user", "content": "warm up"}], max_tokens=2)
         for picker in ("round_robin", "prefix_cache"):
             set_policy_n(cluster, urls, picker, 2)
             rng = random.Random(picker)

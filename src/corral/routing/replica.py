@@ -55,6 +55,9 @@ class ReplicaView:
         self.decisions[model] = decision
         return decision.replica
 
+    def count(self, model: str) -> int:
+        return len(self._by_model.get(model, ()))
+
     def _dropped(self, replica: Replica) -> None:
         self.policies.index.drop(replica.key)
 

@@ -106,8 +106,9 @@ class Router:
         self.view.policies.forget_rule(self.ctx.aliases.get(name, name))
 
     def prefix_chain(self, cfg: ModelConfig, request: backend_pb2.PredictOptions) -> list[int] | None:
-        """The prompt's block hashes when the model routes by prefix cache, else None (nothing hashed)."""
-        if self.view.policies.get(cfg.name).picker != "prefix_cache":
+        """The prompt's block hashes when the model routes by prefix cache among several replicas, else None
+        (nothing hashed: a lone replica needs no choice; after a scale-up its conversations re-home once)."""
+        if self.view.count(cfg.name) < 2 or self.view.policies.get(cfg.name).picker != "prefix_cache":
             return None
         text = message_text(request.Prompt, [(m.role, m.content) for m in request.Messages])
         return prefix_chain(cfg.name, text) or None
