@@ -17,8 +17,8 @@ the simulator's own cache model. Throughput = requests / wall time of the worklo
 
 With `--llama <gemma-3-270m .gguf>` it measures a real llama.cpp backend instead (its prompt cache
 keeps the KV of the last prompt, so a shared prefix is not evaluated again): 2 replicas (one per
-worker, 1 thread each), LLAMA_CONVERSATIONS conversations of LLAMA_TURNS turns with their own system
-prompt, interleaved in a fixed random order and sent one at a time, round_robin vs prefix_cache.
+worker, 1 thread each), LLAMA_CONVERSATIONS conversations of LLAMA_TURNS turns, each opening with a
+~650-token context, interleaved in a fixed random order and sent one at a time, round_robin vs prefix_cache.
 
 Run: PYTHONPATH=src python benchmarks/prefix_routing.py [--llama path/to/gemma-3-270m-q4_k_m.gguf]
 """
@@ -217,15 +217,17 @@ async def llama(gguf: Path) -> None:
             rng = random.Random(picker)
             order = [c for c in range(LLAMA_CONVERSATIONS) for _ in range(LLAMA_TURNS)]
             random.Random(7).shuffle(order)
-            chats = [[{"role": "system", "content": f"[{picker} desk {c}] " + LLAMA_SYSTEM}]
-                     for c in range(LLAMA_CONVERSATIONS)]
+            # llama.cpp's `gemma` chat format drops system messages: the long context opens the first user turn
+            chats: list[list[dict[str, str]]] = [[] for _ in range(LLAMA_CONVERSATIONS)]
             first, follow = [], []
             async with httpx.AsyncClient(timeout=600) as client:
                 for i, c in enumerate(order):
-                    chats[c].append({"role": "user", "content": f"Question {rng.randrange(100)}: when can I come?"})
+                    context = f"[{picker} desk {c}] {LLAMA_SYSTEM}\n" if not chats[c] else ""
+                    chats[c].append({"role": "user",
+                                     "content": f"{context}Question {rng.randrange(100)}: when can I come?"})
                     ttft, _, answer = await turn(client, urls[i % 2], chats[c], max_tokens=8)
                     chats[c].append({"role": "assistant", "content": answer})
-                    (first if len(chats[c]) == 3 else follow).append(ttft)
+                    (first if len(chats[c]) == 2 else follow).append(ttft)
             rows.append((picker, first, follow))
             print(f"  {picker} done", file=sys.stderr)
     finally:
