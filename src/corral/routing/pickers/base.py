@@ -51,10 +51,5 @@ class Picker(Protocol):
              ) -> Decision: ...
 
 
-def least_loaded(replicas: Sequence[Replica], load: Load) -> Replica:
-    """Fewest requests in flight cluster-wide, then least recently used (round-robin among idle ones)."""
-    return min(replicas, key=lambda r: (load(r), r.last_used_s))
-
-
 def loads_of(replicas: Sequence[Replica], load: Load) -> dict[str, int]:
     return {r.key: load(r) for r in replicas}

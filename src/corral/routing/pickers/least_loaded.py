@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from corral.routing.pickers.base import Decision, Load, Policy, least_loaded, loads_of
+from corral.routing.pickers.base import Decision, Load, Policy, loads_of
 
 if TYPE_CHECKING:
     from corral.routing.replica import Replica
@@ -20,5 +20,3 @@ class LeastLoaded:
         chosen = min(replicas, key=lambda r: (loads[r.key], r.last_used_s))
         return Decision(chosen, self.name, "fewest requests in flight, then least recently used", loads)
 
-
-__all__ = ["LeastLoaded", "least_loaded"]
