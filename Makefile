@@ -46,6 +46,8 @@ bench: install
 	$(PY) benchmarks/placement_scale.py
 	$(PY) benchmarks/staging_throughput.py
 	$(PY) benchmarks/heartbeats.py
+	$(PY) benchmarks/stream_relay.py
+	$(PY) benchmarks/faults.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

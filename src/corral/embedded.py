@@ -12,6 +12,8 @@ turns it off explicitly (only the test suite does: its databases are throwaway).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import glob
 import os
@@ -22,8 +24,10 @@ import socket
 import subprocess
 import sysconfig
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT_S = 30.0
 NATS_USER = "corral"
@@ -34,6 +38,17 @@ def _check_secret(secret: str, what: str) -> str:
     if _SECRET_RE.fullmatch(secret) is None:
         raise EmbeddedServiceError(f"the {what} must be at least 16 characters of A-Z a-z 0-9 _ -")
     return secret
+
+
+def _run_sync(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine to completion from sync code, even when the caller is inside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(factory())
+        return
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a loop of its own, in its own thread
+        pool.submit(asyncio.run, factory()).result()
 
 
 def write_private(path: Path, text: str, owner: str | None = None) -> None:
@@ -185,8 +200,6 @@ class EmbeddedPostgres:
 
     def _admin(self, sql: str) -> None:
         """Run `sql` as postgres over the Unix socket (trusted: only the data dir's owner reaches it)."""
-        import asyncio
-
         import asyncpg
 
         async def run() -> None:
@@ -197,12 +210,10 @@ class EmbeddedPostgres:
             finally:
                 await conn.close()
 
-        asyncio.run(run())
+        _run_sync(run)
 
     def create_database(self, name: str) -> str:
         """Create database `name` if missing; returns its URL."""
-        import asyncio
-
         import asyncpg
 
         async def create() -> None:
@@ -213,7 +224,7 @@ class EmbeddedPostgres:
             finally:
                 await conn.close()
 
-        asyncio.run(create())
+        _run_sync(create)
         return f"{self.url_base}/{name}"
 
     def stop(self, quiet: bool = False) -> None:

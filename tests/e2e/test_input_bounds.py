@@ -91,9 +91,10 @@ def test_a_registration_field_past_its_column_is_a_400_naming_the_field(
 
 
 def test_a_heartbeat_past_bigint_is_a_400_naming_the_field(cluster: Cluster) -> None:
-    node = _register(cluster).json()["id"]
-    response = httpx.post(f"{cluster.frontend_url}/api/node/{node}/heartbeat", json={"available_ram": 2**64},
-                          headers={"Authorization": f"Bearer {cluster.token}"}, timeout=30)
+    registered = _register(cluster).json()
+    response = httpx.post(f"{cluster.frontend_url}/api/node/{registered['id']}/heartbeat",
+                          json={"available_ram": 2**64}, timeout=30,
+                          headers={"Authorization": f"Bearer {cluster.token}", "X-Node-Token": registered["node_token"]})
     assert response.status_code == 400
     assert response.json()["error"]["message"] == (
         "invalid heartbeat: field 'available_ram': must be between 0 and 9223372036854775807")

@@ -188,8 +188,10 @@ def test_every_field_of_every_body_at_every_edge_value_is_never_a_5xx(cluster: C
     configured model), so a value that passes validation reaches protobuf and PostgreSQL."""
     document = httpx.get(f"{cluster.frontend_url}/openapi.json", timeout=30).json()
     headers = {"Authorization": f"Bearer {cluster.token}"}
-    node = httpx.post(f"{cluster.frontend_url}/api/node/register", headers=headers, timeout=30,
-                      json={"name": "grid-node", "address": "127.0.0.1:1", "token": cluster.token}).json()["id"]
+    registered = httpx.post(f"{cluster.frontend_url}/api/node/register", headers=headers, timeout=30,
+                            json={"name": "grid-node", "address": "127.0.0.1:1", "token": cluster.token}).json()
+    node = registered["id"]
+    node_auth = {**headers, "X-Node-Token": registered["node_token"]}  # the node's own routes: as itself
     extra_fields = {"/api/node/{node_id}/heartbeat": sorted(HeartbeatUpdate.model_fields),
                     "/api/nodes/{node_id}/labels": ["zone", "k" * 200],
                     "/api/model-configs/{name}": ["context_size", "name", "backend", "parameters", "threads"]}
@@ -198,7 +200,7 @@ def test_every_field_of_every_body_at_every_edge_value_is_never_a_5xx(cluster: C
         for operation in operations(schema):
             if operation.method.upper() not in ("POST", "PUT", "PATCH"):
                 continue
-            auth = credentials(cluster, operation.path)[0]
+            auth = node_auth if operation.path.startswith("/api/node/{") else credentials(cluster, operation.path)[0]
             valid = valid_bodies(cluster).get(operation.path, {})
             for field in _properties(document, operation) + extra_fields.get(operation.path, []):
                 for edge in EDGES:

@@ -43,11 +43,13 @@ def chat_body(model: str, max_tokens: int = 3, stream: bool = False) -> dict[str
             "stream": stream}
 
 
-def chat(url: str, model: str, timeout_s: float = CLIENT_TIMEOUT_S, **extra: object) -> Reply:
-    """One bounded chat request; never raises."""
+def chat(url: str, model: str, timeout_s: float = CLIENT_TIMEOUT_S, client: httpx.Client | None = None,
+         **extra: object) -> Reply:
+    """One bounded chat request (on `client`'s kept-alive connections if given); never raises."""
     started = time.monotonic()
     try:
-        response = httpx.post(f"{url}/v1/chat/completions", json={**chat_body(model), **extra}, timeout=timeout_s)
+        response = (client or httpx).post(f"{url}/v1/chat/completions", json={**chat_body(model), **extra},
+                                          timeout=timeout_s)
     except httpx.HTTPError as exc:
         return Reply(started, time.monotonic(), 0, f"{type(exc).__name__}: {exc}")
     message = ""
@@ -133,12 +135,15 @@ class Traffic:
 
     def _client(self, index: int) -> None:
         n = 0
-        while not self._stop.is_set():
-            reply = chat(self.url(index + n), self.model, self.timeout_s)
-            n += 1
-            with self._lock:
-                self.replies.append(reply)
-            self._stop.wait(self.pause_s)
+        # One client per thread, as a real client keeps its connections: a new connection per request
+        # would churn through loopback ephemeral ports, where the test workers' backend ports also live.
+        with httpx.Client() as client:
+            while not self._stop.is_set():
+                reply = chat(self.url(index + n), self.model, self.timeout_s, client)
+                n += 1
+                with self._lock:
+                    self.replies.append(reply)
+                self._stop.wait(self.pause_s)
 
     def __enter__(self) -> Traffic:
         for thread in self._threads:
@@ -170,7 +175,7 @@ def summarize(replies: Iterable[Reply]) -> str:
         key = str(reply.status or "no answer")
         counts[key] += 1
         if not reply.ok:
-            first.setdefault(key, reply.message[:120])
+            first.setdefault(key, reply.message[:240])
     return ", ".join(f"{k} x{n}" + (f" ({first[k]})" if k in first else "") for k, n in counts.most_common())
 
 

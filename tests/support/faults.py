@@ -227,7 +227,8 @@ def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
         reader.join(CLIENT_TIMEOUT_S + 10)
         recover_s, after = until_served(bed.url, model, t0)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # the cluster may have stopped it meanwhile
+            os.kill(pid, signal.SIGCONT)
     return Outcome("backend SIGSTOP mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
                    1 + sum(not r.ok for r in after), bed.load_calls(model) - 2,
                    {"stream": stream, "after": after, "host": row["node"]})
@@ -340,6 +341,7 @@ def dependency_restarted(bed: FaultBed, dependency: str, warm: str, cold: str, l
     duplicates = (bed.load_calls(warm) - 1) + (bed.load_calls(later) - 1) + (bed.load_calls(cold) - cold_reply.ok)
     return Outcome(
         f"{'PostgreSQL' if dependency == 'postgresql' else 'NATS'} down {down_s:g}s under traffic",
-        f"warm: {summarize(during)}; cold: {cold_reply.seen()}", recover_s, lost, duplicates,
+        f"warm: {summarize(during)}; cold: {cold_reply.seen()}; after the restart: {summarize(after)}",
+        recover_s, lost, duplicates,
         {"during": during, "outside": outside, "cold": cold_reply, "after": after, "served_after": served_after,
          "heartbeats": heartbeats, "exited": [p.name for p in procs if p.popen.poll() is not None]})

@@ -280,7 +280,9 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                                  asyncio.get_running_loop())
                 runner = asyncio.ensure_future(self._run_blocking(pump.run))  # one thread per generation
                 while (batch := await pump.take()) is not None:
-                    for reply in coalesce(batch):  # pieces that piled up while the reader was slower
+                    # pieces that piled up while the reader was slower go as one; the first always alone
+                    # (time to first token never waits for a batch, and a client sees the stream start)
+                    for reply in coalesce(batch) if replies else [batch[0], *coalesce(batch[1:])]:
                         yield reply
                         replies += 1
             except (asyncio.CancelledError, GeneratorExit):

@@ -9,9 +9,17 @@ accepted and ignored.
 Options (`ModelOptions.Options`, `key:value`):
   load_time_s:<s>          sleep this long inside LoadModel (default 0)
   load_fail:<message>      LoadModel answers success=false with this message (after load_time_s)
-  prompt_token_time_s:<s>  sleep per prompt token before the first output token (default 0)
+  prompt_token_time_s:<s>  sleep per prompt token not in the KV cache, before the first output token (default 0)
   output_token_time_s:<s>  sleep per output token; streaming sends one word per token (default 0)
   embedding_dim:<n>        length of Embedding vectors (default 384)
+  kv_cache_tokens:<n>      KV prefix cache capacity in tokens, least recently used blocks evicted (default 0: none)
+  kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
+  prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
+
+KV cache (like vLLM's automatic prefix caching): a request's tokens (the prompt's words, then the
+generated words, so the next turn of a conversation finds its history) are stored in blocks of
+`kv_block_tokens`, each named by its whole prefix. A prompt's leading blocks found in the cache are
+not prefilled: time to first token = prompt_token_time_s × uncached prompt tokens.
 """
 
 from __future__ import annotations
@@ -20,8 +28,10 @@ import hashlib
 import logging
 import math
 import struct
+import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from corral.backends.engine import (
@@ -37,7 +47,9 @@ from corral.proto import backend_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim")
+KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim",
+                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency")
+DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
 VOCAB_SIZE = 32000
 
@@ -59,6 +71,9 @@ class SimulatorSettings:
     prompt_token_time_s: float = 0.0
     output_token_time_s: float = 0.0
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    kv_cache_tokens: int = 0
+    kv_block_tokens: int = DEFAULT_KV_BLOCK_TOKENS
+    prefill_concurrency: int = 0
 
     @classmethod
     def from_options(cls, entries: list[str]) -> SimulatorSettings:
@@ -72,7 +87,50 @@ class SimulatorSettings:
             prompt_token_time_s=option_float(options, "prompt_token_time_s", 0.0),
             output_token_time_s=option_float(options, "output_token_time_s", 0.0),
             embedding_dim=option_int(options, "embedding_dim", DEFAULT_EMBEDDING_DIM, min_value=1),
+            kv_cache_tokens=option_int(options, "kv_cache_tokens", 0),
+            kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
+            prefill_concurrency=option_int(options, "prefill_concurrency", 0),
         )
+
+
+class KVCache:
+    """Prefix blocks of token sequences, bounded in tokens, least recently used evicted (thread-safe)."""
+
+    def __init__(self, capacity_tokens: int, block_tokens: int = DEFAULT_KV_BLOCK_TOKENS) -> None:
+        self.block_tokens = block_tokens
+        self.max_blocks = capacity_tokens // block_tokens
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def _chain(self, tokens: Sequence[str]) -> list[int]:
+        size, chain, previous = self.block_tokens, [], 0
+        for start in range(0, len(tokens) - size + 1, size):
+            previous = hash((previous, tuple(tokens[start : start + size])))
+            chain.append(previous)
+        return chain
+
+    def cached(self, tokens: Sequence[str]) -> int:
+        """How many leading tokens are cached (whole blocks); the blocks used become most recent."""
+        hits = 0
+        with self._lock:
+            for block in self._chain(tokens):
+                if block not in self._blocks:
+                    break
+                self._blocks.move_to_end(block)
+                hits += 1
+        return hits * self.block_tokens
+
+    def store(self, tokens: Sequence[str]) -> None:
+        """Keep every whole block of `tokens`, evicting the least recently used beyond capacity."""
+        with self._lock:
+            for block in self._chain(tokens):
+                self._blocks[block] = None
+                self._blocks.move_to_end(block)
+            while len(self._blocks) > self.max_blocks:
+                self._blocks.popitem(last=False)
 
 
 def count_words(text: str) -> int:
@@ -86,10 +144,11 @@ def prompt_text(req: pb.PredictOptions) -> str:
     return req.Prompt
 
 
-def prompt_token_count(req: pb.PredictOptions) -> int:
+def prompt_tokens(req: pb.PredictOptions) -> list[str]:
+    """The prompt as tokens (words): every message's content in order, or the prompt."""
     if req.Messages:
-        return sum(count_words(m.content) for m in req.Messages)
-    return count_words(req.Prompt)
+        return [word for message in req.Messages for word in message.content.split()]
+    return req.Prompt.split()
 
 
 def simulated_words(model: str, prompt: str, count: int) -> list[str]:
@@ -119,6 +178,8 @@ class SimulatorEngine:
         self._model = ""
         self._settings = SimulatorSettings()
         self._loaded = False
+        self.kv_cache: KVCache | None = None
+        self._prefill_slots: threading.Semaphore | None = None
 
     @property
     def settings(self) -> SimulatorSettings:
@@ -140,6 +201,8 @@ class SimulatorEngine:
             raise LoadError(settings.load_fail)
         self._model = opts.Model or opts.ModelFile
         self._settings = settings
+        self.kv_cache = KVCache(settings.kv_cache_tokens, settings.kv_block_tokens) if settings.kv_cache_tokens else None
+        self._prefill_slots = threading.Semaphore(settings.prefill_concurrency) if settings.prefill_concurrency else None
         self._loaded = True
 
     def predict(self, req: pb.PredictOptions) -> pb.Reply:
@@ -152,17 +215,33 @@ class SimulatorEngine:
         if not req.Prompt and not req.Messages:
             raise InvalidRequestError("PredictOptions needs a Prompt or Messages")
         max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
-        n_prompt = prompt_token_count(req)
+        tokens = prompt_tokens(req)
         words = simulated_words(self._model, prompt_text(req), max_tokens)
-        return self._stream(words, n_prompt)
+        return self._stream(words, tokens)
 
-    def _stream(self, words: list[str], n_prompt: int) -> Iterator[pb.Reply]:
+    def _prefill(self, tokens: list[str]) -> None:
+        cache, slots = self.kv_cache, self._prefill_slots
+        uncached = len(tokens) - (cache.cached(tokens) if cache is not None else 0)
+        if slots is not None:
+            slots.acquire()
+        try:
+            _sleep(self._settings.prompt_token_time_s * uncached)
+        finally:
+            if slots is not None:
+                slots.release()
+        if cache is not None:
+            cache.store(tokens)
+
+    def _stream(self, words: list[str], tokens: list[str]) -> Iterator[pb.Reply]:
         started = time.perf_counter()
-        _sleep(self._settings.prompt_token_time_s * n_prompt)
+        n_prompt = len(tokens)
+        self._prefill(tokens)
         first_token_at = time.perf_counter()
         for index, word in enumerate(words):
             _sleep(self._settings.output_token_time_s)
             yield piece_reply(word if index == 0 else f" {word}")
+        if self.kv_cache is not None:
+            self.kv_cache.store(tokens + words)
         finished = time.perf_counter()
         yield final_reply(
             tokens=len(words),

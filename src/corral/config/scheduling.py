@@ -6,8 +6,16 @@ validates them at start and names the entry and field of any mistake.
 
 from __future__ import annotations
 
-from corral.config.parse import parse_duration_s
+from corral.config.parse import parse_bool, parse_duration_s, parse_int
 from corral.config.settings import Setting
+
+
+def _positive_int(raw: str) -> int:
+    value = parse_int(raw)
+    if value < 1:
+        raise ValueError(f"{raw!r} must be a positive number")
+    return value
+
 
 FRONTEND_SCHEDULING_SETTINGS: tuple[Setting, ...] = (
     Setting("model_scheduling", "--model-scheduling", ("LOCALAI_MODEL_SCHEDULING",), "",
@@ -23,4 +31,11 @@ FRONTEND_SCHEDULING_SETTINGS: tuple[Setting, ...] = (
     Setting("unsatisfiable_cooldown_s", "--unsatisfiable-cooldown", ("CORRAL_UNSATISFIABLE_COOLDOWN",), 300.0,
             parse_duration_s, "after 3 passes that cannot satisfy a rule, the reconciler leaves it alone this "
             "long (a node registering, approval, label or budget change ends the wait)"),
+    Setting("prefix_cache", "--distributed-prefix-cache", ("LOCALAI_DISTRIBUTED_PREFIX_CACHE",), True, parse_bool,
+            'models whose scheduling rule leaves route_policy "" route by prefix cache (true) or to the least '
+            "loaded replica (false)", is_switch=True),
+    Setting("prefix_cache_ttl_s", "--distributed-prefix-cache-ttl", ("LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL",), 300.0,
+            parse_duration_s, "a prompt prefix routed to a replica is remembered this long (prefix_cache policy)"),
+    Setting("prefix_index_max_blocks", "--prefix-index-max-blocks", ("CORRAL_PREFIX_INDEX_MAX_BLOCKS",), 100_000,
+            _positive_int, "bound of the prefix index (256-character prompt blocks; least recent evicted)"),
 )

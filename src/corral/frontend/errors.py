@@ -89,8 +89,8 @@ def install_handlers(app: FastAPI) -> None:
     install_unavailable_handler(app)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        return unexpected_response(exc)
+    async def _unexpected(_request: Request, exc: Exception) -> Response:
+        return dependency_or_unexpected_response(exc)  # middleware errors (e.g. a key lookup) land here
 
 
 def unexpected_response(exc: BaseException) -> JSONResponse:
@@ -99,16 +99,23 @@ def unexpected_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500)
 
 
+def dependency_or_unexpected_response(exc: BaseException) -> Response:
+    """PostgreSQL or NATS down: 503 naming it and its setting (frontend/unavailable.py); else a 500."""
+    from corral.frontend.unavailable import unavailable_response
+
+    down = unavailable_response(exc)
+    if down is not None:
+        log.warning("%s", bytes(down.body).decode())
+        return down
+    return unexpected_response(exc)
+
+
 def install_unavailable_handler(app: FastAPI) -> None:
-    """PostgreSQL or NATS down: 503 naming it and its setting (frontend/unavailable.py), never a 500."""
-    from corral.frontend.unavailable import DEPENDENCY_ERRORS, unavailable_response
+    """Route handlers' dependency errors are answered here, inside the app (no traceback re-raised)."""
+    from corral.frontend.unavailable import DEPENDENCY_ERRORS
 
     async def _unavailable(_request: Request, exc: Exception) -> Response:
-        down = unavailable_response(exc)
-        if down is not None:
-            log.warning("%s", bytes(down.body).decode())
-            return down
-        return unexpected_response(exc)
+        return dependency_or_unexpected_response(exc)
 
     for kind in DEPENDENCY_ERRORS:
         app.add_exception_handler(kind, _unavailable)

@@ -35,6 +35,8 @@ from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendBudgets, BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
+from corral.routing.pickers.policies import RoutePolicies
+from corral.routing.prefix_index import PrefixIndex
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
@@ -56,7 +58,8 @@ def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx
                  channels: BackendChannels, aliases: dict[str, str], staging: StagingContext) -> Router:
     """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
     frontend_id = str(uuid.uuid4())
-    replicas = LocalReplicas(nc, frontend_id)
+    index = PrefixIndex(ttl_s=settings.prefix_cache_ttl_s, max_blocks=settings.prefix_index_max_blocks)
+    replicas = LocalReplicas(nc, frontend_id, RoutePolicies(index, prefix_cache_default=settings.prefix_cache))
     evictor = Evictor(pool, nc, replicas.inflight, replicas.in_flight, wait_s=settings.eviction_wait_s,
                       aliases=aliases)
     ctx = LoadContext(pool=pool, nc=nc, http=http, channels=channels,

@@ -1,4 +1,8 @@
-"""`/api/node/*`: worker self-service (register, heartbeat, drain, resume, deregister, models)."""
+"""`/api/node/*`: worker self-service (register, heartbeat, drain, resume, deregister, models, NATS credentials).
+
+Every route needs the registration token; every `/api/node/<id>/*` route and a re-registration of a known
+name also need the node's own credential (`node_identity`: `X-Node-Token`, issued once at first registration).
+"""
 
 from __future__ import annotations
 

@@ -38,6 +38,20 @@ def _validate_settings(body: Any) -> JSONResponse | None:
     return None
 
 
+def routing_explain(state: FrontendState, model: str) -> dict[str, Any]:
+    """The warm path of `model` on this frontend: its picker and policy, its replicas' loads, and the
+    last pick (which picker chose which replica, and why)."""
+    view = state.router.view
+    policy = view.policies.get(model)
+    last = view.decisions.get(model)
+    return {"picker": policy.picker, "policy_source": policy.source,
+            "min_prefix_match": policy.min_prefix_match, "balance_abs_threshold": policy.balance_abs,
+            "balance_rel_threshold": policy.balance_rel,
+            "replicas": [{"replica": r.key, "node": r.node_name, "in_flight": state.router.inflight.total(r)}
+                         for r in view.all() if r.model == model],
+            "last_decision": last.explain() if last else None}
+
+
 def build_scheduling_router(state: FrontendState) -> APIRouter:
     router = APIRouter()
 
@@ -49,14 +63,16 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
                                          "not_found_error", 404, "model"), status_code=404)
         req = await placement_request(state.router.ctx, cfg)
         nodes = await placement_store.snapshot(state.pool)
+        routing = routing_explain(state, cfg.name)
         try:
-            return JSONResponse(decide(req, nodes).explain())
+            return JSONResponse({**decide(req, nodes).explain(), "routing": routing})
         except NoNodeFits as exc:
             verdicts = [{"node": name, "fits": False, "filter": r.filter, "reason": r.reason, "detail": r.detail}
                         for name, r in sorted(exc.rejections.items())]
-            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": verdicts})
+            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": verdicts,
+                                 "routing": routing})
         except NoNodeAvailable as exc:
-            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": []})
+            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": [], "routing": routing})
 
     @router.get("/api/settings")
     async def get_settings() -> JSONResponse:

@@ -133,6 +133,8 @@ async def _set_rule(state: FrontendState, request: Request) -> Any:
                            f"model, so only one rule may place it — update or delete rule {exc.rule!r} "
                            f"(DELETE /api/nodes/scheduling/{exc.rule}) first", "model_name")
     rule = await scheduling_store.get(state.pool, spec.model_name)
+    if rule is not None:
+        state.router.apply_route_rule(rule)  # this frontend at once; the others at their next view refresh
     return (await _views(state, [rule]))[0] if rule else _error(404, f"rule {spec.model_name!r} vanished; retry")
 
 
@@ -159,6 +161,7 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
     async def delete_rule(model: RuleName) -> Any:
         if not await scheduling_store.delete(state.pool, model):
             return _error(404, f"no scheduling rule for {model!r}")
+        state.router.forget_route_rule(model)
         return Response(status_code=204)
 
     return router

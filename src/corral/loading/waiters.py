@@ -3,6 +3,8 @@
 The job's owner (on any frontend) publishes `corral.load.<model>` when the load ends; every
 frontend wakes its local waiters. A missed event costs at most one poll interval: the poll reads
 the job row (gone ⇒ finished, `failed` ⇒ the real cause, silent past the orphan window ⇒ take over).
+An event from the bus is only a hint to read the row at once (anyone on the bus can publish one):
+the outcome a waiter acts on is the job row's, or the owner's own when the job ran in this process.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class Outcome:
     error: str = ""
     orphaned: bool = False
     kind: str = ""  # of a failure: "placement" (no node fits) or "load"
+    hint: bool = False  # from the bus: read the job row before believing anything
+
+
+HINT = Outcome(ok=False, hint=True)
 
 
 class Waiters:
@@ -51,8 +57,7 @@ class Waiters:
     async def _on_event(self, msg: Msg) -> None:
         try:
             body = json.loads(msg.data)
-            self.notify(str(body["tracking_key"]),
-                        Outcome(bool(body["ok"]), str(body.get("error") or ""), kind=str(body.get("kind") or "")))
+            self.notify(str(body["tracking_key"]), HINT)  # a hint: the waiter reads the job row now
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring malformed load event on %s", msg.subject)
 
@@ -83,17 +88,32 @@ class Waiters:
         """The load's outcome, or None when the budget ran out first (None budget ⇒ no bound)."""
         loop = asyncio.get_running_loop()
         deadline = None if budget_s is None else loop.time() + budget_s
-        while True:
-            remaining = self.poll_s if deadline is None else min(self.poll_s, deadline - loop.time())
-            if remaining <= 0:
-                return None
-            await asyncio.wait({future}, timeout=remaining)
-            if future.done():
-                return future.result()
-            job = await load_jobs.get(self.pool, key)
-            if job is None:
-                return Outcome(ok=True)
-            if job.state == FAILED:
-                return Outcome(ok=False, error=job.last_error, kind=job.error_kind)
-            if job.silent_s > self.orphan_s:
-                return Outcome(ok=False, orphaned=True)
+        rearmed: list[asyncio.Future[Outcome]] = []
+        try:
+            while True:
+                remaining = self.poll_s if deadline is None else min(self.poll_s, deadline - loop.time())
+                if remaining <= 0:
+                    return None
+                await asyncio.wait({future}, timeout=remaining)
+                if future.done() and not future.result().hint:
+                    return future.result()  # the owner's own outcome, in this process
+                outcome = await self._read_row(key)
+                if outcome is not None:
+                    return outcome
+                if future.done():  # a hint the row does not bear out (a forged or early event): keep waiting
+                    future = loop.create_future()
+                    self._waiting[key].add(future)
+                    rearmed.append(future)
+        finally:
+            for extra in rearmed:
+                self._waiting.get(key, set()).discard(extra)
+
+    async def _read_row(self, key: str) -> Outcome | None:
+        job = await load_jobs.get(self.pool, key)
+        if job is None:
+            return Outcome(ok=True)
+        if job.state == FAILED:
+            return Outcome(ok=False, error=job.last_error, kind=job.error_kind)
+        if job.silent_s > self.orphan_s:
+            return Outcome(ok=False, orphaned=True)
+        return None

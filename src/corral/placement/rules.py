@@ -16,7 +16,7 @@ from typing import Any
 
 from corral.models.names import name_problem
 
-ROUTE_POLICIES = ("", "round_robin", "prefix_cache")
+ROUTE_POLICIES = ("", "round_robin", "least_loaded", "prefix_cache", "power_of_two")  # "" = process default
 MODEL_NAME_MAX = 255
 LABEL_KEY_MAX = 128
 LABEL_VALUE_MAX = 255
@@ -150,7 +150,8 @@ def _spread(body: Mapping[str, Any]) -> bool:
 def _routing(body: Mapping[str, Any]) -> dict[str, Any]:
     policy = body.get("route_policy")
     if policy is not None and policy not in ROUTE_POLICIES:
-        raise RuleInvalid("route_policy", f"must be one of \"\", round_robin, prefix_cache; got {policy!r}")
+        raise RuleInvalid("route_policy", f"must be one of \"\", round_robin, least_loaded, prefix_cache, power_of_two; "
+                                             f"got {policy!r}")
     rel = _number(body, "balance_rel_threshold")
     if rel is not None and rel != 0 and rel < 1:
         raise RuleInvalid("balance_rel_threshold", f"must be 0 (inherit) or at least 1, got {rel:g}")

@@ -64,8 +64,9 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
     """One unary call (`Predict`, `Embedding`, …) on whichever replica the router picks."""
     channels = router.channels
     budget_s = channels.budgets.call_timeout_s
+    chain = router.prefix_chain(cfg, request) if method == "Predict" else None
     for attempt in range(ATTEMPTS):
-        replica = await router.checkout(cfg)
+        replica = await router.checkout(cfg, chain)
         try:
             call = getattr(channels.stub(replica.address), method)(request, metadata=channels.metadata,
                                                                    timeout=budget_s)
@@ -159,8 +160,9 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
 
     The caller must `close()` the stream (also when it never reads past the first reply)."""
     channels = router.channels
+    chain = router.prefix_chain(cfg, request)
     for attempt in range(ATTEMPTS):
-        replica = await router.checkout(cfg)
+        replica = await router.checkout(cfg, chain)
         stream = ReplyStream(router, cfg, replica,
                              channels.stub(replica.address).PredictStream(request, metadata=channels.metadata))
         try:

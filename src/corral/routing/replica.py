@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+from corral.routing.pickers.base import Decision
+from corral.routing.pickers.policies import RoutePolicies
 
 
 def replica_key(node_id: str, model: str, replica_index: int) -> str:
@@ -29,20 +32,34 @@ class Replica:
 class ReplicaView:
     """Loaded replicas per model, as this frontend knows them; PostgreSQL stays the source of truth.
 
-    `pick` reads only memory: fewest in-flight requests cluster-wide, then least recently used.
+    `pick` reads only memory: the model's picker (routing/pickers) chooses among its replicas.
+    A replica that leaves the view, or comes back at another address, is dropped from the prefix index.
     """
 
-    def __init__(self, cluster_in_flight: Callable[[Replica], int] | None = None) -> None:
+    def __init__(self, cluster_in_flight: Callable[[Replica], int] | None = None,
+                 policies: RoutePolicies | None = None) -> None:
         self._by_model: dict[str, list[Replica]] = {}
         self._cluster_in_flight = cluster_in_flight or (lambda r: r.in_flight)
+        self.policies = policies or RoutePolicies(prefix_cache_default=False)
+        self.decisions: dict[str, Decision] = {}  # the last pick per model, for the explain endpoint
 
-    def pick(self, model: str) -> Replica | None:
+    def pick(self, model: str, chain: Sequence[int] | None = None) -> Replica | None:
         replicas = self._by_model.get(model)
         if not replicas:
             return None
-        if len(replicas) == 1:  # the common case needs no cluster-wide count
+        if len(replicas) == 1 and chain is None:  # the common case needs no cluster-wide count
             return replicas[0]
-        return min(replicas, key=lambda r: (self._cluster_in_flight(r), r.last_used_s))
+        policy = self.policies.get(model)
+        decision = self.policies.picker(policy).pick(replicas, self._cluster_in_flight, policy, chain)
+        decision.at_s = time.time()
+        self.decisions[model] = decision
+        return decision.replica
+
+    def count(self, model: str) -> int:
+        return len(self._by_model.get(model, ()))
+
+    def _dropped(self, replica: Replica) -> None:
+        self.policies.index.drop(replica.key)
 
     def touch(self, replica: Replica) -> None:
         replica.last_used_s = time.time()
@@ -51,6 +68,8 @@ class ReplicaView:
         replicas = self._by_model.setdefault(replica.model, [])
         for known in replicas:
             if known.key == replica.key:
+                if known.address != replica.address:
+                    self._dropped(known)
                 known.address = replica.address
                 return known
         replicas.append(replica)
@@ -64,11 +83,14 @@ class ReplicaView:
         for known in replicas:
             if known.key == key:
                 replicas.remove(known)
+                self._dropped(known)
                 return known
         return None
 
     def remove_node(self, node_id: str) -> None:
         for replicas in self._by_model.values():
+            for gone in [r for r in replicas if r.node_id == node_id]:
+                self._dropped(gone)
             replicas[:] = [r for r in replicas if r.node_id != node_id]
 
     def replace_all(self, fresh: Iterable[Replica]) -> None:
@@ -81,6 +103,10 @@ class ReplicaView:
                 replica.in_flight, replica.last_used_s = kept.in_flight, kept.last_used_s
                 replica = kept
             by_model.setdefault(replica.model, []).append(replica)
+        kept_ids = {id(r) for replicas in by_model.values() for r in replicas}
+        for gone in old.values():
+            if id(gone) not in kept_ids:
+                self._dropped(gone)
         self._by_model = by_model
 
     def all(self) -> list[Replica]:

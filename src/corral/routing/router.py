@@ -17,12 +17,16 @@ from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
 from corral.loops import run_periodic
 from corral.models.config import ModelConfig
-from corral.routing import events
+from corral.placement.rules import SchedulingRule
+from corral.proto import backend_pb2
+from corral.routing import events, prefix_sync
 from corral.routing.backend_client import BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
+from corral.routing.prefix_index import message_text, prefix_chain
 from corral.routing.replica import Replica, replica_key
 from corral.store import replicas as replica_store
+from corral.store import scheduling as scheduling_store
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +52,14 @@ class Router:
         await self.cold.start()
         await self.inflight.start()
         await events.subscribe(self.ctx.nc, self._on_event)
+        await prefix_sync.subscribe(self.ctx.nc, self.view.policies.index, self.replicas.frontend_id)
         await self.refresh()
         self._tasks = [asyncio.create_task(self.inflight.run(self._stop), name="inflight-reports"),
                        asyncio.create_task(self._refresh_loop(), name="replica-view-refresh")]
 
     async def refresh(self) -> None:
-        """Re-read every routable replica: a missed event heals within one refresh interval."""
+        """Re-read every routable replica and the routing policies: a missed event heals within one interval."""
+        self.view.policies.replace_rules(await scheduling_store.all_rules(self.ctx.pool), self.ctx.aliases)
         rows = await replica_store.all_routable(self.ctx.pool)
         self.view.replace_all(Replica(model=r["model_name"], node_id=r["node_id"], node_name=r["node_name"],
                                       address=r["address"], replica_index=int(r["replica_index"])) for r in rows)
@@ -93,13 +99,36 @@ class Router:
             self.view.add(Replica(model=model, node_id=row["node_id"], node_name=row["node_name"],
                                   address=row["address"], replica_index=int(row["replica_index"])))
 
-    async def route(self, cfg: ModelConfig) -> Replica:
+    def apply_route_rule(self, rule: SchedulingRule) -> None:
+        self.view.policies.set_rule(rule, self.ctx.aliases)
+
+    def forget_route_rule(self, name: str) -> None:
+        self.view.policies.forget_rule(self.ctx.aliases.get(name, name))
+
+    def prefix_chain(self, cfg: ModelConfig, request: backend_pb2.PredictOptions) -> list[int] | None:
+        """The prompt's block hashes when the model routes by prefix cache among several replicas, else None
+        (nothing hashed: a lone replica needs no choice; after a scale-up its conversations re-home once)."""
+        if self.view.count(cfg.name) < 2 or self.view.policies.get(cfg.name).picker != "prefix_cache":
+            return None
+        text = message_text(request.Prompt, [(m.role, m.content) for m in request.Messages])
+        return prefix_chain(cfg.name, text) or None
+
+    async def route(self, cfg: ModelConfig, chain: list[int] | None = None) -> Replica:
         """Warm path: memory only. Cold path: a durable load job."""
-        replica = self.view.pick(cfg.name)
+        replica = self.view.pick(cfg.name, chain)
         if replica is None:
             replica = await self._cold(cfg)
         self.view.touch(replica)
         return replica
+
+    async def _observe(self, cfg: ModelConfig, chain: list[int], replica: Replica) -> None:
+        """Remember where this prompt went, and tell the other frontends when that is news."""
+        if self.view.policies.index.observe(chain, replica.key):
+            try:
+                await prefix_sync.publish(self.ctx.nc, self.replicas.frontend_id, cfg.name, chain,
+                                          replica.node_id, replica.replica_index)
+            except (nats.errors.Error, OSError) as exc:  # a lost observation costs peers a cache miss
+                log.debug("prefix observation not shared: %s", exc)
 
     async def _warm_from_db(self, cfg: ModelConfig) -> Replica | None:
         for row in await replica_store.routable(self.ctx.pool, cfg.name):
@@ -116,11 +145,13 @@ class Router:
 
         return await self.cold.load(cfg, find)
 
-    async def checkout(self, cfg: ModelConfig) -> Replica:
+    async def checkout(self, cfg: ModelConfig, chain: list[int] | None = None) -> Replica:
         """Route and count the request in flight at once (no await between the pick and the count), so
         eviction and scale-down see it from its first moment; the caller must `release` the replica."""
-        replica = await self.route(cfg)
+        replica = await self.route(cfg, chain)
         self.acquire(replica)
+        if chain:
+            await self._observe(cfg, chain, replica)
         return replica
 
     def acquire(self, replica: Replica) -> None:

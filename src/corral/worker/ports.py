@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 PORT_QUARANTINE_S = 15.0
 PORT_AFFINITY_S = 5 * 60.0
+BUSY_PORT_HOLD_S = 5 * 60.0  # a port another process holds is not tried again for this long
 
 
 class PortRangeExhausted(Exception):
@@ -86,3 +87,13 @@ class PortAllocator:
         now = self._clock()
         self._quarantine_until_s[port] = now + PORT_QUARANTINE_S
         self._claims[port] = _Claim(key, now + PORT_AFFINITY_S)
+
+    def set_aside_busy(self, key: str, port: int) -> None:
+        """A backend could not bind `port` (another process holds it): give it up, keep no affinity to it,
+        and do not hand it out again for BUSY_PORT_HOLD_S."""
+        if self._in_use.get(port) == key:
+            del self._in_use[port]
+        self._claims.pop(port, None)
+        if port in self._free:
+            self._free.remove(port)
+        self._quarantine_until_s[port] = self._clock() + BUSY_PORT_HOLD_S

@@ -48,6 +48,18 @@ class BackendStartFailed(Exception):
 WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # bind host -> host to dial
 
 
+BUSY_PORT_ATTEMPTS = 3
+PORT_IN_USE_MARK = "is the port already in use?"  # what `corral backend` prints when it cannot bind (server.py)
+
+
+class PortBusy(BackendStartFailed):
+    """The backend exited because another process holds its port: the supervisor tries another port."""
+
+    def __init__(self, message: str, port: int) -> None:
+        super().__init__(message)
+        self.port = port
+
+
 def host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -131,7 +143,17 @@ class Supervisor:
             return await self._start(key, backend)
 
     async def _start(self, key: str, backend: str) -> BackendProcess:
-        port = self.ports.allocate(key)
+        """Start a backend; a port some other process holds is set aside and the next one tried."""
+        for _attempt in range(BUSY_PORT_ATTEMPTS - 1):
+            try:
+                return await self._start_on(key, backend, self.ports.allocate(key))
+            except PortBusy as busy:
+                log.warning("backend %s for %s could not listen on port %d (held by another process); "
+                            "trying another port", backend, key, busy.port)
+                self.ports.set_aside_busy(key, busy.port)
+        return await self._start_on(key, backend, self.ports.allocate(key))
+
+    async def _start_on(self, key: str, backend: str, port: int) -> BackendProcess:
         env = dict(os.environ)
         if self.token:
             env["LOCALAI_GRPC_AUTH_TOKEN"] = self.token
@@ -151,8 +173,10 @@ class Supervisor:
         self.processes[key] = proc
         try:
             await self._wait_ready(proc)
-        except BackendStartFailed:
+        except BackendStartFailed as exc:
             await self._stop(proc, force=True)
+            if PORT_IN_USE_MARK in str(exc):
+                raise PortBusy(str(exc), port) from None
             raise
         proc.state = BackendState.READY
         log.info("backend %s for %s ready on port %d (pid %d)", backend, key, port, process.pid)

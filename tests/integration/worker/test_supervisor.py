@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from corral.worker.ports import PortAllocator
@@ -53,3 +55,20 @@ async def test_stopping_a_key_stops_exactly_that_process(supervisor: Supervisor)
     assert matched and not a.alive() and b.alive()
     assert supervisor.resolve("b") == ["b#0"]
     assert await supervisor.stop_key("a#0") == (False, False)
+
+
+async def test_a_port_another_process_holds_is_set_aside_and_the_backend_starts_on_the_next(
+        supervisor: Supervisor) -> None:
+    base = supervisor.ports.base_port
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", base))  # what a stray process does to the first port of the range
+    squatter.listen()
+    try:
+        proc = await supervisor.ensure("m#0", "simulator")
+        assert proc.port != base  # before: the start failed on the held port, and every retry took it again
+        await supervisor.stop_key("m#0")
+        again = await supervisor.ensure("m#0", "simulator")
+        assert again.port != base  # the held port is not handed back by affinity or quarantine's end
+    finally:
+        squatter.close()

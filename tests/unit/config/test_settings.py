@@ -81,3 +81,14 @@ def test_help_never_shows_the_registration_token() -> None:
 
 def test_host_port_parses_empty_host_as_all_interfaces() -> None:
     assert parse_host_port(":8080") == ("", 8080)
+
+
+def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spec_names() -> None:
+    defaults = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {})
+    assert (defaults.prefix_cache, defaults.prefix_cache_ttl_s, defaults.prefix_index_max_blocks) == (True, 300.0, 100_000)
+    env = {"LOCALAI_DISTRIBUTED_PREFIX_CACHE": "false", "LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL": "90s",
+           "CORRAL_PREFIX_INDEX_MAX_BLOCKS": "5000"}
+    custom = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, env)
+    assert (custom.prefix_cache, custom.prefix_cache_ttl_s, custom.prefix_index_max_blocks) == (False, 90.0, 5000)
+    with pytest.raises(ConfigError, match="CORRAL_PREFIX_INDEX_MAX_BLOCKS"):
+        load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {"CORRAL_PREFIX_INDEX_MAX_BLOCKS": "0"})

@@ -22,7 +22,7 @@ from corral.placement.rules import RuleInvalid, RuleSpec, parse_rule
     ({"model_name": "m", "spread_all": True, "max_replicas": 2}, "max_replicas", "mutually exclusive"),
     ({"model_name": "m", "replicas": "some"}, "replicas", 'must be "all"'),
     ({"model_name": "m", "spread_all": "yes"}, "spread_all", "true or false"),
-    ({"model_name": "m", "route_policy": "fastest"}, "route_policy", "round_robin, prefix_cache"),
+    ({"model_name": "m", "route_policy": "fastest"}, "route_policy", "round_robin, least_loaded, prefix_cache, power_of_two; got 'fastest'"),
     ({"model_name": "m", "balance_abs_threshold": -1}, "balance_abs_threshold", "between 0"),
     ({"model_name": "m", "balance_rel_threshold": 0.5}, "balance_rel_threshold", "0 (inherit) or at least 1"),
     ({"model_name": "m", "min_prefix_match": 1.5}, "min_prefix_match", "between 0 and 1"),
