@@ -58,12 +58,15 @@ class Worker:
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
+        self.subscribed = False  # node and S3 file handlers listening: only then is the worker ready
 
     def readiness(self) -> str | None:
         if not self.node_id:
             return "not registered with the frontend yet"
         if not self.nats_up:
             return "NATS connection is down: worker cannot receive work"
+        if not self.subscribed:
+            return "not subscribed to its NATS subjects yet"
         return self.prober.reason()
 
     async def _probe(self) -> hardware.HardwareFacts:
@@ -170,6 +173,7 @@ class Worker:
                                      self.request_stop)
         await self.handlers.subscribe()
         self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir)
+        self.subscribed = True
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()
