@@ -48,6 +48,8 @@ bench: install
 	$(PY) benchmarks/heartbeats.py
 	$(PY) benchmarks/stream_relay.py
 	$(PY) benchmarks/faults.py
+	$(PY) benchmarks/prefix_routing.py
+	$(PY) benchmarks/prefix_routing.py --llama
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -15,12 +15,12 @@ TTFT = time to the first streamed content chunk. The hit ratio is the share of p
 the replica's KV cache, modelled by replaying each replica's requests (X-Corral-Replica header) through
 the simulator's own cache model. Throughput = requests / wall time of the workload.
 
-With `--llama <gemma-3-270m .gguf>` it measures a real llama.cpp backend instead (its prompt cache
+With `--llama [<gemma-3-270m .gguf>]` (default: the packaged Gemma, assembled once) it measures a real llama.cpp backend instead (its prompt cache
 keeps the KV of the last prompt, so a shared prefix is not evaluated again): 2 replicas (one per
 worker, 1 thread each), LLAMA_CONVERSATIONS conversations of LLAMA_TURNS turns, each opening with a
 ~650-token context, interleaved in a fixed random order and sent one at a time, round_robin vs prefix_cache.
 
-Run: PYTHONPATH=src python benchmarks/prefix_routing.py [--llama path/to/gemma-3-270m-q4_k_m.gguf]
+Run: PYTHONPATH=src python benchmarks/prefix_routing.py [--llama [path/to/gemma-3-270m-q4_k_m.gguf]]
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ USER_WORDS = 40
 CONCURRENCY = 8
 HOT_SHARE = 0.75
 TOKEN = "bench-token"
+GEMMA_CACHE = Path("/var/tmp/corral-bench-models")  # shared with cold_start.py
 
 
 @dataclass
@@ -320,7 +321,13 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--llama":
-        asyncio.run(llama(Path(sys.argv[2])))
+    if len(sys.argv) >= 2 and sys.argv[1] == "--llama":
+        if len(sys.argv) == 3:
+            gemma = Path(sys.argv[2])
+        else:  # the default model, assembled from its package (no hub download)
+            from corral.models.defaults import GEMMA_FILE, prepare_gemma
+            prepare_gemma(GEMMA_CACHE)
+            gemma = GEMMA_CACHE / GEMMA_FILE
+        asyncio.run(llama(gemma))
     else:
         asyncio.run(main())

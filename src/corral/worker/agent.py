@@ -44,6 +44,7 @@ class Worker:
         self.node_name = settings.node_name or socket.gethostname()
         self.node_id = ""
         self.nats_up = False
+        self.subscribed = False  # nodes.<id>.* handlers (backend and, in S3 mode, files) are listening
         self._stop = asyncio.Event()
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
         self.supervisor = Supervisor(
@@ -58,7 +59,6 @@ class Worker:
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
-        self.subscribed = False  # node and S3 file handlers listening: only then is the worker ready
 
     def readiness(self) -> str | None:
         if not self.node_id:
@@ -66,7 +66,7 @@ class Worker:
         if not self.nats_up:
             return "NATS connection is down: worker cannot receive work"
         if not self.subscribed:
-            return "not subscribed to its NATS subjects yet"
+            return "not yet subscribed to its work subjects on NATS"
         return self.prober.reason()
 
     async def _probe(self) -> hardware.HardwareFacts:
@@ -155,11 +155,17 @@ class Worker:
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
         self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
+        from corral.worker.files import (
+            build_worker_file_server,
+            drop_hub_token,
+            open_object_store,
+            start_s3_file_handlers,
+        )
+
+        store = await open_object_store(self.settings)  # before registering: work may arrive right after
         reply = await self._first_registration()
         self.node_id = reply["id"]
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
-
-        from corral.worker.files import build_worker_file_server, drop_hub_token, start_s3_file_handlers
 
         drop_hub_token()
         http = build_worker_file_server(self.settings, self.models_dir, self.readiness)
@@ -172,7 +178,7 @@ class Worker:
         self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
                                      self.request_stop)
         await self.handlers.subscribe()
-        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir)
+        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)
         self.subscribed = True
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)

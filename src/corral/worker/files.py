@@ -70,16 +70,24 @@ def drop_hub_token() -> None:
                         name)
 
 
-async def start_s3_file_handlers(settings: Any, nc: Client, node_id: str, models_dir: Path,
-                                 ) -> S3FileHandlers | None:
-    """Subscribe ``nodes.<id>.files.*`` when ``LOCALAI_STORAGE_URL`` is set; None in HTTP mode."""
+async def open_object_store(settings: Any) -> ObjectStore | None:
+    """The bucket client when ``LOCALAI_STORAGE_URL`` is set (boto3's import and client take a while: done
+    before the worker registers, so it answers ``files.*`` as soon as the frontend can place work on it)."""
     config = StorageConfig.from_settings(settings)
     if config is None:
         return None
     store = await asyncio.to_thread(ObjectStore, config)
+    log.info("S3 staging: fetching from bucket %s at %s on request", config.bucket, config.url)
+    return store
+
+
+async def start_s3_file_handlers(settings: Any, nc: Client, node_id: str, models_dir: Path,
+                                 store: ObjectStore | None) -> S3FileHandlers | None:
+    """Subscribe ``nodes.<id>.files.*`` with the store `open_object_store` gave; None in HTTP mode."""
+    if store is None:
+        return None
     handlers = S3FileHandlers(nc, node_id, store, models_dir, DiskBudget(settings.staging_min_free_bytes))
     await handlers.subscribe()
-    log.info("S3 staging: fetching from bucket %s at %s on request", config.bucket, config.url)
     return handlers
 
 

@@ -136,7 +136,7 @@ class Supervisor:
                 # Frozen or wedged (a frontend dropped it after a failed probe): replace it, do not reuse it.
                 log.warning("backend %s for %s (pid %d) does not answer Health; replacing it", backend, key,
                             current.process.pid)
-                await self._stop(current, force=True)
+                await self._stop(current, force=True, kill=True)  # a wedged process would not heed SIGTERM
                 return await self._start(key, backend)
             if current:
                 await self._stop(current, force=False)
@@ -220,12 +220,16 @@ class Supervisor:
         except grpc.aio.AioRpcError:
             return False
 
-    async def _stop(self, proc: BackendProcess, *, force: bool) -> bool:
-        """Free (unless forced), terminate, wait for exit, release the port. Returns whether Free worked."""
+    async def _stop(self, proc: BackendProcess, *, force: bool, kill: bool = False) -> bool:
+        """Free (unless forced), terminate (or `kill` at once), wait for exit, release the port. Returns whether
+        Free worked."""
         proc.state = BackendState.STOPPING
         freed = False
         if proc.alive() and not force:
             freed = await self._free(proc)
+        if proc.alive() and kill:
+            proc.process.kill()
+            await proc.process.wait()
         if proc.alive():
             proc.process.terminate()
             try:

@@ -21,7 +21,7 @@ from corral.staging.errors import ObjectStoreFailed
 from corral.staging.messages import FileEnsureReply, FileEnsureRequest, FileListReply, FileListRequest
 from corral.staging.s3 import ObjectStore, StorageConfig
 from corral.staging.stager import StagingContext, StagingTarget, stage_model
-from corral.worker.files import start_s3_file_handlers
+from corral.worker.files import open_object_store, start_s3_file_handlers
 from support.moto_s3 import ACCESS_KEY, SECRET_KEY, moto_server
 
 MiB = 1 << 20
@@ -74,7 +74,8 @@ async def env(s3_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Simpl
     worker_nc = await bus.connect(nats_url, "test-worker")
     node_id = f"node-{uuid.uuid4().hex[:8]}"
     models_dir = tmp_path / "worker" / "models"
-    handlers = await start_s3_file_handlers(settings, worker_nc, node_id, models_dir)
+    handlers = await start_s3_file_handlers(settings, worker_nc, node_id, models_dir,
+                                            await open_object_store(settings))
     async with httpx.AsyncClient() as http:
         ctx = StagingContext(http=http, token="t", object_store=store, nc=front_nc, stall_s=10.0)
         try:
@@ -147,7 +148,8 @@ async def test_ensure_of_a_traversal_key_is_refused(env):
 
 
 async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_path, nats_url):
-    handlers = await start_s3_file_handlers(env.settings, env.worker_nc, "tiny-disk-node", tmp_path / "tiny")
+    handlers = await start_s3_file_handlers(env.settings, env.worker_nc, "tiny-disk-node", tmp_path / "tiny",
+                                            await open_object_store(env.settings))
     handlers.budget = DiskBudget(min_free_bytes=0, free_bytes=lambda _path: 10)
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100)
