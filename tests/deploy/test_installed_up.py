@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -15,23 +14,11 @@ import pytest
 
 from support.cluster import free_port
 from support.deploy_files import build_wheel, clean_env, fresh_venv
+from support.processes import corral_up_ready
 
 pytestmark = pytest.mark.slow
 READY_TIMEOUT_S = 240.0
 
-
-def _wait_ready(proc: subprocess.Popen[str]) -> str:
-    lines: list[str] = []
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError("corral up exited early:\n" + "".join(lines))
-        lines.append(line)
-        if line.startswith("(Ctrl-C stops everything)"):
-            return "".join(lines)
-    raise AssertionError(f"corral up not ready within {READY_TIMEOUT_S:g}s:\n" + "".join(lines))
 
 
 def _children_of(pid: int) -> list[list[str]]:
@@ -60,7 +47,7 @@ def test_installed_corral_up_serves_the_default_models(tmp_path: Path) -> None:
             start_new_session=True,
         ) as proc:
             try:
-                text = _wait_ready(proc)
+                text = "".join(corral_up_ready(proc, READY_TIMEOUT_S))
                 assert f"frontend   http://127.0.0.1:{port}" in text
                 corral_children = [argv for argv in _children_of(proc.pid) if argv[1:3] == ["-m", "corral"]]
                 assert {argv[3] for argv in corral_children} == {"run", "worker"}

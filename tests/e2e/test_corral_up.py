@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from support.cluster import free_port
+from support.processes import corral_up_ready
 
 pytestmark = pytest.mark.slow
 
@@ -43,19 +44,6 @@ def _start(data_dir: Path, port: int, worker_port: int) -> subprocess.Popen[str]
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
 
-
-def _wait_ready(proc: subprocess.Popen[str], timeout_s: float = 180.0) -> list[str]:
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError("corral up exited early:\n" + "".join(lines))
-        lines.append(line)
-        if line.startswith("(Ctrl-C stops everything)"):
-            return lines
-    raise AssertionError("corral up not ready:\n" + "".join(lines))
 
 
 def _marker(data_dir: Path) -> str:
@@ -100,7 +88,7 @@ def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
         for run in range(2):  # the second run reuses the data dir
             proc = _start(data_dir, port, worker_port)
             try:
-                lines = _wait_ready(proc)
+                lines = corral_up_ready(proc, 180.0)
                 text = "".join(lines)
                 for component in ("postgres", "nats", "frontend", "worker-1"):
                     assert any(line.startswith(component) for line in lines), text

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import asyncpg
@@ -19,6 +18,7 @@ import nats.errors
 import pytest
 
 from support.cluster import free_port
+from support.processes import corral_up_ready
 
 pytestmark = pytest.mark.slow
 
@@ -33,19 +33,6 @@ def _start(data_dir: Path, port: int, worker_port: int) -> subprocess.Popen[str]
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
     )
 
-
-def _ready_text(proc: subprocess.Popen[str], timeout_s: float = 120.0) -> str:
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError("corral up exited early:\n" + "".join(lines))
-        lines.append(line)
-        if line.startswith("(Ctrl-C stops everything)"):
-            return "".join(lines)
-    raise AssertionError("corral up not ready:\n" + "".join(lines))
 
 
 async def _check_services(data_dir: Path, text: str) -> None:
@@ -83,7 +70,7 @@ async def test_corral_up_services_need_the_generated_credentials_and_keep_fsync_
         for run in range(2):  # the second start reuses the credentials
             proc = _start(data_dir, port, worker_port)
             try:
-                text = _ready_text(proc)  # the worker is ready: it registered and joined NATS with the password
+                text = "".join(corral_up_ready(proc, 120.0))  # the worker is ready: it registered and joined NATS with the password
                 for name in SECRETS:
                     path = data_dir / name
                     assert path.stat().st_mode & 0o777 == 0o600, name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -41,3 +42,18 @@ def gone(pid: int, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def corral_up_ready(proc: subprocess.Popen[str], timeout_s: float) -> list[str]:
+    """The lines `corral up` printed until it said ready ("(Ctrl-C stops everything)"); fails naming why."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError("corral up exited early:\n" + "".join(lines))
+        lines.append(line)
+        if line.startswith("(Ctrl-C stops everything)"):
+            return lines
+    raise AssertionError(f"corral up not ready within {timeout_s:g}s:\n" + "".join(lines))
