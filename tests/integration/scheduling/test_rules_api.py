@@ -28,10 +28,25 @@ def _config(name: str) -> ModelConfig:
     return ModelConfig(name=name, backend="simulator", model="", models_dir=Path("/nonexistent"))
 
 
+class RouteRulesSeen:
+    """The router's side of a rule edit: this frontend applies a stored rule's route policy at once."""
+
+    def __init__(self) -> None:
+        self.applied: list[Any] = []
+        self.forgotten: list[str] = []
+
+    def apply_route_rule(self, rule: Any) -> None:
+        self.applied.append(rule)
+
+    def forget_route_rule(self, model: str) -> None:
+        self.forgotten.append(model)
+
+
 @pytest.fixture
 async def api(pool: asyncpg.Pool) -> AsyncIterator[httpx.AsyncClient]:
     none: Any = None
-    state = FrontendState(pool=pool, nc=none, router=none, registration_token="", auto_approve_nodes=True,
+    router: Any = RouteRulesSeen()
+    state = FrontendState(pool=pool, nc=none, router=router, registration_token="", auto_approve_nodes=True,
                           configs={n: _config(n) for n in ("llama3", "llama4")},
                           aliases={"production": "llama3", "canary": "production", "retired": "llama2"})
     app = FastAPI()
