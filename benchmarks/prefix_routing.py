@@ -26,6 +26,7 @@ Run: PYTHONPATH=src python benchmarks/prefix_routing.py [--llama [path/to/gemma-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import shutil
@@ -33,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,11 +156,43 @@ async def workload(urls: list[str], phase: str, skewed: bool) -> Result:
     return result
 
 
-def set_policy(cluster: Cluster, urls: list[str], picker: str) -> None:
-    for url in urls:  # each frontend applies its own write at once (the others follow within 10 s)
+def set_policy(cluster: Cluster, urls: list[str], picker: str, replicas: int = REPLICAS,
+               guard: dict[str, float] | None = None) -> None:
+    """The rule of `chat` on every frontend (each applies its own write at once; the others follow within 10 s)."""
+    for url in urls:
         r = httpx.post(f"{url}/api/nodes/scheduling", headers=cluster.admin_headers, timeout=30,
-                       json={"model_name": "chat", "min_replicas": REPLICAS, "route_policy": picker, **GUARD})
+                       json={"model_name": "chat", "min_replicas": replicas, "route_policy": picker,
+                             **(GUARD if guard is None else guard)})
         r.raise_for_status()
+
+
+async def wait_routable(cluster: Cluster, urls: list[str], replicas: int, timeout_s: float, poll_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(routable(cluster, u) == replicas for u in urls):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{replicas} replicas of chat not routable within {timeout_s:g} s")
+        await asyncio.sleep(poll_s)
+
+
+@contextlib.asynccontextmanager
+async def bench_cluster(prefix: str) -> AsyncIterator[Cluster]:
+    """Own PostgreSQL and NATS, and a cluster on them; everything stopped and removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
+    pg.start()
+    nats.start()
+    database_url = await asyncio.to_thread(pg.create_database, "prefix")
+    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN,
+                      fail_on_loop_stalls=False)
+    cluster.models_dir.mkdir(parents=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        nats.stop()
+        pg.stop(quiet=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def routable(cluster: Cluster, url: str) -> int:
@@ -180,64 +214,48 @@ LLAMA_SYSTEM = ("You are a patient assistant for a small public library. Answer 
 
 
 async def llama(gguf: Path) -> None:
-    root = Path(tempfile.mkdtemp(prefix="corral-bench-prefix-llama-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
-    pg.start()
-    nats.start()
-    database_url = await asyncio.to_thread(pg.create_database, "prefix")
-    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN,
-                      fail_on_loop_stalls=False)
-    cluster.models_dir.mkdir(parents=True)
-    (cluster.models_dir / gguf.name).symlink_to(gguf.resolve())
-    (cluster.models_dir / "chat.yaml").write_text(
-        f"name: chat\nbackend: llama-cpp\ncontext_size: 2048\nthreads: 1\nparameters:\n  model: {gguf.name}\n"
-        'options:\n  - "chat_format:gemma"\n')
-    cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
-        [{"model_name": "chat", "min_replicas": 2}]).decode()}
-    rows: list[tuple[str, list[float], list[float]]] = []
-    second = None
-    try:
-        fast = ("--reconciler-interval", "0.5s", "--expose-node-header")
-        cluster.start_frontend(*fast)
-        second, url2 = cluster.spawn_frontend("frontend-2", *fast)
-        cluster.start_worker("bench-w1")
-        cluster.start_worker("bench-w2")
-        urls = [cluster.frontend_url, url2]
-        deadline = time.monotonic() + 600
-        while not all(routable(cluster, u) == 2 for u in urls):
-            if time.monotonic() > deadline:
-                raise RuntimeError("2 replicas of chat not routable within 600 s")
-            await asyncio.sleep(1.0)
-        set_policy_n(cluster, urls, "round_robin", 2)
-        async with httpx.AsyncClient(timeout=600) as client:  # page the weights in on both replicas first
-            for i in range(4):
-                await turn(client, urls[i % 2], [{"role": "user", "content": "warm up"}], max_tokens=2)
-        for picker in ("round_robin", "prefix_cache"):
-            set_policy_n(cluster, urls, picker, 2)
-            rng = random.Random(picker)
-            order = [c for c in range(LLAMA_CONVERSATIONS) for _ in range(LLAMA_TURNS)]
-            random.Random(7).shuffle(order)
-            # llama.cpp's `gemma` chat format drops system messages: the long context opens the first user turn
-            chats: list[list[dict[str, str]]] = [[] for _ in range(LLAMA_CONVERSATIONS)]
-            first, follow = [], []
-            async with httpx.AsyncClient(timeout=600) as client:
-                for i, c in enumerate(order):
-                    context = f"[{picker} desk {c}] {LLAMA_SYSTEM}\n" if not chats[c] else ""
-                    chats[c].append({"role": "user",
-                                     "content": f"{context}Question {rng.randrange(100)}: when can I come?"})
-                    ttft, _, answer = await turn(client, urls[i % 2], chats[c], max_tokens=8)
-                    chats[c].append({"role": "assistant", "content": answer})
-                    (first if len(chats[c]) == 2 else follow).append(ttft)
-            rows.append((picker, first, follow))
-            print(f"  {picker} done", file=sys.stderr)
-    finally:
-        if second is not None:
-            second.stop()
-        cluster.stop()
-        nats.stop()
-        pg.stop(quiet=True)
-        shutil.rmtree(root, ignore_errors=True)
+    async with bench_cluster("corral-bench-prefix-llama-") as cluster:
+        (cluster.models_dir / gguf.name).symlink_to(gguf.resolve())
+        (cluster.models_dir / "chat.yaml").write_text(
+            f"name: chat\nbackend: llama-cpp\ncontext_size: 2048\nthreads: 1\nparameters:\n  model: {gguf.name}\n"
+            'options:\n  - "chat_format:gemma"\n')
+        cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
+            [{"model_name": "chat", "min_replicas": 2}]).decode()}
+        rows: list[tuple[str, list[float], list[float]]] = []
+        second = None
+        try:
+            fast = ("--reconciler-interval", "0.5s", "--expose-node-header")
+            cluster.start_frontend(*fast)
+            second, url2 = cluster.spawn_frontend("frontend-2", *fast)
+            cluster.start_worker("bench-w1")
+            cluster.start_worker("bench-w2")
+            urls = [cluster.frontend_url, url2]
+            await wait_routable(cluster, urls, 2, timeout_s=600, poll_s=1.0)
+            set_policy(cluster, urls, "round_robin", 2, guard={})
+            async with httpx.AsyncClient(timeout=600) as client:  # page the weights in on both replicas first
+                for i in range(4):
+                    await turn(client, urls[i % 2], [{"role": "user", "content": "warm up"}], max_tokens=2)
+            for picker in ("round_robin", "prefix_cache"):
+                set_policy(cluster, urls, picker, 2, guard={})
+                rng = random.Random(picker)
+                order = [c for c in range(LLAMA_CONVERSATIONS) for _ in range(LLAMA_TURNS)]
+                random.Random(7).shuffle(order)
+                # llama.cpp's `gemma` chat format drops system messages: the long context opens the first user turn
+                chats: list[list[dict[str, str]]] = [[] for _ in range(LLAMA_CONVERSATIONS)]
+                first, follow = [], []
+                async with httpx.AsyncClient(timeout=600) as client:
+                    for i, c in enumerate(order):
+                        context = f"[{picker} desk {c}] {LLAMA_SYSTEM}\n" if not chats[c] else ""
+                        chats[c].append({"role": "user",
+                                         "content": f"{context}Question {rng.randrange(100)}: when can I come?"})
+                        ttft, _, answer = await turn(client, urls[i % 2], chats[c], max_tokens=8)
+                        chats[c].append({"role": "assistant", "content": answer})
+                        (first if len(chats[c]) == 2 else follow).append(ttft)
+                rows.append((picker, first, follow))
+                print(f"  {picker} done", file=sys.stderr)
+        finally:
+            if second is not None:
+                second.stop()
     print(f"llama.cpp {gguf.name}: 2 replicas (1 thread each) on 2 workers behind 2 frontends; "
           f"{LLAMA_CONVERSATIONS} conversations × {LLAMA_TURNS} turns interleaved, one request at a time")
     print(f"{'picker':<13} {'first-turn TTFT p50':>20} {'follow-up TTFT p50':>19}")
@@ -247,56 +265,33 @@ async def llama(gguf: Path) -> None:
     print(f"follow-up TTFT p50: round_robin / prefix_cache = {ratio:.1f}x")
 
 
-def set_policy_n(cluster: Cluster, urls: list[str], picker: str, replicas: int) -> None:
-    for url in urls:
-        r = httpx.post(f"{url}/api/nodes/scheduling", headers=cluster.admin_headers, timeout=30,
-                       json={"model_name": "chat", "min_replicas": replicas, "route_policy": picker})
-        r.raise_for_status()
-
-
 async def main() -> None:
-    root = Path(tempfile.mkdtemp(prefix="corral-bench-prefix-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    pg, nats = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
-    pg.start()
-    nats.start()
-    database_url = await asyncio.to_thread(pg.create_database, "prefix")
-    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN,
-                      fail_on_loop_stalls=False)
-    cluster.models_dir.mkdir(parents=True)
-    options = (f"prompt_token_time_s:{PROMPT_TOKEN_S}", f"output_token_time_s:{OUTPUT_TOKEN_S}",
-               f"kv_cache_tokens:{KV_CACHE_TOKENS}", f"kv_block_tokens:{KV_BLOCK_TOKENS}", "prefill_concurrency:1")
-    (cluster.models_dir / "chat.yaml").write_text(
-        "name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n"
-        + "".join(f'  - "{o}"\n' for o in options))
-    cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
-        [{"model_name": "chat", "min_replicas": REPLICAS}]).decode()}
-    results: dict[tuple[str, str], Result] = {}
-    second = None
-    try:
-        fast = ("--reconciler-interval", "0.5s", "--expose-node-header")
-        cluster.start_frontend(*fast)
-        second, url2 = cluster.spawn_frontend("frontend-2", *fast)
-        cluster.start_worker("bench-w1", "--max-replicas-per-model", "2")
-        cluster.start_worker("bench-w2", "--max-replicas-per-model", "2")
-        urls = [cluster.frontend_url, url2]
-        deadline = time.monotonic() + 180
-        while not all(routable(cluster, u) == REPLICAS for u in urls):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{REPLICAS} replicas of chat not routable within 180 s")
-            await asyncio.sleep(0.5)
-        for picker in PICKERS:
-            set_policy(cluster, urls, picker)
-            for name, skewed in (("multi-turn", False), ("skewed", True)):
-                results[(picker, name)] = await workload(urls, f"{picker}-{name}", skewed)
-                print(f"  {picker:<13} {name:<10} done", file=sys.stderr)
-    finally:
-        if second is not None:
-            second.stop()
-        cluster.stop()
-        nats.stop()
-        pg.stop(quiet=True)
-        shutil.rmtree(root, ignore_errors=True)
+    async with bench_cluster("corral-bench-prefix-") as cluster:
+        options = (f"prompt_token_time_s:{PROMPT_TOKEN_S}", f"output_token_time_s:{OUTPUT_TOKEN_S}",
+                   f"kv_cache_tokens:{KV_CACHE_TOKENS}", f"kv_block_tokens:{KV_BLOCK_TOKENS}", "prefill_concurrency:1")
+        (cluster.models_dir / "chat.yaml").write_text(
+            "name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n"
+            + "".join(f'  - "{o}"\n' for o in options))
+        cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
+            [{"model_name": "chat", "min_replicas": REPLICAS}]).decode()}
+        results: dict[tuple[str, str], Result] = {}
+        second = None
+        try:
+            fast = ("--reconciler-interval", "0.5s", "--expose-node-header")
+            cluster.start_frontend(*fast)
+            second, url2 = cluster.spawn_frontend("frontend-2", *fast)
+            cluster.start_worker("bench-w1", "--max-replicas-per-model", "2")
+            cluster.start_worker("bench-w2", "--max-replicas-per-model", "2")
+            urls = [cluster.frontend_url, url2]
+            await wait_routable(cluster, urls, REPLICAS, timeout_s=180, poll_s=0.5)
+            for picker in PICKERS:
+                set_policy(cluster, urls, picker)
+                for name, skewed in (("multi-turn", False), ("skewed", True)):
+                    results[(picker, name)] = await workload(urls, f"{picker}-{name}", skewed)
+                    print(f"  {picker:<13} {name:<10} done", file=sys.stderr)
+        finally:
+            if second is not None:
+                second.stop()
     print(f"{REPLICAS} replicas on 2 workers behind 2 frontends; {CONVERSATIONS} conversations × {TURNS} turns, "
           f"{SYSTEM_PROMPTS} system prompts of {SYSTEM_WORDS} tokens, concurrency {CONCURRENCY}; prefill "
           f"{PROMPT_TOKEN_S * 1000:g} ms/uncached token, decode {OUTPUT_TOKEN_S * 1000:g} ms/token, "
