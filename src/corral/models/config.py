@@ -1,9 +1,10 @@
 """Model configuration: one YAML per model in the frontend's models directory.
 
     name: gemma-3-270m          # the model id clients ask for (tracking key)
-    backend: llama-cpp          # engine the worker starts: llama-cpp | simulator
+    backend: llama-cpp          # engine the worker starts: llama-cpp | simulator | sentencetransformers
     context_size: 2048
-    embeddings: false
+    embeddings: false           # serves /v1/embeddings
+    reranking: false            # serves /v1/rerank
     parameters:
       model: gemma-3-270m.gguf  # file relative to the models dir (or absolute)
     options: ["chat_format:gemma"]
@@ -39,7 +40,7 @@ from corral.models.revision import config_revision  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-KNOWN_BACKENDS = ("llama-cpp", "simulator")
+KNOWN_BACKENDS = ("llama-cpp", "simulator", "sentencetransformers")
 
 
 class ModelConfigError(Exception):
@@ -54,6 +55,7 @@ class ModelConfig:
     models_dir: Path
     context_size: int = 0
     embeddings: bool = False
+    reranking: bool = False  # serves /v1/rerank (the backend implements the Rerank RPC)
     threads: int = 0
     seed: int = 0
     gpu_layers: int = 0
@@ -163,6 +165,7 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         name=name, backend=backend, model=model, models_dir=models_dir,
         context_size=_field(data, "context_size", int, source, 0),
         embeddings=_field(data, "embeddings", bool, source, False),
+        reranking=_field(data, "reranking", bool, source, False),
         threads=_field(data, "threads", int, source, 0),
         seed=_field(params, "seed", int, source, 0),
         gpu_layers=_field(data, "gpu_layers", int, source, 0),
