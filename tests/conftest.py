@@ -132,3 +132,17 @@ def nats_url(state_root: Path) -> Iterator[str]:
     nats.start()
     yield nats.url
     nats.stop()
+
+
+@pytest.fixture(scope="session")
+def st_backends_path(state_root: Path) -> Path:
+    """A backends directory holding the installed `sentencetransformers` gallery backend (its venv is built
+    once per session and shared by the gRPC and e2e tests; see support/st_backend.py)."""
+    from support import st_backend
+
+    backends = state_root / "st-backends"
+    backends.mkdir(exist_ok=True)
+    if not (backends / st_backend.NAME / "metadata.json").is_file():
+        _, seconds = st_backend.install(backends)
+        print(f"\nsentencetransformers backend venv built in {seconds:.0f} s", file=sys.stderr)
+    return backends

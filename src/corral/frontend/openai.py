@@ -1,4 +1,5 @@
-"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings."""
+"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings; and the
+reference's Jina-shaped `/v1/rerank`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from fastapi.responses import Response, StreamingResponse
 
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
-from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, _Sampling
+from corral.frontend.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    _Sampling,
+)
 from corral.frontend.sse import DONE, ChunkEncoder, sse
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
@@ -63,7 +70,8 @@ def _finish_reason(completion_tokens: int, max_tokens: int) -> str:
     return "length" if completion_tokens >= max_tokens else "stop"
 
 
-def config_for(state: FrontendState, model: str, *, embeddings: bool = False) -> ModelConfig:
+def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
+               reranking: bool = False) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
         known = ", ".join(sorted(state.configs)) or "none configured"
@@ -75,6 +83,10 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False) ->
     if embeddings and not cfg.embeddings and cfg.backend != "simulator":
         raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
                             "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+    if reranking and not cfg.reranking:
+        raise APIError(400, f"model {model!r} is not a reranking model (set `reranking: true` in its config, with "
+                            "a backend that implements Rerank such as sentencetransformers, to serve /v1/rerank)",
+                       "invalid_request_error", "invalid_value", "model")
     return cfg
 
 
@@ -151,13 +163,38 @@ def build_openai_router(state: FrontendState) -> APIRouter:
                       "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
                      headers=_node_header(state, replica))
 
+    @router.post("/rerank")
+    async def rerank(body: RerankRequest) -> Response:
+        cfg = config_for(state, body.model, reranking=True)
+        request = backend_pb2.RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n or 0,
+                                            ModelIdentity=cfg.model)
+        result, replica = await _unary(state, cfg, "Rerank", request)
+        return _json({"model": cfg.name, "results": _rerank_results(body, result.results),
+                      "usage": {"total_tokens": result.usage.total_tokens,
+                                "prompt_tokens": result.usage.prompt_tokens}},
+                     headers=_node_header(state, replica))
+
     # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
     router.fast_handlers = {  # type: ignore[attr-defined]
         "/v1/chat/completions": (ChatCompletionRequest, chat),
         "/v1/completions": (CompletionRequest, completions),
         "/v1/embeddings": (EmbeddingRequest, embeddings),
+        "/v1/rerank": (RerankRequest, rerank),
     }
     return router
+
+
+def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
+    """The backend's ranking in the Jina shape; the document text is the request's own (by index)."""
+    results = []
+    for item in ranked:
+        if not 0 <= item.index < len(body.documents):
+            continue  # a backend that names a document we did not send: not the client's concern
+        entry: dict[str, Any] = {"index": item.index, "relevance_score": item.relevance_score}
+        if body.return_documents:
+            entry["document"] = {"text": body.documents[item.index]}
+        results.append(entry)
+    return results
 
 
 class _RelayResponse(StreamingResponse):

@@ -1,4 +1,4 @@
-"""OpenAI request bodies. Unknown fields are accepted and ignored, as OpenAI clients send many.
+"""OpenAI request bodies (and the Jina-shaped rerank body). Unknown fields are accepted and ignored, as OpenAI clients send many.
 
 Every number is bounded to what its protobuf field holds (`bounds`); string sizes are bounded by the
 inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below the gRPC message limit.
@@ -12,11 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.frontend.bounds import (
     NAME_MAX,
+    RERANK_DOCUMENTS_MAX,
+    RERANK_TEXT_MAX,
     Int32,
     ModelName,
     Penalty,
     PositiveInt32,
     Probability,
+    RerankText,
+    RerankTopN,
     Temperature,
 )
 
@@ -96,3 +100,13 @@ class EmbeddingRequest(_Body):
 
     def inputs(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class RerankRequest(_Body):
+    """`POST /v1/rerank` (the reference's Jina shape): rank `documents` by relevance to `query`."""
+
+    model: ModelName
+    query: str = Field(min_length=1, max_length=RERANK_TEXT_MAX)
+    documents: list[RerankText] = Field(min_length=1, max_length=RERANK_DOCUMENTS_MAX)
+    top_n: RerankTopN | None = None  # the best `top_n` documents; 0 or absent: all of them
+    return_documents: bool = True

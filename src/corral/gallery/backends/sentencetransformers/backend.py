@@ -322,8 +322,7 @@ class Servicer(backend_pb2_grpc.BackendServicer):
 
 # --- process -------------------------------------------------------------------------------------
 
-async def _watch_parent(interval_s: float, stop: asyncio.Event) -> None:
-    original = os.getppid()
+async def _watch_parent(original: int, interval_s: float, stop: asyncio.Event) -> None:
     while not stop.is_set():
         await asyncio.sleep(interval_s)
         if os.getppid() != original:
@@ -332,6 +331,7 @@ async def _watch_parent(interval_s: float, stop: asyncio.Event) -> None:
 
 
 async def serve(address: str) -> int:
+    parent = os.getppid()  # before serving: a parent that dies while we start is still noticed
     executor = ThreadPoolExecutor(max_workers=max(1, int(os.environ.get(MAX_WORKERS_ENV, "1") or 1)))
     token = os.environ.get(AUTH_TOKEN_ENV, "")
     server = grpc.aio.server(interceptors=[BearerAuth(token)] if token else [], options=SERVER_OPTIONS)
@@ -350,7 +350,7 @@ async def serve(address: str) -> int:
     log.info("%s backend listening on %s (%s, pid %d)", NAME, address,
              "bearer auth on" if token else "no auth", os.getpid())
     interval_s = parent_watch_interval_s()
-    watcher = asyncio.create_task(_watch_parent(interval_s, stop)) if interval_s else None
+    watcher = asyncio.create_task(_watch_parent(parent, interval_s, stop)) if interval_s else None
     try:
         await stop.wait()
     finally:
