@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from support import st_backend
-from support.cluster import Cluster
 
 from corral.frontend.bounds import RERANK_DOCUMENTS_MAX, RERANK_TEXT_MAX
 from corral.models.defaults import MINILM_ST_NAME
+from support import st_backend
+from support.cluster import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the session builds the backend's venv first
 

@@ -17,10 +17,10 @@ from typing import IO
 
 import grpc
 import pytest
-from support import st_backend
 
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
+from support import st_backend
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the session builds the backend's venv first
 
