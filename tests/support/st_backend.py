@@ -9,7 +9,9 @@ directory as `--backends-path`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,26 +24,42 @@ from corral.models.defaults import MINILM_ST_NAME, prepare_minilm_sentence_trans
 NAME = "sentencetransformers"
 SOURCE = Path(corral.__file__).resolve().parent / "gallery" / "backends" / NAME
 PIP_TIMEOUT_S = 480
+# A directory kept between runs (developers): venvs are built there once per requirements.txt and linked in.
+VENV_CACHE_ENV = "CORRAL_TEST_BACKEND_VENV_CACHE"
 REFERENCE_VECTORS = Path(__file__).resolve().parent.parent / "integration" / "gallery" / "minilm_st_reference.json"
 
 
 def install(backends_path: Path) -> tuple[Path, float]:
-    """Copy the backend into `backends_path/sentencetransformers`, build its venv from requirements.txt;
-    return the directory and the seconds the venv took."""
+    """Copy the backend into `backends_path/sentencetransformers` with a venv built from requirements.txt
+    (or linked from $CORRAL_TEST_BACKEND_VENV_CACHE); return the directory and the seconds the venv took."""
     target = backends_path / NAME
     shutil.copytree(SOURCE, target, ignore=shutil.ignore_patterns("venv", "__pycache__"))
     started_s = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(target / "venv")], check=True, timeout=120)
-    pip = subprocess.run(
-        [str(target / "venv" / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "--no-input", "-r", str(target / "requirements.txt")],
-        capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
-    )
-    if pip.returncode != 0:
-        raise RuntimeError(f"pip install -r requirements.txt failed ({pip.returncode}):\n{pip.stderr[-3000:]}")
+    cache = os.environ.get(VENV_CACHE_ENV, "")
+    if cache:
+        digest = hashlib.sha256((SOURCE / "requirements.txt").read_bytes()).hexdigest()[:16]
+        venv = Path(cache) / f"{NAME}-{digest}"
+        if not (venv / ".complete").is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            build_venv(venv, SOURCE / "requirements.txt")
+            (venv / ".complete").touch()
+        (target / "venv").symlink_to(venv)
+    else:
+        build_venv(target / "venv", target / "requirements.txt")
     seconds = time.monotonic() - started_s
     (target / "metadata.json").write_text(json.dumps({"name": NAME, "uri": str(SOURCE), "version": "test"}))
     return target, seconds
+
+
+def build_venv(venv: Path, requirements: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input",
+         "-r", str(requirements)],
+        capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
+    )
+    if pip.returncode != 0:
+        raise RuntimeError(f"pip install -r {requirements} failed ({pip.returncode}):\n{pip.stderr[-3000:]}")
 
 
 def prepare_model(models_dir: Path) -> Path:
