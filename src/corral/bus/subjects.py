@@ -17,6 +17,22 @@ def backend_install(node_id: str) -> str:
     return node_subject(node_id, "backend.install")
 
 
+def backend_install_progress(node_id: str, op_id: str) -> str:
+    return node_subject(node_id, f"backend.install.{token(op_id)}.progress")
+
+
+def backend_upgrade(node_id: str) -> str:
+    return node_subject(node_id, "backend.upgrade")
+
+
+def backend_delete(node_id: str) -> str:
+    return node_subject(node_id, "backend.delete")
+
+
+def backend_list(node_id: str) -> str:
+    return node_subject(node_id, "backend.list")
+
+
 def backend_stop(node_id: str) -> str:
     return node_subject(node_id, "backend.stop")
 
