@@ -136,13 +136,11 @@ def nats_url(state_root: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def st_backends_path(state_root: Path) -> Path:
-    """A backends directory holding the installed `sentencetransformers` gallery backend (its venv is built
-    once per session and shared by the gRPC and e2e tests; see support/st_backend.py)."""
+    """A backends directory holding the `sentencetransformers` gallery backend, installed once per session
+    by the gallery installer and shared by the gRPC and e2e tests (support/st_backend.py)."""
     from support import st_backend
 
-    backends = state_root / "st-backends"
-    backends.mkdir(exist_ok=True)
-    if not (backends / st_backend.NAME / "metadata.json").is_file():
-        _, seconds = st_backend.install(backends)
-        print(f"\nsentencetransformers backend venv built in {seconds:.0f} s", file=sys.stderr)
-    return backends
+    root, seconds = st_backend.backends_path(state_root / "st-backends")
+    if seconds is not None:
+        print(f"\nsentencetransformers backend installed in {seconds:.0f} s", file=sys.stderr)
+    return root

@@ -1,10 +1,11 @@
 """The `sentencetransformers` gallery backend installed for tests, once per session.
 
-Its virtual environment (torch CPU + sentence-transformers, ~1.4 GB) takes one to two minutes to
-build, so the session builds one installed backend directory (`<backends path>/sentencetransformers`
-with `run.sh`, `venv/` and `metadata.json`, the layout the gallery installer publishes) and every
-test that needs the engine shares it: gRPC tests start its `run.sh`, e2e workers get its parent
-directory as `--backends-path`.
+Installed the way a worker installs it on demand: the entry of corral's own gallery (`index.yaml`)
+through the gallery installer, which copies the backend directory and builds its virtual environment
+from `requirements.txt` (torch CPU + sentence-transformers, ~1.4 GB, one to several minutes). Every
+test that needs the engine shares the result: gRPC tests start its `run.sh`, e2e workers get its
+backends directory as `--backends-path`. Developers can keep it between runs with
+$CORRAL_TEST_BACKEND_CACHE (a directory; reinstalled when requirements.txt changes).
 """
 
 from __future__ import annotations
@@ -12,54 +13,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import corral
+from corral.gallery.index import DEFAULT_INDEX, GalleryRef, find_entry
+from corral.gallery.installer import BackendInstaller
 from corral.models.defaults import MINILM_ST_NAME, prepare_minilm_sentence_transformers
 
 NAME = "sentencetransformers"
 SOURCE = Path(corral.__file__).resolve().parent / "gallery" / "backends" / NAME
-PIP_TIMEOUT_S = 480
-# A directory kept between runs (developers): venvs are built there once per requirements.txt and linked in.
-VENV_CACHE_ENV = "CORRAL_TEST_BACKEND_VENV_CACHE"
+INSTALL_TIMEOUT_S = 600  # one stalled pip read (the installer's per-read budget)
+CACHE_ENV = "CORRAL_TEST_BACKEND_CACHE"
 REFERENCE_VECTORS = Path(__file__).resolve().parent.parent / "integration" / "gallery" / "minilm_st_reference.json"
 
 
-def install(backends_path: Path) -> tuple[Path, float]:
-    """Copy the backend into `backends_path/sentencetransformers` with a venv built from requirements.txt
-    (or linked from $CORRAL_TEST_BACKEND_VENV_CACHE); return the directory and the seconds the venv took."""
-    target = backends_path / NAME
-    shutil.copytree(SOURCE, target, ignore=shutil.ignore_patterns("venv", "__pycache__"))
+def backends_path(session_root: Path) -> tuple[Path, float | None]:
+    """A backends directory holding the installed backend; the install's seconds (None: already there)."""
+    cache = os.environ.get(CACHE_ENV, "")
+    if not cache:
+        return session_root, install(session_root)
+    digest = hashlib.sha256((SOURCE / "requirements.txt").read_bytes()).hexdigest()[:16]
+    root = Path(cache) / f"{NAME}-{digest}"
+    if (root / NAME / "metadata.json").is_file():
+        return root, None
+    return root, install(root)
+
+
+def install(root: Path) -> float:
+    """Install the gallery entry into `root/sentencetransformers` with corral's installer; the seconds it took."""
+    entry, ref = find_entry(NAME, [GalleryRef(name="corral", url=str(DEFAULT_INDEX))], timeout_s=60)
     started_s = time.monotonic()
-    cache = os.environ.get(VENV_CACHE_ENV, "")
-    if cache:
-        digest = hashlib.sha256((SOURCE / "requirements.txt").read_bytes()).hexdigest()[:16]
-        venv = Path(cache) / f"{NAME}-{digest}"
-        if not (venv / ".complete").is_file():
-            shutil.rmtree(venv, ignore_errors=True)
-            build_venv(venv, SOURCE / "requirements.txt")
-            (venv / ".complete").touch()
-        (target / "venv").symlink_to(venv)
-    else:
-        build_venv(target / "venv", target / "requirements.txt")
-    seconds = time.monotonic() - started_s
-    (target / "metadata.json").write_text(json.dumps({"name": NAME, "uri": str(SOURCE), "version": "test"}))
-    return target, seconds
-
-
-def build_venv(venv: Path, requirements: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input",
-         "-r", str(requirements)],
-        capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
-    )
-    if pip.returncode != 0:
-        raise RuntimeError(f"pip install -r {requirements} failed ({pip.returncode}):\n{pip.stderr[-3000:]}")
+    BackendInstaller(root, require_integrity=False, timeout_s=INSTALL_TIMEOUT_S).install(entry, ref)
+    return time.monotonic() - started_s
 
 
 def prepare_model(models_dir: Path) -> Path:
