@@ -5,7 +5,7 @@ through the gallery installer, which copies the backend directory and builds its
 from `requirements.txt` (torch CPU + sentence-transformers, ~1.4 GB, one to several minutes). Every
 test that needs the engine shares the result: gRPC tests start its `run.sh`, e2e workers get its
 backends directory as `--backends-path`. Developers can keep it between runs with
-$CORRAL_TEST_BACKEND_CACHE (a directory; reinstalled when requirements.txt changes).
+$CORRAL_TEST_BACKEND_CACHE (a directory; reinstalled when a file of the backend changes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def backends_path(session_root: Path) -> tuple[Path, float | None]:
     cache = os.environ.get(CACHE_ENV, "")
     if not cache:
         return session_root, install(session_root)
-    digest = hashlib.sha256((SOURCE / "requirements.txt").read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE.iterdir()) if p.is_file())).hexdigest()[:16]
     root = Path(cache) / f"{NAME}-{digest}"
     if (root / NAME / "metadata.json").is_file():
         return root, None

@@ -369,9 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, datefmt="%H:%M:%S",
                         format=f"%(asctime)s backend[{NAME}] %(levelname)s %(message)s")
     try:
-        return asyncio.run(serve(args.addr))
+        code = asyncio.run(serve(args.addr))
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    # Nothing is left to clean up; interpreter teardown (torch's thread pools, the model) took seconds.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
