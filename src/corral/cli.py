@@ -116,7 +116,7 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
                           VLLM_FOLLOWER_SETTINGS)
     parser.add_argument("model", help="Hugging Face model id or local path (must match the head)")
     parser.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
-                        help="an extra argument for `vllm serve`, verbatim (repeatable; or put them after --)")
+                        help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)")
     namespace = vars(parser.parse_args(own))
     settings = resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ)
     setup_logging(settings.log_level, "vllm-follower")

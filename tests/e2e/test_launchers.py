@@ -73,8 +73,23 @@ def _launch(argv: list[str], record: Path, cwd: Path, extra_env: dict[str, str] 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+def _started(proc: subprocess.Popen[str], record: Path, cluster: Cluster, name: str) -> None:
+    """Wait until the stand-in vLLM runs and the follower's node is registered (the process's output if not)."""
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"the follower exited with {proc.returncode}: {proc.communicate()}")
+        return Path(f"{record}.argv").exists() and _node(cluster, name) is not None
+
+    wait_for(ready, f"the follower's vLLM to start and node {name} to register", 30)
+
+
 def _nodes(cluster: Cluster) -> list[dict[str, Any]]:
     return list(httpx.get(f"{cluster.frontend_url}/api/nodes", headers=cluster.admin_headers, timeout=10).json())
+
+
+def _status(cluster: Cluster, name: str) -> str:
+    node = _node(cluster, name)
+    return str(node["status"]) if node else "absent"
 
 
 def _node(cluster: Cluster, name: str) -> dict[str, Any] | None:
@@ -88,11 +103,10 @@ def test_vllm_follower_registers_runs_the_headless_rank_and_exits_with_vllms_cod
     record = tmp_path / "rec"
     proc = _launch(["p2p-worker", "vllm", "Qwen/Qwen3.5-1.5B", *TOPOLOGY, "--register-to", cluster.frontend_url,
                     "--registration-token", cluster.token, "--node-name", "follower-1", "--backends-path",
-                    str(backends), "--heartbeat-interval", "1s", "--vllm-arg", "--enforce-eager", "--",
+                    str(backends), "--heartbeat-interval", "1s", "--vllm-arg=--enforce-eager", "--",
                     "--tensor-parallel-size", "2"], record, tmp_path)
     try:
-        wait_for(lambda: Path(f"{record}.argv").exists() and _node(cluster, "follower-1") is not None,
-                 "the follower's vLLM to start and its node to register", 30)
+        _started(proc, record, cluster, "follower-1")
         assert Path(f"{record}.argv").read_text().split("\n")[:-1] == [
             "serve", "Qwen/Qwen3.5-1.5B", "--headless", "--data-parallel-size", "4", "--data-parallel-size-local",
             "2", "--data-parallel-start-rank", "2", "--data-parallel-address", "10.0.0.1",
@@ -114,7 +128,7 @@ def test_vllm_follower_registers_runs_the_headless_rank_and_exits_with_vllms_cod
 
         Path(f"{record}.release").touch()
         assert proc.wait(timeout=30) == 3  # vLLM's exit code
-        wait_for(lambda: _node(cluster, "follower-1") is None, "the follower to deregister", 15)
+        wait_for(lambda: _status(cluster, "follower-1") == "offline", "the follower to deregister (offline)", 15)
     finally:
         proc.kill()
         proc.communicate()
@@ -128,13 +142,12 @@ def test_sigterm_reaches_vllm_and_the_follower_deregisters(cluster: Cluster, tmp
                     "--registration-token", cluster.token, "--node-name", "follower-2", "--backends-path",
                     str(backends)], record, tmp_path)
     try:
-        wait_for(lambda: Path(f"{record}.argv").exists() and _node(cluster, "follower-2") is not None,
-                 "the follower to start and register", 30)
+        _started(proc, record, cluster, "follower-2")
         assert Path(f"{record}.cwd").read_text().strip() == str(tmp_path)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 143
         assert Path(f"{record}.events").read_text().strip() == "TERM"
-        wait_for(lambda: _node(cluster, "follower-2") is None, "the follower to deregister", 15)
+        wait_for(lambda: _status(cluster, "follower-2") == "offline", "the follower to deregister (offline)", 15)
     finally:
         proc.kill()
         proc.communicate()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from corral.config.parse import parse_bool, parse_duration_s, parse_http_url, parse_int, parse_labels
 from corral.config.settings import Setting
 
+
 def _optional_http_url(raw: str) -> str:
     return parse_http_url(raw) if raw else ""
 
