@@ -26,6 +26,10 @@ class NoResponders(BusError):
     """Nobody listens on the subject: the worker is gone from the bus (not merely slow)."""
 
 
+class BusTimeout(BusError):
+    """The worker got the request but did not answer in time: it may still be working on it."""
+
+
 async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None, *,
                   credentials: NatsCredentials | None = None, tls: TlsFiles | None = None) -> Client:
     async def disconnected() -> None:
@@ -65,5 +69,5 @@ async def request(nc: Client, subject: str, payload: Message, reply_type: type[M
     except NoRespondersError:
         raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:
-        raise BusError(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
+        raise BusTimeout(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
     return reply_type.from_json(msg.data)
