@@ -41,6 +41,61 @@ class BackendInstallReply(Message):
     error: str | None = None
 
 
+class BackendInstallProgressEvent(Message):
+    op_id: str = ""
+    node_id: str = ""
+    backend: str = ""
+    file_name: str | None = None
+    current: str | None = None
+    total: str | None = None
+    percentage: float = 0.0
+    phase: str | None = None  # resolving, downloading, extracting, starting
+
+
+class BackendUpgradeRequest(Message):
+    backend: str = ""
+    backend_galleries: str | None = None
+    uri: str | None = None
+    name: str | None = None
+    alias: str | None = None
+    replica_index: int | None = None
+    op_id: str | None = None
+
+
+class BackendUpgradeReply(Message):
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+    reports_stopped_processes: bool | None = None
+
+
+class BackendDeleteRequest(Message):
+    backend: str = ""
+
+
+class BackendDeleteReply(Message):
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+    reports_stopped_processes: bool | None = None
+
+
+class NodeBackendInfo(Message):
+    name: str
+    is_system: bool = False
+    is_meta: bool = False
+    installed_at: str | None = None
+    gallery_url: str | None = None
+    version: str | None = None
+    uri: str | None = None
+    digest: str | None = None
+
+
+class BackendListReply(Message):
+    backends: list[NodeBackendInfo] = []
+    error: str | None = None
+
+
 class BackendStopRequest(Message):
     backend: str = ""
     force: bool | None = None
@@ -74,56 +129,6 @@ class ModelsRunningReply(Message):
     error: str | None = None
 
 
-class BackendUpgradeRequest(Message):
-    backend: str = ""
-    backend_galleries: str | None = None
-    uri: str | None = None
-    name: str | None = None
-    alias: str | None = None
-    replica_index: int | None = None
-    op_id: str | None = None
-
-
-class BackendOpReply(Message):
-    """`BackendUpgradeReply` and `BackendDeleteReply` (same fields)."""
-
-    success: bool = False
-    error: str | None = None
-    stopped_process_keys: list[str] | None = None
-    reports_stopped_processes: bool | None = None
-
-
-class BackendDeleteRequest(Message):
-    backend: str = ""
-
-
-class NodeBackendInfo(Message):
-    name: str = ""
-    is_system: bool = False
-    is_meta: bool = False
-    installed_at: str | None = None
-    gallery_url: str | None = None
-    version: str | None = None
-    uri: str | None = None
-    digest: str | None = None
-
-
-class BackendListReply(Message):
-    backends: list[NodeBackendInfo] = []
-    error: str | None = None
-
-
-class BackendInstallProgressEvent(Message):
-    op_id: str = ""
-    node_id: str = ""
-    backend: str = ""
-    file_name: str | None = None
-    current: str | None = None
-    total: str | None = None
-    percentage: float = 0.0
-    phase: str | None = None
-
-
 class ModelUnloadRequest(Message):
     model_name: str = ""
     address: str | None = None
@@ -155,24 +160,25 @@ class BackendLogsReply(Message):
 
 
 __all__ = [
+    "BackendDeleteReply",
     "BackendDeleteRequest",
     "BackendInstallProgressEvent",
+    "BackendInstallReply",
+    "BackendInstallRequest",
     "BackendListReply",
     "BackendLogsReply",
     "BackendLogsRequest",
-    "BackendOpReply",
+    "BackendStopRequest",
+    "BackendUpgradeReply",
     "BackendUpgradeRequest",
+    "Message",
     "ModelDeleteRequest",
     "ModelOpReply",
-    "ModelUnloadRequest",
-    "NodeBackendInfo",
-    "BackendInstallReply",
-    "BackendInstallRequest",
-    "BackendStopRequest",
-    "Message",
     "ModelStopReply",
     "ModelStopRequest",
+    "ModelUnloadRequest",
     "ModelsRunningReply",
+    "NodeBackendInfo",
     "RunningModel",
     "ValidationError",
 ]

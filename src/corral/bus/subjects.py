@@ -17,20 +17,8 @@ def backend_install(node_id: str) -> str:
     return node_subject(node_id, "backend.install")
 
 
-def backend_stop(node_id: str) -> str:
-    return node_subject(node_id, "backend.stop")
-
-
-def model_stop(node_id: str) -> str:
-    return node_subject(node_id, "model.stop")
-
-
-def models_running(node_id: str) -> str:
-    return node_subject(node_id, "models.running")
-
-
-def node_stop(node_id: str) -> str:
-    return node_subject(node_id, "stop")
+def backend_install_progress(node_id: str, op_id: str) -> str:
+    return node_subject(node_id, f"backend.install.{token(op_id)}.progress")
 
 
 def backend_upgrade(node_id: str) -> str:
@@ -45,8 +33,20 @@ def backend_list(node_id: str) -> str:
     return node_subject(node_id, "backend.list")
 
 
-def backend_install_progress(node_id: str, op_id: str) -> str:
-    return node_subject(node_id, f"backend.install.{token(op_id)}.progress")
+def backend_stop(node_id: str) -> str:
+    return node_subject(node_id, "backend.stop")
+
+
+def model_stop(node_id: str) -> str:
+    return node_subject(node_id, "model.stop")
+
+
+def models_running(node_id: str) -> str:
+    return node_subject(node_id, "models.running")
+
+
+def node_stop(node_id: str) -> str:
+    return node_subject(node_id, "stop")
 
 
 def model_unload(node_id: str) -> str:

@@ -33,7 +33,7 @@ from corral.bus.messages import (
     BackendInstallProgressEvent,
     BackendInstallReply,
     BackendInstallRequest,
-    BackendOpReply,
+    BackendUpgradeReply,
     BackendUpgradeRequest,
     ValidationError,
 )
@@ -246,8 +246,8 @@ class BackendOpsDriver:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
 
-    async def _request(self, call: Callable[[], Awaitable[BackendInstallReply | BackendOpReply]]
-                       ) -> BackendInstallReply | BackendOpReply:
+    async def _request(self, call: Callable[[], Awaitable[BackendInstallReply]]
+                       ) -> BackendInstallReply:
         try:
             return await call()
         except bus.BusTimeout as exc:
@@ -271,7 +271,7 @@ class BackendOpsDriver:
                                     uri=intent.request.get("uri"), name=intent.request.get("name"),
                                     alias=intent.request.get("alias"), op_id=op_id or None)
         try:
-            reply = await bus.request(self.nc, subjects.backend_upgrade(node["id"]), req, BackendOpReply,
+            reply = await bus.request(self.nc, subjects.backend_upgrade(node["id"]), req, BackendUpgradeReply,
                                       self.settings.upgrade_timeout_s, UPGRADE_KNOB)
         except bus.NoResponders:
             # Reference behaviour for workers without backend.upgrade: a forced install.
@@ -280,7 +280,7 @@ class BackendOpsDriver:
             raise Outcome(str(exc), busy=True) from None
         except bus.BusError as exc:
             raise Outcome(str(exc)) from None
-        if not isinstance(reply, BackendOpReply) or not reply.success:
+        if not reply.success:
             raise Outcome(reply.error or "the worker refused the upgrade without saying why")
         stopped = reply.stopped_process_keys or []
         forgotten = await forget_processes(self.pool, self.nc, node, stopped)

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.messages import BackendDeleteRequest, BackendListReply, BackendOpReply
+from corral.bus.messages import BackendDeleteReply, BackendDeleteRequest, BackendListReply
 from corral.control.backend_ops import DELETE_KNOB, NODE_OP_KNOB, forget_processes
 from corral.frontend.bounds import NODE_ID_MAX
 from corral.frontend.json_body import documented_body
@@ -135,7 +135,7 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
             backend, operations.BACKEND_DELETE, node["id"], node["name"]), status=operations.PROCESSING)
         try:
             reply = await bus.request(state.nc, subjects.backend_delete(node_id), BackendDeleteRequest(backend=backend),
-                                      BackendOpReply, _timeouts(state).delete_timeout_s, DELETE_KNOB)
+                                      BackendDeleteReply, _timeouts(state).delete_timeout_s, DELETE_KNOB)
         except bus.BusError as exc:
             await operations.finish(state.pool, row["id"], operations.FAILED, str(exc))
             return bus_failure(exc)

@@ -15,6 +15,10 @@ from corral.bus import client as bus
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
 from corral.config.settings import Settings
+from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_galleries
+from corral.gallery.installer import BackendInstaller
+from corral.gallery.manager import BackendManager
+from corral.gallery.registry import BackendRegistry
 from corral.loops import OwnedTasks, run_periodic
 from corral.worker import hardware
 from corral.worker.backend_logs import BackendLogs
@@ -51,11 +55,13 @@ class Worker:
         self._stop = asyncio.Event()
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
         self.backend_logs = BackendLogs()
+        self.backends = _backend_manager(settings)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
             bind_host=self.addresses.serve_host, token=settings.registration_token,
             start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
             logs=self.backend_logs,
+            registry=self.backends.registry,
         )
         self.log_handlers = LogHandlers(self.backend_logs, lambda: (self.nc, self.node_id))
         self.prober = BackendProber(self.supervisor)
@@ -160,6 +166,9 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        leftovers = await asyncio.to_thread(self.backends.clean_leftovers)
+        if leftovers:
+            log.warning("removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers))
         self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
         from corral.worker.files import (
             build_worker_file_server,
@@ -182,7 +191,7 @@ class Worker:
                                credentials=self.creds.for_connect(), tls=tls)
         self.nc, self.nats_up = nc, nc.is_connected
         self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
-                                     self.request_stop)
+                                     self.request_stop, self.backends)
         self.handlers.route_providers += [ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes]
         await self.handlers.subscribe()
         self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)
@@ -251,3 +260,18 @@ class Worker:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
         await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
                            backoff_cap_s=interval_s)
+
+
+def _backend_manager(settings: Settings) -> BackendManager:
+    """The backend registry and installer over LOCALAI_BACKENDS_PATH / LOCALAI_BACKENDS_SYSTEM_PATH."""
+    backends_path = Path(settings.backends_path).expanduser().resolve()
+    system_path = Path(settings.backends_system_path).expanduser() if settings.backends_system_path else None
+    try:
+        galleries = (parse_galleries(settings.backend_galleries) if settings.backend_galleries.strip()
+                     else [GalleryRef("corral", str(DEFAULT_INDEX))])
+    except GalleryError as exc:
+        raise ConfigError(str(exc)) from None
+    installer = BackendInstaller(backends_path, require_integrity=settings.require_backend_integrity,
+                                 timeout_s=settings.backend_gallery_timeout_s)
+    return BackendManager(BackendRegistry(backends_path, system_path), installer, galleries,
+                          timeout_s=settings.backend_gallery_timeout_s)
