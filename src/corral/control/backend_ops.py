@@ -164,8 +164,9 @@ class BackendOpsDriver:
         except Exception:
             log.exception("backend %s of %s on node %s failed unexpectedly", intent.op, intent.backend,
                           intent.node_id)
-            await backend_ops.retry(self.pool, intent.id, intent.attempts + 1, "internal error",
-                                    retry_delay_s(intent.attempts + 1))
+            with contextlib.suppress(Exception):  # else its lease runs out and the next pass retries
+                await backend_ops.retry(self.pool, intent.id, intent.attempts + 1, "internal error",
+                                        retry_delay_s(intent.attempts + 1))
 
     async def _drive_leased(self, intent: backend_ops.Intent) -> None:
         op_id = intent.operation_id or ""

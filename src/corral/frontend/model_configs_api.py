@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from corral.control.config_revisions import ConfigRevisions, dump_yaml
+from corral.store import operations
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.json_body import documented_body, json_body
@@ -100,6 +101,8 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
         cfg, pending = await revs.apply(name, raw)
     except ModelConfigError as exc:
         return _bad(str(exc))
+    await operations.record_done(revs.pool, operations.NewOperation(
+        name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
                          "disabled": cfg.disabled})
 

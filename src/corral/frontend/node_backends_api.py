@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.messages import BackendDeleteReply, BackendDeleteRequest, BackendListReply
+from corral.bus.messages import BackendDeleteReply, BackendDeleteRequest, BackendListReply, Message
 from corral.control.backend_ops import DELETE_KNOB, NODE_OP_KNOB, forget_processes
 from corral.frontend.bounds import NODE_ID_MAX
 from corral.frontend.json_body import documented_body
@@ -114,7 +114,7 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
         if node["node_type"] == "agent":
             return []
         try:
-            reply = await bus.request(state.nc, subjects.backend_list(node_id), BackendDeleteRequest(),
+            reply = await bus.request(state.nc, subjects.backend_list(node_id), Message(),
                                       BackendListReply, _timeouts(state).node_op_timeout_s, NODE_OP_KNOB)
         except bus.BusError as exc:
             return bus_failure(exc)

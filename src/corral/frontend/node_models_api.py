@@ -51,7 +51,7 @@ def build_node_models_router(state: FrontendState) -> APIRouter:
 
     async def run(node_id: str, request: Request, *, delete: bool) -> Any:
         try:
-            model = name_field(await object_body(request), "model_name")
+            model = name_field(await object_body(request), "model_name", backend=False)
         except BadRequest as exc:
             return exc.response()
         node = await backend_node(state.pool, node_id)

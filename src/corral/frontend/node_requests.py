@@ -14,6 +14,7 @@ from corral.bus import client as bus
 from corral.frontend.bounds import NODE_ID_MAX
 from corral.frontend.json_body import json_body
 from corral.frontend.node_identity import node_error
+from corral.gallery.names import backend_name_problem
 from corral.models.names import name_problem
 from corral.store import nodes as node_store
 
@@ -45,15 +46,16 @@ async def object_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def name_field(body: dict[str, Any], field: str, *, required: bool = True) -> str:
-    """A backend, model or alias name: a plain name (no '/', no '..'), at most 255 characters."""
+def name_field(body: dict[str, Any], field: str, *, required: bool = True, backend: bool = True) -> str:
+    """A backend name (a directory name: `gallery.names`) or, with `backend=False`, a model name; never a
+    path (no '/', no '..')."""
     value = body.get(field)
     if value is None or value == "":
         if required:
-            raise BadRequest(field, "is required (a backend or model name)")
+            raise BadRequest(field, "is required (a backend name)" if backend else "is required (a model name)")
         return ""
-    if (problem := name_problem(value)) is not None:
-        raise BadRequest(field, problem.replace("a model or alias name", "a name"))
+    if (problem := (backend_name_problem if backend else name_problem)(value)) is not None:
+        raise BadRequest(field, problem)
     return str(value)
 
 

@@ -15,6 +15,7 @@ PENDING, PROCESSING, DOWNLOADING = "pending", "processing", "downloading"
 COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
 BACKEND_INSTALL, BACKEND_UPGRADE, BACKEND_DELETE = "backend_install", "backend_upgrade", "backend_delete"
 MODEL_INSTALL, MODEL_DELETE, MODEL_UNLOAD = "model_install", "model_delete", "model_unload"
+MODEL_LOAD, CONFIG_EDIT = "model_load", "config_edit"
 FANOUT = "fanout"  # the parent job of an install to several nodes
 HISTORY_LIMIT = 500
 
@@ -44,6 +45,12 @@ async def insert(conn: asyncpg.Pool | asyncpg.Connection, op: NewOperation, stat
     return await conn.fetchrow(
         q("operation_insert"), op_id or str(uuid.uuid4()), op.parent_id, op.element, op.cache_key, op.is_backend,
         op.op_type, status, op.node_id, op.node_name, op.frontend_id, op.message, op.user_id)
+
+
+async def record_done(pool: asyncpg.Pool, op: NewOperation) -> None:
+    """An operation that completed as it was asked for (a config edit): one finished row."""
+    row = await insert(pool, op, status=PROCESSING)
+    await finish(pool, row["id"], COMPLETED, message=op.message)
 
 
 async def delete_unstarted(conn: asyncpg.Pool | asyncpg.Connection, op_id: str) -> None:
