@@ -21,7 +21,14 @@ from corral.bus.messages import ModelDeleteRequest, ModelOpReply, ModelUnloadReq
 from corral.control.backend_ops import NODE_OP_KNOB
 from corral.frontend.json_body import documented_body
 from corral.frontend.node_identity import node_error
-from corral.frontend.node_requests import BadRequest, NodeId, backend_node, bus_failure, name_field, object_body
+from corral.frontend.node_requests import (
+    BadRequest,
+    NodeId,
+    backend_node,
+    bus_failure,
+    name_field,
+    object_body,
+)
 from corral.frontend.state import FrontendState
 from corral.routing import events
 from corral.store import operations

@@ -21,8 +21,8 @@ from corral.gallery.manager import BackendManager
 from corral.gallery.registry import BackendRegistry
 from corral.loops import OwnedTasks, run_periodic
 from corral.worker import hardware
-from corral.worker.backend_logs import BackendLogs
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
+from corral.worker.backend_logs import BackendLogs
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
