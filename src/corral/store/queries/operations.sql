@@ -35,9 +35,9 @@ WHERE id = $1 AND finished_at IS NULL;
 
 -- name: operation_finish
 -- The operation ended (completed, failed or cancelled); a finished row is frozen.
-UPDATE gallery_operations SET status = $2, error = $3, message = $4, worker_busy = false,
-    progress = CASE WHEN $2 = 'completed' THEN 1 ELSE progress END,
-    phase = CASE WHEN $2 = 'completed' THEN 'done' ELSE phase END,
+UPDATE gallery_operations SET status = $2::varchar, error = $3, message = $4, worker_busy = false,
+    progress = CASE WHEN $2::varchar = 'completed' THEN 1 ELSE progress END,
+    phase = CASE WHEN $2::varchar = 'completed' THEN 'done' ELSE phase END,
     started_at = COALESCE(started_at, now()), finished_at = now(), updated_at = now()
 WHERE id = $1 AND finished_at IS NULL
 RETURNING parent_id;
