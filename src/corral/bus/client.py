@@ -22,12 +22,12 @@ class BusError(Exception):
     """A NATS request failed; the message names the subject and the cause."""
 
 
+class RequestTimeout(BusError):
+    """The request was delivered (or at least not refused) but no reply came within the timeout."""
+
+
 class NoResponders(BusError):
     """Nobody listens on the subject: the worker is gone from the bus (not merely slow)."""
-
-
-class BusTimeout(BusError):
-    """The worker got the request but did not answer in time: it may still be working on it."""
 
 
 async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None, *,
@@ -69,5 +69,6 @@ async def request(nc: Client, subject: str, payload: Message, reply_type: type[M
     except NoRespondersError:
         raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:
-        raise BusTimeout(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
+        raise RequestTimeout(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") \
+            from None
     return reply_type.from_json(msg.data)

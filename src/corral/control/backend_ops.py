@@ -251,7 +251,7 @@ class BackendOpsDriver:
                        ) -> BackendInstallReply:
         try:
             return await call()
-        except bus.BusTimeout as exc:
+        except bus.RequestTimeout as exc:
             raise Outcome(str(exc), busy=True) from None
         except bus.BusError as exc:
             raise Outcome(str(exc)) from None
@@ -277,7 +277,7 @@ class BackendOpsDriver:
         except bus.NoResponders:
             # Reference behaviour for workers without backend.upgrade: a forced install.
             return await self._install(intent, node, op_id, force=True)
-        except bus.BusTimeout as exc:
+        except bus.RequestTimeout as exc:
             raise Outcome(str(exc), busy=True) from None
         except bus.BusError as exc:
             raise Outcome(str(exc)) from None

@@ -106,5 +106,5 @@ async def backend_node(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | JSO
 def bus_failure(exc: bus.BusError) -> JSONResponse:
     """504 when the worker got the call but did not answer in time (the message names the knob);
     502 when no worker listens (offline) or the call failed on the way."""
-    status = 504 if isinstance(exc, bus.BusTimeout) else 502
+    status = 504 if isinstance(exc, bus.RequestTimeout) else 502
     return node_error(status, str(exc))

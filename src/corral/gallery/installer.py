@@ -62,7 +62,7 @@ class BackendInstaller:
 
     def clean_leftovers(self) -> list[str]:
         """Remove staging and trash directories a crashed or killed install left behind."""
-        removed = []
+        removed: list[str] = []
         try:
             entries = list(os.scandir(self.backends_path))
         except OSError:
@@ -163,14 +163,11 @@ class BackendInstaller:
         if not source.is_dir():
             raise InstallError(f"backend {entry.name!r}: uri {source} is neither a directory nor a "
                                ".tar.gz/.tgz/.tar/.zip archive")
-        progress("extracting", source.name, 0, 1, False)
-        shutil.copytree(source, unpacked, symlinks=True, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(VENV_DIR, "__pycache__"))
+        _copy_tree(source, unpacked, progress)
         digest = tree_digest(unpacked) if entry.sha256 is not None or self.require_integrity else None
         if entry.sha256 is not None and digest != entry.sha256:
             raise InstallError(f"backend {entry.name!r}: digest mismatch for directory {source}: gallery says "
                                f"sha256 {entry.sha256}, its files hash to {digest}; refusing to install")
-        progress("extracting", source.name, 1, 1, False)
         return digest
 
     @staticmethod
@@ -235,6 +232,26 @@ class BackendInstaller:
             if "No space left on device" in lines:
                 raise InstallError(f"disk full while trying to {what} in {cwd}; free space and retry:\n{lines}")
             raise InstallError(f"could not {what} (exit code {proc.returncode}); last lines:\n{lines}")
+
+
+def _copy_tree(source: Path, dest: Path, progress: Progress) -> None:
+    """Copy a backend directory (links kept as links, no venv or caches); an OSError (disk full) stops it at once."""
+    files = []
+    for root, dirs, names in os.walk(source):
+        dirs[:] = [d for d in dirs if d != "__pycache__" and not (Path(root) == source and d == VENV_DIR)]
+        rel = Path(root).relative_to(source)
+        for name in names + [d for d in dirs if (Path(root) / d).is_symlink()]:
+            files.append(rel / name)
+        for d in dirs:
+            if not (Path(root) / d).is_symlink():
+                (dest / rel / d).mkdir(parents=True, exist_ok=True)
+    for i, rel in enumerate(files, 1):
+        src = source / rel
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dest / rel)
+        else:
+            shutil.copy2(src, dest / rel)
+        progress("extracting", str(rel), i, len(files), False)
 
 
 def _relocate_venv(venv: Path, built_at: Path, target: Path) -> None:

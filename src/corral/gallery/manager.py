@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.gallery.index import GalleryRef, find_entry, parse_galleries
+from corral.gallery.index import GalleryEntry, GalleryRef, find_entry, parse_galleries
 from corral.gallery.installer import BackendInstaller, InstallError
 from corral.gallery.names import validate_backend_name
 from corral.gallery.registry import BackendRegistry, InstalledBackend
@@ -52,51 +52,58 @@ class BackendManager:
     async def find(self, name: str) -> InstalledBackend | None:
         return await asyncio.to_thread(self.registry.find, name)
 
-    async def list(self) -> list[InstalledBackend]:
-        return await asyncio.to_thread(self.registry.list)
+    async def installed(self) -> list[InstalledBackend]:
+        return await asyncio.to_thread(self.registry.installed)
 
     async def ensure(self, name: str, galleries: list[GalleryRef] | None = None,
                      progress: ProgressListener | None = None) -> InstalledBackend:
-        """The installed backend `name`, installing it from the galleries first when missing."""
+        """The installed backend `name` (or alias), installing it from the galleries first when missing.
+
+        Concurrent calls for one backend, by name or alias, share one install (keyed by the entry's name).
+        """
         validate_backend_name(name)
         found = await self.find(name)
         if found is not None:
             return found
-        shared = self._installs.get(name)
+        refs = self.galleries if galleries is None else galleries
+        entry, ref = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        shared = self._installs.get(entry.name)
         if shared is None:
-            shared = _SharedInstall(asyncio.create_task(self._install_locked(name, galleries, force=False),
-                                                        name=f"install:{name}"))
-            self._installs[name] = shared
-            shared.task.add_done_callback(lambda _t: self._installs.pop(name, None))
+            shared = _SharedInstall(asyncio.create_task(self._install_once(entry, ref), name=f"install:{entry.name}"))
+            self._installs[entry.name] = shared
+            shared.task.add_done_callback(lambda _t: self._installs.pop(entry.name, None))
         if progress is not None:
             shared.listeners.append(progress)
         return await asyncio.shield(shared.task)
 
     async def reinstall(self, name: str, galleries: list[GalleryRef] | None = None,
                         progress: ProgressListener | None = None) -> InstalledBackend:
-        """Install `name` again from its gallery (upgrade); the caller holds `lock(name)` and stopped its processes."""
+        """Install `name` again from its gallery (upgrade); the caller holds `lock()` of its canonical name
+        and stopped its processes."""
         validate_backend_name(name)
-        listeners = [progress] if progress is not None else []
-        return await self._install(name, galleries, listeners)
-
-    async def _install_locked(self, name: str, galleries: list[GalleryRef] | None, *,
-                              force: bool) -> InstalledBackend:
-        async with self.lock(name):
-            if not force and (found := await self.find(name)) is not None:
-                return found  # installed while this caller waited for the lock
-            shared = self._installs.get(name)
-            return await self._install(name, galleries, shared.listeners if shared else [])
-
-    async def _install(self, name: str, galleries: list[GalleryRef] | None,
-                       listeners: list[ProgressListener]) -> InstalledBackend:
         refs = self.galleries if galleries is None else galleries
+        entry, ref = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        return await self._install(entry, ref, [progress] if progress is not None else [])
 
+    async def canonical(self, name: str) -> str:
+        """The directory name of an installed backend called `name` (name or alias); else `name` itself."""
+        found = await self.find(name)
+        return found.name if found is not None else name
+
+    async def _install_once(self, entry: GalleryEntry, ref: GalleryRef) -> InstalledBackend:
+        async with self.lock(entry.name):
+            if (found := await self.find(entry.name)) is not None:
+                return found  # installed while this caller waited for the lock
+            shared = self._installs.get(entry.name)
+            return await self._install(entry, ref, shared.listeners if shared else [])
+
+    async def _install(self, entry: GalleryEntry, ref: GalleryRef,
+                       listeners: list[ProgressListener]) -> InstalledBackend:
         def fan_out(phase: str, file_name: str, current: int, total: int, is_bytes: bool) -> None:
             for listener in list(listeners):
                 listener(phase, file_name, current, total, is_bytes)
 
         def blocking() -> InstalledBackend:
-            entry, ref = find_entry(name, refs, self.timeout_s)
             self.installer.install(entry, ref, fan_out)
             installed = self.registry.find(entry.name)
             if installed is None:
@@ -104,9 +111,9 @@ class BackendManager:
                                    f"{self.registry.backends_path}")
             return installed
 
-        log.info("installing backend %s from %s", name, ", ".join(r.url for r in refs) or "no gallery")
+        log.info("installing backend %s from gallery %s (%s)", entry.name, ref.name, ref.url)
         installed = await asyncio.to_thread(blocking)
-        log.info("backend %s installed in %s", name, installed.directory)
+        log.info("backend %s installed in %s", entry.name, installed.directory)
         return installed
 
     async def remove(self, name: str) -> bool:

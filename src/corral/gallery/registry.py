@@ -75,12 +75,12 @@ class BackendRegistry:
                 found = _load(candidate, is_system)
                 if found is not None:
                     return found
-        for backend in self.list():
+        for backend in self.installed():
             if backend.metadata.alias == name:
                 return backend
         return None
 
-    def list(self) -> list[InstalledBackend]:
+    def installed(self) -> list[InstalledBackend]:
         """Every installed backend; a name in an earlier root hides the same name in a later one."""
         seen: dict[str, InstalledBackend] = {}
         for root, is_system in self.roots:

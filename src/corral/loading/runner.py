@@ -139,7 +139,7 @@ class LoadJobRunner:
                     node_name=progress.node_name, replica_index=progress.replica_index,
                     bytes_sent=progress.bytes_sent, total_bytes=progress.total_bytes,
                     file_index=progress.file_index, total_files=progress.total_files,
-                    moving=progress.started_at_s is not None,
+                    moving=progress.started_at_s is not None, install=progress.install_json(),
                 )
             except Exception as exc:  # a database blip must not kill the load; the next beat retries
                 log.warning("load job heartbeat for %s failed: %s", key, exc)

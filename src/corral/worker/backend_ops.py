@@ -60,7 +60,7 @@ class BackendOps:
             subjects.backend_install(node_id): self.install,
             subjects.backend_upgrade(node_id): self.upgrade,
             subjects.backend_delete(node_id): self.delete,
-            subjects.backend_list(node_id): self.list,
+            subjects.backend_list(node_id): self.list_backends,
         }
 
     def _progress(self, op_id: str | None, backend: str) -> ProgressDebouncer | None:
@@ -132,7 +132,7 @@ class BackendOps:
 
     async def _upgrade(self, name: str, galleries: list[GalleryRef],
                        progress: ProgressDebouncer | None) -> list[str]:
-        async with self.manager.lock(name):
+        async with self.manager.lock(await self.manager.canonical(name)):
             installed = await self.manager.find(name)
             if installed is not None and installed.is_system:
                 raise InstallError(f"backend {name!r} is a system backend ({installed.directory}); "
@@ -176,7 +176,7 @@ class BackendOps:
         await msg.respond((await self._delete(req.backend)).to_json())
 
     async def _delete(self, name: str) -> BackendDeleteReply:
-        async with self.manager.lock(name):
+        async with self.manager.lock(await self.manager.canonical(name)):
             installed = await self.manager.find(name)  # resolve name and alias before removing files
             if installed is not None and installed.is_system:
                 return BackendDeleteReply(error=f"backend {name!r} is a system backend ({installed.directory}); "
@@ -197,11 +197,11 @@ class BackendOps:
                                           stopped_process_keys=stopped, reports_stopped_processes=True)
         return BackendDeleteReply(success=True, stopped_process_keys=stopped, reports_stopped_processes=True)
 
-    async def list(self, msg: Msg) -> None:
+    async def list_backends(self, msg: Msg) -> None:
         infos = [
             NodeBackendInfo(name=b.name, is_system=b.is_system, is_meta=b.metadata.is_meta,
                             installed_at=b.metadata.installed_at, gallery_url=b.metadata.gallery_url,
                             version=b.metadata.version, uri=b.metadata.uri, digest=b.metadata.digest)
-            for b in await self.manager.list()
+            for b in await self.manager.installed()
         ]
         await msg.respond(BackendListReply(backends=infos).to_json())

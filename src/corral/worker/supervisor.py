@@ -6,8 +6,10 @@ engines are backends of the same registry, so there is one spawn path.
 
 A process is READY only after its gRPC Health answered OK. If it dies while starting, the
 error carries its last output lines. Its stdout and stderr go, line by line, to the worker's
-bounded per-key log (`backend_logs`), which operators read and follow over NATS. Processes get
-PR_SET_PDEATHSIG so they die with the worker even if the worker is killed with SIGKILL.
+bounded per-key log (`backend_logs`), which operators read and follow over NATS. Each process leads its own process group and is stopped as a
+group, so a run.sh that starts its server without `exec` (as the reference's do) leaves nothing
+behind. run.sh gets PR_SET_PDEATHSIG so it dies with the worker even on SIGKILL (what it started
+relies on its own parent watch then, as the reference's backends do).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class BackendState(enum.Enum):
 
 
 class BackendStartFailed(Exception):
-    """A backend process exited or never answered Health; the message carries its last stderr lines."""
+    """A backend process exited or never answered Health; the message carries its last output lines."""
 
 
 WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # bind host -> host to dial
@@ -106,6 +108,36 @@ def _set_pdeathsig() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _signal_group(proc: BackendProcess, sig: int) -> None:
+    """Signal the backend's process group: run.sh and whatever it started (reference run.sh files do not exec)."""
+    try:
+        os.killpg(proc.process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+async def _reap_group(proc: BackendProcess) -> None:
+    """After run.sh exited: give what it started STOP_GRACE_S to exit on the SIGTERM it got, then kill it."""
+    pgid = proc.process.pid
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if _group_alive(pgid):
+        _signal_group(proc, signal.SIGKILL)
+        for _ in range(20):
+            if not _group_alive(pgid):
+                break
+            await asyncio.sleep(0.05)
 
 
 # A probe that runs before the backend has bound its port must not wait out gRPC's ~1 s reconnect backoff.
@@ -202,6 +234,7 @@ class Supervisor:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, cwd=backend.directory, preexec_fn=_set_pdeathsig,
+                start_new_session=True,  # its own process group: a run.sh that does not exec is stopped whole
             )
         except OSError as exc:
             self.ports.release(key, port)
@@ -283,15 +316,16 @@ class Supervisor:
         if proc.alive() and not force:
             freed = await self._free(proc)
         if proc.alive() and kill:
-            proc.process.kill()
+            _signal_group(proc, signal.SIGKILL)
             await proc.process.wait()
         if proc.alive():
-            proc.process.terminate()
+            _signal_group(proc, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.process.wait(), STOP_GRACE_S)
             except TimeoutError:
-                proc.process.kill()
+                _signal_group(proc, signal.SIGKILL)
                 await proc.process.wait()
+        await _reap_group(proc)
         readers = {task for task in (proc._reader, proc._out_reader) if task is not None}
         if readers:
             await asyncio.wait(readers, timeout=1.0)
