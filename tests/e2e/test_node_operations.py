@@ -170,6 +170,8 @@ def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
     unknown = env.post(env.a, "/api/backends/install", {"backend": "simcopy", "node_ids": [node, stranger]})
     assert unknown.status_code == 404 and stranger in unknown.text
     assert env.get(env.a, "/api/backends/job/nope").status_code == 404
+    nobody = env.post(env.a, "/api/backends/install", {"backend": "simcopy", "selector": {"gpu": "h100"}})
+    assert nobody.status_code == 404 and "selector" in nobody.text
 
 
 def test_install_to_two_workers_rolls_up_and_a_silent_worker_is_busy_not_failed(env: Env) -> None:

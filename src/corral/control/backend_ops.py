@@ -50,6 +50,7 @@ CONCURRENCY = 16
 RETRY_FIRST_S, RETRY_CAP_S = 30.0, 15 * 60.0
 DEAD_LETTER_ATTEMPTS = 10
 PRUNE_STALE_S = 15 * 60.0
+SWEEP_EVERY_S = 60.0  # prune dead intents and reap abandoned rows at most this often (not every tick)
 STALE_OPERATION_S = 30 * 60.0  # a live row nothing drives (its frontend died mid synchronous op)
 PROGRESS_WRITE_S = 0.25  # at most this often per operation: the worker debounces too
 INSTALL_KNOB = "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT (--backend-install-timeout)"
@@ -126,6 +127,7 @@ class BackendOpsDriver:
         self.pool, self.nc, self.frontend_id, self.settings = pool, nc, frontend_id, settings
         self._wake = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
+        self._last_sweep = -SWEEP_EVERY_S
 
     def kick(self) -> None:
         self._wake.set()
@@ -139,12 +141,9 @@ class BackendOpsDriver:
             await asyncio.gather(*self._running, return_exceptions=True)
 
     async def pass_once(self) -> None:
-        for row in await backend_ops.prune(self.pool, PRUNE_STALE_S):
-            if row["operation_id"]:
-                await operations.finish(self.pool, row["operation_id"], operations.FAILED,
-                                        f"node {row['node_id']} is {row['status']}: the intent was dropped")
-        await operations.reap_stale(self.pool, STALE_OPERATION_S,
-                                    "abandoned: no frontend drove this operation for 30 minutes")
+        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+            await self._sweep()
+            self._last_sweep = time.monotonic()
         while len(self._running) < self.settings.concurrency:
             intent = await backend_ops.claim(self.pool, self.frontend_id, self.settings.lease_s)
             if intent is None:
@@ -152,6 +151,15 @@ class BackendOpsDriver:
             task = asyncio.create_task(self._drive(intent), name=f"backend-op:{intent.op}:{intent.backend}")
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    async def _sweep(self) -> None:
+        """Drop intents of draining or long-dead nodes, and fail rows nothing drives any more."""
+        for row in await backend_ops.prune(self.pool, PRUNE_STALE_S):
+            if row["operation_id"]:
+                await operations.finish(self.pool, row["operation_id"], operations.FAILED,
+                                        f"node {row['node_id']} is {row['status']}: the intent was dropped")
+        await operations.reap_stale(self.pool, STALE_OPERATION_S,
+                                    "abandoned: no frontend drove this operation for 30 minutes")
 
     async def _drive(self, intent: backend_ops.Intent) -> None:
         try:
