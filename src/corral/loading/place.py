@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DISK_CHECK_SETTING = "distributed_disk_headroom_check"
 INSTALL_TIMEOUT_KNOB = "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT"
+BUSY_WINDOW_MIN_S = 30.0  # install progress this recent means the worker is busy installing, not gone
 
 
 async def effective_selector(ctx: LoadContext, cfg: ModelConfig) -> dict[str, str]:
@@ -127,7 +128,7 @@ async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: Bac
             await placement_store.mark_unhealthy(ctx.pool, node.id)
             raise NodeLost(node.name, "not answering on the bus (NATS no responders); marked unhealthy") from None
         except bus.RequestTimeout as exc:
-            if not events.heard_within(ctx.install_timeout_s):
+            if not events.heard_within(max(ctx.install_timeout_s, BUSY_WINDOW_MIN_S)):
                 raise NodeLost(node.name, f"backend install: {exc}") from None
             log.info("worker %s is still installing backend %s for %s (no reply within %gs, progress seen); "
                      "worker busy, asking again", node.name, request.backend, request.model_id,

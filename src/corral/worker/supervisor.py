@@ -42,6 +42,7 @@ FREE_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 STDERR_TAIL_LINES = 20
 STREAM_CHUNK_BYTES = 65536
+_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"  # reference run.sh files are bash
 PYTHON_ENV = "CORRAL_PYTHON"  # the worker's interpreter, for the built-in backends' run.sh
 
 
@@ -227,7 +228,7 @@ class Supervisor:
         if self.models_root is not None:
             env[MODELS_ROOT_ENV] = str(self.models_root)  # LoadModel opens files only below it
         run_file = str(backend.run_file)
-        argv = [run_file] if os.access(run_file, os.X_OK) else ["/bin/sh", run_file]
+        argv = [run_file] if os.access(run_file, os.X_OK) else [_SHELL, run_file]  # lost its mode bits
         argv += ["--addr", host_port(self.bind_host, port)]
         try:
             identity = backend.identity()
