@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import websockets
@@ -174,6 +175,17 @@ def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
     assert nobody.status_code == 404 and "selector" in nobody.text
 
 
+def test_agent_nodes_run_no_backends(env: Env) -> None:
+    registered = httpx.post(f"{env.a}/api/node/register", timeout=10, headers={"Authorization": f"Bearer {env.c.token}"},
+                            json={"name": "agent-1", "node_type": "agent", "token": env.c.token})
+    assert registered.status_code == 201, registered.text
+    agent = registered.json()["id"]
+    assert env.get(env.a, f"/api/nodes/{agent}/backends").json() == []  # without asking NATS
+    refused = env.post(env.a, f"/api/nodes/{agent}/backends/install", {"backend": "simcopy"})
+    assert refused.status_code == 400 and "agent node" in refused.text
+    assert httpx.delete(f"{env.a}/api/nodes/{agent}", headers=env.h(), timeout=10).status_code == 200
+
+
 def test_install_to_two_workers_rolls_up_and_a_silent_worker_is_busy_not_failed(env: Env) -> None:
     w2 = env.c.workers[1].popen
     os.kill(w2.pid, signal.SIGSTOP)  # a worker that never answers
@@ -315,11 +327,24 @@ def test_the_activity_record_is_shared_and_cleared_for_every_frontend(env: Env) 
     assert history_a == history_b
     kinds = {(op["taskType"], op["outcome"]) for op in history_a}
     for kind in (("fanout", "completed"), ("backend_upgrade", "completed"), ("backend_delete", "completed"),
+                 ("model_load", "completed"), ("model_load", "failed"),
                  ("backend_delete", "failed"), ("model_unload", "completed"), ("model_delete", "completed")):
         assert kind in kinds, (kind, kinds)
     assert all(op["startedAt"] and op["finishedAt"] for op in history_a)
+    async def seed_load(sql: str) -> None:  # a model load in progress, as a frontend's load job writes it
+        conn = await asyncpg.connect(env.c.database_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+    asyncio.run(seed_load("INSERT INTO model_load_jobs (tracking_key, state, owner_replica, node_name, bytes_sent, "
+                          "total_bytes, file_index, total_files) VALUES ('ghost', 'staging', 'f', 'w1', 50, 200, 1, 1)"))
     live = env.get(env.b, "/api/operations")
     assert live.status_code == 200 and set(live.json()) == {"operations"}
+    staging = next(op for op in live.json()["operations"] if op["id"] == "staging:ghost")
+    assert staging == {**staging, "jobID": "staging:ghost", "taskType": "staging", "progress": 25, "currentBytes": 50,
+                       "totalBytes": 200, "nodeName": "w1", "isBackend": False, "isDeletion": False}
+    asyncio.run(seed_load("DELETE FROM model_load_jobs WHERE tracking_key = 'ghost'"))
     cleared = httpx.delete(f"{env.a}/api/operations/history", headers=env.h(), timeout=10)
     assert cleared.status_code == 200 and cleared.json()["cleared"] >= len(kinds)
     assert env.get(env.b, "/api/operations/history").json()["operations"] == []
