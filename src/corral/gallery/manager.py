@@ -56,8 +56,10 @@ class BackendManager:
         return await asyncio.to_thread(self.registry.installed)
 
     async def ensure(self, name: str, galleries: list[GalleryRef] | None = None,
-                     progress: ProgressListener | None = None) -> InstalledBackend:
-        """The installed backend `name` (or alias), installing it from the galleries first when missing.
+                     progress: ProgressListener | None = None,
+                     direct: tuple[GalleryEntry, GalleryRef] | None = None) -> InstalledBackend:
+        """The installed backend `name` (or alias), installing it from the galleries first when missing
+        (or from `direct`: an entry a request gave, the reference's external install by `uri`).
 
         Concurrent calls for one backend, by name or alias, share one install (keyed by the entry's name).
         """
@@ -66,7 +68,9 @@ class BackendManager:
         if found is not None:
             return found
         refs = self.galleries if galleries is None else galleries
-        entry, ref = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        if direct is None:
+            direct = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        entry, ref = direct
         shared = self._installs.get(entry.name)
         if shared is None:
             shared = _SharedInstall(asyncio.create_task(self._install_once(entry, ref), name=f"install:{entry.name}"))
