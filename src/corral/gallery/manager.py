@@ -1,7 +1,8 @@
 """Installed-or-install, per backend name, on one worker: the async face of the registry and installer.
 
-Operations on one backend name are serialised (`lock(name)`); concurrent installs of the same
-name share one install and all get its result (each caller's progress listener sees it).
+Installs, upgrades and deletes of one backend hold its gate alone (`lock(name)`); process starts
+share it (`shared(name)`), so none starts from a directory being replaced. Concurrent installs of
+the same backend share one install and all get its result (each caller's progress listener sees it).
 Blocking work (directory scans, downloads, pip) runs in threads.
 """
 
@@ -11,9 +12,11 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.gallery.gate import BackendGate
 from corral.gallery.index import GalleryEntry, GalleryRef, find_entry, parse_galleries
 from corral.gallery.installer import BackendInstaller, InstallError
 from corral.gallery.names import validate_backend_name
@@ -37,11 +40,16 @@ class BackendManager:
         self.installer = installer
         self.galleries = galleries
         self.timeout_s = timeout_s
-        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._gates: dict[str, BackendGate] = collections.defaultdict(BackendGate)
         self._installs: dict[str, _SharedInstall] = {}
 
-    def lock(self, name: str) -> asyncio.Lock:
-        return self._locks[name]
+    def lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        """Hold backend `name` alone (install, upgrade, delete)."""
+        return self._gates[name].exclusive()
+
+    def shared(self, name: str) -> AbstractAsyncContextManager[None]:
+        """Use backend `name` alongside others (start a process from its directory)."""
+        return self._gates[name].shared()
 
     def galleries_for(self, override: str | None) -> list[GalleryRef]:
         """A request's `backend_galleries` (JSON string) replaces the worker's galleries when given."""

@@ -133,7 +133,12 @@ class BackendOps:
             if progress is not None:
                 progress.report("starting", installed.name, 0, 0, False)
                 await progress.flush()
-            proc = await self.supervisor.ensure(key, installed)
+            async with self.manager.shared(installed.name):  # no upgrade or delete replaces it meanwhile
+                current = await self.manager.find(installed.name)
+                if current is None:
+                    raise InstallError(f"backend {installed.name!r} was deleted while this install waited; "
+                                       "install it again")
+                proc = await self.supervisor.ensure(key, current)
         except INSTALL_FAILURES as exc:
             log.warning("install of backend %s for %s failed: %s", req.backend, key, exc)
             return BackendInstallReply(success=False, error=str(exc))
