@@ -30,12 +30,15 @@ class GalleryError(Exception):
     """A gallery cannot be read or parsed, or an entry is invalid; the message names the gallery."""
 
 
+NOT_FOUND_MARK = "is not installed and no gallery lists it"  # in a worker's reply error: the frontend's 404
+
+
 class BackendNotFound(GalleryError):
     """No gallery lists the backend; the message names every gallery searched (the frontend maps it to 404)."""
 
     def __init__(self, backend: str, galleries: list[GalleryRef]) -> None:
         searched = ", ".join(f"{g.name} ({g.url})" for g in galleries) or "none configured"
-        super().__init__(f"backend {backend!r} is not installed and no gallery lists it; galleries searched: "
+        super().__init__(f"backend {backend!r} {NOT_FOUND_MARK}; galleries searched: "
                          f"{searched} (set LOCALAI_BACKEND_GALLERIES or the request's backend_galleries)")
         self.backend = backend
         self.galleries = galleries

@@ -72,6 +72,21 @@ async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[s
     return decision.node, decision.request.vram_bytes
 
 
+EVENT_TEXT_MAX_CHARS = 256  # a worker's progress strings go into the job row and every 503 body
+
+
+def _shown(event: dict[str, object]) -> dict[str, object]:
+    """The fields of a progress event the `loading` object shows, bounded: text cut, percentage 0..100."""
+    shown: dict[str, object] = {}
+    for key in ("phase", "file_name", "current", "total"):
+        if isinstance(event.get(key), str):
+            shown[key] = str(event[key])[:EVENT_TEXT_MAX_CHARS]
+    percentage = event.get("percentage")
+    if isinstance(percentage, int | float) and not isinstance(percentage, bool):
+        shown["percentage"] = max(0.0, min(100.0, float(percentage)))
+    return shown
+
+
 class InstallEvents:
     """Install progress events of one op from the bus: shown in the load's progress, never ending a wait."""
 
@@ -88,8 +103,7 @@ class InstallEvents:
             return
         self.last_heard_s = time.monotonic()
         if self.progress is not None:
-            shown = {k: event[k] for k in ("phase", "file_name", "current", "total", "percentage") if k in event}
-            self.progress.on_install(shown)
+            self.progress.on_install(_shown(event))
 
     def heard_within(self, window_s: float) -> bool:
         return self.last_heard_s is not None and time.monotonic() - self.last_heard_s <= window_s
