@@ -30,14 +30,16 @@ def gallery(state_root: Path) -> str:
     return json.dumps([{"name": "test", "url": str(index)}])
 
 
-@pytest.fixture
-def cluster(state_root: Path, make_database, nats_url: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / f"e2e-backend-gallery-{request.node.name[:40]}", database_url=make_database(),
-                nats_url=nats_url)
+@pytest.fixture(scope="module")
+def cluster(state_root: Path, make_database, nats_url: str, gallery: str) -> Iterator[Cluster]:
+    """One frontend (1 s install timeout: the test install outlasts it) and one fresh worker."""
+    c = Cluster(root=state_root / "e2e-backend-gallery", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "ref-chat.yaml").write_text("name: ref-chat\nbackend: refbackend\n")
     (c.models_dir / "ghost.yaml").write_text("name: ghost\nbackend: no-such-backend\n")
     try:
+        c.start_frontend("--model-load-wait", "200ms", "--backend-install-timeout", "1s")
+        c.start_worker("w1", "--backends-path", str(c.root / "w1" / "backends"), "--backend-galleries", gallery)
         yield c
     finally:
         c.stop()
@@ -80,22 +82,24 @@ def _chat(url: str, model: str) -> httpx.Response:
 
 
 def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_model(
-        cluster: Cluster, gallery: str, nats_url: str) -> None:
+        cluster: Cluster, nats_url: str) -> None:
+    """Progress over NATS and in load-status / the 503 `loading` object; the install outlasts the 1 s
+    install timeout, so the worker shows busy (not failed) and the same worker serves the model."""
     backends = cluster.root / "w1" / "backends"
-    cluster.start_frontend("--model-load-wait", "200ms")
-    cluster.start_worker("w1", "--backends-path", str(backends), "--backend-galleries", gallery)
     assert not backends.exists() or list(backends.iterdir()) == []
     watch = ProgressWatch(nats_url)
     try:
         first = _chat(cluster.frontend_url, "ref-chat")
         assert first.status_code == 503, first.text  # no wait budget: the load runs, the client comes back
         loading_seen: list[dict[str, object]] = []
+        busy_seen = False
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             status = httpx.get(f"{cluster.frontend_url}/api/models/ref-chat/load-status", timeout=5)
             if status.status_code == 404:
                 break  # the job is done
             body = status.json()
+            busy_seen = busy_seen or body.get("worker_busy") is True
             if "install" in body:
                 loading_seen.append(body)
                 reply = _chat(cluster.frontend_url, "ref-chat")
@@ -117,12 +121,17 @@ def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_mo
                for b in loading_seen)
     assert any(b.get("from_503") for b in loading_seen), "the 503 loading object never showed the install"
     assert (backends / "refbackend" / "metadata.json").is_file()
+    assert busy_seen, "the install outlasted --backend-install-timeout but load-status never showed worker_busy"
+    log = cluster.frontend.log() if cluster.frontend else ""
+    assert "worker busy, asking again" in log
 
 
-def test_a_model_whose_backend_no_gallery_lists_fails_naming_the_galleries(cluster: Cluster, gallery: str) -> None:
-    cluster.start_frontend("--model-load-wait", "30s")
-    cluster.start_worker("w1", "--backends-path", str(cluster.root / "w1" / "backends"), "--backend-galleries",
-                         gallery)
+def test_a_model_whose_backend_no_gallery_lists_fails_naming_the_galleries(cluster: Cluster) -> None:
     reply = _chat(cluster.frontend_url, "ghost")
+    deadline = time.monotonic() + 30
+    while reply.status_code == 503 and "loading" in reply.text and time.monotonic() < deadline:
+        time.sleep(0.2)
+        reply = _chat(cluster.frontend_url, "ghost")
     assert reply.status_code >= 400 and reply.status_code != 500, reply.text
     assert "no-such-backend" in reply.text and "galleries searched: test" in reply.text
+

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlparse
@@ -22,7 +23,7 @@ from corral.gallery.names import backend_name_problem
 INDEX_MAX_BYTES = 4 << 20  # an index is a list of short entries; anything larger is refused unread
 INDEX_MAX_ENTRIES = 10_000
 GALLERIES_MAX_CHARS = 16_384
-DEFAULT_INDEX = Path(__file__).resolve().parent / "index.yaml"
+DEFAULT_INDEX = Path(str(resources.files("corral.gallery").joinpath("index.yaml")))  # package data
 SHA256_HEX_CHARS = 64
 
 
@@ -30,12 +31,15 @@ class GalleryError(Exception):
     """A gallery cannot be read or parsed, or an entry is invalid; the message names the gallery."""
 
 
+NOT_FOUND_MARK = "is not installed and no gallery lists it"  # in a worker's reply error: the frontend's 404
+
+
 class BackendNotFound(GalleryError):
     """No gallery lists the backend; the message names every gallery searched (the frontend maps it to 404)."""
 
     def __init__(self, backend: str, galleries: list[GalleryRef]) -> None:
         searched = ", ".join(f"{g.name} ({g.url})" for g in galleries) or "none configured"
-        super().__init__(f"backend {backend!r} is not installed and no gallery lists it; galleries searched: "
+        super().__init__(f"backend {backend!r} {NOT_FOUND_MARK}; galleries searched: "
                          f"{searched} (set LOCALAI_BACKEND_GALLERIES or the request's backend_galleries)")
         self.backend = backend
         self.galleries = galleries

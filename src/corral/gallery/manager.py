@@ -1,7 +1,8 @@
 """Installed-or-install, per backend name, on one worker: the async face of the registry and installer.
 
-Operations on one backend name are serialised (`lock(name)`); concurrent installs of the same
-name share one install and all get its result (each caller's progress listener sees it).
+Installs, upgrades and deletes of one backend hold its gate alone (`lock(name)`); process starts
+share it (`shared(name)`), so none starts from a directory being replaced. Concurrent installs of
+the same backend share one install and all get its result (each caller's progress listener sees it).
 Blocking work (directory scans, downloads, pip) runs in threads.
 """
 
@@ -11,9 +12,11 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.gallery.gate import BackendGate
 from corral.gallery.index import GalleryEntry, GalleryRef, find_entry, parse_galleries
 from corral.gallery.installer import BackendInstaller, InstallError
 from corral.gallery.names import validate_backend_name
@@ -37,11 +40,16 @@ class BackendManager:
         self.installer = installer
         self.galleries = galleries
         self.timeout_s = timeout_s
-        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._gates: dict[str, BackendGate] = collections.defaultdict(BackendGate)
         self._installs: dict[str, _SharedInstall] = {}
 
-    def lock(self, name: str) -> asyncio.Lock:
-        return self._locks[name]
+    def lock(self, name: str) -> AbstractAsyncContextManager[None]:
+        """Hold backend `name` alone (install, upgrade, delete)."""
+        return self._gates[name].exclusive()
+
+    def shared(self, name: str) -> AbstractAsyncContextManager[None]:
+        """Use backend `name` alongside others (start a process from its directory)."""
+        return self._gates[name].shared()
 
     def galleries_for(self, override: str | None) -> list[GalleryRef]:
         """A request's `backend_galleries` (JSON string) replaces the worker's galleries when given."""
@@ -56,8 +64,10 @@ class BackendManager:
         return await asyncio.to_thread(self.registry.installed)
 
     async def ensure(self, name: str, galleries: list[GalleryRef] | None = None,
-                     progress: ProgressListener | None = None) -> InstalledBackend:
-        """The installed backend `name` (or alias), installing it from the galleries first when missing.
+                     progress: ProgressListener | None = None,
+                     direct: tuple[GalleryEntry, GalleryRef] | None = None) -> InstalledBackend:
+        """The installed backend `name` (or alias), installing it from the galleries first when missing
+        (or from `direct`: an entry a request gave, the reference's external install by `uri`).
 
         Concurrent calls for one backend, by name or alias, share one install (keyed by the entry's name).
         """
@@ -66,7 +76,9 @@ class BackendManager:
         if found is not None:
             return found
         refs = self.galleries if galleries is None else galleries
-        entry, ref = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        if direct is None:
+            direct = await asyncio.to_thread(find_entry, name, refs, self.timeout_s)
+        entry, ref = direct
         shared = self._installs.get(entry.name)
         if shared is None:
             shared = _SharedInstall(asyncio.create_task(self._install_once(entry, ref), name=f"install:{entry.name}"))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from corral.gallery.metadata import METADATA_FILE, RUN_FILE, BackendMetadata, read_metadata
 from corral.gallery.names import backend_name_problem
 
-BUILTIN_BACKENDS_DIR = Path(__file__).resolve().parent / "system"
+BUILTIN_BACKENDS_DIR = Path(str(resources.files("corral.gallery").joinpath("system")))  # package data
 INSTALL_PREFIX = ".install-"  # staging directories beside the target; never a valid backend name
 TRASH_PREFIX = ".trash-"  # a replaced or deleted backend, renamed aside before removal
 

@@ -28,7 +28,7 @@ from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
 from corral.models.vram import estimate_vram_bytes_off_loop
 from corral.placement.governance import governing_rule
-from corral.placement.pipeline import Decision, decide
+from corral.placement.pipeline import Decision
 from corral.placement.request import PlacementRequest
 from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DISK_CHECK_SETTING = "distributed_disk_headroom_check"
 INSTALL_TIMEOUT_KNOB = "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT"
+BUSY_WINDOW_MIN_S = 30.0  # install progress this recent means the worker is busy installing, not gone
 
 
 async def effective_selector(ctx: LoadContext, cfg: ModelConfig) -> dict[str, str]:
@@ -60,8 +61,7 @@ async def placement_request(ctx: LoadContext, cfg: ModelConfig) -> PlacementRequ
 
 async def plan(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()) -> Decision:
     """The placement decision over every healthy approved node but `excluded` (ids already tried)."""
-    nodes = [n for n in await placement_store.snapshot(ctx.pool) if n.id not in excluded]
-    return decide(await placement_request(ctx, cfg), nodes)
+    return await ctx.fleet.decide(ctx.pool, await placement_request(ctx, cfg), excluded)
 
 
 async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()) -> tuple[NodeSnapshot, int]:
@@ -70,6 +70,21 @@ async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[s
     if decision.needs_eviction and ctx.evictor is not None:
         return await ctx.evictor.make_room(decision), decision.request.vram_bytes
     return decision.node, decision.request.vram_bytes
+
+
+EVENT_TEXT_MAX_CHARS = 256  # a worker's progress strings go into the job row and every 503 body
+
+
+def _shown(event: dict[str, object]) -> dict[str, object]:
+    """The fields of a progress event the `loading` object shows, bounded: text cut, percentage 0..100."""
+    shown: dict[str, object] = {}
+    for key in ("phase", "file_name", "current", "total"):
+        if isinstance(event.get(key), str):
+            shown[key] = str(event[key])[:EVENT_TEXT_MAX_CHARS]
+    percentage = event.get("percentage")
+    if isinstance(percentage, int | float) and not isinstance(percentage, bool):
+        shown["percentage"] = max(0.0, min(100.0, float(percentage)))
+    return shown
 
 
 class InstallEvents:
@@ -88,8 +103,7 @@ class InstallEvents:
             return
         self.last_heard_s = time.monotonic()
         if self.progress is not None:
-            shown = {k: event[k] for k in ("phase", "file_name", "current", "total", "percentage") if k in event}
-            self.progress.on_install(shown)
+            self.progress.on_install(_shown(event))
 
     def heard_within(self, window_s: float) -> bool:
         return self.last_heard_s is not None and time.monotonic() - self.last_heard_s <= window_s
@@ -128,7 +142,7 @@ async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: Bac
             await placement_store.mark_unhealthy(ctx.pool, node.id)
             raise NodeLost(node.name, "not answering on the bus (NATS no responders); marked unhealthy") from None
         except bus.RequestTimeout as exc:
-            if not events.heard_within(ctx.install_timeout_s):
+            if not events.heard_within(max(ctx.install_timeout_s, BUSY_WINDOW_MIN_S)):
                 raise NodeLost(node.name, f"backend install: {exc}") from None
             log.info("worker %s is still installing backend %s for %s (no reply within %gs, progress seen); "
                      "worker busy, asking again", node.name, request.backend, request.model_id,

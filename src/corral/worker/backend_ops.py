@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from pydantic import ValidationError as PydanticValidationError
 
 from corral.bus import subjects
 from corral.bus.messages import (
@@ -28,7 +29,7 @@ from corral.bus.messages import (
     NodeBackendInfo,
     ValidationError,
 )
-from corral.gallery.index import GalleryError, GalleryRef
+from corral.gallery.index import GalleryEntry, GalleryError, GalleryRef, is_url
 from corral.gallery.installer import InstallError
 from corral.gallery.manager import BackendManager, ProgressListener
 from corral.gallery.names import InvalidBackendName, backend_name_problem
@@ -45,6 +46,25 @@ INSTALL_FAILURES = (GalleryError, InstallError, InvalidBackendName)
 
 def process_key(model_id: str, backend: str, replica_index: int) -> str:
     return f"{model_id or backend}#{replica_index}"
+
+
+def external_entry(backend: str, uri: str | None, name: str | None,
+                   alias: str | None) -> tuple[GalleryEntry, GalleryRef] | None:
+    """The request's own install source (reference: `uri` + `name`/`alias`, an external install), if any.
+
+    `uri` must be an absolute path or an http(s) URL of a directory or archive; GalleryError otherwise.
+    """
+    if not uri:
+        return None
+    if not (uri.startswith("/") or is_url(uri)):
+        raise GalleryError(f"field 'uri' must be an absolute path or an http(s) URL, got {uri[:200]!r}")
+    try:
+        entry = GalleryEntry(name=name or backend, alias=alias or (backend if name and name != backend else None),
+                             uri=uri)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        raise GalleryError(f"field {'.'.join(str(p) for p in first['loc'])!r}: {first['msg']}") from None
+    return entry, GalleryRef("request uri", uri)
 
 
 class BackendOps:
@@ -78,10 +98,11 @@ class BackendOps:
         return ProgressDebouncer(asyncio.get_running_loop(), publish, make)
 
     async def _ensure_installed(self, backend: str, galleries: list[GalleryRef],
-                                progress: ProgressDebouncer | None) -> InstalledBackend:
+                                progress: ProgressDebouncer | None,
+                                direct: tuple[GalleryEntry, GalleryRef] | None = None) -> InstalledBackend:
         listener: ProgressListener | None = progress.report if progress else None
         try:
-            return await self.manager.ensure(backend, galleries, listener)
+            return await self.manager.ensure(backend, galleries, listener, direct)
         finally:
             if progress is not None:
                 await progress.flush()
@@ -104,14 +125,20 @@ class BackendOps:
         key = process_key(req.model_id or "", req.backend, req.replica_index or 0)
         progress = self._progress(req.op_id, req.backend)
         try:
+            direct = external_entry(req.backend, req.uri, req.name, req.alias)
             galleries = self.manager.galleries_for(req.backend_galleries)
-            if req.force:  # legacy upgrade semantics: reinstall, then start
+            if req.force and direct is None:  # legacy upgrade semantics: reinstall, then start
                 await self._upgrade(req.backend, galleries, progress)
-            installed = await self._ensure_installed(req.backend, galleries, progress)
+            installed = await self._ensure_installed(req.backend, galleries, progress, direct)
             if progress is not None:
                 progress.report("starting", installed.name, 0, 0, False)
                 await progress.flush()
-            proc = await self.supervisor.ensure(key, installed)
+            async with self.manager.shared(installed.name):  # no upgrade or delete replaces it meanwhile
+                current = await self.manager.find(installed.name)
+                if current is None:
+                    raise InstallError(f"backend {installed.name!r} was deleted while this install waited; "
+                                       "install it again")
+                proc = await self.supervisor.ensure(key, current)
         except INSTALL_FAILURES as exc:
             log.warning("install of backend %s for %s failed: %s", req.backend, key, exc)
             return BackendInstallReply(success=False, error=str(exc))

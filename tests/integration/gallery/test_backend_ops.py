@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 
 from corral.bus import subjects
 from corral.gallery.index import GalleryRef
+from corral.worker.backend_ops import external_entry
 from corral.worker.handlers import NodeHandlers
 from corral.worker.ports import PortAllocator
 from corral.worker.supervisor import Supervisor
@@ -109,3 +110,21 @@ async def test_bad_install_requests_get_an_error_naming_the_field(worker: Worker
 async def test_system_backends_cannot_be_deleted(worker: Worker) -> None:
     reply = await worker.ask(subjects.backend_delete(NODE), {"backend": "simulator"})
     assert reply["success"] is False and "system backend" in str(reply["error"])
+
+
+async def test_an_install_by_uri_installs_that_directory_under_the_given_name(worker: Worker,
+                                                                             gallery_index: Path) -> None:
+    """The reference's external install: `uri` (+ `name`/`alias`) instead of a gallery entry."""
+    tiny = gallery_index.parent / "tiny-external"
+    tiny.mkdir(exist_ok=True)
+    (tiny / "run.sh").write_text("#!/bin/sh\nexec sleep 60\n")
+    reply = await worker.ask(subjects.backend_upgrade(NODE), {"backend": "x"})  # nothing installed: clear error
+    assert reply["success"] is False and "galleries searched" in str(reply["error"])
+    bad = await worker.ask(subjects.backend_install(NODE), {"backend": "ext", "uri": "relative/dir"})
+    assert bad["success"] is False and "field 'uri'" in str(bad["error"])
+    listed_before = await worker.ask(subjects.backend_list(NODE), {})
+    assert "ext" not in {b["name"] for b in listed_before["backends"]}  # type: ignore[union-attr]
+    await worker.handlers.backend_ops.manager.ensure("ext", direct=external_entry("ext", str(tiny), None, None))
+    listed = await worker.ask(subjects.backend_list(NODE), {})
+    ext = {b["name"]: b for b in listed["backends"]}["ext"]  # type: ignore[union-attr]
+    assert ext["uri"] == str(tiny) and ext["gallery_url"] == str(tiny)
