@@ -36,6 +36,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub: models come staged by the worker
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the worker's backend log
 
 import backend_pb2  # noqa: E402  (generated from corral's backend.proto, shipped beside this file)
 import backend_pb2_grpc  # noqa: E402
