@@ -209,13 +209,21 @@ class Engine:
         self.model, self.identity, self.directory = None, "", None
         gc.collect()
 
+    def loaded(self) -> Any:
+        """The model, checked when the call runs (a Free queued ahead of it may have dropped it)."""
+        model = self.model
+        if model is None:
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
+        return model
+
     def token_counts(self, texts: list[str]) -> list[int]:
-        encoded = self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)
+        model = self.loaded()
+        encoded = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def embed(self, texts: list[str]) -> Any:
         """Rows of float32 vectors, as the model's own pipeline (pooling, normalisation) makes them."""
-        return self.model.encode(texts, batch_size=ENCODE_BATCH, convert_to_numpy=True, show_progress_bar=False)
+        return self.loaded().encode(texts, batch_size=ENCODE_BATCH, convert_to_numpy=True, show_progress_bar=False)
 
     def rerank(self, query: str, documents: list[str], top_n: int) -> tuple[list[tuple[int, float]], int, int]:
         """[(document index, cosine similarity)] best first, cut to `top_n` (0 = all); token counts."""
@@ -243,6 +251,11 @@ def _rss_bytes() -> int:
         return 0
 
 
+async def _internal(context: grpc.aio.ServicerContext, rpc: str, exc: Exception) -> None:
+    log.error("%s failed", rpc, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed: {type(exc).__name__}: {exc}")
+
+
 class Servicer(backend_pb2_grpc.BackendServicer):
     def __init__(self, engine: Engine, executor: ThreadPoolExecutor) -> None:
         self.engine, self.executor = engine, executor
@@ -252,8 +265,7 @@ class Servicer(backend_pb2_grpc.BackendServicer):
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def _guard(self, identity: str) -> None:
-        if self.engine.model is None:
-            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
+        self.engine.loaded()
         if identity and self.engine.identity and identity != self.engine.identity:
             raise RequestError(grpc.StatusCode.NOT_FOUND,
                                f"{IDENTITY_MISMATCH}: this backend serves {self.engine.identity!r}, not {identity!r}")
@@ -284,6 +296,8 @@ class Servicer(backend_pb2_grpc.BackendServicer):
             vectors, counts = await self._run(self._embed_one, text)
         except RequestError as exc:
             await context.abort(exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the caller gets the cause, the log the traceback
+            await _internal(context, "Embedding", exc)
         vector = [float(x) for x in vectors[0]]
         return backend_pb2.EmbeddingResult(
             embeddings=vector, dim=len(vector), tokens=counts[0], prompt_tokens=counts[0],
@@ -306,6 +320,8 @@ class Servicer(backend_pb2_grpc.BackendServicer):
                 self.engine.rerank, request.query, documents, request.top_n)
         except RequestError as exc:
             await context.abort(exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the caller gets the cause, the log the traceback
+            await _internal(context, "Rerank", exc)
         results = [backend_pb2.DocumentResult(index=i, text=documents[i], relevance_score=score)
                    for i, score in ranked]
         usage = backend_pb2.Usage(total_tokens=total_tokens, prompt_tokens=query_tokens)
