@@ -28,6 +28,9 @@ CHROMIUM = "/usr/bin/chromium"
 MIB = 1 << 20
 STAGED_BYTES = 12 * MIB  # staged at 3 MiB/s through the proxy: a progress bar that moves for ~4 s
 UI_TIMEOUT_MS = 20_000
+WIDE = """[...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1
+  && ![...e.children].some((c) => c.getBoundingClientRect().right > innerWidth + 1))
+  .slice(0, 5).map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}px`)"""
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: pip install -e '.[test]'")
 if not os.access(CHROMIUM, os.X_OK):
@@ -78,10 +81,11 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str,
     _model(c.models_dir, "staged", file_bytes=STAGED_BYTES)
     _model(c.models_dir, "coldchat", "load_time_s:2.5")
     (c.models_dir / "assistant.yaml").write_text("name: assistant\nalias: sim\n")
-    base_a = free_port_pair()
-    proxy = ThrottlingProxy(base_a - 1, upload_bytes_per_s=3 * MIB)  # gpu-a's file server, slowed
+    proxy: ThrottlingProxy | None = None
     try:
         c.start_frontend("--model-load-wait", "1s", "--stale-node-threshold", "30s")
+        base_a = free_port_pair()  # picked after the frontend started: its outgoing connections take ports too
+        proxy = ThrottlingProxy(base_a - 1, upload_bytes_per_s=3 * MIB)  # gpu-a's file server, slowed
         proxy.__enter__()
         proc = spawn("gpu-a", [*c.worker_argv("gpu-a", base_a), "--advertise-http-addr", f"127.0.0.1:{proxy.port}",
                                "--node-labels", "gpu=sim"], c.root / "logs")
@@ -95,7 +99,8 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str,
         yield e
     finally:
         c.stop()
-        proxy.__exit__()
+        if proxy is not None:
+            proxy.__exit__()
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +184,7 @@ def test_node_detail_edits_a_label(page: Any, env: Env) -> None:
     form.get_by_role("button", name="Set label").click()
     sync_api.expect(page.locator("[data-testid=labels] [data-label=zone]")).to_contain_text("zone=eu-1")
     labels = env.admin("GET", f"/api/nodes/{env.node('gpu-a')['id']}/labels").json()
-    assert labels == {"gpu": "sim", "zone": "eu-1"}
+    assert labels["zone"] == "eu-1" and labels["gpu"] == "sim"
     page.get_by_label("Max replicas per model").fill("2")
     page.locator(".field", has_text="Max replicas per model").get_by_role("button", name="Save").click()
     sync_api.expect(page.locator(".field", has_text="Max replicas per model")).to_contain_text("set by an admin")
@@ -232,7 +237,7 @@ def test_a_cold_load_progress_bar_reaches_ready_and_shows_in_activity(page: Any,
         _shot(env, page, "06-models-loading")
         sync_api.expect(load).to_have_attribute("data-state", "ready", timeout=30_000)
         assert load.locator("[role=progressbar]").get_attribute("aria-valuenow") == "100"
-        sync_api.expect(page.locator("tr[data-model=staged]")).to_contain_text("gpu-a")
+        sync_api.expect(page.locator("tr[data-model=staged] .chip[data-node=gpu-a]")).to_be_visible()
     finally:
         request.join(60)
     assert outcome and outcome[0] in (200, 503)  # a 503 `model_loading` after the 1 s wait budget is fine
@@ -290,7 +295,7 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
             pg.goto(f"{env.cluster.frontend_url}{path}")  # a deep link: the server answers index.html
             pg.locator(ready).first.wait_for(state="attached")
             overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-            assert overflow <= 1, f"{name}: the page scrolls sideways by {overflow}px at 390 px"
+            assert overflow <= 1, f"{name}: the page scrolls sideways by {overflow}px at 390 px: {pg.evaluate(WIDE)}"
             _shot(env, pg, f"20-narrow-dark-{name}")
         pg.locator("[data-testid=theme]").click()  # the toggle overrides the system's preference
         assert pg.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(245, 246, 248)"

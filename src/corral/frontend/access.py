@@ -117,7 +117,7 @@ class AccessControl:
         if path == METRICS_PATH and (self.user_auth or self.metrics_token):
             message = await self._metrics_refusal(scope)
             return None if message is None else (401, _user_error(message))
-        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES) and not _under(path, UI_PREFIXES):
+        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES + UI_PREFIXES):
             message = await self._user_refusal(scope)
             return None if message is None else (401, _user_error(message))
         return None

@@ -40,7 +40,7 @@ FIELD_MAX = 255  # a forwarded string field is cut to this (names are varchar(25
 FORWARDED = {  # kind -> (subject to subscribe, payload fields forwarded to the browser)
     "node": (NODE_EVENTS_SUBJECT, ("node_id", "status")),
     "replica": (REPLICA_SUBJECT, ("op", "model", "node_id", "node_name", "replica_index")),
-    "load": (f"{LOAD_PREFIX}.*", ("tracking_key", "ok", "error", "kind")),
+    "load": (f"{LOAD_PREFIX}.*", ("tracking_key", "ok", "error")),
     "config": (CONFIG_SUBJECT, ("element", "op", "config_revision")),
 }
 
@@ -127,7 +127,7 @@ async def event_stream(hub: EventHub, request: Request, keepalive_s: float = KEE
 def build_events_router(hub: EventHub) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/api/events")
+    @router.get("/api/events", include_in_schema=False)  # an endless stream: no schema-driven client calls it
     async def events(request: Request) -> Any:
         if hub.client_count >= CLIENTS_MAX:
             return JSONResponse(envelope(f"too many event streams on this frontend (at most {CLIENTS_MAX}); "

@@ -12,7 +12,8 @@ function current(text, caret) {
   return { start, end, part: text.slice(start, end).trimStart() };
 }
 
-export function selectorField(catalog, { value = "", name = "node_selector" } = {}) {
+// `labels()` answers the current catalog {key: [values]}: it may still be loading when the field opens.
+export function selectorField(labels, { value = "", name = "node_selector" } = {}) {
   const input = h("input", { name, value, autocomplete: "off", placeholder: "e.g. gpu=nvidia,zone=eu-1", role: "combobox",
     "aria-autocomplete": "list", "aria-expanded": "false", "aria-label": "Node selector", dataset: { testid: "selector" } });
   const list = h("ul", { class: "suggestions", role: "listbox", hidden: true });
@@ -31,6 +32,7 @@ export function selectorField(catalog, { value = "", name = "node_selector" } = 
   };
   function update() {
     const { part } = current(input.value, input.selectionStart ?? input.value.length);
+    const catalog = labels() || {};
     const eq = part.indexOf("=");
     if (eq < 0) {
       options = Object.keys(catalog).filter((k) => k.startsWith(part)).map((k) => ({ text: `${k}=`, label: k, kind: "key" }));

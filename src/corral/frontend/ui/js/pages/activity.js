@@ -7,8 +7,8 @@ import { api, optional } from "../api.js";
 import { h, slot } from "../dom.js";
 import { ago, bytes, shortRevision } from "../format.js";
 import { follow } from "../live.js";
-import { action, bar, confirmAction, empty, pill, toast } from "../ui.js";
-import { pageHead } from "./common.js";
+import { action, bar, confirmAction, empty, pill, toast, tone } from "../ui.js";
+import { nodeNames, pageHead } from "./common.js";
 
 const CARDS_MAX = 100;
 
@@ -20,7 +20,7 @@ function pct(value) {
 function nodeRow({ node, status, progress, detail, error }) {
   return h("li", { class: "op-node", dataset: { node, status } },
     h("div", { class: "row between small" }, h("span", {}, h("b", {}, node), detail ? h("span", { class: "muted" }, ` · ${detail}`) : ""), pill(status)),
-    progress != null ? bar(pct(progress), { thin: true, label: `${node} progress`, toneName: status === "failed" ? "danger" : "info" }) : null,
+    progress != null ? bar(pct(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null,
     error ? h("p", { class: "form-error small" }, error) : null);
 }
 
@@ -63,7 +63,7 @@ function loadCards(loads, replicas) {
   const done = [...byModel].map(([model, rs]) => {
     const latest = rs.map((r) => r.created_at).sort().at(-1);
     return { kind: "load", id: `load:${model}`, title: model, status: "ready", when: ago(latest), sort: latest || "",
-      rows: rs.map((r) => ({ node: r.node_name || r.node_id.slice(0, 8), status: r.state, progress: 100,
+      rows: rs.map((r) => ({ node: r.node_name, status: r.state, progress: 100,
         detail: `replica #${r.replica_index} · rev ${shortRevision(r.config_revision)}` })) };
   });
   return [...running, ...done];
@@ -79,8 +79,9 @@ function configCards(configs) {
 export default function activityPage(root) {
   let hasOperations = false;
   const list = slot(async () => {
-    const [ops, loads, replicas, configs] = await Promise.all([optional("/api/operations"), api("/api/models/loads"),
-      api("/api/nodes/models"), optional("/api/model-configs")]);
+    const [ops, loads, rows, configs, names] = await Promise.all([optional("/api/operations"), api("/api/models/loads"),
+      api("/api/nodes/models"), optional("/api/model-configs"), nodeNames()]);
+    const replicas = rows.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
     hasOperations = ops !== null;
     clear.hidden = !hasOperations;
     const opList = ops === null ? [] : Array.isArray(ops) ? ops : ops.operations || [];

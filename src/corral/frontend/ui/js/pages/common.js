@@ -15,6 +15,11 @@ export async function nodesWithModels() {
   return nodes.map((n, i) => ({ ...n, replicas: replicas[i] || [] }));
 }
 
+// Replica rows carry node ids: name them for the operator.
+export async function nodeNames() {
+  return new Map((await api("/api/nodes")).map((n) => [n.id, n.name]));
+}
+
 export function diskNearlyFull(node) {
   return node.total_disk > 0 && node.available_disk / node.total_disk < DISK_NEARLY_FULL;
 }

@@ -6,7 +6,7 @@ import { h, slot } from "../dom.js";
 import { bytes, duration, shortRevision } from "../format.js";
 import { follow } from "../live.js";
 import { action, bar, empty, panel, pill, toast } from "../ui.js";
-import { pageHead } from "./common.js";
+import { nodeNames, pageHead } from "./common.js";
 
 const ACTIVE_POLL_MS = 1000; // while a load runs, its bar moves every second (its job row beats at 1 s)
 const IDLE_POLL_MS = 2000; // a load started by a request elsewhere shows within this (loads have no start event)
@@ -66,7 +66,7 @@ export default function modelsPage(root) {
           h("div", { class: "muted small" }, m.backend || "", cfg.config_revision ? ` · rev ${shortRevision(cfg.config_revision)}` : "")),
         h("td", {}, m.memory_bytes ? bytes(m.memory_bytes) : "—"),
         h("td", {}, h("span", { class: `fit ${m.fits === true ? "ok" : m.fits === false ? "danger" : "muted"}`, dataset: { testid: "fit" } }, m.verdict || "")),
-        h("td", {}, where(m.name).length ? where(m.name).map((r) => h("span", { class: "chip ok" }, r.node_name || r.node_id.slice(0, 8))) : h("span", { class: "muted" }, load ? "" : "not loaded"),
+        h("td", {}, where(m.name).length ? where(m.name).map((r) => h("span", { class: "chip ok", dataset: { node: r.node_name } }, r.node_name)) : h("span", { class: "muted" }, load ? "" : "not loaded"),
           load ? loadLine(load) : ready.has(m.name) ? loadLine({ model: m.name, state: "ready", progress: 100 }) : null),
         h("td", { class: "end" }, h("div", { class: "row end" },
           configs.size ? action("Edit", async () => { editing = editing === m.name ? null : m.name; await table.refresh(); }, { kind: "ghost small" }) : null,
@@ -98,10 +98,11 @@ export default function modelsPage(root) {
     for (const l of loads) ready.delete(l.model);
   }
   async function refresh() {
-    const [models, cfgs, loaded] = await Promise.all([api("/api/models"), optional("/api/model-configs"), api("/api/nodes/models")]);
+    const [models, cfgs, loaded, names] = await Promise.all([api("/api/models"), optional("/api/model-configs"),
+      api("/api/nodes/models"), nodeNames()]);
     await readLoads();
     data = models;
-    placed = loaded;
+    placed = loaded.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
     configs = new Map((cfgs?.configs || []).map((c) => [c.name, c]));
     if (editing) return Promise.all([loadsSlot.refresh(), aliases.refresh(), clusterLine.refresh()]);
     return Promise.all([table.refresh(), loadsSlot.refresh(), aliases.refresh(), clusterLine.refresh()]);

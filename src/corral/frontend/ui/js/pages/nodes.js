@@ -12,7 +12,7 @@ const FILTERS = [["all", "All"], ["backend", "Backend"], ["agent", "Agent"]];
 function pulse(nodes) {
   const count = (status) => nodes.filter((n) => n.status === status).length;
   const models = nodes.reduce((sum, n) => sum + n.replicas.filter((r) => r.state === "loaded").length, 0);
-  const inflight = nodes.reduce((sum, n) => sum + (n.in_flight_count || 0), 0);
+  const inflight = nodes.reduce((sum, n) => sum + Number(n.in_flight_count || 0), 0);
   const item = (value, label, cls = "") => h("span", { class: `pulse-item ${cls}` }, h("b", {}, value), ` ${label}`);
   return h("div", { class: "pulse", dataset: { testid: "pulse" } },
     item(count("healthy"), "healthy", "ok"), item(count("pending"), "pending", count("pending") ? "warn" : ""),

@@ -93,7 +93,7 @@ export default function schedulingPage(root) {
   const explainOut = h("div", {});
 
   function openForm(rule) {
-    form = ruleForm(catalog, models, rule, async (saved) => {
+    form = ruleForm(() => catalog, models, rule, async (saved) => {
       formBox.replaceChildren();
       form = null;
       if (saved) await refresh();
