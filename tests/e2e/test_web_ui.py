@@ -261,6 +261,13 @@ def test_a_config_edit_shows_its_revision_and_pending_cleanup(page: Any, env: En
     sync_api.expect(result).to_contain_text("pending cleanup")
     sync_api.expect(result).to_contain_text("revision")
     _shot(env, page, "09-models-config-edit")
+    page.locator("[data-testid=editor]").get_by_role("button", name="Close").click()
+    sim = page.locator("tr[data-model=sim]")
+    sim.get_by_role("button", name="Disable").click()
+    sync_api.expect(sim.locator(".pill[data-status=disabled]")).to_be_visible()
+    assert env.admin("GET", "/api/model-configs/sim").json()["disabled"] is True
+    sim.get_by_role("button", name="Enable").click()
+    sync_api.expect(sim.locator(".pill[data-status=disabled]")).to_have_count(0)
 
 
 def test_chat_streams_a_reply_after_an_inline_cold_load(page: Any, env: Env) -> None:
