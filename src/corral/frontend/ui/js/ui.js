@@ -3,7 +3,7 @@
 import { h } from "./dom.js";
 
 const TONES = {
-  healthy: "ok", loaded: "ok", ready: "ok", active: "ok", completed: "ok", done: "ok", on_demand: "info",
+  ok: "ok", healthy: "ok", loaded: "ok", ready: "ok", active: "ok", completed: "ok", done: "ok", on_demand: "info",
   pending: "warn", draining: "warn", staging: "info", loading: "info", installing: "info", downloading: "info",
   processing: "info", queued: "muted", waiting: "warn", cooling_down: "warn", unsatisfiable: "danger",
   offline: "danger", unhealthy: "danger", failed: "danger", error: "danger", shadowed: "muted", inert: "muted",

@@ -57,7 +57,7 @@ function rulesTable(rules, onEdit, refresh) {
       h("td", {}, h("b", {}, r.model_name), r.declared ? h("span", { class: "tag", title: "seeded at boot by LOCALAI_MODEL_SCHEDULING" }, "declared") : null),
       h("td", {}, r.target || h("span", { class: "muted" }, "none"), r.shadowed ? [" ", pill("shadowed", `shadowed by ${r.shadowed_by}`)] : null),
       h("td", {}, r.node_selector ? h("code", {}, selectorText(r.node_selector)) : h("span", { class: "muted" }, "any node")),
-      h("td", {}, r.spread_all ? "all matching" : `${r.min_replicas}–${r.max_replicas || "∞"}`, r.route_policy ? h("div", { class: "muted small" }, r.route_policy) : null),
+      h("td", {}, r.spread_all ? "all matching" : r.min_replicas || r.max_replicas ? `${r.min_replicas}–${r.max_replicas || "∞"}` : "on demand", r.route_policy ? h("div", { class: "muted small" }, r.route_policy) : null),
       h("td", {}, pill(r.status?.state), h("div", { class: "muted small" }, r.status?.message || "")),
       h("td", { class: "end" }, h("div", { class: "row end" },
         action("Edit", async () => onEdit(r), { kind: "ghost small" }),
