@@ -7,7 +7,8 @@ const TONES = {
   pending: "warn", draining: "warn", staging: "info", loading: "info", installing: "info", downloading: "info",
   processing: "info", queued: "muted", waiting: "warn", cooling_down: "warn", unsatisfiable: "danger",
   offline: "danger", unhealthy: "danger", failed: "danger", error: "danger", shadowed: "muted", inert: "muted",
-  disabled: "muted", unloading: "warn", stale: "warn", busy: "warn",
+  disabled: "muted", unloading: "warn", stale: "warn", busy: "warn", "worker busy": "warn", running: "info",
+  upgrading: "info", deleting: "info", cancelled: "muted", worker_busy: "warn",
 };
 
 export function tone(status) {

@@ -12,15 +12,10 @@ import { nodeNames, pageHead } from "./common.js";
 
 const CARDS_MAX = 100;
 
-function pct(value) {
-  if (value == null) return 0;
-  return value <= 1 && value >= 0 && !Number.isInteger(value) ? value * 100 : value; // 0..1 or 0..100
-}
-
 function nodeRow({ node, status, progress, detail, error }) {
   return h("li", { class: "op-node", dataset: { node, status } },
     h("div", { class: "row between small" }, h("span", {}, h("b", {}, node), detail ? h("span", { class: "muted" }, ` · ${detail}`) : ""), pill(status)),
-    progress != null ? bar(pct(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null,
+    progress != null ? bar(Number(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null,
     error ? h("p", { class: "form-error small" }, error) : null);
 }
 
@@ -32,21 +27,25 @@ function card({ kind, title, status, when, rows, error, id }) {
     rows.length ? h("ul", { class: "op-nodes" }, rows.map(nodeRow)) : null);
 }
 
-function operationCards(ops) {
-  return ops.map((op) => {
-    const perNode = op.nodes || op.node_rows || op.per_node || [];
-    const rows = perNode.map((n) => ({ node: n.node_name || n.nodeName || n.node || n.node_id || "?",
-      status: String(n.status || n.state || "queued").toLowerCase(), progress: n.progress,
-      detail: [n.current_file || n.file_name, n.total_bytes ? `${bytes(n.current_bytes || 0)} / ${bytes(n.total_bytes)}` : ""].filter(Boolean).join(" · "),
-      error: n.error }));
-    if (!rows.length && (op.nodeName || op.node_name)) {
-      rows.push({ node: op.nodeName || op.node_name, status: String(op.status || op.phase || "running").toLowerCase(), progress: op.progress, error: op.error });
+// GET /api/operations (live; fan-out jobs carry per-node rows) and /api/operations/history (finished).
+// Progress is 0..100; `state` is the operator's word (Queued, Downloading, Worker busy, Done, Failed, …).
+function operationCards(live, history) {
+  const lower = (text) => String(text || "").toLowerCase();
+  const running = live.filter((op) => op.taskType !== "staging").map((op) => { // loads: from load jobs below
+    const rows = (op.nodes || []).map((n) => ({ node: n.node_name || n.node_id || "?", status: lower(n.state || n.status),
+      progress: n.progress, error: n.error,
+      detail: [n.file_name, n.total_file_size ? `${bytes(n.downloaded_file_size || 0)} / ${bytes(n.total_file_size)}` : ""].filter(Boolean).join(" · ") }));
+    if (!rows.length && op.nodeName) {
+      rows.push({ node: op.nodeName, status: lower(op.state || op.phase || "running"), progress: op.progress, error: op.error,
+        detail: op.totalBytes ? `${bytes(op.currentBytes || 0)} / ${bytes(op.totalBytes)}` : "" });
     }
-    return { kind: op.op_type || op.taskType || op.op || "operation", id: op.id || op.jobID,
-      title: op.fullName || op.name || op.gallery_element_name || op.backend || op.id,
-      status: String(op.status || op.phase || (op.progress >= 100 ? "completed" : "running")).toLowerCase(),
-      when: op.updated_at || op.created_at ? ago(op.updated_at || op.created_at) : "", rows, error: op.error, sort: op.updated_at || op.created_at || "" };
+    return { kind: op.taskType || "operation", id: op.id, title: op.fullName || op.name || op.id,
+      status: lower(op.state || (op.isQueued ? "queued" : "running")), when: op.message || "", rows, error: op.error, sort: "~" };
   });
+  const done = history.map((op) => ({ kind: op.taskType || "operation", id: op.id, title: op.name || op.id,
+    status: lower(op.outcome), when: ago(op.finishedAt || op.startedAt), sort: op.finishedAt || op.startedAt || "",
+    error: op.error, rows: op.nodeName || op.message ? [{ node: op.nodeName || "cluster", status: lower(op.outcome), detail: op.message }] : [] }));
+  return [...running, ...done];
 }
 
 function loadCards(loads, replicas) {
@@ -77,21 +76,21 @@ function configCards(configs) {
 }
 
 export default function activityPage(root) {
-  let hasOperations = false;
   const list = slot(async () => {
-    const [ops, loads, rows, configs, names] = await Promise.all([optional("/api/operations"), api("/api/models/loads"),
-      api("/api/nodes/models"), optional("/api/model-configs"), nodeNames()]);
+    const [live, history, loads, rows, configs, names] = await Promise.all([optional("/api/operations"),
+      optional("/api/operations/history"), api("/api/models/loads"), api("/api/nodes/models"),
+      optional("/api/model-configs"), nodeNames()]);
     const replicas = rows.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
-    hasOperations = ops !== null;
-    clear.hidden = !hasOperations;
-    const opList = ops === null ? [] : Array.isArray(ops) ? ops : ops.operations || [];
-    const cards = [...operationCards(opList), ...loadCards(loads.loads, replicas), ...configCards(configs?.configs || [])]
+    clear.hidden = history === null; // the activity record lands with the backend-operations API
+    const list = (body) => (body === null ? [] : Array.isArray(body) ? body : body.operations || []);
+    const edits = history === null ? configCards(configs?.configs || []) : []; // the record has config edits
+    const cards = [...operationCards(list(live), list(history)), ...loadCards(loads.loads, replicas), ...edits]
       .sort((a, b) => String(b.sort).localeCompare(String(a.sort))).slice(0, CARDS_MAX);
     return cards.length ? h("div", { class: "stack" }, cards.map(card)) : empty("Nothing has happened yet.");
   });
   const clear = action("Clear history", async () => {
     if (!await confirmAction("Clear the finished operations for every frontend?", { confirm: "Clear" })) return;
-    await api("/api/operations", { method: "DELETE" });
+    await api("/api/operations/history", { method: "DELETE" });
     toast("history cleared", "ok");
     await list.refresh();
   }, { kind: "ghost", testid: "clear-history" });

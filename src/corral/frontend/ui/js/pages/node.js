@@ -104,12 +104,13 @@ async function backendsPanel(n) {
   const name = h("input", { name: "backend", placeholder: "backend name", "aria-label": "Backend to install", maxlength: 255 });
   const op = (verb, backend) => async () => {
     const answer = await api(`/api/nodes/${enc(n.id)}/backends/${verb}`, { method: "POST", body: { backend } });
-    toast(answer?.message || `${verb} started`, "ok");
+    toast(answer?.message || `${verb} started`, "ok"); // installs and upgrades run on: follow them in Activity
   };
   return panel("Backends", h("div", { class: "stack" },
     list.length ? h("ul", { class: "list" }, list.map((b) => h("li", { class: "row between" },
       h("span", {}, h("b", {}, b.name || b.backend || "?"), b.version ? h("span", { class: "muted" }, ` ${b.version}`) : ""),
-      h("div", { class: "row" }, action("Upgrade", op("upgrade", b.name || b.backend), { kind: "ghost small" }),
+      b.is_system ? h("span", { class: "tag" }, "built in") : h("div", { class: "row" },
+        action("Upgrade", op("upgrade", b.name || b.backend), { kind: "ghost small" }),
         action("Delete", op("delete", b.name || b.backend), { kind: "ghost small danger" }))))) : empty("No backend installed."),
     h("div", { class: "row wrap" }, name, action("Install", async () => op("install", name.value.trim())(), { kind: "small" }))),
   { id: "backends" });
