@@ -14,13 +14,14 @@ const CARDS_MAX = 100;
 
 function nodeRow({ node, status, progress, detail, error }) {
   return h("li", { class: "op-node", dataset: { node, status } },
-    h("div", { class: "row between small" }, h("span", {}, h("b", {}, node), detail ? h("span", { class: "muted" }, ` · ${detail}`) : ""), pill(status)),
+    h("div", { class: "row between small" }, h("span", {}, node ? h("b", {}, node) : null,
+      detail ? h("span", { class: "muted" }, node ? ` · ${detail}` : detail) : ""), pill(status)),
     progress != null ? bar(Number(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null,
     error ? h("p", { class: "form-error small" }, error) : null);
 }
 
 function card({ kind, title, status, when, rows, error, id }) {
-  return h("article", { class: "op-card", dataset: { testid: "op", kind, status, id } },
+  return h("article", { class: "op-card", dataset: { testid: "op", kind, status, id, title, tone: tone(status) } },
     h("header", { class: "row between" }, h("div", {}, h("span", { class: "tag" }, kind), " ", h("b", {}, title)),
       h("div", { class: "row" }, when ? h("span", { class: "muted small" }, when) : null, pill(status))),
     error ? h("p", { class: "form-error small" }, error) : null,
@@ -44,7 +45,7 @@ function operationCards(live, history) {
   });
   const done = history.map((op) => ({ kind: op.taskType || "operation", id: op.id, title: op.name || op.id,
     status: lower(op.outcome), when: ago(op.finishedAt || op.startedAt), sort: op.finishedAt || op.startedAt || "",
-    error: op.error, rows: op.nodeName || op.message ? [{ node: op.nodeName || "cluster", status: lower(op.outcome), detail: op.message }] : [] }));
+    error: op.error, rows: op.nodeName || op.message ? [{ node: op.nodeName || "", status: lower(op.outcome), detail: op.message }] : [] }));
   return [...running, ...done];
 }
 
@@ -83,8 +84,11 @@ export default function activityPage(root) {
     const replicas = rows.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
     clear.hidden = history === null; // the activity record lands with the backend-operations API
     const list = (body) => (body === null ? [] : Array.isArray(body) ? body : body.operations || []);
-    const edits = history === null ? configCards(configs?.configs || []) : []; // the record has config edits
-    const cards = [...operationCards(list(live), list(history)), ...loadCards(loads.loads, replicas), ...edits]
+    // Where the activity record exists it has finished loads and config edits; else they are derived from
+    // the replicas loaded now and the config revisions. Running loads always come from their load jobs.
+    const derived = history === null ? [...loadCards(loads.loads, replicas), ...configCards(configs?.configs || [])]
+      : loadCards(loads.loads, []);
+    const cards = [...operationCards(list(live), list(history)), ...derived]
       .sort((a, b) => String(b.sort).localeCompare(String(a.sort))).slice(0, CARDS_MAX);
     return cards.length ? h("div", { class: "stack" }, cards.map(card)) : empty("Nothing has happened yet.");
   });
