@@ -312,6 +312,8 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
                                   ("chat", "/app/chat", "[data-testid=chat-model] option")]:
             pg.goto(f"{env.cluster.frontend_url}{path}")  # a deep link: the server answers index.html
             pg.locator(ready).first.wait_for(state="attached")
+            if name == "node" and env.admin("GET", f"/api/nodes/{node_id}/backend-logs").status_code == 200:
+                sync_api.expect(pg.locator("#backend-log pre")).not_to_be_empty()  # where the logs API exists
             overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert overflow <= 1, f"{name}: the page scrolls sideways by {overflow}px at 390 px: {pg.evaluate(WIDE)}"
             _shot(env, pg, f"20-narrow-dark-{name}")

@@ -116,32 +116,49 @@ async function backendsPanel(n) {
   { id: "backends" });
 }
 
-function logPanel(n, replicas) {
-  const models = [...new Set(replicas.map((r) => r.model_name))];
-  if (!models.length) return { el: null, stop() {} };
-  const select = h("select", { "aria-label": "Model whose backend log to follow" }, models.map((m) => h("option", { value: m }, m)));
+// The backend log of one model on this node, re-read every LOG_POLL_MS (a browser WebSocket cannot send the
+// admin key as a bearer header, so the follow socket is for API clients). Hidden where the API is absent.
+function logPanel(n) {
+  const select = h("select", { "aria-label": "Model whose backend log to follow" });
   const out = h("pre", { class: "log", "aria-live": "off" }, "");
   const box = panel("Backend log", h("div", { class: "stack" }, select, out), { id: "backend-log" });
+  const base = `/api/nodes/${enc(n.id)}/backend-logs`;
   let timer = null;
+  box.hidden = true;
   const read = async () => {
-    const body = await optional(`/api/nodes/${enc(n.id)}/backend-logs/${enc(select.value)}`);
-    if (body === null) { box.hidden = true; clearInterval(timer); return; } // no backend-logs API here
-    box.hidden = false;
-    const lines = Array.isArray(body) ? body : body.lines || body.logs || [];
-    out.textContent = lines.map((l) => (typeof l === "string" ? l : l.text ?? l.line ?? JSON.stringify(l))).join("\n") || "(empty)";
+    if (box.hidden || !select.value) return;
+    let body;
+    try {
+      body = await api(`${base}/${enc(select.value)}`);
+    } catch (err) {
+      out.textContent = err.message; // e.g. the worker has no log of this model (any more)
+      return;
+    }
+    out.textContent = (body.lines || []).map((l) => (typeof l === "string" ? l : l.text ?? JSON.stringify(l))).join("\n")
+      || "(no output yet)";
     out.scrollTop = out.scrollHeight;
   };
-  box.hidden = true;
   select.addEventListener("change", () => read().catch(() => {}));
-  read().catch(() => {});
   timer = setInterval(() => read().catch(() => {}), LOG_POLL_MS);
-  return { el: box, stop() { clearInterval(timer); } };
+  return {
+    el: box,
+    async update() { // which models have a log on this node (null: no backend-logs API on this frontend)
+      const listing = await optional(base).catch(() => null);
+      const models = (listing || []).map((m) => m.model_id).filter(Boolean);
+      box.hidden = !models.length;
+      if (models.join("\n") === [...select.options].map((o) => o.value).join("\n")) return;
+      const chosen = select.value;
+      select.replaceChildren(...models.map((m) => h("option", { value: m, selected: m === chosen }, m)));
+      await read();
+    },
+    stop() { clearInterval(timer); },
+  };
 }
 
 export default function nodePage(root, id) {
   let node = null;
   let replicas = [];
-  let log = { stop() {} };
+  const log = logPanel({ id });
   const header = slot(() => node && pageHead(node.name, `${node.node_type || "backend"} node · ${node.id}`, pill(node.status),
     node.status === "pending" ? action("Approve", async () => { await api(`/api/nodes/${enc(id)}/approve`, { method: "POST" }); await refresh(); }, { kind: "primary" }) : null,
     node.status === "draining" || node.status === "offline"
@@ -163,20 +180,16 @@ export default function nodePage(root, id) {
   const limits = slot(() => node && limitsEditor(node, force));
   const models = slot(() => node && modelsTable(node, replicas, force));
   const backends = slot(async () => (node ? (await backendsPanel(node)) || "" : ""));
-  const logBox = h("div", {});
   async function refresh(mine = false) {
     [node, replicas] = await Promise.all([api(`/api/nodes/${enc(id)}`), api(`/api/nodes/${enc(id)}/models`)]);
     await Promise.all([header, info, labels, limits, models].map((s) => s.refresh(mine)));
+    log.update().catch(() => {});
   }
   const force = () => refresh(true); // after the operator's own edit: redraw even the region being edited
   root.append(header.el, h("div", { class: "grid two" },
     h("div", { class: "stack" }, info.el, limits.el),
-    h("div", { class: "stack" }, panel("Labels", labels.el, { id: "labels" }), panel("Models", models.el, { id: "models" }), backends.el, logBox)));
-  refresh().then(() => {
-    backends.refresh();
-    log = logPanel(node, replicas);
-    if (log.el) logBox.append(log.el);
-  }).catch((err) => { root.replaceChildren(h("div", { class: "callout danger" }, err.message)); });
+    h("div", { class: "stack" }, panel("Labels", labels.el, { id: "labels" }), panel("Models", models.el, { id: "models" }), backends.el, log.el)));
+  refresh().then(() => backends.refresh()).catch((err) => { root.replaceChildren(h("div", { class: "callout danger" }, err.message)); });
   const off = follow(["node", "replica", "load"], () => refresh().catch(() => {}), { everyMs: 15000 });
   return () => { off(); log.stop(); };
 }
