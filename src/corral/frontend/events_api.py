@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -84,7 +84,7 @@ class EventHub:
                 await self.nc.subscribe(subject, cb=self._callback(kind))
             self._subscribed = True
 
-    def _callback(self, kind: str):  # noqa: ANN202 - a NATS message callback
+    def _callback(self, kind: str) -> Callable[[Msg], Awaitable[None]]:
         async def on_msg(msg: Msg) -> None:
             payload = event_payload(kind, msg.data)
             if payload is not None:
