@@ -9,12 +9,14 @@ admin key the operator typed (kept in the tab's sessionStorage).
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import PurePosixPath
 
 from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
-UI_DIR = Path(__file__).with_name("ui")
+UI_DIR = resources.files("corral.frontend").joinpath("ui")  # package data: found in a wheel too
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 # The page runs only its own scripts and styles and talks only to this origin.
@@ -22,14 +24,22 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
 
-def load_assets(root: Path = UI_DIR) -> dict[str, bytes]:
+def load_assets(root: Traversable = UI_DIR) -> dict[str, bytes]:
     """Relative path → bytes of every servable file under `root`."""
-    return {path.relative_to(root).as_posix(): path.read_bytes()
-            for path in sorted(root.rglob("*")) if path.is_file() and path.suffix in CONTENT_TYPES}
+    assets: dict[str, bytes] = {}
+    todo: list[tuple[str, Traversable]] = [("", root)]
+    while todo:
+        prefix, folder = todo.pop()
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                todo.append((f"{prefix}{entry.name}/", entry))
+            elif PurePosixPath(entry.name).suffix in CONTENT_TYPES:
+                assets[prefix + entry.name] = entry.read_bytes()
+    return assets
 
 
 def _answer(name: str, body: bytes, cache: str) -> Response:
-    return Response(body, media_type=CONTENT_TYPES[Path(name).suffix], headers={
+    return Response(body, media_type=CONTENT_TYPES[PurePosixPath(name).suffix], headers={
         "Cache-Control": cache, "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
 
 
