@@ -22,8 +22,7 @@ from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 from corral.models.names import name_problem
-from corral.store import revisions
-from corral.store import operations
+from corral.store import operations, revisions
 
 DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
 ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
