@@ -11,6 +11,9 @@ import { action, bar, confirmAction, empty, pill, toast, tone } from "../ui.js";
 import { nodeNames, pageHead } from "./common.js";
 
 const CARDS_MAX = 100;
+const KINDS = { model_load: "load", staging: "load", backend_install: "install", backend_upgrade: "upgrade",
+  backend_delete: "removal", model_delete: "removal", model_install: "install", config_edit: "config" };
+const kindOf = (taskType) => KINDS[taskType] || String(taskType || "operation").replaceAll("_", " ");
 
 function nodeRow({ node, status, progress, detail, error }) {
   return h("li", { class: "op-node", dataset: { node, status } },
@@ -40,10 +43,10 @@ function operationCards(live, history) {
       rows.push({ node: op.nodeName, status: lower(op.state || op.phase || "running"), progress: op.progress, error: op.error,
         detail: op.totalBytes ? `${bytes(op.currentBytes || 0)} / ${bytes(op.totalBytes)}` : "" });
     }
-    return { kind: op.taskType || "operation", id: op.id, title: op.fullName || op.name || op.id,
+    return { kind: kindOf(op.taskType), id: op.id, title: op.fullName || op.name || op.id,
       status: lower(op.state || (op.isQueued ? "queued" : "running")), when: op.message || "", rows, error: op.error, sort: "~" };
   });
-  const done = history.map((op) => ({ kind: op.taskType || "operation", id: op.id, title: op.name || op.id,
+  const done = history.map((op) => ({ kind: kindOf(op.taskType), id: op.id, title: op.name || op.id,
     status: lower(op.outcome), when: ago(op.finishedAt || op.startedAt), sort: op.finishedAt || op.startedAt || "",
     error: op.error, rows: op.nodeName || op.message ? [{ node: op.nodeName || "", status: lower(op.outcome), detail: op.message }] : [] }));
   return [...running, ...done];
