@@ -324,6 +324,9 @@ class _FileUpload:
         self.sent_unhashed = True
         self.report(0, size_bytes)
         answer = await self._send(headers, 0, size_bytes - 1, size_bytes)
+        if answer.status == 200:  # a server that ignored Content-Range kept a file one byte short, unverified
+            raise self.failed(200, f"PUT {self.url}: the worker answered 200 to a partial range "
+                                   f"(bytes 0-{size_bytes - 2}/{size_bytes}); it does not support resumable uploads")
         if answer.status != 308:
             return self._answer(answer)  # raises: a refusal, or a resume-protocol answer to retry
         self.best_offset_bytes = max(self.best_offset_bytes, size_bytes - 1)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -264,3 +266,37 @@ async def test_temp_and_list_routes_follow_the_reference(tmp_path, client):
     assert (missing.status_code, missing.json()) == (404, {"error": "directory not found"})
     temp_path = Path(temp.json()["local_path"])
     assert temp_path.parent == worker.models_dir.parent / "staging" and temp_path.name.startswith("localai-output-")
+
+
+async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a_short_file(tmp_path, client):
+    """A plain PUT server (no resumable protocol) would keep the first range as the whole file, unverified."""
+
+    class PlainPut(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_PUT(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"local_path": "/models/m/model.gguf"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), PlainPut)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(StagingFailed, match="answered 200 to a partial range") as failure:
+            await stage_file(client, f"http://127.0.0.1:{server.server_address[1]}", KEY, _source(tmp_path, MiB),
+                             TOKEN, retry_policy=FAST_RETRIES)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert failure.value.status == 200
