@@ -15,6 +15,7 @@ from nats.aio.client import Client
 from corral.bus import client as bus
 from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
+from corral.control.backend_ops import BackendOpsDriver, BackendOpSettings
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
@@ -107,10 +108,13 @@ async def serve(settings: FrontendSettings) -> int:
     cleanup = RevisionCleanup(pool, nc, router)
     revs.cleanup_kick = cleanup.kick
     await revs.start()
+    backend_ops = BackendOpsDriver(pool, nc, str(uuid.uuid4()), BackendOpSettings(
+        settings.backend_install_timeout_s, settings.backend_upgrade_timeout_s,
+        settings.backend_delete_timeout_s, settings.node_op_timeout_s))
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header, aliases=aliases)
+                          expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops)
     await lifecycle.start()
     host, port = settings.address
     app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
@@ -126,6 +130,7 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
+    tasks.start("backend-ops", backend_ops.run(stop))
     code = 0
     try:
         died = await tasks.until_stop(stop)
