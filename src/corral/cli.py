@@ -16,6 +16,7 @@ commands:
   up        start PostgreSQL, NATS, a frontend and workers on this machine (the embedded default)
   run       start a frontend (OpenAI-compatible API, node registry, router)
   worker    start a worker that registers with a frontend and runs backend processes
+  agent-worker  start an agent worker: MCP tool discovery and calls, agent jobs (over NATS)
   backend   start one gRPC backend process (spawned by workers)
   models    prepare the default models into a directory
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
@@ -93,6 +94,18 @@ def _run_worker(argv: Sequence[str]) -> int:
     return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
 
 
+def _run_agent_worker(argv: Sequence[str]) -> int:
+    from corral.agents.worker import AgentWorker
+    from corral.config.agents import AGENT_WORKER_SETTINGS
+    from corral.config.settings import load
+    from corral.loopwatch import watched
+
+    settings = load("corral agent-worker", "Start an agent worker.", AGENT_WORKER_SETTINGS, argv)
+    setup_logging(settings.log_level, "agent-worker")
+    _preload()
+    return asyncio.run(watched(AgentWorker(settings).run(), "agent-worker", settings.slow_callback_ms))
+
+
 def _run_backend(argv: Sequence[str]) -> int:
     from corral.backends.main import main as backend_main
 
@@ -121,6 +134,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "up": _run_up,
     "run": _run_frontend,
     "worker": _run_worker,
+    "agent-worker": _run_agent_worker,
     "backend": _run_backend,
     "models": _run_models,
     "nats-auth-setup": _run_nats_auth_setup,

@@ -26,7 +26,8 @@ from corral.store import api_keys
 
 log = logging.getLogger(__name__)
 
-ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources")
+ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
+                  "/api/agent-jobs")
 USER_PREFIXES = ("/v1/",)
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential

@@ -7,6 +7,8 @@ from fastapi.responses import PlainTextResponse
 
 from corral import __version__
 from corral.frontend.admin_app import install_admin
+from corral.frontend.agent_chat import build_mcp_router
+from corral.frontend.agent_jobs_api import build_agent_jobs_router
 from corral.frontend.errors import install_handlers
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
@@ -38,6 +40,10 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
+    if state.agents is not None:  # issue 13: MCP discovery and agent jobs on the agent workers
+        app.include_router(build_mcp_router(state, state.agents))
+    if state.agent_jobs is not None:
+        app.include_router(build_agent_jobs_router(state, state.agent_jobs, state.mcp_max_iterations))
     install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Added last, so it runs first: body size and concurrency are bounded before auth and parsing.
     app.add_middleware(RequestLimitsMiddleware, limits=limits or RequestLimits())  # type: ignore[arg-type]
