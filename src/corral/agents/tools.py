@@ -13,10 +13,10 @@ from typing import Any
 
 from corral.agents.sessions import Server, SessionPool, SessionUnavailable, ToolTimeout, server_type
 from corral.bus.agent_messages import (
-    MCPServersPayload,
     MCPDiscoveryRequest,
     MCPDiscoveryResponse,
     MCPServerInfo,
+    MCPServersPayload,
     MCPToolDef,
     MCPToolRequest,
     MCPToolResponse,

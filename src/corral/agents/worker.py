@@ -179,8 +179,7 @@ class AgentWorker:
                  subjects.MCP_DISCOVERY, subjects.MCP_TOOLS_EXECUTE, self.settings.subject, subjects.MCP_CI_JOBS_NEW)
         loops_stop = asyncio.Event()
         beat = asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat")
-        refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
-                                      name="nats-credential-refresh")
+        refresh = asyncio.create_task(self._refresh_loop(loops_stop), name="nats-credential-refresh")
         stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
         code = 0
         try:
@@ -196,6 +195,11 @@ class AgentWorker:
             await asyncio.gather(beat, refresh, stop_wait, return_exceptions=True)
             await self._shutdown(nc)
         return code
+
+    async def _refresh_loop(self, stop: asyncio.Event) -> None:
+        """Refresh minted credentials; ends only by raising (credentials that never expire need no refresh)."""
+        await refresh_loop(self._refresh_nats, self.creds, self._adopt, stop)
+        await stop.wait()
 
     async def _shutdown(self, nc: Client) -> None:
         """Leave the queue group first (new work goes to the other agent workers), let in-flight work finish

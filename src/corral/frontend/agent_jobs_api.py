@@ -17,6 +17,7 @@ from corral.frontend.state import FrontendState
 from corral.store import agent_jobs
 
 PROMPT_MAX = 1 << 20
+JobId = Annotated[str, Path(max_length=NODE_ID_MAX)]
 
 
 class NewJob(BaseModel):
@@ -36,7 +37,6 @@ def _job(row: Any) -> dict[str, Any]:
 
 def build_agent_jobs_router(state: FrontendState, recorder: JobRecorder, max_iterations: int) -> APIRouter:
     router = APIRouter(prefix="/api/agent-jobs")
-    JobId = Annotated[str, Path(max_length=NODE_ID_MAX)]
 
     @router.post("", status_code=202)
     async def create(body: NewJob) -> Any:
