@@ -79,15 +79,15 @@ def _document(value: Any, field_name: str) -> dict[str, Any]:
         raise MCPConfigError(f"field {field_name!r} must be a mapping with 'mcpServers'")
     servers = value.get("mcpServers", {})
     if not isinstance(servers, dict):
-        raise MCPConfigError(f"field {field_name}.mcpServers must map server names to their settings")
+        raise MCPConfigError(f"field '{field_name}.mcpServers' must map server names to their settings")
     if len(servers) > MAX_SERVERS:
-        raise MCPConfigError(f"field {field_name}.mcpServers lists {len(servers)} servers; at most {MAX_SERVERS}")
+        raise MCPConfigError(f"field '{field_name}.mcpServers' lists {len(servers)} servers; at most {MAX_SERVERS}")
     for name, spec in servers.items():
         if not isinstance(name, str) or not SERVER_NAME.match(name):
-            raise MCPConfigError(f"field {field_name}.mcpServers: server name {name!r} must be 1-64 letters, "
+            raise MCPConfigError(f"field '{field_name}.mcpServers': server name {name!r} must be 1-64 letters, "
                                  "digits, '.', '_' or '-' (no '/')")
         if not isinstance(spec, dict):
-            raise MCPConfigError(f"field {field_name}.mcpServers.{name} must be a mapping")
+            raise MCPConfigError(f"field '{field_name}.mcpServers.{name}' must be a mapping")
     return servers
 
 
@@ -95,9 +95,9 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise MCPConfigError(f"field {where} must be a list of strings")
+        raise MCPConfigError(f"field '{where}' must be a list of strings")
     if len(value) > MAX_ARGS:
-        raise MCPConfigError(f"field {where} has {len(value)} entries; at most {MAX_ARGS}")
+        raise MCPConfigError(f"field '{where}' has {len(value)} entries; at most {MAX_ARGS}")
     return tuple(str(v) for v in value)
 
 
@@ -105,10 +105,10 @@ def _stdio(name: str, spec: dict[str, Any]) -> StdioServer:
     where = f"mcp.stdio.mcpServers.{name}"
     command = spec.get("command")
     if not isinstance(command, str) or not command.strip():
-        raise MCPConfigError(f"field {where}.command is required (the executable that starts the server)")
+        raise MCPConfigError(f"field '{where}.command' is required (the executable that starts the server)")
     env = spec.get("env") or {}
     if not isinstance(env, dict):
-        raise MCPConfigError(f"field {where}.env must map variable names to values")
+        raise MCPConfigError(f"field '{where}.env' must map variable names to values")
     return StdioServer(name=name, command=command, args=_strings(spec.get("args"), f"{where}.args"),
                        env=tuple(sorted((str(k), str(v)) for k, v in env.items())))
 
@@ -117,10 +117,10 @@ def _remote(name: str, spec: dict[str, Any]) -> RemoteServer:
     where = f"mcp.remote.mcpServers.{name}"
     url = spec.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise MCPConfigError(f"field {where}.url must be an http:// or https:// URL, got {url!r}")
+        raise MCPConfigError(f"field '{where}.url' must be an http:// or https:// URL, got {url!r}")
     token = spec.get("token") or ""
     if not isinstance(token, str):
-        raise MCPConfigError(f"field {where}.token must be a string")
+        raise MCPConfigError(f"field '{where}.token' must be a string")
     return RemoteServer(name=name, url=url, token=token)
 
 
