@@ -85,6 +85,9 @@ def test_discovery_lists_the_servers_and_tools(cluster: Cluster, agents: list[Pr
     plain = httpx.get(f"{cluster.frontend_url}/v1/mcp/servers/sim-plain").json()
     assert plain == {"model": "sim-plain", "servers": []}
     assert httpx.get(f"{cluster.frontend_url}/v1/mcp/servers/nope").status_code == 404
+    for bad in ("a%2F..%2Fb", "x" * 300):
+        refused = httpx.get(f"{cluster.frontend_url}/v1/mcp/servers/{bad}")
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "model"
 
 
 def test_a_chat_completion_runs_the_tools_on_an_agent_worker(cluster: Cluster, agents: list[Proc],
@@ -107,6 +110,23 @@ def test_a_chat_completion_runs_the_tools_on_an_agent_worker(cluster: Cluster, a
         models = httpx.get(f"{cluster.frontend_url}/api/nodes/{_nodes(cluster)[name]['id']}/models",
                            headers=cluster.admin_headers)
         assert models.status_code == 200 and models.json() == []
+
+
+def test_a_client_that_brings_its_own_tools_gets_the_tool_calls_back(cluster: Cluster, agents: list[Proc]) -> None:
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    for model in (MODEL, "sim-plain"):  # with client tools even an `mcp:` model runs no loop of its own
+        response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60, json={
+            "model": model, "tools": tools, "messages": [{"role": "user", "content": 'call lookup({"q": "x"})'}]})
+        assert response.status_code == 200, response.text
+        choice = response.json()["choices"][0]
+        assert choice["finish_reason"] == "tool_calls" and "mcp" not in response.json()
+        call = choice["message"]["tool_calls"][0]
+        assert call["type"] == "function" and call["function"] == {"name": "lookup", "arguments": '{"q": "x"}'}
+        followup = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60, json={
+            "model": model, "tools": tools, "messages": [
+                {"role": "user", "content": 'call lookup({"q": "x"})'}, choice["message"],
+                {"role": "tool", "tool_call_id": call["id"], "name": "lookup", "content": "found it"}]})
+        assert _answer(followup) == "Tool lookup returned: found it"
 
 
 def test_a_streamed_client_sees_the_tool_call_and_its_result(cluster: Cluster, agents: list[Proc]) -> None:
@@ -189,6 +209,10 @@ def test_sigterm_drains_and_deregisters_then_no_agent_worker_is_a_503(cluster: C
     plain = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,
                        json={"model": "sim-plain", "messages": [{"role": "user", "content": "hi"}]})
     assert plain.status_code == 200  # models without `mcp:` never touch the agent workers
+    node_id = _nodes(cluster)["agent-a"]["id"]
+    assert httpx.delete(f"{cluster.frontend_url}/api/nodes/{node_id}", headers=cluster.admin_headers).status_code == 200
+    keys = httpx.get(f"{cluster.frontend_url}/api/keys", headers=cluster.admin_headers).json()
+    assert all(k["revoked_at"] is not None for k in keys if k["name"] == "agent node agent-a")  # deleted: key revoked
 
 
 def _wait_job(cluster: Cluster, job_id: str, done: Callable[[dict[str, Any]], bool],

@@ -201,7 +201,7 @@ def build_mcp_router(state: FrontendState, agents: AgentChat) -> APIRouter:
 
     @router.get("/servers/{model:path}")
     async def servers(model: str) -> Response:
-        problem = name_problem(model) if len(model) <= 255 else "is longer than 255 characters"
+        problem = name_problem(model)
         if problem is not None:
             raise APIError(400, f"model name {problem}", "invalid_request_error", "invalid_value", "model")
         cfg = config_for(state, model)
