@@ -2,7 +2,8 @@
 
 Tools: `add` (a calculator), `read_file` (a file's text), `whoami` (which process runs the tools:
 its pid, its parent's pid and CORRAL_TEST_AGENT_MARK from the environment it inherited) and
-`sleep` (hangs for the given seconds: the deadline test).
+`sleep` (hangs for the given seconds: the deadline test). Stdio by default; `streamable-http PORT` or
+`sse PORT` serve it as a remote server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -43,4 +44,9 @@ def sleep(seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    import sys
+
+    if len(sys.argv) > 2:  # `streamable-http PORT` (path /mcp) or `sse PORT` (path /sse): a remote server
+        server.run(sys.argv[1], host="127.0.0.1", port=int(sys.argv[2]))  # type: ignore[call-overload]
+    else:
+        server.run("stdio")

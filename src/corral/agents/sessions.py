@@ -18,12 +18,14 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from corral.models.mcp import RemoteServer, StdioServer
 
@@ -169,33 +171,31 @@ class SessionPool:
 
     async def call_tool(self, server: Server, tool: str, arguments: dict[str, Any], timeout_s: float,
                         knob: str) -> tuple[str, bool]:
-        """(text, is_error) of one tool call; a dead session is restarted and the call retried once."""
+        """(text, is_error) of one tool call. A session whose server died (connection closed, broken
+        transport) is dropped and started again, and the call retried once on the new one."""
         for attempt in (1, 2):
             live = await self.get(server)
             session = live.session
-            if session is None:
-                continue
             try:
+                if session is None:
+                    raise MCPError(CONNECTION_CLOSED, "session ended")
                 result = await asyncio.wait_for(session.call_tool(tool, arguments, read_timeout_seconds=timeout_s),
                                                 timeout_s + 1.0)
             except (TimeoutError, MCPError) as exc:
-                if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+                if isinstance(exc, TimeoutError) or exc.code == REQUEST_TIMEOUT:
                     raise ToolTimeout(f"MCP tool {tool!r} on server {server.name!r} did not answer within "
                                       f"{timeout_s:g}s; raise {knob} if it needs longer") from None
-                if live.alive:
+                if exc.code != CONNECTION_CLOSED:
                     raise
-                log.warning("MCP server %s died during %s (attempt %d)", server.name, tool, attempt)
-            except Exception as exc:  # noqa: BLE001 - a broken transport: restart the session, retry once
-                log.warning("MCP call %s on %s failed (%s); restarting the session", tool, server.name,
-                            _describe(exc))
-                await self.drop(server)
-                if attempt == 2:
-                    raise SessionUnavailable(f"MCP server {server.name!r} failed: {_describe(exc)}") from None
-                continue
+                why = _describe(exc)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                why = _describe(exc)
             else:
                 return _result_text(result), bool(getattr(result, "is_error", False))
+            log.warning("MCP server %s is gone (%s) during %s (attempt %d); starting it again", server.name, why,
+                        tool, attempt)
             await self.drop(server)
-        raise SessionUnavailable(f"MCP server {server.name!r} keeps dying; check its command")
+        raise SessionUnavailable(f"MCP server {server.name!r} died twice during tool {tool!r}; check its command")
 
 
 def _result_text(result: Any) -> str:
