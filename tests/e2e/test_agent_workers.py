@@ -127,6 +127,15 @@ def test_a_client_that_brings_its_own_tools_gets_the_tool_calls_back(cluster: Cl
                 {"role": "user", "content": 'call lookup({"q": "x"})'}, choice["message"],
                 {"role": "tool", "tool_call_id": call["id"], "name": "lookup", "content": "found it"}]})
         assert _answer(followup) == "Tool lookup returned: found it"
+    with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions", timeout=60, json={
+            "model": "sim-plain", "tools": tools, "stream": True,
+            "messages": [{"role": "user", "content": 'call lookup({"q": "y"})'}]}) as streamed:
+        chunks = [json.loads(line[6:]) for line in streamed.iter_lines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    calls = [c for e in chunks for c in e["choices"][0]["delta"].get("tool_calls", [])]
+    assert [(c["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        (0, "lookup", '{"q": "y"}')]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_a_streamed_client_sees_the_tool_call_and_its_result(cluster: Cluster, agents: list[Proc]) -> None:

@@ -24,7 +24,12 @@ from corral.agents.sessions import SessionPool
 from corral.agents.tools import ToolService
 from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.agent_messages import MCPDiscoveryRequest, MCPToolRequest
+from corral.bus.agent_messages import (
+    MCPDiscoveryRequest,
+    MCPDiscoveryResponse,
+    MCPToolRequest,
+    MCPToolResponse,
+)
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
@@ -129,7 +134,6 @@ class AgentWorker:
         try:
             req = MCPDiscoveryRequest.from_json(msg.data)
         except ValidationError as exc:
-            from corral.bus.agent_messages import MCPDiscoveryResponse
             await self._reply(msg, MCPDiscoveryResponse(error=f"invalid request: {exc}", node_id=self.node_id))
             return
         await self._reply(msg, await self.tools.discover(req))
@@ -138,7 +142,6 @@ class AgentWorker:
         try:
             req = MCPToolRequest.from_json(msg.data)
         except ValidationError as exc:
-            from corral.bus.agent_messages import MCPToolResponse
             await self._reply(msg, MCPToolResponse(error=f"invalid request: {exc}", node_id=self.node_id))
             return
         log.info("tool %s for model %s", req.tool_name, req.model_name)

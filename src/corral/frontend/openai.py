@@ -214,10 +214,14 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         if chat:
             yield sse(encoder.chunk(None, role=True))
         reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
+        tools, called = bool(opts.Tools), 0  # client-side tools: tool calls go out as `delta.tool_calls`
         try:
             while reply is not eof:
                 if reply.message:
                     yield piece(reply.message)
+                if tools and reply.chat_deltas and (found := reply_tool_calls(reply)):
+                    yield sse(encoder.tool_calls(openai_tool_calls(found), called))
+                    called += len(found)
                 if reply.tokens:  # the final reply carries the counts
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
@@ -228,7 +232,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             return
         finally:
             stream.close()
-        yield sse(encoder.chunk(_finish_reason(completion_tokens, max_tokens)))
+        yield sse(encoder.chunk("tool_calls" if called else _finish_reason(completion_tokens, max_tokens)))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))
         yield DONE
