@@ -32,6 +32,7 @@ from corral.models.mcp import RemoteServer, StdioServer
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
+START_TIMEOUT_KNOB = "--mcp-start-timeout / CORRAL_MCP_START_TIMEOUT"
 CLOSE_TIMEOUT_S = 10.0
 
 Server = StdioServer | RemoteServer
@@ -109,8 +110,8 @@ class LiveSession:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
             await self.close()
-            raise SessionUnavailable(f"MCP server {self.server.name!r} did not initialise within {timeout_s:g}s") \
-                from None
+            raise SessionUnavailable(f"MCP server {self.server.name!r} did not initialise within {timeout_s:g}s; "
+                                     f"raise {START_TIMEOUT_KNOB} if it starts slowly") from None
         if self.session is None:
             raise SessionUnavailable(f"MCP server {self.server.name!r} could not be started: "
                                      f"{_describe(self._error)}")

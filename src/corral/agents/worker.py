@@ -59,7 +59,7 @@ class AgentWorker:
         self.creds = WorkerCredentials()
         state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir()
         self.credential_file = NodeCredentialFile(state_dir, self.node_name)
-        self.pool = SessionPool()
+        self.pool = SessionPool(settings.mcp_start_timeout_s)
         self.tools = ToolService(self.pool)
         self.jobs: JobRunner | None = None
         self.nc: Client | None = None

@@ -56,6 +56,8 @@ AGENT_WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("mcp_ci_job_timeout_s", "--mcp-ci-job-timeout", ("LOCALAI_MCP_CI_JOB_TIMEOUT",), 600.0,
             _positive_duration_s, "an agent job (MCP CI job or agent chat) running longer is cancelled"),
     TOOL_TIMEOUT,
+    Setting("mcp_start_timeout_s", "--mcp-start-timeout", ("CORRAL_MCP_START_TIMEOUT",), 30.0, _positive_duration_s,
+            "how long an MCP server may take to start and answer `initialize` (stdio: the subprocess)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     SLOW_CALLBACK_SETTING,
 )
