@@ -212,7 +212,9 @@ def test_sigterm_drains_and_deregisters_then_no_agent_worker_is_a_503(cluster: C
             assert proc.popen.wait(30) == 0
             assert "agent worker" in proc.log() and "Traceback" not in proc.log()
             assert _nodes(cluster)[proc.name]["status"] == "offline"
-    for response in (_chat(cluster, "call whoami"), httpx.get(f"{cluster.frontend_url}/v1/mcp/servers/{MODEL}")):
+    job = httpx.post(f"{cluster.frontend_url}/api/agent-jobs", headers=cluster.admin_headers,
+                     json={"model": MODEL, "prompt": "call whoami"})
+    for response in (_chat(cluster, "call whoami"), httpx.get(f"{cluster.frontend_url}/v1/mcp/servers/{MODEL}"), job):
         assert response.status_code == 503, response.text
         assert "corral agent-worker" in response.json()["error"]["message"]
     plain = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,

@@ -94,6 +94,8 @@ class JobRunner:
             log.warning("ignoring a job without a usable job_id on %s", msg.subject)
             return
         progress, result = self._subjects(job, agent)
+        if msg.reply:  # the frontend asked with request-reply: tell it which worker took the job
+            await msg.respond(JobProgress(job_id=job.job_id, status="accepted", node_id=self.node_id).to_json())
         await self._publish(progress, JobProgress(job_id=job.job_id, status="running", node_id=self.node_id,
                                                   message="job started on agent worker"))
         task = asyncio.create_task(self._loop(job, progress))

@@ -10,7 +10,10 @@ import asyncpg
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
+from corral.agents.client import START_AGENT_WORKER, NoAgentWorker
 from corral.bus import subjects
 from corral.bus.agent_messages import AgentJob, JobProgress, JobResult
 from corral.bus.messages import ValidationError
@@ -19,6 +22,7 @@ from corral.store import agent_jobs
 
 log = logging.getLogger(__name__)
 
+ACCEPT_TIMEOUT_S = 5.0  # an agent worker acknowledges a job at once, before running it
 AGENT_SUBJECT_BY_KIND = {"mcp-ci": subjects.MCP_CI_JOBS_NEW, "agent": subjects.AGENT_EXECUTE}
 
 
@@ -43,7 +47,13 @@ class JobRecorder:
         await agent_jobs.insert(self.pool, job_id, kind, cfg.name, prompt)
         job = AgentJob(job_id=job_id, model=cfg.name, model_name=cfg.name, prompt=prompt,
                        max_iterations=cfg.mcp.max_iterations or max_iterations, **cfg.mcp.wire())
-        await self.nc.publish(AGENT_SUBJECT_BY_KIND[kind], job.to_json())
+        try:  # request-reply, so that no agent worker at all is an error now, not a job queued forever
+            await self.nc.request(AGENT_SUBJECT_BY_KIND[kind], job.to_json(), timeout=ACCEPT_TIMEOUT_S)
+        except NoRespondersError:
+            await agent_jobs.finish(self.pool, job_id, "failed", "", "", "no agent worker was connected")
+            raise NoAgentWorker(f"no agent worker is connected to run agent jobs; {START_AGENT_WORKER}") from None
+        except NatsTimeout:
+            log.warning("no agent worker acknowledged job %s within %gs; it stays queued", job_id, ACCEPT_TIMEOUT_S)
         return job_id
 
     async def cancel(self, kind: str, job_id: str) -> None:

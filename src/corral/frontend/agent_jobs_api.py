@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.agents.client import NoAgentWorker
 from corral.agents.recorder import JobRecorder
 from corral.frontend.bounds import NODE_ID_MAX, ModelName
 from corral.frontend.errors import APIError
@@ -44,7 +45,10 @@ def build_agent_jobs_router(state: FrontendState, recorder: JobRecorder, max_ite
         if not cfg.mcp:
             raise APIError(400, f"model {cfg.name!r} has no MCP servers (an `mcp:` block in its config); agent "
                                 "jobs need them", "invalid_request_error", "invalid_value", "model")
-        job_id = await recorder.submit(body.kind, cfg, body.prompt, max_iterations)
+        try:
+            job_id = await recorder.submit(body.kind, cfg, body.prompt, max_iterations)
+        except NoAgentWorker as exc:
+            raise APIError(503, str(exc), "server_error", "no_agent_worker", headers={"Retry-After": "5"}) from None
         return {"id": job_id, "status": "queued"}
 
     @router.get("")
