@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 START_TIMEOUT_KNOB = "--mcp-start-timeout / CORRAL_MCP_START_TIMEOUT"
 CLOSE_TIMEOUT_S = 10.0
+MAX_SESSIONS = 64
 
 Server = StdioServer | RemoteServer
 
@@ -137,8 +138,9 @@ def _describe(exc: BaseException | None) -> str:
 class SessionPool:
     """Live sessions by server key; one start at a time per server."""
 
-    def __init__(self, start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, start_timeout_s: float = START_TIMEOUT_S, max_sessions: int = MAX_SESSIONS) -> None:
         self.start_timeout_s = start_timeout_s
+        self.max_sessions = max_sessions
         self._live: dict[str, LiveSession] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -147,6 +149,7 @@ class SessionPool:
         async with self._locks.setdefault(key, asyncio.Lock()):
             live = self._live.get(key)
             if live is not None and live.alive:
+                self._live[key] = self._live.pop(key)  # most recently used last
                 return live
             if live is not None:
                 log.warning("MCP server %s session ended (%s); starting it again", server.name,
@@ -159,7 +162,18 @@ class SessionPool:
             except SessionUnavailable:
                 self._live.pop(key, None)
                 raise
+            await self._evict_beyond_cap()
             return live
+
+    async def _evict_beyond_cap(self) -> None:
+        """At most `max_sessions` servers run at once: a stream of distinct configs cannot pile up processes."""
+        while len(self._live) > self.max_sessions:
+            key = next(iter(self._live))  # least recently used first
+            old = self._live.pop(key)
+            self._locks.pop(key, None)
+            log.info("closing MCP server %s: more than %d sessions are open", old.server.name,
+                     self.max_sessions)
+            await old.close()
 
     async def drop(self, server: Server) -> None:
         live = self._live.pop(server_key(server), None)

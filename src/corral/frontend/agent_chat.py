@@ -73,7 +73,9 @@ class AgentChat:
             raise APIError(502, f"MCP discovery of model {cfg.name} failed on agent worker {answer.node_id}: "
                                 f"{answer.error}", "server_error", "mcp_discovery_failed")
         defs = list(answer.tools or [])
-        self._tools[key] = (time.monotonic() + DISCOVERY_TTL_S, defs)
+        now = time.monotonic()
+        self._tools = {k: v for k, v in self._tools.items() if v[0] > now}  # edited configs leave no entries
+        self._tools[key] = (now + DISCOVERY_TTL_S, defs)
         return defs
 
     async def chat(self, cfg: ModelConfig, body: ChatCompletionRequest) -> Response:

@@ -47,6 +47,28 @@ async def test_a_stdio_session_is_reused_and_started_again_when_its_server_dies(
         await pool.close_all()
 
 
+async def test_the_least_recently_used_server_is_closed_past_the_session_cap() -> None:
+    pool = SessionPool(max_sessions=1)
+    other = StdioServer(name="other", command=sys.executable, args=(str(TOOLS_SERVER),), env=(("X", "1"),))
+    try:
+        first, _ = await pool.call_tool(STDIO, "whoami", {}, 10, "knob")
+        await pool.call_tool(other, "whoami", {}, 10, "knob")
+        deadline = time.monotonic() + 10
+        while _alive(_server_pid(first)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(_server_pid(first))
+    finally:
+        await pool.close_all()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 async def test_a_hanging_tool_is_cut_at_its_deadline_and_the_session_serves_on() -> None:
     pool = SessionPool()
     try:
