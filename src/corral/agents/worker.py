@@ -67,6 +67,7 @@ class AgentWorker:
         self._other_subs: list[Subscription] = []
         self._inflight: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.nats_up = False
 
     # registration ----------------------------------------------------------------------------------
 
@@ -171,9 +172,9 @@ class AgentWorker:
         self.tools.node_id = self.node_id
         log.info("registered as agent node %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
-        nc = await bus.connect(self.settings.nats_url, f"corral-agent-worker-{self.node_name}",
+        nc = await bus.connect(self.settings.nats_url, f"corral-agent-worker-{self.node_name}", self._on_nats_state,
                                credentials=self.creds.for_connect(), tls=tls)
-        self.nc = nc
+        self.nc, self.nats_up = nc, nc.is_connected
         api_url = (self.settings.api_url or self.settings.register_to).rstrip("/")
         self.jobs = JobRunner(nc, self.tools, api_url, self.api_token, self.node_id,
                               self.settings.mcp_ci_job_timeout_s, self.settings.mcp_tool_timeout_s)
@@ -237,7 +238,12 @@ class AgentWorker:
             log.debug("NATS drain failed: %s", exc)
         await self.frontend.close()
 
+    async def _on_nats_state(self, up: bool) -> None:
+        self.nats_up = up
+
     async def _heartbeat_once(self) -> None:
+        if not self.nats_up:  # as a backend worker: a node that cannot receive work does not claim to be alive
+            return
         status, message = await self.frontend.heartbeat(self.node_id, {})
         if status in (404, 409):
             log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status,
