@@ -32,8 +32,8 @@ from corral.bus.agent_messages import (
 )
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
+from corral.config.commands import AgentWorkerSettings
 from corral.config.errors import ConfigError
-from corral.config.settings import Settings
 from corral.loops import run_periodic
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
 from corral.worker.node_credential import NodeCredentialFile
@@ -50,7 +50,7 @@ def default_state_dir() -> Path:
 
 
 class AgentWorker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: AgentWorkerSettings) -> None:
         self.settings = settings
         self.node_name = settings.node_name or f"agent-{socket.gethostname()}"
         self.node_id = ""

@@ -23,7 +23,8 @@ _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 
 # Backend worker scope: its own control subjects and reply inboxes, nothing else (reference §3.4).
 WORKER_SUB = ("nodes.{tok}.>", "_INBOX.>")
-WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.files.>", "_INBOX.>")
+WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.backend.logs.*.lines", "nodes.{tok}.files.>",
+              "_INBOX.>")
 # Agent worker scope (reference §3.4): the agent-workers queue subjects, job/agent events, its own
 # backend.stop; never `nodes.<tok>.backend.install` or any other node's subjects.
 AGENT_SUB = ("agent.execute", "agent.*.cancel", "gallery.*.cancel", "gallery.*.progress", "jobs.*.cancel",

@@ -27,3 +27,4 @@ class FrontendState:
     agent_jobs: Any = None  # corral.agents.recorder.JobRecorder: agent jobs on the agent workers (issue 13)
     mcp_max_iterations: int = 10
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
+    backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
