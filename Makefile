@@ -53,6 +53,7 @@ bench: install
 	$(PY) benchmarks/faults.py
 	$(PY) benchmarks/prefix_routing.py
 	$(PY) benchmarks/prefix_routing.py --llama
+	$(PY) benchmarks/mcp_tool_calls.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -34,10 +34,37 @@ class ContentPart(_Body):
     text: str | None = None
 
 
+MAX_TOOLS = 128
+
+
+class FunctionCall(_Body):
+    name: str = Field(max_length=NAME_MAX)
+    arguments: str = ""
+
+
+class ToolCallItem(_Body):
+    id: str = Field(default="", max_length=NAME_MAX)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(_Body):
+    name: str = Field(min_length=1, max_length=NAME_MAX)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolDef(_Body):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = Field(default=None, max_length=NAME_MAX)
+    tool_calls: list[ToolCallItem] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_call_id: str | None = Field(default=None, max_length=NAME_MAX)
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -71,6 +98,8 @@ class _Sampling(_Body):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
+    tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
 
     def max_output_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

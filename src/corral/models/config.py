@@ -37,6 +37,7 @@ from corral.models.huggingface import (
     committed_snapshot,
     parse_huggingface,
 )
+from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
 from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
 
@@ -71,6 +72,7 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     artifacts: ArtifactPaths = field(default_factory=ArtifactPaths)  # mmproj, lora, ... (issue 4)
     huggingface: HuggingFaceSource | None = None  # managed HF artifact, downloaded by the frontend
+    mcp: MCPServers = field(default_factory=MCPServers, compare=False)  # `mcp:` servers run by agent workers
 
     @property
     def snapshot_dir(self) -> Path | None:
@@ -160,6 +162,9 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     try:
         huggingface = parse_huggingface(data.get("huggingface"))
         artifacts = parse_artifacts(data, source)
+        mcp = parse_mcp(data.get("mcp"), data.get("agent"))
+    except MCPConfigError as exc:
+        raise ModelConfigError(f"{source}: {exc}") from None
     except (HuggingFaceConfigError, ValueError) as exc:
         raise ModelConfigError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
     if not model and backend in FILE_BACKENDS and huggingface is None:
@@ -176,7 +181,7 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         options=tuple(str(o) for o in options), source=source,
         node_selector={str(k): "" if v is None else str(v)
                        for k, v in _field(data, "node_selector", dict, source, {}).items()},
-        artifacts=artifacts, huggingface=huggingface,
+        artifacts=artifacts, huggingface=huggingface, mcp=mcp,
         disabled=_field(data, "disabled", bool, source, False), revision=config_revision(data), raw=dict(data),
     )
 
