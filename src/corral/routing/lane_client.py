@@ -12,7 +12,8 @@
   answered by the next one fails them UNAVAILABLE, as gRPC keepalive does for a peer that went silent.
 
 A stream's replies that arrived while the relay was busy are read as one (consecutive text pieces
-merged): the frontend pays per SSE event, not per token, when its client is slower than the engine.
+merged; the first reply always alone, as the backend sends it): the frontend pays per SSE event, not
+per token, when its client is slower than the engine.
 Reading pauses while more than `BUFFER_HIGH_BYTES` of replies wait for their readers.
 """
 
@@ -86,7 +87,7 @@ class _UnaryCall:
 
 
 class _StreamCall:
-    __slots__ = ("_conn", "_id", "_replies", "_ready", "_waiter", "_end", "_cancelled", "_buffered")
+    __slots__ = ("_conn", "_id", "_replies", "_ready", "_waiter", "_end", "_cancelled", "_buffered", "_started")
 
     def __init__(self, conn: LaneConnection, method: lane.Method, request: Any) -> None:
         self._conn = conn
@@ -96,6 +97,7 @@ class _StreamCall:
         self._end: BaseException | object | None = None  # EOF or the AioRpcError that ended the stream
         self._cancelled = False
         self._buffered = 0
+        self._started = False  # the first reply is read alone, as the backend sends it: the stream starts at once
         self._id = conn.start(self, method, request)
 
     def deliver(self, kind: int, payload: bytes) -> None:
@@ -140,10 +142,14 @@ class _StreamCall:
 
     def _take(self) -> pb.Reply:
         replies = self._replies
+        if len(replies) == 1 or not self._started:
+            self._started = True
+            raw = replies.popleft()
+            self._buffered -= len(raw)
+            self._conn.consumed(len(raw))
+            return pb.Reply.FromString(raw)
         size, self._buffered = self._buffered, 0
         self._conn.consumed(size)
-        if len(replies) == 1:
-            return pb.Reply.FromString(replies.popleft())
         batch = [pb.Reply.FromString(raw) for raw in replies]
         replies.clear()
         merged = merge_text_runs(batch, MERGE_MAX_PIECES)
