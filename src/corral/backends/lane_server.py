@@ -60,16 +60,16 @@ class _Connection(asyncio.Protocol):
         self._welcomed = False
         self._writable = asyncio.Event()
         self._writable.set()
-        self._transport: asyncio.Transport | None = None
+        self._writer: lane.FrameWriter | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+        self._writer = lane.FrameWriter(transport)  # type: ignore[arg-type]
         self._connections.add(self)
         self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._close)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
+        self._writer = None
         self._connections.discard(self)
         self._writable.set()
         if self._hello_timer is not None:
@@ -87,12 +87,13 @@ class _Connection(asyncio.Protocol):
         self._close()
 
     def _close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
     def _send(self, data: bytes) -> None:
-        if self._transport is not None:
-            self._transport.write(data)
+        if self._writer is not None:
+            self._writer.write(data)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -112,7 +113,7 @@ class _Connection(asyncio.Protocol):
                     task.cancel()
             elif kind == lane.PING:
                 self._send(lane.frame(lane.PONG, call_id))
-            if self._transport is None:
+            if self._writer is None:
                 return
 
     def _hello(self, kind: int, payload: bytes) -> None:

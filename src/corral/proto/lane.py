@@ -25,8 +25,10 @@ connection: a hostile peer cannot make either side allocate what the length fiel
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -44,7 +46,7 @@ class Method:
     name: str
     code: int
     streams: bool
-    reply_type: type
+    reply_type: Any  # the reply message class (FromString)
 
 
 METHODS = {m.name: m for m in (
@@ -99,3 +101,30 @@ class FrameReader:
         if start:
             del buffer[:start]
         return frames
+
+
+class FrameWriter:
+    """Frames written during one event-loop turn leave in one `transport.write` (one syscall for the calls
+    or replies of many requests at once); a frame waits at most until the loop's next turn."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport: asyncio.Transport | None = transport
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        """Write what is pending, then close the transport (it sends its buffer first)."""
+        self.flush()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None

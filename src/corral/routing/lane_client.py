@@ -178,6 +178,7 @@ class LaneConnection(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self._reader = lane.FrameReader()
         self._transport: asyncio.Transport | None = None
+        self._writer: lane.FrameWriter | None = None
         self._calls: dict[int, _UnaryCall | _StreamCall] = {}
         self._ids = itertools.count(1)
         self._welcome: asyncio.Future[None] = self.loop.create_future()
@@ -206,8 +207,8 @@ class LaneConnection(asyncio.Protocol):
 
     async def hello(self, token: str, timeout_s: float) -> None:
         """Present the token; raises LaneRefused when the backend refuses it or does not answer in time."""
-        assert self._transport is not None
-        self._transport.write(lane.frame(lane.HELLO, 0, token.encode("utf-8")))
+        assert self._writer is not None
+        self._writer.write(lane.frame(lane.HELLO, 0, token.encode("utf-8")))
         try:
             await asyncio.wait_for(asyncio.shield(self._welcome), timeout_s)
         except TimeoutError:
@@ -216,6 +217,7 @@ class LaneConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._writer = lane.FrameWriter(self._transport)  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -235,8 +237,8 @@ class LaneConnection(asyncio.Protocol):
         error = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
         for call in calls.values():
             call.fail(error)
-        if self._transport is not None:
-            self._transport.close()
+        if self._writer is not None:
+            self._writer.close()
         self._on_lost(self)
 
     def close(self) -> None:
@@ -274,18 +276,18 @@ class LaneConnection(asyncio.Protocol):
     # ---- calls -------------------------------------------------------------------------------
 
     def start(self, call: _UnaryCall | _StreamCall, method: lane.Method, request: Any) -> int:
-        if self.closed or self._transport is None:
+        if self.closed or self._writer is None:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
         call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
         self._calls[call_id] = call
-        self._transport.write(lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString()))
+        self._writer.write(lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString()))
         if self._ping_timer is None:
             self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
         return call_id
 
     def cancel(self, call_id: int) -> None:
-        if self._calls.pop(call_id, None) is not None and self._transport is not None:
-            self._transport.write(lane.frame(lane.CANCEL, call_id))
+        if self._calls.pop(call_id, None) is not None and self._writer is not None:
+            self._writer.write(lane.frame(lane.CANCEL, call_id))
 
     def _ping(self) -> None:
         self._ping_timer = None
@@ -297,8 +299,8 @@ class LaneConnection(asyncio.Protocol):
                        f"{format_duration_s(self._keepalive_s)} (raise {KEEPALIVE_KNOB})")
             return
         self._awaiting_pong = True
-        if self._transport is not None:
-            self._transport.write(lane.frame(lane.PING, 0))
+        if self._writer is not None:
+            self._writer.write(lane.frame(lane.PING, 0))
         self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
 
     def buffered(self, size: int) -> None:
