@@ -227,6 +227,8 @@ async def main() -> None:
     baseline_port = free_port()
     server = await loop.create_server(_Minimal, "127.0.0.1", baseline_port)
     peer = await _peer_router(baseline_port)
+    if peer is None:
+        print("vllm-router: not installed (pip install -e '.[bench]') or did not start; its row is missing")
     rows: list[tuple[str, tuple[float, float, float, float]]] = []
     statements: list[tuple[str, float, int]] = []
     try:
