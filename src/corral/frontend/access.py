@@ -1,6 +1,6 @@
 """Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`, `/api/model-configs`,
-`/api/resources`, always. With auth enabled (LOCALAI_AUTH) every other route needs a user or admin
-key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
+`/api/resources`, `/api/backends`, `/api/operations` and the `/ws/nodes` WebSockets, always. With auth
+enabled (LOCALAI_AUTH) every other route needs a user or admin key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
 (`/healthz`, `/readyz`) and `/api/node/*` (worker self-service: registration token plus the node's
 own credential, see `node_identity`). `/metrics` takes an API key or the scrape token
 (CORRAL_METRICS_TOKEN); it needs one of them whenever auth is on or a scrape token is set.
@@ -26,7 +26,8 @@ from corral.store import api_keys
 
 log = logging.getLogger(__name__)
 
-ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources")
+ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
+                  "/api/backends", "/api/operations", "/ws/nodes")
 USER_PREFIXES = ("/v1/",)
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
@@ -106,6 +107,12 @@ class AccessControl:
             refusal = await self._refusal(scope, scope["path"])
             if refusal is not None:
                 await _send_json(send, refusal[0], refusal[1])
+                return
+        elif scope["type"] == "websocket":
+            refusal = await self._refusal(scope, scope["path"])
+            if refusal is not None:  # closed before accept: the client sees HTTP 403
+                await send({"type": "websocket.close", "code": 1008,
+                            "reason": str(refusal[1]["error"]["message"])[:120]})
                 return
         await self.app(scope, receive, send)
 

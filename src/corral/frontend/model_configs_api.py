@@ -21,6 +21,7 @@ from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 from corral.models.names import name_problem
+from corral.store import operations
 
 DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
 ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
@@ -100,6 +101,8 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
         cfg, pending = await revs.apply(name, raw)
     except ModelConfigError as exc:
         return _bad(str(exc))
+    await operations.record_done(revs.pool, operations.NewOperation(
+        name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
                          "disabled": cfg.disabled})
 

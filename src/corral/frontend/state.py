@@ -24,3 +24,4 @@ class FrontendState:
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
+    backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
