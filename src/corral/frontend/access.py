@@ -1,7 +1,8 @@
 """Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`, `/api/model-configs`,
-`/api/resources`, `/api/backends`, `/api/operations` and the `/ws/nodes` WebSockets, always. With auth
+`/api/resources`, `/api/backends`, `/api/operations`, `/api/events` and the `/ws/nodes` WebSockets, always. With auth
 enabled (LOCALAI_AUTH) every other route needs a user or admin key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
-(`/healthz`, `/readyz`) and `/api/node/*` (worker self-service: registration token plus the node's
+(`/healthz`, `/readyz`), the web UI's static pages (`/app`, whose API calls carry the admin key) and
+`/api/node/*` (worker self-service: registration token plus the node's
 own credential, see `node_identity`). `/metrics` takes an API key or the scrape token
 (CORRAL_METRICS_TOKEN); it needs one of them whenever auth is on or a scrape token is set.
 
@@ -27,9 +28,10 @@ from corral.store import api_keys
 log = logging.getLogger(__name__)
 
 ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
-                  "/api/backends", "/api/operations", "/ws/nodes")
+                  "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
 USER_PREFIXES = ("/v1/",)
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls carry the admin key
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
 METRICS_PATH = "/metrics"
 POSITIVE_TTL_S = 10.0
@@ -123,7 +125,7 @@ class AccessControl:
         if path == METRICS_PATH and (self.user_auth or self.metrics_token):
             message = await self._metrics_refusal(scope)
             return None if message is None else (401, _user_error(message))
-        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES):
+        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES + UI_PREFIXES):
             message = await self._user_refusal(scope)
             return None if message is None else (401, _user_error(message))
         return None

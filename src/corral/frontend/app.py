@@ -9,6 +9,7 @@ from corral import __version__
 from corral.frontend.admin_app import install_admin
 from corral.frontend.backend_logs_api import build_backend_logs_router
 from corral.frontend.errors import install_handlers
+from corral.frontend.events_api import EventHub, build_events_router
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.model_configs_api import build_model_configs_router
@@ -22,6 +23,7 @@ from corral.frontend.resources_api import build_resources_router
 from corral.frontend.scheduling_api import build_scheduling_router
 from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
+from corral.frontend.ui_routes import build_ui_router, load_assets
 from corral.frontend.vram_budget_api import build_vram_budget_router
 
 
@@ -42,6 +44,8 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
+    app.include_router(build_events_router(EventHub(state.nc)))  # /api/events: the web UI's live hints
+    app.include_router(build_ui_router(load_assets()))  # /app: the web UI
     if state.backend_ops is not None:  # issue 11: per-node backend and model operations, activity, logs
         for build in (build_node_backends_router, build_node_models_router, build_operations_router,
                       build_backend_logs_router):
