@@ -9,6 +9,9 @@
 * A replica that answers "gone" (process died, model freed, identity changed) is dropped and the
   request retried once, before any byte reached the client.
 * Cancelling the caller (client disconnect) cancels the gRPC call, so the backend stops generating.
+
+The call goes over the backend's fast lane when it has one (`BackendChannels.caller`), which fails
+with the same `grpc.aio.AioRpcError`s, so everything above holds for both transports.
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
         try:
-            call = getattr(channels.stub(replica.address), method)(request, metadata=channels.metadata,
-                                                                   timeout=budget_s)
+            call = getattr(channels.caller(replica.address), method)(request, metadata=channels.metadata,
+                                                                     timeout=budget_s)
             try:
                 return await call, replica
             except asyncio.CancelledError:  # the client went away: stop the generation
@@ -96,7 +99,8 @@ class ReplyStream:
     waiting raises `BackendTimeout` naming the knob. Per reply the cost is one clock read.
     """
 
-    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: grpc.aio.UnaryStreamCall) -> None:
+    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: Any) -> None:
+        """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`)."""
         self.router, self.cfg, self.replica, self._call = router, cfg, replica, call
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
@@ -164,7 +168,7 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
         stream = ReplyStream(router, cfg, replica,
-                             channels.stub(replica.address).PredictStream(request, metadata=channels.metadata))
+                             channels.caller(replica.address).PredictStream(request, metadata=channels.metadata))
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:
