@@ -28,9 +28,11 @@ class EmbeddedHTTPServer:
     def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False) -> None:
         """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections)."""
         self.host, self.port, self.name, self.reuse_port = host, port, name, reuse_port
+        # httptools (C parser) named, not left to "auto"; the loop is the caller's (uvloop: cli._run_fast); no
+        # access log; no X-Forwarded-For rewriting (nothing reads the client address; a layer per request).
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
-            timeout_graceful_shutdown=5, loop="none",
+            timeout_graceful_shutdown=5, loop="none", http="httptools", proxy_headers=False,
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None

@@ -6,7 +6,8 @@ enabled (LOCALAI_AUTH) every other route needs a user or admin key too — model
 own credential, see `node_identity`). `/metrics` takes an API key or the scrape token
 (CORRAL_METRICS_TOKEN); it needs one of them whenever auth is on or a scrape token is set.
 
-A pure ASGI middleware, not a per-route dependency: the inference path pays one prefix test
+A pure ASGI layer outside the FastAPI app (frontend/app.py), not a per-route dependency, so it
+answers its own errors (a key lookup with PostgreSQL down: 503). The inference path pays one prefix test
 when auth is off, and one sha256 plus a dict lookup when it is on. Key hashes are cached in
 memory (positive 10 s, negative 2 s) and evicted at once when any frontend revokes a key
 (NATS `state.api-keys.revoked`), so there is no database statement per request.
@@ -106,7 +107,13 @@ class AccessControl:
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
                        send: Callable[[Any], Awaitable[None]]) -> None:
         if scope["type"] == "http":
-            refusal = await self._refusal(scope, scope["path"])
+            try:
+                refusal = await self._refusal(scope, scope["path"])
+            except Exception as exc:  # a key lookup with PostgreSQL down: 503 naming it, never a traceback
+                from corral.frontend.errors import dependency_or_unexpected_response
+
+                await dependency_or_unexpected_response(exc)(scope, receive, send)
+                return
             if refusal is not None:
                 await _send_json(send, refusal[0], refusal[1])
                 return

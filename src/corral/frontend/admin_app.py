@@ -1,10 +1,10 @@
-"""Wire admin and API-key access into the app: the access middleware and the admin routers."""
+"""Wire admin and API-key access into the app: the access layer and the admin routers."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from corral.frontend.access import AccessControl, KeyCache
+from corral.frontend.access import AccessControl, ASGIApp, KeyCache
 from corral.frontend.admin_labels import build_admin_labels_router
 from corral.frontend.admin_nodes import build_admin_nodes_router
 from corral.frontend.keys_api import build_keys_router
@@ -12,12 +12,18 @@ from corral.frontend.metrics import build_metrics_router
 from corral.frontend.state import FrontendState
 
 
+def access_control(inner: ASGIApp, state: FrontendState, cache: KeyCache) -> AccessControl:
+    """The access layer around `inner` (frontend/app.py puts it outside the FastAPI app)."""
+    lifecycle = state.lifecycle
+    return AccessControl(inner, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth),
+                         metrics_token=lifecycle.metrics_token if lifecycle is not None else "")
+
+
 def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
-    """Include last: `/api/nodes/{uuid}` routes never shadow other `/api/nodes/<word>` routers anyway."""
+    """Include last: `/api/nodes/{uuid}` routes never shadow other `/api/nodes/<word>` routers anyway.
+    Returns the key cache for `access_control`."""
     lifecycle = state.lifecycle
     cache = KeyCache(state.pool)
-    app.add_middleware(AccessControl, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth),
-                       metrics_token=lifecycle.metrics_token if lifecycle is not None else "")
     app.include_router(build_admin_nodes_router(state))
     app.include_router(build_admin_labels_router(state))
     app.include_router(build_keys_router(state, on_revoked=cache.evict))
