@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.frontend.disconnect import respond_until_disconnect
+from corral.frontend.disconnect import WATCH_AFTER_S, respond_until_disconnect
 
 
 async def test_a_disconnect_cancels_the_response_in_progress_and_returns_quietly() -> None:
@@ -54,3 +54,23 @@ async def test_a_disconnect_after_the_last_body_message_cancels_nothing() -> Non
 
     await respond_until_disconnect(receive, send, respond)
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body", "cleanup done"]
+
+
+async def test_a_response_done_before_the_watch_starts_never_reads_the_connection() -> None:
+    reads = []
+
+    async def receive() -> dict:
+        reads.append(True)
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        pass
+
+    async def respond(send) -> None:  # noqa: ANN001
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    await respond_until_disconnect(receive, send, respond)
+    await asyncio.sleep(WATCH_AFTER_S * 2)  # the watch timer was cancelled with the response
+    assert reads == []
