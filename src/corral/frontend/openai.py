@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
@@ -231,22 +231,33 @@ def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
     return results
 
 
-class _RelayResponse(StreamingResponse):
-    """A streaming response that always ends its backend stream, even if the body never started."""
+class _RelayResponse(Response):
+    """An SSE relay sent with plain ASGI messages: one `send` per event and nothing else per token.
+
+    Starlette's StreamingResponse adds a task group and a second disconnect listener per stream and a
+    type check per chunk; the fast path's `respond_until_disconnect` already cancels the relay when the
+    client goes away. The backend stream is always ended, even if the body never started.
+    """
+
+    media_type = "text/event-stream"
 
     def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream, headers: dict[str, str]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self._stream = stream
+        self.status_code, self.background = 200, None
+        self.init_headers(headers)  # no `body`: no Content-Length, as for any stream
+        self._content, self._stream = content, stream
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for event in self._content:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self._stream.close()
 
 
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
+                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> Response:
     async with http_errors(state.router, cfg):
         first, stream = await calls.open_stream(state.router, cfg, opts)
     encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)
