@@ -49,6 +49,11 @@ from corral.store import settings as settings_store
 
 log = logging.getLogger(__name__)
 
+# A request's objects die by reference counting; at the default 700 a young collection ran every few
+# requests and walked the in-flight ones only to promote them (~6% of a warm request's CPU). Cycles still
+# get collected, just after 20k new container objects instead of 700 (a few MB at most).
+GC_THRESHOLDS = (20_000, 10, 10)
+
 
 async def apply_boot_settings(pool: asyncpg.Pool, settings: FrontendSettings) -> None:
     """A flag given at boot writes the shared runtime value (last write wins, like POST /api/settings)."""
@@ -133,6 +138,7 @@ async def serve(settings: FrontendSettings) -> int:
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
     gc.freeze()  # what startup built (app, schemas, configs) lives forever: later collections skip it
+    gc.set_threshold(*GC_THRESHOLDS)
     reconciler = ReplicaReconciler(router, configs, aliases, ReconcilerSettings(
         settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s))
     lifecycle.events.listeners.append(reconciler.on_node_event)
