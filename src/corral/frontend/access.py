@@ -68,11 +68,19 @@ class KeyCache:
         self._entries.pop(hashed, None)
 
 
-def _under(path: str, prefixes: tuple[str, ...]) -> bool:
-    for prefix in prefixes:
-        if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
-            return True
-    return False
+class _Under:
+    """Is a path one of `prefixes` or below one? Two C-level tests, not a loop (4 µs on every /v1 request)."""
+
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        self.exact = frozenset(prefixes)
+        self.below = tuple(p if p.endswith("/") else p + "/" for p in prefixes)
+
+    def __call__(self, path: str) -> bool:
+        return path in self.exact or path.startswith(self.below)
+
+
+_admin_path = _Under(ADMIN_PREFIXES)
+_own_guard_path = _Under(WORKER_PREFIXES + UI_PREFIXES)  # worker self-service and the web UI's pages
 
 
 def bearer(scope: Scope) -> str | None:
@@ -126,13 +134,13 @@ class AccessControl:
         await self.app(scope, receive, send)
 
     async def _refusal(self, scope: Scope, path: str) -> tuple[int, dict[str, Any]] | None:
-        if _under(path, ADMIN_PREFIXES):
+        if _admin_path(path):
             admin = await self._admin_refusal(scope)
             return None if admin is None else (admin[0], _admin_error(*admin))
         if path == METRICS_PATH and (self.user_auth or self.metrics_token):
             message = await self._metrics_refusal(scope)
             return None if message is None else (401, _user_error(message))
-        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES + UI_PREFIXES):
+        if self.user_auth and path not in OPEN_PATHS and not _own_guard_path(path):
             message = await self._user_refusal(scope)
             return None if message is None else (401, _user_error(message))
         return None
