@@ -39,7 +39,7 @@ def cluster(state_root: Path, make_database, nats_url: str, gallery: str) -> Ite
     (c.models_dir / "ghost.yaml").write_text("name: ghost\nbackend: no-such-backend\n")
     try:
         c.start_frontend("--model-load-wait", "200ms", "--backend-install-timeout", "1s")
-        c.start_worker("w1", "--backends-path", str(c.root / "w1" / "backends"), "--backend-galleries", gallery)
+        c.start_worker("w1", "--backend-galleries", gallery)  # backends path: <root>/w1/backends, empty
         yield c
     finally:
         c.stop()

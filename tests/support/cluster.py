@@ -129,6 +129,7 @@ class Cluster:
             "--registration-token", self.token if token is None else token, "--node-name", name,
             "--serve-addr", f"127.0.0.1:{base_port}", "--advertise-addr", f"127.0.0.1:{base_port}",
             "--http-addr", f"127.0.0.1:{base_port - 1}", "--models-path", str(self.root / name / "models"),
+            "--backends-path", str(self.root / name / "backends"),
             "--heartbeat-interval", "2s", "--log-level", "debug",
         ]
 
