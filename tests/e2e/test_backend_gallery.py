@@ -120,6 +120,7 @@ def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_mo
     assert all(b["install"]["phase"] in ("resolving", "downloading", "extracting", "starting")  # type: ignore[index]
                for b in loading_seen)
     assert any(b.get("from_503") for b in loading_seen), "the 503 loading object never showed the install"
+    assert any(b["state"] == "installing" for b in loading_seen), [b["state"] for b in loading_seen]
     assert (backends / "refbackend" / "metadata.json").is_file()
     assert busy_seen, "the install outlasted --backend-install-timeout but load-status never showed worker_busy"
     log = cluster.frontend.log() if cluster.frontend else ""

@@ -135,12 +135,14 @@ async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnaps
     staging = asyncio.create_task(stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg),
                                               progress), name=f"stage:{cfg.name}")
     try:
-        done, _ = await asyncio.wait({installing, staging}, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            task.result()  # raises the first failure
-        if not installing.done():
-            progress.phase(INSTALLING)  # the files are there; the process is still starting
-        return await installing, await staging
+        pending: set[asyncio.Task[Any]] = {installing, staging}
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises the first failure (the other is cancelled below)
+            if staging.done() and not installing.done():
+                progress.phase(INSTALLING)  # the files are there; the backend is still installing or starting
+        return installing.result(), staging.result()
     finally:
         for task in (installing, staging):
             task.cancel()
