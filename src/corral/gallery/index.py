@@ -22,7 +22,6 @@ from corral.gallery.names import backend_name_problem
 INDEX_MAX_BYTES = 4 << 20  # an index is a list of short entries; anything larger is refused unread
 INDEX_MAX_ENTRIES = 10_000
 GALLERIES_MAX_CHARS = 16_384
-DEFAULT_INDEX = Path(__file__).resolve().parent / "index.yaml"
 SHA256_HEX_CHARS = 64
 
 

@@ -15,9 +15,10 @@ from corral.bus import client as bus
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
 from corral.config.settings import Settings
-from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_galleries
+from corral.gallery.index import GalleryError, GalleryRef, parse_galleries
 from corral.gallery.installer import BackendInstaller
 from corral.gallery.manager import BackendManager
+from corral.gallery.package_files import default_index
 from corral.gallery.registry import BackendRegistry
 from corral.loops import OwnedTasks, run_periodic
 from corral.worker import hardware
@@ -260,7 +261,7 @@ def _backend_manager(settings: Settings) -> BackendManager:
     system_path = Path(settings.backends_system_path).expanduser() if settings.backends_system_path else None
     try:
         galleries = (parse_galleries(settings.backend_galleries) if settings.backend_galleries.strip()
-                     else [GalleryRef("corral", str(DEFAULT_INDEX))])
+                     else [GalleryRef("corral", str(default_index()))])
     except GalleryError as exc:
         raise ConfigError(str(exc)) from None
     installer = BackendInstaller(backends_path, require_integrity=settings.require_backend_integrity,
