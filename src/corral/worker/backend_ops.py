@@ -41,6 +41,7 @@ from corral.worker.supervisor import BackendStartFailed, Supervisor
 
 log = logging.getLogger(__name__)
 
+OP_ID_MAX_CHARS = 128
 INSTALL_FAILURES = (GalleryError, InstallError, InvalidBackendName)
 
 
@@ -122,6 +123,9 @@ class BackendOps:
             return BackendInstallReply(success=False, error=f"field 'model_id' {problem}")
         if req.replica_index is not None and not 0 <= req.replica_index < 1 << 31:
             return BackendInstallReply(success=False, error="field 'replica_index' must be 0..2147483647")
+        if req.op_id is not None and len(req.op_id) > OP_ID_MAX_CHARS:
+            return BackendInstallReply(success=False, error=f"field 'op_id' must be at most {OP_ID_MAX_CHARS} "
+                                                            "characters (it becomes a NATS subject token)")
         key = process_key(req.model_id or "", req.backend, req.replica_index or 0)
         progress = self._progress(req.op_id, req.backend)
         try:
@@ -180,6 +184,10 @@ class BackendOps:
             return
         if (problem := backend_name_problem(req.backend)) is not None:
             await msg.respond(BackendUpgradeReply(error=f"field 'backend' {problem}").to_json())
+            return
+        if req.op_id is not None and len(req.op_id) > OP_ID_MAX_CHARS:
+            await msg.respond(BackendUpgradeReply(error=f"field 'op_id' must be at most {OP_ID_MAX_CHARS} "
+                                                        "characters").to_json())
             return
         try:
             stopped = await self._upgrade(req.backend, self.manager.galleries_for(req.backend_galleries),
