@@ -18,6 +18,7 @@ commands:
   run       start a frontend (OpenAI-compatible API, node registry, router)
   worker    start a worker that registers with a frontend and runs backend processes
             (`corral worker ds4-distributed -- <args>`: exec the ds4 backend's layer-split worker)
+  agent-worker  start an agent worker: MCP tool discovery and calls, agent jobs (over NATS)
   p2p-worker vllm <model>  run a headless vLLM data-parallel follower (optionally visible as a node)
   backend   start one gRPC backend process (spawned by workers)
   models    prepare the default models into a directory
@@ -68,13 +69,14 @@ def _preload() -> None:
 
 
 def _run_frontend(argv: Sequence[str]) -> int:
+    from corral.config.commands import FrontendSettings
     from corral.config.frontend import FRONTEND_SETTINGS
-    from corral.config.settings import load
+    from corral.config.settings import load_typed
     from corral.frontend.http_workers import child_index, run_http_workers
     from corral.frontend.main import serve
     from corral.loopwatch import watched
 
-    settings = load("corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
+    settings = load_typed(FrontendSettings, "corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
     index = child_index()
     setup_logging(settings.log_level, "frontend" if index is None else f"frontend.{index}")
     if settings.http_workers > 1 and index is None:
@@ -93,17 +95,19 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _run_ds4_distributed(argv: Sequence[str]) -> int:
+    from corral.config.commands import Ds4Settings
     from corral.config.launchers import DS4_SETTINGS
-    from corral.config.settings import load
+    from corral.config.settings import load_typed
     from corral.launchers import ds4
 
     own, passthrough = _split_passthrough(argv)
-    settings = load("corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
+    settings = load_typed(Ds4Settings, "corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
     setup_logging(settings.log_level, "ds4-worker")
     return ds4.run(passthrough, settings)
 
 
 def _run_p2p_worker(argv: Sequence[str]) -> int:
+    from corral.config.commands import VllmFollowerSettings
     from corral.config.launchers import VLLM_FOLLOWER_SETTINGS
     from corral.config.settings import build_parser, resolve
     from corral.launchers import vllm
@@ -118,7 +122,7 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
     parser.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
                         help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)")
     namespace = vars(parser.parse_args(own))
-    settings = resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ)
+    settings = VllmFollowerSettings(**resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ).values)
     setup_logging(settings.log_level, "vllm-follower")
     try:
         return asyncio.run(vllm.run(namespace["model"], settings, namespace["vllm_args"] + passthrough))
@@ -129,16 +133,31 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
 def _run_worker(argv: Sequence[str]) -> int:
     if argv and argv[0] == "ds4-distributed":
         return _run_ds4_distributed(argv[1:])
-    from corral.config.settings import load
+    from corral.config.commands import WorkerSettings
+    from corral.config.settings import load_typed
     from corral.config.worker import WORKER_SETTINGS
     from corral.loopwatch import watched
     from corral.worker.agent import Worker
 
-    settings = load("corral worker", "Start a worker.", WORKER_SETTINGS, argv)
+    settings = load_typed(WorkerSettings, "corral worker", "Start a worker.", WORKER_SETTINGS, argv)
     setup_logging(settings.log_level, "worker")
     _preload()
     import corral.worker.files  # noqa: F401 - the agent imports it in run(), on the loop (file server, S3)
     return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
+
+
+def _run_agent_worker(argv: Sequence[str]) -> int:
+    from corral.agents.worker import AgentWorker
+    from corral.config.agents import AGENT_WORKER_SETTINGS
+    from corral.config.commands import AgentWorkerSettings
+    from corral.config.settings import load_typed
+    from corral.loopwatch import watched
+
+    settings = load_typed(AgentWorkerSettings, "corral agent-worker", "Start an agent worker.",
+                          AGENT_WORKER_SETTINGS, argv)
+    setup_logging(settings.log_level, "agent-worker")
+    _preload()
+    return asyncio.run(watched(AgentWorker(settings).run(), "agent-worker", settings.slow_callback_ms))
 
 
 def _run_backend(argv: Sequence[str]) -> int:
@@ -169,6 +188,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "up": _run_up,
     "run": _run_frontend,
     "worker": _run_worker,
+    "agent-worker": _run_agent_worker,
     "p2p-worker": _run_p2p_worker,
     "backend": _run_backend,
     "models": _run_models,

@@ -129,6 +129,36 @@ class ModelsRunningReply(Message):
     error: str | None = None
 
 
+class ModelUnloadRequest(Message):
+    model_name: str = ""
+    address: str | None = None
+
+
+class ModelDeleteRequest(Message):
+    model_name: str = ""
+
+
+class ModelOpReply(Message):
+    """Reply of `model.unload` and `model.delete`; `stopped_process_keys` is corral's addition."""
+
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+
+
+class BackendLogsRequest(Message):
+    """`model_id` empty: the list of models with logs; else that model's last `limit` lines."""
+
+    model_id: str = ""
+    limit: int = 500
+
+
+class BackendLogsReply(Message):
+    models: list[dict[str, Any]] | None = None
+    lines: list[dict[str, Any]] | None = None
+    error: str | None = None
+
+
 __all__ = [
     "BackendDeleteReply",
     "BackendDeleteRequest",
@@ -136,12 +166,17 @@ __all__ = [
     "BackendInstallReply",
     "BackendInstallRequest",
     "BackendListReply",
+    "BackendLogsReply",
+    "BackendLogsRequest",
     "BackendStopRequest",
     "BackendUpgradeReply",
     "BackendUpgradeRequest",
     "Message",
+    "ModelDeleteRequest",
+    "ModelOpReply",
     "ModelStopReply",
     "ModelStopRequest",
+    "ModelUnloadRequest",
     "ModelsRunningReply",
     "NodeBackendInfo",
     "RunningModel",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from corral.config.agents import FRONTEND_AGENT_SETTINGS
 from corral.config.parse import (
     parse_bool,
     parse_duration_s,
     parse_host_port,
-    parse_int,
     parse_nats_url,
+    parse_positive_int,
     parse_postgres_url,
 )
 from corral.config.process import SLOW_CALLBACK_SETTING, parse_http_workers
@@ -29,12 +30,6 @@ def _positive_size(raw: str) -> int:
     return size
 
 
-def _positive_int(raw: str) -> int:
-    value = parse_int(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be a positive number")
-    return value
-
 
 # Bounded resources per request (frontend/limits.py): enforced before parsing and before auth.
 FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
@@ -48,7 +43,7 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("admin_max_body_bytes", "--admin-max-body", ("CORRAL_ADMIN_MAX_BODY",), 1 << 20, _positive_size,
             "largest request body on every other route: admin APIs, keys, settings (413 past it, unread)"),
     Setting("max_concurrent_requests", "--max-concurrent-requests", ("CORRAL_MAX_CONCURRENT_REQUESTS",), 1024,
-            _positive_int, "requests this frontend serves at once (streams until they end; health checks "
+            parse_positive_int, "requests this frontend serves at once (streams until they end; health checks "
             "excluded); past it a request gets 429 with Retry-After instead of queueing"),
 )
 
@@ -69,6 +64,13 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
     Setting("backend_install_timeout_s", "--backend-install-timeout",
             ("LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT",), 15 * 60.0, parse_duration_s,
             "how long to wait for a worker to answer backend.install"),
+    Setting("backend_upgrade_timeout_s", "--backend-upgrade-timeout",
+            ("LOCALAI_NATS_BACKEND_UPGRADE_TIMEOUT",), 15 * 60.0, parse_duration_s,
+            "how long to wait for a worker to answer backend.upgrade"),
+    Setting("backend_delete_timeout_s", "--backend-delete-timeout", ("CORRAL_BACKEND_DELETE_TIMEOUT",), 120.0,
+            parse_duration_s, "how long an admin backend delete waits for the worker (backend.delete)"),
+    Setting("node_op_timeout_s", "--node-op-timeout", ("CORRAL_NODE_OP_TIMEOUT",), 30.0, parse_duration_s,
+            "how long admin node calls wait for the worker: backend list, model unload/delete, backend logs"),
     Setting("model_load_timeout_s", "--model-load-timeout", ("LOCALAI_NATS_MODEL_LOAD_TIMEOUT",), None,
             _optional_duration_s, "LoadModel deadline; unset = 5m + 20s per GiB of checkpoint, capped at 6h"),
     Setting("model_load_wait_s", "--model-load-wait", ("LOCALAI_MODEL_LOAD_WAIT",), 60.0, parse_duration_s,
@@ -106,3 +108,4 @@ FRONTEND_SETTINGS += FRONTEND_LIMIT_SETTINGS  # issue 10: body size and concurre
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face
 FRONTEND_SETTINGS += FRONTEND_SCHEDULING_SETTINGS  # issue 6: scheduling rules, replica reconciler
+FRONTEND_SETTINGS += FRONTEND_AGENT_SETTINGS  # issue 13: MCP servers run by agent workers

@@ -12,13 +12,17 @@ import asyncpg
 import httpx
 from nats.aio.client import Client
 
+from corral.agents.client import AgentBus
+from corral.agents.recorder import JobRecorder
 from corral.bus import client as bus
-from corral.config.settings import Settings
+from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
+from corral.control.backend_ops import BackendOpsDriver, BackendOpSettings
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
+from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
 from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
@@ -45,7 +49,7 @@ from corral.store import settings as settings_store
 log = logging.getLogger(__name__)
 
 
-async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
+async def apply_boot_settings(pool: asyncpg.Pool, settings: FrontendSettings) -> None:
     """A flag given at boot writes the shared runtime value (last write wins, like POST /api/settings)."""
     if settings.disk_headroom_check is not None:
         await settings_store.put(pool, DISK_CHECK_SETTING, bool(settings.disk_headroom_check))
@@ -54,7 +58,7 @@ async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
                     "placed even on nodes that cannot store them; staging may fail with ENOSPC")
 
 
-def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
+def build_router(settings: FrontendSettings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
                  channels: BackendChannels, aliases: dict[str, str], staging: StagingContext) -> Router:
     """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
     frontend_id = str(uuid.uuid4())
@@ -74,7 +78,7 @@ def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx
     return Router(ctx, replicas, cold, evictor)
 
 
-async def serve(settings: Settings) -> int:
+async def serve(settings: FrontendSettings) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -107,10 +111,19 @@ async def serve(settings: Settings) -> int:
     cleanup = RevisionCleanup(pool, nc, router)
     revs.cleanup_kick = cleanup.kick
     await revs.start()
+    backend_ops = BackendOpsDriver(pool, nc, str(uuid.uuid4()), BackendOpSettings(
+        settings.backend_install_timeout_s, settings.backend_upgrade_timeout_s,
+        settings.backend_delete_timeout_s, settings.node_op_timeout_s))
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header, aliases=aliases)
+                          expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops)
+    state.agents = AgentChat(state, AgentBus(nc, tool_timeout_s=settings.mcp_tool_timeout_s,
+                                             discovery_timeout_s=settings.mcp_discovery_timeout_s),
+                             settings.mcp_max_iterations)
+    state.mcp_max_iterations = settings.mcp_max_iterations
+    state.agent_jobs = JobRecorder(pool, nc)
+    await state.agent_jobs.start()
     await lifecycle.start()
     host, port = settings.address
     app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
@@ -126,6 +139,7 @@ async def serve(settings: Settings) -> int:
     tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
+    tasks.start("backend-ops", backend_ops.run(stop))
     code = 0
     try:
         died = await tasks.until_stop(stop)
@@ -138,6 +152,7 @@ async def serve(settings: Settings) -> int:
         await tasks.close()
         await server.stop()
         await lifecycle.stop()
+        await state.agent_jobs.stop()
         await router.close()
         await channels.close()
         await http.aclose()

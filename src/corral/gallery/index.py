@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlparse
@@ -22,6 +23,7 @@ from corral.gallery.names import backend_name_problem
 INDEX_MAX_BYTES = 4 << 20  # an index is a list of short entries; anything larger is refused unread
 INDEX_MAX_ENTRIES = 10_000
 GALLERIES_MAX_CHARS = 16_384
+DEFAULT_INDEX = Path(str(resources.files("corral.gallery").joinpath("index.yaml")))  # package data
 SHA256_HEX_CHARS = 64
 
 

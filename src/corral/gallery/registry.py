@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from corral.gallery.metadata import METADATA_FILE, RUN_FILE, BackendMetadata, read_metadata
 from corral.gallery.names import backend_name_problem
-from corral.gallery.package_files import builtin_backends_dir
 
+BUILTIN_BACKENDS_DIR = Path(str(resources.files("corral.gallery").joinpath("system")))  # package data
 INSTALL_PREFIX = ".install-"  # staging directories beside the target; never a valid backend name
 TRASH_PREFIX = ".trash-"  # a replaced or deleted backend, renamed aside before removal
 
@@ -58,14 +59,12 @@ class BackendRegistry:
     """Reads the backend directories on every call: an install or delete is visible at once."""
 
     def __init__(self, backends_path: Path, system_path: Path | None = None,
-                 builtin_path: Path | None | bool = True) -> None:
+                 builtin_path: Path | None = BUILTIN_BACKENDS_DIR) -> None:
         self.backends_path = backends_path
         self.roots: list[tuple[Path, bool]] = [(backends_path, False)]
         if system_path is not None:
             self.roots.append((system_path, True))
-        if builtin_path is True:
-            builtin_path = builtin_backends_dir()
-        if isinstance(builtin_path, Path):
+        if builtin_path is not None:
             self.roots.append((builtin_path, True))
 
     def find(self, name: str) -> InstalledBackend | None:

@@ -81,3 +81,7 @@ async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str, kind: str =
 async def delete(pool: asyncpg.Pool, key: str, owner: str) -> None:
     await pool.execute(q("load_job_delete"), key, owner)
 
+
+
+async def listing(pool: asyncpg.Pool, limit: int) -> list[JobSnapshot]:
+    return [JobSnapshot.from_row(r) for r in await pool.fetch(q("load_job_listing"), limit)]

@@ -43,6 +43,8 @@ class NodeHandlers:
         self._on_stop_node = on_stop_node
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
+        # Other modules' handlers (model ops, backend logs): node id -> {subject: handler}, re-bound with ours.
+        self.route_providers: list[Callable[[str], dict[str, Callable[[Msg], Awaitable[None]]]]] = []
 
     async def subscribe(self) -> None:
         routes: dict[str, Callable[[Msg], Awaitable[None]]] = {
@@ -52,6 +54,8 @@ class NodeHandlers:
             subjects.models_running(self.node_id): self._models_running,
             subjects.node_stop(self.node_id): self._node_stop,
         }
+        for provider in self.route_providers:
+            routes.update(provider(self.node_id))
         for subject, handler in routes.items():
             self._subscriptions.append(await self.nc.subscribe(subject, cb=self._spawn(handler)))
         await self.nc.flush(timeout=5)

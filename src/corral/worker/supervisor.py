@@ -5,7 +5,8 @@ cwd = that directory and LOCALAI_GRPC_AUTH_TOKEN in its environment (reference Â
 engines are backends of the same registry, so there is one spawn path.
 
 A process is READY only after its gRPC Health answered OK. If it dies while starting, the
-error carries its last stderr lines. Each process leads its own process group and is stopped as a
+error carries its last output lines. Its stdout and stderr go, line by line, to the worker's
+bounded per-key log (`backend_logs`), which operators read and follow over NATS. Each process leads its own process group and is stopped as a
 group, so a run.sh that starts its server without `exec` (as the reference's do) leaves nothing
 behind. run.sh gets PR_SET_PDEATHSIG so it dies with the worker even on SIGKILL (what it started
 relies on its own parent watch then, as the reference's backends do).
@@ -30,6 +31,7 @@ import grpc
 from corral.backends.model_root import MODELS_ROOT_ENV
 from corral.gallery.registry import BackendRegistry, InstalledBackend
 from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.worker.backend_logs import BackendLogs
 from corral.worker.ports import PortAllocator
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ READINESS_PROBE_TIMEOUT_S = 2.0
 FREE_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
 STDERR_TAIL_LINES = 20
+STREAM_CHUNK_BYTES = 65536
 _SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"  # reference run.sh files are bash
 PYTHON_ENV = "CORRAL_PYTHON"  # the worker's interpreter, for the built-in backends' run.sh
 
@@ -51,7 +54,7 @@ class BackendState(enum.Enum):
 
 
 class BackendStartFailed(Exception):
-    """A backend process exited or never answered Health; the message carries its last stderr lines."""
+    """A backend process exited or never answered Health; the message carries its last output lines."""
 
 
 WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # bind host -> host to dial
@@ -85,6 +88,7 @@ class BackendProcess:
     state: BackendState = BackendState.STARTING
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
     _reader: asyncio.Task[None] | None = None
+    _out_reader: asyncio.Task[None] | None = None
 
     @property
     def dial_host(self) -> str:
@@ -158,9 +162,11 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 
 class Supervisor:
     def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
-                 models_root: Path | None = None, registry: BackendRegistry | None = None) -> None:
+                 models_root: Path | None = None, registry: BackendRegistry | None = None,
+                 logs: BackendLogs | None = None) -> None:
         self.ports = ports
         self.registry = registry or BackendRegistry(Path("backends").resolve())
+        self.logs = logs if logs is not None else BackendLogs()
         self.models_root = models_root
         self.bind_host = bind_host
         self.token = token
@@ -227,7 +233,7 @@ class Supervisor:
         try:
             identity = backend.identity()
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=env, cwd=backend.directory, preexec_fn=_set_pdeathsig,
                 start_new_session=True,  # its own process group: a run.sh that does not exec is stopped whole
             )
@@ -236,7 +242,11 @@ class Supervisor:
             raise BackendStartFailed(f"cannot start backend {backend.name!r} for {key}: {exc}") from None
         proc = BackendProcess(key, backend.name, port, process, self.bind_host, directory=backend.directory,
                               identity=identity)
-        proc._reader = asyncio.create_task(self._read_stderr(proc), name=f"stderr:{key}")
+        self.logs.started(key, backend.name)
+        self.logs.append(key, "stderr", f"[corral worker] starting backend {backend.name!r} on port {port} "
+                                        f"(pid {process.pid})")
+        proc._reader = asyncio.create_task(self._read_stream(proc, "stderr"), name=f"stderr:{key}")
+        proc._out_reader = asyncio.create_task(self._read_stream(proc, "stdout"), name=f"stdout:{key}")
         self.processes[key] = proc
         try:
             await self._wait_ready(proc)
@@ -249,13 +259,23 @@ class Supervisor:
         log.info("backend %s for %s ready on port %d (pid %d)", backend.name, key, port, process.pid)
         return proc
 
-    async def _read_stderr(self, proc: BackendProcess) -> None:
-        stream = proc.process.stderr
+    async def _read_stream(self, proc: BackendProcess, name: str) -> None:
+        stream = proc.process.stderr if name == "stderr" else proc.process.stdout
         if stream is None:
             return
-        while line := await stream.readline():
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # a line over the stream limit (64 KiB): keep what was read, go on
+                line = await stream.read(STREAM_CHUNK_BYTES)
+            if not line:
+                if name == "stderr" and self.processes.get(proc.key) is proc:
+                    self.logs.ended(proc.key)
+                return
             text = line.decode(errors="replace").rstrip()
-            proc.stderr_tail.append(text)
+            if name == "stderr":
+                proc.stderr_tail.append(text)
+            self.logs.append(proc.key, name, text)
             log.debug("[%s] %s", proc.key, text)
 
     async def _wait_ready(self, proc: BackendProcess) -> None:
@@ -264,10 +284,12 @@ class Supervisor:
             if not proc.alive():
                 if proc._reader:
                     await asyncio.wait({proc._reader}, timeout=1.0)
-                tail = "\n".join(list(proc.stderr_tail)[-STDERR_TAIL_LINES:])
+                if proc._out_reader:
+                    await asyncio.wait({proc._out_reader}, timeout=1.0)
+                tail = "\n".join(self.logs.tail(proc.key, STDERR_TAIL_LINES))
                 raise BackendStartFailed(
                     f"backend {proc.backend!r} for {proc.key} exited with code {proc.process.returncode} "
-                    f"while starting; last stderr lines:\n{tail}"
+                    f"while starting; last output lines:\n{tail}"
                 )
             if await _probe_health(proc.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
                 return
@@ -305,8 +327,11 @@ class Supervisor:
                 _signal_group(proc, signal.SIGKILL)
                 await proc.process.wait()
         await _reap_group(proc)
-        if proc._reader:
-            await asyncio.wait({proc._reader}, timeout=1.0)
+        readers = {task for task in (proc._reader, proc._out_reader) if task is not None}
+        if readers:
+            await asyncio.wait(readers, timeout=1.0)
+        self.logs.append(proc.key, "stderr", f"[corral worker] backend exited with code {proc.process.returncode}")
+        self.logs.ended(proc.key)
         proc.state = BackendState.STOPPED
         self.ports.release(proc.key, proc.port)
         if self.processes.get(proc.key) is proc:

@@ -28,6 +28,7 @@ def test_a_minted_worker_credential_is_scoped_to_its_own_node_subjects() -> None
     nats_claims = claims["nats"]
     assert nats_claims["sub"]["allow"] == ["nodes.node-1-.>", "_INBOX.>"]  # sanitised token: no wildcards
     assert "nodes.node-1-.backend.install.*.progress" in nats_claims["pub"]["allow"]
+    assert "nodes.node-1-.backend.logs.*.lines" in nats_claims["pub"]["allow"]  # its own backends' live lines
     assert claims["name"] == "localai-backend-node-1-"
     verifier = nkeys.from_seed(bytearray(account.seed.encode()))
     assert verifier.verify(signed, sig)
@@ -45,3 +46,14 @@ def test_decode_claims_reads_what_encode_wrote() -> None:
     operator = natsauth.create_pair("operator")
     jwt = natsauth.operator_jwt(operator, "ASYS")
     assert natsauth.decode_claims(jwt)["nats"] == {"type": "operator", "version": 2, "system_account": "ASYS"}
+
+
+def test_an_agent_node_is_minted_the_agent_worker_permissions_not_a_backend_workers() -> None:
+    account = natsauth.create_pair("account")
+    agent = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "agent")[0])["nats"]
+    backend = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "backend")[0])["nats"]
+    assert agent["pub"]["allow"] == ["agent.>", "jobs.>", "_INBOX.>"]
+    assert {"mcp.tools.execute", "mcp.discovery", "agent.execute", "jobs.mcp-ci.new",
+            "nodes.n-1.backend.stop"} <= set(agent["sub"]["allow"])
+    assert not any("backend.install" in s for s in agent["sub"]["allow"] + agent["pub"]["allow"])
+    assert "nodes.n-1.>" in backend["sub"]["allow"]

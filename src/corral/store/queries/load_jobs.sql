@@ -33,3 +33,9 @@ WHERE tracking_key = $1 AND owner_replica = $2;
 -- name: load_job_delete
 -- The load finished (or its failure grace ended): remove the job.
 DELETE FROM model_load_jobs WHERE tracking_key = $1 AND owner_replica = $2;
+
+-- name: load_job_listing
+-- Every load job (running, or failed within its grace window), oldest first, bounded.
+SELECT *, EXTRACT(EPOCH FROM (now() - last_progress))::double precision AS silent_s,
+       EXTRACT(EPOCH FROM (now() - started_at))::double precision AS moving_s
+FROM model_load_jobs ORDER BY created_at, tracking_key LIMIT $1;
