@@ -119,6 +119,7 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     events = InstallEvents(progress)
     sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
+        await ctx.nc.flush(timeout=5)  # subscribed on the server before the worker's first event
         reply = await _ask_until_answered(ctx, node, request, events, progress)
     finally:
         with contextlib.suppress(Exception):

@@ -63,6 +63,7 @@ class LoadJobRunner:
         budget_s = load_budget_s(cfg.checkpoint_bytes(), self.ctx.load_timeout_override_s)
 
         phase_changed = asyncio.Event()
+        install_shown: list[object] = [None]  # the install phase / worker-busy mark last made visible
 
         def on_work() -> None:
             if progress.state != hold.phase:
@@ -70,6 +71,11 @@ class LoadJobRunner:
                 phase_changed.set()  # waiters and the 503 body see a new phase at once, not a beat later
             else:
                 hold.worked()
+            install = progress.install_json()
+            install_key = (install or {}).get("phase"), (install or {}).get("worker_busy")
+            if install is not None and install_key != install_shown[0]:
+                install_shown[0] = install_key
+                phase_changed.set()  # a new install phase or "worker busy" shows at once too
 
         progress.listeners.append(on_work)
         activity = await self._activity_start(key)
