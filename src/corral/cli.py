@@ -1,4 +1,5 @@
-"""`corral` command line: run (frontend), worker, backend, up (embedded stack), models."""
+"""`corral` command line: run (frontend), worker, backend, up (embedded stack), models, and the
+operator's commands (nodes, models, activity) that ask a frontend."""
 
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ commands:
   run       start a frontend (OpenAI-compatible API, node registry, router)
   worker    start a worker that registers with a frontend and runs backend processes
   backend   start one gRPC backend process (spawned by workers)
-  models    prepare the default models into a directory
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
+
+operator commands (ask a frontend: --url / $CORRAL_URL, --api-key / $CORRAL_API_KEY; --json for JSON):
+  nodes                        the cluster's nodes: status, models, in-flight, memory, labels
+  models                       configured models: size, where they fit, where they are loaded
+  models load NAME [--follow]  load a model now; --follow draws its progress until it is ready
+  models prepare DIR           put the default models and their configs into DIR (also `corral models DIR`)
+  activity [--history]         running operations (installs, upgrades, removals, staging)
 
 `corral <command> --help` lists every flag with its environment variable and default.
 `corral --version` prints the installed version.
@@ -105,10 +112,42 @@ def _run_up(argv: Sequence[str]) -> int:
     return up_main(list(argv))
 
 
-def _run_models(argv: Sequence[str]) -> int:
-    from corral.models.defaults import main as models_main
+def _run_nodes(argv: Sequence[str]) -> int:
+    from corral.config.client import CLIENT_SETTINGS
+    from corral.config.settings import load
+    from corral.ops import commands
 
-    return models_main(list(argv))
+    return commands.nodes(load("corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS, argv))
+
+
+def _run_activity(argv: Sequence[str]) -> int:
+    from corral.config.client import ACTIVITY_SETTINGS
+    from corral.config.settings import load
+    from corral.ops import commands
+
+    return commands.activity(load("corral activity", "List running operations.", ACTIVITY_SETTINGS, argv))
+
+
+def _run_models(argv: Sequence[str]) -> int:
+    from corral.config.client import CLIENT_SETTINGS, LOAD_SETTINGS
+    from corral.config.settings import load
+    from corral.models.defaults import main as models_main
+    from corral.ops import commands
+
+    args = list(argv)
+    if args[:1] == ["prepare"]:
+        return models_main(args[1:])
+    if args[:1] == ["load"]:
+        name = args[1] if len(args) > 1 and not args[1].startswith("-") else None
+        settings = load("corral models load NAME", "Load a model now.", LOAD_SETTINGS, args[2:] if name else args[1:])
+        if name is None:
+            raise ConfigError("name the model to load: corral models load NAME [--follow]")
+        return commands.load(settings, name)
+    if args[:1] == ["list"]:
+        args = args[1:]
+    elif len(args) == 1 and not args[0].startswith("-"):  # `corral models DIR`, as before the operator commands
+        return models_main(args)
+    return commands.models(load("corral models", "List the configured models.", CLIENT_SETTINGS, args))
 
 
 def _run_nats_auth_setup(argv: Sequence[str]) -> int:
@@ -123,6 +162,8 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "worker": _run_worker,
     "backend": _run_backend,
     "models": _run_models,
+    "nodes": _run_nodes,
+    "activity": _run_activity,
     "nats-auth-setup": _run_nats_auth_setup,
 }
 

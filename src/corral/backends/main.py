@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from corral.backends.engine import Engine
 from corral.backends.server import AddressError, parse_addr, serve
+from corral.telemetry import otlp
 
 BACKEND_NAMES = ("llama-cpp", "simulator")
 USAGE = f"corral backend {{{','.join(BACKEND_NAMES)}}} --addr HOST:PORT"
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_STARTUP_FAILED
+    telemetry = otlp.configure(f"corral-backend-{args.name}")
     try:
         return asyncio.run(serve(engine, address))
     except OSError as exc:
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_STARTUP_FAILED
     except KeyboardInterrupt:
         return 130
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # flush the last spans
 
 
 if __name__ == "__main__":

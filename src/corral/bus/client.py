@@ -12,6 +12,7 @@ from nats.errors import NoRespondersError, TimeoutError
 
 from corral.bus.messages import Message
 from corral.bus.security import NatsCredentials, TlsFiles
+from corral.telemetry.families import NATS_RECONNECTS
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
             await on_state(False)
 
     async def reconnected() -> None:
+        NATS_RECONNECTS.labels(name).inc()
         log.info("NATS link restored (%s)", name)
         if on_state:
             await on_state(True)
@@ -59,9 +61,10 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
 
 
 async def request(nc: Client, subject: str, payload: Message, reply_type: type[M], timeout_s: float,
-                  knob: str) -> M:
+                  knob: str, *, headers: dict[str, str] | None = None) -> M:
+    """`headers`: NATS message headers (the W3C trace context of the caller's span)."""
     try:
-        msg = await nc.request(subject, payload.to_json(), timeout=timeout_s)
+        msg = await nc.request(subject, payload.to_json(), timeout=timeout_s, headers=headers)
     except NoRespondersError:
         raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 from corral.bus import client as bus
 from corral.config.settings import Settings
 from corral.control import scheduling_seed, stuck_replicas
+from corral.control.cluster_figures import ClusterFigures
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
@@ -41,6 +42,7 @@ from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
 from corral.store import settings as settings_store
+from corral.telemetry import otlp
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ async def serve(settings: Settings) -> int:
     applied = await db.migrate(pool)
     if applied:
         log.info("database migrated: %s", ", ".join(applied))
+    telemetry = await asyncio.to_thread(otlp.configure, "corral-frontend", metrics=True)  # imports: off the loop
     nc = await bus.connect(settings.nats_url, "corral-frontend", **frontend_nats_options(settings))
     models_dir = Path(settings.models_path).resolve()
     configs = load_model_configs(models_dir)
@@ -110,7 +113,8 @@ async def serve(settings: Settings) -> int:
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header, aliases=aliases)
+                          expose_node_header=settings.expose_node_header, aliases=aliases,
+                          figures=ClusterFigures(pool, router.replicas.all))
     await lifecycle.start()
     host, port = settings.address
     app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
@@ -126,6 +130,9 @@ async def serve(settings: Settings) -> int:
     tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
+    if telemetry is not None and telemetry.bridge is not None:
+        telemetry.bridge.before = state.figures.refresh
+        tasks.start("otlp-metrics", telemetry.bridge.run(stop))
     code = 0
     try:
         died = await tasks.until_stop(stop)
@@ -143,4 +150,6 @@ async def serve(settings: Settings) -> int:
         await http.aclose()
         await nc.drain()
         await pool.close()
+        if telemetry is not None:
+            await asyncio.to_thread(telemetry.shutdown)  # flush the last spans
     return code

@@ -23,4 +23,5 @@ class FrontendState:
     config_revisions: Any = None  # corral.control.config_revisions.ConfigRevisions (model config edits)
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)
+    figures: Any = None  # corral.control.cluster_figures.ClusterFigures (read at scrape / OTLP export time)
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
+from opentelemetry.trace import SpanKind
+
 from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import BackendInstallReply, BackendInstallRequest
@@ -24,6 +26,7 @@ from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
 from corral.store import scheduling as scheduling_store
 from corral.store import settings as settings_store
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,9 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     """Start the backend process on `node`; its address. NodeLost when the node does not answer."""
     request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index)
     try:
-        reply = await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                  ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB)
+        with tracing.span("corral.install", kind=SpanKind.CLIENT, **{"corral.node": node.name}):
+            reply = await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
+                                      ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
     except bus.NoResponders:
         log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
                     "trying the next node", node.name, node.id)

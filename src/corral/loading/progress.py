@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from corral.telemetry.families import LOAD_PHASE_SECONDS
+
 PENDING, INSTALLING, STAGING, LOADING, FAILED = "pending", "installing", "staging", "loading", "failed"
 
 
@@ -25,6 +27,7 @@ class LoadProgress:
     total_files: int = 0
     started_at_s: float | None = None  # wall clock of the first moved byte (ETA anchor)
     last_work_s: float = field(default_factory=time.monotonic)
+    phase_since_s: float = field(default_factory=time.monotonic)  # the current phase began (metrics)
     listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
     abandon: Callable[[str], bool] | None = field(default=None, repr=False)  # set by the running node attempt
 
@@ -34,8 +37,16 @@ class LoadProgress:
             listener()
 
     def phase(self, state: str) -> None:
+        if state != self.state:
+            self.end_phase()
         self.state = state
         self._worked()
+
+    def end_phase(self) -> None:
+        """Count the time spent in the current phase (`corral_load_phase_duration_seconds`)."""
+        now_s = time.monotonic()
+        LOAD_PHASE_SECONDS.labels(self.state).observe(now_s - self.phase_since_s)
+        self.phase_since_s = now_s
 
     def on_node(self, node_id: str, node_name: str, replica_index: int) -> None:
         self.node_id, self.node_name, self.replica_index = node_id, node_name, replica_index

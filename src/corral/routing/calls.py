@@ -31,6 +31,7 @@ from corral.routing.backend_client import (
 from corral.routing.errors import BackendRefused, BackendTimeout
 from corral.routing.replica import Replica
 from corral.routing.router import Router
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +68,18 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
+        span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
         try:
-            call = getattr(channels.stub(replica.address), method)(request, metadata=channels.metadata,
-                                                                   timeout=budget_s)
+            metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
+            call = getattr(channels.stub(replica.address), method)(request, metadata=metadata, timeout=budget_s)
             try:
                 return await call, replica
             except asyncio.CancelledError:  # the client went away: stop the generation
                 call.cancel()
                 raise
         except grpc.aio.AioRpcError as exc:
+            tracing.finish(span, exc)
+            span = None
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB) from None
             if replica_gone(exc):
@@ -85,7 +89,14 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
             raise _refused(cfg, replica, exc) from None
         finally:
             router.release(replica)
+            tracing.finish(span)
     raise AssertionError("unreachable")
+
+
+def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:
+    return tracing.start_client_span(f"backend {method}", **{
+        "rpc.system": "grpc", "rpc.method": method, "corral.model": cfg.name, "corral.node": replica.node_name,
+        "server.address": replica.address})
 
 
 class ReplyStream:
@@ -96,8 +107,9 @@ class ReplyStream:
     waiting raises `BackendTimeout` naming the knob. Per reply the cost is one clock read.
     """
 
-    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: grpc.aio.UnaryStreamCall) -> None:
-        self.router, self.cfg, self.replica, self._call = router, cfg, replica, call
+    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: grpc.aio.UnaryStreamCall,
+                 span: Any = None) -> None:
+        self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
         self._budget_s, self._knob, self._what = budgets.first_token_timeout_s, FIRST_TOKEN_TIMEOUT_KNOB, "no first token"
@@ -152,6 +164,7 @@ class ReplyStream:
             self._timer.cancel()
         self._call.cancel()
         self.router.release(self.replica)
+        tracing.finish(self._span)
 
 
 async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.PredictOptions
@@ -163,8 +176,10 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
     chain = router.prefix_chain(cfg, request)
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
-        stream = ReplyStream(router, cfg, replica,
-                             channels.stub(replica.address).PredictStream(request, metadata=channels.metadata))
+        span = None if tracing.tracer is None else _backend_span("PredictStream", cfg, replica)
+        metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
+        stream = ReplyStream(router, cfg, replica, channels.stub(replica.address).PredictStream(request, metadata=metadata),
+                             span)
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:

@@ -26,6 +26,7 @@ from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
 from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import Supervisor
+from corral.telemetry import otlp
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,14 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        telemetry = await asyncio.to_thread(otlp.configure, "corral-worker")  # backends inherit the OTEL_* env
+        try:
+            return await self._run()
+        finally:
+            if telemetry is not None:
+                await asyncio.to_thread(telemetry.shutdown)
+
+    async def _run(self) -> int:
         self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
         from corral.worker.files import (
             build_worker_file_server,

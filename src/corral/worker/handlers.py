@@ -10,6 +10,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from opentelemetry.trace import SpanKind
+
 from corral.bus import subjects
 from corral.bus.messages import (
     BackendInstallReply,
@@ -24,6 +26,7 @@ from corral.bus.messages import (
 from corral.models.names import name_problem
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,14 @@ class NodeHandlers:
             log.exception("handler for %s failed", msg.subject)
 
     async def _install(self, msg: Msg) -> None:
+        if tracing.tracer is None:
+            await self._install_backend(msg)
+            return
+        with tracing.span("worker.backend_install", kind=SpanKind.SERVER, context=tracing.extract(msg.headers),
+                          **{"corral.node_id": self.node_id}):
+            await self._install_backend(msg)
+
+    async def _install_backend(self, msg: Msg) -> None:
         try:
             req = BackendInstallRequest.from_json(msg.data)
         except ValidationError as exc:
