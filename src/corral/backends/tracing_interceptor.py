@@ -34,7 +34,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def streamed(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                with tracing.span(f"backend.{method}", kind=SpanKind.SERVER, context=parent, **attributes):
+                with tracing.span(f"backend.{method}", attributes, kind=SpanKind.SERVER, context=parent):
                     async for reply in inner_stream(request, context):
                         yield reply
 
@@ -42,7 +42,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         inner = handler.unary_unary
 
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            with tracing.span(f"backend.{method}", kind=SpanKind.SERVER, context=parent, **attributes):
+            with tracing.span(f"backend.{method}", attributes, kind=SpanKind.SERVER, context=parent):
                 return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(unary, **codecs)

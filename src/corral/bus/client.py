@@ -43,6 +43,7 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
     async def error(exc: Exception) -> None:
         log.debug("NATS error (%s): %s", name, exc)
 
+    NATS_RECONNECTS.labels(name)  # exported at 0 from the start
     options: dict[str, object] = dict(credentials.connect_options()) if credentials else {}
     ssl_context = (tls or TlsFiles()).context(url)
     if ssl_context is not None:

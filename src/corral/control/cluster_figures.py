@@ -34,7 +34,7 @@ class ClusterFigures:
         self.families: list[Metric] = []
 
     async def refresh(self) -> None:
-        families = [self._pool_family(), self._in_flight_family()]
+        families: list[Metric] = [self._pool_family(), self._in_flight_family()]
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 nodes = await cluster_store.nodes_by_status(self.pool)

@@ -75,13 +75,13 @@ class FastPath:
             finally:  # counted also when the client left mid-stream
                 self.figures.observe(model, response.status_code, time.perf_counter() - started_s)
                 if tracing.tracer is not None:
-                    tracing.annotate(**{"http.status_code": response.status_code, "corral.model": model})
+                    tracing.annotate({"http.status_code": response.status_code, "corral.model": model})
 
         if tracing.tracer is None:
             await respond_until_disconnect(receive, send, respond)  # a gone client cancels the backend call
         else:
-            with tracing.span(f"POST {scope['path']}", kind=SpanKind.SERVER,
-                              context=tracing.extract(_text_headers(scope)), **{"http.route": scope["path"]}):
+            with tracing.span(f"POST {scope['path']}", {"http.route": scope["path"]}, kind=SpanKind.SERVER,
+                              context=tracing.extract(_text_headers(scope))):
                 await respond_until_disconnect(receive, send, respond)
 
     async def _handle(self, handler: Handler, raw: bytes) -> tuple[Response, str]:

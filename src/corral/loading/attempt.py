@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 import httpx
-
 from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
@@ -58,7 +57,7 @@ async def call_load_model(ctx: LoadContext, node: NodeSnapshot, address: str, cf
     budget_s = load_budget_s(size_bytes, ctx.load_timeout_override_s)
     stub = ctx.channels.stub(address)
     try:
-        with tracing.span("backend LoadModel", kind=SpanKind.CLIENT, **{"corral.node": node.name}):
+        with tracing.span("backend LoadModel", {"corral.node": node.name}, kind=SpanKind.CLIENT):
             result = await stub.LoadModel(opts, timeout=budget_s, metadata=tracing.grpc_metadata(ctx.channels.metadata))
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -127,7 +126,7 @@ def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
 
 async def _staged(ctx: LoadContext, target: StagingTarget, cfg: ModelConfig,
                   progress: LoadProgress) -> backend_pb2.ModelOptions:
-    with tracing.span("corral.staging", **{"corral.node": target.node_name}):
+    with tracing.span("corral.staging", {"corral.node": target.node_name}):
         return await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
 
 

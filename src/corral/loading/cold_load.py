@@ -72,7 +72,7 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
     while True:
         progress.phase(PENDING)
         try:
-            with tracing.span("corral.placement", **{"corral.model": cfg.name}):
+            with tracing.span("corral.placement", {"corral.model": cfg.name}):
                 node, vram_bytes = await choose_node(ctx, cfg, excluded={lost.node_id for lost in tried})
         except PlacementError as exc:
             if not tried:

@@ -69,7 +69,7 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     """Start the backend process on `node`; its address. NodeLost when the node does not answer."""
     request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index)
     try:
-        with tracing.span("corral.install", kind=SpanKind.CLIENT, **{"corral.node": node.name}):
+        with tracing.span("corral.install", {"corral.node": node.name}, kind=SpanKind.CLIENT):
             reply = await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
                                       ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
     except bus.NoResponders:

@@ -61,7 +61,7 @@ class LoadJobRunner:
     async def _run(self, cfg: ModelConfig) -> None:
         started_s, outcome = time.monotonic(), "cancelled"
         try:
-            with tracing.span("corral.load", **{"corral.model": cfg.name}):
+            with tracing.span("corral.load", {"corral.model": cfg.name}):
                 outcome = await self._load(cfg)
         finally:
             LOAD_SECONDS.labels(cfg.name, outcome).observe(time.monotonic() - started_s)

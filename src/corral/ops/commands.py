@@ -27,7 +27,8 @@ def _print_json(body: Any, out: TextIO) -> None:
     print(json.dumps(body, indent=2, sort_keys=True, default=str), file=out)
 
 
-def nodes(settings: Settings, out: TextIO = sys.stdout) -> int:
+def nodes(settings: Settings, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     with client_of(settings) as client:
         rows = client.get("/api/nodes")
     if settings.json:
@@ -52,7 +53,8 @@ def _placements(client: FrontendClient) -> dict[str, list[str]]:
     return found
 
 
-def models(settings: Settings, out: TextIO = sys.stdout) -> int:
+def models(settings: Settings, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     with client_of(settings) as client:
         sizing = client.get("/api/models")
         where = _placements(client)
@@ -82,7 +84,8 @@ def _operation_rows(operations: list[dict[str, Any]]) -> list[list[object]]:
     return rows
 
 
-def activity(settings: Settings, out: TextIO = sys.stdout) -> int:
+def activity(settings: Settings, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     with client_of(settings) as client:
         live = client.get("/api/operations", missing_ok=True)
         if live is None:
@@ -101,13 +104,17 @@ def activity(settings: Settings, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def load(settings: Settings, model: str, out: TextIO = sys.stdout, *, tty: bool | None = None,
+def load(settings: Settings, model: str, out: TextIO | None = None, *, tty: bool | None = None,
          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+    out = out or sys.stdout
     with client_of(settings) as client:
         status, body = client.post(f"/api/model-configs/{quote(model, safe='')}/load")
         name = body.get("model", model)
         if not settings.follow or status == 200:
-            _print_json(body, out) if settings.json else print(f"{name}: {body.get('state')}", file=out)
+            if settings.json:
+                _print_json(body, out)
+            else:
+                print(f"{name}: {body.get('state')}", file=out)
             return 0
         view = LoadView(name, out, out.isatty() if tty is None else tty)
         started_s = clock()

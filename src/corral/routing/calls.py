@@ -94,7 +94,7 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
 
 
 def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:
-    return tracing.start_client_span(f"backend {method}", **{
+    return tracing.start_client_span(f"backend {method}", {
         "rpc.system": "grpc", "rpc.method": method, "corral.model": cfg.name, "corral.node": replica.node_name,
         "server.address": replica.address})
 

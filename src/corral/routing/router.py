@@ -124,7 +124,7 @@ class Router:
             self._warm(cfg.name).inc()
         else:
             self._cold_routes(cfg.name).inc()
-            with tracing.span("corral.cold_path", **{"corral.model": cfg.name}):
+            with tracing.span("corral.cold_path", {"corral.model": cfg.name}):
                 replica = await self._cold(cfg)
         self.view.touch(replica)
         return replica

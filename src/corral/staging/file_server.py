@@ -321,8 +321,8 @@ class _Handler(BaseHTTPRequestHandler):
             if tracing.tracer is None or method != "PUT":
                 answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
             else:  # an upload joins the trace of the load that sent it
-                with tracing.span("worker.receive_file", kind=SpanKind.SERVER,
-                                  context=tracing.extract(self.headers.items()), **{"corral.file": path}):
+                with tracing.span("worker.receive_file", {"corral.file": path}, kind=SpanKind.SERVER,
+                                  context=tracing.extract(self.headers.items())):
                     answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
         except Exception as exc:  # a bug must answer 500, not kill the connection silently
             log.exception("%s %s failed", method, path)

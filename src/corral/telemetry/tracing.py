@@ -13,7 +13,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, get_current_span, set_span_in_context
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 TRACE_HEADERS = ("traceparent", "tracestate")
@@ -28,8 +36,8 @@ def enable(active: Tracer | None) -> None:
 
 
 @contextlib.contextmanager
-def span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, context: Context | None = None,
-         **attributes: Any) -> Iterator[Span | None]:
+def span(name: str, attributes: dict[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL,
+         context: Context | None = None) -> Iterator[Span | None]:
     """A span around the block (the current span while it runs), or nothing when tracing is off."""
     if tracer is None:
         yield None
@@ -38,13 +46,13 @@ def span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, context: Context | No
         yield current
 
 
-def annotate(**attributes: Any) -> None:
+def annotate(attributes: dict[str, Any]) -> None:
     """Set attributes on the current span (nothing when tracing is off or no span is current)."""
     if tracer is not None:
         get_current_span().set_attributes(attributes)
 
 
-def start_client_span(name: str, **attributes: Any) -> Span | None:
+def start_client_span(name: str, attributes: dict[str, Any]) -> Span | None:
     """A client span (child of the current one) the caller ends with `finish`; None when tracing is off."""
     if tracer is None:
         return None

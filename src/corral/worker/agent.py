@@ -16,6 +16,7 @@ from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
 from corral.config.settings import Settings
 from corral.loops import OwnedTasks, run_periodic
+from corral.telemetry import otlp
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
@@ -26,7 +27,6 @@ from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
 from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import Supervisor
-from corral.telemetry import otlp
 
 log = logging.getLogger(__name__)
 

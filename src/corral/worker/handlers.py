@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-
 from opentelemetry.trace import SpanKind
 
 from corral.bus import subjects
@@ -24,9 +23,9 @@ from corral.bus.messages import (
     ValidationError,
 )
 from corral.models.names import name_problem
+from corral.telemetry import tracing
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor
-from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +88,8 @@ class NodeHandlers:
         if tracing.tracer is None:
             await self._install_backend(msg)
             return
-        with tracing.span("worker.backend_install", kind=SpanKind.SERVER, context=tracing.extract(msg.headers),
-                          **{"corral.node_id": self.node_id}):
+        with tracing.span("worker.backend_install", {"corral.node_id": self.node_id}, kind=SpanKind.SERVER,
+                          context=tracing.extract(msg.headers)):
             await self._install_backend(msg)
 
     async def _install_backend(self, msg: Msg) -> None:

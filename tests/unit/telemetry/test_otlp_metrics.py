@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from opentelemetry.sdk.metrics.export import Gauge as OtlpGauge
 from opentelemetry.sdk.metrics.export import Histogram as OtlpHistogram
 from opentelemetry.sdk.metrics.export import Sum
 from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from corral.telemetry.otlp_metrics import registry_metrics
 

@@ -27,14 +27,14 @@ def test_off_costs_nothing_and_adds_nothing() -> None:
     assert tracing.tracer is None
     base = (("authorization", "Bearer t"),)
     assert tracing.grpc_metadata(base) is base
-    assert tracing.headers() is None and tracing.start_client_span("x") is None
+    assert tracing.headers() is None and tracing.start_client_span("x", {}) is None
     with tracing.span("nothing") as span:
         assert span is None
 
 
 def test_a_child_joins_the_parent_carried_in_metadata(spans: InMemorySpanExporter) -> None:
     with tracing.span("frontend request"):
-        client = tracing.start_client_span("backend Predict")
+        client = tracing.start_client_span("backend Predict", {})
         assert client is not None
         metadata = tracing.metadata_for(client, (("authorization", "Bearer t"),))
         tracing.finish(client)
