@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -17,6 +18,8 @@ commands:
   up        start PostgreSQL, NATS, a frontend and workers on this machine (the embedded default)
   run       start a frontend (OpenAI-compatible API, node registry, router)
   worker    start a worker that registers with a frontend and runs backend processes
+            (`corral worker ds4-distributed -- <args>`: exec the ds4 backend's layer-split worker)
+  p2p-worker vllm <model>  run a headless vLLM data-parallel follower (optionally visible as a node)
   backend   start one gRPC backend process (spawned by workers)
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
 
@@ -87,7 +90,52 @@ def _run_frontend(argv: Sequence[str]) -> int:
     return _run_fast(watched(serve(settings), "frontend", settings.slow_callback_ms))
 
 
+def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(own arguments, everything after the first `--`)."""
+    args = list(argv)
+    if "--" in args:
+        cut = args.index("--")
+        return args[:cut], args[cut + 1:]
+    return args, []
+
+
+def _run_ds4_distributed(argv: Sequence[str]) -> int:
+    from corral.config.launchers import DS4_SETTINGS
+    from corral.config.settings import load
+    from corral.launchers import ds4
+
+    own, passthrough = _split_passthrough(argv)
+    settings = load("corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
+    setup_logging(settings.log_level, "ds4-worker")
+    return ds4.run(passthrough, settings)
+
+
+def _run_p2p_worker(argv: Sequence[str]) -> int:
+    from corral.config.launchers import VLLM_FOLLOWER_SETTINGS
+    from corral.config.settings import build_parser, resolve
+    from corral.launchers import vllm
+
+    if not argv or argv[0] != "vllm":
+        raise ConfigError("usage: corral p2p-worker vllm <model> --data-parallel-size N "
+                          "--data-parallel-size-local N --start-rank N --master-addr HOST --master-port PORT")
+    own, passthrough = _split_passthrough(argv[1:])
+    parser = build_parser("corral p2p-worker vllm", "Run a headless vLLM data-parallel follower.",
+                          VLLM_FOLLOWER_SETTINGS)
+    parser.add_argument("model", help="Hugging Face model id or local path (must match the head)")
+    parser.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
+                        help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)")
+    namespace = vars(parser.parse_args(own))
+    settings = resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ)
+    setup_logging(settings.log_level, "vllm-follower")
+    try:
+        return asyncio.run(vllm.run(namespace["model"], settings, namespace["vllm_args"] + passthrough))
+    except vllm.TopologyError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _run_worker(argv: Sequence[str]) -> int:
+    if argv and argv[0] == "ds4-distributed":
+        return _run_ds4_distributed(argv[1:])
     from corral.config.settings import load
     from corral.config.worker import WORKER_SETTINGS
     from corral.loopwatch import watched
@@ -160,6 +208,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "up": _run_up,
     "run": _run_frontend,
     "worker": _run_worker,
+    "p2p-worker": _run_p2p_worker,
     "backend": _run_backend,
     "models": _run_models,
     "nodes": _run_nodes,
