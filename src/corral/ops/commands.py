@@ -72,15 +72,28 @@ def models(settings: Settings, out: TextIO | None = None) -> int:
     return 0
 
 
+def _status(op: dict[str, Any]) -> str:
+    if op.get("error"):
+        return "error"
+    if op.get("isQueued"):
+        return "queued"
+    return str(op.get("state") or op.get("outcome") or op.get("status") or op.get("phase") or "running")
+
+
+def _percent(value: object) -> str:
+    return "-" if value is None else f"{value}%"
+
+
 def _operation_rows(operations: list[dict[str, Any]]) -> list[list[object]]:
+    """Rows of `/api/operations` entries (live: progress; history: outcome), each followed by its nodes."""
     rows: list[list[object]] = []
     for op in operations:
-        status = "error" if op.get("error") else "queued" if op.get("isQueued") else op.get("phase") or "running"
-        rows.append([op.get("name") or op.get("id"), op.get("taskType"), status, f"{op.get('progress', 0)}%",
+        rows.append([op.get("name") or op.get("id"), op.get("taskType"), _status(op), _percent(op.get("progress")),
                      op.get("nodeName") or op.get("nodeID") or "-", op.get("error") or op.get("message") or ""])
-        for node in op.get("nodes") or []:  # per-node rows of a distributed install
-            rows.append([f"  └ {node.get('node_name') or node.get('node_id')}", "", node.get("status"),
-                         f"{node.get('percentage', 0)}%", node.get("phase") or "", node.get("error") or ""])
+        for node in op.get("nodes") or []:  # per-node rows of a fan-out install
+            rows.append([f"  - {node.get('node_name') or node.get('node_id')}", "", _status(node),
+                         _percent(node.get("percentage", node.get("progress"))), node.get("phase") or "",
+                         node.get("error") or node.get("message") or ""])
     return rows
 
 
