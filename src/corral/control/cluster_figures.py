@@ -4,13 +4,15 @@ the connection pool's use and each replica's in-flight count (this frontend's me
 `refresh()` runs on the event loop before a scrape (and before each OTLP export); it builds the
 metric families once and swaps them in, so the collector (which the Prometheus registry may call
 from another thread) only hands out a finished list. A database that does not answer within
-READ_TIMEOUT_S leaves those two families out (`corral_cluster_figures_ok` 0) and the scrape goes on.
+READ_TIMEOUT_S leaves those two families out (`corral_cluster_figures_ok` 0) and the scrape goes on;
+figures under MIN_REFRESH_S old are served again without a query.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 import asyncpg
@@ -24,6 +26,7 @@ from corral.store.nodes import DRAINING, HEALTHY, OFFLINE, PENDING, UNHEALTHY
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 3.0
+MIN_REFRESH_S = 1.0
 NODE_STATUSES = (HEALTHY, PENDING, DRAINING, UNHEALTHY, OFFLINE)  # reported at 0 too, so a line drops to 0
 JOB_STATES = ("pending", "installing", "staging", "loading", "failed")
 
@@ -32,14 +35,20 @@ class ClusterFigures:
     def __init__(self, pool: asyncpg.Pool, replicas: Callable[[], Iterable[Replica]]) -> None:
         self.pool, self.replicas = pool, replicas
         self.families: list[Metric] = []
+        self._refreshed_s = -MIN_REFRESH_S
 
     async def refresh(self) -> None:
+        """Read the figures again, unless they are under MIN_REFRESH_S old (a scrape flood costs no queries)."""
+        now_s = time.monotonic()
+        if now_s - self._refreshed_s < MIN_REFRESH_S:
+            return
+        self._refreshed_s = now_s
         families: list[Metric] = [self._pool_family(), self._in_flight_family()]
         try:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 nodes = await cluster_store.nodes_by_status(self.pool)
                 jobs = await cluster_store.load_jobs_by_state(self.pool)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the scrape is served whatever the database does
             log.warning("metrics: node and load-job counts not read (PostgreSQL: %s)", exc or type(exc).__name__)
             families.append(_single("corral_cluster_figures_ok", "1 when the last scrape read PostgreSQL", 0))
         else:
