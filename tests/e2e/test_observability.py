@@ -5,6 +5,7 @@ models load --follow` answer from the frontend."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 import os
@@ -57,6 +58,7 @@ def cluster(state_root: Path, make_database, nats_url: str, collector: Collector
     (c.models_dir / "slow.bin").write_bytes(b"\x02" * (1024 * 1024))
     (c.models_dir / "slow.yaml").write_text(_sim("slow", '"load_time_s:1.5"', model="slow.bin"))
     (c.models_dir / "slower.yaml").write_text(_sim("slower", '"load_time_s:1.5"'))
+    (c.models_dir / "paced.yaml").write_text(_sim("paced", '"output_token_time_s:0.2"'))
     try:
         c.start_frontend("--metrics-token", SCRAPE_TOKEN, "--node-heartbeat-checkpoint", "1s")
         c.start_worker("w1")
@@ -151,6 +153,18 @@ def test_load_jobs_staging_and_cluster_figures(traffic: tuple[Samples, Samples])
     assert value(after, "corral_db_pool_connections", state="max") > 0
     assert ("corral_nats_reconnects_total", frozenset({("client", "corral-frontend")})) in after  # 0: no loss
     assert any(name == "localai_control_plane_oldest_xmin_age" for name, _ in after)
+
+
+def test_in_flight_per_replica_counts_a_running_stream(traffic: tuple[Samples, Samples], cluster: Cluster) -> None:
+    assert chat(cluster, "paced", max_tokens=1).status_code == 200  # loaded
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(chat, cluster, "paced", stream=True, max_tokens=15)  # ~3 s of tokens
+        time.sleep(1.2)
+        during = scrape(cluster)
+        assert streaming.result().status_code == 200
+    assert value(during, "corral_replica_in_flight", model="paced", node="w1", replica="0") == 1
+    time.sleep(1.1)  # past the figures' refresh interval
+    assert value(scrape(cluster), "corral_replica_in_flight", model="paced", node="w1", replica="0") == 0
 
 
 def _wait_for(condition, timeout_s: float = 15.0):  # type: ignore[no-untyped-def]
