@@ -274,3 +274,12 @@ def test_models_load_follow_draws_a_bar_on_a_terminal(cluster: Cluster) -> None:
     again = io.StringIO()
     assert commands.load(settings, "slower", again, tty=True) == 0  # loaded already: said at once
     assert again.getvalue() == "slower: loaded\n"
+
+
+def test_models_load_follow_reports_a_failed_load_with_its_cause(cluster: Cluster,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["models", "load", "broken", "--follow", "--url", cluster.frontend_url, "--api-key", cluster.admin_key]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("corral models: loading broken failed: ") and "weights are corrupt" in err
+    assert len(err.splitlines()) == 1
