@@ -75,13 +75,14 @@ def _preload() -> None:
 
 
 def _run_frontend(argv: Sequence[str]) -> int:
+    from corral.config.commands import FrontendSettings
     from corral.config.frontend import FRONTEND_SETTINGS
-    from corral.config.settings import load
+    from corral.config.settings import load_typed
     from corral.frontend.http_workers import child_index, run_http_workers
     from corral.frontend.main import serve
     from corral.loopwatch import watched
 
-    settings = load("corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
+    settings = load_typed(FrontendSettings, "corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
     index = child_index()
     setup_logging(settings.log_level, "frontend" if index is None else f"frontend.{index}")
     if settings.http_workers > 1 and index is None:
@@ -100,17 +101,19 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _run_ds4_distributed(argv: Sequence[str]) -> int:
+    from corral.config.commands import Ds4Settings
     from corral.config.launchers import DS4_SETTINGS
-    from corral.config.settings import load
+    from corral.config.settings import load_typed
     from corral.launchers import ds4
 
     own, passthrough = _split_passthrough(argv)
-    settings = load("corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
+    settings = load_typed(Ds4Settings, "corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
     setup_logging(settings.log_level, "ds4-worker")
     return ds4.run(passthrough, settings)
 
 
 def _run_p2p_worker(argv: Sequence[str]) -> int:
+    from corral.config.commands import VllmFollowerSettings
     from corral.config.launchers import VLLM_FOLLOWER_SETTINGS
     from corral.config.settings import build_parser, resolve
     from corral.launchers import vllm
@@ -125,7 +128,7 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
     parser.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
                         help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)")
     namespace = vars(parser.parse_args(own))
-    settings = resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ)
+    settings = VllmFollowerSettings(**resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ).values)
     setup_logging(settings.log_level, "vllm-follower")
     try:
         return asyncio.run(vllm.run(namespace["model"], settings, namespace["vllm_args"] + passthrough))
@@ -136,12 +139,13 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
 def _run_worker(argv: Sequence[str]) -> int:
     if argv and argv[0] == "ds4-distributed":
         return _run_ds4_distributed(argv[1:])
-    from corral.config.settings import load
+    from corral.config.commands import WorkerSettings
+    from corral.config.settings import load_typed
     from corral.config.worker import WORKER_SETTINGS
     from corral.loopwatch import watched
     from corral.worker.agent import Worker
 
-    settings = load("corral worker", "Start a worker.", WORKER_SETTINGS, argv)
+    settings = load_typed(WorkerSettings, "corral worker", "Start a worker.", WORKER_SETTINGS, argv)
     setup_logging(settings.log_level, "worker")
     _preload()
     import corral.worker.files  # noqa: F401 - the agent imports it in run(), on the loop (file server, S3)

@@ -11,7 +11,6 @@ Children receive the URLs with those credentials through their environment, neve
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import json
@@ -27,6 +26,9 @@ from pathlib import Path
 import httpx
 
 from corral.approval import ApprovalError, NodeApprover
+from corral.config.commands import UpSettings
+from corral.config.settings import load_typed
+from corral.config.up import UP_SETTINGS
 from corral.embedded import (
     EmbeddedNats,
     EmbeddedPostgres,
@@ -52,25 +54,6 @@ def default_data_dir() -> Path:
     return Path(state) / "corral"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="corral up", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--port", type=int, default=8080, help="frontend HTTP port [default: 8080]")
-    p.add_argument("--host", default="127.0.0.1", help="frontend bind address [default: 127.0.0.1]")
-    p.add_argument("--workers", type=int, default=1, help="number of worker processes [default: 1]")
-    p.add_argument("--data-dir", type=Path, default=None,
-                   help=f"state directory (PostgreSQL, NATS, models, logs) [default: {default_data_dir()}]")
-    p.add_argument("--database-url", default=None,
-                   help="use this PostgreSQL instead of starting one [$LOCALAI_AUTH_DATABASE_URL]")
-    p.add_argument("--nats-url", default=None, help="use this NATS instead of starting one [$LOCALAI_NATS_URL]")
-    p.add_argument("--worker-base-port", type=int, default=50051,
-                   help="gRPC base port of the first worker; its file server listens one below [default: 50051]")
-    p.add_argument("--models-path", type=Path, default=None,
-                   help="frontend models directory [default: <data-dir>/models, with the default models]")
-    p.add_argument("--no-default-models", action="store_true", help="do not prepare the default models")
-    return p
-
-
 @dataclass
 class Child:
     name: str
@@ -86,7 +69,7 @@ def _pdeathsig_term() -> None:
 
 @dataclass
 class Stack:
-    args: argparse.Namespace
+    args: UpSettings
     data_dir: Path
     marker: str = field(default_factory=lambda: secrets.token_hex(8))
     pg: EmbeddedPostgres | None = None
@@ -232,10 +215,7 @@ def _redact(url: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.workers < 0:
-        print("corral up: --workers must be 0 or more", file=sys.stderr)
-        return 2
+    args = load_typed(UpSettings, "corral up", __doc__ or "", UP_SETTINGS, argv)
     stack = Stack(args=args, data_dir=(args.data_dir or default_data_dir()).resolve())
     stop_requested = False
 

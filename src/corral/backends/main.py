@@ -14,6 +14,10 @@ from collections.abc import Callable
 
 from corral.backends.engine import Engine
 from corral.backends.server import AddressError, parse_addr, serve
+from corral.config.backend import BACKEND_SETTINGS
+from corral.config.commands import BackendSettings
+from corral.config.errors import ConfigError
+from corral.config.settings import load_typed
 from corral.telemetry import otlp
 
 BACKEND_NAMES = ("llama-cpp", "simulator")
@@ -46,16 +50,6 @@ def _llama_cpp() -> Engine:
 ENGINE_FACTORIES: dict[str, Callable[[], Engine]] = {"llama-cpp": _llama_cpp, "simulator": _simulator}
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(
-        prog="corral backend", description="Serve one model replica over gRPC (backend.Backend)."
-    )
-    parser.add_argument("name", metavar="NAME", help=f"backend to run: {', '.join(BACKEND_NAMES)}")
-    parser.add_argument("--addr", required=True, help="HOST:PORT to listen on, e.g. 127.0.0.1:50051")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
-    return parser
-
-
 def _configure_logging(name: str, level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -68,11 +62,12 @@ def _configure_logging(name: str, level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = _parser().parse_args(argv)
+        args = load_typed(BackendSettings, "corral backend", "Serve one model replica over gRPC (backend.Backend).",
+                          BACKEND_SETTINGS, argv, parser_class=_ArgumentParser)
         if args.name not in ENGINE_FACTORIES:
             raise _UsageError(f"unknown backend {args.name!r}; accepted: {', '.join(BACKEND_NAMES)}")
         address = parse_addr(args.addr)
-    except (_UsageError, AddressError) as exc:
+    except (_UsageError, AddressError, ConfigError) as exc:
         print(f"corral backend: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _configure_logging(args.name, args.log_level)

@@ -10,13 +10,15 @@ Writes into `--out` (default `./nats-auth`):
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from corral.bus import natsauth
+from corral.config.commands import NatsAuthSetupSettings
+from corral.config.nats_auth_setup import NATS_AUTH_SETUP_SETTINGS
+from corral.config.settings import load_typed
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,7 @@ def write(material: AuthMaterial, out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="corral nats-auth-setup", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("nats-auth"), help="output directory [default: ./nats-auth]")
-    parser.add_argument("--account-name", default="corral", help="name of the account [default: corral]")
-    parser.add_argument("--force", action="store_true", help="overwrite existing material")
-    args = parser.parse_args(argv)
+    args = load_typed(NatsAuthSetupSettings, "corral nats-auth-setup", __doc__ or "", NATS_AUTH_SETUP_SETTINGS, argv)
     if (args.out / "seeds.txt").exists() and not args.force:
         print(f"corral nats-auth-setup: {args.out} already holds material; pass --force to replace it "
               "(every minted credential stops working)", file=sys.stderr)

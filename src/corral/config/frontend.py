@@ -6,8 +6,8 @@ from corral.config.parse import (
     parse_bool,
     parse_duration_s,
     parse_host_port,
-    parse_int,
     parse_nats_url,
+    parse_positive_int,
     parse_postgres_url,
 )
 from corral.config.process import SLOW_CALLBACK_SETTING, parse_http_workers
@@ -29,12 +29,6 @@ def _positive_size(raw: str) -> int:
     return size
 
 
-def _positive_int(raw: str) -> int:
-    value = parse_int(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be a positive number")
-    return value
-
 
 # Bounded resources per request (frontend/limits.py): enforced before parsing and before auth.
 FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
@@ -48,7 +42,7 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("admin_max_body_bytes", "--admin-max-body", ("CORRAL_ADMIN_MAX_BODY",), 1 << 20, _positive_size,
             "largest request body on every other route: admin APIs, keys, settings (413 past it, unread)"),
     Setting("max_concurrent_requests", "--max-concurrent-requests", ("CORRAL_MAX_CONCURRENT_REQUESTS",), 1024,
-            _positive_int, "requests this frontend serves at once (streams until they end; health checks "
+            parse_positive_int, "requests this frontend serves at once (streams until they end; health checks "
             "excluded); past it a request gets 429 with Retry-After instead of queueing"),
 )
 

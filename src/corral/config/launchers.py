@@ -5,13 +5,16 @@ Flag and env var names are the specification's (vLLM's own `VLLM_*` names for th
 
 from __future__ import annotations
 
-from corral.config.parse import parse_bool, parse_duration_s, parse_http_url, parse_int, parse_labels
+from corral.config.parse import (
+    parse_bool,
+    parse_duration_s,
+    parse_labels,
+    parse_non_negative_int,
+    parse_optional_http_url,
+    parse_port,
+    parse_positive_int,
+)
 from corral.config.settings import Setting
-
-
-def _optional_http_url(raw: str) -> str:
-    return parse_http_url(raw) if raw else ""
-
 
 BACKENDS_PATH_SETTINGS: tuple[Setting, ...] = (
     Setting("backends_path", "--backends-path", ("LOCALAI_BACKENDS_PATH",), "./backends",
@@ -21,7 +24,7 @@ BACKENDS_PATH_SETTINGS: tuple[Setting, ...] = (
 )
 
 FOLLOWER_REGISTRATION_SETTINGS: tuple[Setting, ...] = (
-    Setting("register_to", "--register-to", ("LOCALAI_REGISTER_TO",), "", _optional_http_url,
+    Setting("register_to", "--register-to", ("LOCALAI_REGISTER_TO",), "", parse_optional_http_url,
             "frontend URL to register with (empty: run vLLM only, invisible to the admin API)"),
     Setting("registration_token", "--registration-token", ("LOCALAI_REGISTRATION_TOKEN",), "",
             help="shared secret from the frontend's --registration-token", secret=True),
@@ -36,37 +39,19 @@ FOLLOWER_REGISTRATION_SETTINGS: tuple[Setting, ...] = (
 )
 
 
-def _port(raw: str) -> int:
-    value = parse_int(raw)
-    if not 1 <= value <= 65535:
-        raise ValueError(f"{value} is not a TCP port (1-65535)")
-    return value
 
-
-def _positive(raw: str) -> int:
-    value = parse_int(raw)
-    if value < 1:
-        raise ValueError(f"{value} must be at least 1")
-    return value
-
-
-def _non_negative(raw: str) -> int:
-    value = parse_int(raw)
-    if value < 0:
-        raise ValueError(f"{value} must be 0 or more")
-    return value
 
 
 VLLM_FOLLOWER_SETTINGS: tuple[Setting, ...] = (
-    Setting("data_parallel_size", "--data-parallel-size", ("VLLM_DATA_PARALLEL_SIZE",), None, _positive,
+    Setting("data_parallel_size", "--data-parallel-size", ("VLLM_DATA_PARALLEL_SIZE",), None, parse_positive_int,
             "total data-parallel ranks across all nodes (must match the head)", required=True),
     Setting("data_parallel_size_local", "--data-parallel-size-local", ("VLLM_DATA_PARALLEL_SIZE_LOCAL",), None,
-            _positive, "data-parallel ranks on this node", required=True),
-    Setting("start_rank", "--start-rank", ("VLLM_DATA_PARALLEL_START_RANK",), None, _non_negative,
+            parse_positive_int, "data-parallel ranks on this node", required=True),
+    Setting("start_rank", "--start-rank", ("VLLM_DATA_PARALLEL_START_RANK",), None, parse_non_negative_int,
             "first data-parallel rank of this node (>0 for followers)", required=True),
     Setting("master_addr", "--master-addr", ("VLLM_DP_MASTER_ADDR",), None,
             help="head node IP or hostname for the data-parallel RPC handshake", required=True),
-    Setting("master_port", "--master-port", ("VLLM_DP_MASTER_PORT",), None, _port,
+    Setting("master_port", "--master-port", ("VLLM_DP_MASTER_PORT",), None, parse_port,
             "head node data-parallel RPC port (its engine_args.data_parallel_rpc_port)", required=True),
     Setting("headless", "--headless", ("VLLM_HEADLESS",), True, parse_bool,
             "headless follower (no API server); false only for a head started this way", is_switch=True),

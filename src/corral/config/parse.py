@@ -7,6 +7,7 @@ reason; the settings loader prefixes the setting's name.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlparse
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
@@ -64,6 +65,27 @@ def parse_int(raw: str) -> int:
         raise ValueError(f"{raw!r} is not an integer") from None
 
 
+def parse_positive_int(raw: str) -> int:
+    value = parse_int(raw)
+    if value < 1:
+        raise ValueError(f"{raw!r} must be a positive number")
+    return value
+
+
+def parse_non_negative_int(raw: str) -> int:
+    value = parse_int(raw)
+    if value < 0:
+        raise ValueError(f"{raw!r} must be 0 or more")
+    return value
+
+
+def parse_port(raw: str) -> int:
+    value = parse_int(raw)
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{value} is not a TCP port (1-65535)")
+    return value
+
+
 def parse_host_port(raw: str) -> tuple[str, int]:
     """Parse `host:port` (host may be empty, meaning all interfaces) into (host, port)."""
     text = raw.strip()
@@ -88,6 +110,11 @@ def parse_postgres_url(raw: str) -> str:
     return text
 
 
+def parse_optional_postgres_url(raw: str) -> str:
+    """A PostgreSQL URL, or "" (unset) for a blank value."""
+    return parse_postgres_url(raw) if raw.strip() else ""
+
+
 def parse_nats_url(raw: str) -> str:
     text = raw.strip()
     for url in text.split(","):
@@ -102,6 +129,17 @@ def parse_http_url(raw: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"{raw!r} is not an http(s) URL; use e.g. http://frontend:8080")
     return text
+
+
+def parse_optional_http_url(raw: str) -> str:
+    """An http(s) URL, or "" (unset) for a blank value."""
+    return parse_http_url(raw) if raw.strip() else ""
+
+
+def parse_path(raw: str) -> Path:
+    if not raw.strip():
+        raise ValueError("empty path")
+    return Path(raw.strip()).expanduser()
 
 
 def parse_labels(raw: str) -> dict[str, str]:

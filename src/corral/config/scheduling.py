@@ -6,16 +6,8 @@ validates them at start and names the entry and field of any mistake.
 
 from __future__ import annotations
 
-from corral.config.parse import parse_bool, parse_duration_s, parse_int
+from corral.config.parse import parse_bool, parse_duration_s, parse_positive_int
 from corral.config.settings import Setting
-
-
-def _positive_int(raw: str) -> int:
-    value = parse_int(raw)
-    if value < 1:
-        raise ValueError(f"{raw!r} must be a positive number")
-    return value
-
 
 FRONTEND_SCHEDULING_SETTINGS: tuple[Setting, ...] = (
     Setting("model_scheduling", "--model-scheduling", ("LOCALAI_MODEL_SCHEDULING",), "",
@@ -37,5 +29,5 @@ FRONTEND_SCHEDULING_SETTINGS: tuple[Setting, ...] = (
     Setting("prefix_cache_ttl_s", "--distributed-prefix-cache-ttl", ("LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL",), 300.0,
             parse_duration_s, "a prompt prefix routed to a replica is remembered this long (prefix_cache policy)"),
     Setting("prefix_index_max_blocks", "--prefix-index-max-blocks", ("CORRAL_PREFIX_INDEX_MAX_BLOCKS",), 100_000,
-            _positive_int, "bound of the prefix index (256-character prompt blocks; least recent evicted)"),
+            parse_positive_int, "bound of the prefix index (256-character prompt blocks; least recent evicted)"),
 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from corral.config.parse import parse_bool, parse_duration_s, parse_int, parse_postgres_url
+from corral.config.parse import (
+    parse_bool,
+    parse_duration_s,
+    parse_int,
+    parse_optional_postgres_url,
+)
 from corral.config.settings import Setting
-
-
-def _optional_postgres_url(raw: str) -> str:
-    return parse_postgres_url(raw) if raw.strip() else ""
 
 
 def _nats_tls(prefix_help: str) -> tuple[Setting, ...]:
@@ -51,7 +52,7 @@ FRONTEND_LIFECYCLE_SETTINGS: tuple[Setting, ...] = (
             "require the NATS service credential and account seed at start", is_switch=True),
     *_nats_tls("frontend"),
     Setting("vector_store_database_url", "--agent-pool-database-url", ("LOCALAI_AGENT_POOL_DATABASE_URL",), "",
-            _optional_postgres_url, "the agent vector store's database; must differ from the control plane's",
+            parse_optional_postgres_url, "the agent vector store's database; must differ from the control plane's",
             secret=True),
 )
 

@@ -11,10 +11,12 @@ import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from corral.config.errors import ConfigError
 from corral.config.parse import format_duration_s, parse_duration_s
+
+T = TypeVar("T")
 
 
 def _identity(raw: str) -> str:
@@ -32,6 +34,7 @@ class Setting:
     required: bool = False
     is_switch: bool = False  # a boolean flag that may be given without a value
     secret: bool = False  # never shown in --help defaults or logs
+    positional: bool = False  # an argument without a flag (`flag` is then its metavar, e.g. NAME)
 
     def describe(self) -> str:
         env = ", ".join(f"${e}" for e in self.env) or "no env var"
@@ -60,12 +63,13 @@ class Settings:
             raise AttributeError(name) from None
 
 
-def build_parser(prog: str, description: str, table: Sequence[Setting]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def build_parser(prog: str, description: str, table: Sequence[Setting],
+                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser = parser_class(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     for setting in table:
-        if setting.is_switch:
+        if setting.positional:
+            parser.add_argument(setting.name, metavar=setting.flag, nargs="?", default=None, help=setting.describe())
+        elif setting.is_switch:
             parser.add_argument(
                 setting.flag, dest=setting.name, nargs="?", const="true", default=None, help=setting.describe()
             )
@@ -105,7 +109,15 @@ def load(
     table: Sequence[Setting],
     argv: Sequence[str],
     environ: Mapping[str, str] | None = None,
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
 ) -> Settings:
-    parser = build_parser(prog, description, table)
+    parser = build_parser(prog, description, table, parser_class)
     namespace = parser.parse_args(list(argv))
     return resolve(table, vars(namespace), os.environ if environ is None else environ)
+
+
+def load_typed(into: type[T], prog: str, description: str, table: Sequence[Setting], argv: Sequence[str],
+               environ: Mapping[str, str] | None = None,
+               parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> T:
+    """`load`, returned as the command's frozen, typed settings object (config/commands.py)."""
+    return into(**load(prog, description, table, argv, environ, parser_class).values)

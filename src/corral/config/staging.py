@@ -7,15 +7,18 @@ workers never receive HF_TOKEN.
 
 from __future__ import annotations
 
-from corral.config.parse import parse_bool, parse_duration_s, parse_http_url, parse_int
+from corral.config.parse import (
+    parse_bool,
+    parse_duration_s,
+    parse_http_url,
+    parse_int,
+    parse_optional_http_url,
+)
 from corral.config.settings import Setting
 from corral.config.sizes import parse_size_bytes
 
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 
-
-def _optional_http_url(raw: str) -> str:
-    return parse_http_url(raw) if raw.strip() else ""
 
 
 def _connection_count(raw: str) -> int:
@@ -33,7 +36,7 @@ def _positive_duration_s(raw: str) -> float:
 
 
 STORAGE_SETTINGS: tuple[Setting, ...] = (
-    Setting("storage_url", "--storage-url", ("LOCALAI_STORAGE_URL",), "", _optional_http_url,
+    Setting("storage_url", "--storage-url", ("LOCALAI_STORAGE_URL",), "", parse_optional_http_url,
             "S3-compatible endpoint; set = stage model files through the bucket instead of HTTP to workers"),
     Setting("storage_bucket", "--storage-bucket", ("LOCALAI_STORAGE_BUCKET",), "localai",
             help="S3 bucket for staged files"),

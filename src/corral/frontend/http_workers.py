@@ -19,8 +19,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from corral.config.commands import FrontendSettings
 from corral.config.errors import ConfigError
-from corral.config.settings import Settings
 from corral.embedded import port_open, stop_process
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def _wait_listening(host: str, port: int, child: subprocess.Popen[bytes], stop: 
     return False
 
 
-def run_http_workers(settings: Settings, argv: Sequence[str]) -> int:
+def run_http_workers(settings: FrontendSettings, argv: Sequence[str]) -> int:
     host, port = settings.address
     count = int(settings.http_workers)
     if port == 0:

@@ -13,7 +13,7 @@ import httpx
 from nats.aio.client import Client
 
 from corral.bus import client as bus
-from corral.config.settings import Settings
+from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
 from corral.control.cluster_figures import ClusterFigures
 from corral.control.config_revisions import ConfigRevisions
@@ -47,7 +47,7 @@ from corral.telemetry import otlp
 log = logging.getLogger(__name__)
 
 
-async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
+async def apply_boot_settings(pool: asyncpg.Pool, settings: FrontendSettings) -> None:
     """A flag given at boot writes the shared runtime value (last write wins, like POST /api/settings)."""
     if settings.disk_headroom_check is not None:
         await settings_store.put(pool, DISK_CHECK_SETTING, bool(settings.disk_headroom_check))
@@ -56,7 +56,7 @@ async def apply_boot_settings(pool: asyncpg.Pool, settings: Settings) -> None:
                     "placed even on nodes that cannot store them; staging may fail with ENOSPC")
 
 
-def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
+def build_router(settings: FrontendSettings, pool: asyncpg.Pool, nc: Client, http: httpx.AsyncClient,
                  channels: BackendChannels, aliases: dict[str, str], staging: StagingContext) -> Router:
     """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
     frontend_id = str(uuid.uuid4())
@@ -76,7 +76,7 @@ def build_router(settings: Settings, pool: asyncpg.Pool, nc: Client, http: httpx
     return Router(ctx, replicas, cold, evictor)
 
 
-async def serve(settings: Settings) -> int:
+async def serve(settings: FrontendSettings) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from corral.config.commands import Ds4Settings
 from corral.config.errors import ConfigError
-from corral.config.settings import Settings
 from corral.launchers.installed import EngineMissing, installed_backend_dir
 
 DS4_BACKEND = "ds4"
@@ -22,7 +22,7 @@ USAGE = ("usage: corral worker ds4-distributed -- --role worker --model <gguf> "
          "--layers <START:END|START:output> --coordinator <host> <port>")
 
 
-def worker_binary(s: Settings) -> Path:
+def worker_binary(s: Ds4Settings) -> Path:
     search = [Path(s.backends_path), Path(s.backends_system_path)]
     backend = installed_backend_dir(DS4_BACKEND, search)
     binary = backend / WORKER_BINARY if backend is not None else None
@@ -33,7 +33,7 @@ def worker_binary(s: Settings) -> Path:
     return binary
 
 
-def exec_argv(binary: Path, passthrough: Sequence[str], s: Settings) -> tuple[str, list[str], dict[str, str]]:
+def exec_argv(binary: Path, passthrough: Sequence[str], s: Ds4Settings) -> tuple[str, list[str], dict[str, str]]:
     """(program, argv, env) to exec: via the bundled loader when the backend ships one."""
     args = list(passthrough) or shlex.split(s.ds4_args)
     if not args:
@@ -47,7 +47,7 @@ def exec_argv(binary: Path, passthrough: Sequence[str], s: Settings) -> tuple[st
     return str(binary), [str(binary), *args], env
 
 
-def run(passthrough: Sequence[str], s: Settings) -> int:
+def run(passthrough: Sequence[str], s: Ds4Settings) -> int:
     program, argv, env = exec_argv(worker_binary(s), passthrough, s)
     os.execve(program, argv, env)  # replaces this process: ds4-worker's exit code is the command's
     return 0  # not reached

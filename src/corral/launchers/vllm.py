@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from corral.config.settings import Settings
+from corral.config.commands import VllmFollowerSettings
 from corral.launchers.installed import EngineMissing, installed_backend_dir
 from corral.launchers.presence import NodePresence
 from corral.worker import hardware
@@ -34,7 +34,7 @@ class TopologyError(ValueError):
     """Flags that describe no valid data-parallel topology (the handshake would hang or the head vanish)."""
 
 
-def check_topology(s: Settings) -> None:
+def check_topology(s: VllmFollowerSettings) -> None:
     if s.headless and s.start_rank == 0:
         raise TopologyError("--start-rank 0 is the head, which serves the API and cannot be --headless; "
                             "give a follower's first rank (>0) or --headless=false")
@@ -46,7 +46,7 @@ def check_topology(s: Settings) -> None:
                             f"exceed --data-parallel-size {s.data_parallel_size} (ranks 0..{s.data_parallel_size - 1})")
 
 
-def vllm_args(model: str, s: Settings, extra: Sequence[str]) -> list[str]:
+def vllm_args(model: str, s: VllmFollowerSettings, extra: Sequence[str]) -> list[str]:
     """The argv after the vLLM executable: `serve <model> [--headless] --data-parallel-… [extra…]`."""
     args = ["serve", model]
     if s.headless:
@@ -59,14 +59,14 @@ def vllm_args(model: str, s: Settings, extra: Sequence[str]) -> list[str]:
     return args + list(extra)
 
 
-def vllm_env(s: Settings) -> dict[str, str]:
+def vllm_env(s: VllmFollowerSettings) -> dict[str, str]:
     """vLLM reads the topology from these too (vllm/envs.py); set both, as the reference does."""
     return {"VLLM_DP_MASTER_IP": s.master_addr, "VLLM_DP_MASTER_PORT": str(s.master_port),
             "VLLM_DP_SIZE": str(s.data_parallel_size), "VLLM_DP_RANK": str(s.start_rank),
             "VLLM_DP_RANK_LOCAL": "0"}
 
 
-def vllm_executable(s: Settings) -> list[str]:
+def vllm_executable(s: VllmFollowerSettings) -> list[str]:
     """The installed vllm backend's run.sh (the reference's way), else a `vllm` on PATH."""
     search = [Path(s.backends_path), Path(s.backends_system_path)]
     backend = installed_backend_dir(VLLM_BACKEND, search)
@@ -79,7 +79,7 @@ def vllm_executable(s: Settings) -> list[str]:
                         f"{search[1]}), or `pip install vllm` so that `vllm` is on PATH")
 
 
-def registration_body(s: Settings, facts: hardware.HardwareFacts) -> dict[str, Any]:
+def registration_body(s: VllmFollowerSettings, facts: hardware.HardwareFacts) -> dict[str, Any]:
     name = s.node_name or f"vllm-{socket.gethostname()}"
     return {"name": name, "node_type": "agent", "total_vram": facts.total_vram,
             "available_vram": facts.total_vram, "gpu_vendor": facts.gpu_vendor,
@@ -102,7 +102,7 @@ async def _run_vllm(argv: list[str], env: dict[str, str]) -> int:
     return code if code >= 0 else 128 - code  # killed by signal N: the shell's 128+N
 
 
-async def run(model: str, s: Settings, extra: Sequence[str]) -> int:
+async def run(model: str, s: VllmFollowerSettings, extra: Sequence[str]) -> int:
     check_topology(s)
     argv = vllm_executable(s) + vllm_args(model, s, extra)
     log.info("starting vLLM follower: ranks %d..%d of %d, head %s:%d", s.start_rank,

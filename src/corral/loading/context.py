@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 from nats.aio.client import Client
 
+from corral.loading.fleet import FleetView
 from corral.placement.pipeline import Decision
 from corral.placement.snapshot import NodeSnapshot
 from corral.proto import backend_pb2_grpc
@@ -55,6 +56,7 @@ class LoadContext:
     load_timeout_override_s: float | None
     evictor: Evictor | None = None  # None: a model that fits nowhere is placed on the best node anyway
     aliases: Mapping[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py)
+    fleet: FleetView = field(default_factory=FleetView)  # this frontend's incremental placement view
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
 from corral.models.vram import estimate_vram_bytes_off_loop
 from corral.placement.governance import governing_rule
-from corral.placement.pipeline import Decision, decide
+from corral.placement.pipeline import Decision
 from corral.placement.request import PlacementRequest
 from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
@@ -53,8 +53,7 @@ async def placement_request(ctx: LoadContext, cfg: ModelConfig) -> PlacementRequ
 
 async def plan(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()) -> Decision:
     """The placement decision over every healthy approved node but `excluded` (ids already tried)."""
-    nodes = [n for n in await placement_store.snapshot(ctx.pool) if n.id not in excluded]
-    return decide(await placement_request(ctx, cfg), nodes)
+    return await ctx.fleet.decide(ctx.pool, await placement_request(ctx, cfg), excluded)
 
 
 async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()) -> tuple[NodeSnapshot, int]:

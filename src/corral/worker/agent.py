@@ -13,8 +13,8 @@ from nats.aio.client import Client
 
 from corral.bus import client as bus
 from corral.bus.security import TlsFiles
+from corral.config.commands import WorkerSettings
 from corral.config.errors import ConfigError
-from corral.config.settings import Settings
 from corral.loops import OwnedTasks, run_periodic
 from corral.telemetry import otlp
 from corral.worker import hardware
@@ -34,7 +34,7 @@ DEREGISTER_TIMEOUT_S = 10.0
 
 
 class Worker:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self.addresses: WorkerAddresses = resolve_addresses(
             addr=settings.addr, serve_addr=settings.serve_addr, grpc_max_port=settings.grpc_max_port,

@@ -51,3 +51,34 @@ UPDATE backend_nodes SET vram_budget = $2, vram_budget_bytes = $3,
     updated_at = now()
 WHERE id = $1
 RETURNING id;
+
+-- name: placement_watermark
+-- The xmin of this transaction's snapshot: every change not visible to it has a change_xid at least this.
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
+
+-- name: placement_changed_since
+-- Nodes changed by transactions not visible to a snapshot whose xmin was $1 (see migration 0012).
+SELECT DISTINCT node_id FROM placement_changes WHERE change_xid >= $1;
+
+-- name: placement_nodes_of
+-- placement_nodes for the ids in $1 only.
+SELECT n.id, n.name, n.address, n.http_address, n.total_vram, n.available_vram, n.reserved_vram,
+    n.vram_budget_bytes, n.total_disk, n.available_disk, n.max_replicas_per_model
+FROM backend_nodes n
+WHERE n.id = ANY($1::varchar[]) AND n.status = 'healthy' AND n.approved AND n.node_type = 'backend';
+
+-- name: placement_labels_of
+-- placement_labels for the ids in $1 only.
+SELECT l.node_id, l.key, l.value FROM node_labels l WHERE l.node_id = ANY($1::varchar[]);
+
+-- name: placement_replicas_of
+-- placement_replicas for the ids in $1 only.
+SELECT m.node_id, m.model_name, m.replica_index, m.state, m.address, m.in_flight,
+    EXTRACT(EPOCH FROM m.last_used)::float8 AS last_used_s, m.vram_bytes
+FROM node_models m
+WHERE m.node_id = ANY($1::varchar[])
+ORDER BY m.node_id, m.model_name, m.replica_index;
+
+-- name: placement_changes_prune
+-- Forget change records older than the retention (a frontend that has not read for that long reads everything).
+DELETE FROM placement_changes WHERE at < now() - make_interval(secs => $1::double precision);
