@@ -166,23 +166,28 @@ def _run_up(argv: Sequence[str]) -> int:
 
 def _run_nodes(argv: Sequence[str]) -> int:
     from corral.config.client import CLIENT_SETTINGS
-    from corral.config.settings import load
+    from corral.config.commands import ClientSettings
+    from corral.config.settings import load_typed
     from corral.ops import commands
 
-    return commands.nodes(load("corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS, argv))
+    return commands.nodes(load_typed(ClientSettings, "corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS,
+                                     argv))
 
 
 def _run_activity(argv: Sequence[str]) -> int:
     from corral.config.client import ACTIVITY_SETTINGS
-    from corral.config.settings import load
+    from corral.config.commands import ActivitySettings
+    from corral.config.settings import load_typed
     from corral.ops import commands
 
-    return commands.activity(load("corral activity", "List running operations.", ACTIVITY_SETTINGS, argv))
+    return commands.activity(load_typed(ActivitySettings, "corral activity", "List running operations.",
+                                        ACTIVITY_SETTINGS, argv))
 
 
 def _run_models(argv: Sequence[str]) -> int:
     from corral.config.client import CLIENT_SETTINGS, LOAD_SETTINGS
-    from corral.config.settings import load
+    from corral.config.commands import ClientSettings, ModelLoadSettings
+    from corral.config.settings import load_typed
     from corral.models.defaults import main as models_main
     from corral.ops import commands
 
@@ -190,16 +195,14 @@ def _run_models(argv: Sequence[str]) -> int:
     if args[:1] == ["prepare"]:
         return models_main(args[1:])
     if args[:1] == ["load"]:
-        name = args[1] if len(args) > 1 and not args[1].startswith("-") else None
-        settings = load("corral models load NAME", "Load a model now.", LOAD_SETTINGS, args[2:] if name else args[1:])
-        if name is None:
-            raise ConfigError("name the model to load: corral models load NAME [--follow]")
-        return commands.load(settings, name)
+        return commands.load(load_typed(ModelLoadSettings, "corral models load", "Load a model now.", LOAD_SETTINGS,
+                                        args[1:]))
     if args[:1] == ["list"]:
         args = args[1:]
     elif len(args) == 1 and not args[0].startswith("-"):  # `corral models DIR`, as before the operator commands
         return models_main(args)
-    return commands.models(load("corral models", "List the configured models.", CLIENT_SETTINGS, args))
+    return commands.models(load_typed(ClientSettings, "corral models", "List the configured models.",
+                                      CLIENT_SETTINGS, args))
 
 
 def _run_nats_auth_setup(argv: Sequence[str]) -> int:

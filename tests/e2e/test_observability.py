@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from corral import cli
 from corral.config.client import LOAD_SETTINGS
-from corral.config.settings import load
+from corral.config.commands import ModelLoadSettings
+from corral.config.settings import load_typed
 from corral.ops import commands
 from support.cluster import Cluster
 from support.otlp_collector import Collector
@@ -265,14 +266,14 @@ def test_models_load_follow_prints_progress_lines_until_ready(cluster: Cluster) 
 
 
 def test_models_load_follow_draws_a_bar_on_a_terminal(cluster: Cluster) -> None:
-    settings = load("corral models load", "", LOAD_SETTINGS,
-                    ["--url", cluster.frontend_url, "--api-key", cluster.admin_key, "--follow"])
+    settings = load_typed(ModelLoadSettings, "corral models load", "", LOAD_SETTINGS,
+                          ["slower", "--url", cluster.frontend_url, "--api-key", cluster.admin_key, "--follow"])
     out = io.StringIO()
-    assert commands.load(settings, "slower", out, tty=True) == 0
+    assert commands.load(settings, out, tty=True) == 0
     text = out.getvalue()
     assert "\r" in text and "%" in text and text.rstrip().endswith("slower ready on w1#0")
     again = io.StringIO()
-    assert commands.load(settings, "slower", again, tty=True) == 0  # loaded already: said at once
+    assert commands.load(settings, again, tty=True) == 0  # loaded already: said at once
     assert again.getvalue() == "slower: loaded\n"
 
 

@@ -41,6 +41,8 @@ ACTIVITY_SETTINGS: tuple[Setting, ...] = (
 )
 
 LOAD_SETTINGS: tuple[Setting, ...] = (
+    Setting("model", "NAME", (), None, help="the configured model (or alias) to load", required=True,
+            positional=True),
     *CLIENT_SETTINGS,
     Setting("follow", "--follow", (), False, parse_bool, "follow the load until the model is ready: a progress "
             "bar on a terminal, a line per step otherwise", is_switch=True),

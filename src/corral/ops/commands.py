@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 from urllib.parse import quote
 
+from corral.config.commands import ActivitySettings, ClientSettings, ModelLoadSettings
 from corral.config.parse import format_duration_s
-from corral.config.settings import Settings
 from corral.ops.client import ClientError, FrontendClient
 from corral.ops.progress import LoadView
 from corral.ops.tables import labels, size, table
@@ -19,7 +19,7 @@ POLL_S = 0.5
 NO_JOB_GRACE_S = 10.0  # a load just requested may not have claimed its job yet
 
 
-def client_of(settings: Settings) -> FrontendClient:
+def client_of(settings: ClientSettings | ActivitySettings | ModelLoadSettings) -> FrontendClient:
     return FrontendClient(settings.url, settings.api_key, settings.timeout_s)
 
 
@@ -27,7 +27,7 @@ def _print_json(body: Any, out: TextIO) -> None:
     print(json.dumps(body, indent=2, sort_keys=True, default=str), file=out)
 
 
-def nodes(settings: Settings, out: TextIO | None = None) -> int:
+def nodes(settings: ClientSettings, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     with client_of(settings) as client:
         rows = client.get("/api/nodes")
@@ -53,7 +53,7 @@ def _placements(client: FrontendClient) -> dict[str, list[str]]:
     return found
 
 
-def models(settings: Settings, out: TextIO | None = None) -> int:
+def models(settings: ClientSettings, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     with client_of(settings) as client:
         sizing = client.get("/api/models")
@@ -97,7 +97,7 @@ def _operation_rows(operations: list[dict[str, Any]]) -> list[list[object]]:
     return rows
 
 
-def activity(settings: Settings, out: TextIO | None = None) -> int:
+def activity(settings: ActivitySettings, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     with client_of(settings) as client:
         live = client.get("/api/operations", missing_ok=True)
@@ -117,12 +117,12 @@ def activity(settings: Settings, out: TextIO | None = None) -> int:
     return 0
 
 
-def load(settings: Settings, model: str, out: TextIO | None = None, *, tty: bool | None = None,
+def load(settings: ModelLoadSettings, out: TextIO | None = None, *, tty: bool | None = None,
          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
     out = out or sys.stdout
     with client_of(settings) as client:
-        status, body = client.post(f"/api/model-configs/{quote(model, safe='')}/load")
-        name = body.get("model", model)
+        status, body = client.post(f"/api/model-configs/{quote(settings.model, safe='')}/load")
+        name = body.get("model", settings.model)
         if not settings.follow or status == 200:
             if settings.json:
                 _print_json(body, out)

@@ -12,7 +12,10 @@ from corral.config.settings import build_parser, resolve
 def test_defaults_and_env() -> None:
     settings = resolve(CLIENT_SETTINGS, {}, {"CORRAL_URL": "http://10.0.0.5:9090/", "LOCALAI_API_KEY": "k"})
     assert (settings.url, settings.api_key, settings.json) == ("http://10.0.0.5:9090", "k", False)
-    assert resolve(LOAD_SETTINGS, {}, {}).url == "http://127.0.0.1:8080"
+    loading = resolve(LOAD_SETTINGS, {"model": "m"}, {})
+    assert (loading.model, loading.url, loading.follow) == ("m", "http://127.0.0.1:8080", False)
+    with pytest.raises(ConfigError, match="missing required setting NAME"):
+        resolve(LOAD_SETTINGS, {}, {})
 
 
 @pytest.mark.parametrize("raw", ["10.0.0.5:8080", "ftp://x", "http://", ""])
