@@ -15,7 +15,7 @@ from corral.cli import main
 from support.deploy_files import REPO, build_wheel, clean_env, fresh_venv
 
 SRC = REPO / "src" / "corral"
-PACKAGE_DATA = ("*.sql", "*.proto")
+PACKAGE_DATA = ("*.sql", "*.proto", "*.js", "*.css", "*.html", "*.svg")  # the last four: the web UI
 
 
 def test_version_flag_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ ADMIN_ROUTES = [
     ("PATCH", f"/api/nodes/{NODE}/labels"), ("DELETE", f"/api/nodes/{NODE}/labels/zone"),
     ("PUT", f"/api/nodes/{NODE}/max-replicas-per-model"), ("DELETE", f"/api/nodes/{NODE}/max-replicas-per-model"),
     ("GET", "/api/nodes/scheduling"), ("GET", "/api/settings"), ("POST", "/api/settings"),
-    ("GET", "/api/keys"), ("DELETE", f"/api/keys/{NODE}"),
+    ("GET", "/api/keys"), ("DELETE", f"/api/keys/{NODE}"), ("GET", "/api/nodes/labels"),
 ]
 WORKER_ROUTES = [("POST", "/api/node/register"), ("POST", f"/api/node/{NODE}/heartbeat"),
                  ("POST", f"/api/node/{NODE}/drain"), ("POST", f"/api/node/{NODE}/resume"),
@@ -79,6 +79,15 @@ def test_worker_routes_need_the_registration_token(cluster: Cluster, method: str
     assert right.status_code != 401
 
 
+def test_the_ui_event_stream_needs_an_admin_key(cluster: Cluster, user_key: str) -> None:
+    url = f"{cluster.frontend_url}/api/events"
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"Authorization": f"Bearer {user_key}"}).status_code == 403
+    with httpx.stream("GET", url, headers=cluster.admin_headers, timeout=10) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        assert next(stream.iter_lines()) == "event: hello"
+
+
 def test_keys_are_listed_without_secrets(cluster: Cluster, user_key: str) -> None:
     listing = httpx.get(f"{cluster.frontend_url}/api/keys", headers=cluster.admin_headers).text
     assert user_key not in listing and cluster.admin_key not in listing and "key_hash" not in listing
@@ -123,8 +132,8 @@ def test_with_auth_every_route_but_the_health_checks_needs_a_key(cluster: Cluste
             assert allowed.status_code != 401, path
         assert httpx.get(f"{url}/api/models").json()["error"]["message"] == (
             "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)")
-        for path in ("/healthz", "/readyz"):
-            assert httpx.get(f"{url}{path}").status_code == 200, path
+        for path in ("/healthz", "/readyz", "/app", "/app/nodes/anything", "/app/assets/app.css"):
+            assert httpx.get(f"{url}{path}").status_code == 200, path  # the web UI's pages hold no data
         worker_route = httpx.post(f"{url}/api/node/register", headers={"Authorization": f"Bearer {cluster.token}"},
                                   json={"name": "auth-n", "address": "h:1", "token": cluster.token})
         assert worker_route.status_code == 201  # workers authenticate with the registration token, not API keys

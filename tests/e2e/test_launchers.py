@@ -5,6 +5,7 @@ deregistered when vLLM exits, vLLM's exit code is the command's) and `corral wor
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -51,6 +52,8 @@ def _script(path: Path, body: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(body)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    if path.name == "run.sh":  # an installed backend: run.sh + metadata.json (gallery/registry.py)
+        (path.parent / "metadata.json").write_text(json.dumps({"name": path.parent.name}))
 
 
 @pytest.fixture(scope="module")

@@ -117,6 +117,21 @@ def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_t
             await nc.close()
 
     assert b"models" in asyncio.run(ask_worker())
+
+    async def follow_backend_lines() -> bytes:
+        """A minted credential may publish its own backends' live log lines (issue 11)."""
+        nc = await bus.connect(jwt_server.url, "test-service",
+                               credentials=NatsCredentials.static(material.service_jwt, material.service_seed))
+        try:
+            sub = await nc.subscribe(f"nodes.{node_id}.backend.logs.simulator.lines")
+            reply = await nc.request(f"nodes.{node_id}.backend.install", b'{"backend": "simulator"}', timeout=60)
+            assert b'"success":true' in reply.data, reply.data
+            return (await sub.next_msg(timeout=10)).data
+        finally:
+            await nc.close()
+
+    assert b"starting backend" in asyncio.run(follow_backend_lines())
+    assert "Permissions Violation" not in worker.log()
     assert worker.log().count("NATS credentials refreshed") >= 2
     assert worker.popen.poll() is None
 

@@ -23,6 +23,10 @@ class BusError(Exception):
     """A NATS request failed; the message names the subject and the cause."""
 
 
+class RequestTimeout(BusError):
+    """The request was delivered (or at least not refused) but no reply came within the timeout."""
+
+
 class NoResponders(BusError):
     """Nobody listens on the subject: the worker is gone from the bus (not merely slow)."""
 
@@ -69,5 +73,6 @@ async def request(nc: Client, subject: str, payload: Message, reply_type: type[M
     except NoRespondersError:
         raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:
-        raise BusError(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") from None
+        raise RequestTimeout(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") \
+            from None
     return reply_type.from_json(msg.data)

@@ -41,6 +41,61 @@ class BackendInstallReply(Message):
     error: str | None = None
 
 
+class BackendInstallProgressEvent(Message):
+    op_id: str = ""
+    node_id: str = ""
+    backend: str = ""
+    file_name: str | None = None
+    current: str | None = None
+    total: str | None = None
+    percentage: float = 0.0
+    phase: str | None = None  # resolving, downloading, extracting, starting
+
+
+class BackendUpgradeRequest(Message):
+    backend: str = ""
+    backend_galleries: str | None = None
+    uri: str | None = None
+    name: str | None = None
+    alias: str | None = None
+    replica_index: int | None = None
+    op_id: str | None = None
+
+
+class BackendUpgradeReply(Message):
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+    reports_stopped_processes: bool | None = None
+
+
+class BackendDeleteRequest(Message):
+    backend: str = ""
+
+
+class BackendDeleteReply(Message):
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+    reports_stopped_processes: bool | None = None
+
+
+class NodeBackendInfo(Message):
+    name: str
+    is_system: bool = False
+    is_meta: bool = False
+    installed_at: str | None = None
+    gallery_url: str | None = None
+    version: str | None = None
+    uri: str | None = None
+    digest: str | None = None
+
+
+class BackendListReply(Message):
+    backends: list[NodeBackendInfo] = []
+    error: str | None = None
+
+
 class BackendStopRequest(Message):
     backend: str = ""
     force: bool | None = None
@@ -74,14 +129,56 @@ class ModelsRunningReply(Message):
     error: str | None = None
 
 
+class ModelUnloadRequest(Message):
+    model_name: str = ""
+    address: str | None = None
+
+
+class ModelDeleteRequest(Message):
+    model_name: str = ""
+
+
+class ModelOpReply(Message):
+    """Reply of `model.unload` and `model.delete`; `stopped_process_keys` is corral's addition."""
+
+    success: bool = False
+    error: str | None = None
+    stopped_process_keys: list[str] | None = None
+
+
+class BackendLogsRequest(Message):
+    """`model_id` empty: the list of models with logs; else that model's last `limit` lines."""
+
+    model_id: str = ""
+    limit: int = 500
+
+
+class BackendLogsReply(Message):
+    models: list[dict[str, Any]] | None = None
+    lines: list[dict[str, Any]] | None = None
+    error: str | None = None
+
+
 __all__ = [
+    "BackendDeleteReply",
+    "BackendDeleteRequest",
+    "BackendInstallProgressEvent",
     "BackendInstallReply",
     "BackendInstallRequest",
+    "BackendListReply",
+    "BackendLogsReply",
+    "BackendLogsRequest",
     "BackendStopRequest",
+    "BackendUpgradeReply",
+    "BackendUpgradeRequest",
     "Message",
+    "ModelDeleteRequest",
+    "ModelOpReply",
     "ModelStopReply",
     "ModelStopRequest",
+    "ModelUnloadRequest",
     "ModelsRunningReply",
+    "NodeBackendInfo",
     "RunningModel",
     "ValidationError",
 ]

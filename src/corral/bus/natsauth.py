@@ -23,7 +23,8 @@ _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 
 # Backend worker scope: its own control subjects and reply inboxes, nothing else (reference §3.4).
 WORKER_SUB = ("nodes.{tok}.>", "_INBOX.>")
-WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.files.>", "_INBOX.>")
+WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.backend.logs.*.lines", "nodes.{tok}.files.>",
+              "_INBOX.>")
 # Frontend service user (from `corral nats-auth-setup`).
 SERVICE_PUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
                "prefixcache.>", "finetune.>", "corral.>", "_INBOX.>")

@@ -17,6 +17,22 @@ def backend_install(node_id: str) -> str:
     return node_subject(node_id, "backend.install")
 
 
+def backend_install_progress(node_id: str, op_id: str) -> str:
+    return node_subject(node_id, f"backend.install.{token(op_id)}.progress")
+
+
+def backend_upgrade(node_id: str) -> str:
+    return node_subject(node_id, "backend.upgrade")
+
+
+def backend_delete(node_id: str) -> str:
+    return node_subject(node_id, "backend.delete")
+
+
+def backend_list(node_id: str) -> str:
+    return node_subject(node_id, "backend.list")
+
+
 def backend_stop(node_id: str) -> str:
     return node_subject(node_id, "backend.stop")
 
@@ -31,3 +47,21 @@ def models_running(node_id: str) -> str:
 
 def node_stop(node_id: str) -> str:
     return node_subject(node_id, "stop")
+
+
+def model_unload(node_id: str) -> str:
+    return node_subject(node_id, "model.unload")
+
+
+def model_delete(node_id: str) -> str:
+    return node_subject(node_id, "model.delete")
+
+
+def backend_logs(node_id: str) -> str:
+    """Request/reply: a snapshot of the worker's backend logs (corral's own subject; see worker/log_handlers)."""
+    return node_subject(node_id, "backend.logs")
+
+
+def backend_log_lines(node_id: str, model_id: str) -> str:
+    """Worker → frontends: live lines of one model's backend processes."""
+    return node_subject(node_id, f"backend.logs.{token(model_id)}.lines")

@@ -18,6 +18,9 @@ class FrontendSettings:
     auto_approve_nodes: bool
     models_path: str
     backend_install_timeout_s: float
+    backend_upgrade_timeout_s: float
+    backend_delete_timeout_s: float
+    node_op_timeout_s: float
     model_load_timeout_s: float | None
     model_load_wait_s: float
     load_stall_window_s: float
@@ -91,6 +94,11 @@ class WorkerSettings:
     max_replicas_per_model: int
     allow_unauthenticated: bool
     backend_start_timeout_s: float
+    backends_path: str
+    backends_system_path: str
+    backend_galleries: str
+    require_backend_integrity: bool
+    backend_gallery_timeout_s: float
     vram_budget: str
     log_level: str
     slow_callback_ms: int

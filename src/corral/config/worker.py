@@ -49,6 +49,18 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             is_switch=True),
     Setting("backend_start_timeout_s", "--backend-start-timeout", ("LOCALAI_BACKEND_START_TIMEOUT",), 30.0,
             parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
+    Setting("backends_path", "--backends-path", ("LOCALAI_BACKENDS_PATH",), "./backends",
+            help="where backends are installed from galleries (one directory each: run.sh + metadata.json)"),
+    Setting("backends_system_path", "--backends-system-path", ("LOCALAI_BACKENDS_SYSTEM_PATH",),
+            "/var/lib/local-ai/backends", help="read-only backends shipped with the system, searched after "
+            "--backends-path (corral's built-in llama-cpp and simulator are searched last)"),
+    Setting("backend_galleries", "--backend-galleries", ("LOCALAI_BACKEND_GALLERIES", "LOCALAI_GALLERIES"), "",
+            help='backend galleries: JSON [{"name":..,"url":<path or http(s) URL of an index>}] or one '
+                 "path/URL (default: corral's own gallery; [] for none)"),
+    Setting("require_backend_integrity", "--require-backend-integrity", ("LOCALAI_REQUIRE_BACKEND_INTEGRITY",),
+            False, parse_bool, "refuse gallery backends without a sha256 digest", is_switch=True),
+    Setting("backend_gallery_timeout_s", "--backend-gallery-timeout", ("LOCALAI_BACKEND_GALLERY_TIMEOUT",), 60.0,
+            parse_duration_s, "how long one read from a gallery (index, archive, pip download) may stall"),
     Setting("vram_budget", "--vram-budget", ("LOCALAI_VRAM_BUDGET",), "",
             help="cap the VRAM this node offers for placement: 80%, 12GB, 12GiB, raw bytes (admin override wins)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),

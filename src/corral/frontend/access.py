@@ -1,7 +1,8 @@
 """Who may call what: admin keys on `/api/nodes`, `/api/settings`, `/api/keys`, `/api/model-configs`,
-`/api/resources`, always. With auth enabled (LOCALAI_AUTH) every other route needs a user or admin
-key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
-(`/healthz`, `/readyz`) and `/api/node/*` (worker self-service: registration token plus the node's
+`/api/resources`, `/api/backends`, `/api/operations`, `/api/events` and the `/ws/nodes` WebSockets, always. With auth
+enabled (LOCALAI_AUTH) every other route needs a user or admin key too — models, load status, variants, `/docs`, `/openapi.json` — except the health checks
+(`/healthz`, `/readyz`), the web UI's static pages (`/app`, whose API calls carry the admin key) and
+`/api/node/*` (worker self-service: registration token plus the node's
 own credential, see `node_identity`). `/metrics` takes an API key or the scrape token
 (CORRAL_METRICS_TOKEN); it needs one of them whenever auth is on or a scrape token is set.
 
@@ -26,9 +27,11 @@ from corral.store import api_keys
 
 log = logging.getLogger(__name__)
 
-ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources")
+ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
+                  "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
 USER_PREFIXES = ("/v1/",)
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls carry the admin key
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
 METRICS_PATH = "/metrics"
 POSITIVE_TTL_S = 10.0
@@ -107,6 +110,12 @@ class AccessControl:
             if refusal is not None:
                 await _send_json(send, refusal[0], refusal[1])
                 return
+        elif scope["type"] == "websocket":
+            refusal = await self._refusal(scope, scope["path"])
+            if refusal is not None:  # closed before accept: the client sees HTTP 403
+                await send({"type": "websocket.close", "code": 1008,
+                            "reason": str(refusal[1]["error"]["message"])[:120]})
+                return
         await self.app(scope, receive, send)
 
     async def _refusal(self, scope: Scope, path: str) -> tuple[int, dict[str, Any]] | None:
@@ -116,7 +125,7 @@ class AccessControl:
         if path == METRICS_PATH and (self.user_auth or self.metrics_token):
             message = await self._metrics_refusal(scope)
             return None if message is None else (401, _user_error(message))
-        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES):
+        if self.user_auth and path not in OPEN_PATHS and not _under(path, WORKER_PREFIXES + UI_PREFIXES):
             message = await self._user_refusal(scope)
             return None if message is None else (401, _user_error(message))
         return None

@@ -16,10 +16,14 @@ from fastapi import APIRouter
 
 from corral.frontend.node_api import jsonable, node_changed, node_error
 from corral.frontend.state import FrontendState
+from corral.store import labels as label_store
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
 
 log = logging.getLogger(__name__)
+
+LABEL_KEYS_MAX = 500  # label keys in the catalog answer (a cluster uses a few dozen)
+LABEL_VALUES_MAX = 200  # values listed per key
 
 
 def node_view(row: Any) -> dict[str, Any]:
@@ -45,6 +49,11 @@ def build_admin_nodes_router(state: FrontendState) -> APIRouter:
             "SELECT m.* FROM node_models m JOIN backend_nodes n ON n.id = m.node_id "
             "WHERE m.state = 'loaded' AND n.status = 'healthy' ORDER BY m.model_name, m.node_id")
         return [jsonable(r) for r in rows]
+
+    @router.get("/labels")
+    async def label_catalog() -> Any:
+        """Every label key the cluster reports and its values: what a node selector can match."""
+        return {"labels": await label_store.catalog(state.pool, LABEL_KEYS_MAX, LABEL_VALUES_MAX)}
 
     @router.get("/{node_id:uuid}")
     async def get_node(node_id: uuid.UUID) -> Any:

@@ -7,18 +7,24 @@ from fastapi.responses import PlainTextResponse
 
 from corral import __version__
 from corral.frontend.admin_app import install_admin
+from corral.frontend.backend_logs_api import build_backend_logs_router
 from corral.frontend.errors import install_handlers
+from corral.frontend.events_api import EventHub, build_events_router
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.model_configs_api import build_model_configs_router
 from corral.frontend.model_load_api import build_model_load_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
+from corral.frontend.node_backends_api import build_node_backends_router
+from corral.frontend.node_models_api import build_node_models_router
 from corral.frontend.openai import build_openai_router
+from corral.frontend.operations_api import build_operations_router
 from corral.frontend.resources_api import build_resources_router
 from corral.frontend.scheduling_api import build_scheduling_router
 from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
+from corral.frontend.ui_routes import build_ui_router, load_assets
 from corral.frontend.vram_budget_api import build_vram_budget_router
 from corral.telemetry.labels import RequestFigures
 
@@ -50,6 +56,12 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
     app.include_router(build_model_load_router(state))
+    app.include_router(build_events_router(EventHub(state.nc)))  # /api/events: the web UI's live hints
+    app.include_router(build_ui_router(load_assets()))  # /app: the web UI
+    if state.backend_ops is not None:  # issue 11: per-node backend and model operations, activity, logs
+        for build in (build_node_backends_router, build_node_models_router, build_operations_router,
+                      build_backend_logs_router):
+            app.include_router(build(state))
     install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Added last, so it runs first: body size and concurrency are bounded before auth and parsing.
     app.add_middleware(RequestLimitsMiddleware, limits=limits or RequestLimits())  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 from corral.bus import client as bus
 from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
+from corral.control.backend_ops import BackendOpsDriver, BackendOpSettings
 from corral.control.cluster_figures import ClusterFigures
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
@@ -110,10 +111,13 @@ async def serve(settings: FrontendSettings) -> int:
     cleanup = RevisionCleanup(pool, nc, router)
     revs.cleanup_kick = cleanup.kick
     await revs.start()
+    backend_ops = BackendOpsDriver(pool, nc, str(uuid.uuid4()), BackendOpSettings(
+        settings.backend_install_timeout_s, settings.backend_upgrade_timeout_s,
+        settings.backend_delete_timeout_s, settings.node_op_timeout_s))
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header, aliases=aliases,
+                          expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops,
                           figures=ClusterFigures(pool, router.replicas.all))
     await lifecycle.start()
     host, port = settings.address
@@ -130,6 +134,7 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
+    tasks.start("backend-ops", backend_ops.run(stop))
     if telemetry is not None and telemetry.bridge is not None:
         telemetry.bridge.before = state.figures.refresh
         tasks.start("otlp-metrics", telemetry.bridge.run(stop))

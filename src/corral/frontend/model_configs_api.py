@@ -7,6 +7,7 @@ confirmed stopped). From the moment the response returns, no frontend routes to 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from corral.frontend.json_body import documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 from corral.models.names import name_problem
+from corral.store import operations, revisions
 
 DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
 ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
@@ -55,6 +57,12 @@ def depth(value: Any) -> int:
             if level <= DEPTH_MAX:
                 todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
     return deepest
+
+
+def _iso(state: Any) -> str | None:
+    if state is None or state["updated_s"] is None:
+        return None
+    return dt.datetime.fromtimestamp(state["updated_s"], dt.UTC).isoformat()
 
 
 def _bad(message: str, field: str = "body") -> JSONResponse:
@@ -100,6 +108,8 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
         cfg, pending = await revs.apply(name, raw)
     except ModelConfigError as exc:
         return _bad(str(exc))
+    await operations.record_done(revs.pool, operations.NewOperation(
+        name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
                          "disabled": cfg.disabled})
 
@@ -162,6 +172,14 @@ async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> J
 
 def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
     router = APIRouter(prefix="/api/model-configs")
+
+    @router.get("")
+    async def list_configs() -> JSONResponse:
+        """Every configured model's revision, disabled flag and last edit (the YAML is per model: GET …/<name>)."""
+        states = await revisions.all_states(revs.pool)
+        return JSONResponse({"configs": [{"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
+                                          "updated_at": _iso(states.get(name))}
+                                         for name, cfg in sorted(revs.configs.items())]})
 
     @router.get("/{name}")
     async def get_config(name: ConfigName) -> JSONResponse:

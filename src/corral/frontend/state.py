@@ -25,3 +25,4 @@ class FrontendState:
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)
     figures: Any = None  # corral.control.cluster_figures.ClusterFigures (read at scrape / OTLP export time)
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
+    backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)

@@ -23,11 +23,11 @@ USAGE = ("usage: corral worker ds4-distributed -- --role worker --model <gguf> "
 
 
 def worker_binary(s: Ds4Settings) -> Path:
-    search = [Path(s.backends_path), Path(s.backends_system_path)]
-    backend = installed_backend_dir(DS4_BACKEND, search)
+    backend = installed_backend_dir(DS4_BACKEND, s.backends_path, s.backends_system_path)
     binary = backend / WORKER_BINARY if backend is not None else None
     if binary is None or not os.access(binary, os.X_OK):
-        where = f"{backend} has no executable {WORKER_BINARY}" if backend else f"not installed in {search[0]} or {search[1]}"
+        where = (f"{backend} has no executable {WORKER_BINARY}" if backend
+                 else f"not installed in {s.backends_path} or {s.backends_system_path}")
         raise EngineMissing(f"the ds4 backend is needed for a layer-split worker but is {where}: install the "
                             f"ds4 backend (with its {WORKER_BINARY}) into --backends-path / LOCALAI_BACKENDS_PATH")
     return binary

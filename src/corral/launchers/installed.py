@@ -1,10 +1,10 @@
-"""Where an installed backend's files are: `<backends path>/<name>` first, then the system path (reference §1.3)."""
+"""The installed backend a launcher needs, found the way a worker finds any backend (`gallery.registry`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
+from corral.gallery.registry import BackendRegistry
 from corral.worker.errors import WorkerError
 
 
@@ -12,10 +12,7 @@ class EngineMissing(WorkerError):
     """The engine a launcher needs is not installed here; the message names what to install."""
 
 
-def installed_backend_dir(name: str, search: Sequence[Path]) -> Path | None:
-    """The directory of backend `name` holding `run.sh` (`<path>/<name>` or `<path>/<name>/<name>`), or None."""
-    for root in search:
-        for candidate in (root / name, root / name / name):
-            if (candidate / "run.sh").is_file():
-                return candidate
-    return None
+def installed_backend_dir(name: str, backends_path: str, system_path: str) -> Path | None:
+    """The directory of installed backend `name` (run.sh + metadata.json), or None."""
+    found = BackendRegistry(Path(backends_path), Path(system_path), builtin_path=None).find(name)
+    return found.directory if found is not None else None

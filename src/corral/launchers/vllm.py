@@ -68,15 +68,15 @@ def vllm_env(s: VllmFollowerSettings) -> dict[str, str]:
 
 def vllm_executable(s: VllmFollowerSettings) -> list[str]:
     """The installed vllm backend's run.sh (the reference's way), else a `vllm` on PATH."""
-    search = [Path(s.backends_path), Path(s.backends_system_path)]
-    backend = installed_backend_dir(VLLM_BACKEND, search)
+    backend = installed_backend_dir(VLLM_BACKEND, s.backends_path, s.backends_system_path)
     if backend is not None:
         return [str(backend / "run.sh")]
     on_path = shutil.which("vllm")
     if on_path:
         return [on_path]
-    raise EngineMissing(f"vLLM is not installed: install the vllm backend into {search[0]} (or "
-                        f"{search[1]}), or `pip install vllm` so that `vllm` is on PATH")
+    raise EngineMissing(f"vLLM is not installed: install the vllm backend into {s.backends_path} "
+                        f"(--backends-path; or {s.backends_system_path}), or `pip install vllm` so that `vllm` is "
+                        "on PATH")
 
 
 def registration_body(s: VllmFollowerSettings, facts: hardware.HardwareFacts) -> dict[str, Any]:

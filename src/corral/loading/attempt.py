@@ -136,7 +136,7 @@ async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnaps
 
     `started` receives the backend's address as soon as the install answers (for an exact stop).
     """
-    installing = asyncio.create_task(install(ctx, node, cfg, replica_index), name=f"install:{cfg.name}")
+    installing = asyncio.create_task(install(ctx, node, cfg, replica_index, progress), name=f"install:{cfg.name}")
     installing.add_done_callback(
         lambda t: started.append(t.result()) if not t.cancelled() and t.exception() is None else None)
     target = StagingTarget(node.name, node.http_address, node.id)

@@ -1,14 +1,22 @@
 """Place a model: snapshot → placement pipeline → a node (freed by eviction when nothing has room) → install.
 
 A node that gives NATS "no responders" is demoted to unhealthy; a slow install answer is not
-absence (no demotion), but both move the load to the next eligible node (cold_load.py).
+absence (no demotion), but both move the load to the next eligible node (cold_load.py) — unless
+the worker reported install progress within the install timeout: then it is busy installing the
+backend, the load shows "worker busy" and asks again (the worker joins its install in flight);
+the cold-load hold still bounds the whole wait.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import time
+import uuid
 from collections.abc import Collection
 
+from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
@@ -16,6 +24,7 @@ from corral.bus import subjects
 from corral.bus.messages import BackendInstallReply, BackendInstallRequest
 from corral.loading.context import LoadContext
 from corral.loading.errors import InstallFailed, NodeLost
+from corral.loading.progress import LoadProgress
 from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
 from corral.models.vram import estimate_vram_bytes_off_loop
@@ -32,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DISK_CHECK_SETTING = "distributed_disk_headroom_check"
 INSTALL_TIMEOUT_KNOB = "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT"
+BUSY_WINDOW_MIN_S = 30.0  # install progress this recent means the worker is busy installing, not gone
 
 
 async def effective_selector(ctx: LoadContext, cfg: ModelConfig) -> dict[str, str]:
@@ -64,20 +74,83 @@ async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[s
     return decision.node, decision.request.vram_bytes
 
 
-async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int) -> str:
-    """Start the backend process on `node`; its address. NodeLost when the node does not answer."""
-    request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index)
+EVENT_TEXT_MAX_CHARS = 256  # a worker's progress strings go into the job row and every 503 body
+
+
+def _shown(event: dict[str, object]) -> dict[str, object]:
+    """The fields of a progress event the `loading` object shows, bounded: text cut, percentage 0..100."""
+    shown: dict[str, object] = {}
+    for key in ("phase", "file_name", "current", "total"):
+        if isinstance(event.get(key), str):
+            shown[key] = str(event[key])[:EVENT_TEXT_MAX_CHARS]
+    percentage = event.get("percentage")
+    if isinstance(percentage, int | float) and not isinstance(percentage, bool):
+        shown["percentage"] = max(0.0, min(100.0, float(percentage)))
+    return shown
+
+
+class InstallEvents:
+    """Install progress events of one op from the bus: shown in the load's progress, never ending a wait."""
+
+    def __init__(self, progress: LoadProgress | None) -> None:
+        self.progress = progress
+        self.last_heard_s: float | None = None
+
+    async def on_msg(self, msg: Msg) -> None:
+        try:
+            event = json.loads(msg.data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        self.last_heard_s = time.monotonic()
+        if self.progress is not None:
+            self.progress.on_install(_shown(event))
+
+    def heard_within(self, window_s: float) -> bool:
+        return self.last_heard_s is not None and time.monotonic() - self.last_heard_s <= window_s
+
+
+async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int,
+                  progress: LoadProgress | None = None) -> str:
+    """Start the backend process on `node` (installing the backend there first if it is missing); its
+    address. NodeLost when the node does not answer; InstallFailed with the worker's error otherwise."""
+    op_id = uuid.uuid4().hex
+    request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index,
+                                    op_id=op_id)
+    events = InstallEvents(progress)
+    sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
         with tracing.span("corral.install", {"corral.node": node.name}, kind=SpanKind.CLIENT):
-            reply = await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                      ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
-    except bus.NoResponders:
-        log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
-                    "trying the next node", node.name, node.id)
-        await placement_store.mark_unhealthy(ctx.pool, node.id)
-        raise NodeLost(node.name, "not answering on the bus (NATS no responders); marked unhealthy") from None
-    except bus.BusError as exc:
-        raise NodeLost(node.name, f"backend install: {exc}") from None
+            reply = await _ask_until_answered(ctx, node, request, events, progress)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        if progress is not None and progress.worker_busy:
+            progress.on_worker_busy(False)
     if not reply.success:
         raise InstallFailed(f"loading model {cfg.name}: worker {node.name} replied with error: {reply.error}")
     return reply.address or node.address
+
+
+async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: BackendInstallRequest,
+                              events: InstallEvents, progress: LoadProgress | None) -> BackendInstallReply:
+    while True:
+        try:
+            return await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
+                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
+        except bus.NoResponders:
+            log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
+                        "trying the next node", node.name, node.id)
+            await placement_store.mark_unhealthy(ctx.pool, node.id)
+            raise NodeLost(node.name, "not answering on the bus (NATS no responders); marked unhealthy") from None
+        except bus.RequestTimeout as exc:
+            if not events.heard_within(max(ctx.install_timeout_s, BUSY_WINDOW_MIN_S)):
+                raise NodeLost(node.name, f"backend install: {exc}") from None
+            log.info("worker %s is still installing backend %s for %s (no reply within %gs, progress seen); "
+                     "worker busy, asking again", node.name, request.backend, request.model_id,
+                     ctx.install_timeout_s)
+            if progress is not None:
+                progress.on_worker_busy(True)
+        except bus.BusError as exc:
+            raise NodeLost(node.name, f"backend install: {exc}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.telemetry.families import LOAD_PHASE_SECONDS
 
@@ -26,6 +27,8 @@ class LoadProgress:
     file_index: int = 0
     total_files: int = 0
     started_at_s: float | None = None  # wall clock of the first moved byte (ETA anchor)
+    install: dict[str, Any] | None = None  # the worker's last backend install progress event (a hint)
+    worker_busy: bool = False  # the install was not answered within the install timeout; still working
     last_work_s: float = field(default_factory=time.monotonic)
     phase_since_s: float = field(default_factory=time.monotonic)  # the current phase began (metrics)
     listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
@@ -63,6 +66,21 @@ class LoadProgress:
             self.started_at_s = time.time()
         self.bytes_sent, self.total_bytes = bytes_sent, total_bytes
         self._worked()
+
+    def on_install(self, event: dict[str, Any]) -> None:
+        """The worker reported backend install progress (phase, file, current/total, percentage)."""
+        self.install = event
+        self._worked()
+
+    def on_worker_busy(self, busy: bool) -> None:
+        self.worker_busy = busy
+        self._worked()
+
+    def install_json(self) -> dict[str, Any] | None:
+        """What the job row keeps for the 503 body: the install progress and the worker-busy mark."""
+        if self.install is None and not self.worker_busy:
+            return None
+        return {**(self.install or {}), **({"worker_busy": True} if self.worker_busy else {})}
 
     def abandon_node(self, reason: str) -> bool:
         """Give up the current node (the load moves to the next one); False when no node attempt runs."""

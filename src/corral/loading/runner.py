@@ -22,7 +22,7 @@ from corral.loading.progress import PENDING, STAGING, LoadProgress
 from corral.loading.waiters import Outcome, Waiters
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
-from corral.store import load_jobs
+from corral.store import load_jobs, operations
 from corral.telemetry import tracing
 from corral.telemetry.families import LOAD_SECONDS
 
@@ -87,6 +87,7 @@ class LoadJobRunner:
                 hold.worked()
 
         progress.listeners.append(on_work)
+        activity = await self._activity_start(key)
         load = asyncio.create_task(cold_load(self.ctx, cfg, progress), name=f"cold-load:{key}")
         why_stopped: list[str] = []
         helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped, phase_changed),
@@ -98,14 +99,16 @@ class LoadJobRunner:
         except asyncio.CancelledError:
             if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
                 raise
-            await self._failed(key, f"loading model {key}: {why_stopped[0]}")
+            await self._failed(key, f"loading model {key}: {why_stopped[0]}", activity=activity)
         except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
-            await self._failed(key, str(exc), PLACEMENT)
+            await self._failed(key, str(exc), PLACEMENT, activity=activity)
             return PLACEMENT
         except Exception as exc:  # every failure reaches every waiter with its real cause
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
-            await self._failed(key, message)
+            await self._failed(key, message, activity=activity)
         else:
+            await self._activity_end(activity, operations.COMPLETED, "",
+                                     f"loaded on {replica.node_name} (replica {replica.replica_index})")
             await self.on_loaded(replica)
             await load_jobs.delete(self.ctx.pool, key, owner)
             await self.waiters.announce(key, Outcome(ok=True))
@@ -116,8 +119,28 @@ class LoadJobRunner:
                 helper.cancel()
         return "failed"
 
-    async def _failed(self, key: str, message: str, kind: str = "load") -> None:
+    async def _activity_start(self, key: str) -> str:
+        """The activity record's row of this load (best effort: a record that cannot be written never
+        holds a load up)."""
+        try:
+            row = await operations.insert(self.ctx.pool, operations.NewOperation(
+                key, operations.MODEL_LOAD, frontend_id=self.settings.owner, message=f"loading {key}"),
+                status=operations.PROCESSING)
+        except Exception as exc:
+            log.debug("activity record of the load of %s not written: %s", key, exc)
+            return ""
+        return str(row["id"])
+
+    async def _activity_end(self, op_id: str, status: str, error: str, message: str = "") -> None:
+        if op_id:
+            try:
+                await operations.finish(self.ctx.pool, op_id, status, error, message)
+            except Exception as exc:
+                log.debug("activity record of load %s not finished: %s", op_id, exc)
+
+    async def _failed(self, key: str, message: str, kind: str = "load", activity: str = "") -> None:
         log.warning("%s", message)
+        await self._activity_end(activity, operations.FAILED, message)
         await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message, kind)
         await self.waiters.announce(key, Outcome(ok=False, error=message, kind=kind))
 
@@ -133,7 +156,7 @@ class LoadJobRunner:
                     node_name=progress.node_name, replica_index=progress.replica_index,
                     bytes_sent=progress.bytes_sent, total_bytes=progress.total_bytes,
                     file_index=progress.file_index, total_files=progress.total_files,
-                    moving=progress.started_at_s is not None,
+                    moving=progress.started_at_s is not None, install=progress.install_json(),
                 )
             except Exception as exc:  # a database blip must not kill the load; the next beat retries
                 log.warning("load job heartbeat for %s failed: %s", key, exc)

@@ -46,6 +46,10 @@ def loading_object(job: JobSnapshot) -> dict[str, Any]:
     eta = eta_s(job)
     if eta is not None:
         body["eta_seconds"] = round(eta, 1)
+    if job.install:
+        body["install"] = job.install  # the backend install on the node: phase, file, current/total, %
+        if job.install.get("worker_busy"):
+            body["worker_busy"] = True
     return body
 
 
@@ -58,6 +62,8 @@ def loading_message(job: JobSnapshot) -> str:
     text = f"model {job.tracking_key} is {job.state}"
     if job.node_name:
         text += f" on node {job.node_name}"
+    if job.install and job.install.get("worker_busy"):
+        text += " (worker busy: still installing the backend)"
     if job.total_bytes > 0:
         text += f" ({progress_pct(job):.0f}%"
         eta = eta_s(job)

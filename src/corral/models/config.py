@@ -1,7 +1,8 @@
 """Model configuration: one YAML per model in the frontend's models directory.
 
     name: gemma-3-270m          # the model id clients ask for (tracking key)
-    backend: llama-cpp          # engine the worker starts: llama-cpp | simulator
+    backend: llama-cpp          # the backend the worker starts: llama-cpp, simulator, or any backend
+                                # installed on the worker or listed by its galleries (corral.gallery)
     context_size: 2048
     embeddings: false
     parameters:
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from corral.gallery.names import backend_name_problem
 from corral.models.aliases import is_alias_document
 from corral.models.artifacts import (
     REPEATED_FIELD,
@@ -39,7 +41,8 @@ from corral.models.revision import config_revision  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-KNOWN_BACKENDS = ("llama-cpp", "simulator")
+KNOWN_BACKENDS = ("llama-cpp", "simulator")  # built in; others install from a gallery on first load
+FILE_BACKENDS = ("llama-cpp",)  # backends that need parameters.model (a model file)
 
 
 class ModelConfigError(Exception):
@@ -145,9 +148,10 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     if problem is not None:
         raise ModelConfigError(f"{source}: field 'name' {problem}")
     backend = _field(data, "backend", str, source, "").strip()
-    if backend not in KNOWN_BACKENDS:
+    if (problem := backend_name_problem(backend)) is not None:
         raise ModelConfigError(
-            f"{source}: field 'backend' is {backend!r}; use one of {', '.join(KNOWN_BACKENDS)}"
+            f"{source}: field 'backend' {problem}; use a built-in backend ({', '.join(KNOWN_BACKENDS)}) "
+            "or one a gallery lists"
         )
     params = _field(data, "parameters", dict, source, {})
     model = str(params.get("model") or "").strip()
@@ -156,7 +160,7 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         artifacts = parse_artifacts(data, source)
     except (HuggingFaceConfigError, ValueError) as exc:
         raise ModelConfigError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
-    if not model and backend != "simulator" and huggingface is None:
+    if not model and backend in FILE_BACKENDS and huggingface is None:
         raise ModelConfigError(f"{source}: field 'parameters.model' is required (the model file)")
     options = _field(data, "options", list, source, [])
     return ModelConfig(

@@ -28,3 +28,9 @@ async def merge(pool: asyncpg.Pool, node_id: str, labels: dict[str, str]) -> Non
 
 async def delete(pool: asyncpg.Pool, node_id: str, key: str) -> bool:
     return await pool.fetchrow(q("label_delete"), node_id, key) is not None
+
+
+async def catalog(pool: asyncpg.Pool, keys_max: int, values_max: int) -> dict[str, list[str]]:
+    """Label key → its distinct values over every node (at most `keys_max` keys, `values_max` values each)."""
+    rows = await pool.fetch(q("label_catalog"), keys_max, values_max)
+    return {r["key"]: list(r["label_values"]) for r in rows}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -24,6 +26,7 @@ class JobSnapshot:
     error_kind: str  # "placement" (no node fits) or "load"
     silent_s: float  # seconds since the owner's last heartbeat
     moving_s: float | None  # seconds since the first byte moved
+    install: dict[str, Any] | None = None  # the worker's backend install progress (and worker_busy), if any
 
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> JobSnapshot:
@@ -33,7 +36,15 @@ class JobSnapshot:
             total_bytes=int(row["total_bytes"]), file_index=int(row["file_index"]),
             total_files=int(row["total_files"]), last_error=row["last_error"], error_kind=row.get("error_kind") or "",
             silent_s=float(row.get("silent_s") or 0.0), moving_s=row.get("moving_s"),
+            install=_install(row.get("install_progress")),
         )
+
+
+def _install(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    value = json.loads(raw) if isinstance(raw, str) else raw
+    return dict(value) if isinstance(value, dict) else None
 
 
 async def claim(pool: asyncpg.Pool, key: str, owner: str, *, orphan_s: float, failed_grace_s: float
@@ -55,10 +66,11 @@ async def get(pool: asyncpg.Pool, key: str) -> JobSnapshot | None:
 
 async def heartbeat(pool: asyncpg.Pool, key: str, owner: str, *, state: str, node_id: str, node_name: str,
                     replica_index: int, bytes_sent: int, total_bytes: int, file_index: int, total_files: int,
-                    moving: bool) -> bool:
+                    moving: bool, install: dict[str, Any] | None = None) -> bool:
     """False when this frontend no longer owns the job (it was taken over)."""
     row = await pool.fetchrow(q("load_job_heartbeat"), key, owner, state, node_id, node_name, replica_index,
-                              bytes_sent, total_bytes, file_index, total_files, moving)
+                              bytes_sent, total_bytes, file_index, total_files, moving,
+                              None if install is None else json.dumps(install))
     return row is not None
 
 
@@ -69,3 +81,7 @@ async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str, kind: str =
 async def delete(pool: asyncpg.Pool, key: str, owner: str) -> None:
     await pool.execute(q("load_job_delete"), key, owner)
 
+
+
+async def listing(pool: asyncpg.Pool, limit: int) -> list[JobSnapshot]:
+    return [JobSnapshot.from_row(r) for r in await pool.fetch(q("load_job_listing"), limit)]

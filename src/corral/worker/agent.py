@@ -15,13 +15,20 @@ from corral.bus import client as bus
 from corral.bus.security import TlsFiles
 from corral.config.commands import WorkerSettings
 from corral.config.errors import ConfigError
+from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_galleries
+from corral.gallery.installer import BackendInstaller
+from corral.gallery.manager import BackendManager
+from corral.gallery.registry import BackendRegistry
 from corral.loops import OwnedTasks, run_periodic
 from corral.telemetry import otlp
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
+from corral.worker.backend_logs import BackendLogs
 from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
+from corral.worker.log_handlers import LogHandlers
+from corral.worker.model_ops import ModelOps
 from corral.worker.node_credential import NodeCredentialFile, default_state_dir
 from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
@@ -48,11 +55,16 @@ class Worker:
         self.subscribed = False  # nodes.<id>.* handlers (backend and, in S3 mode, files) are listening
         self._stop = asyncio.Event()
         self.frontend = FrontendClient(settings.register_to, settings.registration_token)
+        self.backend_logs = BackendLogs()
+        self.backends = _backend_manager(settings)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
             bind_host=self.addresses.serve_host, token=settings.registration_token,
             start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
+            logs=self.backend_logs,
+            registry=self.backends.registry,
         )
+        self.log_handlers = LogHandlers(self.backend_logs, lambda: (self.nc, self.node_id))
         self.prober = BackendProber(self.supervisor)
         self.creds = WorkerCredentials()
         state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir(self.models_dir)
@@ -155,6 +167,9 @@ class Worker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        leftovers = await asyncio.to_thread(self.backends.clean_leftovers)
+        if leftovers:
+            log.warning("removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers))
         telemetry = await asyncio.to_thread(otlp.configure, "corral-worker")  # backends inherit the OTEL_* env
         try:
             return await self._run()
@@ -185,7 +200,8 @@ class Worker:
                                credentials=self.creds.for_connect(), tls=tls)
         self.nc, self.nats_up = nc, nc.is_connected
         self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
-                                     self.request_stop)
+                                     self.request_stop, self.backends)
+        self.handlers.route_providers += [ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes]
         await self.handlers.subscribe()
         self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)
         self.subscribed = True
@@ -193,7 +209,8 @@ class Worker:
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()
         tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
-                 asyncio.create_task(self.prober.run(loops_stop), name="backend-probe")]
+                 asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
+                 asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines")]
         refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")
         code = 0
@@ -252,3 +269,18 @@ class Worker:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
         await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
                            backoff_cap_s=interval_s)
+
+
+def _backend_manager(settings: WorkerSettings) -> BackendManager:
+    """The backend registry and installer over LOCALAI_BACKENDS_PATH / LOCALAI_BACKENDS_SYSTEM_PATH."""
+    backends_path = Path(settings.backends_path).expanduser().resolve()
+    system_path = Path(settings.backends_system_path).expanduser() if settings.backends_system_path else None
+    try:
+        galleries = (parse_galleries(settings.backend_galleries) if settings.backend_galleries.strip()
+                     else [GalleryRef("corral", str(DEFAULT_INDEX))])
+    except GalleryError as exc:
+        raise ConfigError(str(exc)) from None
+    installer = BackendInstaller(backends_path, require_integrity=settings.require_backend_integrity,
+                                 timeout_s=settings.backend_gallery_timeout_s)
+    return BackendManager(BackendRegistry(backends_path, system_path), installer, galleries,
+                          timeout_s=settings.backend_gallery_timeout_s)

@@ -1,4 +1,5 @@
-"""NATS handlers of `nodes.<id>.*` (reference §3.2): install, stop, exact model stop, running models."""
+"""NATS handlers of `nodes.<id>.*` (reference §3.2): backend operations (backend_ops.py), stop, exact model
+stop, running models."""
 
 from __future__ import annotations
 
@@ -9,12 +10,9 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from opentelemetry.trace import SpanKind
 
 from corral.bus import subjects
 from corral.bus.messages import (
-    BackendInstallReply,
-    BackendInstallRequest,
     BackendStopRequest,
     ModelsRunningReply,
     ModelStopReply,
@@ -22,16 +20,14 @@ from corral.bus.messages import (
     RunningModel,
     ValidationError,
 )
-from corral.models.names import name_problem
-from corral.telemetry import tracing
-from corral.worker.ports import PortRangeExhausted
-from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor
+from corral.gallery.manager import BackendManager
+from corral.worker.backend_ops import BackendOps, process_key
+from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)
 
 
-def process_key(model_id: str, backend: str, replica_index: int) -> str:
-    return f"{model_id or backend}#{replica_index}"
+__all__ = ["NodeHandlers", "process_key"]
 
 
 def _port_of(address: str) -> str:
@@ -40,21 +36,26 @@ def _port_of(address: str) -> str:
 
 class NodeHandlers:
     def __init__(self, nc: Client, node_id: str, supervisor: Supervisor, advertise_host: str,
-                 on_stop_node: Callable[[], Awaitable[None]]) -> None:
+                 on_stop_node: Callable[[], Awaitable[None]], backends: BackendManager) -> None:
         self.nc, self.node_id, self.supervisor = nc, node_id, supervisor
         self.advertise_host = advertise_host
+        self.backend_ops = BackendOps(backends, supervisor, advertise_host, lambda: (self.nc, self.node_id))
         self._on_stop_node = on_stop_node
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
+        # Other modules' handlers (model ops, backend logs): node id -> {subject: handler}, re-bound with ours.
+        self.route_providers: list[Callable[[str], dict[str, Callable[[Msg], Awaitable[None]]]]] = []
 
     async def subscribe(self) -> None:
-        routes = {
-            subjects.backend_install(self.node_id): self._install,
+        routes: dict[str, Callable[[Msg], Awaitable[None]]] = {
+            **self.backend_ops.routes(self.node_id),
             subjects.backend_stop(self.node_id): self._backend_stop,
             subjects.model_stop(self.node_id): self._model_stop,
             subjects.models_running(self.node_id): self._models_running,
             subjects.node_stop(self.node_id): self._node_stop,
         }
+        for provider in self.route_providers:
+            routes.update(provider(self.node_id))
         for subject, handler in routes.items():
             self._subscriptions.append(await self.nc.subscribe(subject, cb=self._spawn(handler)))
         await self.nc.flush(timeout=5)
@@ -83,36 +84,6 @@ class NodeHandlers:
             await handler(msg)
         except Exception:
             log.exception("handler for %s failed", msg.subject)
-
-    async def _install(self, msg: Msg) -> None:
-        if tracing.tracer is None:
-            await self._install_backend(msg)
-            return
-        with tracing.span("worker.backend_install", {"corral.node_id": self.node_id}, kind=SpanKind.SERVER,
-                          context=tracing.extract(msg.headers)):
-            await self._install_backend(msg)
-
-    async def _install_backend(self, msg: Msg) -> None:
-        try:
-            req = BackendInstallRequest.from_json(msg.data)
-        except ValidationError as exc:
-            await msg.respond(BackendInstallReply(success=False, error=f"invalid request: {exc}").to_json())
-            return
-        if not req.backend:
-            await msg.respond(BackendInstallReply(success=False, error="backend is required").to_json())
-            return
-        if req.model_id and (problem := name_problem(req.model_id)) is not None:
-            await msg.respond(BackendInstallReply(success=False, error=f"field 'model_id' {problem}").to_json())
-            return
-        key = process_key(req.model_id or "", req.backend, req.replica_index or 0)
-        try:
-            proc = await self.supervisor.ensure(key, req.backend)
-        except (BackendStartFailed, PortRangeExhausted) as exc:
-            log.warning("install of %s for %s failed: %s", req.backend, key, exc)
-            await msg.respond(BackendInstallReply(success=False, error=str(exc)).to_json())
-            return
-        address = f"{self.advertise_host}:{proc.port}"
-        await msg.respond(BackendInstallReply(success=True, address=address).to_json())
 
     async def _backend_stop(self, msg: Msg) -> None:
         try:

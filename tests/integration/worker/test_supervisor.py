@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
+from corral.gallery.registry import BackendRegistry
 from corral.worker.ports import PortAllocator
 from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor, _probe_health
 
@@ -39,13 +41,26 @@ async def test_ensure_reuses_a_live_process_for_the_same_key(supervisor: Supervi
     assert first is second
 
 
-async def test_a_backend_that_dies_while_starting_reports_its_stderr(supervisor: Supervisor) -> None:
+async def test_a_backend_that_dies_while_starting_reports_its_stderr(supervisor: Supervisor,
+                                                                   tmp_path: Path) -> None:
+    broken = tmp_path / "backends" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "run.sh").write_text("#!/bin/sh\necho \"broken backend: cannot start on $2\" >&2\nexit 2\n")
+    (broken / "run.sh").chmod(0o755)
+    (broken / "metadata.json").write_text('{"name": "broken"}')
+    supervisor.registry = BackendRegistry(tmp_path / "backends")
     with pytest.raises(BackendStartFailed) as info:
-        await supervisor.ensure("m#0", "no-such-engine")
+        await supervisor.ensure("m#0", "broken")
     assert "exited with code 2 while starting" in str(info.value)
-    assert "no-such-engine" in str(info.value)
+    assert "broken backend: cannot start on 127.0.0.1:" in str(info.value)
     assert supervisor.processes == {}
     assert supervisor.ports.in_use == {}
+
+
+async def test_a_backend_that_is_not_installed_is_refused_before_any_process(supervisor: Supervisor) -> None:
+    with pytest.raises(BackendStartFailed, match="'no-such-engine' is not installed"):
+        await supervisor.ensure("m#0", "no-such-engine")
+    assert supervisor.processes == {} and supervisor.ports.in_use == {}
 
 
 async def test_stopping_a_key_stops_exactly_that_process(supervisor: Supervisor) -> None:

@@ -28,6 +28,7 @@ def test_a_minted_worker_credential_is_scoped_to_its_own_node_subjects() -> None
     nats_claims = claims["nats"]
     assert nats_claims["sub"]["allow"] == ["nodes.node-1-.>", "_INBOX.>"]  # sanitised token: no wildcards
     assert "nodes.node-1-.backend.install.*.progress" in nats_claims["pub"]["allow"]
+    assert "nodes.node-1-.backend.logs.*.lines" in nats_claims["pub"]["allow"]  # its own backends' live lines
     assert claims["name"] == "localai-backend-node-1-"
     verifier = nkeys.from_seed(bytearray(account.seed.encode()))
     assert verifier.verify(signed, sig)

@@ -131,3 +131,23 @@ def test_moving_to_the_next_node_after_a_stall_gives_it_a_fresh_base_budget() ->
     assert hold.expired_reason() is None
     clock.now_s += 2
     assert "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT" in (hold.expired_reason() or "")
+
+
+def test_install_progress_from_a_worker_is_bounded_before_it_is_shown() -> None:
+    from corral.loading.place import EVENT_TEXT_MAX_CHARS, _shown
+
+    shown = _shown({"phase": "downloading", "file_name": "x" * 100_000, "percentage": 1e308, "current": 5,
+                    "extra": "ignored", "total": "412 MB"})
+    assert shown == {"phase": "downloading", "file_name": "x" * EVENT_TEXT_MAX_CHARS, "total": "412 MB",
+                     "percentage": 100.0}
+
+
+def test_the_loading_object_shows_install_progress_and_worker_busy() -> None:
+    import dataclasses
+
+    snapshot = dataclasses.replace(job("installing"), install={"phase": "downloading", "percentage": 40.0,
+                                                               "worker_busy": True})
+    body = loading_object(snapshot)
+    assert body["install"]["phase"] == "downloading" and body["worker_busy"] is True
+    assert "worker busy" in loading_message(snapshot)
+    assert "install" not in loading_object(job("installing"))

@@ -17,7 +17,8 @@ def test_a_valid_config_is_parsed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("data, needle", [
     ({"backend": "llama-cpp"}, "'name' is required"),
-    ({"name": "m", "backend": "vllm"}, "'backend' is 'vllm'"),
+    ({"name": "m", "backend": "../vllm"}, "field 'backend' '../vllm' must not contain '/'"),
+    ({"name": "m", "backend": ""}, "field 'backend' is required"),
     ({"name": "m", "backend": "llama-cpp"}, "'parameters.model' is required"),
     ({"name": "m", "backend": "simulator", "context_size": "big"}, "'context_size' must be int"),
 ])
@@ -31,3 +32,8 @@ def test_a_bad_file_is_skipped_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text("name: good\nbackend: simulator\n")
     (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
     assert list(load_model_configs(tmp_path)) == ["good"]
+
+
+def test_any_gallery_backend_name_is_accepted_without_a_model_file(tmp_path: Path) -> None:
+    cfg = parse_model_config({"name": "m", "backend": "sentencetransformers"}, tmp_path / "m.yaml", tmp_path)
+    assert cfg.backend == "sentencetransformers"

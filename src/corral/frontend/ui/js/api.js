@@ -1,0 +1,104 @@
+// Every call to the frontend's API: the admin key (this tab's sessionStorage only) as a bearer token,
+// errors turned into readable messages, and routes that are not there yet reported as "absent".
+
+const KEY_ITEM = "corral.adminKey";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export const session = {
+  get key() { return sessionStorage.getItem(KEY_ITEM) || ""; },
+  set key(value) {
+    if (value) sessionStorage.setItem(KEY_ITEM, value);
+    else sessionStorage.removeItem(KEY_ITEM);
+  },
+  verified: false, // set once the key was accepted: a 401 after that means it was revoked
+  onLogout: () => {},
+};
+
+function headers(extra = {}) {
+  return { Authorization: `Bearer ${session.key}`, ...extra };
+}
+
+async function errorOf(response) {
+  let message = `${response.status} ${response.statusText}`;
+  try {
+    const body = await response.json();
+    const error = body.error ?? body.detail ?? body;
+    message = typeof error === "string" ? error : error.message || JSON.stringify(error);
+  } catch { /* not JSON: keep the status line */ }
+  return new ApiError(response.status, message);
+}
+
+// fetch with the key; JSON in and out. `body` may be an object (sent as JSON) or a string (sent as is).
+export async function api(path, { method = "GET", body, type, signal } = {}) {
+  const init = { method, signal, headers: headers() };
+  if (body !== undefined) {
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+    init.headers["Content-Type"] = type || "application/json";
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401 && session.verified) {
+    session.onLogout("The admin key was refused: log in again.");
+    throw new ApiError(401, "the admin key was refused");
+  }
+  if (response.status === 401) throw new ApiError(401, "the admin key was refused");
+  if (!response.ok) throw await errorOf(response);
+  if (response.status === 204) return null;
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+}
+
+// A route another part of corral may not have yet: null when it answers 404/405 for the route itself.
+export async function optional(path) {
+  try {
+    return await api(path);
+  } catch (err) {
+    if (err.status === 404 || err.status === 405) return null;
+    throw err;
+  }
+}
+
+// A raw streaming request (chat, events): the caller reads response.body.
+export async function stream(path, { method = "GET", body, signal } = {}) {
+  const init = { method, signal, headers: headers({ Accept: "text/event-stream" }) };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  return fetch(path, init);
+}
+
+// Server-sent events from a fetch body (EventSource cannot send the Authorization header).
+export async function* sseEvents(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        let event = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) event = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (data.length) yield { event, data: data.join("\n") };
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+export const enc = encodeURIComponent;
