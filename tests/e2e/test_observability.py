@@ -238,13 +238,19 @@ def test_corral_models_shows_where_each_model_is_loaded(traffic: tuple[Samples, 
     assert {m["name"]: m["loaded_on"] for m in body["models"]}["sim"] == ["w1#0"]
 
 
-def test_corral_activity_reads_the_operations_api(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+def test_corral_activity_reads_the_operations_api(traffic: tuple[Samples, Samples], cluster: Cluster,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["activity", "--url", cluster.frontend_url, "--api-key", cluster.admin_key, "--json"])
     captured = capsys.readouterr()
     if code == 1:  # a frontend without the backend-install issue's /api/operations: one line naming it
         assert "has no GET /api/operations" in captured.err and cluster.admin_key not in captured.err
         return
     assert code == 0 and isinstance(json.loads(captured.out)["operations"], list)
+    table = _cli(capsys, cluster, "activity", "--history")  # the loads of the traffic are in the record
+    rows = table.split("history:\n", 1)[1].splitlines()
+    assert rows[0].split()[:3] == ["OPERATION", "TYPE", "STATUS"]
+    assert any(row.split()[0] == "staged" for row in rows[1:]), table
+    assert any(row.split()[0] == "broken" and "weights are corrupt" in row for row in rows[1:]), table
 
 
 def test_corral_refuses_a_wrong_key_in_one_line(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
