@@ -9,6 +9,8 @@ PIP    := $(VENV)/bin/pip
 # (~9-15 min on 2 cores); pip's wheel cache serves every later install in seconds.
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 STAMP  := $(VENV)/.installed
+# gallery backends in the reference's Python layout ship stubs generated from the same backend.proto
+ST_BACKEND := src/corral/gallery/backends/sentencetransformers
 
 .PHONY: install up test test-fast lint proto bench clean
 
@@ -37,6 +39,7 @@ test-fast: install
 
 proto: install
 	cd src && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. corral/proto/backend.proto
+	$(PY) -m grpc_tools.protoc -Isrc/corral/proto --python_out=$(ST_BACKEND) --grpc_python_out=$(ST_BACKEND) backend.proto
 
 bench: install
 	$(VENV)/bin/pip install -q -e '.[bench,models]'  # vllm-router: the reference point (optional)
@@ -51,6 +54,7 @@ bench: install
 	$(PY) benchmarks/faults.py
 	$(PY) benchmarks/prefix_routing.py
 	$(PY) benchmarks/prefix_routing.py --llama
+	$(PY) benchmarks/mcp_tool_calls.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,23 +1,34 @@
 """Cold start: first token of a model no worker holds yet, vs. the work itself measured alone.
 
-One run, on this machine, with its own PostgreSQL and NATS (embedded launchers), one frontend and
-one worker, Gemma 3 270M (llama-cpp) staged from the frontend's models directory:
+One run, on this machine, with its own PostgreSQL and NATS (embedded launchers); per round a fresh
+frontend and worker (a database of their own, the file hashed by neither side), Gemma 3 270M
+(llama-cpp) staged from the frontend's models directory:
   cold     — POST /v1/chat/completions (stream) for the model: time to the first streamed byte;
   alone    — staging the same file to a fresh key on the worker (the uploader), the backend process
              start (`backend.install` over NATS), and llama-cpp-python's load + first token in a
              process of its own.
-Prints each figure and cold / (staging + load + first token), the issue's target being ≤ 1.2. The
+Rounds alternate which goes first (the stack or the engine alone); prints the median and every
+round of each figure and of cold / (staging + load + first token), the issue's target being ≤ 1.2. The
 GGUF header read of placement is done once before the timed request (it is cached per process).
+Then the cold request's own timeline, from the frontend's and worker's logs: when the load started,
+the file was received, the backend process answered, the model was loaded, the first byte came --
+where the cold path spends what it spends beyond the work itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import asyncpg
@@ -28,29 +39,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from corral.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
+from corral.staging.hashing import hash_sidecar_path  # noqa: E402
 from corral.staging.uploader import stage_file  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 
+# The engine with the settings corral's backend gives it (llama_cpp.py: threads = all CPUs for both
+# generation and prompt, the model's context_size, chat format), so "alone" is the same work. With
+# llama-cpp-python's own defaults (1 generation thread on 2 CPUs) the first token costs a different
+# amount: on a busy 2-CPU machine 2 threads spin at every barrier, ~1-5 s for the first token vs 0.2 s.
 LOAD_ALONE = """
-import sys, time
+import os, sys, time
 from llama_cpp import Llama
 started = time.perf_counter()  # the engine's work, not the interpreter's start (the backend pays that at install)
-llm = Llama(model_path=sys.argv[1], n_ctx=2048, verbose=False)
-next(iter(llm.create_completion("hello", max_tokens=1, stream=True)))
+threads = os.cpu_count() or 1
+llm = Llama(model_path=sys.argv[1], n_ctx=2048, n_threads=threads, n_threads_batch=threads, chat_format="gemma",
+            verbose=False)
+next(iter(llm.create_chat_completion(messages=[{"role": "user", "content": "hello"}], max_tokens=1, stream=True)))
 print(time.perf_counter() - started)
 """
 
 
-async def _cold_ttft_s(url: str) -> float:
-    body = {"model": GEMMA_NAME, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "stream": True}
+# (label, process, pattern) of the log lines that mark the cold path's steps, in the order they happen.
+TIMELINE = (
+    ("load job starts (placed)", "frontend", r"corral\.loading\.attempt: loading "),
+    ("file received and verified", "worker", r"corral\.staging\.receiver: received .*/gemma"),
+    ("backend process answers (install)", "worker", r"backend llama-cpp for gemma.* ready"),
+    ("staging done (frontend)", "frontend", r"corral\.staging\.stager: staged "),
+    ("LoadModel done", "frontend", r"corral\.loading\.attempt: model .* loaded on node"),
+)
+LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _stamp(log: str, pattern: str) -> float | None:
+    """Epoch seconds of the first log line matching ``pattern``."""
+    for line in log.splitlines():
+        stamp = LOG_STAMP.match(line)
+        if stamp and re.search(pattern, line):
+            return datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+def _timeline(c: Cluster, started_at: float, cold_s: float) -> list[tuple[str, float | None]]:
+    assert c.frontend is not None
+    logs = {"frontend": c.frontend.log(), "worker": c.workers[0].log()}
+    steps: list[tuple[str, float | None]] = []
+    for label, process, pattern in TIMELINE:
+        at = _stamp(logs[process], pattern)
+        steps.append((label, None if at is None else at - started_at))
+    return [*steps, ("first streamed byte", cold_s)]
+
+
+async def _cold_ttft_s(url: str, prompt: str = "hello") -> tuple[float, float]:
+    """Seconds to the first streamed byte of a request, and the wall-clock time it was sent."""
+    body = {"model": GEMMA_NAME, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "stream": True}
     async with httpx.AsyncClient(timeout=300) as client:
-        started = time.perf_counter()
+        started_at, started = time.time(), time.perf_counter()
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data: {"):
                     if response.status_code != 200:
                         raise SystemExit(f"cold request failed: {line}")
-                    return time.perf_counter() - started
+                    return time.perf_counter() - started, started_at
     raise SystemExit("the cold request streamed nothing")
 
 
@@ -82,39 +131,98 @@ async def _staging_alone_s(c: Cluster, gguf: Path) -> float:
         return time.perf_counter() - started
 
 
+@dataclass
+class Round:
+    cold_s: float
+    staging_s: float
+    install_s: float
+    load_s: float
+    warm_s: float
+    timeline: list[tuple[str, float | None]]
+
+    @property
+    def ratio(self) -> float:
+        return self.cold_s / (self.staging_s + self.load_s)
+
+
+def _load_alone_s(gguf: Path) -> float:
+    out = subprocess.run([sys.executable, "-c", LOAD_ALONE, str(gguf)], check=True, capture_output=True, text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+async def _stack_round(root: Path, pg_base: str, nats_url: str, shared_models: Path, index: int) -> Round:
+    """One fresh frontend + worker on a database of their own; the model's file known to neither side."""
+    name = f"cold_round_{index}"
+    admin = await asyncpg.connect(f"{pg_base}/postgres")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    gguf = shared_models / GEMMA_FILE
+    hash_sidecar_path(gguf).unlink(missing_ok=True)  # the frontend has never hashed it either
+    stack = root / f"stack-{index}"
+    stack.mkdir()
+    (stack / "frontend-models").symlink_to(shared_models)
+    c = Cluster(root=stack, database_url=f"{pg_base}/{name}", nats_url=nats_url)
+    try:
+        quiet = ("--log-level", "info")  # the test default (debug) costs CPU the work alone does not pay
+        c.start_frontend(*quiet)
+        c.start_worker("w1", *quiet)
+        explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
+                            headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
+        explain.raise_for_status()
+        cold_s, started_at = await _cold_ttft_s(c.frontend_url)
+        timeline = _timeline(c, started_at, cold_s)
+        warm_s, _ = await _cold_ttft_s(c.frontend_url, "hi there")
+        staging_s = await _staging_alone_s(c, gguf)
+        install_s = await _install_alone_s(c)
+    finally:
+        c.stop()
+    return Round(cold_s, staging_s, install_s, float("nan"), warm_s, timeline)
+
+
+def _median_row(label: str, values: list[float]) -> str:
+    return (f"{label:<52} {statistics.median(values):>7.2f}  " + " ".join(f"{v:6.2f}" for v in values)
+            + f"   spread {max(values) / min(values):4.2f}x")
+
+
 async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-cold-", dir="/var/tmp"))
     root.chmod(0o755)
     pg, nats_server = embedded_postgres(root / "pg"), embedded_nats(root / "nats")
     pg.start()
     nats_server.start()
-    c = Cluster(root=root / "stack", database_url=f"{pg.url_base}/postgres", nats_url=nats_server.url)
+    shared_models = root / "models"
+    shared_models.mkdir()
+    prepare_gemma(shared_models)
+    gguf = shared_models / GEMMA_FILE
+    rounds: list[Round] = []
     try:
-        c.models_dir.mkdir(parents=True)
-        prepare_gemma(c.models_dir)
-        gguf = c.models_dir / GEMMA_FILE
-        c.start_frontend()
-        c.start_worker("w1")
-        explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
-                            headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
-        explain.raise_for_status()
-        cold_s = await _cold_ttft_s(c.frontend_url)
-        staging_s = await _staging_alone_s(c, gguf)
-        install_s = await _install_alone_s(c)
+        for index in range(args.rounds):
+            # Alternate which goes first, the stack or the engine alone: this machine's load drifts.
+            load_first = index % 2 == 1
+            load_s = _load_alone_s(gguf) if load_first else float("nan")
+            measured = await _stack_round(root, pg.url_base, nats_server.url, shared_models, index)
+            measured.load_s = load_s if load_first else _load_alone_s(gguf)
+            rounds.append(measured)
+            print(f"round {index + 1}: cold {measured.cold_s:.2f}s, staging {measured.staging_s:.2f}s + "
+                  f"load {measured.load_s:.2f}s -> x{measured.ratio:.2f}", flush=True)
     finally:
-        c.stop()
         nats_server.stop()
         pg.stop(quiet=True)
-    load_s = float(subprocess.run([sys.executable, "-c", LOAD_ALONE, str(gguf)], check=True, capture_output=True,
-                                  text=True).stdout.strip().splitlines()[-1])
-    work_s = staging_s + load_s
-    print(f"{'figure':<52} {'seconds':>8}")
-    print(f"{'cold: first streamed byte of a fresh model':<52} {cold_s:>8.2f}")
-    print(f"{'alone: staging transfer (' + str(gguf.stat().st_size >> 20) + ' MiB)':<52} {staging_s:>8.2f}")
-    print(f"{'alone: backend process start (backend.install)':<52} {install_s:>8.2f}")
-    print(f"{'alone: llama-cpp load + first token':<52} {load_s:>8.2f}")
-    print(f"cold / (staging + load + first token) = {cold_s:.2f} / {work_s:.2f} = x{cold_s / work_s:.2f} "
-          "(target <= 1.2)")
+    size_mib = gguf.stat().st_size >> 20
+    print(f"\n{len(rounds)} rounds, load average {os.getloadavg()[0]:.1f}; median, then each round")
+    print(_median_row("cold: first streamed byte of a fresh model", [r.cold_s for r in rounds]))
+    print(_median_row(f"alone: staging transfer ({size_mib} MiB)", [r.staging_s for r in rounds]))
+    print(_median_row("alone: backend process start (backend.install)", [r.install_s for r in rounds]))
+    print(_median_row("alone: llama-cpp load + first token", [r.load_s for r in rounds]))
+    print(_median_row("warm: first streamed byte of the loaded model", [r.warm_s for r in rounds]))
+    print(_median_row("cold / (staging + load + first token)", [r.ratio for r in rounds]) + "  (target <= 1.2)")
+    print("\nthe cold request's timeline (seconds since it was sent; from the logs, 1 ms resolution), per round:")
+    for step, (label, _) in enumerate(rounds[0].timeline):
+        values = [r.timeline[step][1] for r in rounds]
+        print(f"  {label:<50} " + " ".join("     -" if v is None else f"{v:6.2f}" for v in values))
 
 
 if __name__ == "__main__":

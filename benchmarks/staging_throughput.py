@@ -14,13 +14,14 @@ median, min, max and spread (max / min) of the rounds, and the CPU seconds each 
 client process vs minimal receiver + curl): on a machine other work keeps busy, wall times follow the
 CPU left over, so the CPU cost is the steadier figure.
 
-    python benchmarks/staging_throughput.py [--size-mib 1024] [--rounds 4] [--transfer-only]
+    python benchmarks/staging_throughput.py [--size-mib 1024] [--rounds 4] [--transfer-only] [--phases]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import shutil
@@ -44,12 +45,47 @@ WORKER_SCRIPT = """
 import asyncio, sys
 from pathlib import Path
 from corral.staging.receiver import build_file_server
+if len(sys.argv) > 4:
+    exec(open(sys.argv[4]).read())  # --phases: the timing hooks below, writing one line per upload
 async def main():
     server = build_file_server(Path(sys.argv[2]), sys.argv[3], readiness=lambda: None)
     await server.start("127.0.0.1", int(sys.argv[1]))
     print("ready", flush=True)
     await asyncio.Event().wait()
 asyncio.run(main())
+"""
+
+# Where the receiving thread's time goes, per upload (--phases): receiving from the socket, writing to
+# the file, and waiting for a free buffer while the hash thread is behind; and the process's CPU.
+PHASE_HOOKS = """
+import json, resource, time
+from corral.staging import body_writer, buffer_hasher, http_body
+_phases = {"recv_s": 0.0, "write_s": 0.0, "hash_wait_s": 0.0}
+_cpu = [0.0]
+def _timed(holder, name, key):
+    original = getattr(holder, name)
+    def timed(*args):
+        started = time.perf_counter()
+        try:
+            return original(*args)
+        finally:
+            _phases[key] += time.perf_counter() - started
+    setattr(holder, name, timed)
+_timed(http_body.LengthBody, "readinto", "recv_s")
+_timed(body_writer, "_write_all", "write_s")
+_timed(buffer_hasher.BufferHasher, "take", "hash_wait_s")
+_finish = buffer_hasher.BufferHasher.finish
+def _report(self, size_bytes):
+    digest = _finish(self, size_bytes)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime
+    with open(PHASES_OUT, "a") as out:
+        out.write(json.dumps({**_phases, "cpu_s": cpu - _cpu[0]}) + "\\n")
+    _cpu[0] = cpu
+    for key in _phases:
+        _phases[key] = 0.0
+    return digest
+buffer_hasher.BufferHasher.finish = _report
 """
 
 MINIMAL_RECEIVER_SCRIPT = """
@@ -202,6 +238,8 @@ async def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--transfer-only", action="store_true", help="only the transfer rows (no hash rounds)")
+    parser.add_argument("--phases", action="store_true",
+                        help="time the worker's receiving thread per upload (recv, write, waiting for the hash)")
     args = parser.parse_args()
     if shutil.which("curl") is None or shutil.which("sha256sum") is None:
         raise SystemExit("benchmark needs curl and sha256sum on PATH")
@@ -214,7 +252,11 @@ async def main() -> None:
     worker_port, raw_port = _free_port(), _free_port()
     print(f"writing a {args.size_mib} MiB test file in {root} ...", flush=True)
     _write_random(source, size_bytes)
-    worker = _start(WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN)
+    phases_out = root / "phases.jsonl"
+    hooks = root / "phase_hooks.py"
+    hooks.write_text(f"PHASES_OUT = {str(phases_out)!r}\n" + PHASE_HOOKS)
+    worker = _start(WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN, *([str(hooks)] if args.phases else []))
+    uploads: list[str] = []  # what each upload the worker timed was, in order
     raw = _start(MINIMAL_RECEIVER_SCRIPT, str(raw_port), str(root / "raw-received.bin"))
     keys = ("stage", "curl", "stage_cpu", "curl_cpu", "hash", "sha256sum", "openssl", "first", "raw_first")
     stage_cpu, curl_cpu = CpuMeter(worker.pid, resource.RUSAGE_SELF), CpuMeter(raw.pid, resource.RUSAGE_CHILDREN)
@@ -239,6 +281,7 @@ async def main() -> None:
                         cpu_before = stage_cpu.now()
                         results["stage"].append(
                             await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                        uploads.append("transfer")
                         results["stage_cpu"].append(stage_cpu.now() - cpu_before)
                 if args.transfer_only:
                     continue
@@ -249,7 +292,9 @@ async def main() -> None:
                 hash_sidecar_path(source).unlink(missing_ok=True)  # a file never hashed before
                 _settle(worker_dir)
                 results["first"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                uploads.append("first")
                 results["raw_first"].append(results["curl"][-1] + results["sha256sum"][-1])
+        phases = [json.loads(line) for line in phases_out.read_text().splitlines()] if args.phases else []
     finally:
         for proc in (worker, raw):
             proc.terminate()
@@ -258,6 +303,16 @@ async def main() -> None:
                 proc.stdout.close()
         shutil.rmtree(root, ignore_errors=True)
     _report(args, results, size_bytes)
+    if phases:
+        _report_phases(list(zip(uploads, phases, strict=False)))
+
+
+def _report_phases(timed: list[tuple[str, dict[str, float]]]) -> None:
+    """The worker's receiving thread per upload: a thread that waits for free buffers is held by the hash."""
+    print("\nworker, per upload (seconds): receiving thread in recv / write / waiting for the hash; process CPU")
+    for label, phase in timed:
+        print(f"  {label:<9} recv {phase['recv_s']:5.2f}  write {phase['write_s']:5.2f}  "
+              f"hash wait {phase['hash_wait_s']:5.2f}  cpu {phase['cpu_s']:5.2f}")
 
 
 if __name__ == "__main__":

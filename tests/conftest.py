@@ -132,3 +132,15 @@ def nats_url(state_root: Path) -> Iterator[str]:
     nats.start()
     yield nats.url
     nats.stop()
+
+
+@pytest.fixture(scope="session")
+def st_backends_path(state_root: Path) -> Path:
+    """A backends directory holding the `sentencetransformers` gallery backend, installed once per session
+    by the gallery installer and shared by the gRPC and e2e tests (support/st_backend.py)."""
+    from support import st_backend
+
+    root, seconds = st_backend.backends_path(state_root / "st-backends")
+    if seconds is not None:
+        print(f"\nsentencetransformers backend installed in {seconds:.0f} s", file=sys.stderr)
+    return root

@@ -19,6 +19,7 @@ commands:
   run       start a frontend (OpenAI-compatible API, node registry, router)
   worker    start a worker that registers with a frontend and runs backend processes
             (`corral worker ds4-distributed -- <args>`: exec the ds4 backend's layer-split worker)
+  agent-worker  start an agent worker: MCP tool discovery and calls, agent jobs (over NATS)
   p2p-worker vllm <model>  run a headless vLLM data-parallel follower (optionally visible as a node)
   backend   start one gRPC backend process (spawned by workers)
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
@@ -152,6 +153,20 @@ def _run_worker(argv: Sequence[str]) -> int:
     return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
 
 
+def _run_agent_worker(argv: Sequence[str]) -> int:
+    from corral.agents.worker import AgentWorker
+    from corral.config.agents import AGENT_WORKER_SETTINGS
+    from corral.config.commands import AgentWorkerSettings
+    from corral.config.settings import load_typed
+    from corral.loopwatch import watched
+
+    settings = load_typed(AgentWorkerSettings, "corral agent-worker", "Start an agent worker.",
+                          AGENT_WORKER_SETTINGS, argv)
+    setup_logging(settings.log_level, "agent-worker")
+    _preload()
+    return asyncio.run(watched(AgentWorker(settings).run(), "agent-worker", settings.slow_callback_ms))
+
+
 def _run_backend(argv: Sequence[str]) -> int:
     from corral.backends.main import main as backend_main
 
@@ -215,6 +230,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "up": _run_up,
     "run": _run_frontend,
     "worker": _run_worker,
+    "agent-worker": _run_agent_worker,
     "p2p-worker": _run_p2p_worker,
     "backend": _run_backend,
     "models": _run_models,

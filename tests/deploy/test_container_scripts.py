@@ -72,10 +72,11 @@ def test_entrypoint_flags_alone_mean_run(image_env: dict[str, str]) -> None:
 
 
 def test_entrypoint_passes_agent_worker_to_corral(image_env: dict[str, str]) -> None:
-    """The image accepts `agent-worker`; corral itself does not have the command yet and says so."""
+    """The image accepts `agent-worker` and runs `corral agent-worker` (here: without its required flags)."""
     result = _entrypoint(image_env, "agent-worker")
     assert result.returncode == 2
-    assert result.stderr.startswith("corral: unknown command 'agent-worker'; use one of: up, run, worker")
+    assert result.stderr.startswith("corral agent-worker: missing required setting --register-to")
+    assert (Path(image_env["CORRAL_RUN_DIR"]) / "corral-mode").read_text() == "agent-worker\n"
 
 
 def test_entrypoint_runs_any_other_command_as_given(image_env: dict[str, str]) -> None:

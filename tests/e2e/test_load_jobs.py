@@ -52,6 +52,7 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     _model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
     _model(c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB)
     _model(c.models_dir, "staged-slowly", file_bytes=12 * MIB)
+    _model(c.models_dir, "install-overlaps", file_bytes=12 * MIB)
     _model(c.models_dir, "slow-dc", "load_time_s:2")
     _model(c.models_dir, "orphaned", "load_time_s:4")
     _model(c.models_dir, "stalled", file_bytes=48 * MIB)
@@ -107,8 +108,31 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
         await nc.close()
     assert [r.status_code for r in responses] == [200] * 40
     assert len([d for d in installs if b'"slow-40"' in d]) == 1
-    assert env.proxy.puts - puts_before == 1
+    assert env.proxy.puts - puts_before == 2  # one upload: all but its last byte while hashing, then the last
     assert _load_model_calls(env, "slow-40") == 1
+
+
+async def test_the_backend_process_is_started_while_the_file_is_still_staging(env: Env) -> None:
+    """The install request goes out before the upload ends (the proxy holds it to 4 MiB/s: 3 s for 12 MiB).
+    Loading them one after the other, the worker would have logged the received file by then."""
+    received_line = "install-overlaps/install-overlaps.bin by resumable upload"
+    nc = await nats.connect(env.cluster.nats_url)
+    seen: list[bool] = []  # per install request of the model: had the worker received the file already?
+
+    async def on_install(msg) -> None:  # noqa: ANN001
+        if b'"install-overlaps"' in msg.data:
+            seen.append(received_line in env.worker.log())
+
+    sub = await nc.subscribe("nodes.*.backend.install", cb=on_install)
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            response = await client.post(f"{env.a}/v1/chat/completions", json=_chat_body("install-overlaps"))
+    finally:
+        await sub.unsubscribe()
+        await nc.close()
+    assert response.status_code == 200
+    assert seen == [False]  # one install, sent while the file was still on its way
+    assert received_line in env.worker.log()
 
 
 def test_a_request_past_the_wait_budget_gets_503_with_staging_progress_and_a_later_one_is_served(env: Env) -> None:

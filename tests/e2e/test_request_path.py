@@ -184,6 +184,8 @@ MALFORMED = [
     ("/v1/embeddings", {"model": "sim", "input": 42}),
     ("/v1/embeddings", {"model": "sim", "input": ""}),
     ("/v1/embeddings", {"model": "sim", "input": "x", "encoding_format": "int8"}),
+    ("/v1/rerank", {"model": "sim", "query": "q", "documents": ["d"]}),  # not a reranking model
+    ("/v1/rerank", {"model": "sim", "query": "q", "documents": [], "top_n": -1}),
 ]
 
 

@@ -2,7 +2,8 @@
 
 It counts request body bytes per connection (after the header block), records each request head,
 and, when armed, closes both sides of the first upload once ``cut_after_body_bytes`` body bytes went
-through -- a connection dropped mid-transfer, as a flaky network or a crashed router would.
+through -- a connection dropped mid-transfer, as a flaky network or a crashed router would -- or
+flips one byte of the first body (``flip_body_byte_at``), as a link that corrupts data would.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ HEAD_END = b"\r\n\r\n"
 class CutProxy:
     upstream_port: int
     cut_after_body_bytes: int | None = None
+    flip_body_byte_at: int | None = None  # corrupt this byte of the first request body (a bad link)
     heads: list[bytes] = field(default_factory=list)
     client_bytes: bytearray = field(default_factory=bytearray)  # every byte clients sent (for secret scans)
     body_bytes_forwarded: int = 0
     cuts: int = 0
+    flips: int = 0
     _listener: socket.socket | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -83,7 +86,7 @@ class CutProxy:
                         body_left, body_seen = _content_length(head), 0
                         continue
                     piece, buffered = buffered[:body_left], buffered[body_left:]
-                    piece = self._maybe_cut(piece, body_seen)
+                    piece = self._maybe_flip(self._maybe_cut(piece, body_seen), body_seen)
                     upstream.sendall(piece)
                     body_left -= len(piece)
                     body_seen += len(piece)
@@ -101,6 +104,15 @@ class CutProxy:
         if limit is None or self.cuts:
             return data
         return data[: max(0, limit - body_seen)]
+
+    def _maybe_flip(self, data: bytes, body_seen: int) -> bytes:
+        at = self.flip_body_byte_at
+        if at is None or self.flips or not body_seen <= at < body_seen + len(data):
+            return data
+        self.flips += 1
+        flipped = bytearray(data)
+        flipped[at - body_seen] ^= 0xFF
+        return bytes(flipped)
 
     def _cut_now(self, body_seen: int) -> bool:
         limit = self.cut_after_body_bytes

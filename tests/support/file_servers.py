@@ -32,6 +32,10 @@ class WorkerFiles:
     def body_bytes(self) -> int:
         return self.server.stats.body_bytes_received
 
+    @property
+    def hash_read_bytes(self) -> int:
+        return self.server.stats.hash_read_bytes
+
 
 @contextlib.asynccontextmanager
 async def running_file_server(models_dir: Path, **options: Any) -> AsyncIterator[WorkerFiles]:

@@ -76,6 +76,9 @@ def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threadi
         return pb.Reply()
     final = replies[-1]
     final.message = b"".join(reply.message for reply in replies[:-1])
+    calls = [call for reply in replies[:-1] for delta in reply.chat_deltas for call in delta.tool_calls]
+    if calls:  # tool calls streamed in pieces travel in the unary answer too
+        final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
     return final
 
 

@@ -4,7 +4,8 @@ Output is deterministic: the same model identity and prompt (or messages) always
 same words. Token counts are honest for a "one word = one token" tokenizer: prompt tokens are
 the whitespace-separated words of the prompt (or of all message contents), and a request for
 `Tokens=N` emits exactly N words (default 16). Sampling parameters, seeds and stop strings are
-accepted and ignored.
+accepted and ignored. With tools offered, `call <tool>(<json>)` in the last user message makes it call
+that tool, and tool results are answered by quoting them (simulator_tools.py).
 
 Options (`ModelOptions.Options`, `key:value`):
   load_time_s:<s>          sleep this long inside LoadModel (default 0)
@@ -43,6 +44,7 @@ from corral.backends.engine import (
     requested_max_tokens,
 )
 from corral.backends.options import OptionError, option_float, option_int, parse_options, unknown_options
+from corral.backends.simulator_tools import requested_calls, tool_results_answer
 from corral.proto import backend_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -209,6 +211,9 @@ class SimulatorEngine:
         replies = list(self.predict_stream(req))
         final = replies[-1]
         final.message = b"".join(reply.message for reply in replies[:-1])
+        calls = [call for reply in replies[:-1] for delta in reply.chat_deltas for call in delta.tool_calls]
+        if calls:
+            final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
         return final
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
@@ -216,8 +221,23 @@ class SimulatorEngine:
             raise InvalidRequestError("PredictOptions needs a Prompt or Messages")
         max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
         tokens = prompt_tokens(req)
+        if req.Tools:  # the deterministic tool-call mode (simulator_tools.py)
+            calls = requested_calls(req)
+            if calls:
+                return self._tool_calls(calls, tokens)
+        answer = tool_results_answer(req) if req.Messages else None
+        if answer is not None:
+            return self._stream(answer.split(" "), tokens)
         words = simulated_words(self._model, prompt_text(req), max_tokens)
         return self._stream(words, tokens)
+
+    def _tool_calls(self, calls: list[pb.ToolCallDelta], tokens: list[str]) -> Iterator[pb.Reply]:
+        started = time.perf_counter()
+        self._prefill(tokens)
+        first_token_at = time.perf_counter()
+        yield pb.Reply(chat_deltas=[pb.ChatDelta(tool_calls=calls)])
+        yield final_reply(tokens=len(calls), prompt_tokens=len(tokens), prompt_time_s=first_token_at - started,
+                          generation_time_s=time.perf_counter() - first_token_at)
 
     def _prefill(self, tokens: list[str]) -> None:
         cache, slots = self.kv_cache, self._prefill_slots

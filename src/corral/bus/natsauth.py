@@ -25,6 +25,12 @@ _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 WORKER_SUB = ("nodes.{tok}.>", "_INBOX.>")
 WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.backend.logs.*.lines", "nodes.{tok}.files.>",
               "_INBOX.>")
+# Agent worker scope (reference §3.4): the agent-workers queue subjects, job/agent events, its own
+# backend.stop; never `nodes.<tok>.backend.install` or any other node's subjects.
+AGENT_SUB = ("agent.execute", "agent.*.cancel", "gallery.*.cancel", "gallery.*.progress", "jobs.*.cancel",
+             "jobs.*.progress", "jobs.*.result", "jobs.mcp-ci.new", "mcp.tools.execute", "mcp.discovery",
+             "nodes.{tok}.backend.stop", "staging.*.progress", "_INBOX.>")
+AGENT_PUB = ("agent.>", "jobs.>", "_INBOX.>")
 # Frontend service user (from `corral nats-auth-setup`).
 SERVICE_PUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
                "prefixcache.>", "finetune.>", "corral.>", "_INBOX.>")
@@ -118,12 +124,14 @@ def user_jwt(user_public: str, account: KeyPair, *, name: str, pub: tuple[str, .
 
 
 def mint_worker(account: KeyPair, node_id: str, ttl_s: float, node_type: str = "backend") -> tuple[str, str]:
-    """A fresh user credential scoped to one node's subjects: (jwt, user seed)."""
+    """A fresh user credential scoped to one node's subjects: (jwt, user seed). An agent node gets the
+    agent worker's permissions, a backend node (anything else) the backend worker's."""
     tok = token(node_id)
     user = create_pair("user")
+    pub, sub = (AGENT_PUB, AGENT_SUB) if node_type == "agent" else (WORKER_PUB, WORKER_SUB)
     jwt = user_jwt(user.public_key, account, name=f"localai-{node_type}-{tok}",
-                   pub=tuple(p.format(tok=tok) for p in WORKER_PUB),
-                   sub=tuple(s.format(tok=tok) for s in WORKER_SUB), ttl_s=ttl_s)
+                   pub=tuple(p.format(tok=tok) for p in pub),
+                   sub=tuple(s.format(tok=tok) for s in sub), ttl_s=ttl_s)
     return jwt, user.seed
 
 

@@ -65,3 +65,31 @@ def backend_logs(node_id: str) -> str:
 def backend_log_lines(node_id: str, model_id: str) -> str:
     """Worker → frontends: live lines of one model's backend processes."""
     return node_subject(node_id, f"backend.logs.{token(model_id)}.lines")
+
+
+# Agent workers (reference §3.3): request-reply and job subjects served by the `agent-workers` queue group.
+AGENT_QUEUE = "agent-workers"
+MCP_TOOLS_EXECUTE = "mcp.tools.execute"
+MCP_DISCOVERY = "mcp.discovery"
+AGENT_EXECUTE = "agent.execute"
+MCP_CI_JOBS_NEW = "jobs.mcp-ci.new"
+
+
+def job_progress(job_id: str) -> str:
+    return f"jobs.{token(job_id)}.progress"
+
+
+def job_result(job_id: str) -> str:
+    return f"jobs.{token(job_id)}.result"
+
+
+def job_cancel(job_id: str) -> str:
+    return f"jobs.{token(job_id)}.cancel"
+
+
+def agent_cancel(job_id: str) -> str:
+    return f"agent.{token(job_id)}.cancel"
+
+
+def agent_events(name: str, user: str) -> str:
+    return f"agent.{token(name)}.events.{token(user)}"

@@ -72,6 +72,9 @@ class FrontendSettings:
     prefix_cache: bool
     prefix_cache_ttl_s: float
     prefix_index_max_blocks: int
+    mcp_max_iterations: int
+    mcp_tool_timeout_s: float
+    mcp_discovery_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,35 @@ class WorkerSettings:
     file_server_max_connections: int
     file_server_header_timeout_s: float
     file_server_idle_timeout_s: float
+
+
+@dataclass(frozen=True)
+class AgentWorkerSettings:
+    """`corral agent-worker`."""
+
+    register_to: str
+    nats_url: str
+    registration_token: str
+    node_name: str
+    heartbeat_interval_s: float
+    api_url: str
+    api_token: str
+    subject: str
+    queue: str
+    mcp_ci_job_timeout_s: float
+    mcp_tool_timeout_s: float
+    mcp_start_timeout_s: float
+    log_level: str
+    slow_callback_ms: int
+    nats_jwt: str
+    nats_user_seed: str
+    nats_require_auth: bool
+    nats_tls_ca: str
+    nats_tls_cert: str
+    nats_tls_key: str
+    state_dir: str
+    register_max_attempts: int
+    drain_timeout_s: float
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from corral.config.settings import Setting
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("FrontendSettings", "corral run", "corral.config.frontend:FRONTEND_SETTINGS"),
     ("WorkerSettings", "corral worker", "corral.config.worker:WORKER_SETTINGS"),
+    ("AgentWorkerSettings", "corral agent-worker", "corral.config.agents:AGENT_WORKER_SETTINGS"),
     ("UpSettings", "corral up", "corral.config.up:UP_SETTINGS"),
     ("BackendSettings", "corral backend", "corral.config.backend:BACKEND_SETTINGS"),
     ("NatsAuthSetupSettings", "corral nats-auth-setup", "corral.config.nats_auth_setup:NATS_AUTH_SETUP_SETTINGS"),

@@ -28,7 +28,7 @@ from corral.store import api_keys
 log = logging.getLogger(__name__)
 
 ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
-                  "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
+                  "/api/agent-jobs", "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
 USER_PREFIXES = ("/v1/",)
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
 UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls carry the admin key

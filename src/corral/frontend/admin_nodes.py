@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from corral.frontend.node_api import jsonable, node_changed, node_error
+from corral.frontend.node_api import agent_api_token, jsonable, node_changed, node_error
 from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
@@ -94,6 +94,7 @@ def _add_state_routes(router: APIRouter, state: FrontendState) -> None:
                  "message": "node approved"}
         if state.lifecycle is not None and state.lifecycle.minter is not None:
             reply.update(state.lifecycle.minter.credentials(row))
+        reply.update(await agent_api_token(state, row))
         return reply
 
 

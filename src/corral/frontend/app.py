@@ -7,6 +7,8 @@ from fastapi.responses import PlainTextResponse
 
 from corral import __version__
 from corral.frontend.admin_app import install_admin
+from corral.frontend.agent_chat import build_mcp_router
+from corral.frontend.agent_jobs_api import build_agent_jobs_router
 from corral.frontend.backend_logs_api import build_backend_logs_router
 from corral.frontend.errors import install_handlers
 from corral.frontend.events_api import EventHub, build_events_router
@@ -56,6 +58,10 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
     app.include_router(build_model_load_router(state))
+    if state.agents is not None:  # issue 13: MCP discovery and agent jobs on the agent workers
+        app.include_router(build_mcp_router(state, state.agents))
+    if state.agent_jobs is not None:
+        app.include_router(build_agent_jobs_router(state, state.agent_jobs, state.mcp_max_iterations))
     app.include_router(build_events_router(EventHub(state.nc)))  # /api/events: the web UI's live hints
     app.include_router(build_ui_router(load_assets()))  # /app: the web UI
     if state.backend_ops is not None:  # issue 11: per-node backend and model operations, activity, logs

@@ -25,6 +25,8 @@ LABEL_VALUE_MAX = 255  # node_labels.value varchar(255)
 LABELS_MAX = 256  # labels in one request: a worker advertises a handful
 REPLICAS_PER_MODEL_MAX = 1024  # max_replicas_per_model, registered or set by an admin
 TOKEN_MAX = 4096  # a presented secret: only ever hashed, bounded so it cannot be a payload
+RERANK_DOCUMENTS_MAX = 1024  # documents in one /v1/rerank call: one gRPC message, one batch of embeddings
+RERANK_TEXT_MAX = 65536  # characters of a rerank query or document (the model reads only its first tokens)
 
 
 def _within(low: float, high: float, what: str = "") -> Callable[[Any], Any]:
@@ -50,6 +52,7 @@ _override = _within(1, REPLICAS_PER_MODEL_MAX)
 _temperature = _within(0, 2, "a finite number ")
 _probability = _within(0, 1, "a finite number ")
 _penalty = _within(-2, 2, "a finite number ")
+_top_n = _within(0, RERANK_DOCUMENTS_MAX)
 
 PositiveInt32 = Annotated[int, BeforeValidator(_tokens), AfterValidator(_tokens), _schema(1, INT32_MAX)]
 Int32 = Annotated[int, BeforeValidator(_int32), AfterValidator(_int32), _schema(INT32_MIN, INT32_MAX)]
@@ -61,7 +64,9 @@ ReplicasOverride = Annotated[int, BeforeValidator(_override), AfterValidator(_ov
 Temperature = Annotated[float, BeforeValidator(_temperature), AfterValidator(_temperature), _schema(0, 2)]
 Probability = Annotated[float, BeforeValidator(_probability), AfterValidator(_probability), _schema(0, 1)]
 Penalty = Annotated[float, BeforeValidator(_penalty), AfterValidator(_penalty), _schema(-2, 2)]
+RerankTopN = Annotated[int, BeforeValidator(_top_n), AfterValidator(_top_n), _schema(0, RERANK_DOCUMENTS_MAX)]
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]
 LabelValue = Annotated[str, StringConstraints(max_length=LABEL_VALUE_MAX)]
+RerankText = Annotated[str, StringConstraints(max_length=RERANK_TEXT_MAX)]

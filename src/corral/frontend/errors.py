@@ -43,8 +43,11 @@ def _quote(part: Any) -> str:
 
 
 def _field_path(loc: tuple[Any, ...]) -> tuple[str, str]:
-    """(dotted field path, what inside it is wrong): a bad dict key is named as `key '…'` of its field."""
-    parts = list(loc[1:] if loc and loc[0] in LOCATIONS else loc)
+    """(dotted field path, what inside it is wrong): a bad dict key is named as `key '…'` of its field.
+
+    FastAPI prefixes the location (`("body", "query")`); the fast path validates the body itself and does
+    not (`("query",)`: the rerank field named `query`), so a lone element is always the field."""
+    parts = list(loc[1:] if len(loc) > 1 and loc[0] in LOCATIONS else loc)
     prefix = ""
     if len(parts) >= 2 and parts[-1] == "[key]":
         prefix = f"key {_quote(parts[-2])!r}: "

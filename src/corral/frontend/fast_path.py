@@ -1,4 +1,4 @@
-"""The inference hot path as a plain ASGI layer: POST /v1/{chat/completions,completions,embeddings}.
+"""The inference hot path as a plain ASGI layer: POST /v1/{chat/completions,completions,embeddings,rerank}.
 
 It reads the body (already bounded by `limits`, the layer outside it), validates it with the same
 pydantic models and calls the same handlers as the FastAPI routes, then sends their Response directly — skipping per-request routing and dependency

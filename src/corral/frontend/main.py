@@ -12,6 +12,8 @@ import asyncpg
 import httpx
 from nats.aio.client import Client
 
+from corral.agents.client import AgentBus
+from corral.agents.recorder import JobRecorder
 from corral.bus import client as bus
 from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
@@ -21,6 +23,7 @@ from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
+from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
 from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
@@ -119,6 +122,12 @@ async def serve(settings: FrontendSettings) -> int:
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
                           expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops,
                           figures=ClusterFigures(pool, router.replicas.all))
+    state.agents = AgentChat(state, AgentBus(nc, tool_timeout_s=settings.mcp_tool_timeout_s,
+                                             discovery_timeout_s=settings.mcp_discovery_timeout_s),
+                             settings.mcp_max_iterations)
+    state.mcp_max_iterations = settings.mcp_max_iterations
+    state.agent_jobs = JobRecorder(pool, nc)
+    await state.agent_jobs.start()
     await lifecycle.start()
     host, port = settings.address
     app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
@@ -150,6 +159,7 @@ async def serve(settings: FrontendSettings) -> int:
         await tasks.close()
         await server.stop()
         await lifecycle.stop()
+        await state.agent_jobs.stop()
         await router.close()
         await channels.close()
         await http.aclose()

@@ -35,9 +35,9 @@ from corral.frontend.node_identity import (
     rekey_hint,
 )
 from corral.frontend.state import FrontendState
+from corral.store import api_keys, vram_budget
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
-from corral.store import vram_budget
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,16 @@ async def _register(state: FrontendState, body: RegisterNodeRequest, secret: str
         reply["node_token"] = issued  # returned this once; only its hash is kept
     if state.lifecycle is not None and state.lifecycle.minter is not None:
         reply.update(state.lifecycle.minter.credentials(row))
+    reply.update(await agent_api_token(state, row))
     return JSONResponse(reply, status_code=201)
+
+
+async def agent_api_token(state: FrontendState, row: Any) -> dict[str, str]:
+    """An approved agent node gets a fresh API key (its previous one revoked) for calling the inference API:
+    `api_token`, returned once, stored hashed (reference §4.2 register step 5)."""
+    if row["node_type"] != "agent" or row["status"] == node_store.PENDING or not row["approved"]:
+        return {}
+    return {"api_token": await api_keys.provision_node_key(state.pool, row["id"], row["name"])}
 
 
 async def node_changed(state: FrontendState, node_id: str, status: str) -> None:

@@ -1,4 +1,5 @@
-"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings."""
+"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings; and the
+reference's Jina-shaped `/v1/rerank`."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ from fastapi.responses import Response, StreamingResponse
 
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
-from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, _Sampling
+from corral.frontend.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    _Sampling,
+)
 from corral.frontend.sse import DONE, ChunkEncoder, sse
 from corral.frontend.state import FrontendState
+from corral.frontend.tool_calls import openai_tool_calls, reply_tool_calls
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
@@ -67,7 +76,25 @@ def _finish_reason(completion_tokens: int, max_tokens: int) -> str:
     return "length" if completion_tokens >= max_tokens else "stop"
 
 
-def config_for(state: FrontendState, model: str, *, embeddings: bool = False) -> ModelConfig:
+def _chat_message(m: ChatMessage) -> backend_pb2.Message:
+    message = backend_pb2.Message(role=m.role, content=m.text(), name=m.name or "")
+    if m.tool_call_id:
+        message.tool_call_id = m.tool_call_id
+    if m.tool_calls:
+        message.tool_calls = orjson.dumps([c.model_dump() for c in m.tool_calls]).decode()
+    return message
+
+
+def _offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) -> None:
+    """Client-side tools: the model may answer with tool calls, returned for the client to run."""
+    opts.Tools = orjson.dumps([t.model_dump() for t in body.tools or []]).decode()
+    if body.tool_choice is not None:
+        choice = body.tool_choice
+        opts.ToolChoice = choice if isinstance(choice, str) else orjson.dumps(choice).decode()
+
+
+def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
+               reranking: bool = False) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
         known = ", ".join(sorted(state.configs)) or "none configured"
@@ -79,6 +106,10 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False) ->
     if embeddings and not cfg.embeddings and cfg.backend != "simulator":
         raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
                             "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+    if reranking and not cfg.reranking:
+        raise APIError(400, f"model {model!r} is not a reranking model (set `reranking: true` in its config, with "
+                            "a backend that implements Rerank such as sentencetransformers, to serve /v1/rerank)",
+                       "invalid_request_error", "invalid_value", "model")
     return cfg
 
 
@@ -100,24 +131,20 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     @router.post("/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:
         cfg = config_for(state, body.model)
+        if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/agent_chat.py)
+            return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
         max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
         opts.UseTokenizerTemplate = True
-        opts.Messages.extend(backend_pb2.Message(role=m.role, content=m.text(), name=m.name or "")
-                             for m in body.messages)
+        opts.Messages.extend(_chat_message(m) for m in body.messages)
+        if body.tools is not None:
+            _offer_tools(opts, body)
         ident = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
-        reply, replica = await _unary(state, cfg, "Predict", opts)
-        message = {"role": "assistant", "content": reply.message.decode(errors="replace")}
-        return _json(headers=_node_header(state, replica), body={
-            "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
-            "usage": _usage(reply.prompt_tokens, reply.tokens),
-        })
+        return await _chat_unary(state, cfg, opts, ident, created, max_tokens)
 
     @router.post("/completions")
     async def completions(body: CompletionRequest) -> Response:
@@ -155,13 +182,52 @@ def build_openai_router(state: FrontendState) -> APIRouter:
                       "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
                      headers=_node_header(state, replica))
 
+    @router.post("/rerank")
+    async def rerank(body: RerankRequest) -> Response:
+        cfg = config_for(state, body.model, reranking=True)
+        request = backend_pb2.RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n or 0,
+                                            ModelIdentity=cfg.model)
+        result, replica = await _unary(state, cfg, "Rerank", request)
+        return _json({"model": cfg.name, "results": _rerank_results(body, result.results),
+                      "usage": {"total_tokens": result.usage.total_tokens,
+                                "prompt_tokens": result.usage.prompt_tokens}},
+                     headers=_node_header(state, replica))
+
     # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
     router.fast_handlers = {  # type: ignore[attr-defined]
         "/v1/chat/completions": (ChatCompletionRequest, chat),
         "/v1/completions": (CompletionRequest, completions),
         "/v1/embeddings": (EmbeddingRequest, embeddings),
+        "/v1/rerank": (RerankRequest, rerank),
     }
     return router
+
+
+async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                      created: int, max_tokens: int) -> Response:
+    reply, replica = await _unary(state, cfg, "Predict", opts)
+    message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
+    finish = _finish_reason(reply.tokens, max_tokens)
+    if reply.chat_deltas and (found := reply_tool_calls(reply)):
+        message["tool_calls"], finish = openai_tool_calls(found), "tool_calls"
+    return _json(headers=_node_header(state, replica), body={
+        "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": _usage(reply.prompt_tokens, reply.tokens),
+    })
+
+
+def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
+    """The backend's ranking in the Jina shape; the document text is the request's own (by index)."""
+    results = []
+    for item in ranked:
+        if not 0 <= item.index < len(body.documents):
+            continue  # a backend that names a document we did not send: not the client's concern
+        entry: dict[str, Any] = {"index": item.index, "relevance_score": item.relevance_score}
+        if body.return_documents:
+            entry["document"] = {"text": body.documents[item.index]}
+        results.append(entry)
+    return results
 
 
 class _RelayResponse(StreamingResponse):
@@ -191,10 +257,14 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         if chat:
             yield sse(encoder.chunk(None, role=True))
         reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
+        tools, called = bool(opts.Tools), 0  # client-side tools: tool calls go out as `delta.tool_calls`
         try:
             while reply is not eof:
                 if reply.message:
                     yield piece(reply.message)
+                if tools and reply.chat_deltas and (found := reply_tool_calls(reply)):
+                    yield sse(encoder.tool_calls(openai_tool_calls(found), called))
+                    called += len(found)
                 if reply.tokens:  # the final reply carries the counts
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
@@ -206,7 +276,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         finally:
             stream.close()
         _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
-        yield sse(encoder.chunk(_finish_reason(completion_tokens, max_tokens)))
+        yield sse(encoder.chunk("tool_calls" if called else _finish_reason(completion_tokens, max_tokens)))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))
         yield DONE

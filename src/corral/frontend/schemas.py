@@ -1,4 +1,4 @@
-"""OpenAI request bodies. Unknown fields are accepted and ignored, as OpenAI clients send many.
+"""OpenAI request bodies (and the Jina-shaped rerank body). Unknown fields are accepted and ignored, as OpenAI clients send many.
 
 Every number is bounded to what its protobuf field holds (`bounds`); string sizes are bounded by the
 inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below the gRPC message limit.
@@ -12,11 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from corral.frontend.bounds import (
     NAME_MAX,
+    RERANK_DOCUMENTS_MAX,
+    RERANK_TEXT_MAX,
     Int32,
     ModelName,
     Penalty,
     PositiveInt32,
     Probability,
+    RerankText,
+    RerankTopN,
     Temperature,
 )
 
@@ -30,10 +34,37 @@ class ContentPart(_Body):
     text: str | None = None
 
 
+MAX_TOOLS = 128
+
+
+class FunctionCall(_Body):
+    name: str = Field(max_length=NAME_MAX)
+    arguments: str = ""
+
+
+class ToolCallItem(_Body):
+    id: str = Field(default="", max_length=NAME_MAX)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(_Body):
+    name: str = Field(min_length=1, max_length=NAME_MAX)
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolDef(_Body):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
 class ChatMessage(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = Field(default=None, max_length=NAME_MAX)
+    tool_calls: list[ToolCallItem] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_call_id: str | None = Field(default=None, max_length=NAME_MAX)
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -67,6 +98,8 @@ class _Sampling(_Body):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
+    tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
 
     def max_output_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -96,3 +129,13 @@ class EmbeddingRequest(_Body):
 
     def inputs(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class RerankRequest(_Body):
+    """`POST /v1/rerank` (the reference's Jina shape): rank `documents` by relevance to `query`."""
+
+    model: ModelName
+    query: str = Field(min_length=1, max_length=RERANK_TEXT_MAX)
+    documents: list[RerankText] = Field(min_length=1, max_length=RERANK_DOCUMENTS_MAX)
+    top_n: RerankTopN | None = None  # the best `top_n` documents; 0 or absent: all of them
+    return_documents: bool = True

@@ -44,5 +44,10 @@ class ChunkEncoder:
             choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish}
         return {**self.head, "choices": [choice]}
 
+    def tool_calls(self, calls: list[dict[str, Any]], first_index: int) -> dict[str, Any]:
+        """A chunk carrying whole tool calls (OpenAI `delta.tool_calls`, indexed across the stream)."""
+        delta = {"tool_calls": [{"index": first_index + i, **call} for i, call in enumerate(calls)]}
+        return {**self.head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+
     def usage(self, usage: dict[str, int]) -> bytes:
         return sse({**self.head, "choices": [], "usage": usage})

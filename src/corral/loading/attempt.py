@@ -43,8 +43,9 @@ _stopping: set[asyncio.Task[None]] = set()  # exact stops in flight (a reference
 def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
     """LoadModel options with frontend-local paths; staging rewrites them for the worker."""
     opts = backend_pb2.ModelOptions(
-        Model=cfg.model, ContextSize=cfg.context_size, Embeddings=cfg.embeddings, Threads=cfg.threads,
-        Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options), ModelPath=str(cfg.models_dir),
+        Model=cfg.model, ContextSize=cfg.context_size, Embeddings=cfg.embeddings, Reranking=cfg.reranking,
+        Threads=cfg.threads, Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options),
+        ModelPath=str(cfg.models_dir),
     )
     if cfg.model_file is not None:
         opts.ModelFile = str(cfg.model_file)

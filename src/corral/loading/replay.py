@@ -49,7 +49,8 @@ def config_from_replay(info: LoadInfo) -> ModelConfig:
     return ModelConfig(
         name=info.model, backend=info.backend, model=opts.ModelFile or opts.Model,
         models_dir=Path(opts.ModelPath or "."), context_size=opts.ContextSize, embeddings=opts.Embeddings,
-        threads=opts.Threads, seed=opts.Seed, gpu_layers=opts.NGPULayers, options=tuple(opts.Options),
+        reranking=opts.Reranking, threads=opts.Threads, seed=opts.Seed, gpu_layers=opts.NGPULayers,
+        options=tuple(opts.Options),
         artifacts=ArtifactPaths(scalars, tuple(getattr(opts, REPEATED_FIELD))),
         revision=info.config_revision if info.revision_established else "",
     )

@@ -4,7 +4,8 @@
     backend: llama-cpp          # the backend the worker starts: llama-cpp, simulator, or any backend
                                 # installed on the worker or listed by its galleries (corral.gallery)
     context_size: 2048
-    embeddings: false
+    embeddings: false           # serves /v1/embeddings
+    reranking: false            # serves /v1/rerank
     parameters:
       model: gemma-3-270m.gguf  # file relative to the models dir (or absolute)
     options: ["chat_format:gemma"]
@@ -36,6 +37,7 @@ from corral.models.huggingface import (
     committed_snapshot,
     parse_huggingface,
 )
+from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
 from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
 
@@ -57,6 +59,7 @@ class ModelConfig:
     models_dir: Path
     context_size: int = 0
     embeddings: bool = False
+    reranking: bool = False  # serves /v1/rerank (the backend implements the Rerank RPC)
     threads: int = 0
     seed: int = 0
     gpu_layers: int = 0
@@ -69,6 +72,7 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     artifacts: ArtifactPaths = field(default_factory=ArtifactPaths)  # mmproj, lora, ... (issue 4)
     huggingface: HuggingFaceSource | None = None  # managed HF artifact, downloaded by the frontend
+    mcp: MCPServers = field(default_factory=MCPServers, compare=False)  # `mcp:` servers run by agent workers
 
     @property
     def snapshot_dir(self) -> Path | None:
@@ -158,6 +162,9 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     try:
         huggingface = parse_huggingface(data.get("huggingface"))
         artifacts = parse_artifacts(data, source)
+        mcp = parse_mcp(data.get("mcp"), data.get("agent"))
+    except MCPConfigError as exc:
+        raise ModelConfigError(f"{source}: {exc}") from None
     except (HuggingFaceConfigError, ValueError) as exc:
         raise ModelConfigError(f"{source}: {exc}" if str(source) not in str(exc) else str(exc)) from None
     if not model and backend in FILE_BACKENDS and huggingface is None:
@@ -167,13 +174,14 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
         name=name, backend=backend, model=model, models_dir=models_dir,
         context_size=_field(data, "context_size", int, source, 0),
         embeddings=_field(data, "embeddings", bool, source, False),
+        reranking=_field(data, "reranking", bool, source, False),
         threads=_field(data, "threads", int, source, 0),
         seed=_field(params, "seed", int, source, 0),
         gpu_layers=_field(data, "gpu_layers", int, source, 0),
         options=tuple(str(o) for o in options), source=source,
         node_selector={str(k): "" if v is None else str(v)
                        for k, v in _field(data, "node_selector", dict, source, {}).items()},
-        artifacts=artifacts, huggingface=huggingface,
+        artifacts=artifacts, huggingface=huggingface, mcp=mcp,
         disabled=_field(data, "disabled", bool, source, False), revision=config_revision(data), raw=dict(data),
     )
 

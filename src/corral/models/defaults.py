@@ -1,5 +1,9 @@
 """Put the default models (Gemma 3 270M chat, all-MiniLM-L6-v2 embeddings) and their configs in a directory.
 
+`prepare_minilm_sentence_transformers` adds the same MiniLM weights as a sentence-transformers
+directory served by the `sentencetransformers` gallery backend (embeddings and /v1/rerank); it is
+not among the defaults because that backend is installed on demand (a ~1.4 GB virtual environment).
+
 Everything comes from installed Python packages; nothing is downloaded. Re-running is cheap:
 files already in place are left alone.
 """
@@ -9,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from corral.models.minilm_gguf import convert_minilm
+from corral.models.minilm_gguf import convert_minilm, source_dir
 from corral.models.tiny_gguf import write_tiny_llama
 
 GEMMA_NAME = "gemma-3-270m"
@@ -24,6 +29,10 @@ GEMMA_CONTEXT_TOKENS = 2048
 MINILM_NAME = "all-minilm-l6-v2"
 MINILM_FILE = "all-minilm-l6-v2.gguf"
 MINILM_CONTEXT_TOKENS = 512
+MINILM_ST_NAME = "all-minilm-l6-v2-st"  # the sentence-transformers directory of the same weights
+MINILM_ST_BACKEND = "sentencetransformers"
+MINILM_ST_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
+MINILM_ST_SKIPPED = ("README.md", ".gitattributes", "data_config.json")  # not read by the model
 TINY_CONTEXT_TOKENS = 512
 
 log = logging.getLogger(__name__)
@@ -38,6 +47,7 @@ def model_yaml(
     backend: str = "llama-cpp",
     context_size: int,
     embeddings: bool = False,
+    reranking: bool = False,
     options: tuple[str, ...] = (),
 ) -> str:
     """Text of a model config file."""
@@ -47,6 +57,8 @@ def model_yaml(
     lines = [f"name: {name}", f"backend: {backend}"]
     if embeddings:
         lines.append("embeddings: true")
+    if reranking:
+        lines.append("reranking: true")
     lines += [f"context_size: {context_size}", "parameters:", f"  model: {model_file}"]
     if options:
         lines.append("options:")
@@ -118,6 +130,28 @@ def prepare_minilm(models_dir: Path) -> Path:
         log.info("converted %s in %.1f s", gguf_path, time.perf_counter() - started_s)
     yaml_path = models_dir / f"{MINILM_NAME}.yaml"
     text = model_yaml(MINILM_NAME, MINILM_FILE, context_size=MINILM_CONTEXT_TOKENS, embeddings=True)
+    _write_text_if_changed(yaml_path, text)
+    return yaml_path
+
+
+def prepare_minilm_sentence_transformers(models_dir: Path) -> Path:
+    """Copy the all-MiniLM-L6-v2 sentence-transformers files (unless present at the same size) into
+    `<models_dir>/all-minilm-l6-v2-st/` and write its config (backend sentencetransformers,
+    embeddings and reranking)."""
+    source = source_dir()
+    target = Path(models_dir) / MINILM_ST_NAME
+    for file in sorted(p for p in source.rglob("*") if p.is_file()):
+        relative = file.relative_to(source)
+        if relative.name in MINILM_ST_SKIPPED:
+            continue
+        destination = target / relative
+        if destination.is_file() and destination.stat().st_size == file.stat().st_size:
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(destination, lambda tmp, file=file: shutil.copyfile(file, tmp))  # type: ignore[misc]
+    yaml_path = Path(models_dir) / f"{MINILM_ST_NAME}.yaml"
+    text = model_yaml(MINILM_ST_NAME, MINILM_ST_NAME, backend=MINILM_ST_BACKEND, context_size=MINILM_ST_MAX_TOKENS,
+                      embeddings=True, reranking=True)
     _write_text_if_changed(yaml_path, text)
     return yaml_path
 

@@ -20,6 +20,44 @@ class HealthMessage(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class RerankRequest(_message.Message):
+    __slots__ = ("query", "documents", "top_n", "ModelIdentity")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    MODELIDENTITY_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    documents: _containers.RepeatedScalarFieldContainer[str]
+    top_n: int
+    ModelIdentity: str
+    def __init__(self, query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
+
+class RerankResult(_message.Message):
+    __slots__ = ("usage", "results")
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    usage: Usage
+    results: _containers.RepeatedCompositeFieldContainer[DocumentResult]
+    def __init__(self, usage: _Optional[_Union[Usage, _Mapping]] = ..., results: _Optional[_Iterable[_Union[DocumentResult, _Mapping]]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("total_tokens", "prompt_tokens")
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    total_tokens: int
+    prompt_tokens: int
+    def __init__(self, total_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+
+class DocumentResult(_message.Message):
+    __slots__ = ("index", "text", "relevance_score")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    RELEVANCE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    text: str
+    relevance_score: float
+    def __init__(self, index: _Optional[int] = ..., text: _Optional[str] = ..., relevance_score: _Optional[float] = ...) -> None: ...
+
 class Result(_message.Message):
     __slots__ = ("message", "success")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -213,7 +251,7 @@ class PredictOptions(_message.Message):
     def __init__(self, Prompt: _Optional[str] = ..., Seed: _Optional[int] = ..., Threads: _Optional[int] = ..., Tokens: _Optional[int] = ..., TopK: _Optional[int] = ..., Repeat: _Optional[int] = ..., Batch: _Optional[int] = ..., NKeep: _Optional[int] = ..., Temperature: _Optional[float] = ..., Penalty: _Optional[float] = ..., StopPrompts: _Optional[_Iterable[str]] = ..., IgnoreEOS: _Optional[bool] = ..., FrequencyPenalty: _Optional[float] = ..., PresencePenalty: _Optional[float] = ..., Grammar: _Optional[str] = ..., TopP: _Optional[float] = ..., Embeddings: _Optional[str] = ..., Images: _Optional[_Iterable[str]] = ..., UseTokenizerTemplate: _Optional[bool] = ..., Messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., Videos: _Optional[_Iterable[str]] = ..., Audios: _Optional[_Iterable[str]] = ..., CorrelationId: _Optional[str] = ..., Tools: _Optional[str] = ..., ToolChoice: _Optional[str] = ..., Logprobs: _Optional[int] = ..., TopLogprobs: _Optional[int] = ..., Metadata: _Optional[_Mapping[str, str]] = ..., MinP: _Optional[float] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
 
 class ModelOptions(_message.Message):
-    __slots__ = ("Model", "ContextSize", "Seed", "NBatch", "F16Memory", "MLock", "MMap", "VocabOnly", "LowVRAM", "Embeddings", "NUMA", "NGPULayers", "MainGPU", "TensorSplit", "Threads", "RopeFreqBase", "RopeFreqScale", "RMSNormEps", "NGQA", "ModelFile", "CLIPModel", "Tokenizer", "LoraBase", "LoraAdapter", "AudioPath", "DraftModel", "MMProj", "LoraScale", "Type", "FlashAttention", "ModelPath", "LoraAdapters", "LoraScales", "Options", "CacheTypeKey", "CacheTypeValue", "Overrides")
+    __slots__ = ("Model", "ContextSize", "Seed", "NBatch", "F16Memory", "MLock", "MMap", "VocabOnly", "LowVRAM", "Embeddings", "NUMA", "NGPULayers", "MainGPU", "TensorSplit", "Threads", "RopeFreqBase", "RopeFreqScale", "RMSNormEps", "NGQA", "ModelFile", "CLIPModel", "Tokenizer", "LoraBase", "LoraAdapter", "AudioPath", "DraftModel", "MMProj", "LoraScale", "Type", "FlashAttention", "ModelPath", "LoraAdapters", "LoraScales", "Options", "CacheTypeKey", "CacheTypeValue", "Reranking", "Overrides")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     CONTEXTSIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +288,7 @@ class ModelOptions(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     CACHETYPEKEY_FIELD_NUMBER: _ClassVar[int]
     CACHETYPEVALUE_FIELD_NUMBER: _ClassVar[int]
+    RERANKING_FIELD_NUMBER: _ClassVar[int]
     OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     Model: str
     ContextSize: int
@@ -287,5 +326,6 @@ class ModelOptions(_message.Message):
     Options: _containers.RepeatedScalarFieldContainer[str]
     CacheTypeKey: str
     CacheTypeValue: str
+    Reranking: bool
     Overrides: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, Model: _Optional[str] = ..., ContextSize: _Optional[int] = ..., Seed: _Optional[int] = ..., NBatch: _Optional[int] = ..., F16Memory: _Optional[bool] = ..., MLock: _Optional[bool] = ..., MMap: _Optional[bool] = ..., VocabOnly: _Optional[bool] = ..., LowVRAM: _Optional[bool] = ..., Embeddings: _Optional[bool] = ..., NUMA: _Optional[bool] = ..., NGPULayers: _Optional[int] = ..., MainGPU: _Optional[str] = ..., TensorSplit: _Optional[str] = ..., Threads: _Optional[int] = ..., RopeFreqBase: _Optional[float] = ..., RopeFreqScale: _Optional[float] = ..., RMSNormEps: _Optional[float] = ..., NGQA: _Optional[int] = ..., ModelFile: _Optional[str] = ..., CLIPModel: _Optional[str] = ..., Tokenizer: _Optional[str] = ..., LoraBase: _Optional[str] = ..., LoraAdapter: _Optional[str] = ..., AudioPath: _Optional[str] = ..., DraftModel: _Optional[str] = ..., MMProj: _Optional[str] = ..., LoraScale: _Optional[float] = ..., Type: _Optional[str] = ..., FlashAttention: _Optional[str] = ..., ModelPath: _Optional[str] = ..., LoraAdapters: _Optional[_Iterable[str]] = ..., LoraScales: _Optional[_Iterable[float]] = ..., Options: _Optional[_Iterable[str]] = ..., CacheTypeKey: _Optional[str] = ..., CacheTypeValue: _Optional[str] = ..., Overrides: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, Model: _Optional[str] = ..., ContextSize: _Optional[int] = ..., Seed: _Optional[int] = ..., NBatch: _Optional[int] = ..., F16Memory: _Optional[bool] = ..., MLock: _Optional[bool] = ..., MMap: _Optional[bool] = ..., VocabOnly: _Optional[bool] = ..., LowVRAM: _Optional[bool] = ..., Embeddings: _Optional[bool] = ..., NUMA: _Optional[bool] = ..., NGPULayers: _Optional[int] = ..., MainGPU: _Optional[str] = ..., TensorSplit: _Optional[str] = ..., Threads: _Optional[int] = ..., RopeFreqBase: _Optional[float] = ..., RopeFreqScale: _Optional[float] = ..., RMSNormEps: _Optional[float] = ..., NGQA: _Optional[int] = ..., ModelFile: _Optional[str] = ..., CLIPModel: _Optional[str] = ..., Tokenizer: _Optional[str] = ..., LoraBase: _Optional[str] = ..., LoraAdapter: _Optional[str] = ..., AudioPath: _Optional[str] = ..., DraftModel: _Optional[str] = ..., MMProj: _Optional[str] = ..., LoraScale: _Optional[float] = ..., Type: _Optional[str] = ..., FlashAttention: _Optional[str] = ..., ModelPath: _Optional[str] = ..., LoraAdapters: _Optional[_Iterable[str]] = ..., LoraScales: _Optional[_Iterable[float]] = ..., Options: _Optional[_Iterable[str]] = ..., CacheTypeKey: _Optional[str] = ..., CacheTypeValue: _Optional[str] = ..., Reranking: _Optional[bool] = ..., Overrides: _Optional[_Iterable[str]] = ...) -> None: ...

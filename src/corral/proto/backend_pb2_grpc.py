@@ -74,6 +74,11 @@ class BackendStub:
                 request_serializer=corral_dot_proto_dot_backend__pb2.HealthMessage.SerializeToString,
                 response_deserializer=corral_dot_proto_dot_backend__pb2.Result.FromString,
                 _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/backend.Backend/Rerank',
+                request_serializer=corral_dot_proto_dot_backend__pb2.RerankRequest.SerializeToString,
+                response_deserializer=corral_dot_proto_dot_backend__pb2.RerankResult.FromString,
+                _registered_method=True)
 
 
 class BackendServicer:
@@ -127,6 +132,12 @@ class BackendServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rerank(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BackendServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +180,11 @@ def add_BackendServicer_to_server(servicer, server):
                     servicer.Free,
                     request_deserializer=corral_dot_proto_dot_backend__pb2.HealthMessage.FromString,
                     response_serializer=corral_dot_proto_dot_backend__pb2.Result.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=corral_dot_proto_dot_backend__pb2.RerankRequest.FromString,
+                    response_serializer=corral_dot_proto_dot_backend__pb2.RerankResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +403,33 @@ class Backend:
             '/backend.Backend/Free',
             corral_dot_proto_dot_backend__pb2.HealthMessage.SerializeToString,
             corral_dot_proto_dot_backend__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/backend.Backend/Rerank',
+            corral_dot_proto_dot_backend__pb2.RerankRequest.SerializeToString,
+            corral_dot_proto_dot_backend__pb2.RerankResult.FromString,
             options,
             channel_credentials,
             insecure,

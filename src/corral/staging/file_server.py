@@ -103,10 +103,13 @@ class FileRequest:
 
 @dataclass
 class TransferStats:
-    """Counters for tests and operators: requests per method and body bytes received."""
+    """Counters for tests and operators: requests per method, body bytes received, and bytes read back
+    from disk to hash (a verified upload hashes its receive buffers; reading back is what resumes
+    after a restart and HEADs of files changed since their hash was recorded cost)."""
 
     requests: Counter[str] = field(default_factory=Counter)
     body_bytes_received: int = 0
+    hash_read_bytes: int = 0
     connections_refused: int = 0  # over max_connections
     header_timeouts: int = 0  # dropped by the header watchdog
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -126,6 +129,10 @@ class TransferStats:
     def count_body_bytes(self, count: int) -> None:
         with self._lock:
             self.body_bytes_received += count
+
+    def count_hash_read_bytes(self, count: int) -> None:
+        with self._lock:
+            self.hash_read_bytes += count
 
 
 class _Server(ThreadingHTTPServer):

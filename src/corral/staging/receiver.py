@@ -37,6 +37,7 @@ from corral.staging.errors import KeyEscapesDirectory, ReservedKey
 from corral.staging.file_server import Answer, FileRequest, ServerLimits, ThreadedFileServer
 from corral.staging.following_hasher import FollowingHasher
 from corral.staging.keys import is_reserved_name, resolve_key, staging_dir
+from corral.staging.partial_digests import PartialDigests
 from corral.staging.path_locks import PathLocks
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def build_file_server(
     server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated,
                                 limits=limits)
     store.on_body_bytes = server.stats.count_body_bytes
+    store.on_hash_read = server.stats.count_hash_read_bytes
     return server
 
 
@@ -92,6 +94,8 @@ class FileStore:
         self.max_upload_bytes = max_upload_bytes
         self.disk_budget = disk_budget
         self.on_body_bytes: Callable[[int], None] | None = None
+        self.on_hash_read: Callable[[int], None] | None = None
+        self.partial_digests = PartialDigests()  # running hashes of partial range uploads
         self.upload_locks = PathLocks()  # one upload at a time per file
         self.hash_locks = PathLocks()  # orders sidecar writes against HEAD's hashing
 
@@ -150,10 +154,50 @@ class FileStore:
         else:
             with self.hash_locks.hold(path):
                 try:
-                    headers[HEADER_CONTENT_SHA256] = hashing.cached_sha256(path)
+                    headers[HEADER_CONTENT_SHA256] = self._content_hash(path)
                 except OSError as exc:
                     log.warning("cannot hash %s for HEAD %s: %s", path, key, exc)
         return Answer(200, headers=headers, length_bytes=size_bytes)
+
+    def _content_hash(self, path: Path) -> str:
+        """The hash of ``path`` as it is: its recorded hash while the file is unchanged, else the running
+        digest of a partial upload this receiver wrote, else read from disk (and recorded)."""
+        recorded = hashing.read_trusted_hash(path)
+        if recorded is not None:
+            return recorded
+        kept = self.partial_digests.current(path)
+        if kept is not None:
+            return kept.hexdigest()
+        return hashing.cached_sha256(path, on_progress=self._hash_read_counter())
+
+    def _full_hash(self, path: Path) -> str:
+        """SHA-256 of ``path``: the kept running digest while the file is as it was hashed, else read back."""
+        kept = self.partial_digests.current(path)
+        if kept is not None:
+            return kept.hexdigest()
+        return hashing.sha256_file(path, on_progress=self._hash_read_counter())
+
+    def _hash_read_counter(self) -> hashing.ProgressCallback:
+        done = [0]
+
+        def count(done_bytes: int, _total: int) -> None:
+            if self.on_hash_read is not None:
+                self.on_hash_read(done_bytes - done[0])
+            done[0] = done_bytes
+
+        return count
+
+    def _range_hasher(self, path: Path, content_range: ContentRange,
+                      completes: bool) -> BufferHasher | FollowingHasher | None:
+        """Hash a range from the receive buffers when the digest of everything before it is known (a
+        range from byte 0, or one continuing a partial this receiver hashed); a completing range of a
+        prefix it did not hash (a restart since) follows the file from byte 0 instead."""
+        if content_range.start == 0:
+            return BufferHasher()
+        prefix = self.partial_digests.current(path)
+        if prefix is not None:
+            return BufferHasher(prefix=prefix, prefix_bytes=content_range.start)
+        return FollowingHasher(path) if completes else None
 
     def _put(self, request: FileRequest, key: str, path: Path) -> Answer:
         declared = _declared_sha256(request)
@@ -258,11 +302,9 @@ class FileStore:
         completes = content_range.end + 1 == content_range.total
         with open(path, "ab", buffering=0) as file:
             os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
-            # The verify hash runs beside the writer from byte 0, so completion costs only the tail: over
-            # the received buffers for a fresh upload, following the file when a prefix is already on disk.
-            hasher: BufferHasher | FollowingHasher | None = None
-            if completes:
-                hasher = BufferHasher() if content_range.start == 0 else FollowingHasher(path)
+            # The verify hash runs beside the writer, so completion costs only the tail, and what a range
+            # leaves unfinished (308, a cut) keeps its running digest for the range that continues it.
+            hasher = self._range_hasher(path, content_range, completes)
             try:
                 received, _ = write_body(request.body, file, limit_bytes=expected,
                                          base_size_bytes=content_range.start, hasher=hasher,
@@ -271,13 +313,17 @@ class FileStore:
                 raise Reject(400, f"body is longer than the {expected} bytes its Content-Range declares") \
                     from None
             finally:
-                if hasher is not None and not request.body.finished:
+                if isinstance(hasher, BufferHasher):
+                    self.partial_digests.keep(path, hasher.settle(), hasher.hashed_bytes)
+                elif hasher is not None and not request.body.finished:
                     hasher.abandon()
         if received != expected:
             raise Reject(400, f"short body: got {received} expected {expected}")
         new_size = content_range.start + received
         if new_size < content_range.total:
             return Answer(308, headers={"Range": f"bytes=0-{new_size - 1}", HEADER_FILE_SIZE: str(new_size)})
+        if isinstance(hasher, FollowingHasher) and self.on_hash_read is not None:
+            self.on_hash_read(new_size)  # it read the whole file back, the prefix from disk
         actual = hasher.finish(new_size) if hasher is not None else hashing.sha256_file(path)
         if declared is not None and actual != declared:
             _remove_with_sidecars(path)
@@ -305,7 +351,7 @@ class FileStore:
 
     def _verify_and_commit(self, path: Path, declared: str) -> bool:
         """Finalise a full-size unfinished file if its content matches, else delete it (False)."""
-        actual = hashing.sha256_file(path)
+        actual = self._full_hash(path)
         if actual != declared:
             log.warning("unfinished upload %s is corrupt (sha256 %s, expected %s): removed", path, actual,
                         declared)
@@ -316,6 +362,7 @@ class FileStore:
         return True
 
     def _commit_in_place(self, path: Path, hash_hex: str) -> None:
+        self.partial_digests.forget(path)  # complete: its recorded hash takes over
         with self.hash_locks.hold(path):
             _write_sidecar_quietly(path, hash_hex)
             _unlink_if_present(hashing.target_sidecar_path(path))

@@ -2,7 +2,8 @@
 
 Protocol per file:
 
-1. Hash the local file (cached in a local ``<file>.sha256`` sidecar; hashing reports ``on_hash``).
+1. The local file's hash: its ``<file>.sha256`` sidecar while the file is unchanged, else hashed in
+   a thread *while* the next steps run (hashing reports ``on_hash``).
 2. ``HEAD /v1/files/<key>``: if the worker already has a file with the same ``X-Content-SHA256``,
    skip the upload and return its ``X-Local-Path``. If it has a partial upload whose
    ``X-Target-SHA256`` is our hash, resume from its ``X-File-Size``; if that partial is already
@@ -10,6 +11,13 @@ Protocol per file:
 3. ``PUT`` the rest with ``sendfile`` (zero-copy), ``X-Content-SHA256`` and
    ``Content-Range: bytes <offset>-<size-1>/<size>``; the worker verifies the hash before answering
    ``200 {"local_path": ...}``.
+
+When the local file had no recorded hash and the worker holds nothing that could be this file,
+the transfer does not wait for the hash: all but the last byte go at once (``Content-Range: bytes
+0-<size-2>/<size>``, no hash, answered 308), then the last byte with the hash. The worker hashes
+both ranges from its receive buffers and verifies the whole file before it is usable, so the file
+is read once on each side and the local hash costs no time of its own. A cut during the first
+range resumes from what the worker kept, as any other.
 
 Transient failures (connection refused/reset, timeouts, 308/416 from the resume protocol) are retried
 with capped exponential backoff, HEAD-ing again first so a dropped upload resumes where it stopped.
@@ -33,7 +41,7 @@ import httpx
 
 from corral import loops
 from corral.staging.errors import StagingFailed
-from corral.staging.hashing import cached_sha256, is_sha256_hex
+from corral.staging.hashing import cached_sha256, is_sha256_hex, read_trusted_hash
 from corral.staging.keys import validate_key
 from corral.staging.receiver import (
     HEADER_CONTENT_SHA256,
@@ -89,6 +97,38 @@ class RemoteFile:
     target_sha256: str | None
 
 
+class _LocalHash:
+    """The local file's SHA-256: known from its sidecar, or computed by a thread started at once."""
+
+    def __init__(self, known: str | None, task: asyncio.Task[str] | None) -> None:
+        self._known = known
+        self._task = task
+        if task is not None:
+            task.add_done_callback(_retrieve)
+
+    @property
+    def unrecorded(self) -> bool:
+        """True when the file had no recorded hash: it is being computed (decided once, at the start)."""
+        return self._task is not None
+
+    async def value(self) -> str:
+        if self._known is None:
+            assert self._task is not None
+            self._known = await asyncio.shield(self._task)
+        return self._known
+
+    def close(self) -> None:
+        """The upload ended without needing the hash: stop waiting for it (the thread finishes and
+        records it for the next staging)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+
+def _retrieve(task: asyncio.Task[str]) -> None:
+    if not task.cancelled():
+        task.exception()  # reported where it is awaited; never "exception was never retrieved"
+
+
 class _Retryable(Exception):
     """One attempt failed in a way that the next attempt may fix."""
 
@@ -123,20 +163,32 @@ async def stage_file(
     """
     validate_key(key)
     upload = _FileUpload(client, base_url, key, Path(local_path), token, on_progress)
-    size_bytes, local_hash = await upload.describe_local_file(on_hash)
+    size_bytes, local = await upload.describe_local_file(on_hash)
+    try:
+        return await _stage(upload, size_bytes, local, retry_policy, resumable)
+    finally:
+        local.close()
+
+
+async def _stage(upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_policy: RetryPolicy,
+                 resumable: bool) -> str:
     started_s = time.monotonic()
     failures = 0
     last_failure = _Retryable(None, "no attempt was made")
+    key, base_url = upload.key, upload.base_url
     while True:
         try:
             remote = await upload.head()
+            if resumable and local.unrecorded and _nothing_to_match(remote, size_bytes, upload.sent_unhashed):
+                return await upload.put_before_hash(size_bytes, local)
+            local_hash = await upload.wait_hash(local)
             if remote is not None and remote.content_sha256 == local_hash and remote.local_path:
                 upload.report(size_bytes, size_bytes)
                 log.info("worker %s already has %s as %s; upload skipped", base_url, key, remote.local_path)
                 return remote.local_path
             if resumable and _is_full_partial(remote, local_hash, size_bytes):
                 return await upload.finalize(size_bytes, local_hash)
-            offset_bytes = _resume_offset(remote, local_hash, size_bytes) if resumable else 0
+            offset_bytes = _resume_offset(remote, local_hash, size_bytes, upload.sent_unhashed) if resumable else 0
             return await upload.put(size_bytes, local_hash, offset_bytes, resumable=resumable)
         except _Retryable as failure:
             failures = 1 if upload.moved_forward() else failures + 1
@@ -182,13 +234,25 @@ async def stage_files(
     return staged
 
 
-def _resume_offset(remote: RemoteFile | None, local_hash: str, size_bytes: int) -> int:
-    """Continue a partial upload of the same content, else start from byte 0."""
-    if remote is None or remote.target_sha256 != local_hash:
+def _resume_offset(remote: RemoteFile | None, local_hash: str, size_bytes: int, sent_unhashed: bool = False) -> int:
+    """Continue a partial upload of the same content, else start from byte 0.
+
+    A partial without a declared hash is continued only when this upload sent it (its first range
+    goes before the local hash is known); the worker's verify of the whole file still decides.
+    """
+    if remote is None:
         return 0
-    if 0 < remote.size_bytes < size_bytes:
+    ours = remote.target_sha256 == local_hash or (sent_unhashed and remote.target_sha256 is None)
+    if ours and 0 < remote.size_bytes < size_bytes:
         return remote.size_bytes
     return 0
+
+
+def _nothing_to_match(remote: RemoteFile | None, size_bytes: int, sent_unhashed: bool) -> bool:
+    """True when nothing the worker holds could be this file, so sending need not wait for its hash."""
+    if size_bytes < 2 or sent_unhashed:
+        return False  # the last byte carries the hash; a partial we sent resumes once the hash is known
+    return remote is None or (remote.target_sha256 is None and remote.size_bytes != size_bytes)
 
 
 def _is_full_partial(remote: RemoteFile | None, local_hash: str, size_bytes: int) -> bool:
@@ -218,6 +282,7 @@ class _FileUpload:
         self.on_progress = on_progress
         self.best_offset_bytes = -1  # furthest the worker's copy got; an attempt that raised it made progress
         self._last_offset_bytes = -1
+        self.sent_unhashed = False  # a first range went before the local hash was known
 
     def report(self, done_bytes: int, total_bytes: int) -> None:
         if self.on_progress is not None:
@@ -233,14 +298,43 @@ class _FileUpload:
             local_path=self.local_path, key=self.key, worker_url=self.base_url, status=status, message=message
         )
 
-    async def describe_local_file(self, on_hash: ProgressCallback | None) -> tuple[int, str]:
-        report = threadsafe_progress(on_hash, HASH_REPORT_EVERY_BYTES)
+    async def describe_local_file(self, on_hash: ProgressCallback | None) -> tuple[int, _LocalHash]:
+        """The file's size, and its hash: recorded, or being computed in a thread from now on."""
         try:
             size_bytes = os.stat(self.local_path).st_size
-            local_hash = await asyncio.to_thread(cached_sha256, self.local_path, report)
+            recorded = await asyncio.to_thread(read_trusted_hash, self.local_path)
         except OSError as exc:
             raise self.failed(None, f"cannot read the local file: {exc}") from exc
-        return size_bytes, local_hash
+        if recorded is not None:
+            if on_hash is not None:
+                on_hash(size_bytes, size_bytes)
+            return size_bytes, _LocalHash(recorded, None)
+        report = threadsafe_progress(on_hash, HASH_REPORT_EVERY_BYTES)
+        task = asyncio.create_task(asyncio.to_thread(cached_sha256, self.local_path, report),
+                                   name=f"hash:{self.local_path.name}")
+        return size_bytes, _LocalHash(None, task)
+
+    async def wait_hash(self, local: _LocalHash) -> str:
+        try:
+            return await local.value()
+        except OSError as exc:
+            raise self.failed(None, f"cannot read the local file: {exc}") from exc
+
+    async def put_before_hash(self, size_bytes: int, local: _LocalHash) -> str:
+        """All but the last byte while the local hash runs (308), then the last byte with the hash."""
+        headers = {**self.auth_headers, "Content-Type": "application/octet-stream",
+                   "Content-Range": f"bytes 0-{size_bytes - 2}/{size_bytes}"}
+        self.sent_unhashed = True
+        self.report(0, size_bytes)
+        answer = await self._send(headers, 0, size_bytes - 1, size_bytes)
+        if answer.status == 200:  # a server that ignored Content-Range kept a file one byte short, unverified
+            raise self.failed(200, f"PUT {self.url}: the worker answered 200 to a partial range "
+                                   f"(bytes 0-{size_bytes - 2}/{size_bytes}); it does not support resumable uploads")
+        if answer.status != 308:
+            return self._answer(answer)  # raises: a refusal, or a resume-protocol answer to retry
+        self.best_offset_bytes = max(self.best_offset_bytes, size_bytes - 1)
+        local_hash = await self.wait_hash(local)
+        return await self.put(size_bytes, local_hash, size_bytes - 1, resumable=True)
 
     async def head(self) -> RemoteFile | None:
         try:

@@ -50,3 +50,15 @@ async def revoke(pool: asyncpg.Pool, key_id: str) -> str | None:
 
 async def live_admin_count(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval(q("api_keys_live_admin_count")))
+
+
+async def provision_node_key(pool: asyncpg.Pool, node_id: str, node_name: str) -> str:
+    """A fresh user key for an agent node, replacing (revoking) the one it held: returned once, stored hashed."""
+    key = new_key()
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(q("api_key_insert"), str(uuid.uuid4()), f"agent node {node_name}", USER,
+                                  key_hash(key), display_prefix(key))
+        old = await conn.fetchval(q("node_api_key_swap"), node_id, row["id"])
+        if old:
+            await conn.fetchval(q("api_key_revoke"), old)
+    return key

@@ -21,6 +21,13 @@ def _corral(*argv: str, env: dict[str, str] | None = None) -> subprocess.Complet
     (["worker", "--register-to", "http://f:8080", "--nats-url", "nats://x:1", "--heartbeat-interval", "often"],
      "invalid --heartbeat-interval / $LOCALAI_HEARTBEAT_INTERVAL"),
     (["backend", "nope", "--addr", "127.0.0.1:1"], "nope"),
+    (["agent-worker", "--nats-url", "nats://x:1"], "missing required setting --register-to"),
+    (["agent-worker", "--register-to", "http://f:8080", "--nats-url", "nats://x:1", "--mcp-tool-timeout", "0s"],
+     "invalid --mcp-tool-timeout / $CORRAL_MCP_TOOL_TIMEOUT"),
+    (["agent-worker", "--register-to", "http://127.0.0.1:1", "--nats-url", "nats://x:1", "--nats-jwt", "j",
+      "--state-dir", "/nonexistent/agent-state"], "LOCALAI_NATS_JWT and LOCALAI_NATS_USER_SEED must be set together"),
+    (["run", "--nats-url", "nats://x:1", "--database-url", "postgresql://x@h/db", "--mcp-max-iterations", "1000"],
+     "invalid --mcp-max-iterations / $CORRAL_MCP_MAX_ITERATIONS"),
 ])
 def test_bad_settings_stop_the_process_with_one_line(argv: list[str], needle: str) -> None:
     result = _corral(*argv)

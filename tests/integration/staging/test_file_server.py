@@ -428,6 +428,28 @@ async def test_head_rehashes_a_file_changed_after_its_sidecar_was_written(file_s
     assert head.headers["X-Content-SHA256"] == _sha256(b"second")
 
 
+async def test_head_reads_back_a_file_changed_in_place_at_the_same_size_and_nothing_else(file_server, client):
+    async with file_server() as server:
+        url = f"{server.url}/v1/files/models/m/x.gguf"
+        await client.put(url, content=b"first", headers=AUTH)
+        target = server.models_dir / "m" / "x.gguf"
+        unchanged = await client.head(url, headers=AUTH)
+        read_unchanged = server.counter.hash_read_bytes
+        before_ns = target.stat().st_mtime_ns
+        with open(target, "r+b") as file:  # same size, same inode, new content and mtime
+            file.write(b"FIRST")
+        os.utime(target, ns=(before_ns + 10**9, before_ns + 10**9))
+        changed = await client.head(url, headers=AUTH)
+        read_changed = server.counter.hash_read_bytes - read_unchanged
+        again = await client.head(url, headers=AUTH)
+    assert unchanged.headers["X-Content-SHA256"] == _sha256(b"first")
+    assert read_unchanged == 0  # the receiver hashed the upload as it arrived; its record is trusted
+    assert changed.headers["X-Content-SHA256"] == _sha256(b"FIRST")
+    assert read_changed == 5  # the recorded hash no longer matches the file's mtime: read back once
+    assert again.headers["X-Content-SHA256"] == _sha256(b"FIRST")
+    assert server.counter.hash_read_bytes - read_unchanged == 5  # and recorded again
+
+
 # --- stage_file (frontend uploader) -------------------------------------------------------------------
 
 
@@ -447,6 +469,7 @@ async def test_stage_file_skips_the_upload_when_the_worker_already_has_the_same_
     async with file_server() as server:
         first = await stage_file(client, server.url, "models/m/model.gguf", source, TOKEN)
         mtime_ns = Path(first).stat().st_mtime_ns
+        puts_before, heads_before = server.counter.requests["PUT"], server.counter.requests["HEAD"]
         second = await stage_file(
             client,
             server.url,
@@ -456,8 +479,9 @@ async def test_stage_file_skips_the_upload_when_the_worker_already_has_the_same_
             on_progress=lambda s, t: progress.append((s, t)),
         )
     assert second == first
-    assert server.counter.requests["PUT"] == 1
-    assert server.counter.requests["HEAD"] == 2
+    assert server.counter.requests["PUT"] == puts_before  # the second staging sends nothing
+    assert server.counter.requests["HEAD"] == heads_before + 1
+    assert server.counter.hash_read_bytes == 0  # and neither side read the file back to hash it
     assert Path(first).stat().st_mtime_ns == mtime_ns
     assert progress == [(2 * MiB, 2 * MiB)]
 
@@ -467,12 +491,14 @@ async def test_stage_file_replaces_a_worker_file_with_different_content(file_ser
     async with file_server() as server:
         remote = await stage_file(client, server.url, "models/m/model.gguf", source, TOKEN)
         _source_file(tmp_path, MiB + 3, seed=2)
+        puts_before = server.counter.requests["PUT"]
         again = await stage_file(client, server.url, "models/m/model.gguf", source, TOKEN)
         head = await client.head(f"{server.url}/v1/files/models/m/model.gguf", headers=AUTH)
     assert again == remote
     assert Path(remote).read_bytes() == source.read_bytes()
     assert head.headers["X-Content-SHA256"] == _sha256(source.read_bytes())
-    assert server.counter.requests["PUT"] == 2
+    # The changed file has no recorded hash: all but its last byte go while it is hashed, then the last one.
+    assert server.counter.requests["PUT"] == puts_before + 2
 
 
 async def test_stage_file_of_20_mib_keeps_memory_bounded_and_reports_progress_up_to_the_total(

@@ -46,3 +46,14 @@ def test_decode_claims_reads_what_encode_wrote() -> None:
     operator = natsauth.create_pair("operator")
     jwt = natsauth.operator_jwt(operator, "ASYS")
     assert natsauth.decode_claims(jwt)["nats"] == {"type": "operator", "version": 2, "system_account": "ASYS"}
+
+
+def test_an_agent_node_is_minted_the_agent_worker_permissions_not_a_backend_workers() -> None:
+    account = natsauth.create_pair("account")
+    agent = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "agent")[0])["nats"]
+    backend = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "backend")[0])["nats"]
+    assert agent["pub"]["allow"] == ["agent.>", "jobs.>", "_INBOX.>"]
+    assert {"mcp.tools.execute", "mcp.discovery", "agent.execute", "jobs.mcp-ci.new",
+            "nodes.n-1.backend.stop"} <= set(agent["sub"]["allow"])
+    assert not any("backend.install" in s for s in agent["sub"]["allow"] + agent["pub"]["allow"])
+    assert "nodes.n-1.>" in backend["sub"]["allow"]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from corral.frontend.errors import validation_message
 from corral.frontend.model_configs_api import DEPTH_MAX, depth, parse_yaml
 from corral.frontend.node_api import HeartbeatUpdate, RegisterNodeRequest
-from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from corral.placement.vram_budget import BadVramBudget, parse_budget
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -44,6 +44,26 @@ def test_completions_and_embeddings_share_the_bounds() -> None:
         "invalid request: field 'seed': must be between -2147483648 and 2147483647")
     assert message(EmbeddingRequest, {"model": "m", "input": "x", "dimensions": 2**31}) == (
         "invalid request: field 'dimensions': must be between 1 and 2147483647")
+
+
+RERANK = {"model": "m", "query": "q", "documents": ["a", "b"]}
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"top_n": -1}, "field 'top_n': must be between 0 and 1024"),
+    ({"top_n": 2**70}, "field 'top_n': must be between 0 and 1024"),
+    ({"documents": []}, "field 'documents': List should have at least 1 item after validation, not 0"),
+    ({"documents": ["d"] * 1025}, "field 'documents': List should have at most 1024 items after validation, not 1025"),
+    ({"documents": ["d", "x" * 65537]}, "field 'documents.1': String should have at most 65536 characters"),
+    ({"query": ""}, "field 'query': String should have at least 1 character"),
+])
+def test_rerank_bounds_name_the_field(fields: dict[str, Any], expected: str) -> None:
+    assert message(RerankRequest, {**RERANK, **fields}) == f"invalid request: {expected}"
+
+
+def test_rerank_accepts_its_bounds() -> None:
+    body = RerankRequest.model_validate({**RERANK, "documents": ["d"] * 1024, "top_n": 1024, "query": "q" * 65536})
+    assert (len(body.documents), body.top_n, body.return_documents) == (1024, 1024, True)
 
 
 def test_values_at_the_bounds_are_accepted() -> None:

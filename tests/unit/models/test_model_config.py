@@ -37,3 +37,23 @@ def test_a_bad_file_is_skipped_not_fatal(tmp_path: Path) -> None:
 def test_any_gallery_backend_name_is_accepted_without_a_model_file(tmp_path: Path) -> None:
     cfg = parse_model_config({"name": "m", "backend": "sentencetransformers"}, tmp_path / "m.yaml", tmp_path)
     assert cfg.backend == "sentencetransformers"
+
+
+def test_a_sentence_transformers_directory_model_reranks_and_stages_whole(tmp_path: Path) -> None:
+    import yaml
+
+    from corral.models.defaults import MINILM_ST_NAME, model_yaml
+
+    model_dir = tmp_path / MINILM_ST_NAME
+    (model_dir / "1_Pooling").mkdir(parents=True)
+    for name in ("modules.json", "config.json", "model.safetensors", "1_Pooling/config.json"):
+        (model_dir / name).write_text("{}")
+    text = model_yaml(MINILM_ST_NAME, MINILM_ST_NAME, backend="sentencetransformers", context_size=256,
+                      embeddings=True, reranking=True)
+    cfg = parse_model_config(yaml.safe_load(text), tmp_path / "st.yaml", tmp_path)
+    assert (cfg.backend, cfg.embeddings, cfg.reranking) == ("sentencetransformers", True, True)
+    assert cfg.model_file == model_dir
+    assert sorted(p.relative_to(model_dir).as_posix() for p in cfg.files()) == [
+        "1_Pooling/config.json", "config.json", "model.safetensors", "modules.json"]
+    with pytest.raises(ModelConfigError, match="'reranking' must be bool"):
+        parse_model_config({"name": "m", "backend": "simulator", "reranking": "yes"}, tmp_path / "m.yaml", tmp_path)

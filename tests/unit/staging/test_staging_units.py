@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
 from corral.staging.disk_space import DiskBudget, NotEnoughDisk
 from corral.staging.http_body import BodyCut, ChunkedBody, LengthBody
+from corral.staging.partial_digests import PartialDigests
 from corral.staging.s3 import StorageConfig
 from corral.staging.uploader import RetryPolicy
 
@@ -216,3 +218,45 @@ def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_w
     assert (received, cut) == (len(data), None)
     assert out.getvalue() == data
     assert hasher.finish(len(data)) == hashlib.sha256(data).hexdigest()
+
+
+def test_buffer_hasher_continues_a_prefix_digest_and_settles_to_the_running_digest():
+    prefix = hashlib.sha256(b"0123456789")
+    hasher = BufferHasher(buffer_bytes=4, buffer_count=2, prefix=prefix, prefix_bytes=10)
+    for piece in (b"abcd", b"ef"):
+        index, view = hasher.take()
+        view[: len(piece)] = piece
+        hasher.give(index, len(piece))
+    running = hasher.settle()
+    assert hasher.hashed_bytes == 16
+    assert running.hexdigest() == hashlib.sha256(b"0123456789abcdef").hexdigest()
+    assert hasher.finish(16) == running.hexdigest()  # settle then finish: same digest, nothing hashed twice
+    assert prefix.hexdigest() == hashlib.sha256(b"0123456789").hexdigest()  # the seed itself is untouched
+
+
+def test_partial_digest_is_kept_only_for_the_file_exactly_as_it_was_hashed(tmp_path):
+    path = tmp_path / "part.bin"
+    path.write_bytes(b"abc")
+    digests = PartialDigests()
+    digests.keep(path, hashlib.sha256(b"ab"), 2)  # the file holds a byte the digest did not see
+    assert digests.current(path) is None
+    digests.keep(path, hashlib.sha256(b"abc"), 3)
+    kept = digests.current(path)
+    assert kept is not None and kept.hexdigest() == hashlib.sha256(b"abc").hexdigest()
+    stat = path.stat()
+    with open(path, "r+b") as file:  # same size and inode, new content and mtime: not that file any more
+        file.write(b"x")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert digests.current(path) is None
+    digests.keep(path, hashlib.sha256(b"xbc"), 3)
+    path.unlink()
+    assert digests.current(path) is None
+
+
+def test_partial_digests_forget_the_oldest_past_their_bound(tmp_path):
+    digests = PartialDigests(max_entries=2)
+    paths = [tmp_path / f"{i}.bin" for i in range(3)]
+    for path in paths:
+        path.write_bytes(b"z")
+        digests.keep(path, hashlib.sha256(b"z"), 1)
+    assert [digests.current(p) is not None for p in paths] == [False, True, True]

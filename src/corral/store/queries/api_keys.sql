@@ -19,3 +19,8 @@ UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETU
 -- name: api_keys_live_admin_count
 -- How many admin keys can still be used.
 SELECT count(*) FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL;
+
+-- name: node_api_key_swap
+-- Point an agent node at its new key; returns the id of the key it held before ('' when none).
+UPDATE backend_nodes n SET api_key_id = $2 FROM (SELECT api_key_id FROM backend_nodes WHERE id = $1 FOR UPDATE) old
+WHERE n.id = $1 RETURNING old.api_key_id;

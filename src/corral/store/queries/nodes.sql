@@ -93,8 +93,11 @@ WHERE id = $1 AND NOT approved
 RETURNING *;
 
 -- name: node_delete
--- Forget a node entirely (its replica rows and labels go with it).
-DELETE FROM backend_nodes WHERE id = $1 RETURNING id;
+-- Forget a node entirely (its replica rows and labels go with it; an agent node's API key is revoked).
+WITH gone AS (DELETE FROM backend_nodes WHERE id = $1 RETURNING id, api_key_id),
+revoked AS (UPDATE api_keys SET revoked_at = now()
+            WHERE id = (SELECT api_key_id FROM gone) AND revoked_at IS NULL RETURNING id)
+SELECT id FROM gone;
 
 -- name: nodes_for_health
 -- What the health monitor decides over: status, approval and the durable heartbeat of every node.
