@@ -165,9 +165,12 @@ async def stage_file(
     upload = _FileUpload(client, base_url, key, Path(local_path), token, on_progress)
     size_bytes, local = await upload.describe_local_file(on_hash)
     try:
-        return await _stage(upload, size_bytes, local, retry_policy, resumable)
+        staged = await _stage(upload, size_bytes, local, retry_policy, resumable)
     finally:
         local.close()
+    if upload.sent_bytes > 0:  # one figure per file, over all its PUTs (ranges, resumes)
+        STAGING_THROUGHPUT.observe(upload.sent_bytes / max(upload.sending_s, 1e-6))
+    return staged
 
 
 async def _stage(upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_policy: RetryPolicy,
@@ -280,6 +283,7 @@ class _FileUpload:
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.auth_headers.update(tracing.headers() or {})  # the worker's span joins the load's trace
         self.on_progress = on_progress
+        self.sent_bytes, self.sending_s = 0, 0.0  # body bytes sent in PUTs and the time they took (metrics)
         self.best_offset_bytes = -1  # furthest the worker's copy got; an attempt that raised it made progress
         self._last_offset_bytes = -1
         self.sent_unhashed = False  # a first range went before the local hash was known
@@ -395,7 +399,8 @@ class _FileUpload:
             raise self.failed(None, f"cannot read the local file: {exc}") from None
         if count_bytes > 0:
             STAGING_BYTES.inc(count_bytes)
-            STAGING_THROUGHPUT.observe(count_bytes / max(time.monotonic() - started_s, 1e-6))
+            self.sent_bytes += count_bytes
+            self.sending_s += time.monotonic() - started_s
         return answer
 
     def _answer(self, answer: PutAnswer) -> str:

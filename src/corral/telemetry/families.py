@@ -42,7 +42,7 @@ LOAD_PHASE_SECONDS = Histogram("corral_load_phase_duration_seconds",
 
 STAGING_BYTES = Counter("corral_staging_bytes", "Model file bytes sent to workers' file servers")
 STAGING_THROUGHPUT = Histogram("corral_staging_throughput_bytes_per_second",
-                               "Throughput of each file upload to a worker (bytes sent / seconds)",
+                               "Throughput of each file staged to a worker (bytes sent / seconds spent sending)",
                                buckets=THROUGHPUT_BUCKETS_BPS)
 
 HEARTBEAT_WRITES = Counter("corral_heartbeat_writes", "Worker heartbeats written to PostgreSQL by this frontend")
