@@ -18,6 +18,7 @@ import grpc.aio
 
 from corral.backends.auth import BearerAuthInterceptor, auth_token_from_env
 from corral.backends.engine import Engine
+from corral.backends.lane_server import LaneServer, fast_lane_enabled
 from corral.backends.parent_watch import ParentWatchConfig, watch_parent
 from corral.backends.servicer import BackendServicer
 from corral.backends.tracing_interceptor import TracingInterceptor
@@ -106,8 +107,12 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     await server.start()
+    lane = LaneServer(servicer, auth_token_from_env()) if fast_lane_enabled() else None
+    if lane is not None:
+        servicer.fast_lane_port = await lane.start(address.host)
     auth = "bearer auth on" if auth_token_from_env() else "no auth"
-    log.info("%s backend listening on %s (%s, pid %d)", engine.name, address, auth, os.getpid())
+    lane_note = f", fast lane on port {lane.port}" if lane is not None else ""
+    log.info("%s backend listening on %s (%s%s, pid %d)", engine.name, address, auth, lane_note, os.getpid())
     watcher = asyncio.create_task(watch_parent(ParentWatchConfig.from_env(), on_parent_gone))
     try:
         await stop.wait()
@@ -115,7 +120,8 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
         watcher.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await server.stop(grace_s["value"])
+        await asyncio.gather(server.stop(grace_s["value"]),
+                             *([lane.close(grace_s["value"])] if lane is not None else []))
     drain_deadline = loop.time() + THREAD_DRAIN_S
     while servicer.threads_in_flight and loop.time() < drain_deadline:
         await asyncio.sleep(0.02)  # cancelled generations stop at their next token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import uuid
@@ -135,6 +136,7 @@ async def serve(settings: FrontendSettings) -> int:
                                 reuse_port=settings.http_workers > 1)
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
+    gc.freeze()  # what startup built (app, schemas, configs) lives forever: later collections skip it
     reconciler = ReplicaReconciler(router, configs, aliases, ReconcilerSettings(
         settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s))
     lifecycle.events.listeners.append(reconciler.on_node_event)

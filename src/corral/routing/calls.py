@@ -9,6 +9,9 @@
 * A replica that answers "gone" (process died, model freed, identity changed) is dropped and the
   request retried once, before any byte reached the client.
 * Cancelling the caller (client disconnect) cancels the gRPC call, so the backend stops generating.
+
+The call goes over the backend's fast lane when it has one (`BackendChannels.caller`), which fails
+with the same `grpc.aio.AioRpcError`s, so everything above holds for both transports.
 """
 
 from __future__ import annotations
@@ -70,8 +73,12 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
         replica = await router.checkout(cfg, chain)
         span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
         try:
-            metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
-            call = getattr(channels.stub(replica.address), method)(request, metadata=metadata, timeout=budget_s)
+            if span is None:
+                call = getattr(channels.caller(replica.address), method)(request, metadata=channels.metadata,
+                                                                         timeout=budget_s)
+            else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
+                call = getattr(channels.stub(replica.address), method)(
+                    request, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s)
             try:
                 return await call, replica
             except asyncio.CancelledError:  # the client went away: stop the generation
@@ -107,8 +114,9 @@ class ReplyStream:
     waiting raises `BackendTimeout` naming the knob. Per reply the cost is one clock read.
     """
 
-    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: grpc.aio.UnaryStreamCall,
-                 span: Any = None) -> None:
+    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: Any, span: Any = None) -> None:
+        """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`); `span`: the
+        call's client span when tracing, ended with the stream."""
         self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
@@ -177,9 +185,12 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
         span = None if tracing.tracer is None else _backend_span("PredictStream", cfg, replica)
-        metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
-        stream = ReplyStream(router, cfg, replica, channels.stub(replica.address).PredictStream(request, metadata=metadata),
-                             span)
+        if span is None:
+            call = channels.caller(replica.address).PredictStream(request, metadata=channels.metadata)
+        else:  # traced: gRPC carries the trace context
+            call = channels.stub(replica.address).PredictStream(
+                request, metadata=tracing.metadata_for(span, channels.metadata))
+        stream = ReplyStream(router, cfg, replica, call, span)
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:
