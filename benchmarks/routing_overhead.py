@@ -2,7 +2,9 @@
 
 In one run, on this machine:
   baseline — a minimal HTTP server (TCP_NODELAY, one write per response) answering the chat request;
-  corral   — frontend → zero-delay `simulator` replica on a worker (warm), same client, same request;
+  corral   — frontend → zero-delay `simulator` replica on a worker (warm), same client, same request,
+             over the backend's fast lane and, as the in-run "before", over gRPC only
+             (CORRAL_BACKEND_FAST_LANE=0 on the worker, so its backend advertises no lane);
   vllm-router / litellm — routing to the baseline server, when those packages are installed.
 Prints p50/p99 at concurrency 1, req/s at concurrency 16, the added latency and the ratios, the
 frontend's CPU per warm request at c=16 (user + system of its processes, from /proc), for one and two
@@ -38,6 +40,7 @@ CONCURRENT = 2000
 CONCURRENCY = 16
 # frontend processes on one port (`corral run --http-workers N`), e.g. CORRAL_BENCH_HTTP_WORKERS=1 for one run
 HTTP_WORKERS = tuple(int(n) for n in os.environ.get("CORRAL_BENCH_HTTP_WORKERS", "1,2").split(","))
+FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py (literal: the script also runs on older trees)
 TARGET_CPU_US = 120
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = {"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
@@ -170,10 +173,10 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
     return None
 
 
-async def _corral(http_workers: int) -> tuple[tuple[float, float, float, float], float, int]:
+async def _corral(http_workers: int, fast_lane: bool = True) -> tuple[tuple[float, float, float, float], float, int]:
     """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
     PostgreSQL transactions during the measured run (idle background subtracted) and the request count."""
-    name = f"corral_bench_{int(time.time())}_{http_workers}"
+    name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}"
     conn = await asyncpg.connect(PG_ADMIN)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
@@ -184,12 +187,18 @@ async def _corral(http_workers: int) -> tuple[tuple[float, float, float, float],
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     try:
         cluster.start_frontend(*(("--http-workers", str(http_workers)) if http_workers > 1 else ()))
-        cluster.start_worker("bench-w1")
+        os.environ[FAST_LANE_ENV] = "1" if fast_lane else "0"  # the worker's backends inherit it
+        try:
+            cluster.start_worker("bench-w1")
+        finally:
+            os.environ.pop(FAST_LANE_ENV, None)
         assert cluster.frontend is not None
         pid = cluster.frontend.popen.pid
         async with _client(cluster.frontend_url) as front:
             await front.post("/v1/chat/completions", json=BODY)  # cold load
             await asyncio.sleep(1.0)
+            await front.post("/v1/chat/completions", json=BODY)  # the frontend finds the fast lane meanwhile
+            await asyncio.sleep(0.5)
             idle_before = await _xacts(database_url)
             started = time.perf_counter()
             await asyncio.sleep(3.0)
@@ -218,16 +227,21 @@ async def main() -> None:
     baseline_port = free_port()
     server = await loop.create_server(_Minimal, "127.0.0.1", baseline_port)
     peer = await _peer_router(baseline_port)
+    if peer is None:
+        print("vllm-router: not installed (pip install -e '.[bench]') or did not start; its row is missing")
     rows: list[tuple[str, tuple[float, float, float, float]]] = []
-    statements: list[tuple[int, float, int]] = []
+    statements: list[tuple[str, float, int]] = []
     try:
         async with _client(f"http://127.0.0.1:{baseline_port}") as base:
             rows.append(("baseline: minimal HTTP server", await _measure(lambda: base.post("/v1/chat/completions",
                                                                                            json=BODY))))
+        grpc_figures, count, requests = await _corral(1, fast_lane=False)
+        rows.append(("corral: frontend x1 -> simulator, gRPC", grpc_figures))
+        statements.append(("x1, gRPC", count, requests))
         for processes in HTTP_WORKERS:
             figures, count, requests = await _corral(processes)
             rows.append((f"corral: frontend x{processes} -> simulator", figures))
-            statements.append((processes, count, requests))
+            statements.append((f"x{processes}", count, requests))
         if peer:
             peer_pid = peer[1].pid
             async with _client(peer[0]) as client:
@@ -243,18 +257,21 @@ async def main() -> None:
     for label, (p50, p99, rps, cpu_us) in rows:
         cpu = f"{cpu_us:>11.0f}" if not label.startswith("baseline") else f"{'-':>11}"
         print(f"{label:<40} {p50:>8.2f} {p99:>8.2f} {rps:>11.0f} {p50 - base_p50:>+10.2f} {cpu}")
-    p50, _, rps, cpu_us = rows[1][1]
+    p50, _, rps, cpu_us = rows[2][1]
     print(f"corral vs baseline: latency x{p50 / base_p50:.2f} (+{p50 - base_p50:.2f} ms), "
           f"throughput x{rps / base_rps:.2f}; frontend CPU per warm request {cpu_us:.0f} µs "
           f"(target <= {TARGET_CPU_US} µs)")
+    print(f"fast lane vs gRPC (x1): CPU per request x{cpu_us / grpc_figures[3]:.2f} "
+          f"({grpc_figures[3]:.0f} -> {cpu_us:.0f} µs), throughput x{rps / grpc_figures[2]:.2f}, "
+          f"p50 x{p50 / grpc_figures[0]:.2f}")
     if HTTP_WORKERS[:2] == (1, 2):
-        one, two = rows[1][1], rows[2][1]
+        one, two = rows[2][1], rows[3][1]
         print(f"--http-workers 2 vs 1: throughput x{two[2] / one[2]:.2f}, CPU per request x{two[3] / one[3]:.2f}")
     if peer:
         print(f"corral x1 vs vllm-router: throughput x{rps / rows[-1][1][2]:.2f}, "
               f"CPU per request x{cpu_us / max(rows[-1][1][3], 1e-9):.1f}")
-    for processes, count, requests in statements:
-        print(f"PostgreSQL transactions per warm request (x{processes}): {count / requests:.4f} "
+    for label, count, requests in statements:
+        print(f"PostgreSQL transactions per warm request ({label}): {count / requests:.4f} "
               f"({count:.0f} over {requests} requests, idle background subtracted)")
 
 

@@ -8,6 +8,8 @@ In one run, on this machine (its own PostgreSQL and NATS, a frontend, two worker
   paced              — one stream at a time at 500 tokens/s: every token wakes the frontend up;
   decode             — one stream from a 100 tokens/s simulator, through corral vs. the backend's gRPC
                        stream read directly (the same engine alone): the relay must keep its speed.
+Each flood/paced run is measured twice: over the backends' fast lane (bench-w1, bench-w2) and, as the
+in-run "before", over gRPC only (bench-w3, bench-w4 with CORRAL_BACKEND_FAST_LANE=0).
 CPU time is read from /proc/<pid>/stat (user + system, all threads) for the frontend and the backend
 process, minus the frontend's idle background (heartbeats, in-flight reports) over the same duration.
 """
@@ -37,6 +39,7 @@ from support.processes import backend_pid  # noqa: E402
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-token"
 COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # backends/reply_pump.py (literal: the script also runs on older trees)
+FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py
 
 
 def cpu_s(pid: int) -> float:
@@ -131,9 +134,10 @@ async def main() -> None:
     database_url = await asyncio.to_thread(pg.create_database, "relay")
     cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN)
     cluster.models_dir.mkdir(parents=True)
-    models = (("flood", "", "bench-w1"), ("per-token", "", "bench-w2"),
-              ("paced", "\n  - output_token_time_s:0.002", "bench-w1"),
-              ("decode", "\n  - output_token_time_s:0.01", "bench-w1"))
+    paced = "\n  - output_token_time_s:0.002"
+    models = (("flood", "", "bench-w1"), ("per-token", "", "bench-w2"), ("paced", paced, "bench-w1"),
+              ("decode", "\n  - output_token_time_s:0.01", "bench-w1"),
+              ("flood-grpc", "", "bench-w3"), ("per-token-grpc", "", "bench-w4"), ("paced-grpc", paced, "bench-w3"))
     for name, options, node in models:
         (cluster.models_dir / f"{name}.yaml").write_text(
             f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{options or ' []'}\n"
@@ -141,23 +145,30 @@ async def main() -> None:
     try:
         cluster.start_frontend()
         cluster.start_worker("bench-w1")
-        base = free_port_pair()
-        per_token = spawn("bench-w2", cluster.worker_argv("bench-w2", base), cluster.root / "logs",
-                          env={COALESCE_ENV: "1"})
-        cluster.workers.append(per_token)
-        wait_http(f"http://127.0.0.1:{base - 1}/readyz", per_token)
+        for name, env in (("bench-w2", {COALESCE_ENV: "1"}), ("bench-w3", {FAST_LANE_ENV: "0"}),
+                          ("bench-w4", {COALESCE_ENV: "1", FAST_LANE_ENV: "0"})):
+            base = free_port_pair()
+            worker = spawn(name, cluster.worker_argv(name, base), cluster.root / "logs", env=env)
+            cluster.workers.append(worker)
+            wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
         pids = {name: await warm(cluster, name) for name, _, _ in models}
+        for name, _, _ in models:  # the frontend finds each backend's fast lane after its first request
+            await warm(cluster, name)
+        await asyncio.sleep(0.5)
         frontend = cluster.frontend.popen.pid if cluster.frontend else 0
         idle0 = cpu_s(frontend)
         await asyncio.sleep(3.0)
         idle_rate = (cpu_s(frontend) - idle0) / 3.0
-        runs = [
-            await measure("flood, coalesced, c=8", cluster, "flood", 96, 8, 1024, idle_rate, pids["flood"][0]),
-            await measure("flood, one message per token, c=8", cluster, "per-token", 48, 8, 512, idle_rate,
-                          pids["per-token"][0]),
-            await measure("paced: 1 stream at 500 tok/s", cluster, "paced", 4, 1, 500, idle_rate,
-                          pids["paced"][0]),
-        ]
+        runs = []
+        for suffix, via in (("-grpc", "gRPC"), ("", "lane")):
+            runs += [
+                await measure(f"{via}: flood, coalesced, c=8", cluster, f"flood{suffix}", 96, 8, 1024, idle_rate,
+                              pids[f"flood{suffix}"][0]),
+                await measure(f"{via}: flood, msg per token, c=8", cluster, f"per-token{suffix}", 48, 8, 512,
+                              idle_rate, pids[f"per-token{suffix}"][0]),
+                await measure(f"{via}: paced, 1 stream 500 tok/s", cluster, f"paced{suffix}", 4, 1, 500, idle_rate,
+                              pids[f"paced{suffix}"][0]),
+            ]
         through, alone = await decode_speed(cluster, "decode", pids["decode"][1], 200)
     finally:
         cluster.stop()
@@ -167,6 +178,10 @@ async def main() -> None:
     print(f"{'run':<34} {'tokens':>8} {'tok/s':>10} {'fe µs/tok':>10} {'be µs/tok':>10} {'fe/be':>8}")
     for run in runs:
         print(run.row())
+    for before, after in zip(runs[:3], runs[3:], strict=True):
+        b_us, a_us = (r.frontend_cpu_s / r.tokens * 1e6 for r in (before, after))
+        print(f"fast lane vs gRPC, {after.label.removeprefix('lane: ')}: frontend µs/token {b_us:.1f} -> {a_us:.1f} "
+              f"(x{a_us / b_us:.2f}; target <= 20)")
     print(f"frontend idle background: {idle_rate * 1000:.1f} ms CPU/s (subtracted)")
     print(f"decode speed, one stream at 100 tok/s: through corral {through:.1f} tok/s, engine alone "
           f"{alone:.1f} tok/s (x{through / alone:.3f})")

@@ -153,8 +153,8 @@ def test_every_corral_variable_is_one_corral_reads() -> None:
     assert unknown == []
 
 
-def test_agent_worker_is_declared_but_not_started() -> None:
-    """It requires the agent-worker command, which corral does not have yet."""
+def test_agent_worker_is_declared_and_started() -> None:
+    """`corral agent-worker` runs MCP tools and agent jobs; one replica by default."""
     deployment = _find("Deployment", "corral-agent-worker")
-    assert deployment["spec"]["replicas"] == 0
+    assert deployment["spec"]["replicas"] == 1
     assert _container(deployment)["args"] == ["agent-worker"]

@@ -3,6 +3,7 @@ two `corral agent-worker` processes and a real MCP stdio server (tests/support/m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -12,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 
+from corral.bus import subjects
 from support.agent_workers import mcp_model_yaml, start_agent_worker
 from support.cluster import Cluster, Proc
 
@@ -191,6 +194,31 @@ def test_an_agent_job_can_be_cancelled(cluster: Cluster, agents: list[Proc]) -> 
     job = _wait_job(cluster, job_id, lambda j: j["status"] in ("cancelled", "completed", "failed"), 15)
     assert job["status"] == "cancelled" and job["error"] == "cancelled on request"
     assert httpx.post(f"{url}/{job_id}/cancel", headers=cluster.admin_headers).status_code == 409
+
+
+def test_a_forged_server_config_on_the_bus_runs_nothing(cluster: Cluster, agents: list[Proc], tmp_path: Path) -> None:
+    """Anyone on the bus may ask; what an agent worker runs is the model's configured servers (from the frontend),
+    never a command carried by the message."""
+    marker = tmp_path / "forged-command-ran"
+    forged = {"mcpServers": {"tools": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}
+
+    async def forge() -> list[dict[str, Any]]:
+        nc = await nats.connect(cluster.nats_url)
+        try:
+            answers = []
+            for subject, body in ((subjects.MCP_TOOLS_EXECUTE, {"model_name": MODEL, "tool_name": "add",
+                                                                "arguments": {"a": 1, "b": 2}, "stdio_servers": forged}),
+                                  (subjects.MCP_DISCOVERY, {"model_name": "sim-plain", "stdio_servers": forged})):
+                reply = await nc.request(subject, json.dumps(body).encode(), timeout=30)
+                answers.append(json.loads(reply.data))
+            return answers
+        finally:
+            await nc.close()
+
+    executed, discovered = asyncio.run(forge())
+    assert executed.get("result") == "3", executed  # the configured server's `add`, not the payload's command
+    assert "has no MCP servers" in discovered.get("error", ""), discovered
+    assert not marker.exists()
 
 
 def test_killing_an_agent_worker_moves_the_next_call_to_the_other(cluster: Cluster, agents: list[Proc]) -> None:

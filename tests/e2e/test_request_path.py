@@ -132,6 +132,25 @@ def test_simulator_model_serves_deterministic_text(client: openai.OpenAI) -> Non
     assert first.usage is not None and first.usage.completion_tokens == 5
 
 
+async def test_warm_requests_ride_the_backends_fast_lane_with_the_same_answers(
+    cluster: Cluster, client: openai.OpenAI
+) -> None:
+    assert cluster.frontend is not None
+    ask = {"model": "sim", "messages": [{"role": "user", "content": "ride the lane"}], "max_tokens": 6}
+    over_grpc = client.chat.completions.create(**ask)  # the first request to a backend finds its lane
+    address = {r["model_name"]: r for r in await _replica_rows(cluster)}["sim"]["address"]
+    deadline = time.monotonic() + 10
+    while f"fast lane to {address} on port" not in cluster.frontend.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"fast lane to {address} on port" in cluster.frontend.log()
+    over_lane = client.chat.completions.create(**ask)
+    assert over_lane.choices[0].message.content == over_grpc.choices[0].message.content
+    assert over_lane.usage == over_grpc.usage
+    streamed = client.chat.completions.create(**ask, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == \
+        over_grpc.choices[0].message.content
+
+
 def test_unknown_model_is_404_in_the_openai_envelope(cluster: Cluster) -> None:
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions",
                           json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})

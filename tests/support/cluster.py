@@ -91,6 +91,7 @@ class Cluster:
     admin_key: str = "corral-test-admin-key"
     auto_approve: bool = True
     frontend_env: dict[str, str] = field(default_factory=dict)
+    worker_env: dict[str, str] = field(default_factory=dict)  # also the backends' (workers pass their env on)
     frontend: Proc | None = None
     frontend_url: str = ""
     workers: list[Proc] = field(default_factory=list)
@@ -146,7 +147,7 @@ class Cluster:
 
     def start_worker(self, name: str, *extra: str) -> Proc:
         base = free_port_pair()
-        proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs")
+        proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs", env=self.worker_env)
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
         self.workers.append(proc)
         self.worker_ports.append(base)

@@ -18,11 +18,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from corral.agents.loop import ToolCall, Turn, run_loop
-from corral.agents.tools import ToolService, all_servers, servers_of
+from corral.agents.tools import ToolService, all_servers
 from corral.bus import subjects
 from corral.bus.agent_messages import AgentJob, JobProgress, JobResult, MCPToolRequest
 from corral.bus.messages import Message, ValidationError
-from corral.models.mcp import MCPConfigError
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +125,7 @@ class JobRunner:
                                               node_id=self.node_id))
 
     async def _loop(self, job: AgentJob, progress: str) -> str:
-        try:
-            servers = servers_of(job)
-        except MCPConfigError as exc:
-            raise ValueError(f"invalid MCP config: {exc}") from None
+        servers = await self.tools.servers(job.model)  # the frontend's config, not the job payload's
         if not servers:
             raise ValueError("no MCP servers configured for this model")
         _infos, defs = await self.tools.describe(all_servers(servers))
@@ -152,7 +148,6 @@ class JobRunner:
             except ValueError as exc:
                 return f"error: {exc}"
             req = MCPToolRequest(model_name=job.model, tool_name=call.name, arguments=arguments,
-                                 stdio_servers=job.stdio_servers, remote_servers=job.remote_servers,
                                  timeout_s=self.tool_timeout_s)
             answer = await self.tools.execute(req, self.tool_timeout_s)
             return answer.result or "" if answer.error is None else f"error: {answer.error}"

@@ -1,14 +1,15 @@
 """What an agent worker answers on `mcp.discovery` and `mcp.tools.execute` (queue group `agent-workers`).
 
 Every failure is an answer (`error` set), never a silence: a config the worker cannot use, a server
-that does not start, a tool that fails or runs past its deadline. The server config arrives in the
-request and is checked again here with the model-config rules (nothing on the bus is trusted).
+that does not start, a tool that fails or runs past its deadline. A request only names the model: the
+servers it may use come from the frontend (`authority.py`), whatever server config the payload carries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.agents.sessions import Server, SessionPool, SessionUnavailable, ToolTimeout, server_type
@@ -16,22 +17,17 @@ from corral.bus.agent_messages import (
     MCPDiscoveryRequest,
     MCPDiscoveryResponse,
     MCPServerInfo,
-    MCPServersPayload,
     MCPToolDef,
     MCPToolRequest,
     MCPToolResponse,
 )
-from corral.models.mcp import MCPConfigError, MCPServers, from_wire
+from corral.models.mcp import MCPConfigError, MCPServers
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOOL_TIMEOUT_S = 360.0  # the reference's MCP tool budget
 MAX_TOOL_TIMEOUT_S = 3600.0
 TOOL_TIMEOUT_KNOB = "--mcp-tool-timeout / CORRAL_MCP_TOOL_TIMEOUT"
-
-
-def servers_of(req: MCPServersPayload) -> MCPServers:
-    return from_wire(req.stdio_servers, req.remote_servers)
 
 
 def all_servers(servers: MCPServers) -> list[Server]:
@@ -44,16 +40,28 @@ def tool_function(tool: Any) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description or "", "parameters": schema}
 
 
+Servers = Callable[[str], Awaitable[MCPServers]]  # model -> its MCP servers (authority.ServerAuthority)
+
+
 class ToolService:
-    def __init__(self, pool: SessionPool, node_id: str = "") -> None:
+    def __init__(self, pool: SessionPool, servers: Servers, node_id: str = "") -> None:
         self.pool = pool
+        self.servers = servers
         self.node_id = node_id
 
-    async def discover(self, req: MCPDiscoveryRequest) -> MCPDiscoveryResponse:
+    async def _servers(self, model: str) -> MCPServers | str:
+        """The model's servers, or why there are none (an answer, not an exception)."""
         try:
-            servers = servers_of(req)
+            return await self.servers(model)
         except MCPConfigError as exc:
-            return MCPDiscoveryResponse(error=f"invalid MCP config: {exc}", node_id=self.node_id)
+            return f"invalid MCP config: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the frontend's refusal or absence is the answer
+            return str(exc) or type(exc).__name__
+
+    async def discover(self, req: MCPDiscoveryRequest) -> MCPDiscoveryResponse:
+        servers = await self._servers(req.model_name)
+        if isinstance(servers, str):
+            return MCPDiscoveryResponse(error=servers, node_id=self.node_id)
         infos, defs = await self.describe(all_servers(servers))
         return MCPDiscoveryResponse(servers=infos, tools=defs, node_id=self.node_id)
 
@@ -73,10 +81,9 @@ class ToolService:
         return infos, defs
 
     async def execute(self, req: MCPToolRequest, default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) -> MCPToolResponse:
-        try:
-            servers = servers_of(req)
-        except MCPConfigError as exc:
-            return self._error(f"invalid MCP config: {exc}")
+        servers = await self._servers(req.model_name)
+        if isinstance(servers, str):
+            return self._error(servers)
         timeout_s = min(req.timeout_s or default_timeout_s, MAX_TOOL_TIMEOUT_S)
         server = await self._holder(all_servers(servers), req.tool_name)
         if isinstance(server, str):

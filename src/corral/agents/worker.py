@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from corral.agents.authority import ServerAuthority
 from corral.agents.jobs import JobRunner
 from corral.agents.sessions import SessionPool
 from corral.agents.tools import ToolService
@@ -60,7 +61,7 @@ class AgentWorker:
         state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir()
         self.credential_file = NodeCredentialFile(state_dir, self.node_name)
         self.pool = SessionPool(settings.mcp_start_timeout_s)
-        self.tools = ToolService(self.pool)
+        self.tools = ToolService(self.pool, ServerAuthority(self._fetch_servers).servers)
         self.jobs: JobRunner | None = None
         self.nc: Client | None = None
         self._queue_subs: list[Subscription] = []
@@ -70,6 +71,9 @@ class AgentWorker:
         self.nats_up = False
 
     # registration ----------------------------------------------------------------------------------
+
+    async def _fetch_servers(self, model: str) -> dict[str, Any]:
+        return await self.frontend.mcp_servers(self.node_id, model)
 
     def _registration_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"name": self.node_name, "node_type": "agent"}

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 
 from corral.proto import backend_pb2 as pb
+from corral.proto.replies import merge_text_runs
 
 COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # set on the worker; 1 = one message per token, as the reference
 
@@ -30,42 +31,9 @@ def _max_pieces() -> int:
 MAX_PIECES_PER_REPLY = _max_pieces()  # a cap on one coalesced message (tokens are a few bytes each)
 
 
-def _is_text_piece(reply: pb.Reply) -> bool:
-    """Text only: no counts, audio or logprobs, at most one delta with content only."""
-    if reply.tokens or reply.prompt_tokens or reply.audio or reply.logprobs:
-        return False
-    deltas = reply.chat_deltas
-    if not deltas:
-        return True
-    return len(deltas) == 1 and not deltas[0].reasoning_content and not deltas[0].tool_calls
-
-
-def _merge(pieces: list[pb.Reply]) -> pb.Reply:
-    if len(pieces) == 1:
-        return pieces[0]
-    merged = pb.Reply(message=b"".join(p.message for p in pieces))
-    if any(p.chat_deltas for p in pieces):
-        merged.chat_deltas.add(content="".join(p.chat_deltas[0].content for p in pieces if p.chat_deltas))
-    return merged
-
-
 def coalesce(replies: Iterable[pb.Reply]) -> list[pb.Reply]:
-    """Merge runs of consecutive text pieces (in order); every other reply passes as it is."""
-    out: list[pb.Reply] = []
-    run: list[pb.Reply] = []
-    for reply in replies:
-        if _is_text_piece(reply):
-            run.append(reply)
-            if len(run) < MAX_PIECES_PER_REPLY:
-                continue
-        if run:
-            out.append(_merge(run))
-            run = []
-        if not _is_text_piece(reply):
-            out.append(reply)
-    if run:
-        out.append(_merge(run))
-    return out
+    """Merge runs of consecutive text pieces (in order), at most MAX_PIECES_PER_REPLY per message."""
+    return merge_text_runs(replies, MAX_PIECES_PER_REPLY)
 
 
 class ReplyPump:

@@ -18,9 +18,12 @@ import grpc.aio
 
 from corral.backends.auth import BearerAuthInterceptor, auth_token_from_env
 from corral.backends.engine import Engine
+from corral.backends.lane_server import LaneServer, fast_lane_enabled
 from corral.backends.parent_watch import ParentWatchConfig, watch_parent
 from corral.backends.servicer import BackendServicer
+from corral.backends.tracing_interceptor import TracingInterceptor
 from corral.proto import backend_pb2_grpc
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +71,9 @@ def parse_addr(text: str) -> ListenAddress:
 def build_server(servicer: BackendServicer, address: ListenAddress) -> grpc.aio.Server:
     """Create and bind (but do not start) the server. Raises OSError if the port is taken."""
     token = auth_token_from_env()
-    interceptors = [BearerAuthInterceptor(token)] if token else []
+    interceptors: list[grpc.aio.ServerInterceptor] = [BearerAuthInterceptor(token)] if token else []
+    if tracing.tracer is not None:
+        interceptors.append(TracingInterceptor())
     server = grpc.aio.server(interceptors=interceptors, options=GRPC_SERVER_OPTIONS)
     backend_pb2_grpc.add_BackendServicer_to_server(servicer, server)
     try:
@@ -102,8 +107,12 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     await server.start()
+    lane = LaneServer(servicer, auth_token_from_env()) if fast_lane_enabled() else None
+    if lane is not None:
+        servicer.fast_lane_port = await lane.start(address.host)
     auth = "bearer auth on" if auth_token_from_env() else "no auth"
-    log.info("%s backend listening on %s (%s, pid %d)", engine.name, address, auth, os.getpid())
+    lane_note = f", fast lane on port {lane.port}" if lane is not None else ""
+    log.info("%s backend listening on %s (%s%s, pid %d)", engine.name, address, auth, lane_note, os.getpid())
     watcher = asyncio.create_task(watch_parent(ParentWatchConfig.from_env(), on_parent_gone))
     try:
         await stop.wait()
@@ -111,7 +120,8 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
         watcher.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await server.stop(grace_s["value"])
+        await asyncio.gather(server.stop(grace_s["value"]),
+                             *([lane.close(grace_s["value"])] if lane is not None else []))
     drain_deadline = loop.time() + THREAD_DRAIN_S
     while servicer.threads_in_flight and loop.time() < drain_deadline:
         await asyncio.sleep(0.02)  # cancelled generations stop at their next token

@@ -92,6 +92,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self._lock = asyncio.Lock()
         self._threads_in_flight = 0
         self.cancellations = 0  # calls whose caller went away before the answer (logged; tests read it)
+        self.fast_lane_port = 0  # advertised on Status when the fast lane listens (lane_server)
 
     @property
     def state(self) -> BackendState:
@@ -192,7 +193,8 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             BackendState.READY: pb.StatusResponse.BUSY if self._lock.locked() else pb.StatusResponse.READY,
             BackendState.ERROR: pb.StatusResponse.ERROR,
         }[self._state]
-        return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()))
+        return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()),
+                                 corral_fast_lane_port=self.fast_lane_port)
 
     async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
         if self.models_root is not None:

@@ -15,6 +15,7 @@ from corral.frontend.events_api import EventHub, build_events_router
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.model_configs_api import build_model_configs_router
+from corral.frontend.model_load_api import build_model_load_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.node_backends_api import build_node_backends_router
@@ -27,6 +28,15 @@ from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
 from corral.frontend.ui_routes import build_ui_router, load_assets
 from corral.frontend.vram_budget_api import build_vram_budget_router
+from corral.telemetry.labels import RequestFigures
+
+
+def configured_name(state: FrontendState, model: str) -> str | None:
+    """The configured model a requested name (or alias) answers to, else None (metrics label it `other`)."""
+    if model in state.configs:
+        return model
+    target = state.aliases.get(model)
+    return target if target in state.configs else None
 
 
 def build_app(state: FrontendState, limits: RequestLimits | None = None) -> FastAPI:
@@ -38,7 +48,8 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     openai_router = build_openai_router(state)
     app.include_router(openai_router)
     # Added before the access middleware, so it runs inside it: auth still applies to the fast path.
-    app.add_middleware(FastPath, handlers=openai_router.fast_handlers)  # type: ignore[attr-defined]
+    app.add_middleware(FastPath, handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
+                       figures=RequestFigures(lambda model: configured_name(state, model)))
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
@@ -46,6 +57,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
+    app.include_router(build_model_load_router(state))
     if state.agents is not None:  # issue 13: MCP discovery and agent jobs on the agent workers
         app.include_router(build_mcp_router(state, state.agents))
     if state.agent_jobs is not None:

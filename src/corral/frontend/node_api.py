@@ -224,6 +224,18 @@ def _add_self_service_routes(router: APIRouter, state: FrontendState, own: list[
     async def models(node_id: str) -> Any:
         return [jsonable(r) for r in await replica_store.of_node(state.pool, node_id)]
 
+    @router.get("/{node_id}/mcp-servers/{model}", dependencies=own)
+    async def mcp_servers(node_id: str, model: str) -> Any:
+        """The MCP servers of a model's current config, for an agent worker to run: the only source it trusts
+        (a server config on the bus could name any command; this one is what an admin configured)."""
+        node = await node_store.get(state.pool, node_id)
+        if node is None or node["node_type"] != "agent":
+            return node_error(403, f"node {node_id} is not an agent node; only agent workers run MCP servers")
+        cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))
+        if cfg is None or not cfg.mcp:
+            return node_error(404, f"model {model!r} has no MCP servers (an `mcp:` block in its config)")
+        return {"model": cfg.name, **cfg.mcp.wire()}
+
     @router.post("/{node_id}/nats-credentials", dependencies=own)
     async def nats_credentials(node_id: str) -> Any:
         """Fresh NATS credentials for a live, approved node (a deleted node gets none: its JWT runs out)."""

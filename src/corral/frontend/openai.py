@@ -4,9 +4,9 @@ reference's Jina-shaped `/v1/rerank`."""
 from __future__ import annotations
 
 import base64
+import os
 import struct
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,8 +32,17 @@ from corral.proto import backend_pb2
 from corral.routing import calls
 from corral.routing.errors import BackendCallError, BackendTimeout
 from corral.routing.replica import Replica
+from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
+from corral.telemetry.labels import PerModel
 
 DEFAULT_MAX_TOKENS = 256
+_FIRST_TOKEN = PerModel(FIRST_TOKEN_SECONDS)
+_STREAMED_TOKENS = PerModel(STREAMED_TOKENS)
+
+
+def _random_id() -> str:
+    """32 random hex digits, as `uuid.uuid4().hex` without building a UUID object (~4 µs, twice per request)."""
+    return os.urandom(16).hex()
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -53,7 +62,7 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
     opts = backend_pb2.PredictOptions(
         Tokens=max_tokens or DEFAULT_MAX_TOKENS, StopPrompts=body.stop_list(), ModelIdentity=cfg.model,
-        CorrelationId=uuid.uuid4().hex,
+        CorrelationId=_random_id(),
     )
     if body.temperature is not None:
         opts.Temperature = body.temperature
@@ -135,7 +144,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         opts.Messages.extend(_chat_message(m) for m in body.messages)
         if body.tools is not None:
             _offer_tools(opts, body)
-        ident = f"chatcmpl-{uuid.uuid4().hex}"
+        ident = f"chatcmpl-{_random_id()}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -148,7 +157,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
         opts.Prompt = body.prompt_text()
-        ident = f"cmpl-{uuid.uuid4().hex}"
+        ident = f"cmpl-{_random_id()}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -242,8 +251,10 @@ class _RelayResponse(StreamingResponse):
 
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                   created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> StreamingResponse:
+    started_s = time.perf_counter()
     async with http_errors(state.router, cfg):
         first, stream = await calls.open_stream(state.router, cfg, opts)
+    _FIRST_TOKEN(cfg.name).observe(time.perf_counter() - started_s)
     encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)
 
     async def events() -> AsyncIterator[bytes]:
@@ -269,6 +280,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             return
         finally:
             stream.close()
+        _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
         yield sse(encoder.chunk("tool_calls" if called else _finish_reason(completion_tokens, max_tokens)))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Collection
 
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
 from corral.bus import subjects
@@ -34,6 +35,7 @@ from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
 from corral.store import scheduling as scheduling_store
 from corral.store import settings as settings_store
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +122,8 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
         await ctx.nc.flush(timeout=5)  # subscribed on the server before the worker's first event
-        reply = await _ask_until_answered(ctx, node, request, events, progress)
+        with tracing.span("corral.install", {"corral.node": node.name}, kind=SpanKind.CLIENT):
+            reply = await _ask_until_answered(ctx, node, request, events, progress)
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
@@ -136,7 +139,7 @@ async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: Bac
     while True:
         try:
             return await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB)
+                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
         except bus.NoResponders:
             log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
                         "trying the next node", node.name, node.id)

@@ -146,7 +146,7 @@ class MemoryUsageData(_message.Message):
     def __init__(self, total: _Optional[int] = ..., breakdown: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("state", "memory")
+    __slots__ = ("state", "memory", "corral_fast_lane_port")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNINITIALIZED: _ClassVar[StatusResponse.State]
@@ -159,9 +159,11 @@ class StatusResponse(_message.Message):
     ERROR: StatusResponse.State
     STATE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
+    CORRAL_FAST_LANE_PORT_FIELD_NUMBER: _ClassVar[int]
     state: StatusResponse.State
     memory: MemoryUsageData
-    def __init__(self, state: _Optional[_Union[StatusResponse.State, str]] = ..., memory: _Optional[_Union[MemoryUsageData, _Mapping]] = ...) -> None: ...
+    corral_fast_lane_port: int
+    def __init__(self, state: _Optional[_Union[StatusResponse.State, str]] = ..., memory: _Optional[_Union[MemoryUsageData, _Mapping]] = ..., corral_fast_lane_port: _Optional[int] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("role", "content", "name", "tool_call_id", "reasoning_content", "tool_calls")

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError as PydanticValidationError
 
 from corral.bus import subjects
@@ -36,6 +37,7 @@ from corral.gallery.names import InvalidBackendName, backend_name_problem
 from corral.gallery.progress import ProgressDebouncer, progress_event
 from corral.gallery.registry import InstalledBackend
 from corral.models.names import name_problem
+from corral.telemetry import tracing
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, Supervisor
 
@@ -109,7 +111,11 @@ class BackendOps:
                 await progress.flush()
 
     async def install(self, msg: Msg) -> None:
-        reply = await self._install(msg.data)
+        if tracing.tracer is None:
+            reply = await self._install(msg.data)
+        else:  # the install joins the trace of the load that asked for it (traceparent in the NATS headers)
+            with tracing.span("worker.backend_install", kind=SpanKind.SERVER, context=tracing.extract(msg.headers)):
+                reply = await self._install(msg.data)
         await msg.respond(reply.to_json())
 
     async def _install(self, data: bytes) -> BackendInstallReply:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -85,6 +86,18 @@ class FrontendClient:
         if response.status_code != 200:
             raise FrontendUnreachable(f"NATS credential refresh refused (HTTP {response.status_code}): "
                                       f"{_error_text(response)}")
+        return dict(response.json())
+
+    async def mcp_servers(self, node_id: str, model: str) -> dict[str, Any]:
+        """A model's MCP servers as the frontend's config has them (agent nodes only); raises with the reason."""
+        try:
+            response = await self._http.get(f"/api/node/{node_id}/mcp-servers/{quote(model, safe='')}")
+        except httpx.HTTPError as exc:
+            raise FrontendUnreachable(f"reading the MCP servers of {model} from {self.base_url} failed: "
+                                      f"{type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise RegistrationRefused(f"the frontend gave no MCP servers for {model} "
+                                      f"(HTTP {response.status_code}): {_error_text(response)}")
         return dict(response.json())
 
     async def deregister(self, node_id: str) -> None:

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +20,7 @@ from corral.agents.sessions import SessionPool, ToolTimeout
 from corral.agents.tools import ToolService
 from corral.bus.agent_messages import MCPDiscoveryRequest, MCPToolRequest
 from corral.embedded import free_port
-from corral.models.mcp import RemoteServer, StdioServer
+from corral.models.mcp import MCPServers, RemoteServer, StdioServer, from_wire
 from support.agent_workers import TOOLS_SERVER
 
 pytestmark = pytest.mark.slow
@@ -82,20 +84,50 @@ async def test_a_hanging_tool_is_cut_at_its_deadline_and_the_session_serves_on()
         await pool.close_all()
 
 
+def authority(**by_model: dict[str, Any]) -> Callable[[str], Awaitable[MCPServers]]:
+    """What the frontend would answer for each model (agents/authority.py), as wire payloads."""
+    async def servers(model: str) -> MCPServers:
+        if model not in by_model:
+            raise LookupError(f"model {model!r} has no MCP servers")
+        return from_wire(by_model[model].get("stdio_servers"), by_model[model].get("remote_servers"))
+    return servers
+
+
+WIRE = {"stdio_servers": {"mcpServers": {"tools": STDIO.wire()}}}
+
+
 async def test_tool_service_answers_failures_as_errors() -> None:
-    service = ToolService(SessionPool(), node_id="n1")
-    wire = {"stdio_servers": {"mcpServers": {"tools": STDIO.wire()}}}
+    service = ToolService(SessionPool(), authority(m=WIRE, bad={"stdio_servers": {"mcpServers": {"a/b": {}}}},
+                                                   gone={"stdio_servers": {"mcpServers": {"gone": {
+                                                       "command": "/nonexistent/mcp-server"}}}}), node_id="n1")
     try:
-        unknown = await service.execute(MCPToolRequest(tool_name="nope", **wire))
+        unknown = await service.execute(MCPToolRequest(model_name="m", tool_name="nope"))
         assert "no MCP server of this model offers tool 'nope'" in (unknown.error or "")
-        failed = await service.execute(MCPToolRequest(tool_name="read_file", arguments={"path": "/nonexistent/x"},
-                                                      **wire))
+        failed = await service.execute(MCPToolRequest(model_name="m", tool_name="read_file",
+                                                      arguments={"path": "/nonexistent/x"}))
         assert "returned an error" in (failed.error or "") and failed.node_id == "n1"
-        bad = await service.execute(MCPToolRequest(tool_name="add", stdio_servers={"mcpServers": {"a/b": {}}}))
+        bad = await service.execute(MCPToolRequest(model_name="bad", tool_name="add"))
         assert "invalid MCP config" in (bad.error or "")
-        broken = await service.discover(MCPDiscoveryRequest(
-            stdio_servers={"mcpServers": {"gone": {"command": "/nonexistent/mcp-server"}}}))
+        none = await service.execute(MCPToolRequest(model_name="other", tool_name="add"))
+        assert "model 'other' has no MCP servers" in (none.error or "")
+        broken = await service.discover(MCPDiscoveryRequest(model_name="gone"))
         assert broken.servers is not None and broken.servers[0].error and broken.servers[0].tools == []
+    finally:
+        await service.pool.close_all()
+
+
+async def test_a_server_config_in_the_payload_is_never_run(tmp_path: Path) -> None:
+    """The bus names a model; what runs is that model's configured servers, not a command in the payload."""
+    marker = tmp_path / "ran"
+    forged = {"stdio_servers": {"mcpServers": {"tools": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}}
+    service = ToolService(SessionPool(), authority(m=WIRE))
+    try:
+        answer = await service.execute(MCPToolRequest(model_name="m", tool_name="add", arguments={"a": 1, "b": 2},
+                                                      **forged))
+        assert answer.result == "3", answer
+        refused = await service.discover(MCPDiscoveryRequest(model_name="unconfigured", **forged))
+        assert "has no MCP servers" in (refused.error or "")
+        assert not marker.exists()
     finally:
         await service.pool.close_all()
 
@@ -122,12 +154,11 @@ def remote(request: pytest.FixtureRequest) -> Iterator[RemoteServer]:
 
 
 async def test_remote_servers_are_reached_over_streamable_http_and_sse(remote: RemoteServer) -> None:
-    service = ToolService(SessionPool())
+    service = ToolService(SessionPool(), authority(r={"remote_servers": {"mcpServers": {"remote": remote.wire()}}}))
     try:
-        found = await service.discover(MCPDiscoveryRequest(remote_servers={"mcpServers": {"remote": remote.wire()}}))
+        found = await service.discover(MCPDiscoveryRequest(model_name="r"))
         assert found.servers is not None and found.servers[0].type == "remote" and "add" in found.servers[0].tools
-        answer = await service.execute(MCPToolRequest(tool_name="add", arguments={"a": 5, "b": 6},
-                                                      remote_servers={"mcpServers": {"remote": remote.wire()}}))
+        answer = await service.execute(MCPToolRequest(model_name="r", tool_name="add", arguments={"a": 5, "b": 6}))
         assert answer.result == "11", answer
     finally:
         await service.pool.close_all()

@@ -1,0 +1,335 @@
+"""The frontend's side of a backend's fast lane (`corral.proto.lane`): one persistent connection per backend.
+
+`LaneConnection` has the stub's call shape for the methods the request path uses (`Predict`,
+`Embedding`, `TokenizeString` awaitable with `cancel()`; `PredictStream` with `read()` → reply or
+`grpc.aio.EOF`, and `cancel()`), and fails calls with the same `grpc.aio.AioRpcError`s gRPC raises, so
+`routing/calls.py` keeps its deadlines, retry/forget and error mapping whichever transport served:
+
+* a unary call past its timeout fails DEADLINE_EXCEEDED and its CANCEL reaches the backend;
+* cancelling a call (client disconnect, stream watchdog) sends CANCEL: the generation stops;
+* a lost connection fails every call in flight UNAVAILABLE (the replica is then dropped and retried);
+* while calls are in flight the connection is pinged every CORRAL_BACKEND_KEEPALIVE, and a ping not
+  answered by the next one fails them UNAVAILABLE, as gRPC keepalive does for a peer that went silent.
+
+A stream's replies that arrived while the relay was busy are read as one (consecutive text pieces
+merged; the first reply always alone, as the backend sends it): the frontend pays per SSE event, not
+per token, when its client is slower than the engine.
+Reading pauses while more than `BUFFER_HIGH_BYTES` of replies wait for their readers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any
+
+import grpc
+
+from corral.config.parse import format_duration_s
+from corral.proto import backend_pb2 as pb
+from corral.proto import lane
+from corral.proto.replies import merge_text_runs
+
+KEEPALIVE_KNOB = "CORRAL_BACKEND_KEEPALIVE"
+BUFFER_HIGH_BYTES = 8 << 20
+BUFFER_LOW_BYTES = 1 << 20
+MERGE_MAX_PIECES = 1024
+EOF = grpc.aio.EOF
+
+
+def rpc_error(status: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class LaneRefused(Exception):
+    """The backend refused or did not answer the HELLO; the frontend keeps using gRPC."""
+
+
+class _UnaryCall:
+    __slots__ = ("_conn", "_id", "_future", "_timer", "_parse")
+
+    def __init__(self, conn: LaneConnection, method: lane.Method, request: Any, timeout: float | None) -> None:
+        loop = conn.loop
+        self._conn, self._parse = conn, method.reply_type.FromString
+        self._future: asyncio.Future[Any] = loop.create_future()
+        self._id = conn.start(self, method, request)
+        self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
+        self._future.add_done_callback(self._done)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._future.__await__()
+
+    def deliver(self, kind: int, payload: bytes) -> None:
+        if self._future.done():
+            return
+        if kind == lane.REPLY:
+            self._future.set_result(self._parse(payload))
+        else:
+            self._future.set_exception(rpc_error(*lane.parse_error(payload)))
+
+    def fail(self, exc: BaseException) -> None:
+        if not self._future.done():
+            self._future.set_exception(exc)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self.fail(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+
+    def _done(self, _future: asyncio.Future[Any]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._conn.cancel(self._id)  # no-op once answered
+
+    def cancel(self) -> bool:
+        return self._future.cancel()
+
+
+class _StreamCall:
+    __slots__ = ("_conn", "_id", "_replies", "_ready", "_waiter", "_end", "_cancelled", "_buffered", "_started")
+
+    def __init__(self, conn: LaneConnection, method: lane.Method, request: Any) -> None:
+        self._conn = conn
+        self._replies: deque[bytes] = deque()  # as received
+        self._ready: deque[pb.Reply] = deque()  # parsed, after the merged text they came with
+        self._waiter: asyncio.Future[None] | None = None
+        self._end: BaseException | object | None = None  # EOF or the AioRpcError that ended the stream
+        self._cancelled = False
+        self._buffered = 0
+        self._started = False  # the first reply is read alone, as the backend sends it: the stream starts at once
+        self._id = conn.start(self, method, request)
+
+    def deliver(self, kind: int, payload: bytes) -> None:
+        if kind == lane.REPLY:
+            self._replies.append(payload)
+            self._buffered += len(payload)
+            self._conn.buffered(len(payload))
+        elif kind == lane.END:
+            self._end = EOF
+        else:
+            self._end = rpc_error(*lane.parse_error(payload))
+        self._wake()
+
+    def fail(self, exc: BaseException) -> None:
+        if self._end is None:
+            self._end = exc
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def read(self) -> Any:
+        """The next reply (the text pieces that piled up, as one), `EOF`, or the error that ended the stream."""
+        while True:
+            if self._cancelled:
+                raise asyncio.CancelledError()
+            if self._ready:
+                return self._ready.popleft()
+            if self._replies:
+                return self._take()
+            if self._end is not None:
+                if self._end is EOF:
+                    return EOF
+                raise self._end  # type: ignore[misc]
+            self._waiter = self._conn.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _take(self) -> pb.Reply:
+        replies = self._replies
+        if len(replies) == 1 or not self._started:
+            self._started = True
+            raw = replies.popleft()
+            self._buffered -= len(raw)
+            self._conn.consumed(len(raw))
+            return pb.Reply.FromString(raw)
+        size, self._buffered = self._buffered, 0
+        self._conn.consumed(size)
+        batch = [pb.Reply.FromString(raw) for raw in replies]
+        replies.clear()
+        merged = merge_text_runs(batch, MERGE_MAX_PIECES)
+        self._ready.extend(merged[1:])  # e.g. the final reply (counts) that came with the pieces: read next
+        return merged[0]
+
+    def cancel(self) -> bool:
+        if self._cancelled:
+            return False
+        self._cancelled = True
+        self._conn.consumed(self._buffered)
+        self._buffered = 0
+        self._replies.clear()
+        self._ready.clear()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.cancel()
+        self._conn.cancel(self._id)
+        return True
+
+
+class LaneConnection(asyncio.Protocol):
+    """One backend's fast lane: calls multiplexed by id over one connection."""
+
+    def __init__(self, address: str, keepalive_s: float, on_lost: Callable[[LaneConnection], None]) -> None:
+        self.address, self._keepalive_s, self._on_lost = address, keepalive_s, on_lost
+        self.loop = asyncio.get_running_loop()
+        self._reader = lane.FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self._writer: lane.FrameWriter | None = None
+        self._calls: dict[int, _UnaryCall | _StreamCall] = {}
+        self._ids = itertools.count(1)
+        self._welcome: asyncio.Future[None] = self.loop.create_future()
+        self._ping_timer: asyncio.TimerHandle | None = None
+        self._awaiting_pong = False
+        self._buffered = 0
+        self._paused = False
+        self.closed = False
+
+    # ---- the stub's call shape ---------------------------------------------------------------
+
+    def Predict(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:  # noqa: N802
+        return _UnaryCall(self, lane.METHODS["Predict"], request, timeout)
+
+    def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:  # noqa: N802
+        return _UnaryCall(self, lane.METHODS["Embedding"], request, timeout)
+
+    def TokenizeString(self, request: Any, *, metadata: Any = None,  # noqa: N802
+                       timeout: float | None = None) -> _UnaryCall:
+        return _UnaryCall(self, lane.METHODS["TokenizeString"], request, timeout)
+
+    def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:  # noqa: N802
+        return _StreamCall(self, lane.METHODS["PredictStream"], request)
+
+    # ---- connection --------------------------------------------------------------------------
+
+    async def hello(self, token: str, timeout_s: float) -> None:
+        """Present the token; raises LaneRefused when the backend refuses it or does not answer in time."""
+        assert self._writer is not None
+        self._writer.write(lane.frame(lane.HELLO, 0, token.encode("utf-8")))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._welcome), timeout_s)
+        except TimeoutError:
+            self.close()
+            raise LaneRefused(f"no WELCOME within {format_duration_s(timeout_s)}") from None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._writer = lane.FrameWriter(self._transport)  # type: ignore[arg-type]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._lost(f"fast lane to {self.address} lost" + (f": {exc}" if exc else ""))
+
+    def _lost(self, why: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
+            self._ping_timer = None
+        if not self._welcome.done():
+            self._welcome.set_exception(LaneRefused(why))
+            self._welcome.exception()  # retrieved: nobody may be waiting any more
+        calls, self._calls = self._calls, {}
+        error = rpc_error(grpc.StatusCode.UNAVAILABLE, why)
+        for call in calls.values():
+            call.fail(error)
+        if self._writer is not None:
+            self._writer.close()
+        self._on_lost(self)
+
+    def close(self) -> None:
+        self._lost(f"fast lane to {self.address} closed")
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except lane.FrameTooLarge as exc:
+            self._lost(f"fast lane to {self.address}: {exc}")
+            return
+        calls = self._calls
+        for kind, call_id, payload in frames:
+            if kind == lane.REPLY:
+                call = calls.get(call_id)
+                if call is not None:
+                    if isinstance(call, _UnaryCall):
+                        del calls[call_id]
+                    call.deliver(kind, payload)
+            elif kind in (lane.END, lane.ERROR) and call_id:
+                call = calls.pop(call_id, None)
+                if call is not None:
+                    call.deliver(kind, payload)
+            elif kind == lane.PONG:
+                self._awaiting_pong = False
+            elif kind == lane.WELCOME and not self._welcome.done():
+                self._welcome.set_result(None)
+            elif kind == lane.ERROR:  # id 0: the connection is refused
+                status, details = lane.parse_error(payload)
+                if not self._welcome.done():
+                    self._welcome.set_exception(LaneRefused(f"{status.name}: {details}"))
+                self._lost(f"fast lane to {self.address} refused: {status.name}: {details}")
+                return
+
+    # ---- calls -------------------------------------------------------------------------------
+
+    def start(self, call: _UnaryCall | _StreamCall, method: lane.Method, request: Any) -> int:
+        if self.closed or self._writer is None:
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
+        call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
+        self._calls[call_id] = call
+        self._writer.write(lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString()))
+        if self._ping_timer is None:
+            self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
+        return call_id
+
+    def cancel(self, call_id: int) -> None:
+        if self._calls.pop(call_id, None) is not None and self._writer is not None:
+            self._writer.write(lane.frame(lane.CANCEL, call_id))
+
+    def _ping(self) -> None:
+        self._ping_timer = None
+        if self.closed or not self._calls:
+            self._awaiting_pong = False
+            return
+        if self._awaiting_pong:
+            self._lost(f"fast lane to {self.address}: no answer to a keepalive ping within "
+                       f"{format_duration_s(self._keepalive_s)} (raise {KEEPALIVE_KNOB})")
+            return
+        self._awaiting_pong = True
+        if self._writer is not None:
+            self._writer.write(lane.frame(lane.PING, 0))
+        self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
+
+    def buffered(self, size: int) -> None:
+        self._buffered += size
+        if not self._paused and self._buffered > BUFFER_HIGH_BYTES and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def consumed(self, size: int) -> None:
+        self._buffered -= size
+        if self._paused and self._buffered < BUFFER_LOW_BYTES and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+
+def _host(address: str) -> str:
+    host = address.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+async def open_lane(address: str, port: int, token: str, keepalive_s: float, timeout_s: float,
+                    on_lost: Callable[[LaneConnection], None]) -> LaneConnection:
+    """Connect to the lane a backend at `address` (its gRPC HOST:PORT) advertised on `port`, and say HELLO."""
+    loop = asyncio.get_running_loop()
+    try:
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: LaneConnection(address, keepalive_s, on_lost), _host(address), port),
+            timeout_s)
+    except (OSError, TimeoutError) as exc:
+        raise LaneRefused(f"cannot connect to port {port}: {exc or type(exc).__name__}") from None
+    await conn.hello(token, timeout_s)
+    return conn

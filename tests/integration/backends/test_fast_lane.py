@@ -1,0 +1,222 @@
+"""The fast lane of real backend processes: advertised on Status, used by the frontend's channels, refused
+without the token, closed on a hostile frame, and failing calls exactly as gRPC does (deadline, cancel,
+lost backend, silent backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from corral.proto import backend_pb2 as pb
+from corral.proto import lane
+from corral.routing.backend_client import BackendBudgets, BackendChannels
+from corral.routing.lane_client import EOF, LaneConnection, LaneRefused, open_lane
+from integration.backends.test_backend_process import Backend, running_backend
+
+TOKEN = "lane-token"
+PROMPT = "one two three"
+
+
+def _load(backend: Backend, model: str, *options: str) -> None:
+    result = backend.stub.LoadModel(pb.ModelOptions(Model=model, Options=list(options)), timeout=60,
+                                    metadata=backend.auth())
+    assert result.success, result.message
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with running_backend("simulator", tmp_path_factory.mktemp("lane"), token=TOKEN) as started:
+        _load(started, "sim", "output_token_time_s:0.02")
+        yield started
+
+
+def _address(backend: Backend) -> str:
+    return f"127.0.0.1:{backend.port}"
+
+
+def _lane_port(backend: Backend) -> int:
+    status = backend.stub.Status(pb.HealthMessage(), timeout=10, metadata=backend.auth())
+    return int(status.corral_fast_lane_port)
+
+
+async def _lane(backend: Backend, keepalive_s: float = 20.0) -> LaneConnection:
+    return await open_lane(_address(backend), _lane_port(backend), TOKEN, keepalive_s, 5.0, lambda _: None)
+
+
+async def _lane_of(channels: BackendChannels, address: str) -> LaneConnection:
+    channels.caller(address)  # the first call looks for the lane in the background
+    for _ in range(200):
+        found = channels.lane(address)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no fast lane to {address} after 4s")
+
+
+async def test_the_frontend_uses_the_lane_a_backend_advertises_and_gets_grpcs_answers(backend: Backend) -> None:
+    assert _lane_port(backend) > 0
+    channels = BackendChannels(TOKEN)
+    try:
+        address = _address(backend)
+        first = channels.caller(address)
+        assert not isinstance(first, LaneConnection)  # gRPC until the lane is found
+        over_grpc = await first.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=4), metadata=channels.metadata)
+        fast = await _lane_of(channels, address)
+        assert channels.caller(address) is fast
+        over_lane = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=4), timeout=10)
+        assert (over_lane.message, over_lane.tokens, over_lane.prompt_tokens) == (over_grpc.message, 4, 3)
+        stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=4))
+        text, final = b"", None
+        while (reply := await stream.read()) is not EOF:
+            text += reply.message
+            final = reply if reply.tokens else final
+        assert text == over_grpc.message  # the same words, and the counts at the end
+        assert final is not None and final.tokens == 4
+        tokens = await fast.TokenizeString(pb.PredictOptions(Prompt=PROMPT), timeout=10)
+        assert tokens.length == 3
+    finally:
+        await channels.close()
+
+
+async def test_statuses_travel_the_lane_as_grpc_statuses(backend: Backend) -> None:
+    fast = await _lane(backend)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await fast.Predict(pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "model identity mismatch" in (caught.value.details() or "")
+        stream = fast.PredictStream(pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"))
+        with pytest.raises(grpc.aio.AioRpcError) as streamed:
+            await stream.read()
+        assert streamed.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        fast.close()
+
+
+async def test_a_deadline_fails_the_call_and_cancels_it_on_the_backend(backend: Backend) -> None:
+    fast = await _lane(backend)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=200), timeout=0.1)  # 4 s of tokens
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # the backend stopped that generation: the next call gets the engine at once
+        reply = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=2.0)
+        assert reply.tokens == 2
+    finally:
+        fast.close()
+    await asyncio.sleep(0.2)
+    assert "Predict cancelled by the caller" in backend.stderr_text()
+
+
+async def test_a_cancelled_stream_stops_the_generation(backend: Backend) -> None:
+    fast = await _lane(backend)
+    try:
+        stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=500))  # 10 s of tokens
+        assert (await stream.read()).message
+        stream.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stream.read()
+        reply = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=2.0)
+        assert reply.tokens == 2
+    finally:
+        fast.close()
+    await asyncio.sleep(0.2)
+    assert "PredictStream cancelled by the caller" in backend.stderr_text()
+
+
+async def test_a_wrong_token_is_refused(backend: Backend) -> None:
+    port = _lane_port(backend)
+    with pytest.raises(LaneRefused, match="UNAUTHENTICATED: invalid bearer token"):
+        await open_lane(_address(backend), port, "not-the-token", 20.0, 5.0, lambda _: None)
+    with pytest.raises(LaneRefused, match="UNAUTHENTICATED: missing bearer token"):
+        await open_lane(_address(backend), port, "", 20.0, 5.0, lambda _: None)
+
+
+async def _closed_by_peer(port: int, *frames: bytes) -> bool:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for data in frames:
+            writer.write(data)
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), 5.0)  # until the backend closes
+        return rest in (b"", lane.frame(lane.WELCOME, 0))
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_a_hostile_frame_length_closes_the_connection_and_the_backend_keeps_serving(backend: Backend) -> None:
+    port = _lane_port(backend)
+    huge = lane.HEADER.pack(0xFFFFFFF0, lane.CALL, 1)
+    assert await _closed_by_peer(port, huge)  # before HELLO: over the 4 KiB hello bound
+    assert await _closed_by_peer(port, lane.HEADER.pack(lane.MAX_HELLO_BYTES + 1, lane.HELLO, 0))
+    assert await _closed_by_peer(port, lane.frame(lane.HELLO, 0, TOKEN.encode()), huge)  # after it: 50 MiB
+    assert await _closed_by_peer(port, lane.frame(lane.CALL, 1, b"\x01"))  # a call before HELLO
+    fast = await _lane(backend)
+    try:
+        assert (await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=5)).tokens == 2
+    finally:
+        fast.close()
+
+
+async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path) -> None:
+    with running_backend("simulator", tmp_path, token=TOKEN, CORRAL_BACKEND_FAST_LANE="0") as plain:
+        _load(plain, "sim")
+        assert _lane_port(plain) == 0
+        channels = BackendChannels(TOKEN)
+        try:
+            address = _address(plain)
+            for _ in range(3):
+                caller = channels.caller(address)
+                assert not isinstance(caller, LaneConnection)
+                reply = await caller.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=3), metadata=channels.metadata)
+                assert reply.tokens == 3
+                await asyncio.sleep(0.05)
+            assert channels.lane(address) is None
+        finally:
+            await channels.close()
+
+
+@pytest.mark.slow
+async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_keepalive(tmp_path) -> None:
+    with running_backend("simulator", tmp_path, token=TOKEN) as frozen:
+        _load(frozen, "sim", "output_token_time_s:0.02")
+        fast = await _lane(frozen, keepalive_s=1.0)
+        try:
+            stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=500))
+            assert (await stream.read()).message
+            os.kill(frozen.process.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    while await asyncio.wait_for(stream.read(), 10.0) is not EOF:
+                        pass
+            finally:
+                os.kill(frozen.process.pid, signal.SIGCONT)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "CORRAL_BACKEND_KEEPALIVE" in (caught.value.details() or "")
+            assert fast.closed
+        finally:
+            fast.close()
+
+
+async def test_a_backend_that_dies_mid_stream_fails_the_stream_unavailable(tmp_path) -> None:
+    with running_backend("simulator", tmp_path, token=TOKEN) as dying:
+        _load(dying, "sim", "output_token_time_s:0.02")
+        channels = BackendChannels(TOKEN, BackendBudgets())
+        try:
+            fast = await _lane_of(channels, _address(dying))
+            stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=500))
+            assert (await stream.read()).message
+            dying.process.kill()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                while await asyncio.wait_for(stream.read(), 10.0) is not EOF:
+                    pass
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert channels.lane(_address(dying)) is None  # a lost lane is no longer used
+        finally:
+            await channels.close()
