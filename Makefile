@@ -46,6 +46,7 @@ bench: install
 	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/cold_start_breakdown.py
 	$(PY) benchmarks/routing_overhead.py
+	$(PY) benchmarks/metrics_overhead.py
 	$(PY) benchmarks/placement_scale.py
 	$(PY) benchmarks/staging_throughput.py
 	$(PY) benchmarks/heartbeats.py

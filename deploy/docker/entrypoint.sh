@@ -21,7 +21,7 @@ fi
 case "$1" in
     run|worker|agent-worker|backend|models|nats-auth-setup|up)
         if [ "$1" = run ] && [ "${CORRAL_PREPARE_DEFAULT_MODELS:-false}" = true ]; then
-            corral models "${LOCALAI_MODELS_PATH:-./models}"
+            corral models prepare "${LOCALAI_MODELS_PATH:-./models}"
         fi
         record "$1"
         exec corral "$@"

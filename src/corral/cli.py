@@ -1,4 +1,5 @@
-"""`corral` command line: run (frontend), worker, backend, up (embedded stack), models."""
+"""`corral` command line: run (frontend), worker, backend, up (embedded stack), models, and the
+operator's commands (nodes, models, activity) that ask a frontend."""
 
 from __future__ import annotations
 
@@ -21,8 +22,14 @@ commands:
   agent-worker  start an agent worker: MCP tool discovery and calls, agent jobs (over NATS)
   p2p-worker vllm <model>  run a headless vLLM data-parallel follower (optionally visible as a node)
   backend   start one gRPC backend process (spawned by workers)
-  models    prepare the default models into a directory
   nats-auth-setup  make NATS operator/account material and a server config for JWT mode
+
+operator commands (ask a frontend: --url / $CORRAL_URL, --api-key / $CORRAL_API_KEY; --json for JSON):
+  nodes                        the cluster's nodes: status, models, in-flight, memory, labels
+  models                       configured models: size, where they fit, where they are loaded
+  models load NAME [--follow]  load a model now; --follow draws its progress until it is ready
+  models prepare DIR           put the default models and their configs into DIR (also `corral models DIR`)
+  activity [--history]         running operations (installs, upgrades, removals, staging)
 
 `corral <command> --help` lists every flag with its environment variable and default.
 `corral --version` prints the installed version.
@@ -172,10 +179,45 @@ def _run_up(argv: Sequence[str]) -> int:
     return up_main(list(argv))
 
 
-def _run_models(argv: Sequence[str]) -> int:
-    from corral.models.defaults import main as models_main
+def _run_nodes(argv: Sequence[str]) -> int:
+    from corral.config.client import CLIENT_SETTINGS
+    from corral.config.commands import ClientSettings
+    from corral.config.settings import load_typed
+    from corral.ops import commands
 
-    return models_main(list(argv))
+    return commands.nodes(load_typed(ClientSettings, "corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS,
+                                     argv))
+
+
+def _run_activity(argv: Sequence[str]) -> int:
+    from corral.config.client import ACTIVITY_SETTINGS
+    from corral.config.commands import ActivitySettings
+    from corral.config.settings import load_typed
+    from corral.ops import commands
+
+    return commands.activity(load_typed(ActivitySettings, "corral activity", "List running operations.",
+                                        ACTIVITY_SETTINGS, argv))
+
+
+def _run_models(argv: Sequence[str]) -> int:
+    from corral.config.client import CLIENT_SETTINGS, LOAD_SETTINGS
+    from corral.config.commands import ClientSettings, ModelLoadSettings
+    from corral.config.settings import load_typed
+    from corral.models.defaults import main as models_main
+    from corral.ops import commands
+
+    args = list(argv)
+    if args[:1] == ["prepare"]:
+        return models_main(args[1:])
+    if args[:1] == ["load"]:
+        return commands.load(load_typed(ModelLoadSettings, "corral models load", "Load a model now.", LOAD_SETTINGS,
+                                        args[1:]))
+    if args[:1] == ["list"]:
+        args = args[1:]
+    elif len(args) == 1 and not args[0].startswith("-"):  # `corral models DIR`, as before the operator commands
+        return models_main(args)
+    return commands.models(load_typed(ClientSettings, "corral models", "List the configured models.",
+                                      CLIENT_SETTINGS, args))
 
 
 def _run_nats_auth_setup(argv: Sequence[str]) -> int:
@@ -192,6 +234,8 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "p2p-worker": _run_p2p_worker,
     "backend": _run_backend,
     "models": _run_models,
+    "nodes": _run_nodes,
+    "activity": _run_activity,
     "nats-auth-setup": _run_nats_auth_setup,
 }
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 
 def is_expected(exc: BaseException) -> bool:
+    from corral.ops.client import ClientError
     from corral.store.db import DatabaseUnavailable
     from corral.worker.errors import WorkerError
 
-    expected: tuple[type[BaseException], ...] = (DatabaseUnavailable, WorkerError, OSError)
+    expected: tuple[type[BaseException], ...] = (DatabaseUnavailable, WorkerError, OSError, ClientError)
     try:
         from nats.errors import NoServersError
 

@@ -162,6 +162,7 @@ class Stack:
                 "--serve-addr", f"127.0.0.1:{base}", "--advertise-addr", f"127.0.0.1:{base}",
                 "--grpc-max-port", str(base + WORKER_PORT_STRIDE - 2), "--http-addr", f"127.0.0.1:{base - 1}",
                 "--models-path", str(self.data_dir / name / "models"),
+                "--backends-path", str(self.data_dir / name / "backends"),  # gallery installs stay in the data dir
             ], token, {"LOCALAI_NATS_URL": nats_url})
             approver.approve_own(worker, f"{os.uname().nodename}-{name}", f"127.0.0.1:{base}",
                                  lambda: self.stopping)

@@ -32,14 +32,14 @@ def gallery(state_root: Path) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database, nats_url: str, gallery: str) -> Iterator[Cluster]:
-    """One frontend (1 s install timeout: the test install outlasts it) and one fresh worker."""
+    """One frontend (300 ms install timeout: the test install outlasts it) and one fresh worker."""
     c = Cluster(root=state_root / "e2e-backend-gallery", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "ref-chat.yaml").write_text("name: ref-chat\nbackend: refbackend\n")
     (c.models_dir / "ghost.yaml").write_text("name: ghost\nbackend: no-such-backend\n")
     try:
-        c.start_frontend("--model-load-wait", "200ms", "--backend-install-timeout", "1s")
-        c.start_worker("w1", "--backends-path", str(c.root / "w1" / "backends"), "--backend-galleries", gallery)
+        c.start_frontend("--model-load-wait", "200ms", "--backend-install-timeout", "300ms")
+        c.start_worker("w1", "--backend-galleries", gallery)  # backends path: <root>/w1/backends, empty
         yield c
     finally:
         c.stop()
@@ -83,8 +83,8 @@ def _chat(url: str, model: str) -> httpx.Response:
 
 def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_model(
         cluster: Cluster, nats_url: str) -> None:
-    """Progress over NATS and in load-status / the 503 `loading` object; the install outlasts the 1 s
-    install timeout, so the worker shows busy (not failed) and the same worker serves the model."""
+    """Progress over NATS and in load-status / the 503 `loading` object; the install outlasts the
+    install timeout (300 ms), so the worker shows busy (not failed) and the same worker serves the model."""
     backends = cluster.root / "w1" / "backends"
     assert not backends.exists() or list(backends.iterdir()) == []
     watch = ProgressWatch(nats_url)
@@ -120,6 +120,7 @@ def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_mo
     assert all(b["install"]["phase"] in ("resolving", "downloading", "extracting", "starting")  # type: ignore[index]
                for b in loading_seen)
     assert any(b.get("from_503") for b in loading_seen), "the 503 loading object never showed the install"
+    assert any(b["state"] == "installing" for b in loading_seen), [b["state"] for b in loading_seen]
     assert (backends / "refbackend" / "metadata.json").is_file()
     assert busy_seen, "the install outlasted --backend-install-timeout but load-status never showed worker_busy"
     log = cluster.frontend.log() if cluster.frontend else ""

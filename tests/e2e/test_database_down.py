@@ -55,6 +55,7 @@ def test_database_down_serves_warm_requests_refuses_cold_ones_with_503_and_recov
         warm = [_chat(url, "warm") for _ in range(3)]
         cold = _chat(url, "cold")
         admin = httpx.get(f"{url}/api/nodes", headers={"Authorization": "Bearer never-seen-key"}, timeout=30)
+        metrics = httpx.get(f"{url}/metrics", timeout=30)
     finally:
         env.pg.start()
     assert [r.status_code for r in warm] == [200, 200, 200]
@@ -66,6 +67,8 @@ def test_database_down_serves_warm_requests_refuses_cold_ones_with_503_and_recov
     assert error["message"].endswith(" (LOCALAI_AUTH_DATABASE_URL / --database-url); retry shortly")
     assert admin.status_code == 503, admin.text  # the key lookup (access middleware) needed the database
     assert admin.json()["error"]["message"].startswith("database unavailable: PostgreSQL: ")
+    assert metrics.status_code == 200 and "\ncorral_cluster_figures_ok 0.0\n" in metrics.text  # served, saying so
+    assert 'corral_requests_total{model="warm",status="200"} 4.0' in metrics.text
     assert env.cluster.frontend is not None and env.cluster.frontend.popen.poll() is None
     wait_for(lambda: _chat(url, "later").status_code == 200, "a cold load after PostgreSQL came back", 60)
     assert _chat(url, "warm").status_code == 200

@@ -105,3 +105,6 @@ def test_eviction_frees_as_many_replicas_as_the_fit_needs_and_only_where_the_mod
     assert _loaded(three_small) == {"b1": "gpu-b", "big-a": "gpu-a"}  # b1 was the LRU, but on a forbidden node
     log = three_small.frontend.log() if three_small.frontend else ""
     assert log.count("evicted a") == 2 and "evicted b1" not in log
+    metrics = httpx.get(f"{three_small.frontend_url}/metrics").text  # each eviction is a routing decision
+    assert 'corral_routing_decisions_total{decision="evict",model="a1"} 1.0' in metrics
+    assert 'corral_routing_decisions_total{decision="evict",model="a2"} 1.0' in metrics

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from corral.embedded import EmbeddedNats, EmbeddedPostgres, embedded_nats, embedded_postgres
@@ -191,8 +192,12 @@ def _dependency_bed(make_bed: Callable[..., FaultBed]) -> FaultBed:
 
 def test_nats_restarted_under_traffic_keeps_warm_requests_served_and_everyone_reconnects(
         make_bed: Callable[..., FaultBed]) -> None:
-    outcome = dependency_restarted(_dependency_bed(make_bed), "nats", "warm", "cold", "later")
+    bed = _dependency_bed(make_bed)
+    outcome = dependency_restarted(bed, "nats", "warm", "cold", "later")
     assert _dependency_problems(outcome, ("nats", "nats_url")) == []
+    metrics = httpx.get(f"{bed.url}/metrics", timeout=10).text  # the frontend counted its reconnection
+    assert 'corral_nats_reconnects_total{client="corral-frontend"} 0.0' not in metrics
+    assert 'corral_nats_reconnects_total{client="corral-frontend"}' in metrics
 
 
 def test_postgresql_restarted_under_traffic_keeps_warm_requests_served_and_all_processes_recover(

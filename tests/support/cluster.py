@@ -91,6 +91,7 @@ class Cluster:
     admin_key: str = "corral-test-admin-key"
     auto_approve: bool = True
     frontend_env: dict[str, str] = field(default_factory=dict)
+    worker_env: dict[str, str] = field(default_factory=dict)  # also the backends' (workers pass their env on)
     frontend: Proc | None = None
     frontend_url: str = ""
     workers: list[Proc] = field(default_factory=list)
@@ -129,6 +130,7 @@ class Cluster:
             "--registration-token", self.token if token is None else token, "--node-name", name,
             "--serve-addr", f"127.0.0.1:{base_port}", "--advertise-addr", f"127.0.0.1:{base_port}",
             "--http-addr", f"127.0.0.1:{base_port - 1}", "--models-path", str(self.root / name / "models"),
+            "--backends-path", str(self.root / name / "backends"),
             "--heartbeat-interval", "2s", "--log-level", "debug",
         ]
 
@@ -145,7 +147,7 @@ class Cluster:
 
     def start_worker(self, name: str, *extra: str) -> Proc:
         base = free_port_pair()
-        proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs")
+        proc = spawn(name, [*self.worker_argv(name, base), *extra], self.root / "logs", env=self.worker_env)
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
         self.workers.append(proc)
         self.worker_ports.append(base)

@@ -18,6 +18,7 @@ from corral.config.backend import BACKEND_SETTINGS
 from corral.config.commands import BackendSettings
 from corral.config.errors import ConfigError
 from corral.config.settings import load_typed
+from corral.telemetry import otlp
 
 BACKEND_NAMES = ("llama-cpp", "simulator")
 USAGE = f"corral backend {{{','.join(BACKEND_NAMES)}}} --addr HOST:PORT"
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_STARTUP_FAILED
+    telemetry = otlp.configure(f"corral-backend-{args.name}")
     try:
         return asyncio.run(serve(engine, address))
     except OSError as exc:
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_STARTUP_FAILED
     except KeyboardInterrupt:
         return 130
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()  # flush the last spans
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ from corral.backends.engine import Engine
 from corral.backends.lane_server import LaneServer, fast_lane_enabled
 from corral.backends.parent_watch import ParentWatchConfig, watch_parent
 from corral.backends.servicer import BackendServicer
+from corral.backends.tracing_interceptor import TracingInterceptor
 from corral.proto import backend_pb2_grpc
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,9 @@ def parse_addr(text: str) -> ListenAddress:
 def build_server(servicer: BackendServicer, address: ListenAddress) -> grpc.aio.Server:
     """Create and bind (but do not start) the server. Raises OSError if the port is taken."""
     token = auth_token_from_env()
-    interceptors = [BearerAuthInterceptor(token)] if token else []
+    interceptors: list[grpc.aio.ServerInterceptor] = [BearerAuthInterceptor(token)] if token else []
+    if tracing.tracer is not None:
+        interceptors.append(TracingInterceptor())
     server = grpc.aio.server(interceptors=interceptors, options=GRPC_SERVER_OPTIONS)
     backend_pb2_grpc.add_BackendServicer_to_server(servicer, server)
     try:

@@ -12,6 +12,7 @@ from nats.errors import NoRespondersError, TimeoutError
 
 from corral.bus.messages import Message
 from corral.bus.security import NatsCredentials, TlsFiles
+from corral.telemetry.families import NATS_RECONNECTS
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
             await on_state(False)
 
     async def reconnected() -> None:
+        NATS_RECONNECTS.labels(name).inc()
         log.info("NATS link restored (%s)", name)
         if on_state:
             await on_state(True)
@@ -45,6 +47,7 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
     async def error(exc: Exception) -> None:
         log.debug("NATS error (%s): %s", name, exc)
 
+    NATS_RECONNECTS.labels(name)  # exported at 0 from the start
     options: dict[str, object] = dict(credentials.connect_options()) if credentials else {}
     ssl_context = (tls or TlsFiles()).context(url)
     if ssl_context is not None:
@@ -63,9 +66,10 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
 
 
 async def request(nc: Client, subject: str, payload: Message, reply_type: type[M], timeout_s: float,
-                  knob: str) -> M:
+                  knob: str, *, headers: dict[str, str] | None = None) -> M:
+    """`headers`: NATS message headers (the W3C trace context of the caller's span)."""
     try:
-        msg = await nc.request(subject, payload.to_json(), timeout=timeout_s)
+        msg = await nc.request(subject, payload.to_json(), timeout=timeout_s, headers=headers)
     except NoRespondersError:
         raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
     except TimeoutError:

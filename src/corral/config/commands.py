@@ -218,3 +218,37 @@ class Ds4Settings:
     log_level: str
     backends_path: str
     backends_system_path: str
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """`corral nodes / corral models`."""
+
+    url: str
+    api_key: str
+    timeout_s: float
+    json: bool
+
+
+@dataclass(frozen=True)
+class ActivitySettings:
+    """`corral activity`."""
+
+    url: str
+    api_key: str
+    timeout_s: float
+    json: bool
+    history: bool
+
+
+@dataclass(frozen=True)
+class ModelLoadSettings:
+    """`corral models load`."""
+
+    model: str
+    url: str
+    api_key: str
+    timeout_s: float
+    json: bool
+    follow: bool
+    follow_timeout_s: float

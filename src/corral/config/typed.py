@@ -31,6 +31,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("NatsAuthSetupSettings", "corral nats-auth-setup", "corral.config.nats_auth_setup:NATS_AUTH_SETUP_SETTINGS"),
     ("VllmFollowerSettings", "corral p2p-worker vllm", "corral.config.launchers:VLLM_FOLLOWER_SETTINGS"),
     ("Ds4Settings", "corral worker ds4-distributed", "corral.config.launchers:DS4_SETTINGS"),
+    ("ClientSettings", "corral nodes / corral models", "corral.config.client:CLIENT_SETTINGS"),
+    ("ActivitySettings", "corral activity", "corral.config.client:ACTIVITY_SETTINGS"),
+    ("ModelLoadSettings", "corral models load", "corral.config.client:LOAD_SETTINGS"),
 )
 
 TARGET = Path(str(resources.files("corral.config").joinpath("commands.py")))  # a source checkout's file

@@ -17,6 +17,7 @@ import asyncpg
 from corral.control.heartbeat_rules import Beat, Written, merge, write_reason
 from corral.control.held_beats import HeldBeats
 from corral.store import nodes as node_store
+from corral.telemetry.families import HEARTBEAT_WRITES
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class HeartbeatCheckpointer:
             self._written.pop(node_id, None)
             return False
         self.durable_writes += 1
+        HEARTBEAT_WRITES.inc()
         self._written[node_id] = Written(now_s, row["status"], merge(written.figures if written else None, beat))
         log.debug("heartbeat of %s written: %s", node_id, reason)
         return True

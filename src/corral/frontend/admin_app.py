@@ -27,7 +27,7 @@ def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
     app.include_router(build_admin_nodes_router(state))
     app.include_router(build_admin_labels_router(state))
     app.include_router(build_keys_router(state, on_revoked=cache.evict))
-    app.include_router(build_metrics_router())
+    app.include_router(build_metrics_router(state))
     if lifecycle is not None:
         lifecycle.events.key_revoked_listeners.append(cache.evict)
         lifecycle.events.listeners.append(lambda node_id, status: _drop_unhealthy(state, node_id, status))

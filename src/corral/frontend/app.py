@@ -25,6 +25,7 @@ from corral.frontend.events_api import EventHub, build_events_router
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.model_configs_api import build_model_configs_router
+from corral.frontend.model_load_api import build_model_load_router
 from corral.frontend.models_api import build_models_router
 from corral.frontend.node_api import install_node_api
 from corral.frontend.node_backends_api import build_node_backends_router
@@ -37,6 +38,15 @@ from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
 from corral.frontend.ui_routes import build_ui_router, load_assets
 from corral.frontend.vram_budget_api import build_vram_budget_router
+from corral.telemetry.labels import RequestFigures
+
+
+def configured_name(state: FrontendState, model: str) -> str | None:
+    """The configured model a requested name (or alias) answers to, else None (metrics label it `other`)."""
+    if model in state.configs:
+        return model
+    target = state.aliases.get(model)
+    return target if target in state.configs else None
 
 
 class FrontendApp(FastAPI):
@@ -54,7 +64,7 @@ class FrontendApp(FastAPI):
 def build_app(state: FrontendState, limits: RequestLimits | None = None) -> FastAPI:
     # FastAPI's native OpenTelemetry hooks cost ~10 µs per request even with no provider set; /metrics is ours.
     app = FrontendApp(title="corral", version=__version__, docs_url="/docs", redoc_url=None,
-                  telemetry={"tracing": False, "metrics": False, "logs": False})
+                      telemetry={"tracing": False, "metrics": False, "logs": False})
     install_handlers(app)
     install_node_api(app, state)
     openai_router = build_openai_router(state)
@@ -66,6 +76,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
+    app.include_router(build_model_load_router(state))
     if state.agents is not None:  # issue 13: MCP discovery and agent jobs on the agent workers
         app.include_router(build_mcp_router(state, state.agents))
     if state.agent_jobs is not None:
@@ -78,7 +89,8 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
             app.include_router(build(state))
     keys = install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
-    fast = FastPath(app.inner, handlers=openai_router.fast_handlers)  # type: ignore[attr-defined]
+    fast = FastPath(app.inner, handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
+                    figures=RequestFigures(lambda model: configured_name(state, model)))
     app.front = RequestLimitsMiddleware(access_control(fast, state, keys), limits=limits or RequestLimits())
 
     @app.get("/healthz", response_class=PlainTextResponse)

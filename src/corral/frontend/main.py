@@ -19,6 +19,7 @@ from corral.bus import client as bus
 from corral.config.commands import FrontendSettings
 from corral.control import scheduling_seed, stuck_replicas
 from corral.control.backend_ops import BackendOpsDriver, BackendOpSettings
+from corral.control.cluster_figures import ClusterFigures
 from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
@@ -46,6 +47,7 @@ from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.store import db
 from corral.store import settings as settings_store
+from corral.telemetry import otlp
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,7 @@ async def serve(settings: FrontendSettings) -> int:
     applied = await db.migrate(pool)
     if applied:
         log.info("database migrated: %s", ", ".join(applied))
+    telemetry = await asyncio.to_thread(otlp.configure, "corral-frontend", metrics=True)  # imports: off the loop
     nc = await bus.connect(settings.nats_url, "corral-frontend", **frontend_nats_options(settings))
     models_dir = Path(settings.models_path).resolve()
     configs = load_model_configs(models_dir)
@@ -123,7 +126,8 @@ async def serve(settings: FrontendSettings) -> int:
     state = FrontendState(pool=pool, nc=nc, router=router, configs=configs, config_revisions=revs,
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
-                          expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops)
+                          expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops,
+                          figures=ClusterFigures(pool, router.replicas.all))
     state.agents = AgentChat(state, AgentBus(nc, tool_timeout_s=settings.mcp_tool_timeout_s,
                                              discovery_timeout_s=settings.mcp_discovery_timeout_s),
                              settings.mcp_max_iterations)
@@ -148,6 +152,9 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
     tasks.start("backend-ops", backend_ops.run(stop))
+    if telemetry is not None and telemetry.bridge is not None:
+        telemetry.bridge.before = state.figures.refresh
+        tasks.start("otlp-metrics", telemetry.bridge.run(stop))
     code = 0
     try:
         died = await tasks.until_stop(stop)
@@ -166,4 +173,6 @@ async def serve(settings: FrontendSettings) -> int:
         await http.aclose()
         await nc.drain()
         await pool.close()
+        if telemetry is not None:
+            await asyncio.to_thread(telemetry.shutdown)  # flush the last spans
     return code

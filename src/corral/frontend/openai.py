@@ -32,8 +32,12 @@ from corral.proto import backend_pb2
 from corral.routing import calls
 from corral.routing.errors import BackendCallError, BackendTimeout
 from corral.routing.replica import Replica
+from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
+from corral.telemetry.labels import PerModel
 
 DEFAULT_MAX_TOKENS = 256
+_FIRST_TOKEN = PerModel(FIRST_TOKEN_SECONDS)
+_STREAMED_TOKENS = PerModel(STREAMED_TOKENS)
 
 
 def _random_id() -> str:
@@ -258,8 +262,10 @@ class _RelayResponse(Response):
 
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                   created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> Response:
+    started_s = time.perf_counter()
     async with http_errors(state.router, cfg):
         first, stream = await calls.open_stream(state.router, cfg, opts)
+    _FIRST_TOKEN(cfg.name).observe(time.perf_counter() - started_s)
     encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)
 
     async def events() -> AsyncIterator[bytes]:
@@ -285,6 +291,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             return
         finally:
             stream.close()
+        _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
         yield sse(encoder.chunk("tool_calls" if called else _finish_reason(completion_tokens, max_tokens)))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))

@@ -23,6 +23,7 @@ class FrontendState:
     config_revisions: Any = None  # corral.control.config_revisions.ConfigRevisions (model config edits)
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.control.lifecycle.NodeLifecycle (heartbeats, health, minting)
+    figures: Any = None  # corral.control.cluster_figures.ClusterFigures (read at scrape / OTLP export time)
     agents: Any = None  # corral.frontend.agent_chat.AgentChat: models with `mcp:` servers (issue 13)
     agent_jobs: Any = None  # corral.agents.recorder.JobRecorder: agent jobs on the agent workers (issue 13)
     mcp_max_iterations: int = 10

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import httpx
+from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
 from corral.bus import subjects
@@ -31,6 +32,7 @@ from corral.staging.errors import StagingFailed
 from corral.staging.stager import StagingTarget, stage_model
 from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,8 @@ async def call_load_model(ctx: LoadContext, node: NodeSnapshot, address: str, cf
     budget_s = load_budget_s(size_bytes, ctx.load_timeout_override_s)
     stub = ctx.channels.stub(address)
     try:
-        result = await stub.LoadModel(opts, timeout=budget_s, metadata=ctx.channels.metadata)
+        with tracing.span("backend LoadModel", {"corral.node": node.name}, kind=SpanKind.CLIENT):
+            result = await stub.LoadModel(opts, timeout=budget_s, metadata=tracing.grpc_metadata(ctx.channels.metadata))
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise LoadDeadlineExceeded(
@@ -122,6 +125,12 @@ def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
     return None
 
 
+async def _staged(ctx: LoadContext, target: StagingTarget, cfg: ModelConfig,
+                  progress: LoadProgress) -> backend_pb2.ModelOptions:
+    with tracing.span("corral.staging", {"corral.node": target.node_name}):
+        return await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
+
+
 async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int,
                              progress: LoadProgress, started: list[str]) -> tuple[str, backend_pb2.ModelOptions]:
     """Start the backend and stage the files at once; the first failure cancels the other.
@@ -133,15 +142,16 @@ async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnaps
         lambda t: started.append(t.result()) if not t.cancelled() and t.exception() is None else None)
     target = StagingTarget(node.name, node.http_address, node.id)
     progress.phase(STAGING)
-    staging = asyncio.create_task(stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg),
-                                              progress), name=f"stage:{cfg.name}")
+    staging = asyncio.create_task(_staged(ctx, target, cfg, progress), name=f"stage:{cfg.name}")
     try:
-        done, _ = await asyncio.wait({installing, staging}, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            task.result()  # raises the first failure
-        if not installing.done():
-            progress.phase(INSTALLING)  # the files are there; the process is still starting
-        return await installing, await staging
+        pending: set[asyncio.Task[Any]] = {installing, staging}
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises the first failure (the other is cancelled below)
+            if staging.done() and not installing.done():
+                progress.phase(INSTALLING)  # the files are there; the backend is still installing or starting
+        return installing.result(), staging.result()
     finally:
         for task in (installing, staging):
             task.cancel()

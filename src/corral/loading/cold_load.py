@@ -22,6 +22,7 @@ from corral.loading.revision import MAX_REVISION_ATTEMPTS, check_revision, curre
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.placement.snapshot import NodeSnapshot
+from corral.telemetry import tracing
 
 __all__ = ["MAX_NODES_TRIED", "cold_load", "model_options", "nodes_exhausted"]
 
@@ -71,7 +72,8 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
     while True:
         progress.phase(PENDING)
         try:
-            node, vram_bytes = await choose_node(ctx, cfg, excluded={lost.node_id for lost in tried})
+            with tracing.span("corral.placement", {"corral.model": cfg.name}):
+                node, vram_bytes = await choose_node(ctx, cfg, excluded={lost.node_id for lost in tried})
         except PlacementError as exc:
             if not tried:
                 raise

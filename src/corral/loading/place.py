@@ -1,6 +1,7 @@
 """Place a model: snapshot → placement pipeline → a node (freed by eviction when nothing has room) → install.
 
-A node that gives NATS "no responders" is demoted to unhealthy; a slow install answer is not
+A node that gives NATS "no responders" (still, after a few short retries: a worker subscribes its subjects
+just after registering) is demoted to unhealthy; a slow install answer is not
 absence (no demotion), but both move the load to the next eligible node (cold_load.py) — unless
 the worker reported install progress within the install timeout: then it is busy installing the
 backend, the load shows "worker busy" and asks again (the worker joins its install in flight);
@@ -9,6 +10,7 @@ the cold-load hold still bounds the whole wait.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -17,6 +19,7 @@ import uuid
 from collections.abc import Collection
 
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
 from corral.bus import subjects
@@ -34,10 +37,12 @@ from corral.placement.snapshot import NodeSnapshot
 from corral.store import placement as placement_store
 from corral.store import scheduling as scheduling_store
 from corral.store import settings as settings_store
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
 DISK_CHECK_SETTING = "distributed_disk_headroom_check"
+NO_RESPONDERS_RETRY_S = (0.2, 0.5, 1.0)  # asked again after these pauses before a node counts as absent
 INSTALL_TIMEOUT_KNOB = "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT"
 BUSY_WINDOW_MIN_S = 30.0  # install progress this recent means the worker is busy installing, not gone
 
@@ -119,7 +124,9 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     events = InstallEvents(progress)
     sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
-        reply = await _ask_until_answered(ctx, node, request, events, progress)
+        await ctx.nc.flush(timeout=5)  # subscribed on the server before the worker's first event
+        with tracing.span("corral.install", {"corral.node": node.name}, kind=SpanKind.CLIENT):
+            reply = await _ask_until_answered(ctx, node, request, events, progress)
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
@@ -132,11 +139,16 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
 
 async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: BackendInstallRequest,
                               events: InstallEvents, progress: LoadProgress | None) -> BackendInstallReply:
+    absent = 0
     while True:
         try:
             return await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB)
+                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
         except bus.NoResponders:
+            if absent < len(NO_RESPONDERS_RETRY_S):  # a worker subscribes just after registering; a reconnect
+                await asyncio.sleep(NO_RESPONDERS_RETRY_S[absent])  # blips: absence must last before it counts
+                absent += 1
+                continue
             log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
                         "trying the next node", node.name, node.id)
             await placement_store.mark_unhealthy(ctx.pool, node.id)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.telemetry.families import LOAD_PHASE_SECONDS
+
 PENDING, INSTALLING, STAGING, LOADING, FAILED = "pending", "installing", "staging", "loading", "failed"
 
 
@@ -28,6 +30,7 @@ class LoadProgress:
     install: dict[str, Any] | None = None  # the worker's last backend install progress event (a hint)
     worker_busy: bool = False  # the install was not answered within the install timeout; still working
     last_work_s: float = field(default_factory=time.monotonic)
+    phase_since_s: float = field(default_factory=time.monotonic)  # the current phase began (metrics)
     listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
     abandon: Callable[[str], bool] | None = field(default=None, repr=False)  # set by the running node attempt
 
@@ -37,8 +40,16 @@ class LoadProgress:
             listener()
 
     def phase(self, state: str) -> None:
+        if state != self.state:
+            self.end_phase()
         self.state = state
         self._worked()
+
+    def end_phase(self) -> None:
+        """Count the time spent in the current phase (`corral_load_phase_duration_seconds`)."""
+        now_s = time.monotonic()
+        LOAD_PHASE_SECONDS.labels(self.state).observe(now_s - self.phase_since_s)
+        self.phase_since_s = now_s
 
     def on_node(self, node_id: str, node_name: str, replica_index: int) -> None:
         self.node_id, self.node_name, self.replica_index = node_id, node_name, replica_index

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from corral.loading.waiters import Outcome, Waiters
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.store import load_jobs, operations
+from corral.telemetry import tracing
+from corral.telemetry.families import LOAD_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,18 @@ class LoadJobRunner:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _run(self, cfg: ModelConfig) -> None:
+        started_s, outcome = time.monotonic(), "cancelled"
+        try:
+            with tracing.span("corral.load", {"corral.model": cfg.name}):
+                outcome = await self._load(cfg)
+        finally:
+            LOAD_SECONDS.labels(cfg.name, outcome).observe(time.monotonic() - started_s)
+        if outcome != "loaded":  # the failure stays visible, then the next try may run
+            await asyncio.sleep(self.settings.failed_grace_s)
+            await load_jobs.delete(self.ctx.pool, cfg.name, self.settings.owner)
+
+    async def _load(self, cfg: ModelConfig) -> str:
+        """Run the job; its outcome: loaded, failed or placement (no node fits)."""
         key, owner = cfg.name, self.settings.owner
         progress = LoadProgress()
         load_timeout_s = self.ctx.load_timeout_override_s or LOAD_BASE_S
@@ -63,6 +78,7 @@ class LoadJobRunner:
         budget_s = load_budget_s(cfg.checkpoint_bytes(), self.ctx.load_timeout_override_s)
 
         phase_changed = asyncio.Event()
+        install_shown: list[object] = [None]  # the install phase / worker-busy mark last made visible
 
         def on_work() -> None:
             if progress.state != hold.phase:
@@ -70,6 +86,11 @@ class LoadJobRunner:
                 phase_changed.set()  # waiters and the 503 body see a new phase at once, not a beat later
             else:
                 hold.worked()
+            install = progress.install_json()
+            install_key = (install or {}).get("phase"), (install or {}).get("worker_busy")
+            if install is not None and install_key != install_shown[0]:
+                install_shown[0] = install_key
+                phase_changed.set()  # a new install phase or "worker busy" shows at once too
 
         progress.listeners.append(on_work)
         activity = await self._activity_start(key)
@@ -87,6 +108,7 @@ class LoadJobRunner:
             await self._failed(key, f"loading model {key}: {why_stopped[0]}", activity=activity)
         except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
             await self._failed(key, str(exc), PLACEMENT, activity=activity)
+            return PLACEMENT
         except Exception as exc:  # every failure reaches every waiter with its real cause
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
             await self._failed(key, message, activity=activity)
@@ -96,9 +118,12 @@ class LoadJobRunner:
             await self.on_loaded(replica)
             await load_jobs.delete(self.ctx.pool, key, owner)
             await self.waiters.announce(key, Outcome(ok=True))
+            return "loaded"
         finally:
+            progress.end_phase()
             for helper in helpers:
                 helper.cancel()
+        return "failed"
 
     async def _activity_start(self, key: str) -> str:
         """The activity record's row of this load (best effort: a record that cannot be written never
@@ -124,8 +149,6 @@ class LoadJobRunner:
         await self._activity_end(activity, operations.FAILED, message)
         await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message, kind)
         await self.waiters.announce(key, Outcome(ok=False, error=message, kind=kind))
-        await asyncio.sleep(self.settings.failed_grace_s)  # the failure stays visible, then the next try may run
-        await load_jobs.delete(self.ctx.pool, key, self.settings.owner)
 
     async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
                          why_stopped: list[str], phase_changed: asyncio.Event) -> None:

@@ -41,6 +41,8 @@ def loading_object(job: JobSnapshot) -> dict[str, Any]:
     }
     if job.node_name:
         body["node"] = job.node_name
+    if job.state == "failed" and job.last_error:
+        body["error"] = job.last_error  # additive: the real cause, for followers (`corral models load`)
     eta = eta_s(job)
     if eta is not None:
         body["eta_seconds"] = round(eta, 1)

@@ -34,6 +34,7 @@ from corral.routing.backend_client import (
 from corral.routing.errors import BackendRefused, BackendTimeout
 from corral.routing.replica import Replica
 from corral.routing.router import Router
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +71,22 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
+        span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
         try:
-            call = getattr(channels.caller(replica.address), method)(request, metadata=channels.metadata,
-                                                                     timeout=budget_s)
+            if span is None:
+                call = getattr(channels.caller(replica.address), method)(request, metadata=channels.metadata,
+                                                                         timeout=budget_s)
+            else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
+                call = getattr(channels.stub(replica.address), method)(
+                    request, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s)
             try:
                 return await call, replica
             except asyncio.CancelledError:  # the client went away: stop the generation
                 call.cancel()
                 raise
         except grpc.aio.AioRpcError as exc:
+            tracing.finish(span, exc)
+            span = None
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB) from None
             if replica_gone(exc):
@@ -88,7 +96,14 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> 
             raise _refused(cfg, replica, exc) from None
         finally:
             router.release(replica)
+            tracing.finish(span)
     raise AssertionError("unreachable")
+
+
+def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:
+    return tracing.start_client_span(f"backend {method}", {
+        "rpc.system": "grpc", "rpc.method": method, "corral.model": cfg.name, "corral.node": replica.node_name,
+        "server.address": replica.address})
 
 
 class ReplyStream:
@@ -99,9 +114,10 @@ class ReplyStream:
     waiting raises `BackendTimeout` naming the knob. Per reply the cost is one clock read.
     """
 
-    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: Any) -> None:
-        """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`)."""
-        self.router, self.cfg, self.replica, self._call = router, cfg, replica, call
+    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: Any, span: Any = None) -> None:
+        """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`); `span`: the
+        call's client span when tracing, ended with the stream."""
+        self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
         self._budget_s, self._knob, self._what = budgets.first_token_timeout_s, FIRST_TOKEN_TIMEOUT_KNOB, "no first token"
@@ -156,6 +172,7 @@ class ReplyStream:
             self._timer.cancel()
         self._call.cancel()
         self.router.release(self.replica)
+        tracing.finish(self._span)
 
 
 async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.PredictOptions
@@ -167,8 +184,13 @@ async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.Pre
     chain = router.prefix_chain(cfg, request)
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
-        stream = ReplyStream(router, cfg, replica,
-                             channels.caller(replica.address).PredictStream(request, metadata=channels.metadata))
+        span = None if tracing.tracer is None else _backend_span("PredictStream", cfg, replica)
+        if span is None:
+            call = channels.caller(replica.address).PredictStream(request, metadata=channels.metadata)
+        else:  # traced: gRPC carries the trace context
+            call = channels.stub(replica.address).PredictStream(
+                request, metadata=tracing.metadata_for(span, channels.metadata))
+        stream = ReplyStream(router, cfg, replica, call, span)
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:

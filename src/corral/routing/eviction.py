@@ -41,6 +41,7 @@ from corral.routing.replica import replica_key
 from corral.store import placement as placement_store
 from corral.store import replicas as replica_store
 from corral.store import scheduling as scheduling_store
+from corral.telemetry.families import ROUTING_DECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,7 @@ class Evictor:
         await placement_store.credit_vram(self.pool, node.id, r.vram_bytes)
         await events.publish(self.nc, events.ReplicaEvent(events.REMOVED, r.model, node.id, node.name,
                                                           r.replica_index, r.address))
+        ROUTING_DECISIONS.labels(r.model, "evict").inc()
         log.info("evicted %s (replica %d) from node %s %s", r.model, r.replica_index, node.name, why)
         return True
 

@@ -27,6 +27,9 @@ from corral.routing.prefix_index import message_text, prefix_chain
 from corral.routing.replica import Replica, replica_key
 from corral.store import replicas as replica_store
 from corral.store import scheduling as scheduling_store
+from corral.telemetry import tracing
+from corral.telemetry.families import ROUTING_DECISIONS
+from corral.telemetry.labels import PerModel
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class Router:
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._warm, self._cold_routes = PerModel(ROUTING_DECISIONS, "warm"), PerModel(ROUTING_DECISIONS, "cold")
 
     @property
     def channels(self) -> BackendChannels:
@@ -116,8 +120,12 @@ class Router:
     async def route(self, cfg: ModelConfig, chain: list[int] | None = None) -> Replica:
         """Warm path: memory only. Cold path: a durable load job."""
         replica = self.view.pick(cfg.name, chain)
-        if replica is None:
-            replica = await self._cold(cfg)
+        if replica is not None:
+            self._warm(cfg.name).inc()
+        else:
+            self._cold_routes(cfg.name).inc()
+            with tracing.span("corral.cold_path", {"corral.model": cfg.name}):
+                replica = await self._cold(cfg)
         self.view.touch(replica)
         return replica
 

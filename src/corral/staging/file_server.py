@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from opentelemetry.trace import SpanKind
+
 from corral.staging.http_body import ChunkedBody, LengthBody, RequestBody
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +325,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.connection.settimeout(self.server.limits.idle_timeout_s)
         try:
-            answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
+            if tracing.tracer is None or method != "PUT":
+                answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
+            else:  # an upload joins the trace of the load that sent it
+                with tracing.span("worker.receive_file", {"corral.file": path}, kind=SpanKind.SERVER,
+                                  context=tracing.extract(self.headers.items())):
+                    answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
         except Exception as exc:  # a bug must answer 500, not kill the connection silently
             log.exception("%s %s failed", method, path)
             answer = Answer.error(500, f"{method} {path} failed on the worker: {exc}")

@@ -50,6 +50,8 @@ from corral.staging.receiver import (
     HEADER_TARGET_SHA256,
 )
 from corral.staging.sendfile_put import Cancel, PutAnswer, SendCut, put_file_range
+from corral.telemetry import tracing
+from corral.telemetry.families import STAGING_BYTES, STAGING_THROUGHPUT
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +165,12 @@ async def stage_file(
     upload = _FileUpload(client, base_url, key, Path(local_path), token, on_progress)
     size_bytes, local = await upload.describe_local_file(on_hash)
     try:
-        return await _stage(upload, size_bytes, local, retry_policy, resumable)
+        staged = await _stage(upload, size_bytes, local, retry_policy, resumable)
     finally:
         local.close()
+    if upload.sent_bytes > 0:  # one figure per file, over all its PUTs (ranges, resumes)
+        STAGING_THROUGHPUT.observe(upload.sent_bytes / max(upload.sending_s, 1e-6))
+    return staged
 
 
 async def _stage(upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_policy: RetryPolicy,
@@ -276,7 +281,9 @@ class _FileUpload:
         self.local_path = local_path
         self.url = file_url(base_url, key)
         self.auth_headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.auth_headers.update(tracing.headers() or {})  # the worker's span joins the load's trace
         self.on_progress = on_progress
+        self.sent_bytes, self.sending_s = 0, 0.0  # body bytes sent in PUTs and the time they took (metrics)
         self.best_offset_bytes = -1  # furthest the worker's copy got; an attempt that raised it made progress
         self._last_offset_bytes = -1
         self.sent_unhashed = False  # a first range went before the local hash was known
@@ -379,9 +386,10 @@ class _FileUpload:
         def sent(done: int) -> None:
             loop.call_soon_threadsafe(self.report, offset_bytes + done, size_bytes)
 
+        started_s = time.monotonic()
         try:
-            return await asyncio.to_thread(put_file_range, self.url, headers, self.local_path, offset_bytes,
-                                           count_bytes, on_sent=sent, cancel=cancel)
+            answer = await asyncio.to_thread(put_file_range, self.url, headers, self.local_path, offset_bytes,
+                                             count_bytes, on_sent=sent, cancel=cancel)
         except asyncio.CancelledError:
             cancel.cancel()  # wakes the thread; the worker keeps what arrived for a later resume
             raise
@@ -389,6 +397,11 @@ class _FileUpload:
             raise _Retryable(None, f"PUT {self.url}: {exc}") from None
         except OSError as exc:  # the local file vanished or shrank
             raise self.failed(None, f"cannot read the local file: {exc}") from None
+        if count_bytes > 0:
+            STAGING_BYTES.inc(count_bytes)
+            self.sent_bytes += count_bytes
+            self.sending_s += time.monotonic() - started_s
+        return answer
 
     def _answer(self, answer: PutAnswer) -> str:
         message = _worker_message(answer)

@@ -20,6 +20,7 @@ from corral.gallery.installer import BackendInstaller
 from corral.gallery.manager import BackendManager
 from corral.gallery.registry import BackendRegistry
 from corral.loops import OwnedTasks, run_periodic
+from corral.telemetry import otlp
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.backend_logs import BackendLogs
@@ -169,6 +170,14 @@ class Worker:
         leftovers = await asyncio.to_thread(self.backends.clean_leftovers)
         if leftovers:
             log.warning("removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers))
+        telemetry = await asyncio.to_thread(otlp.configure, "corral-worker")  # backends inherit the OTEL_* env
+        try:
+            return await self._run()
+        finally:
+            if telemetry is not None:
+                await asyncio.to_thread(telemetry.shutdown)
+
+    async def _run(self) -> int:
         self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
         from corral.worker.files import (
             build_worker_file_server,

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError as PydanticValidationError
 
 from corral.bus import subjects
@@ -36,11 +37,13 @@ from corral.gallery.names import InvalidBackendName, backend_name_problem
 from corral.gallery.progress import ProgressDebouncer, progress_event
 from corral.gallery.registry import InstalledBackend
 from corral.models.names import name_problem
+from corral.telemetry import tracing
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, Supervisor
 
 log = logging.getLogger(__name__)
 
+OP_ID_MAX_CHARS = 128
 INSTALL_FAILURES = (GalleryError, InstallError, InvalidBackendName)
 
 
@@ -108,7 +111,11 @@ class BackendOps:
                 await progress.flush()
 
     async def install(self, msg: Msg) -> None:
-        reply = await self._install(msg.data)
+        if tracing.tracer is None:
+            reply = await self._install(msg.data)
+        else:  # the install joins the trace of the load that asked for it (traceparent in the NATS headers)
+            with tracing.span("worker.backend_install", kind=SpanKind.SERVER, context=tracing.extract(msg.headers)):
+                reply = await self._install(msg.data)
         await msg.respond(reply.to_json())
 
     async def _install(self, data: bytes) -> BackendInstallReply:
@@ -122,6 +129,9 @@ class BackendOps:
             return BackendInstallReply(success=False, error=f"field 'model_id' {problem}")
         if req.replica_index is not None and not 0 <= req.replica_index < 1 << 31:
             return BackendInstallReply(success=False, error="field 'replica_index' must be 0..2147483647")
+        if req.op_id is not None and len(req.op_id) > OP_ID_MAX_CHARS:
+            return BackendInstallReply(success=False, error=f"field 'op_id' must be at most {OP_ID_MAX_CHARS} "
+                                                            "characters (it becomes a NATS subject token)")
         key = process_key(req.model_id or "", req.backend, req.replica_index or 0)
         progress = self._progress(req.op_id, req.backend)
         try:
@@ -180,6 +190,10 @@ class BackendOps:
             return
         if (problem := backend_name_problem(req.backend)) is not None:
             await msg.respond(BackendUpgradeReply(error=f"field 'backend' {problem}").to_json())
+            return
+        if req.op_id is not None and len(req.op_id) > OP_ID_MAX_CHARS:
+            await msg.respond(BackendUpgradeReply(error=f"field 'op_id' must be at most {OP_ID_MAX_CHARS} "
+                                                        "characters").to_json())
             return
         try:
             stopped = await self._upgrade(req.backend, self.manager.galleries_for(req.backend_galleries),

@@ -98,6 +98,8 @@ async def test_install_streams_progress_then_serves_and_upgrade_and_delete_repor
     ({"backend": "nope"}, "galleries searched: test"),
     ({"backend": "simulator", "model_id": "../m"}, "field 'model_id'"),
     ({"backend": "simulator", "replica_index": -1}, "field 'replica_index'"),
+    ({"backend": "simulator", "replica_index": 1 << 40}, "field 'replica_index'"),
+    ({"backend": "simulator", "op_id": "x" * 10_000}, "field 'op_id'"),
     ({"backend": "x", "backend_galleries": "[not json"}, "backend_galleries"),
 ])
 async def test_bad_install_requests_get_an_error_naming_the_field(worker: Worker, body: dict[str, object],

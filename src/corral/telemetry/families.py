@@ -1,0 +1,49 @@
+"""The Prometheus metric families of corral: one definition each, in the process-wide registry.
+
+Label values are bounded: `model` is a configured model name or `other` (`labels.ModelLabels`),
+`status` an HTTP status code, `node` a registered node name. Figures that need a database read
+(nodes by status, load jobs by state, pool use) and the in-flight count per replica are read at
+scrape time by `control.cluster_figures`, never per request.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, disable_created_metrics
+
+disable_created_metrics()  # no `*_created` twin of every counter and histogram: half the series, same facts
+
+OTHER_MODEL = "other"  # the `model` label of a request naming no configured model
+
+# Request latency: a warm tiny request is ~1 ms through the frontend, a long generation minutes.
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                     60.0, 120.0, 300.0)
+# A load: seconds for a tiny model already on the node, many minutes for a large checkpoint.
+LOAD_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+THROUGHPUT_BUCKETS_BPS = tuple(float(1 << p) for p in range(20, 36, 2))  # 1 MiB/s … 32 GiB/s
+
+REQUESTS = Counter("corral_requests", "Inference requests (/v1) answered, by model and HTTP status",
+                   ["model", "status"])
+REQUEST_SECONDS = Histogram("corral_request_duration_seconds",
+                            "Inference request latency (/v1), from the body read to the last byte sent",
+                            ["model", "status"], buckets=LATENCY_BUCKETS_S)
+FIRST_TOKEN_SECONDS = Histogram("corral_time_to_first_token_seconds",
+                                "Streamed requests: time from routing to the first reply of the backend",
+                                ["model"], buckets=LATENCY_BUCKETS_S)
+STREAMED_TOKENS = Counter("corral_streamed_tokens", "Completion tokens relayed in streamed responses", ["model"])
+ROUTING_DECISIONS = Counter("corral_routing_decisions",
+                            "Routing decisions: warm (a loaded replica), cold (a load was waited for), "
+                            "evict (a replica stopped to make room)", ["model", "decision"])
+
+LOAD_SECONDS = Histogram("corral_load_duration_seconds", "Load jobs run by this frontend, start to outcome",
+                         ["model", "outcome"], buckets=LOAD_BUCKETS_S)
+LOAD_PHASE_SECONDS = Histogram("corral_load_phase_duration_seconds",
+                               "Time load jobs spent in each phase (pending, installing, staging, loading)",
+                               ["phase"], buckets=LOAD_BUCKETS_S)
+
+STAGING_BYTES = Counter("corral_staging_bytes", "Model file bytes sent to workers' file servers")
+STAGING_THROUGHPUT = Histogram("corral_staging_throughput_bytes_per_second",
+                               "Throughput of each file staged to a worker (bytes sent / seconds spent sending)",
+                               buckets=THROUGHPUT_BUCKETS_BPS)
+
+HEARTBEAT_WRITES = Counter("corral_heartbeat_writes", "Worker heartbeats written to PostgreSQL by this frontend")
+NATS_RECONNECTS = Counter("corral_nats_reconnects", "NATS connections restored after a loss", ["client"])
