@@ -164,6 +164,7 @@ def _run_agent_worker(argv: Sequence[str]) -> int:
                           AGENT_WORKER_SETTINGS, argv)
     setup_logging(settings.log_level, "agent-worker")
     _preload()
+    import jsonschema  # noqa: F401 - the MCP SDK imports it on the first tool result, on the loop (~0.2 s)
     return asyncio.run(watched(AgentWorker(settings).run(), "agent-worker", settings.slow_callback_ms))
 
 

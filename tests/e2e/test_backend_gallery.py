@@ -113,9 +113,9 @@ def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_mo
         assert "refbackend says:" in served.json()["choices"][0]["message"]["content"]
     finally:
         watch.close()
-    phases = [e["phase"] for e in watch.events]
+    # The bus is the whole test session's: other clusters' installs (the built-in simulator) may show too.
+    phases = [e["phase"] for e in watch.events if e["backend"] == "refbackend"]
     assert phases and phases[0] == "resolving" and phases[-1] == "starting", phases
-    assert {e["backend"] for e in watch.events} == {"refbackend"}
     assert loading_seen, "load-status never showed the backend install"
     assert all(b["install"]["phase"] in ("resolving", "downloading", "extracting", "starting")  # type: ignore[index]
                for b in loading_seen)
