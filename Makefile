@@ -55,6 +55,7 @@ bench: install
 	$(PY) benchmarks/prefix_routing.py
 	$(PY) benchmarks/prefix_routing.py --llama
 	$(PY) benchmarks/mcp_tool_calls.py
+	$(PY) benchmarks/backend_install.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
