@@ -157,8 +157,8 @@ def _timeouts(state: FrontendState) -> Any:
 
 
 def _add_async_ops(router: APIRouter, state: FrontendState) -> None:
-    @router.post("/api/nodes/{node_id}/backends/install", status_code=202, openapi_extra=INSTALL_BODY)
-    async def install(node_id: NodeId, request: Request) -> Any:
+    async def queue(node_id: str, request: Request, op: str, message: str) -> Any:
+        """Install and upgrade alike: check the body and the node, then queue a durable intent (202)."""
         try:
             backend, galleries, extra = install_fields(await object_body(request))
         except BadRequest as exc:
@@ -168,22 +168,16 @@ def _add_async_ops(router: APIRouter, state: FrontendState) -> None:
             return node
         if refusal := _refuse_node(node):
             return refusal
-        op_id = await queue_intent(state, node, backend, backend_ops.INSTALL, galleries=galleries, request=extra)
-        return accepted(op_id, "backend installation started")
+        op_id = await queue_intent(state, node, backend, op, galleries=galleries, request=extra)
+        return accepted(op_id, message)
+
+    @router.post("/api/nodes/{node_id}/backends/install", status_code=202, openapi_extra=INSTALL_BODY)
+    async def install(node_id: NodeId, request: Request) -> Any:
+        return await queue(node_id, request, backend_ops.INSTALL, "backend installation started")
 
     @router.post("/api/nodes/{node_id}/backends/upgrade", status_code=202, openapi_extra=INSTALL_BODY)
     async def upgrade(node_id: NodeId, request: Request) -> Any:
-        try:
-            backend, galleries, extra = install_fields(await object_body(request))
-        except BadRequest as exc:
-            return exc.response()
-        node = await backend_node(state.pool, node_id)
-        if isinstance(node, JSONResponse):
-            return node
-        if refusal := _refuse_node(node):
-            return refusal
-        op_id = await queue_intent(state, node, backend, backend_ops.UPGRADE, galleries=galleries, request=extra)
-        return accepted(op_id, "backend upgrade started")
+        return await queue(node_id, request, backend_ops.UPGRADE, "backend upgrade started")
 
     @router.get("/api/backends/job/{job_id}")
     async def job(job_id: JobId) -> Any:
