@@ -3,7 +3,11 @@
 One run, on this machine, with its own PostgreSQL and NATS (embedded launchers); per round a fresh
 frontend and worker (a database of their own, the file hashed by neither side), Gemma 3 270M
 (llama-cpp) staged from the frontend's models directory:
-  cold     — POST /v1/chat/completions (stream) for the model: time to the first streamed byte;
+  cold     — POST /v1/chat/completions (stream) for the model: time to the first streamed byte, the worker
+             with its default spare llama-cpp process (--backend-prestart, started at boot; the request
+             is sent once it is up, as on any worker running for more than a second);
+  no spare — the same on a worker started with --backend-prestart= (the backend process starts with
+             the load, while the files stage);
   alone    — staging the same file to a fresh key on the worker (the uploader), the backend process
              start (`backend.install` over NATS), and llama-cpp-python's load + first token in a
              process of its own.
@@ -22,6 +26,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,10 +68,11 @@ print(time.perf_counter() - started)
 TIMELINE = (
     ("load job starts (placed)", "frontend", r"corral\.loading\.attempt: loading "),
     ("file received and verified", "worker", r"corral\.staging\.receiver: received .*/gemma"),
-    ("backend process answers (install)", "worker", r"backend llama-cpp for gemma.* ready"),
+    ("backend process answers (install)", "worker", r"backend llama-cpp for gemma.* (ready|took the spare)"),
     ("staging done (frontend)", "frontend", r"corral\.staging\.stager: staged "),
     ("LoadModel done", "frontend", r"corral\.loading\.attempt: model .* loaded on node"),
 )
+QUIET = ("--log-level", "info")  # the test default (debug) costs CPU the work alone does not pay
 LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
@@ -131,9 +137,18 @@ async def _staging_alone_s(c: Cluster, gguf: Path) -> float:
         return time.perf_counter() - started
 
 
+def _wait_for_spare(c: Cluster, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while "for spare:llama-cpp ready" not in c.workers[0].log():
+        if time.monotonic() > deadline:
+            raise SystemExit("the worker's spare llama-cpp process did not start")
+        time.sleep(0.05)
+
+
 @dataclass
 class Round:
     cold_s: float
+    no_spare_s: float
     staging_s: float
     install_s: float
     load_s: float
@@ -144,6 +159,10 @@ class Round:
     def ratio(self) -> float:
         return self.cold_s / (self.staging_s + self.load_s)
 
+    @property
+    def no_spare_ratio(self) -> float:
+        return self.no_spare_s / (self.staging_s + self.load_s)
+
 
 def _load_alone_s(gguf: Path) -> float:
     out = subprocess.run([sys.executable, "-c", LOAD_ALONE, str(gguf)], check=True, capture_output=True, text=True)
@@ -151,21 +170,46 @@ def _load_alone_s(gguf: Path) -> float:
 
 
 async def _stack_round(root: Path, pg_base: str, nats_url: str, shared_models: Path, index: int) -> Round:
-    """One fresh frontend + worker on a database of their own; the model's file known to neither side."""
-    name = f"cold_round_{index}"
+    no_spare = await _no_spare_cold_s(root, pg_base, nats_url, shared_models, index)
+    measured = await _spare_round(root, pg_base, nats_url, shared_models, index)
+    measured.no_spare_s = no_spare
+    return measured
+
+
+async def _fresh_cluster(root: Path, pg_base: str, nats_url: str, shared_models: Path, name: str) -> Cluster:
     admin = await asyncpg.connect(f"{pg_base}/postgres")
     await admin.execute(f'CREATE DATABASE "{name}"')
     await admin.close()
-    gguf = shared_models / GEMMA_FILE
-    hash_sidecar_path(gguf).unlink(missing_ok=True)  # the frontend has never hashed it either
-    stack = root / f"stack-{index}"
+    hash_sidecar_path(shared_models / GEMMA_FILE).unlink(missing_ok=True)  # the frontend has never hashed it
+    stack = root / name
     stack.mkdir()
     (stack / "frontend-models").symlink_to(shared_models)
-    c = Cluster(root=stack, database_url=f"{pg_base}/{name}", nats_url=nats_url)
+    return Cluster(root=stack, database_url=f"{pg_base}/{name}", nats_url=nats_url)
+
+
+async def _no_spare_cold_s(root: Path, pg_base: str, nats_url: str, shared_models: Path, index: int) -> float:
+    """The cold request on a worker that keeps no spare process (--backend-prestart=)."""
+    c = await _fresh_cluster(root, pg_base, nats_url, shared_models, f"cold_no_spare_{index}")
     try:
-        quiet = ("--log-level", "info")  # the test default (debug) costs CPU the work alone does not pay
-        c.start_frontend(*quiet)
-        c.start_worker("w1", *quiet)
+        c.start_frontend(*QUIET)
+        c.start_worker("w1", *QUIET)
+        httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
+                  headers=c.admin_headers, timeout=120).raise_for_status()
+        cold_s, _ = await _cold_ttft_s(c.frontend_url)
+    finally:
+        c.stop()
+        shutil.rmtree(c.root, ignore_errors=True)  # its pages are reused by the next round (see _touch_memory)
+    return cold_s
+
+
+async def _spare_round(root: Path, pg_base: str, nats_url: str, shared_models: Path, index: int) -> Round:
+    """One fresh frontend + worker on a database of their own; the model's file known to neither side."""
+    gguf = shared_models / GEMMA_FILE
+    c = await _fresh_cluster(root, pg_base, nats_url, shared_models, f"cold_round_{index}")
+    try:
+        c.start_frontend(*QUIET)
+        c.start_worker("w1", *QUIET, "--backend-prestart=llama-cpp")
+        _wait_for_spare(c)
         explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
                             headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
         explain.raise_for_status()
@@ -176,12 +220,25 @@ async def _stack_round(root: Path, pg_base: str, nats_url: str, shared_models: P
         install_s = await _install_alone_s(c)
     finally:
         c.stop()
-    return Round(cold_s, staging_s, install_s, float("nan"), warm_s, timeline)
+        shutil.rmtree(c.root, ignore_errors=True)
+    return Round(cold_s, float("nan"), staging_s, install_s, float("nan"), warm_s, timeline)
 
 
 def _median_row(label: str, values: list[float]) -> str:
     return (f"{label:<52} {statistics.median(values):>7.2f}  " + " ".join(f"{v:6.2f}" for v in values)
             + f"   spread {max(values) / min(values):4.2f}x")
+
+
+def _touch_memory(directory: Path, size_mib: int = 2048) -> None:
+    """Write and delete `size_mib` once. On a virtual machine, memory the guest never used costs a host fault
+    per page at first touch (seen here: a first 1 GiB write at 0.4 GB/s, the next at 4 GB/s): without this,
+    whichever figure writes first pays it and the rounds compare machines, not code."""
+    scratch = directory / "touch"
+    block = b"\0" * (1 << 20)
+    with open(scratch, "wb") as out:
+        for _ in range(size_mib):
+            out.write(block)
+    scratch.unlink()
 
 
 async def main() -> None:
@@ -197,6 +254,7 @@ async def main() -> None:
     shared_models.mkdir()
     prepare_gemma(shared_models)
     gguf = shared_models / GEMMA_FILE
+    _touch_memory(root)
     rounds: list[Round] = []
     try:
         for index in range(args.rounds):
@@ -206,7 +264,7 @@ async def main() -> None:
             measured = await _stack_round(root, pg.url_base, nats_server.url, shared_models, index)
             measured.load_s = load_s if load_first else _load_alone_s(gguf)
             rounds.append(measured)
-            print(f"round {index + 1}: cold {measured.cold_s:.2f}s, staging {measured.staging_s:.2f}s + "
+            print(f"round {index + 1}: cold {measured.cold_s:.2f}s (no spare {measured.no_spare_s:.2f}s), staging {measured.staging_s:.2f}s + "
                   f"load {measured.load_s:.2f}s -> x{measured.ratio:.2f}", flush=True)
     finally:
         nats_server.stop()
@@ -214,11 +272,13 @@ async def main() -> None:
     size_mib = gguf.stat().st_size >> 20
     print(f"\n{len(rounds)} rounds, load average {os.getloadavg()[0]:.1f}; median, then each round")
     print(_median_row("cold: first streamed byte of a fresh model", [r.cold_s for r in rounds]))
+    print(_median_row("cold, worker without a spare process", [r.no_spare_s for r in rounds]))
     print(_median_row(f"alone: staging transfer ({size_mib} MiB)", [r.staging_s for r in rounds]))
     print(_median_row("alone: backend process start (backend.install)", [r.install_s for r in rounds]))
     print(_median_row("alone: llama-cpp load + first token", [r.load_s for r in rounds]))
     print(_median_row("warm: first streamed byte of the loaded model", [r.warm_s for r in rounds]))
     print(_median_row("cold / (staging + load + first token)", [r.ratio for r in rounds]) + "  (target <= 1.2)")
+    print(_median_row("cold without a spare / (staging + load + first token)", [r.no_spare_ratio for r in rounds]))
     print("\nthe cold request's timeline (seconds since it was sent; from the logs, 1 ms resolution), per round:")
     for step, (label, _) in enumerate(rounds[0].timeline):
         values = [r.timeline[step][1] for r in rounds]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -127,3 +129,51 @@ def test_worker_sigterm_stops_its_backends_and_exits_zero(cluster: Cluster) -> N
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
     assert worker.stop() == 0
     assert "Traceback" not in worker.log()
+
+
+def _spare_pid(worker_log: str, backend: str) -> int:
+    match = re.search(rf"backend {backend} for spare:{backend} ready on port \d+ \(pid (\d+)\)", worker_log)
+    assert match, f"no spare {backend} process started:\n{worker_log[-3000:]}"
+    return int(match.group(1))
+
+
+def _wait_log(worker, text: str, timeout_s: float = 60.0) -> str:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while text not in (log := worker.log()):
+        assert time.monotonic() < deadline, f"worker never logged {text!r}:\n{log[-3000:]}"
+        time.sleep(0.05)
+    return log
+
+
+async def test_a_cold_load_is_served_by_the_workers_spare_process(cluster: Cluster) -> None:
+    """--backend-prestart: the worker keeps a started backend process; the first load of a model takes it (the
+    replica's address is the spare's port, its pid the spare's), and the worker's SIGTERM stops spare and all."""
+    base = free_port_pair()
+    worker = spawn("w-spare", [*cluster.worker_argv("w-spare", base), "--backend-prestart=simulator"],
+                   cluster.root / "logs")
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
+    spare_pid = _spare_pid(_wait_log(worker, "for spare:simulator ready"), "simulator")
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        conn = await asyncpg.connect(cluster.database_url)
+        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = 'w-spare'")
+        await conn.close()
+        msg = await nc.request(f"nodes.{node_id}.backend.install",
+                               b'{"backend":"simulator","model_id":"spare-check","replica_index":0}', timeout=30)
+        address = json.loads(msg.data)["address"]
+    finally:
+        await nc.close()
+    assert backend_pid(address.rpartition(":")[2]) == spare_pid
+    assert "took the spare process" in worker.log()
+    assert worker.stop() == 0
+    assert gone(spare_pid)
+
+
+def test_a_worker_keeps_a_llama_cpp_spare_by_default_and_stops_it_with_itself(cluster: Cluster) -> None:
+    base = free_port_pair()
+    argv = [arg for arg in cluster.worker_argv("w-default", base) if not arg.startswith("--backend-prestart")]
+    worker = spawn("w-default", argv, cluster.root / "logs")
+    wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
+    spare_pid = _spare_pid(_wait_log(worker, "for spare:llama-cpp ready"), "llama-cpp")
+    assert worker.stop() == 0
+    assert gone(spare_pid)

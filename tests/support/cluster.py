@@ -98,6 +98,9 @@ class Cluster:
     worker_ports: list[int] = field(default_factory=list)
     others: list[Proc] = field(default_factory=list)  # frontends from spawn_frontend, checked for stalls at stop
     fail_on_loop_stalls: bool = True  # benchmarks saturate the loop on purpose: they report, not fail
+    # Workers keep no spare backend process unless a test asks (most run the simulator; a llama-cpp spare per
+    # worker would only add CPU): `--backend-prestart` as the worker's default is tested on its own.
+    backend_prestart: str = ""
 
     @property
     def models_dir(self) -> Path:
@@ -131,7 +134,7 @@ class Cluster:
             "--serve-addr", f"127.0.0.1:{base_port}", "--advertise-addr", f"127.0.0.1:{base_port}",
             "--http-addr", f"127.0.0.1:{base_port - 1}", "--models-path", str(self.root / name / "models"),
             "--backends-path", str(self.root / name / "backends"),
-            "--heartbeat-interval", "2s", "--log-level", "debug",
+            "--heartbeat-interval", "2s", "--log-level", "debug", f"--backend-prestart={self.backend_prestart}",
         ]
 
     def node_token(self, name: str) -> str:

@@ -97,6 +97,7 @@ class WorkerSettings:
     max_replicas_per_model: int
     allow_unauthenticated: bool
     backend_start_timeout_s: float
+    backend_prestart: tuple[str, ...]
     backends_path: str
     backends_system_path: str
     backend_galleries: str

@@ -55,6 +55,8 @@ def table(ref: str) -> Sequence[Setting]:
 def _render(tp: object) -> str:
     if tp is type(None):
         return "None"
+    if tp is Ellipsis:
+        return "..."
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_render(a) for a in args)

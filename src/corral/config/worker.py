@@ -15,6 +15,22 @@ from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 from corral.config.staging import WORKER_STAGING_SETTINGS
 
+PRESTART_MAX_BACKENDS = 8
+
+
+def parse_backend_names(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of backend names (`llama-cpp,whisper`); empty for none."""
+    from corral.gallery.names import backend_name_problem
+
+    names = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
+    for name in names:
+        if (problem := backend_name_problem(name)) is not None:
+            raise ValueError(f"backend name {problem}")
+    if len(names) > PRESTART_MAX_BACKENDS:
+        raise ValueError(f"at most {PRESTART_MAX_BACKENDS} backends, got {len(names)}")
+    return names
+
+
 WORKER_SETTINGS: tuple[Setting, ...] = (
     Setting("register_to", "--register-to", ("LOCALAI_REGISTER_TO",), None, parse_http_url,
             "frontend base URL to register with (http://frontend:8080)", required=True),
@@ -49,6 +65,9 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             is_switch=True),
     Setting("backend_start_timeout_s", "--backend-start-timeout", ("LOCALAI_BACKEND_START_TIMEOUT",), 30.0,
             parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
+    Setting("backend_prestart", "--backend-prestart", ("CORRAL_BACKEND_PRESTART",), ("llama-cpp",),
+            parse_backend_names, "backends kept as one started spare process each, so a cold load does not pay "
+            "the process start while its files stage (comma-separated names; empty: none)"),
     Setting("backends_path", "--backends-path", ("LOCALAI_BACKENDS_PATH",), "./backends",
             help="where backends are installed from galleries (one directory each: run.sh + metadata.json)"),
     Setting("backends_system_path", "--backends-system-path", ("LOCALAI_BACKENDS_SYSTEM_PATH",),

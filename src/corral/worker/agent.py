@@ -62,7 +62,7 @@ class Worker:
             bind_host=self.addresses.serve_host, token=settings.registration_token,
             start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
             logs=self.backend_logs,
-            registry=self.backends.registry,
+            registry=self.backends.registry, prestart=settings.backend_prestart,
         )
         self.log_handlers = LogHandlers(self.backend_logs, lambda: (self.nc, self.node_id))
         self.prober = BackendProber(self.supervisor)
@@ -205,6 +205,7 @@ class Worker:
         await self.handlers.subscribe()
         self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)
         self.subscribed = True
+        self.supervisor.keep_spares()
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
                  self.addresses.max_port, host, port)
         loops_stop = asyncio.Event()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MAX_LINES = 1000
 MAX_LINE_CHARS = 2048
@@ -73,6 +73,22 @@ class BackendLogs:
         self._logs.move_to_end(process_key)
         while len(self._logs) > self.max_keys:
             self._logs.popitem(last=False)
+
+    def rename(self, old_key: str, new_key: str) -> None:
+        """A process now serves `new_key` (a spare handed over): its lines so far move with it, after any
+        earlier run's lines of `new_key`."""
+        moved = self._logs.pop(old_key, None)
+        if moved is None:
+            return
+        target = self._logs.get(new_key)
+        if target is None:
+            target = KeyLog(new_key, moved.backend, collections.deque(maxlen=self.max_lines))
+            self._logs[new_key] = target
+        for line in moved.lines:
+            target.lines.append(replace(line, seq=target.next_seq, process_key=new_key))
+            target.next_seq += 1
+        target.backend, target.running, target.started_at = moved.backend, moved.running, moved.started_at
+        self._logs.move_to_end(new_key)
 
     def ended(self, process_key: str) -> None:
         log = self._logs.get(process_key)

@@ -164,7 +164,8 @@ class BackendOps:
             if installed.metadata.alias:
                 names.add(installed.metadata.alias)
         keys = self.supervisor.keys_of_backend(names)
-        await asyncio.gather(*(self.supervisor.stop_key(key) for key in keys))
+        await asyncio.gather(*(self.supervisor.stop_key(key) for key in keys),
+                             self.supervisor.drop_spares(names))  # not replicas: not reported
         return keys
 
     async def _upgrade(self, name: str, galleries: list[GalleryRef],

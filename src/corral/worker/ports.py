@@ -88,6 +88,13 @@ class PortAllocator:
         self._quarantine_until_s[port] = now + PORT_QUARANTINE_S
         self._claims[port] = _Claim(key, now + PORT_AFFINITY_S)
 
+    def rekey(self, port: int, old_key: str, new_key: str) -> None:
+        """The running process on `port` now serves `new_key` (a spare handed over): it holds the port from now on."""
+        if self._in_use.get(port) != old_key:
+            raise ValueError(f"port {port} is not held by {old_key!r}")
+        self._in_use[port] = new_key
+        self._claims[port] = _Claim(new_key, None)
+
     def set_aside_busy(self, key: str, port: int) -> None:
         """A backend could not bind `port` (another process holds it): give it up, keep no affinity to it,
         and do not hand it out again for BUSY_PORT_HOLD_S."""

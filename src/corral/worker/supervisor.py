@@ -10,6 +10,14 @@ bounded per-key log (`backend_logs`), which operators read and follow over NATS.
 group, so a run.sh that starts its server without `exec` (as the reference's do) leaves nothing
 behind. run.sh gets PR_SET_PDEATHSIG so it dies with the worker even on SIGKILL (what it started
 relies on its own parent watch then, as the reference's backends do).
+
+Spare processes (`--backend-prestart`): a backend's process does not depend on the model it will
+serve (its port, token and environment are the worker's), so the worker keeps one started, READY
+process of each named backend. A cold load takes it instead of paying the interpreter's start while
+its files stage on the same CPUs; a new spare starts once the worker has started nothing for
+SPARE_REFILL_DELAY_S, so the refill never competes with the load that took the last one. Spares are
+not replicas: they are absent from `processes` (lists, drain, readiness) and stopped with the worker,
+or when their backend is upgraded or deleted.
 """
 
 from __future__ import annotations
@@ -32,11 +40,15 @@ from corral.backends.model_root import MODELS_ROOT_ENV
 from corral.gallery.registry import BackendRegistry, InstalledBackend
 from corral.proto import backend_pb2, backend_pb2_grpc
 from corral.worker.backend_logs import BackendLogs
-from corral.worker.ports import PortAllocator
+from corral.worker.ports import PortAllocator, PortRangeExhausted
 
 log = logging.getLogger(__name__)
 
-READINESS_POLL_S = 0.2
+SPARE_KEY_PREFIX = "spare:"
+SPARE_REFILL_DELAY_S = 10.0  # quiet time (no backend started) before a taken spare is replaced
+READINESS_POLL_S = 0.2  # after an answer that is not OK yet
+READINESS_WAIT_S = 0.25  # one wait for the port to open, between checks that the process still lives
+READY_REDIAL_MS = 10
 READINESS_PROBE_TIMEOUT_S = 2.0
 FREE_TIMEOUT_S = 5.0
 STOP_GRACE_S = 5.0
@@ -149,6 +161,15 @@ _PROBE_CHANNEL_OPTIONS = [
 ]
 
 
+# While a backend starts, its port is dialled every READY_REDIAL_MS until it listens (a refused connect is cheap).
+_READY_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", READY_REDIAL_MS),
+    ("grpc.min_reconnect_backoff_ms", READY_REDIAL_MS),
+    ("grpc.max_reconnect_backoff_ms", READY_REDIAL_MS),
+    ("grpc.enable_retries", 0),
+]
+
+
 async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     async with grpc.aio.insecure_channel(address, options=_PROBE_CHANNEL_OPTIONS) as channel:
@@ -163,7 +184,7 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 class Supervisor:
     def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
                  models_root: Path | None = None, registry: BackendRegistry | None = None,
-                 logs: BackendLogs | None = None) -> None:
+                 logs: BackendLogs | None = None, prestart: tuple[str, ...] = ()) -> None:
         self.ports = ports
         self.registry = registry or BackendRegistry(Path("backends").resolve())
         self.logs = logs if logs is not None else BackendLogs()
@@ -173,6 +194,11 @@ class Supervisor:
         self.start_timeout_s = start_timeout_s
         self.processes: dict[str, BackendProcess] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.prestart = prestart  # backend names kept as a started spare process
+        self.spares: dict[str, BackendProcess] = {}  # configured name -> READY spare
+        self._spare_starts: dict[str, asyncio.Task[BackendProcess | None]] = {}
+        self._last_start_s = time.monotonic()
+        self._stopping = False
 
     async def _installed(self, backend: str | InstalledBackend) -> InstalledBackend:
         if isinstance(backend, InstalledBackend):
@@ -207,7 +233,7 @@ class Supervisor:
                 return await self._start(key, installed)
             if current:
                 await self._stop(current, force=False)
-            return await self._start(key, installed)
+            return await self._take_spare(key, installed) or await self._start(key, installed)
 
     async def _start(self, key: str, backend: InstalledBackend) -> BackendProcess:
         """Start a backend; a port some other process holds is set aside and the next one tried."""
@@ -220,7 +246,8 @@ class Supervisor:
                 self.ports.set_aside_busy(key, busy.port)
         return await self._start_on(key, backend, self.ports.allocate(key))
 
-    async def _start_on(self, key: str, backend: InstalledBackend, port: int) -> BackendProcess:
+    async def _start_on(self, key: str, backend: InstalledBackend, port: int, *,
+                        spare_of: str | None = None) -> BackendProcess:
         env = dict(os.environ)
         env[PYTHON_ENV] = sys.executable
         if self.token:
@@ -247,7 +274,10 @@ class Supervisor:
                                         f"(pid {process.pid})")
         proc._reader = asyncio.create_task(self._read_stream(proc, "stderr"), name=f"stderr:{key}")
         proc._out_reader = asyncio.create_task(self._read_stream(proc, "stdout"), name=f"stdout:{key}")
-        self.processes[key] = proc
+        if spare_of is None:
+            self.processes[key] = proc
+        else:
+            self.spares[spare_of] = proc
         try:
             await self._wait_ready(proc)
         except BackendStartFailed as exc:
@@ -259,6 +289,79 @@ class Supervisor:
         log.info("backend %s for %s ready on port %d (pid %d)", backend.name, key, port, process.pid)
         return proc
 
+    # -- spares ------------------------------------------------------------------------------------------
+
+    def keep_spares(self) -> None:
+        """Start a spare of every --backend-prestart backend now (at worker start)."""
+        for name in self.prestart:
+            self._refill(name, delay_s=0.0)
+
+    def _refill(self, name: str, *, delay_s: float) -> None:
+        running = self._spare_starts.get(name)
+        if self._stopping or name not in self.prestart or (running is not None and not running.done()):
+            return
+        self._spare_starts[name] = asyncio.create_task(self._start_spare(name, delay_s), name=f"spare:{name}")
+
+    async def _start_spare(self, name: str, delay_s: float) -> BackendProcess | None:
+        """After `delay_s` with no backend started: start the spare of `name` (None when it cannot run)."""
+        while (wait_s := self._last_start_s + delay_s - time.monotonic()) > 0:
+            await asyncio.sleep(wait_s)
+        current = self.spares.get(name)
+        if current is not None and current.alive():
+            return current
+        installed = await asyncio.to_thread(self.registry.find, name)
+        if installed is None:
+            log.warning("no spare process for backend %r: it is not installed (--backend-prestart)", name)
+            return None
+        key = SPARE_KEY_PREFIX + installed.name
+        try:
+            return await self._start_on(key, installed, self.ports.allocate(key), spare_of=name)
+        except (BackendStartFailed, PortRangeExhausted) as exc:
+            log.warning("spare process for backend %r did not start (loads start their own): %s", name, exc)
+            return None
+
+    async def _take_spare(self, key: str, installed: InstalledBackend) -> BackendProcess | None:
+        """The spare of `installed` handed over to `key` (READY, same install), or None: the caller starts one."""
+        self._last_start_s = time.monotonic()
+        for name in self.prestart:
+            starting = self._spare_starts.get(name)
+            spare = self.spares.get(name)
+            if spare is None or not installed.answers_to(spare.backend):
+                continue
+            if starting is not None and not starting.done():  # ahead of a fresh start: wait for it
+                await asyncio.shield(starting)
+            if self.spares.get(name) is not spare:
+                continue
+            del self.spares[name]
+            self._refill(name, delay_s=SPARE_REFILL_DELAY_S)
+            if not (spare.alive() and spare.state is BackendState.READY and self._same_install(spare, installed)
+                    and await _probe_health(spare.local_address, self.token, READINESS_PROBE_TIMEOUT_S)):
+                await self._stop(spare, force=True, kill=True)
+                continue
+            self.ports.rekey(spare.port, spare.key, key)
+            self.logs.rename(spare.key, key)
+            spare.key = key
+            self.processes[key] = spare
+            log.info("backend %s for %s: took the spare process on port %d (pid %d)", spare.backend, key,
+                     spare.port, spare.process.pid)
+            return spare
+        return None
+
+    async def drop_spares(self, names: set[str]) -> list[str]:
+        """Stop the spares of a backend being upgraded or deleted (a refill starts the new install later)."""
+        dropped: list[str] = []
+        for name, spare in list(self.spares.items()):
+            if spare.backend in names:
+                starting = self._spare_starts.get(name)
+                if starting is not None and not starting.done():
+                    starting.cancel()
+                    await asyncio.gather(starting, return_exceptions=True)
+                self.spares.pop(name, None)
+                await self._stop(spare, force=True)
+                dropped.append(spare.key)
+                self._refill(name, delay_s=SPARE_REFILL_DELAY_S)
+        return dropped
+
     async def _read_stream(self, proc: BackendProcess, name: str) -> None:
         stream = proc.process.stderr if name == "stderr" else proc.process.stdout
         if stream is None:
@@ -269,7 +372,7 @@ class Supervisor:
             except ValueError:  # a line over the stream limit (64 KiB): keep what was read, go on
                 line = await stream.read(STREAM_CHUNK_BYTES)
             if not line:
-                if name == "stderr" and self.processes.get(proc.key) is proc:
+                if name == "stderr" and (self.processes.get(proc.key) is proc or proc in self.spares.values()):
                     self.logs.ended(proc.key)
                 return
             text = line.decode(errors="replace").rstrip()
@@ -279,24 +382,42 @@ class Supervisor:
             log.debug("[%s] %s", proc.key, text)
 
     async def _wait_ready(self, proc: BackendProcess) -> None:
+        """Until Health answers OK: one channel that redials every READY_REDIAL_MS while the port is closed, so
+        readiness is seen within a few ms of the backend listening (not at the next poll), and the process is
+        checked for an early exit between waits."""
         deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                if proc._reader:
-                    await asyncio.wait({proc._reader}, timeout=1.0)
-                if proc._out_reader:
-                    await asyncio.wait({proc._out_reader}, timeout=1.0)
-                tail = "\n".join(self.logs.tail(proc.key, STDERR_TAIL_LINES))
-                raise BackendStartFailed(
-                    f"backend {proc.backend!r} for {proc.key} exited with code {proc.process.returncode} "
-                    f"while starting; last output lines:\n{tail}"
-                )
-            if await _probe_health(proc.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
-                return
-            await asyncio.sleep(READINESS_POLL_S)
+        metadata = (("authorization", f"Bearer {self.token}"),) if self.token else None
+        async with grpc.aio.insecure_channel(proc.local_address, options=_READY_CHANNEL_OPTIONS) as channel:
+            stub = backend_pb2_grpc.BackendStub(channel)
+            while (left := deadline - time.monotonic()) > 0:
+                if not proc.alive():
+                    await self._raise_start_failed(proc)
+                try:
+                    reply = await stub.Health(backend_pb2.HealthMessage(), timeout=min(left, READINESS_WAIT_S),
+                                              metadata=metadata, wait_for_ready=True)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:
+                        await asyncio.sleep(READINESS_POLL_S)  # answered, but not OK (still starting, or auth)
+                    continue
+                if reply.message == b"OK":
+                    return
+                await asyncio.sleep(READINESS_POLL_S)
+        if not proc.alive():
+            await self._raise_start_failed(proc)
         raise BackendStartFailed(
             f"backend {proc.backend!r} for {proc.key} did not answer gRPC Health within "
             f"{self.start_timeout_s:g}s; raise LOCALAI_BACKEND_START_TIMEOUT (--backend-start-timeout)"
+        )
+
+    async def _raise_start_failed(self, proc: BackendProcess) -> None:
+        if proc._reader:
+            await asyncio.wait({proc._reader}, timeout=1.0)
+        if proc._out_reader:
+            await asyncio.wait({proc._out_reader}, timeout=1.0)
+        tail = "\n".join(self.logs.tail(proc.key, STDERR_TAIL_LINES))
+        raise BackendStartFailed(
+            f"backend {proc.backend!r} for {proc.key} exited with code {proc.process.returncode} "
+            f"while starting; last output lines:\n{tail}"
         )
 
     async def _free(self, proc: BackendProcess) -> bool:
@@ -336,6 +457,9 @@ class Supervisor:
         self.ports.release(proc.key, proc.port)
         if self.processes.get(proc.key) is proc:
             del self.processes[proc.key]
+        for name, spare in list(self.spares.items()):
+            if spare is proc:
+                del self.spares[name]
         return freed
 
     async def stop_key(self, key: str, *, force: bool = False) -> tuple[bool, bool]:
@@ -362,4 +486,10 @@ class Supervisor:
         ]
 
     async def stop_all(self, *, force: bool = False) -> None:
-        await asyncio.gather(*(self.stop_key(key, force=force) for key in list(self.processes)))
+        self._stopping = True
+        starts = [task for task in self._spare_starts.values() if not task.done()]
+        for task in starts:
+            task.cancel()
+        await asyncio.gather(*starts, return_exceptions=True)
+        await asyncio.gather(*(self.stop_key(key, force=force) for key in list(self.processes)),
+                             *(self._stop(spare, force=True) for spare in list(self.spares.values())))

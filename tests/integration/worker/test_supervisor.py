@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -87,3 +88,95 @@ async def test_a_port_another_process_holds_is_set_aside_and_the_backend_starts_
         assert again.port != base  # the held port is not handed back by affinity or quarantine's end
     finally:
         squatter.close()
+
+
+# --- spare processes (--backend-prestart) ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def spared():
+    base = _free_base()
+    sup = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token="t0k", start_timeout_s=30,
+                     prestart=("simulator",))
+    yield sup
+    await sup.stop_all(force=True)
+
+
+async def _spare_ready(sup: Supervisor, name: str = "simulator"):
+    proc = await sup._spare_starts[name]
+    assert proc is not None and proc.state is BackendState.READY
+    return proc
+
+
+async def test_a_cold_start_takes_the_spare_process_and_its_port_and_log(spared: Supervisor) -> None:
+    spared.keep_spares()
+    spare = await _spare_ready(spared)
+    pid, port = spare.process.pid, spare.port
+    assert spared.processes == {}  # a spare is not a replica: no list, drain or readiness sees it
+    assert spared.ports.in_use == {port: "spare:simulator"}
+
+    proc = await spared.ensure("m#0", "simulator")
+
+    assert proc.process.pid == pid and proc.port == port and proc.key == "m#0"
+    assert spared.processes == {"m#0": proc} and spared.spares == {}
+    assert spared.ports.in_use == {port: "m#0"}
+    assert any("starting backend 'simulator'" in line for line in spared.logs.tail("m#0", 20))
+    assert not spared.logs.known("spare:simulator")
+    assert await _probe_health(proc.local_address, "t0k", 2.0)
+
+
+async def test_a_taken_spare_is_replaced_only_after_the_worker_started_nothing_for_a_while(
+        spared: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    import corral.worker.supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "SPARE_REFILL_DELAY_S", 1.0)
+    spared.keep_spares()
+    first = await _spare_ready(spared)
+    await spared.ensure("a#0", "simulator")  # takes it; the refill waits for a quiet second
+    await spared.ensure("b#0", "simulator")  # no spare now: started fresh, and the quiet second restarts
+    assert spared.processes["b#0"].process.pid != first.process.pid
+    assert "simulator" not in spared.spares
+    refill = await _spare_ready(spared)
+    assert refill.process.pid not in {first.process.pid, spared.processes["b#0"].process.pid}
+    assert refill.key == "spare:simulator"
+
+
+async def test_a_dead_spare_is_not_handed_over(spared: Supervisor) -> None:
+    spared.keep_spares()
+    spare = await _spare_ready(spared)
+    spare.process.kill()
+    await spare.process.wait()
+    proc = await spared.ensure("m#0", "simulator")
+    assert proc.process.pid != spare.process.pid and proc.alive()
+    assert proc.port in spared.ports.in_use
+
+
+async def test_a_load_arriving_while_the_spare_starts_waits_for_it_instead_of_starting_another(
+        spared: Supervisor) -> None:
+    spared.keep_spares()
+    while "simulator" not in spared.spares:  # spawned, not answering Health yet
+        await asyncio.sleep(0.005)
+    starting = spared.spares["simulator"]
+    proc = await spared.ensure("m#0", "simulator")
+    assert proc is starting and proc.state is BackendState.READY
+
+
+async def test_upgrade_or_delete_of_a_backend_stops_its_spare(spared: Supervisor) -> None:
+    spared.keep_spares()
+    spare = await _spare_ready(spared)
+    assert await spared.drop_spares({"simulator"}) == ["spare:simulator"]
+    assert not spare.alive() and spared.spares == {} and spared.ports.in_use == {}
+
+
+async def test_stopping_the_worker_stops_its_spares(spared: Supervisor) -> None:
+    spared.keep_spares()
+    spare = await _spare_ready(spared)
+    await spared.stop_all()
+    assert not spare.alive() and spared.spares == {}
+
+
+async def test_a_spare_of_a_backend_that_is_not_installed_is_skipped(supervisor: Supervisor) -> None:
+    supervisor.prestart = ("no-such-engine",)
+    supervisor.keep_spares()
+    assert await supervisor._spare_starts["no-such-engine"] is None
+    assert supervisor.spares == {} and supervisor.ports.in_use == {}

@@ -92,3 +92,18 @@ def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spe
     assert (custom.prefix_cache, custom.prefix_cache_ttl_s, custom.prefix_index_max_blocks) == (False, 90.0, 5000)
     with pytest.raises(ConfigError, match="CORRAL_PREFIX_INDEX_MAX_BLOCKS"):
         load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {"CORRAL_PREFIX_INDEX_MAX_BLOCKS": "0"})
+
+
+def test_backend_prestart_defaults_to_llama_cpp_and_an_empty_value_means_none() -> None:
+    required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
+    assert load("corral worker", "", WORKER_SETTINGS, required, {}).backend_prestart == ("llama-cpp",)
+    assert load("corral worker", "", WORKER_SETTINGS, [*required, "--backend-prestart="], {}).backend_prestart == ()
+    env = {"CORRAL_BACKEND_PRESTART": " llama-cpp , whisper,llama-cpp"}
+    assert load("corral worker", "", WORKER_SETTINGS, required, env).backend_prestart == ("llama-cpp", "whisper")
+
+
+@pytest.mark.parametrize("raw", ["../etc", "a/b", ",".join(f"b{i}" for i in range(9))])
+def test_backend_prestart_refuses_paths_and_long_lists_naming_the_flag(raw: str) -> None:
+    required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
+    with pytest.raises(ConfigError, match="--backend-prestart"):
+        load("corral worker", "", WORKER_SETTINGS, [*required, f"--backend-prestart={raw}"], {})

@@ -52,3 +52,19 @@ def test_a_snapshot_keeps_the_newest_lines_that_fit() -> None:
     kept = fit(lines, budget=2000)
     assert kept and kept[-1]["seq"] == 100 and kept[0]["seq"] > 80
     assert sum(len(json.dumps(k)) + 1 for k in kept) <= 2000
+
+
+def test_a_spare_process_handed_over_brings_its_lines_after_the_keys_earlier_run() -> None:
+    logs = BackendLogs()
+    logs.append("m#0", "stderr", "earlier run")
+    logs.ended("m#0")
+    logs.started("spare:simulator", "simulator")
+    logs.append("spare:simulator", "stderr", "starting")
+    logs.rename("spare:simulator", "m#0")
+    assert [(line.seq, line.process_key, line.text) for line in logs.lines("m#0", 10)] == [
+        (1, "m#0", "earlier run"), (2, "m#0", "starting")]
+    assert not logs.known("spare:simulator")
+    assert logs.models()[0]["running"] is True
+    assert logs.append("m#0", "stdout", "next").seq == 3
+    logs.rename("gone", "m#1")  # nothing to move: nothing made up
+    assert not logs.known("m#1")

@@ -74,3 +74,18 @@ def test_addresses_follow_the_reference_precedence() -> None:
                           advertise_addr="", advertise_http_addr="", hostname="box")
     assert (b.base_port, b.max_port, b.advertise_grpc, b.advertise_http) == (6000, 6100, "10.0.0.5:6000",
                                                                             "10.0.0.5:5999")
+
+
+def test_a_handed_over_spare_keeps_its_port_under_its_new_key() -> None:
+    clock = Clock()
+    ports = PortAllocator(50051, 50060, clock)
+    port = ports.allocate("spare:llama-cpp")
+    ports.rekey(port, "spare:llama-cpp", "m#0")
+    assert ports.in_use == {port: "m#0"}
+    ports.release("spare:llama-cpp", port)  # the old key no longer holds it
+    assert ports.in_use == {port: "m#0"}
+    ports.release("m#0", port)
+    clock.now_s += PORT_QUARANTINE_S + 1
+    assert ports.allocate("m#0") == port  # affinity follows the new key
+    with pytest.raises(ValueError, match="not held by"):
+        ports.rekey(port, "spare:llama-cpp", "x#0")
