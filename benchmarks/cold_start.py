@@ -99,7 +99,8 @@ async def _corral(database_url: str) -> tuple[float, float, int, int]:
     root = Path(tempfile.mkdtemp(prefix="corral-bench-cold-", dir="/var/tmp"))
     root.mkdir(parents=True, exist_ok=True)
     (root / "frontend-models").symlink_to(MODELS_DIR)
-    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
+    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False,
+                      backend_prestart="llama-cpp")  # the worker's default, as `corral up` runs it
     watch = ("--slow-callback-ms", str(WATCH_MS))
     try:
         cluster.start_frontend(*watch)

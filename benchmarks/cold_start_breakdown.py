@@ -42,6 +42,8 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from machine import touch_memory  # noqa: E402
+
 from corral.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
 from corral.staging.hashing import hash_sidecar_path  # noqa: E402
@@ -198,7 +200,7 @@ async def _no_spare_cold_s(root: Path, pg_base: str, nats_url: str, shared_model
         cold_s, _ = await _cold_ttft_s(c.frontend_url)
     finally:
         c.stop()
-        shutil.rmtree(c.root, ignore_errors=True)  # its pages are reused by the next round (see _touch_memory)
+        shutil.rmtree(c.root, ignore_errors=True)  # its pages are reused by the next round (see machine.touch_memory)
     return cold_s
 
 
@@ -229,18 +231,6 @@ def _median_row(label: str, values: list[float]) -> str:
             + f"   spread {max(values) / min(values):4.2f}x")
 
 
-def _touch_memory(directory: Path, size_mib: int = 2048) -> None:
-    """Write and delete `size_mib` once. On a virtual machine, memory the guest never used costs a host fault
-    per page at first touch (seen here: a first 1 GiB write at 0.4 GB/s, the next at 4 GB/s): without this,
-    whichever figure writes first pays it and the rounds compare machines, not code."""
-    scratch = directory / "touch"
-    block = b"\0" * (1 << 20)
-    with open(scratch, "wb") as out:
-        for _ in range(size_mib):
-            out.write(block)
-    scratch.unlink()
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
@@ -254,7 +244,7 @@ async def main() -> None:
     shared_models.mkdir()
     prepare_gemma(shared_models)
     gguf = shared_models / GEMMA_FILE
-    _touch_memory(root)
+    touch_memory(root)
     rounds: list[Round] = []
     try:
         for index in range(args.rounds):
