@@ -141,7 +141,7 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
         async def on_node_message(_msg: object) -> None:
             node_messages[0] += 1
 
-        for node_id in ids:
+        for node_id, _node_token in ids:
             await nc.subscribe(f"nodes.{node_id}.>", cb=on_node_message)
         await nc.flush()
         interval_s = BEAT_INTERVAL_S / COMPRESSION
