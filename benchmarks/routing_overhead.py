@@ -36,7 +36,7 @@ from corral.embedded import port_open  # noqa: E402
 from support.cluster import Cluster, free_port  # noqa: E402
 
 SERIAL = 400
-CONCURRENT = 2000
+CONCURRENT = 10000  # at c=16: long enough (1-2 s) that the CPU figure is not one clock tick in ten
 CONCURRENCY = 16
 # frontend processes on one port (`corral run --http-workers N`), e.g. CORRAL_BENCH_HTTP_WORKERS=1 for one run
 HTTP_WORKERS = tuple(int(n) for n in os.environ.get("CORRAL_BENCH_HTTP_WORKERS", "1,2").split(","))
