@@ -1,13 +1,15 @@
 """Cold start: first token of a model no worker holds yet, vs. the work itself measured alone.
 
 One run, on this machine, with its own PostgreSQL and NATS (embedded launchers); per round a fresh
-frontend and worker (a database of their own, the file hashed by neither side), Gemma 3 270M
+frontend and worker (a database of their own; the file's hash sidecar deleted, so the frontend hashes
+it at its start, --prehash-models, and the worker has never seen it), Gemma 3 270M
 (llama-cpp) staged from the frontend's models directory:
   cold     — POST /v1/chat/completions (stream) for the model: time to the first streamed byte, the worker
              with its default spare llama-cpp process (--backend-prestart, started at boot; the request
              is sent once it is up, as on any worker running for more than a second);
-  no spare — the same on a worker started with --backend-prestart= (the backend process starts with
-             the load, while the files stage);
+  bare     — the same without either head start: a worker started with --backend-prestart= (the
+             backend process starts with the load) and a frontend with --prehash-models=false (it hashes
+             the file while it transfers it), both on the same CPUs as the transfer;
   alone    — staging the same file to a fresh key on the worker (the uploader), the backend process
              start (`backend.install` over NATS), and llama-cpp-python's load + first token in a
              process of its own.
@@ -147,6 +149,15 @@ def _wait_for_spare(c: Cluster, timeout_s: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def _wait_for_prehash(c: Cluster, timeout_s: float = 60.0) -> None:
+    assert c.frontend is not None
+    deadline = time.monotonic() + timeout_s
+    while f"pre-hashed {c.models_dir.resolve() / GEMMA_FILE}" not in c.frontend.log():
+        if time.monotonic() > deadline:
+            raise SystemExit("the frontend did not pre-hash the model")
+        time.sleep(0.05)
+
+
 @dataclass
 class Round:
     cold_s: float
@@ -190,10 +201,10 @@ async def _fresh_cluster(root: Path, pg_base: str, nats_url: str, shared_models:
 
 
 async def _no_spare_cold_s(root: Path, pg_base: str, nats_url: str, shared_models: Path, index: int) -> float:
-    """The cold request on a worker that keeps no spare process (--backend-prestart=)."""
+    """The cold request on a worker that keeps no spare process, from a frontend that does not pre-hash."""
     c = await _fresh_cluster(root, pg_base, nats_url, shared_models, f"cold_no_spare_{index}")
     try:
-        c.start_frontend(*QUIET)
+        c.start_frontend(*QUIET, "--prehash-models=false")
         c.start_worker("w1", *QUIET)
         httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
                   headers=c.admin_headers, timeout=120).raise_for_status()
@@ -212,6 +223,7 @@ async def _spare_round(root: Path, pg_base: str, nats_url: str, shared_models: P
         c.start_frontend(*QUIET)
         c.start_worker("w1", *QUIET, "--backend-prestart=llama-cpp")
         _wait_for_spare(c)
+        _wait_for_prehash(c)
         explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
                             headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
         explain.raise_for_status()
@@ -262,13 +274,13 @@ async def main() -> None:
     size_mib = gguf.stat().st_size >> 20
     print(f"\n{len(rounds)} rounds, load average {os.getloadavg()[0]:.1f}; median, then each round")
     print(_median_row("cold: first streamed byte of a fresh model", [r.cold_s for r in rounds]))
-    print(_median_row("cold, worker without a spare process", [r.no_spare_s for r in rounds]))
+    print(_median_row("cold, bare (no spare process, no pre-hash)", [r.no_spare_s for r in rounds]))
     print(_median_row(f"alone: staging transfer ({size_mib} MiB)", [r.staging_s for r in rounds]))
     print(_median_row("alone: backend process start (backend.install)", [r.install_s for r in rounds]))
     print(_median_row("alone: llama-cpp load + first token", [r.load_s for r in rounds]))
     print(_median_row("warm: first streamed byte of the loaded model", [r.warm_s for r in rounds]))
     print(_median_row("cold / (staging + load + first token)", [r.ratio for r in rounds]) + "  (target <= 1.2)")
-    print(_median_row("cold without a spare / (staging + load + first token)", [r.no_spare_ratio for r in rounds]))
+    print(_median_row("cold, bare / (staging + load + first token)", [r.no_spare_ratio for r in rounds]))
     print("\nthe cold request's timeline (seconds since it was sent; from the logs, 1 ms resolution), per round:")
     for step, (label, _) in enumerate(rounds[0].timeline):
         values = [r.timeline[step][1] for r in rounds]

@@ -4,7 +4,9 @@ HF_TOKEN), a reload that moves 0 bytes, disk-full refusal, and shared-models mod
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import nats
 import pytest
 
 from corral.models.defaults import write_tiny_model_config
+from corral.staging.hashing import hash_sidecar_path, read_trusted_hash
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.cut_proxy import CutProxy
 from support.fake_hub import FakeHub
@@ -146,6 +149,18 @@ async def test_reloading_a_model_on_the_same_worker_transfers_zero_bytes(cluster
     assert proxy.body_bytes_forwarded == 0
 
 
+def test_the_frontend_hashes_configured_model_files_at_start_before_any_request(cluster: Cluster) -> None:
+    """--prehash-models (on by default): a model's first staging finds its hash recorded, so it does not hash
+    while it transfers. Managed (Hugging Face) files are not there yet: hashed at their first load."""
+    path = cluster.models_dir / "big.bin"
+    deadline = time.monotonic() + 60
+    while read_trusted_hash(path) is None:
+        assert time.monotonic() < deadline, "the frontend never recorded big.bin's hash"
+        time.sleep(0.05)
+    assert read_trusted_hash(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert cluster.frontend is not None and f"pre-hashed {path}" in cluster.frontend.log()
+
+
 async def test_worker_without_disk_room_refuses_the_upload_and_the_client_sees_why(cluster: Cluster) -> None:
     _start_worker_behind_proxy(cluster, "tiny-disk", "--node-labels", "disk=tiny", "--staging-min-free", "1PiB")
     answer = await asyncio.to_thread(_chat, cluster, "needs-disk")
@@ -171,3 +186,4 @@ def test_shared_models_mode_loads_from_the_frontend_path_and_stages_nothing(shar
     answer = _chat(shared_cluster, "tiny-shared")
     assert answer.status_code == 200, answer.text
     assert not (shared_cluster.models_dir / "tiny-shared").exists()  # no staged copy under models/<tracking key>
+    assert not hash_sidecar_path(shared_cluster.models_dir / "tiny-shared.gguf").exists()  # nor pre-hashed

@@ -57,6 +57,7 @@ class FrontendSettings:
     nats_tls_key: str
     vector_store_database_url: str
     distributed_shared_models: bool
+    prehash_models: bool
     storage_url: str
     storage_bucket: str
     storage_region: str

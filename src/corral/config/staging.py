@@ -53,6 +53,9 @@ FRONTEND_STAGING_SETTINGS: tuple[Setting, ...] = (
             ("LOCALAI_DISTRIBUTED_SHARED_MODELS",), False, parse_bool,
             "every node mounts the models dir at the same path: skip staging, pass absolute paths",
             is_switch=True),
+    Setting("prehash_models", "--prehash-models", ("CORRAL_PREHASH_MODELS",), True, parse_bool,
+            "hash configured model files without a recorded hash at start and on config edits (one thread, "
+            "nice +10), so a model's first staging does not hash while it transfers"),
     *STORAGE_SETTINGS,
     Setting("hf_endpoint", "--hf-endpoint", ("HF_ENDPOINT",), DEFAULT_HF_ENDPOINT, parse_http_url,
             "Hugging Face hub the frontend downloads managed artifacts from"),

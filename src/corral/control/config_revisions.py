@@ -57,10 +57,16 @@ class ConfigRevisions:
         self.pool, self.nc, self.router, self.configs, self.models_dir = pool, nc, router, configs, models_dir
         self.aliases = aliases if aliases is not None else {}  # shared in place with routing and the reconciler
         self.cleanup_kick: Callable[[], Awaitable[None]] | None = None
+        self.on_config: Callable[[ModelConfig], None] | None = None  # a config became current (pre-hashing)
 
     async def start(self) -> None:
         await self.nc.subscribe(SUBJECT, cb=self._on_event)
         await self.reconcile_at_startup()
+
+    def _current(self, cfg: ModelConfig) -> None:
+        self.configs[cfg.name] = cfg
+        if self.on_config is not None:
+            self.on_config(cfg)
 
     # ---- files --------------------------------------------------------------------------------
 
@@ -93,7 +99,7 @@ class ConfigRevisions:
         if cfg.name != name:
             raise ModelConfigError(f"the stored configuration of {name!r} names another model ({cfg.name!r})")
         self._write(path, yaml_text)
-        self.configs[name] = cfg
+        self._current(cfg)
         log.info("adopted the cluster's configuration of %s (revision %s)", name, cfg.revision[:12])
 
     def _adopt_alias(self, name: str, data: dict[str, Any]) -> None:
@@ -151,7 +157,7 @@ class ConfigRevisions:
         path = self._path(name)
         cfg = parse_model_config(raw, path, self.models_dir)
         self._write(path, dump_yaml(raw))
-        self.configs[name] = cfg
+        self._current(cfg)
         await self._advance_and_announce(name, cfg)
         return cfg, await revisions.pending_cleanup(self.pool, name)
 

@@ -26,6 +26,7 @@ from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
 from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
+from corral.frontend.http_workers import child_index
 from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
@@ -44,6 +45,7 @@ from corral.routing.local_replicas import LocalReplicas
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.prefix_index import PrefixIndex
 from corral.routing.router import Router
+from corral.staging.prehash import ModelPrehasher
 from corral.staging.stager import StagingContext
 from corral.store import db
 from corral.store import settings as settings_store
@@ -152,6 +154,11 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("revision-cleanup", cleanup.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
     tasks.start("backend-ops", backend_ops.run(stop))
+    if settings.prehash_models and not settings.distributed_shared_models and child_index() in (None, 0):
+        prehasher = ModelPrehasher()
+        prehasher.submit(configs.values())
+        revs.on_config = lambda cfg: prehasher.submit([cfg])
+        tasks.start("model-prehash", prehasher.run(stop))
     if telemetry is not None and telemetry.bridge is not None:
         telemetry.bridge.before = state.figures.refresh
         tasks.start("otlp-metrics", telemetry.bridge.run(stop))

@@ -14,7 +14,6 @@ a resume offset), ``on_hash`` while hashing -- so a long verify never looks like
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -25,8 +24,8 @@ from nats.aio.client import Client
 
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
-from corral.staging.hashing import cached_sha256
 from corral.staging.hub_download import HubClient
+from corral.staging.local_hash import local_sha256
 from corral.staging.plan import (
     StagingPlan,
     build_plan,
@@ -133,8 +132,8 @@ async def _stage_via_s3(ctx: StagingContext, target: StagingTarget, plan: Stagin
     remote: dict[str, str] = {}
     for index, planned in enumerate(plan.files, start=1):
         progress.on_file(index, len(plan.files), planned.size_bytes)
-        local_hash = await asyncio.to_thread(cached_sha256, planned.local_path,
-                                             threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES))
+        local_hash = await local_sha256(planned.local_path,
+                                        threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES))
         await upload_to_bucket(ctx.object_store, planned, local_hash, progress.on_bytes)
         progress.on_file(index, len(plan.files), planned.size_bytes)  # now the worker's fetch
         reply = await ensure_on_worker(s3_target, planned, local_hash, progress.on_bytes)

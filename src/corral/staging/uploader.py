@@ -41,8 +41,9 @@ import httpx
 
 from corral import loops
 from corral.staging.errors import StagingFailed
-from corral.staging.hashing import cached_sha256, is_sha256_hex, read_trusted_hash
+from corral.staging.hashing import is_sha256_hex, read_trusted_hash
 from corral.staging.keys import validate_key
+from corral.staging.local_hash import local_sha256
 from corral.staging.receiver import (
     HEADER_CONTENT_SHA256,
     HEADER_FILE_SIZE,
@@ -98,35 +99,28 @@ class RemoteFile:
 
 
 class _LocalHash:
-    """The local file's SHA-256: known from its sidecar, or computed by a thread started at once."""
+    """The local file's SHA-256: known from its sidecar, or being computed by a thread (shared with anyone else
+    hashing the same file in this process: :mod:`corral.staging.local_hash`)."""
 
-    def __init__(self, known: str | None, task: asyncio.Task[str] | None) -> None:
+    def __init__(self, known: str | None, computing: asyncio.Future[str] | None) -> None:
         self._known = known
-        self._task = task
-        if task is not None:
-            task.add_done_callback(_retrieve)
+        self._computing = computing
 
     @property
     def unrecorded(self) -> bool:
         """True when the file had no recorded hash: it is being computed (decided once, at the start)."""
-        return self._task is not None
+        return self._computing is not None
 
     async def value(self) -> str:
         if self._known is None:
-            assert self._task is not None
-            self._known = await asyncio.shield(self._task)
+            assert self._computing is not None
+            self._known = await asyncio.shield(self._computing)
         return self._known
 
     def close(self) -> None:
-        """The upload ended without needing the hash: stop waiting for it (the thread finishes and
-        records it for the next staging)."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-
-
-def _retrieve(task: asyncio.Task[str]) -> None:
-    if not task.cancelled():
-        task.exception()  # reported where it is awaited; never "exception was never retrieved"
+        """The upload ended without needing the hash: stop waiting for it (the thread finishes and records it
+        for the next staging; the future is never cancelled, others may wait on it)."""
+        self._computing = None
 
 
 class _Retryable(Exception):
@@ -314,9 +308,7 @@ class _FileUpload:
                 on_hash(size_bytes, size_bytes)
             return size_bytes, _LocalHash(recorded, None)
         report = threadsafe_progress(on_hash, HASH_REPORT_EVERY_BYTES)
-        task = asyncio.create_task(asyncio.to_thread(cached_sha256, self.local_path, report),
-                                   name=f"hash:{self.local_path.name}")
-        return size_bytes, _LocalHash(None, task)
+        return size_bytes, _LocalHash(None, local_sha256(self.local_path, report))
 
     async def wait_hash(self, local: _LocalHash) -> str:
         try:

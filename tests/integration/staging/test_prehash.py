@@ -1,0 +1,110 @@
+"""The frontend's pre-hashing of configured model files (real files, real threads): what it records, what
+it skips, and that a staging asking for a file being hashed joins that computation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from corral.models.config import ModelConfig, parse_model_config
+from corral.staging import local_hash
+from corral.staging.hashing import hash_sidecar_path, read_trusted_hash
+from corral.staging.local_hash import local_sha256
+from corral.staging.prehash import ModelPrehasher
+
+MiB = 1 << 20
+
+
+def _config(models_dir: Path, name: str, files: dict[str, int]) -> ModelConfig:
+    for relative, size in files.items():
+        (models_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+        (models_dir / relative).write_bytes(os.urandom(size))
+    first = next(iter(files))
+    return parse_model_config({"name": name, "backend": "llama-cpp", "parameters": {"model": first}},
+                              models_dir / f"{name}.yaml", models_dir)
+
+
+async def _run_until_recorded(prehasher: ModelPrehasher, paths: list[Path], timeout_s: float = 30.0) -> None:
+    stop = asyncio.Event()
+    runner = asyncio.create_task(prehasher.run(stop))
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not all(await asyncio.to_thread(lambda: [read_trusted_hash(p) for p in paths])):
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await runner
+
+
+async def test_configured_files_without_a_recorded_hash_are_hashed_and_recorded(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    a = _config(models, "a", {"a/model.gguf": 3 * MiB})
+    b = _config(models, "b", {"b.gguf": MiB})
+    prehasher = ModelPrehasher()
+    prehasher.submit([a, b])
+    paths = [models / "a" / "model.gguf", models / "b.gguf"]
+    await _run_until_recorded(prehasher, paths)
+    for path in paths:
+        assert read_trusted_hash(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_a_config_edited_later_has_its_new_file_hashed_and_a_missing_file_is_left_to_its_load(
+        tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    prehasher = ModelPrehasher()
+    stop = asyncio.Event()
+    runner = asyncio.create_task(prehasher.run(stop))
+    try:
+        missing = parse_model_config({"name": "gone", "backend": "llama-cpp", "parameters": {"model": "no.gguf"}},
+                                     models / "gone.yaml", models)
+        prehasher.submit([missing])  # nothing to hash, nothing raised: the load names the missing file
+        prehasher.submit([_config(models, "late", {"late.gguf": MiB})])
+        async with asyncio.timeout(30):
+            while read_trusted_hash(models / "late.gguf") is None:
+                await asyncio.sleep(0.02)
+        assert not runner.done()
+    finally:
+        stop.set()
+        await runner
+
+
+async def test_a_file_with_a_recorded_hash_is_not_read_again(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    cfg = _config(models, "a", {"a.gguf": MiB})
+    path = models / "a.gguf"
+    hash_sidecar_path(path).write_text("0" * 64)  # bare hex: never trusted, so it is hashed and rewritten
+    prehasher = ModelPrehasher()
+    prehasher.submit([cfg])
+    await _run_until_recorded(prehasher, [path])
+    recorded = hash_sidecar_path(path).read_text()
+    assert recorded.startswith(hashlib.sha256(path.read_bytes()).hexdigest())
+    stamp = hash_sidecar_path(path).stat().st_mtime_ns
+    again = ModelPrehasher()
+    again.submit([cfg])
+    await _run_until_recorded(again, [path])
+    assert hash_sidecar_path(path).stat().st_mtime_ns == stamp  # trusted: not hashed, not rewritten
+
+
+async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "big.bin"
+    path.write_bytes(os.urandom(8 * MiB))
+    calls: list[Path] = []
+    real = local_hash.cached_sha256
+
+    def counting(file: Path, report=None):  # type: ignore[no-untyped-def]
+        calls.append(file)
+        return real(file, report)
+
+    monkeypatch.setattr(local_hash, "cached_sha256", counting)
+    first = local_sha256(path)
+    second = local_sha256(tmp_path / "." / "big.bin")  # the same file by another spelling
+    assert first is second
+    assert await second == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert len(calls) == 1
+    third = local_sha256(path)  # done: a new ask starts anew (and finds the recorded hash)
+    assert third is not first and await third == await first
