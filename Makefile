@@ -51,6 +51,7 @@ bench: install
 	$(PY) benchmarks/staging_throughput.py
 	$(PY) benchmarks/heartbeats.py
 	$(PY) benchmarks/stream_relay.py
+	$(PY) benchmarks/decode_speed.py
 	$(PY) benchmarks/faults.py
 	$(PY) benchmarks/prefix_routing.py
 	$(PY) benchmarks/prefix_routing.py --llama
