@@ -15,8 +15,10 @@ import httpx
 import nats
 import pytest
 
+from corral.staging.hashing import read_trusted_hash
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.proxy import ThrottlingProxy
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +98,8 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
         installs.append(msg.data)
 
     sub = await nc.subscribe("nodes.*.backend.install", cb=count)
+    model_file = env.cluster.models_dir / "slow-40.bin"
+    wait_for(lambda: read_trusted_hash(model_file) is not None, "the frontends' pre-hash of slow-40.bin", 30)
     puts_before = env.proxy.puts
     try:
         async with httpx.AsyncClient(timeout=60) as client:
@@ -108,7 +112,7 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
         await nc.close()
     assert [r.status_code for r in responses] == [200] * 40
     assert len([d for d in installs if b'"slow-40"' in d]) == 1
-    assert env.proxy.puts - puts_before == 2  # one upload: all but its last byte while hashing, then the last
+    assert env.proxy.puts - puts_before == 1  # one upload, in one PUT: its hash was known before it started
     assert _load_model_calls(env, "slow-40") == 1
 
 

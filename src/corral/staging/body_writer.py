@@ -9,7 +9,7 @@ from typing import BinaryIO
 from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.disk_space import DiskReservation
 from corral.staging.following_hasher import FollowingHasher
-from corral.staging.http_body import BodyCut, RequestBody
+from corral.staging.http_body import BadBody, BodyCut, RequestBody
 
 RECV_BUFFER_BYTES = 1 << 20
 
@@ -50,6 +50,8 @@ def write_body(
             count = body.readinto(view)
         except BodyCut as cut:
             return received, str(cut)
+        except BadBody as bad:  # what came before the bad framing was well framed: kept, as after a cut
+            return received, f"malformed chunked body ({bad}); send a valid chunked body or a Content-Length"
         if count == 0:
             return received, None
         if received + count > limit_bytes:

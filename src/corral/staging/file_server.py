@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 from opentelemetry.trace import SpanKind
 
-from corral.staging.http_body import ChunkedBody, LengthBody, RequestBody
+from corral.staging.http_body import BadBody, ChunkedBody, LengthBody, RequestBody
 from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
@@ -331,6 +331,9 @@ class _Handler(BaseHTTPRequestHandler):
                 with tracing.span("worker.receive_file", {"corral.file": path}, kind=SpanKind.SERVER,
                                   context=tracing.extract(self.headers.items())):
                     answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
+        except BadBody as exc:  # a route that read the body itself: the client's framing, not our bug
+            answer = Answer.error(400, f"malformed request body ({exc}); send a valid chunked body or a "
+                                       "Content-Length")
         except Exception as exc:  # a bug must answer 500, not kill the connection silently
             log.exception("%s %s failed", method, path)
             answer = Answer.error(500, f"{method} {path} failed on the worker: {exc}")
@@ -388,8 +391,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if answer.sendfile is not None:
                 self.wfile.flush()
-                with open(answer.sendfile, "rb") as file:
-                    self.connection.sendfile(file, 0, length)
+                if length:  # an empty file has nothing to send (and sendfile refuses a count of 0)
+                    with open(answer.sendfile, "rb") as file:
+                        self.connection.sendfile(file, 0, length)
             else:
                 self.wfile.write(answer.body)
         except OSError as exc:

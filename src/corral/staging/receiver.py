@@ -306,7 +306,7 @@ class FileStore:
             # leaves unfinished (308, a cut) keeps its running digest for the range that continues it.
             hasher = self._range_hasher(path, content_range, completes)
             try:
-                received, _ = write_body(request.body, file, limit_bytes=expected,
+                received, cut = write_body(request.body, file, limit_bytes=expected,
                                          base_size_bytes=content_range.start, hasher=hasher,
                                          on_bytes=self.on_body_bytes, reservation=reservation)
             except BodyTooLong:
@@ -318,7 +318,8 @@ class FileStore:
                 elif hasher is not None and not request.body.finished:
                     hasher.abandon()
         if received != expected:
-            raise Reject(400, f"short body: got {received} expected {expected}")
+            why = f" ({cut})" if cut is not None else ""
+            raise Reject(400, f"short body: got {received} expected {expected}{why}")
         new_size = content_range.start + received
         if new_size < content_range.total:
             return Answer(308, headers={"Range": f"bytes=0-{new_size - 1}", HEADER_FILE_SIZE: str(new_size)})

@@ -324,6 +324,35 @@ async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation
     assert budget._reserved_bytes == {}
 
 
+@pytest.mark.parametrize("key", ["models/c/bad.bin", "models/c/bad-range.bin"])
+async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_path, key):
+    ranged = "Content-Range: bytes 0-9/10\r\n" if key.endswith("range.bin") else ""
+    async with running_file_server(tmp_path / "models") as server:
+        sock = _connect(server.port)
+        sock.sendall((f"PUT /v1/files/{key} HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n{ranged}"
+                      "Transfer-Encoding: chunked\r\n\r\nzz\r\n0123456789\r\n").encode())
+        answer = await _read_all(sock)
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"malformed chunked body (invalid chunk size b'zz')" in answer
+    stored = server.models_dir / key.removeprefix("models/")
+    if ranged:  # a resumable range keeps what came well framed (nothing here), as after a cut: never complete
+        assert stored.stat().st_size == 0 and hashing.read_trusted_hash(stored) is None
+    else:
+        assert not stored.exists()
+
+
+async def test_an_empty_file_is_served_as_an_empty_body(tmp_path, client):
+    async with running_file_server(tmp_path / "models") as server:
+        put = await client.put(f"{server.url}/v1/files/models/c/empty.bin", content=b"",
+                               headers={**AUTH, "X-Content-SHA256": _sha256(b"")})
+        got = await client.get(f"{server.url}/v1/files/models/c/empty.bin", headers=AUTH)
+        again = await client.get(f"{server.url}/healthz")  # the same server still answers
+    assert put.status_code == 200, put.text
+    assert got.status_code == 200 and got.content == b"" and got.headers["content-length"] == "0"
+    assert again.status_code == 200
+
+
 # --- keys ---------------------------------------------------------------------------------------------
 
 
