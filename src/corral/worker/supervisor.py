@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 SPARE_KEY_PREFIX = "spare:"
 SPARE_REFILL_DELAY_S = 10.0  # quiet time (no backend started) before a taken spare is replaced
+SPARE_MAX_DEATHS = 3  # a spare that exits on its own this many times in a row is not started again
 READINESS_POLL_S = 0.2  # after an answer that is not OK yet
 READINESS_WAIT_S = 0.25  # one wait for the port to open, between checks that the process still lives
 READY_REDIAL_MS = 10
@@ -197,6 +198,8 @@ class Supervisor:
         self.prestart = prestart  # backend names kept as a started spare process
         self.spares: dict[str, BackendProcess] = {}  # configured name -> READY spare
         self._spare_starts: dict[str, asyncio.Task[BackendProcess | None]] = {}
+        self._spare_deaths: dict[str, int] = {}  # exits on their own in a row, per name (reset by a handover)
+        self._spare_reaps: set[asyncio.Task[None]] = set()
         self._last_start_s = time.monotonic()
         self._stopping = False
 
@@ -320,6 +323,23 @@ class Supervisor:
             log.warning("spare process for backend %r did not start (loads start their own): %s", name, exc)
             return None
 
+    async def _replace_dead_spare(self, proc: BackendProcess) -> None:
+        """A READY spare exited on its own (nobody stopped it): reap it, free its port, start another after the
+        quiet delay; after SPARE_MAX_DEATHS deaths in a row, stop trying and say so."""
+        name = next((n for n, spare in self.spares.items() if spare is proc), None)
+        await self._stop(proc, force=True)
+        if name is None or self._stopping:
+            return
+        deaths = self._spare_deaths[name] = self._spare_deaths.get(name, 0) + 1
+        if deaths >= SPARE_MAX_DEATHS:
+            log.error("the spare process of backend %r exited on its own %d times in a row (last code %s); no more "
+                      "spares of it (loads start their own); see its log under %s, or drop it from "
+                      "--backend-prestart", name, deaths, proc.process.returncode, proc.key)
+            return
+        log.warning("the spare process of backend %r exited on its own (code %s); another starts after %gs",
+                    name, proc.process.returncode, SPARE_REFILL_DELAY_S)
+        self._refill(name, delay_s=SPARE_REFILL_DELAY_S)
+
     async def _take_spare(self, key: str, installed: InstalledBackend) -> BackendProcess | None:
         """The spare of `installed` handed over to `key` (READY, same install), or None: the caller starts one."""
         self._last_start_s = time.monotonic()
@@ -338,6 +358,7 @@ class Supervisor:
                     and await _probe_health(spare.local_address, self.token, READINESS_PROBE_TIMEOUT_S)):
                 await self._stop(spare, force=True, kill=True)
                 continue
+            self._spare_deaths.pop(name, None)
             self.ports.rekey(spare.port, spare.key, key)
             self.logs.rename(spare.key, key)
             spare.key = key
@@ -374,6 +395,10 @@ class Supervisor:
             if not line:
                 if name == "stderr" and (self.processes.get(proc.key) is proc or proc in self.spares.values()):
                     self.logs.ended(proc.key)
+                    if proc.state is BackendState.READY and proc in self.spares.values():
+                        task = asyncio.create_task(self._replace_dead_spare(proc), name=f"spare-died:{proc.backend}")
+                        self._spare_reaps.add(task)
+                        task.add_done_callback(self._spare_reaps.discard)
                 return
             text = line.decode(errors="replace").rstrip()
             if name == "stderr":

@@ -180,3 +180,26 @@ async def test_a_spare_of_a_backend_that_is_not_installed_is_skipped(supervisor:
     supervisor.keep_spares()
     assert await supervisor._spare_starts["no-such-engine"] is None
     assert supervisor.spares == {} and supervisor.ports.in_use == {}
+
+
+async def test_a_spare_that_dies_on_its_own_is_replaced_and_a_crashing_one_given_up(
+        spared: Supervisor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import corral.worker.supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "SPARE_REFILL_DELAY_S", 0.2)
+    spared.keep_spares()
+    pids = []
+    for death in range(1, supervisor_module.SPARE_MAX_DEATHS + 1):
+        starting = spared._spare_starts["simulator"]
+        spare = await _spare_ready(spared)
+        pids.append(spare.process.pid)
+        spare.process.kill()
+        async with asyncio.timeout(30):
+            while spare.port in spared.ports.in_use:  # reaped, its port freed
+                await asyncio.sleep(0.02)
+            while death < supervisor_module.SPARE_MAX_DEATHS and spared._spare_starts["simulator"] is starting:
+                await asyncio.sleep(0.02)  # another spare is on its way
+    assert len(set(pids)) == supervisor_module.SPARE_MAX_DEATHS  # a new process each time
+    await asyncio.sleep(0.5)
+    assert spared.spares == {} and spared.ports.in_use == {}  # given up, and said so
+    assert "exited on its own 3 times in a row" in caplog.text
