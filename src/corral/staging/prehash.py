@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from corral.models.config import ModelConfig
 from corral.staging.hashing import read_trusted_hash
@@ -33,6 +34,11 @@ from corral.staging.plan import build_plan
 log = logging.getLogger(__name__)
 
 PREHASH_NICE = 10
+
+
+class PrehashStopped(Exception):
+    """The frontend is stopping: a pre-hash gives up mid-file (it would otherwise hold the exit for as long as
+    the file takes to read)."""
 
 
 def _lower_priority() -> None:
@@ -68,6 +74,11 @@ class ModelPrehasher:
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prehash", initializer=_lower_priority)
         self._queue: asyncio.Queue[list[ModelConfig]] = asyncio.Queue()
+        self._stopping = threading.Event()  # read by the hashing thread at every chunk
+
+    def _check_stop(self, _done_bytes: int, _total_bytes: int) -> None:
+        if self._stopping.is_set():
+            raise PrehashStopped("the frontend is stopping")
 
     def submit(self, configs: Iterable[ModelConfig]) -> None:
         self._queue.put_nowait(list(configs))
@@ -84,6 +95,7 @@ class ModelPrehasher:
                     return
                 await self._hash(getting.result(), stop)
         finally:
+            self._stopping.set()
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _hash(self, configs: list[ModelConfig], stop: asyncio.Event) -> None:
@@ -92,8 +104,18 @@ class ModelPrehasher:
             if stop.is_set():
                 return
             started = time.monotonic()
+            computing = local_sha256(path, self._check_stop, executor=self._executor)
+            stopping = asyncio.ensure_future(stop.wait())
+            either: set[asyncio.Future[Any]] = {computing, stopping}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not computing.done():
+                self._stopping.set()  # the thread gives up at its next chunk
+                return
             try:
-                await local_sha256(path, executor=self._executor)
+                computing.result()
+            except PrehashStopped:
+                return
             except OSError as exc:
                 log.warning("pre-hashing %s failed (its first staging hashes it): %s", path, exc)
                 continue

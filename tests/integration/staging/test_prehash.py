@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,31 @@ async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(
     assert len(calls) == 1
     third = local_sha256(path)  # done: a new ask starts anew (and finds the recorded hash)
     assert third is not first and await third == await first
+
+
+async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(tmp_path: Path) -> None:
+    """A file that takes long to hash does not hold the frontend's exit: the thread gives up at its next chunk."""
+    models = tmp_path / "models"
+    cfg = _config(models, "big", {"big.gguf": 64 * MiB})
+    path = models / "big.gguf"
+    prehasher = ModelPrehasher()
+    started = threading.Event()  # set from the hashing thread
+    real_check = prehasher._check_stop
+
+    def slow_check(done: int, total: int) -> None:  # ~1 s per MiB: minutes for the file, unless stopped
+        started.set()
+        time.sleep(0.02)
+        real_check(done, total)
+
+    prehasher._check_stop = slow_check  # type: ignore[method-assign]
+    prehasher.submit([cfg])
+    stop = asyncio.Event()
+    runner = asyncio.create_task(prehasher.run(stop))
+    async with asyncio.timeout(30):
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(runner, 5)  # returns at once; the thread stops at its next chunk
+    await asyncio.sleep(0.2)
+    assert read_trusted_hash(path) is None and not hash_sidecar_path(path).exists()
+    assert not [t for t in threading.enumerate() if t.name.startswith("prehash") and t.is_alive()]
