@@ -19,7 +19,7 @@ from corral.loading.deadlines import LOAD_BASE_S, load_budget_s
 from corral.loading.errors import LoadError
 from corral.loading.hold import LoadHold, base_budget_s
 from corral.loading.progress import PENDING, STAGING, LoadProgress
-from corral.loading.waiters import Outcome, Waiters
+from corral.loading.waiters import HINT, Outcome, Waiters
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.store import load_jobs, operations
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 PLACEMENT = "placement"
+LOST = "lost"  # this frontend no longer owns the job: its waiters follow the job row, not this attempt
+LOST_JOB = ("this frontend no longer owns the load job (another frontend took it over after its heartbeat "
+            "went silent, or it was failed or removed elsewhere)")
 FAILED_GRACE_S = 15.0
 
 
@@ -65,12 +68,12 @@ class LoadJobRunner:
                 outcome = await self._load(cfg)
         finally:
             LOAD_SECONDS.labels(cfg.name, outcome).observe(time.monotonic() - started_s)
-        if outcome != "loaded":  # the failure stays visible, then the next try may run
+        if outcome not in ("loaded", LOST):  # the failure stays visible, then the next try may run
             await asyncio.sleep(self.settings.failed_grace_s)
             await load_jobs.delete(self.ctx.pool, cfg.name, self.settings.owner)
 
     async def _load(self, cfg: ModelConfig) -> str:
-        """Run the job; its outcome: loaded, failed or placement (no node fits)."""
+        """Run the job; its outcome: loaded, failed, placement (no node fits) or lost (no longer ours)."""
         key, owner = cfg.name, self.settings.owner
         progress = LoadProgress()
         load_timeout_s = self.ctx.load_timeout_override_s or LOAD_BASE_S
@@ -105,6 +108,11 @@ class LoadJobRunner:
         except asyncio.CancelledError:
             if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
                 raise
+            if why_stopped[0] == LOST_JOB:  # not this attempt's failure to announce: the job goes on elsewhere
+                log.warning("loading model %s: %s; its waiters here follow the job", key, LOST_JOB)
+                await self._activity_end(activity, operations.FAILED, f"loading model {key}: {LOST_JOB}")
+                self.waiters.notify(key, HINT)  # they read the job row: still running, failed, or gone (claim anew)
+                return LOST
             await self._failed(key, f"loading model {key}: {why_stopped[0]}", activity=activity)
         except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
             await self._failed(key, str(exc), PLACEMENT, activity=activity)
@@ -168,7 +176,7 @@ class LoadJobRunner:
                 log.warning("load job heartbeat for %s failed: %s", key, exc)
                 continue
             if not owned and not load.done():
-                why_stopped.append("the load job was taken over by another frontend")
+                why_stopped.append(LOST_JOB)
                 load.cancel()
 
     async def _watchdog(self, hold: LoadHold, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
