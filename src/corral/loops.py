@@ -47,6 +47,16 @@ async def wait_or_stop(stop: asyncio.Event, timeout_s: float, wake: asyncio.Even
     return stop.is_set()
 
 
+async def done_before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for `future` or `stop`, whichever comes first; True when `future` is done (it is left as it is)."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([future, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    return future.done()
+
+
 async def run_periodic(name: str, body: Callable[[], Awaitable[object]], interval_s: float, stop: asyncio.Event,
                        *, wake: asyncio.Event | None = None, delay_first: bool = False,
                        backoff_cap_s: float = BACKOFF_CAP_S) -> None:

@@ -14,14 +14,13 @@ from corral.config.process import SLOW_CALLBACK_SETTING
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 from corral.config.staging import WORKER_STAGING_SETTINGS
+from corral.gallery.names import backend_name_problem
 
 PRESTART_MAX_BACKENDS = 8
 
 
 def parse_backend_names(raw: str) -> tuple[str, ...]:
     """A comma-separated list of backend names (`llama-cpp,whisper`); empty for none."""
-    from corral.gallery.names import backend_name_problem
-
     names = tuple(dict.fromkeys(item.strip() for item in raw.split(",") if item.strip()))
     for name in names:
         if (problem := backend_name_problem(name)) is not None:

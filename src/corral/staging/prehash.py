@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
+from corral.loops import done_before_stop
 from corral.models.config import ModelConfig
 from corral.staging.hashing import read_trusted_hash
 from corral.staging.local_hash import local_sha256
@@ -87,10 +87,7 @@ class ModelPrehasher:
         try:
             while not stop.is_set():
                 getting = asyncio.ensure_future(self._queue.get())
-                stopping = asyncio.ensure_future(stop.wait())
-                await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                stopping.cancel()
-                if not getting.done():
+                if not await done_before_stop(getting, stop):
                     getting.cancel()
                     return
                 await self._hash(getting.result(), stop)
@@ -105,11 +102,7 @@ class ModelPrehasher:
                 return
             started = time.monotonic()
             computing = local_sha256(path, self._check_stop, executor=self._executor)
-            stopping = asyncio.ensure_future(stop.wait())
-            either: set[asyncio.Future[Any]] = {computing, stopping}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not computing.done():
+            if not await done_before_stop(computing, stop):
                 self._stopping.set()  # the thread gives up at its next chunk
                 return
             try:
