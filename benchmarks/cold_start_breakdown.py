@@ -50,7 +50,8 @@ from corral.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
 from corral.staging.hashing import hash_sidecar_path  # noqa: E402
 from corral.staging.uploader import stage_file  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from support.cluster import Cluster, Proc  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
 # The engine with the settings corral's backend gives it (llama_cpp.py: threads = all CPUs for both
 # generation and prompt, the model's context_size, chat format), so "alone" is the same work. With
@@ -141,21 +142,8 @@ async def _staging_alone_s(c: Cluster, gguf: Path) -> float:
         return time.perf_counter() - started
 
 
-def _wait_for_spare(c: Cluster, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while "for spare:llama-cpp ready" not in c.workers[0].log():
-        if time.monotonic() > deadline:
-            raise SystemExit("the worker's spare llama-cpp process did not start")
-        time.sleep(0.05)
-
-
-def _wait_for_prehash(c: Cluster, timeout_s: float = 60.0) -> None:
-    assert c.frontend is not None
-    deadline = time.monotonic() + timeout_s
-    while f"pre-hashed {c.models_dir.resolve() / GEMMA_FILE}" not in c.frontend.log():
-        if time.monotonic() > deadline:
-            raise SystemExit("the frontend did not pre-hash the model")
-        time.sleep(0.05)
+def _wait_for_log(proc: Proc, text: str, what: str) -> None:
+    wait_for(lambda: text in proc.log(), what, 60)
 
 
 @dataclass
@@ -222,8 +210,9 @@ async def _spare_round(root: Path, pg_base: str, nats_url: str, shared_models: P
     try:
         c.start_frontend(*QUIET)
         c.start_worker("w1", *QUIET, "--backend-prestart=llama-cpp")
-        _wait_for_spare(c)
-        _wait_for_prehash(c)
+        assert c.frontend is not None
+        _wait_for_log(c.workers[0], "for spare:llama-cpp ready", "the worker's spare llama-cpp process")
+        _wait_for_log(c.frontend, f"pre-hashed {c.models_dir.resolve() / GEMMA_FILE}", "the frontend's pre-hash")
         explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
                             headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
         explain.raise_for_status()

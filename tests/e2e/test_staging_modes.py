@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from corral.staging.hashing import hash_sidecar_path, read_trusted_hash
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.cut_proxy import CutProxy
 from support.fake_hub import FakeHub
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -153,10 +153,7 @@ def test_the_frontend_hashes_configured_model_files_at_start_before_any_request(
     """--prehash-models (on by default): a model's first staging finds its hash recorded, so it does not hash
     while it transfers. Managed (Hugging Face) files are not there yet: hashed at their first load."""
     path = cluster.models_dir / "big.bin"
-    deadline = time.monotonic() + 60
-    while read_trusted_hash(path) is None:
-        assert time.monotonic() < deadline, "the frontend never recorded big.bin's hash"
-        time.sleep(0.05)
+    wait_for(lambda: read_trusted_hash(path) is not None, "the frontend to record big.bin's hash", 60)
     assert read_trusted_hash(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     assert cluster.frontend is not None and f"pre-hashed {path}" in cluster.frontend.log()
 

@@ -17,8 +17,9 @@ import pytest
 
 from corral.bus.messages import ModelStopReply, ModelStopRequest
 from corral.embedded import embedded_nats
-from support.cluster import Cluster, free_port_pair, spawn, wait_http
+from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.processes import backend_pid, gone
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -102,21 +103,27 @@ def test_worker_readiness_follows_the_nats_link(cluster: Cluster, own_nats) -> N
     assert httpx.get(ready).status_code == 200
 
 
+async def _install_simulator(cluster: Cluster, node_name: str, model_id: str) -> str:
+    """Ask worker `node_name` over NATS to start a simulator backend for `model_id`; the port it listens on."""
+    conn = await asyncpg.connect(cluster.database_url)
+    try:
+        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = $1", node_name)
+    finally:
+        await conn.close()
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        request = {"backend": "simulator", "model_id": model_id, "replica_index": 0}
+        msg = await nc.request(f"nodes.{node_id}.backend.install", json.dumps(request).encode(), timeout=30)
+    finally:
+        await nc.close()
+    return str(json.loads(msg.data)["address"]).rpartition(":")[2]
+
+
 async def test_backends_die_with_a_killed_worker(cluster: Cluster) -> None:
     base = free_port_pair()
     worker = spawn("w-doomed", cluster.worker_argv("w-doomed", base), cluster.root / "logs")
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
-    nc = await nats.connect(cluster.nats_url)
-    try:
-        conn = await asyncpg.connect(cluster.database_url)
-        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = 'w-doomed'")
-        await conn.close()
-        msg = await nc.request(f"nodes.{node_id}.backend.install",
-                               b'{"backend":"simulator","model_id":"orphan-check","replica_index":0}', timeout=30)
-        address = msg.json()["address"] if hasattr(msg, "json") else __import__("json").loads(msg.data)["address"]
-    finally:
-        await nc.close()
-    pid = backend_pid(address.rpartition(":")[2])
+    pid = backend_pid(await _install_simulator(cluster, "w-doomed", "orphan-check"))
     assert pid is not None
     worker.popen.send_signal(signal.SIGKILL)
     worker.popen.wait(10)
@@ -137,12 +144,9 @@ def _spare_pid(worker_log: str, backend: str) -> int:
     return int(match.group(1))
 
 
-def _wait_log(worker, text: str, timeout_s: float = 60.0) -> str:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while text not in (log := worker.log()):
-        assert time.monotonic() < deadline, f"worker never logged {text!r}:\n{log[-3000:]}"
-        time.sleep(0.05)
-    return log
+def _wait_log(worker: Proc, text: str) -> str:
+    wait_for(lambda: text in worker.log(), f"the worker to log {text!r}", 60)
+    return worker.log()
 
 
 async def test_a_cold_load_is_served_by_the_workers_spare_process(cluster: Cluster) -> None:
@@ -153,17 +157,7 @@ async def test_a_cold_load_is_served_by_the_workers_spare_process(cluster: Clust
                    cluster.root / "logs")
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
     spare_pid = _spare_pid(_wait_log(worker, "for spare:simulator ready"), "simulator")
-    nc = await nats.connect(cluster.nats_url)
-    try:
-        conn = await asyncpg.connect(cluster.database_url)
-        node_id = await conn.fetchval("SELECT id FROM backend_nodes WHERE name = 'w-spare'")
-        await conn.close()
-        msg = await nc.request(f"nodes.{node_id}.backend.install",
-                               b'{"backend":"simulator","model_id":"spare-check","replica_index":0}', timeout=30)
-        address = json.loads(msg.data)["address"]
-    finally:
-        await nc.close()
-    assert backend_pid(address.rpartition(":")[2]) == spare_pid
+    assert backend_pid(await _install_simulator(cluster, "w-spare", "spare-check")) == spare_pid
     assert "took the spare process" in worker.log()
     assert worker.stop() == 0
     assert gone(spare_pid)
