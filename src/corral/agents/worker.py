@@ -34,9 +34,8 @@ from corral.bus.agent_messages import (
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
 from corral.config.commands import AgentWorkerSettings
-from corral.config.errors import ConfigError
 from corral.loops import run_periodic
-from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
+from corral.worker.credentials import WorkerCredentials, first_registration, refresh_loop
 from corral.worker.node_credential import NodeCredentialFile
 from corral.worker.registration import FrontendClient
 
@@ -96,16 +95,11 @@ class AgentWorker:
     async def _register_once(self) -> dict[str, Any]:
         return await self._keep(await self.frontend.register(self._registration_body(), attempts=1))
 
+    async def _register(self) -> dict[str, Any]:
+        return await self._keep(await self.frontend.register(self._registration_body()))
+
     async def _first_registration(self) -> dict[str, Any]:
-        s = self.settings
-        if s.nats_jwt or s.nats_user_seed:
-            if not (s.nats_jwt and s.nats_user_seed):
-                raise ConfigError("LOCALAI_NATS_JWT and LOCALAI_NATS_USER_SEED must be set together")
-            self.creds = WorkerCredentials(s.nats_jwt, s.nats_user_seed, static=True)
-        elif s.nats_require_auth:
-            return await register_until_credentialed(self._register_once, self.creds, s.register_max_attempts)
-        reply = await self._keep(await self.frontend.register(self._registration_body()))
-        self.creds.adopt(reply)
+        self.creds, reply = await first_registration(self.settings, self.creds, self._register_once, self._register)
         return reply
 
     async def _refresh_nats(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from corral.telemetry import otlp
 from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.backend_logs import BackendLogs
-from corral.worker.credentials import WorkerCredentials, refresh_loop, register_until_credentialed
+from corral.worker.credentials import WorkerCredentials, first_registration, refresh_loop
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
 from corral.worker.log_handlers import LogHandlers
@@ -136,17 +136,13 @@ class Worker:
     async def _refresh_nats(self) -> dict[str, Any]:
         return await self.frontend.nats_credentials(self.node_id)
 
-    async def _first_registration(self) -> dict[str, Any]:
-        s = self.settings
-        if s.nats_jwt or s.nats_user_seed:
-            if not (s.nats_jwt and s.nats_user_seed):
-                raise ConfigError("LOCALAI_NATS_JWT and LOCALAI_NATS_USER_SEED must be set together")
-            self.creds = WorkerCredentials(s.nats_jwt, s.nats_user_seed, static=True)
-        elif s.nats_require_auth:
-            return await register_until_credentialed(self._register_once, self.creds, s.register_max_attempts)
+    async def _register(self) -> dict[str, Any]:
         reply = await self.frontend.register(self._registration_body(await self._probe()))
         await self._keep_node_token(reply)
-        self.creds.adopt(reply)
+        return reply
+
+    async def _first_registration(self) -> dict[str, Any]:
+        self.creds, reply = await first_registration(self.settings, self.creds, self._register_once, self._register)
         return reply
 
     async def _adopt(self, reply: dict[str, Any]) -> None:

@@ -18,10 +18,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from corral.bus.natsauth import decode_claims
 from corral.bus.security import NatsCredentials
+from corral.config.errors import ConfigError
 from corral.worker.errors import CredentialsUnavailable, FrontendUnreachable
 from corral.worker.registration import backoff_s
 
@@ -85,6 +86,35 @@ async def register_until_credentialed(register: Register, creds: WorkerCredentia
     raise CredentialsUnavailable(
         f"no NATS credentials after {max_attempts} registrations: {last}; the bus requires them "
         "(LOCALAI_NATS_REQUIRE_AUTH=true); raise CORRAL_REGISTER_MAX_ATTEMPTS to wait longer")
+
+
+class CredentialSettings(Protocol):
+    """What a worker's or agent worker's settings say about its NATS credentials."""
+
+    @property
+    def nats_jwt(self) -> str: ...
+    @property
+    def nats_user_seed(self) -> str: ...
+    @property
+    def nats_require_auth(self) -> bool: ...
+    @property
+    def register_max_attempts(self) -> int: ...
+
+
+async def first_registration(settings: CredentialSettings, creds: WorkerCredentials, register_once: Register,
+                             register: Register) -> tuple[WorkerCredentials, dict[str, Any]]:
+    """The first registration of a worker or agent worker, and the NATS credentials it connects with: static
+    ones (LOCALAI_NATS_JWT with LOCALAI_NATS_USER_SEED), minted ones awaited until approval
+    (LOCALAI_NATS_REQUIRE_AUTH: `register_once` until then), or those the reply of `register` carries."""
+    if settings.nats_jwt or settings.nats_user_seed:
+        if not (settings.nats_jwt and settings.nats_user_seed):
+            raise ConfigError("LOCALAI_NATS_JWT and LOCALAI_NATS_USER_SEED must be set together")
+        creds = WorkerCredentials(settings.nats_jwt, settings.nats_user_seed, static=True)
+    elif settings.nats_require_auth:
+        return creds, await register_until_credentialed(register_once, creds, settings.register_max_attempts)
+    reply = await register()
+    creds.adopt(reply)
+    return creds, reply
 
 
 async def refresh_loop(register: Register, creds: WorkerCredentials, on_new: Callable[[dict[str, Any]],
