@@ -144,3 +144,21 @@ def st_backends_path(state_root: Path) -> Path:
     if seconds is not None:
         print(f"\nsentencetransformers backend installed in {seconds:.0f} s", file=sys.stderr)
     return root
+
+
+@pytest.fixture(scope="module")
+def material():  # noqa: ANN201 - corral.bus.auth_setup.AuthMaterial
+    """Operator, account and service NATS material for one test module's JWT-mode (operator) nats-server."""
+    from corral.bus import auth_setup
+
+    return auth_setup.generate()
+
+
+@pytest.fixture(scope="module")
+def jwt_server(request: pytest.FixtureRequest, state_root: Path, material):  # noqa: ANN001, ANN201
+    """An operator-mode nats-server of that material, one per test module."""
+    from support.nats_servers import jwt_nats_server
+
+    server = jwt_nats_server(state_root / f"jwt-nats-{request.module.__name__.rsplit('.', 1)[-1]}", material)
+    yield server
+    server.stop()

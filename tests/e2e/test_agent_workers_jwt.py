@@ -16,7 +16,7 @@ from corral.bus.natsauth import decode_claims
 from corral.bus.security import NatsCredentials
 from support.agent_workers import mcp_model_yaml, start_agent_worker, wait_ready
 from support.cluster import Cluster
-from support.nats_servers import NatsServer, jwt_nats_server
+from support.nats_servers import NatsServer, jwt_frontend_env
 
 pytestmark = pytest.mark.slow
 
@@ -24,25 +24,10 @@ MODEL = "sim-mcp-jwt"
 
 
 @pytest.fixture(scope="module")
-def material() -> auth_setup.AuthMaterial:
-    return auth_setup.generate()
-
-
-@pytest.fixture(scope="module")
-def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
-    server = jwt_nats_server(state_root / "e2e-agent-jwt-server", material)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database: Callable[[], str], jwt_server: NatsServer,
             material: auth_setup.AuthMaterial) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-agent-jwt", database_url=make_database(), nats_url=jwt_server.url,
-                auto_approve=False, frontend_env={
-                    "LOCALAI_NATS_ACCOUNT_SEED": material.account.seed,
-                    "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
-                    "LOCALAI_NATS_SERVICE_SEED": material.service_seed, "LOCALAI_NATS_REQUIRE_AUTH": "true"})
+                auto_approve=False, frontend_env=jwt_frontend_env(material))
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / f"{MODEL}.yaml").write_text(mcp_model_yaml(MODEL))
     try:

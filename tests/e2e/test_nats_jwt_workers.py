@@ -18,7 +18,7 @@ from corral.bus import auth_setup
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
-from support.nats_servers import NatsServer, jwt_nats_server
+from support.nats_servers import NatsServer, jwt_frontend_env
 
 pytestmark = pytest.mark.slow
 
@@ -26,26 +26,11 @@ JWT_TTL_S = 6.0
 
 
 @pytest.fixture(scope="module")
-def material() -> auth_setup.AuthMaterial:
-    return auth_setup.generate()
-
-
-@pytest.fixture(scope="module")
-def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
-    server = jwt_nats_server(state_root / "e2e-nats-jwt-server", material)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database: Callable[[], str], jwt_server: NatsServer,
             material: auth_setup.AuthMaterial) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-nats-jwt", database_url=make_database(), nats_url=jwt_server.url,
-                auto_approve=False, frontend_env={
-                    "LOCALAI_NATS_ACCOUNT_SEED": material.account.seed,
-                    "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
-                    "LOCALAI_NATS_SERVICE_SEED": material.service_seed,
-                    "LOCALAI_NATS_WORKER_JWT_TTL": f"{JWT_TTL_S:g}s", "LOCALAI_NATS_REQUIRE_AUTH": "true"})
+                auto_approve=False,
+                frontend_env=jwt_frontend_env(material, LOCALAI_NATS_WORKER_JWT_TTL=f"{JWT_TTL_S:g}s"))
     c.models_dir.mkdir(parents=True, exist_ok=True)
     try:
         c.start_frontend()

@@ -71,3 +71,9 @@ async def connect_refused(url: str, **options: object) -> Exception:
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
     return error
+
+
+def jwt_frontend_env(material: auth_setup.AuthMaterial, **extra: str) -> dict[str, str]:
+    """A frontend's environment on that server: it mints worker credentials and requires them."""
+    return {"LOCALAI_NATS_ACCOUNT_SEED": material.account.seed, "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
+            "LOCALAI_NATS_SERVICE_SEED": material.service_seed, "LOCALAI_NATS_REQUIRE_AUTH": "true", **extra}

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
@@ -14,23 +11,11 @@ from nats.errors import NoRespondersError
 from corral.bus import auth_setup, natsauth
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
-from support.nats_servers import NatsServer, connect_refused, jwt_nats_server
+from support.nats_servers import NatsServer, connect_refused
 
 
-@pytest.fixture(scope="module")
-def material() -> auth_setup.AuthMaterial:
-    return auth_setup.generate()
-
-
-@pytest.fixture(scope="module")
-def jwt_server(state_root: Path, material: auth_setup.AuthMaterial) -> Iterator[NatsServer]:
-    server = jwt_nats_server(state_root / "nats-jwt", material)
-    yield server
-    server.stop()
-
-
-def test_setup_writes_secrets_readable_by_the_owner_only(state_root: Path, jwt_server: NatsServer) -> None:
-    out = state_root / "nats-jwt"
+def test_setup_writes_secrets_readable_by_the_owner_only(jwt_server: NatsServer) -> None:
+    out = jwt_server.config.parent  # where the setup material was written
     assert (out / "frontend.env").stat().st_mode & 0o777 == 0o600
     assert (out / "seeds.txt").stat().st_mode & 0o777 == 0o600
     env = dict(line.split("=", 1) for line in (out / "frontend.env").read_text().split())
