@@ -16,18 +16,13 @@ import httpx
 import pytest
 
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.faults import write_sim_model
 from support.proxy import ThrottlingProxy
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
-
-
-def _model(models_dir: Path, name: str, file_bytes: int) -> None:
-    (models_dir / f"{name}.bin").write_bytes(os.urandom(file_bytes))
-    (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}.bin\noptions: []\n")
 
 
 @dataclass
@@ -43,7 +38,7 @@ def env(state_root: Path, make_database, nats_url: str, request: pytest.FixtureR
                 nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name, size_mib in (("install-stall", 1), ("stage-stall", 48), ("stage-kill", 48)):
-        _model(c.models_dir, name, size_mib * MIB)
+        write_sim_model(c.models_dir, name, file_bytes=size_mib * MIB)
     base = free_port_pair()
     # w1 stages slowly (progress is reported per 16 MiB piece: one every 2 s, inside the 3 s stall window)
     proxy = ThrottlingProxy(base - 1, upload_bytes_per_s=8 * MIB)

@@ -17,6 +17,7 @@ import pytest
 
 from corral.staging.hashing import read_trusted_hash
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.faults import write_sim_model
 from support.proxy import ThrottlingProxy
 from support.waiting import wait_for
 
@@ -24,17 +25,6 @@ pytestmark = pytest.mark.slow
 
 MIB = 1 << 20
 WINDOW = "3s"  # shortened orphan and stall windows so the tests run in seconds
-
-
-def _model(models_dir: Path, name: str, *options: str, file_bytes: int = 0) -> None:
-    model = name
-    if file_bytes:
-        model = f"{name}.bin"
-        (models_dir / model).write_bytes(os.urandom(file_bytes))
-    opts = "".join(f"\n  - \"{o}\"" for o in options)
-    (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {model}\noptions:{opts or ' []'}\n"
-    )
 
 
 @dataclass
@@ -51,13 +41,13 @@ class Env:
 def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-load-jobs", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    _model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
-    _model(c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB)
-    _model(c.models_dir, "staged-slowly", file_bytes=12 * MIB)
-    _model(c.models_dir, "install-overlaps", file_bytes=12 * MIB)
-    _model(c.models_dir, "slow-dc", "load_time_s:2")
-    _model(c.models_dir, "orphaned", "load_time_s:4")
-    _model(c.models_dir, "stalled", file_bytes=48 * MIB)
+    write_sim_model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
+    write_sim_model(c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB)
+    write_sim_model(c.models_dir, "staged-slowly", file_bytes=12 * MIB)
+    write_sim_model(c.models_dir, "install-overlaps", file_bytes=12 * MIB)
+    write_sim_model(c.models_dir, "slow-dc", "load_time_s:2")
+    write_sim_model(c.models_dir, "orphaned", "load_time_s:4")
+    write_sim_model(c.models_dir, "stalled", file_bytes=48 * MIB)
     windows = ("--load-orphan-window", WINDOW, "--load-stall-window", WINDOW)
     frontends: list[Proc] = []
     base = free_port_pair()
@@ -236,7 +226,7 @@ def test_a_worker_stopped_mid_staging_releases_the_load_within_the_stall_window(
 
 
 async def test_a_load_past_its_deadline_names_budget_and_knob_and_its_backend_is_stopped(env: Env) -> None:
-    _model(env.cluster.models_dir, "too-slow", "load_time_s:6")
+    write_sim_model(env.cluster.models_dir, "too-slow", "load_time_s:6")
     strict, url_e = env.cluster.spawn_frontend("frontend-e", "--model-load-timeout", "1s")
     try:
         response = httpx.post(f"{url_e}/v1/chat/completions", json=_chat_body("too-slow"), timeout=60)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from support.cluster import Cluster, Proc
+from support.faults import write_sim_model
 from support.processes import backend_alive
 from support.waiting import wait_for
 
@@ -27,12 +28,6 @@ pytestmark = pytest.mark.slow
 FAST = ["--reconciler-interval", "0.3s", "--stale-node-threshold", "4s", "--node-heartbeat-checkpoint", "1s",
         "--health-check-interval", "0.3s"]
 BEAT = ("--heartbeat-interval", "0.5s")
-
-
-def _model(c: Cluster, name: str, *options: str) -> None:
-    opts = "".join(f"\n  - \"{o}\"" for o in options) or " []"
-    (c.models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{opts}\n")
 
 
 def _cluster(state_root: Path, make_database: Callable[[], str], nats_url: str, name: str) -> Cluster:
@@ -78,7 +73,7 @@ def _status(c: Cluster, model: str) -> dict[str, Any]:
 @pytest.fixture
 def three_workers(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "failover")
-    _model(c, "steady")
+    write_sim_model(c.models_dir, "steady")
     (c.models_dir / "prod.yaml").write_text("name: prod\nalias: steady\n")  # a stable deployment slot
     try:
         c.start_frontend(*FAST)
@@ -117,7 +112,7 @@ def test_a_replica_lost_with_its_worker_is_replaced_on_another_node(three_worker
 @pytest.fixture
 def spread_cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "spread")
-    _model(c, "everywhere")
+    write_sim_model(c.models_dir, "everywhere")
     c.frontend_env = {"LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": "everywhere", "replicas": "all"}])}
     try:
         c.start_frontend(*FAST)
@@ -161,7 +156,7 @@ def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_clus
 @pytest.fixture
 def burst_cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "burst")
-    _model(c, "bursty", "output_token_time_s:0.05")
+    write_sim_model(c.models_dir, "bursty", "output_token_time_s:0.05")
     try:
         c.start_frontend(*FAST, "--scale-down-idle", "2s")
         c.start_worker("b1", *BEAT, "--max-replicas-per-model", "3")
@@ -228,7 +223,7 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
 @pytest.fixture
 def restart_cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "restart")
-    _model(c, "replayed", "load_time_s:0.2")
+    write_sim_model(c.models_dir, "replayed", "load_time_s:0.2")
     extra: list[Proc] = []
     c.extra = extra  # type: ignore[attr-defined]
     try:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
+from support.faults import write_sim_model
 from support.proxy import ThrottlingProxy
 from support.waiting import wait_for
 
@@ -36,16 +37,6 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in t
 if not os.access(CHROMIUM, os.X_OK):
     pytest.skip(f"{CHROMIUM} is missing: install the Debian package `chromium` (scripts/install-system-deps.sh)",
                 allow_module_level=True)
-
-
-def _model(models_dir: Path, name: str, *options: str, file_bytes: int = 0) -> None:
-    model = name
-    if file_bytes:
-        model = f"{name}.bin"
-        (models_dir / model).write_bytes(os.urandom(file_bytes))
-    opts = "".join(f"\n  - \"{o}\"" for o in options)
-    (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {model}\noptions:{opts or ' []'}\n")
 
 
 @dataclass
@@ -77,9 +68,9 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str,
     shots.mkdir(parents=True, exist_ok=True)
     c = Cluster(root=state_root / "e2e-web-ui", database_url=make_database(), nats_url=nats_url, auto_approve=False)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    _model(c.models_dir, "sim")
-    _model(c.models_dir, "staged", file_bytes=STAGED_BYTES)
-    _model(c.models_dir, "coldchat", "load_time_s:2.5")
+    write_sim_model(c.models_dir, "sim")
+    write_sim_model(c.models_dir, "staged", file_bytes=STAGED_BYTES)
+    write_sim_model(c.models_dir, "coldchat", "load_time_s:2.5")
     (c.models_dir / "assistant.yaml").write_text("name: assistant\nalias: sim\n")
     proxy: ThrottlingProxy | None = None
     try:
