@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.cluster import free_port
+from support.cluster import free_port, free_stable_base
 from support.deploy_files import build_wheel, clean_env, fresh_venv
 from support.processes import corral_up_ready
 
@@ -38,7 +38,7 @@ def test_installed_corral_up_serves_the_default_models(tmp_path: Path) -> None:
     venv = fresh_venv(tmp_path, build_wheel(tmp_path))
     data_dir = Path(tempfile.mkdtemp(prefix="corral-installed-up-", dir="/var/tmp"))
     os.chmod(data_dir, 0o755)  # the embedded PostgreSQL runs as `postgres` when root
-    port, worker_port = free_port(), 47000 + os.getpid() % 5000
+    port, worker_port = free_port(), free_stable_base()  # 47000+ lay in the ephemeral range: taken once, mid-start
     try:
         with subprocess.Popen(
             [str(venv / "bin" / "corral"), "up", "--data-dir", str(data_dir), "--port", str(port),

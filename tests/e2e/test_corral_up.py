@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from support.cluster import free_port
+from support.cluster import free_port, free_stable_base
 from support.processes import corral_up_ready
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def _check_admin_key_and_approval(data_dir: Path, port: int, text: str, *, first
 def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="corral-up-", dir="/var/tmp"))
     os.chmod(data_dir, 0o755)
-    port, worker_port = free_port(), 52000 + os.getpid() % 5000
+    port, worker_port = free_port(), free_stable_base()
     try:
         for run in range(2):  # the second run reuses the data dir
             proc = _start(data_dir, port, worker_port)

@@ -17,7 +17,7 @@ import nats
 import nats.errors
 import pytest
 
-from support.cluster import free_port
+from support.cluster import free_port, free_stable_base
 from support.processes import corral_up_ready
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ async def _check_services(data_dir: Path, text: str) -> None:
 async def test_corral_up_services_need_the_generated_credentials_and_keep_fsync_on() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="corral-up-creds-", dir="/var/tmp"))
     os.chmod(data_dir, 0o755)
-    port, worker_port = free_port(), 47000 + os.getpid() % 3000
+    port, worker_port = free_port(), free_stable_base()
     try:
         secrets_seen: dict[str, str] = {}
         for run in range(2):  # the second start reuses the credentials

@@ -18,6 +18,22 @@ from corral.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
 SLOW_CALLBACK_MS = 100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
 
 
+def free_stable_base(low: int = 20000, high: int = 31000) -> int:
+    """A port p below the kernel's ephemeral range (32768+ here) such that p and p-1 are free: for a process that
+    binds them seconds later (`corral up --worker-base-port`), no outgoing connection can take either meanwhile."""
+    span = high - low
+    for step in range(0, span, 7):
+        port = low + (os.getpid() * 13 + step) % span
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port - 1))
+                b.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port pair in {low}-{high}")
+
+
 def free_port_pair() -> int:
     """A port p such that p and p-1 are both free (worker base port and its file server)."""
     for _ in range(200):
