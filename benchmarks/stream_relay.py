@@ -119,7 +119,7 @@ async def warm(cluster: Cluster, model: str) -> tuple[int, str]:
     conn = await asyncpg.connect(cluster.database_url)
     address = await conn.fetchval("SELECT address FROM node_models WHERE model_name = $1", model)
     await conn.close()
-    pid = backend_pid(address.rpartition(":")[2])
+    pid = backend_pid(address.rpartition(":")[2], cluster.workers)
     if pid is None:
         raise RuntimeError(f"no backend process for {model} at {address}")
     return pid, address

@@ -85,7 +85,7 @@ def _warm(cluster: Cluster, model: str) -> int:
     assert reply.status_code == 200, reply.text
     row = asyncio.run(_replica(cluster, model))
     assert row is not None
-    pid = backend_pid(row["address"].rpartition(":")[2])
+    pid = backend_pid(row["address"].rpartition(":")[2], cluster.workers)
     assert pid is not None
     return pid
 
@@ -124,7 +124,7 @@ def test_a_stopped_backend_ends_the_stream_with_an_error_naming_the_idle_knob_an
                            timeout=60)
         assert reply.status_code == 200, reply.text
         row = asyncio.run(_replica(cluster, "steady"))
-        assert row is not None and backend_pid(row["address"].rpartition(":")[2]) != pid
+        assert row is not None and backend_pid(row["address"].rpartition(":")[2], cluster.workers) != pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)

@@ -157,7 +157,7 @@ def test_readyz_skips_cold_starts_and_flips_when_a_serving_backend_is_killed(clu
     node = _node(cluster, "w-pending")
     rows = _admin(cluster, "GET", f"/api/nodes/{node['id']}/models").json()
     port = next(r["address"] for r in rows if r["model_name"] == "coldstart").rpartition(":")[2]
-    pid = backend_pid(port)
+    pid = backend_pid(port, cluster.workers)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     _wait_for(lambda: httpx.get(ready).status_code == 503, "readyz 503 after the backend died")

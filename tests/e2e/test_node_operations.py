@@ -239,7 +239,7 @@ def test_upgrade_stops_exactly_the_processes_it_reports(env: Env) -> None:
     rows = {r["model_name"]: r for node in ("w1", "w2") for r in env.rows(node)}
     node_name = next(n for n in ("w1", "w2") if any(r["model_name"] == "sim-a" for r in env.rows(n)))
     other = "w2" if node_name == "w1" else "w1"
-    pids = {m: backend_pid(r["address"].rpartition(":")[2]) for m, r in rows.items()}
+    pids = {m: backend_pid(r["address"].rpartition(":")[2], env.c.workers) for m, r in rows.items()}
     response = env.post(env.a, f"/api/nodes/{env.nodes[node_name]}/backends/upgrade", {"backend": "simcopy"})
     done = env.wait_job(env.a, response.json()["jobID"], lambda v: v["processed"], timeout_s=60)
     assert done["status"] == "completed", done
@@ -258,7 +258,7 @@ def test_delete_removes_the_backend_and_its_replicas(env: Env) -> None:
     assert env.chat("sim-b").status_code == 200
     node_name = next(n for n in ("w1", "w2") if any(r["model_name"] == "sim-b" for r in env.rows(n)))
     row = next(r for r in env.rows(node_name) if r["model_name"] == "sim-b")
-    pid = backend_pid(row["address"].rpartition(":")[2])
+    pid = backend_pid(row["address"].rpartition(":")[2], env.c.workers)
     response = env.post(env.b, f"/api/nodes/{env.nodes[node_name]}/backends/delete", {"backend": "simcopy"})
     assert response.status_code == 200, response.text
     assert response.json()["message"] == "backend deleted" and "sim-b#0" in response.json()["stopped_process_keys"]
@@ -274,7 +274,7 @@ def test_unload_and_delete_a_model_on_a_node(env: Env) -> None:
     node_name = next(n for n in ("w1", "w2") if any(r["model_name"] == "sim-c" for r in env.rows(n)))
     node = env.nodes[node_name]
     row = next(r for r in env.rows(node_name) if r["model_name"] == "sim-c")
-    pid = backend_pid(row["address"].rpartition(":")[2])
+    pid = backend_pid(row["address"].rpartition(":")[2], env.c.workers)
     unloaded = env.post(env.a, f"/api/nodes/{node}/models/unload", {"model_name": "sim-c"})
     assert unloaded.status_code == 200 and unloaded.json()["message"] == "model unloaded", unloaded.text
     assert unloaded.json()["stopped_process_keys"] == ["sim-c#0"]

@@ -150,7 +150,7 @@ def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_clus
     port = _rows(c, "everywhere")[0]["address"].rpartition(":")[2]
     assert httpx.delete(f"{labels}/zone", headers=c.admin_headers).status_code == 204
     _wait_for(lambda: _rows(c, "everywhere") == [], "the replica on the node that stopped matching is stopped")
-    _wait_for(lambda: not backend_alive(port), "its exact backend process gone")
+    _wait_for(lambda: not backend_alive(port, c.workers), "its exact backend process gone")
 
 
 @pytest.fixture
@@ -213,8 +213,8 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
     kept = _rows(c, "bursty")
     assert len(kept) == 1 and kept[0]["state"] == "loaded"
     stopped_ports = [r["address"].rpartition(":")[2] for r in peak if r["replica_index"] != kept[0]["replica_index"]]
-    _wait_for(lambda: not any(backend_alive(p) for p in stopped_ports), "the exact processes stopped")
-    assert backend_alive(kept[0]["address"].rpartition(":")[2])
+    _wait_for(lambda: not any(backend_alive(p, c.workers) for p in stopped_ports), "the exact processes stopped")
+    assert backend_alive(kept[0]["address"].rpartition(":")[2], c.workers)
     assert c.frontend is not None
     decisions = [line for line in c.frontend.log().splitlines() if "replica reconciler:" in line]
     assert sum("(idle) for rule 'bursty'" in line for line in decisions) >= 2, "\n".join(decisions)

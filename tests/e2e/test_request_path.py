@@ -112,7 +112,7 @@ async def test_killing_a_backend_process_makes_the_next_request_reload_and_succe
 ) -> None:
     client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     rows = {r["model_name"]: r for r in await _replica_rows(cluster)}
-    pid = backend_pid(rows["tiny-chat"]["address"].rpartition(":")[2])
+    pid = backend_pid(rows["tiny-chat"]["address"].rpartition(":")[2], cluster.workers)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.3)

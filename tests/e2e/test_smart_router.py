@@ -114,7 +114,7 @@ async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_ano
             assert big.status_code == 200, big.text
             rows = await _replicas(env)
             assert "m1" in rows and "m2" not in rows  # the LRU replica m1 was busy elsewhere: m2 went
-            assert backend_alive(m1_port) and not backend_alive(m2_port)
+            assert backend_alive(m1_port, env.cluster.workers) and not backend_alive(m2_port, env.cluster.workers)
             rest = [line async for line in chunks]
     assert rest[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in rest  # the busy stream finished intact
 

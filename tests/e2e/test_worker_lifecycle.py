@@ -68,7 +68,7 @@ async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster)
         assert response.status_code == 200, response.text
     rows = await _rows(cluster)
     port_a, port_b = (rows[m]["address"].rpartition(":")[2] for m in ("sim-a", "sim-b"))
-    pid_a, pid_b = backend_pid(port_a), backend_pid(port_b)
+    pid_a, pid_b = backend_pid(port_a, cluster.workers), backend_pid(port_b, cluster.workers)
     assert pid_a and pid_b
     nc = await nats.connect(cluster.nats_url)
     try:
@@ -123,7 +123,7 @@ async def test_backends_die_with_a_killed_worker(cluster: Cluster) -> None:
     base = free_port_pair()
     worker = spawn("w-doomed", cluster.worker_argv("w-doomed", base), cluster.root / "logs")
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
-    pid = backend_pid(await _install_simulator(cluster, "w-doomed", "orphan-check"))
+    pid = backend_pid(await _install_simulator(cluster, "w-doomed", "orphan-check"), [worker])
     assert pid is not None
     worker.popen.send_signal(signal.SIGKILL)
     worker.popen.wait(10)
@@ -157,7 +157,7 @@ async def test_a_cold_load_is_served_by_the_workers_spare_process(cluster: Clust
                    cluster.root / "logs")
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
     spare_pid = _spare_pid(_wait_log(worker, "for spare:simulator ready"), "simulator")
-    assert backend_pid(await _install_simulator(cluster, "w-spare", "spare-check")) == spare_pid
+    assert backend_pid(await _install_simulator(cluster, "w-spare", "spare-check"), [worker]) == spare_pid
     assert "took the spare process" in worker.log()
     assert worker.stop() == 0
     assert gone(spare_pid)

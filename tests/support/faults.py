@@ -215,7 +215,7 @@ def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
     warm = chat(bed.url, model)
     assert warm.ok, warm.seen()
     row = replicas(bed.cluster.database_url, model)[0]
-    pid = backend_pid(str(row["address"]).rpartition(":")[2])
+    pid = backend_pid(str(row["address"]).rpartition(":")[2], bed.cluster.workers)
     assert pid is not None, f"no backend process for {row}"
     stream = StreamResult()
     reader = threading.Thread(target=stream_chat, args=(bed.url, model, 400, stream), daemon=True)
