@@ -178,6 +178,7 @@ def test_an_agent_job_runs_on_an_agent_worker_and_is_recorded(cluster: Cluster, 
     assert job["status"] == "completed", job
     assert job["result"] == "Tool add returned: 42"
     assert [t["type"] for t in job["trace"]] == ["tool_call", "tool_result"]
+    assert [t["seq"] for t in job["trace"]] == [1, 2] and job["trace_count"] == 2  # the result counts the trace
     assert job["node_id"] in {_nodes(cluster)[n]["id"] for n in ("agent-a", "agent-b")}
     assert httpx.post(url, json={"model": MODEL, "prompt": "x"}).status_code == 401  # admin only
     assert httpx.post(url, headers=cluster.admin_headers,

@@ -53,6 +53,7 @@ class JobRunner:
         self._http = httpx.AsyncClient(base_url=api_url, timeout=httpx.Timeout(job_timeout_s, connect=10.0))
         self._running: dict[str, asyncio.Task[str]] = {}
         self._cancelled: set[str] = set()
+        self._traced: dict[str, int] = {}  # job id → trace entries published so far
 
     async def close(self) -> None:
         for task in self._running.values():
@@ -83,6 +84,13 @@ class JobRunner:
     async def _publish(self, subject: str, message: Message) -> None:
         await self.nc.publish(subject, message.to_json())
 
+    async def _finish(self, subject: str, job: AgentJob, status: str, **fields: str) -> None:
+        """The job's result, with the number of trace entries it published (a recorder that gets the result
+        before the last entry still takes that entry)."""
+        count = self._traced.pop(job.job_id, 0)
+        await self._publish(subject, JobResult(job_id=job.job_id, status=status, node_id=self.node_id,
+                                               trace_count=count, **fields))
+
     async def _run(self, msg: Msg, *, agent: bool) -> None:
         try:
             job = AgentJob.from_json(msg.data)
@@ -104,25 +112,20 @@ class JobRunner:
         except asyncio.CancelledError:
             if job.job_id in self._cancelled:  # jobs.<id>.cancel / agent.<id>.cancel
                 self._cancelled.discard(job.job_id)
-                await self._publish(result, JobResult(job_id=job.job_id, status="cancelled", node_id=self.node_id,
-                                                      error="cancelled on request"))
+                await self._finish(result, job, "cancelled", error="cancelled on request")
                 return
-            await self._publish(result, JobResult(job_id=job.job_id, status="cancelled", node_id=self.node_id,
-                                                  error="agent worker shutting down"))
+            await self._finish(result, job, "cancelled", error="agent worker shutting down")
             raise
         except TimeoutError:
-            await self._publish(result, JobResult(job_id=job.job_id, status="failed", node_id=self.node_id,
-                                                  error=f"job ran past {self.job_timeout_s:g}s; raise "
-                                                        f"{JOB_TIMEOUT_KNOB}"))
+            await self._finish(result, job, "failed",
+                               error=f"job ran past {self.job_timeout_s:g}s; raise {JOB_TIMEOUT_KNOB}")
             return
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the result subject
-            await self._publish(result, JobResult(job_id=job.job_id, status="failed", node_id=self.node_id,
-                                                  error=str(exc) or type(exc).__name__))
+            await self._finish(result, job, "failed", error=str(exc) or type(exc).__name__)
             return
         finally:
             self._running.pop(job.job_id, None)
-        await self._publish(result, JobResult(job_id=job.job_id, status="completed", result=text,
-                                              node_id=self.node_id))
+        await self._finish(result, job, "completed", result=text)
 
     async def _loop(self, job: AgentJob, progress: str) -> str:
         servers = await self.tools.servers(job.model)  # the frontend's config, not the job payload's
@@ -155,8 +158,9 @@ class JobRunner:
         async def event(kind: str, payload: dict[str, Any]) -> None:
             content = (f"{payload['function']['name']}({payload['function']['arguments']})" if kind == "tool_call"
                        else f"{payload['name']}: {payload['content']}")
+            seq = self._traced[job.job_id] = self._traced.get(job.job_id, 0) + 1
             await self._publish(progress, JobProgress(job_id=job.job_id, trace_type=kind, trace_content=content,
-                                                      node_id=self.node_id))
+                                                      node_id=self.node_id, trace_seq=seq))
 
         iterations = min(job.max_iterations or DEFAULT_ITERATIONS, MAX_ITERATIONS)
         outcome = await run_loop(messages, model, run_tool, iterations, event)

@@ -65,13 +65,14 @@ class JobRecorder:
             result = JobResult.from_json(msg.data)
             if result.job_id and result.status in agent_jobs.FINISHED:
                 await agent_jobs.finish(self.pool, result.job_id, result.status, result.node_id or "",
-                                        result.result or "", result.error or "")
+                                        result.result or "", result.error or "", result.trace_count)
                 return
             progress = JobProgress.from_json(msg.data)
             if not progress.job_id:
                 return
             trace = ({"type": progress.trace_type, "content": progress.trace_content or ""}
                      if progress.trace_type else None)
-            await agent_jobs.progress(self.pool, progress.job_id, progress.status or "", progress.node_id or "", trace)
+            await agent_jobs.progress(self.pool, progress.job_id, progress.status or "", progress.node_id or "", trace,
+                                      progress.trace_seq or 0)
         except (ValidationError, asyncpg.PostgresError) as exc:
             log.warning("could not record agent job event on %s: %s", msg.subject, exc)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from corral.bus.messages import Message
+
+TRACE_MAX = (1 << 31) - 1  # entries of one job's trace (a bound a database integer holds)
 
 
 class MCPServersPayload(Message):
@@ -71,6 +75,7 @@ class JobProgress(Message):
     trace_type: str | None = None
     trace_content: str | None = None
     node_id: str | None = None
+    trace_seq: int | None = Field(default=None, ge=1, le=TRACE_MAX)  # corral: the entry's place in the trace (1, 2, …)
 
 
 class JobResult(Message):
@@ -79,3 +84,5 @@ class JobResult(Message):
     result: str | None = None
     error: str | None = None
     node_id: str | None = None
+    # corral: how many trace entries the job published, so a recorder still takes one that arrives after this
+    trace_count: int | None = Field(default=None, ge=0, le=TRACE_MAX)

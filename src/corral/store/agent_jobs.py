@@ -26,10 +26,13 @@ async def listing(pool: asyncpg.Pool, limit: int = 100) -> list[asyncpg.Record]:
 
 
 async def progress(pool: asyncpg.Pool, job_id: str, status: str, node_id: str,
-                   trace: dict[str, Any] | None) -> None:
+                   trace: dict[str, Any] | None, seq: int = 0) -> None:
+    """Record a progress event; a trace entry with its `seq` (1, 2, …) is kept once, in seq order."""
+    entry = {**trace, "seq": seq} if trace is not None and seq else trace
     await pool.execute(q("agent_job_progress"), job_id, status, node_id,
-                       json.dumps(trace) if trace is not None else None)
+                       json.dumps(entry) if entry is not None else None, seq)
 
 
-async def finish(pool: asyncpg.Pool, job_id: str, status: str, node_id: str, result: str, error: str) -> None:
-    await pool.execute(q("agent_job_finish"), job_id, status, node_id, result, error)
+async def finish(pool: asyncpg.Pool, job_id: str, status: str, node_id: str, result: str, error: str,
+                 trace_count: int | None = None) -> None:
+    await pool.execute(q("agent_job_finish"), job_id, status, node_id, result, error, trace_count)
