@@ -1,10 +1,12 @@
 """LoadModel opens files only under the worker's models directory.
 
 The worker passes its models directory to every backend process it starts
-(``CORRAL_BACKEND_MODELS_ROOT``). A ``ModelOptions`` path field that resolves outside it -- by an
-absolute path, ``..`` segments or a symlink -- is refused before the engine sees it, so a forged
-or mistaken LoadModel cannot make a backend read an arbitrary file of the worker. A backend started
-by hand without the variable keeps the old behaviour (any path).
+(``CORRAL_BACKEND_MODELS_ROOT``). A ``ModelOptions`` path field, or an ``Options``/``Overrides`` entry
+``key:value`` whose value names a file, that resolves outside it -- by an absolute path, ``..`` segments,
+a ``ModelPath`` elsewhere or a symlink -- is refused before the engine sees it, so a forged or mistaken
+LoadModel cannot make a backend read an arbitrary file of the worker. A relative value that names no
+existing file below ``ModelPath`` (``chat_format:gemma``, a hub id) is no path and passes. A backend
+started by hand without the variable keeps the old behaviour (any path).
 """
 
 from __future__ import annotations
@@ -54,11 +56,25 @@ def _path_fields(opts: pb.ModelOptions) -> Iterator[tuple[str, str]]:
         yield "ModelFile", opts.ModelFile
     for field in PATH_FIELDS:
         value = getattr(opts, field)
-        if value and (os.path.isabs(value) or ".." in Path(value).parts):
-            yield field, value  # a bare name may be an identifier, not a file; relative paths stay below ModelPath
+        if _names_file(value, opts.ModelPath):
+            yield field, value  # a bare name may be an identifier, not a file
     for value in opts.LoraAdapters:
-        if value and (os.path.isabs(value) or ".." in Path(value).parts):
+        if _names_file(value, opts.ModelPath):
             yield "LoraAdapters", value
+    for name in ("Options", "Overrides"):
+        for index, option in enumerate(getattr(opts, name)):
+            _, sep, value = option.partition(":")
+            if sep and _names_file(value.strip(), opts.ModelPath):
+                yield f"{name}[{index}]", value.strip()
+
+
+def _names_file(value: str, model_path: str) -> bool:
+    """An absolute or ``..`` path, or a relative one that exists below ``model_path``: a file, whatever else."""
+    if not value:
+        return False
+    if os.path.isabs(value) or ".." in Path(value).parts or "\x00" in value:
+        return True
+    return os.path.lexists(_anchored(value, model_path, ""))  # False for a name the system refuses
 
 
 def _anchored(value: str, model_path: str, field: str) -> str:

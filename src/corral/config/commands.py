@@ -17,6 +17,7 @@ class FrontendSettings:
     registration_token: str
     auto_approve_nodes: bool
     models_path: str
+    model_path_roots: tuple[Path, ...]
     backend_install_timeout_s: float
     backend_upgrade_timeout_s: float
     backend_delete_timeout_s: float

@@ -8,6 +8,7 @@ from corral.config.parse import (
     parse_duration_s,
     parse_host_port,
     parse_nats_url,
+    parse_path_list,
     parse_positive_int,
     parse_postgres_url,
 )
@@ -61,6 +62,9 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             "new worker nodes are healthy at once instead of pending approval", is_switch=True),
     Setting("models_path", "--models-path", ("LOCALAI_MODELS_PATH",), "./models",
             help="directory of model config YAMLs and model files"),
+    Setting("model_path_roots", "--model-path-roots", ("CORRAL_MODEL_PATH_ROOTS",), (), parse_path_list,
+            "more directories model configs may name files in (absolute, separated by ':' or ','); a config "
+            "naming a file outside these and the models path is refused (400; skipped at start)"),
     Setting("backend_install_timeout_s", "--backend-install-timeout",
             ("LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT",), 15 * 60.0, parse_duration_s,
             "how long to wait for a worker to answer backend.install"),

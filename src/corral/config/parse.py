@@ -6,6 +6,7 @@ reason; the settings loader prefixes the setting's name.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlparse
@@ -140,6 +141,19 @@ def parse_path(raw: str) -> Path:
     if not raw.strip():
         raise ValueError("empty path")
     return Path(raw.strip()).expanduser()
+
+
+def parse_path_list(raw: str) -> tuple[Path, ...]:
+    """Absolute directories separated by the system's path separator (':') or commas; empty = none."""
+    paths = []
+    for part in re.split(f"[,{re.escape(os.pathsep)}]", raw):
+        if not part.strip():
+            continue
+        path = Path(part.strip()).expanduser()
+        if not path.is_absolute():
+            raise ValueError(f"{part.strip()!r} is not an absolute path; list directories as /abs/dir")
+        paths.append(path)
+    return tuple(paths)
 
 
 def parse_labels(raw: str) -> dict[str, str]:

@@ -53,8 +53,10 @@ def alias_revision(yaml_text: str) -> str:
 
 class ConfigRevisions:
     def __init__(self, pool: asyncpg.Pool, nc: Client, router: Router, configs: dict[str, ModelConfig],
-                 models_dir: Path, aliases: dict[str, str] | None = None) -> None:
+                 models_dir: Path, aliases: dict[str, str] | None = None, *,
+                 extra_roots: tuple[Path, ...] = ()) -> None:
         self.pool, self.nc, self.router, self.configs, self.models_dir = pool, nc, router, configs, models_dir
+        self.extra_roots = extra_roots  # CORRAL_MODEL_PATH_ROOTS: where configs may name files besides models_dir
         self.aliases = aliases if aliases is not None else {}  # shared in place with routing and the reconciler
         self.cleanup_kick: Callable[[], Awaitable[None]] | None = None
         self.on_config: Callable[[ModelConfig], None] | None = None  # a config became current (pre-hashing)
@@ -95,7 +97,7 @@ class ConfigRevisions:
             self._adopt_alias(name, data)
             return
         path = self._path(name)
-        cfg = parse_model_config(data, path, self.models_dir)
+        cfg = parse_model_config(data, path, self.models_dir, self.extra_roots)
         if cfg.name != name:
             raise ModelConfigError(f"the stored configuration of {name!r} names another model ({cfg.name!r})")
         self._write(path, yaml_text)
@@ -155,7 +157,7 @@ class ConfigRevisions:
     async def apply(self, name: str, raw: dict[str, Any]) -> tuple[ModelConfig, int]:
         """Validate (ModelConfigError), persist and make current; returns (config, pending_cleanup)."""
         path = self._path(name)
-        cfg = parse_model_config(raw, path, self.models_dir)
+        cfg = parse_model_config(raw, path, self.models_dir, self.extra_roots)
         self._write(path, dump_yaml(raw))
         self._current(cfg)
         await self._advance_and_announce(name, cfg)

@@ -104,7 +104,7 @@ async def serve(settings: FrontendSettings) -> int:
     telemetry = await asyncio.to_thread(otlp.configure, "corral-frontend", metrics=True)  # imports: off the loop
     nc = await bus.connect(settings.nats_url, "corral-frontend", **frontend_nats_options(settings))
     models_dir = Path(settings.models_path).resolve()
-    configs = load_model_configs(models_dir)
+    configs = load_model_configs(models_dir, settings.model_path_roots)
     log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
     aliases = load_aliases(models_dir, set(configs))
     http = await asyncio.to_thread(  # off the loop: it loads the CA bundle (~0.1-0.3 s of CPU)
@@ -118,7 +118,7 @@ async def serve(settings: FrontendSettings) -> int:
     lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
     await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
     warn_shared_vector_store(settings)
-    revs = ConfigRevisions(pool, nc, router, configs, models_dir, aliases)
+    revs = ConfigRevisions(pool, nc, router, configs, models_dir, aliases, extra_roots=settings.model_path_roots)
     cleanup = RevisionCleanup(pool, nc, router)
     revs.cleanup_kick = cleanup.kick
     await revs.start()

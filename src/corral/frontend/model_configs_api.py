@@ -107,7 +107,7 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
     try:
         cfg, pending = await revs.apply(name, raw)
     except ModelConfigError as exc:
-        return _bad(str(exc))
+        return _bad(str(exc), exc.field or "body")
     await operations.record_done(revs.pool, operations.NewOperation(
         name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,

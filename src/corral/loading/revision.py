@@ -50,7 +50,7 @@ def current_config(cfg: ModelConfig, stale: StaleRevision) -> ModelConfig:
         raise LoadError(f"loading model {cfg.name}: the model was removed while it loaded")
     source = cfg.source or cfg.models_dir / f"{cfg.name}.yaml"
     try:
-        fresh = parse_model_config(yaml.safe_load(stale.current_yaml), source, cfg.models_dir)
+        fresh = parse_model_config(yaml.safe_load(stale.current_yaml), source, cfg.models_dir, cfg.extra_roots)
     except (ModelConfigError, yaml.YAMLError) as exc:
         raise LoadError(f"loading model {cfg.name}: its current configuration does not parse: {exc}") from None
     if fresh.disabled:

@@ -62,16 +62,24 @@ def parse_artifacts(data: dict[str, Any], source: Path) -> ArtifactPaths:
     return ArtifactPaths(tuple(scalars), tuple(a.strip() for a in adapters if a.strip()))
 
 
+def exists_quietly(path: Path) -> bool:
+    """``path.exists()``, False for a name the system refuses (too long, a NUL byte) instead of raising."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_local(value: str, roots: Iterable[Path]) -> Path | None:
     """``value`` as an existing local path: absolute, else relative to the first root that has it."""
     if not value or "\x00" in value:
         return None
     path = Path(value)
     if path.is_absolute():
-        return path if path.exists() else None
+        return path if exists_quietly(path) else None
     for root in roots:
         candidate = root / path
-        if candidate.exists():
+        if exists_quietly(candidate):
             return candidate
     return None
 

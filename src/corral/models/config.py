@@ -7,7 +7,7 @@
     embeddings: false           # serves /v1/embeddings
     reranking: false            # serves /v1/rerank
     parameters:
-      model: gemma-3-270m.gguf  # file relative to the models dir (or absolute)
+      model: gemma-3-270m.gguf  # file relative to the models dir (or absolute, inside a root: models/roots.py)
     options: ["chat_format:gemma"]
 """
 
@@ -24,6 +24,7 @@ from corral.gallery.names import backend_name_problem
 from corral.models.aliases import is_alias_document
 from corral.models.artifacts import (
     REPEATED_FIELD,
+    SCALAR_FIELDS,
     ArtifactPaths,
     StagedPath,
     expand_files,
@@ -40,6 +41,7 @@ from corral.models.huggingface import (
 from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
 from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
+from corral.models.roots import ModelRoots, PathOutsideRoots
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,20 @@ FILE_BACKENDS = ("llama-cpp",)  # backends that need parameters.model (a model f
 
 class ModelConfigError(Exception):
     """A model YAML is malformed; the message names the file, the field and the fix."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field  # the offending field when one is known ('parameters.model', 'options[2]', …)
+
+
+@dataclass(frozen=True)
+class NamedPath:
+    """One value of a config that may name a file, and the directories a relative value is read against."""
+
+    field: str  # as the YAML spells it: 'parameters.model', 'mmproj', 'lora_adapters[0]', 'options[2]'
+    value: str
+    bases: tuple[Path, ...]
+    always_path: bool = True  # False for an option's value: checked only when it names a file
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,12 @@ class ModelConfig:
     artifacts: ArtifactPaths = field(default_factory=ArtifactPaths)  # mmproj, lora, ... (issue 4)
     huggingface: HuggingFaceSource | None = None  # managed HF artifact, downloaded by the frontend
     mcp: MCPServers = field(default_factory=MCPServers, compare=False)  # `mcp:` servers run by agent workers
+    extra_roots: tuple[Path, ...] = field(default=(), compare=False)  # CORRAL_MODEL_PATH_ROOTS
+
+    @property
+    def roots(self) -> ModelRoots:
+        """Where this model's files may live (models/roots.py)."""
+        return ModelRoots(self.models_dir, self.extra_roots)
 
     @property
     def snapshot_dir(self) -> Path | None:
@@ -118,6 +140,22 @@ class ModelConfig:
                 paths.append(StagedPath("", local))
         return paths
 
+    def named_paths(self) -> list[NamedPath]:
+        """Every configured value that may name a local file, with the bases it resolves against."""
+        roots = tuple(self.path_roots)
+        named = [NamedPath("parameters.model", self.model, roots)] if self.model else []
+        yaml_keys = {proto: key for key, proto in SCALAR_FIELDS.items()}
+        named += [NamedPath(yaml_keys[proto], value, roots) for proto, value in self.artifacts.scalars]
+        named += [NamedPath(f"lora_adapters[{index}]", value, roots)
+                  for index, value in enumerate(self.artifacts.lora_adapters)]
+        main_dir = self.model_file.parent if self.model_file is not None else None
+        option_roots = (self.models_dir, *([main_dir] if main_dir else []), *roots)
+        for index, option in enumerate(self.options):
+            _, sep, value = option.partition(":")
+            if sep and value.strip():
+                named.append(NamedPath(f"options[{index}]", value.strip(), option_roots, always_path=False))
+        return named
+
     def files(self) -> list[Path]:
         """Local files to stage to a worker before LoadModel: main file, companions, dirs, option files."""
         return expand_files(p.path for p in self.staged_paths())
@@ -142,7 +180,21 @@ def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: An
     return value
 
 
-def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig:
+def check_paths(cfg: ModelConfig) -> None:
+    """ModelConfigError naming the field, value, where it resolves and the setting, for a file outside the roots."""
+    roots = cfg.roots
+    for named in cfg.named_paths():
+        try:
+            roots.check(named.field, named.value, named.bases, always_path=named.always_path)
+        except PathOutsideRoots as exc:
+            raise ModelConfigError(f"{cfg.source}: {exc}", exc.field) from None
+
+
+def parse_model_config(data: Any, source: Path, models_dir: Path,
+                       extra_roots: tuple[Path, ...] = ()) -> ModelConfig:
+    """The model config of a YAML mapping; ModelConfigError names the file, the field and the fix.
+
+    Every file it names must resolve under `models_dir` or one of `extra_roots` (models/roots.py)."""
     if not isinstance(data, dict):
         raise ModelConfigError(f"{source}: expected a mapping with name, backend and parameters.model")
     name = _field(data, "name", str, source, "").strip()
@@ -170,7 +222,7 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
     if not model and backend in FILE_BACKENDS and huggingface is None:
         raise ModelConfigError(f"{source}: field 'parameters.model' is required (the model file)")
     options = _field(data, "options", list, source, [])
-    return ModelConfig(
+    cfg = ModelConfig(
         name=name, backend=backend, model=model, models_dir=models_dir,
         context_size=_field(data, "context_size", int, source, 0),
         embeddings=_field(data, "embeddings", bool, source, False),
@@ -183,11 +235,15 @@ def parse_model_config(data: Any, source: Path, models_dir: Path) -> ModelConfig
                        for k, v in _field(data, "node_selector", dict, source, {}).items()},
         artifacts=artifacts, huggingface=huggingface, mcp=mcp,
         disabled=_field(data, "disabled", bool, source, False), revision=config_revision(data), raw=dict(data),
+        extra_roots=tuple(extra_roots),
     )
+    check_paths(cfg)
+    return cfg
 
 
-def load_model_configs(models_dir: Path) -> dict[str, ModelConfig]:
-    """Read every *.yaml/*.yml in the models dir; a bad file is logged and skipped, not fatal."""
+def load_model_configs(models_dir: Path, extra_roots: tuple[Path, ...] = ()) -> dict[str, ModelConfig]:
+    """Read every *.yaml/*.yml in the models dir; a bad file (a file outside the roots too) is logged and skipped,
+    not fatal."""
     configs: dict[str, ModelConfig] = {}
     if not models_dir.is_dir():
         log.warning("models directory %s does not exist; no models are configured", models_dir)
@@ -197,7 +253,7 @@ def load_model_configs(models_dir: Path) -> dict[str, ModelConfig]:
             data = yaml.safe_load(path.read_text())
             if is_alias_document(data):  # `name` + `alias`: read by models/aliases.py, not a model
                 continue
-            config = parse_model_config(data, path, models_dir)
+            config = parse_model_config(data, path, models_dir, extra_roots)
         except (ModelConfigError, yaml.YAMLError, OSError) as exc:
             log.error("skipping model config %s: %s", path, exc)
             continue

@@ -82,8 +82,13 @@ def parse_huggingface(value: Any) -> HuggingFaceSource | None:
     return HuggingFaceSource(repo.strip(), revision.strip(), tuple(p.strip() for p in include))
 
 
+def hub_root(models_dir: Path) -> Path:
+    """Where every managed snapshot of a models directory lives (one of the model file roots)."""
+    return models_dir / ARTIFACTS_DIR / HUB_DIR
+
+
 def repo_dir(models_dir: Path, source: HuggingFaceSource) -> Path:
-    return models_dir / ARTIFACTS_DIR / HUB_DIR / source.repo.replace("/", "--")
+    return hub_root(models_dir) / source.repo.replace("/", "--")
 
 
 def ref_path(models_dir: Path, source: HuggingFaceSource) -> Path:

@@ -131,12 +131,12 @@ def remove_sidecars(path: Path) -> None:
     _unlink_quietly(target_sidecar_path(path))
 
 
-def cached_sha256(path: Path, on_progress: ProgressCallback | None = None) -> str:
+def cached_sha256(path: Path, on_progress: ProgressCallback | None = None, record: bool = True) -> str:
     """Hex SHA-256 of ``path``, from its ``.sha256`` sidecar when it matches the file, else hashed and
     recorded (so staging a file that did not change costs a stat, not a re-hash).
 
-    The sidecar is written only if the file did not change while it was hashed; failures to write
-    it (read-only directory, full disk) are ignored -- the hash is still returned.
+    The sidecar is written only if ``record`` and the file did not change while it was hashed; failures to
+    write it (read-only directory, full disk) are ignored -- the hash is still returned.
     """
     cached = read_trusted_hash(path)
     if cached is not None:
@@ -147,7 +147,7 @@ def cached_sha256(path: Path, on_progress: ProgressCallback | None = None) -> st
     before = os.stat(path)
     hash_hex = sha256_file(path, on_progress=on_progress)
     try:
-        if _identity(os.stat(path)) == _identity(before):
+        if record and _identity(os.stat(path)) == _identity(before):
             record_hash(path, hash_hex, before)
     except OSError:
         pass

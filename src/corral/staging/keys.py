@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from corral.models.roots import ModelRoots
 from corral.staging.errors import KeyEscapesDirectory, ReservedKey
 from corral.staging.hashing import is_sidecar_name
 
@@ -29,21 +30,34 @@ MAX_SEGMENT_BYTES = 255  # NAME_MAX of common Linux filesystems
 TEMP_SUFFIXES = (".upload", ".tmp")  # hidden files of uploads / sidecar writes in progress
 
 
-def storage_key(tracking_key: str, local_path: Path, models_dir: Path) -> str:
-    """Key for a frontend-local file: ``models/<tracking_key>/<path relative to models_dir>``.
+def storage_key(tracking_key: str, local_path: Path, roots: ModelRoots, anchor: Path | None = None) -> str:
+    """Key for a frontend-local file: ``models/<tracking_key>/<key_relative(...)>``."""
+    return f"{MODELS_KEY_PREFIX}{tracking_key}/{key_relative(local_path, roots, anchor)}"
 
-    Falls back to ``models/<tracking_key>/<basename>`` when ``local_path`` is not under ``models_dir``.
-    Paths are compared lexically (no symlink resolution), like the reference's ``filepath.Rel``.
+
+def key_relative(local_path: Path, roots: ModelRoots, anchor: Path | None = None) -> str:
+    """The key of a frontend-local file below ``models/<tracking_key>/``.
+
+    Under the models directory: its path relative to it, compared lexically like the reference's
+    ``filepath.Rel`` (``a/../b`` is ``b``). Elsewhere inside the roots (``CORRAL_MODEL_PATH_ROOTS``): its path
+    below the configured ``anchor`` (the file or directory the config names), under the anchor's own name, so
+    two files of one name in different directories cannot collide. A file outside every root -- by path or by
+    symlink -- raises :class:`~corral.models.roots.PathOutsideRoots`: never a basename of an arbitrary file.
     """
-    local_abs = Path(os.path.abspath(local_path))
-    models_abs = Path(os.path.abspath(models_dir))
+    roots.require("staged file", Path(local_path))
+    local = Path(os.path.abspath(local_path))
     try:
-        relative = local_abs.relative_to(models_abs).as_posix()
+        relative = local.relative_to(os.path.abspath(roots.models_dir)).as_posix()
     except ValueError:
-        relative = local_abs.name
-    if relative in ("", "."):
-        relative = local_abs.name
-    return f"{MODELS_KEY_PREFIX}{tracking_key}/{relative}"
+        relative = ""
+    if relative not in ("", "."):
+        return relative
+    base = Path(os.path.abspath(anchor)) if anchor is not None else local
+    try:
+        inner = local.relative_to(base).as_posix()
+    except ValueError:
+        inner = "."
+    return base.name if inner == "." else f"{base.name}/{inner}"
 
 
 def data_dir(models_dir: Path) -> Path:

@@ -1,9 +1,11 @@
 """What to stage for one model and how to rewrite its LoadModel options for the worker.
 
 Keys follow reference §5.11: ``models/<trackingKey>/<path relative to the frontend models dir>``.
-A configured path outside the models dir keeps its own tree below its basename
+A configured path in another root (``CORRAL_MODEL_PATH_ROOTS``) keeps its own tree below its basename
 (``models/<trackingKey>/<dir name>/<file>``) instead of the reference's flattening to the basename,
-so two files with one name in different directories cannot collide.
+so two files with one name in different directories cannot collide. A file outside every root is
+refused (:mod:`corral.models.roots`), never staged: the config checks passed when it was accepted, and
+this is the check that holds when the disk changed since (a symlink swapped) or a config came another way.
 
 After staging, every path field points at the worker's copy; ``ModelPath`` becomes the worker's
 ``<models>/<trackingKey>`` so relative options resolve there; option values that name a staged path
@@ -18,8 +20,9 @@ from pathlib import Path, PurePosixPath
 
 from corral.models.artifacts import REPEATED_FIELD, StagedPath, expand_files, option_path, resolve_local
 from corral.models.config import ModelConfig
+from corral.models.roots import ModelRoots
 from corral.proto import backend_pb2
-from corral.staging.keys import MODELS_KEY_PREFIX
+from corral.staging.keys import MODELS_KEY_PREFIX, key_relative
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class PlannedFile:
     key: str
     relative: str  # the key below models/<trackingKey>/
     size_bytes: int
+    record_hash: bool = True  # its hash may be recorded beside it: only under the models directory
 
 
 @dataclass(frozen=True)
@@ -41,36 +45,26 @@ class StagingPlan:
     def total_bytes(self) -> int:
         return sum(f.size_bytes for f in self.files)
 
+    model_roots: ModelRoots
+
     def relative(self, path: Path) -> str:
         """Key-relative name of a configured path (file or directory)."""
-        return _relative(path, self.models_dir)
+        return key_relative(path, self.model_roots)
 
 
 def build_plan(cfg: ModelConfig) -> StagingPlan:
+    """Every file to stage; PathOutsideRoots (a ValueError) for one outside the model's roots."""
     roots = tuple(cfg.staged_paths())
+    model_roots = cfg.roots
     planned: dict[Path, PlannedFile] = {}
     for root in roots:
         for file in expand_files([root.path]):
             if file in planned:
                 continue
-            relative = _relative(file, cfg.models_dir, root.path)
+            relative = key_relative(file, model_roots, root.path)
             planned[file] = PlannedFile(file, f"{MODELS_KEY_PREFIX}{cfg.name}/{relative}", relative,
-                                        os.stat(file).st_size)
-    return StagingPlan(cfg.name, cfg.models_dir, roots, tuple(planned.values()))
-
-
-def _relative(path: Path, models_dir: Path, root: Path | None = None) -> str:
-    local, base = Path(os.path.abspath(path)), Path(os.path.abspath(models_dir))
-    try:
-        return local.relative_to(base).as_posix()
-    except ValueError:
-        pass
-    anchor = Path(os.path.abspath(root)) if root is not None else local
-    try:
-        inner = local.relative_to(anchor).as_posix()
-    except ValueError:
-        inner = "."
-    return anchor.name if inner == "." else f"{anchor.name}/{inner}"
+                                        os.stat(file).st_size, model_roots.owns(file))
+    return StagingPlan(cfg.name, cfg.models_dir, roots, tuple(planned.values()), model_roots)
 
 
 def remote_base(plan: StagingPlan, staged: dict[str, str]) -> str:

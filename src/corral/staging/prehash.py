@@ -10,8 +10,9 @@ would. A staging that needs a file while it is being hashed joins that computati
 (:mod:`corral.staging.local_hash`), so nothing is read twice.
 
 Skipped: with ``--prehash-models=false`` (``CORRAL_PREHASH_MODELS``), with shared models (nothing is
-staged), in all but the first ``--http-workers`` process, and for files in a directory this process
-cannot write (the hash could not be recorded, so every start would pay it again).
+staged), in all but the first ``--http-workers`` process, for files outside the models directory (a root
+listed in ``CORRAL_MODEL_PATH_ROOTS`` included: corral writes no sidecar there, so the hash could not be
+kept) and for files in a directory this process cannot write (the same).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _unrecorded_files(configs: Iterable[ModelConfig]) -> list[tuple[Path, int]]:
             continue
         for planned in files:
             path = planned.local_path
-            if path in found or not os.access(path.parent, os.W_OK) or read_trusted_hash(path) is not None:
+            if path in found or not planned.record_hash or not os.access(path.parent, os.W_OK) or \
+                    read_trusted_hash(path) is not None:
                 continue
             found[path] = planned.size_bytes
     return list(found.items())

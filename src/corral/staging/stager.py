@@ -95,11 +95,11 @@ async def stage_model(ctx: StagingContext, target: StagingTarget, cfg: ModelConf
         if ctx.hub is None:
             raise ValueError(f"model {cfg.name} names a Hugging Face repo but this frontend has no hub client")
         await ctx.hub.ensure_snapshot(cfg.models_dir, cfg.huggingface, progress)
+    plan = build_plan(cfg)  # refuses a file outside the model's roots (PathOutsideRoots), in every mode
     if ctx.shared_models:
         log.info("shared models: %s loads from %s on node %s (no staging)", cfg.name, cfg.model_file,
                  target.node_name)
         return local_paths_for_shared(opts, cfg)
-    plan = build_plan(cfg)
     if not plan.files:
         staged = backend_pb2.ModelOptions()
         staged.CopyFrom(opts)
@@ -118,7 +118,8 @@ async def _stage_via_http(ctx: StagingContext, target: StagingTarget, plan: Stag
     for index, planned in enumerate(plan.files, start=1):
         progress.on_file(index, len(plan.files), planned.size_bytes)
         remote[planned.key] = await stage_file(ctx.http, base_url, planned.key, planned.local_path, ctx.token,
-                                               on_progress=progress.on_bytes, on_hash=progress.on_hash)
+                                               on_progress=progress.on_bytes, on_hash=progress.on_hash,
+                                               record_hash=planned.record_hash)
     log.info("staged %d file(s) of %s (%d bytes) to node %s", len(plan.files), plan.tracking_key,
              plan.total_bytes, target.node_name)
     return remote
@@ -133,7 +134,8 @@ async def _stage_via_s3(ctx: StagingContext, target: StagingTarget, plan: Stagin
     for index, planned in enumerate(plan.files, start=1):
         progress.on_file(index, len(plan.files), planned.size_bytes)
         local_hash = await local_sha256(planned.local_path,
-                                        threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES))
+                                        threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES),
+                                        record=planned.record_hash)
         await upload_to_bucket(ctx.object_store, planned, local_hash, progress.on_bytes)
         progress.on_file(index, len(plan.files), planned.size_bytes)  # now the worker's fetch
         reply = await ensure_on_worker(s3_target, planned, local_hash, progress.on_bytes)

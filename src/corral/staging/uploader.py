@@ -148,16 +148,18 @@ async def stage_file(
     on_hash: ProgressCallback | None = None,
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
     resumable: bool = True,
+    record_hash: bool = True,
 ) -> str:
     """Make the worker at ``base_url`` hold ``local_path`` under ``key``; return the worker's path.
 
     Raises :class:`StagingFailed` when the worker refuses the file or stays unreachable, and
     ``KeyEscapesDirectory`` for a malformed key. ``resumable=False`` sends one plain PUT per attempt
-    (no ``Content-Range``; always from byte 0).
+    (no ``Content-Range``; always from byte 0). ``record_hash=False`` never writes a ``.sha256`` beside
+    the file (one outside the models directory: the plan decides).
     """
     validate_key(key)
     upload = _FileUpload(client, base_url, key, Path(local_path), token, on_progress)
-    size_bytes, local = await upload.describe_local_file(on_hash)
+    size_bytes, local = await upload.describe_local_file(on_hash, record_hash)
     try:
         staged = await _stage(upload, size_bytes, local, retry_policy, resumable)
     finally:
@@ -296,7 +298,8 @@ class _FileUpload:
             local_path=self.local_path, key=self.key, worker_url=self.base_url, status=status, message=message
         )
 
-    async def describe_local_file(self, on_hash: ProgressCallback | None) -> tuple[int, _LocalHash]:
+    async def describe_local_file(self, on_hash: ProgressCallback | None,
+                                  record_hash: bool = True) -> tuple[int, _LocalHash]:
         """The file's size, and its hash: recorded, or being computed in a thread from now on."""
         try:
             size_bytes = os.stat(self.local_path).st_size
@@ -308,7 +311,7 @@ class _FileUpload:
                 on_hash(size_bytes, size_bytes)
             return size_bytes, _LocalHash(recorded, None)
         report = threadsafe_progress(on_hash, HASH_REPORT_EVERY_BYTES)
-        return size_bytes, _LocalHash(None, local_sha256(self.local_path, report))
+        return size_bytes, _LocalHash(None, local_sha256(self.local_path, report, record=record_hash))
 
     async def wait_hash(self, local: _LocalHash) -> str:
         try:

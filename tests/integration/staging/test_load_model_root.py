@@ -79,3 +79,44 @@ async def test_load_model_accepts_a_file_under_the_models_directory(backend):
     model_file.write_bytes(b"GGUF")
     result = await _load(stub, ModelFile=str(model_file), ModelPath=str(models / "m"))
     assert result.success, result.message
+
+
+@pytest.mark.parametrize("fields, field, value, resolved", [
+    # a relative companion read below a ModelPath that is not the worker's
+    ({"ModelPath": "/etc", "MMProj": "passwd"}, "MMProj", "passwd", "/etc/passwd"),
+    ({"ModelPath": "/etc", "LoraAdapters": ["hostname"]}, "LoraAdapters", "hostname", "/etc/hostname"),
+    # an option whose value names a file (gallery engines open such files)
+    ({"Options": ["chat_format:gemma", "vae:/etc/passwd"]}, "Options[1]", "/etc/passwd", "/etc/passwd"),
+    ({"Overrides": ["mmproj:" + "../" * 12 + "etc/passwd"]}, "Overrides[0]", "../" * 12 + "etc/passwd",
+     "/etc/passwd"),
+])
+async def test_load_model_refuses_companions_and_options_that_name_files_outside(backend, fields, field, value,
+                                                                                  resolved):
+    stub, models = backend
+    fields = {"ModelPath": str(models / "m"), **fields}
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.LoadModel(pb.ModelOptions(Model="m", **fields), timeout=30,
+                             metadata=(("authorization", f"Bearer {TOKEN}"),))
+    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert info.value.details() == (
+        f"LoadModel {field} {value!r} resolves to {resolved!r}, outside this worker's models directory "
+        f"{str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it")
+
+
+async def test_load_model_refuses_an_option_naming_a_symlink_that_points_out(backend, tmp_path):
+    stub, models = backend
+    outside = tmp_path / "secret.bin"
+    outside.write_bytes(b"x")
+    (models / "m" / "vae.bin").symlink_to(outside)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _load(stub, ModelPath=str(models / "m"), Options=["vae:vae.bin"])  # type: ignore[arg-type]
+    assert f"LoadModel Options[0] 'vae.bin' resolves to {str(outside)!r}, outside" in info.value.details()
+
+
+async def test_load_model_accepts_options_that_name_no_file_or_one_inside(backend):
+    stub, models = backend
+    (models / "m" / "vae.bin").write_bytes(b"x")
+    result = await stub.LoadModel(pb.ModelOptions(Model="m", ModelPath=str(models / "m"), MMProj="org/projector",
+                                                  Options=["chat_format:gemma", "vae:vae.bin", f"x:{models}/m"]),
+                                  timeout=30, metadata=(("authorization", f"Bearer {TOKEN}"),))
+    assert result.success, result.message

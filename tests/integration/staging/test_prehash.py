@@ -98,9 +98,9 @@ async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(
     calls: list[Path] = []
     real = local_hash.cached_sha256
 
-    def counting(file: Path, report=None):  # type: ignore[no-untyped-def]
+    def counting(file: Path, report=None, record=True):  # type: ignore[no-untyped-def]
         calls.append(file)
-        return real(file, report)
+        return real(file, report, record)
 
     monkeypatch.setattr(local_hash, "cached_sha256", counting)
     first = local_sha256(path)
@@ -138,3 +138,23 @@ async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(tmp_path: Path) -
     await asyncio.sleep(0.2)
     assert read_trusted_hash(path) is None and not hash_sidecar_path(path).exists()
     assert not [t for t in threading.enumerate() if t.name.startswith("prehash") and t.is_alive()]
+
+
+async def test_files_outside_the_models_dir_are_never_hashed_nor_given_a_sidecar(tmp_path: Path) -> None:
+    """A listed root (CORRAL_MODEL_PATH_ROOTS) is read, never written; a link that points out is not even read."""
+    models, shared = tmp_path / "models", tmp_path / "shared"
+    shared.mkdir()
+    (shared / "big.gguf").write_bytes(os.urandom(MiB))
+    (tmp_path / "secret").write_bytes(os.urandom(MiB))
+    in_root = parse_model_config({"name": "s", "backend": "llama-cpp", "parameters": {"model": str(shared / "big.gguf")}},
+                                 models / "s.yaml", models, (shared,))
+    linked = _config(models, "l", {"l.gguf": MiB})
+    (models / "l.gguf").unlink()
+    (models / "l.gguf").symlink_to(tmp_path / "secret")  # points out since the config was accepted
+    marker = _config(models, "m", {"m.gguf": MiB})
+    prehasher = ModelPrehasher()
+    prehasher.submit([in_root, linked, marker])  # in order: once m.gguf is recorded, the others were looked at
+    await _run_until_recorded(prehasher, [models / "m.gguf"])
+    assert not hash_sidecar_path(shared / "big.gguf").exists()
+    assert not hash_sidecar_path(tmp_path / "secret").exists()
+    assert not hash_sidecar_path(models / "l.gguf").exists()

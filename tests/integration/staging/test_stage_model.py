@@ -12,10 +12,13 @@ import httpx
 import pytest
 import yaml
 
+from corral.loading.replay import config_from_replay
 from corral.models.config import ModelConfig, parse_model_config
+from corral.models.roots import PathOutsideRoots
 from corral.proto import backend_pb2
-from corral.staging.hashing import read_trusted_hash
+from corral.staging.hashing import hash_sidecar_path, read_trusted_hash
 from corral.staging.stager import StagingContext, StagingTarget, stage_model
+from corral.store.load_infos import LoadInfo
 from support.file_servers import TOKEN, running_file_server
 
 MiB = 1 << 20
@@ -60,7 +63,7 @@ def _model(models_dir: Path, outside: Path) -> ModelConfig:
     _write(models_dir / "voices" / "en.onnx", 500)
     _write(models_dir / "voices" / "en.onnx.json", 50)
     _write(models_dir / "llm" / "vocab.json", 70)  # option relative to the model's own dir
-    _write(outside / "extra" / "table.bin", 30)  # option with an absolute path outside the models dir
+    _write(outside / "extra" / "table.bin", 30)  # option: an absolute path in a listed root, outside the models dir
     _write(models_dir / "unrelated.bin", 10)  # not referenced: must not be staged
     data = {
         "name": "vision", "backend": "llama-cpp",
@@ -70,7 +73,8 @@ def _model(models_dir: Path, outside: Path) -> ModelConfig:
         "audio_path": "voices/en.onnx",
         "options": ["vocab:vocab.json", f"table:{outside / 'extra'}", "chat_format:gemma", "root:."],
     }
-    return parse_model_config(yaml.safe_load(yaml.safe_dump(data)), models_dir / "vision.yaml", models_dir)
+    return parse_model_config(yaml.safe_load(yaml.safe_dump(data)), models_dir / "vision.yaml", models_dir,
+                              (outside,))  # CORRAL_MODEL_PATH_ROOTS
 
 
 def _options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
@@ -174,3 +178,46 @@ def test_checkpoint_bytes_count_every_staged_file(tmp_path):
     assert sizes == {"main.gguf": 3 * MiB, "mmproj.gguf": 1000, "adapter.bin": 2000, "en.onnx": 500,
                      "en.onnx.json": 50, "vocab.json": 70, "table.bin": 30}
     assert cfg.checkpoint_bytes() == sum(sizes.values())
+
+
+async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(tmp_path, http):
+    models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
+    cfg = _model(models_dir, outside)
+    async with running_file_server(tmp_path / "worker" / "models") as worker:
+        await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", f"127.0.0.1:{worker.port}"),
+                          cfg, _options(cfg), Recorder())
+    assert not hash_sidecar_path(outside / "extra" / "table.bin").exists()  # corral writes only in its models dir
+    assert read_trusted_hash(models_dir / "llm" / "main.gguf") is not None  # there it keeps the hash
+
+
+@pytest.mark.parametrize("shared_models", [False, True])
+async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(tmp_path, http, shared_models):
+    models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
+    _write(models_dir / "m.gguf", 100)
+    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
+                             models_dir / "m.yaml", models_dir)
+    (models_dir / "m.gguf").unlink()
+    (models_dir / "m.gguf").symlink_to(secret)  # swapped for a link that points out
+    async with running_file_server(tmp_path / "worker" / "models") as worker:
+        ctx = StagingContext(http=http, token=TOKEN, shared_models=shared_models)
+        with pytest.raises(PathOutsideRoots, match=f"staged file: '{models_dir / 'm.gguf'}' resolves to {secret}, "
+                                                   f"outside the models directory {models_dir}; keep model files "
+                                                   "under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"):
+            await stage_model(ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg), Recorder())
+        assert worker.server.stats.requests["PUT"] == 0
+    assert not list((tmp_path / "worker").rglob("*secret*")) and not list((tmp_path / "worker").rglob("m.gguf"))
+    assert not hash_sidecar_path(secret).exists()
+
+
+async def test_a_replayed_load_naming_a_file_outside_is_never_staged(tmp_path, http):
+    """Replay info recorded before the roots existed (ModelFile=/etc/passwd) must not stage it now."""
+    models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
+    models_dir.mkdir(parents=True)
+    opts = backend_pb2.ModelOptions(Model="../secret", ModelFile=str(secret), ModelPath=str(models_dir))
+    cfg = config_from_replay(LoadInfo("m", "llama-cpp", opts.SerializeToString(), "rev"))
+    async with running_file_server(tmp_path / "worker" / "models") as worker:
+        with pytest.raises(PathOutsideRoots, match=f"resolves to {secret}, outside the models directory"):
+            await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", f"127.0.0.1:{worker.port}"),
+                              cfg, _options(cfg), Recorder())
+        assert worker.server.stats.requests["PUT"] == 0
+    assert not hash_sidecar_path(secret).exists()

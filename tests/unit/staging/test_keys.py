@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from corral.models.roots import ModelRoots, PathOutsideRoots
 from corral.staging.errors import KeyEscapesDirectory, ReservedKey, StagingError
 from corral.staging.keys import resolve_key, storage_key, validate_key
+
+SRV_ROOTS = ModelRoots(Path("/srv/models"), (Path("/srv/shared"),))
 
 
 @pytest.mark.parametrize(
@@ -18,19 +21,37 @@ from corral.staging.keys import resolve_key, storage_key, validate_key
         ("/srv/models/llama.gguf", "models/llama3/llama.gguf"),
         # nested: the relative path is kept so sibling files stay siblings on the worker
         ("/srv/models/hf/org/repo/model.safetensors", "models/llama3/hf/org/repo/model.safetensors"),
-        # outside the models dir: fall back to the basename
-        ("/home/me/Downloads/llama.gguf", "models/llama3/llama.gguf"),
+        # in a listed root (CORRAL_MODEL_PATH_ROOTS): below the configured path's own name
+        ("/srv/shared/llama.gguf", "models/llama3/llama.gguf"),
         # '..' is resolved lexically before deciding whether the file is under the models dir
         ("/srv/models/sub/../other/x.bin", "models/llama3/other/x.bin"),
     ],
 )
 def test_storage_key_is_models_tracking_key_and_path_relative_to_models_dir(local_path, expected_key):
-    assert storage_key("llama3", Path(local_path), Path("/srv/models")) == expected_key
+    assert storage_key("llama3", Path(local_path), SRV_ROOTS) == expected_key
+
+
+@pytest.mark.parametrize("local_path", [
+    "/home/me/Downloads/llama.gguf",  # outside every root: no basename fallback
+    "/srv/models/../secrets/llama.gguf",  # climbs out of the models dir
+])
+def test_storage_key_refuses_a_file_outside_the_roots(local_path):
+    with pytest.raises(PathOutsideRoots, match=r"outside the models directory /srv/models and "
+                                               r"CORRAL_MODEL_PATH_ROOTS \(/srv/shared\)"):
+        storage_key("llama3", Path(local_path), SRV_ROOTS)
+
+
+def test_storage_key_refuses_a_symlink_in_the_models_dir_that_points_out(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "secret.gguf").write_bytes(b"x")
+    (tmp_path / "models" / "link.gguf").symlink_to(tmp_path / "secret.gguf")
+    with pytest.raises(PathOutsideRoots, match=f"resolves to {tmp_path / 'secret.gguf'}, outside"):
+        storage_key("m", tmp_path / "models" / "link.gguf", ModelRoots(tmp_path / "models"))
 
 
 def test_storage_key_of_relative_paths_uses_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert storage_key("m", Path("models/a/b.gguf"), Path("models")) == "models/m/a/b.gguf"
+    assert storage_key("m", Path("models/a/b.gguf"), ModelRoots(Path("models"))) == "models/m/a/b.gguf"
 
 
 @pytest.mark.parametrize(

@@ -45,13 +45,15 @@ def test_option_values_that_name_files_are_staged_but_never_the_whole_models_dir
     assert (option_path(option, [tmp_path], tmp_path) is not None) == staged
 
 
-def test_keys_mirror_the_models_dir_and_keep_outside_trees_below_their_name(tmp_path):
+def test_keys_mirror_the_models_dir_and_keep_trees_of_listed_roots_below_their_name(tmp_path):
     models, outside = tmp_path / "models", tmp_path / "shared" / "voices"
     _touch(models / "sub" / "m.gguf")
     _touch(outside / "en" / "v.onnx")
     cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "sub/m.gguf"},
-                              "options": [f"voices:{outside}"]}, models / "m.yaml", models)
-    assert [f.key for f in build_plan(cfg).files] == ["models/m/sub/m.gguf", "models/m/voices/en/v.onnx"]
+                              "options": [f"voices:{outside}"]}, models / "m.yaml", models, (tmp_path / "shared",))
+    plan = build_plan(cfg)
+    assert [f.key for f in plan.files] == ["models/m/sub/m.gguf", "models/m/voices/en/v.onnx"]
+    assert [f.record_hash for f in plan.files] == [True, False]  # no sidecar written outside the models dir
 
 
 @pytest.mark.parametrize("block, message", [
