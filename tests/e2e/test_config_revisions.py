@@ -165,6 +165,7 @@ async def test_a_frontend_starting_with_a_changed_config_on_disk_republishes_onl
 
 
 def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: Env) -> None:
+    assert _chat(env.a, "params").status_code == 200  # a loaded replica of its own
     nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
     node_id = next(n["id"] for n in nodes if n["name"] == "w1")
     for url, headers in ((f"{env.a}/api/nodes/{node_id}/models", env.admin),
@@ -174,6 +175,8 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
         for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",
                       "cleanup_next_retry_at"):
             assert field in rows[0], (url, field)
+        loaded = [r for r in rows if r["state"] == "loaded"]
+        assert loaded and all(len(r["effective_options_hash"]) == 64 for r in loaded), (url, rows)  # written
 
 
 def test_an_alias_repointed_through_the_api_moves_requests_and_its_rule_on_every_frontend(env: Env) -> None:

@@ -34,6 +34,9 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
         "name: slow\nbackend: simulator\nparameters:\n  model: slow\noptions:\n  - output_token_time_s:0.2\n")
     (c.models_dir / "coldstart.yaml").write_text(
         "name: coldstart\nbackend: simulator\nparameters:\n  model: coldstart\noptions:\n  - load_time_s:2\n")
+    for variant, needs in (("sim-cuda12", "nvidia-cuda-12"), ("sim-metal", "metal")):
+        (c.models_dir / f"{variant}.yaml").write_text(f"name: {variant}\nbackend: simulator\nvariant_of: sim\n"
+                                                      f"capability: {needs}\nparameters:\n  model: {variant}\n")
     try:
         c.start_frontend(*FAST_HEALTH)
         yield c
@@ -119,6 +122,28 @@ def test_labels_are_automatic_and_managed_through_the_admin_api(cluster: Cluster
     assert _admin(cluster, "PUT", f"{base}/max-replicas-per-model", json={"value": 0}).status_code == 400
     assert _admin(cluster, "DELETE", f"{base}/max-replicas-per-model").json() == {"reset": True}
     assert _admin(cluster, "GET", "/api/nodes/00000000-0000-4000-8000-000000000000/labels").status_code == 404
+    cluster.workers.remove(proc)
+    assert proc.stop() == 0
+
+
+def test_a_worker_reports_its_cuda_capability_and_variants_are_judged_against_it(cluster: Cluster,
+                                                                               tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(  # the memory query, else the banner naming the CUDA version
+        '#!/bin/sh\ncase "$1" in --query-gpu=*) echo "24576, 20000" ;;\n'
+        '*) echo "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |" ;; esac\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    proc, _ = _start_worker(cluster, "w-cuda", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    _wait_for(lambda: _node(cluster, "w-cuda") is not None, "registration")
+    node = _node(cluster, "w-cuda")
+    assert node["capability"] == "nvidia-cuda-12" and node["gpu_vendor"] == "nvidia"
+    assert _admin(cluster, "POST", f"/api/nodes/{node['id']}/approve").status_code == 200
+    body = _admin(cluster, "GET", "/api/models/variants/sim").json()
+    assert "nvidia-cuda-12" in body["capabilities"], body
+    compatible = {v["name"]: v["compatible"] for v in body["variants"]}
+    assert compatible == {"sim": True, "sim-cuda12": True, "sim-metal": False}
+    assert body["recommended"] == "sim-cuda12"
     cluster.workers.remove(proc)
     assert proc.stop() == 0
 

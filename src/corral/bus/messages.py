@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+INT32_MAX = (1 << 31) - 1  # a ModelOptions integer field
 
 
 class Message(BaseModel):
@@ -35,10 +37,19 @@ class BackendInstallRequest(Message):
     op_id: str | None = None
 
 
+class LoadDefaults(Message):
+    """corral: the LoadModel defaults of the worker that runs a backend (`--threads`, `--context-size`); a
+    field the model's config leaves at 0 takes them (loading/effective_options.py). 0: none."""
+
+    threads: int = Field(default=0, ge=0, le=INT32_MAX)
+    context_size: int = Field(default=0, ge=0, le=INT32_MAX)
+
+
 class BackendInstallReply(Message):
     success: bool = False
     address: str | None = None
     error: str | None = None
+    load_defaults: LoadDefaults | None = None  # corral: what the process's LoadModel takes from this node
 
 
 class BackendInstallProgressEvent(Message):

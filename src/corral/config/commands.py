@@ -106,6 +106,9 @@ class WorkerSettings:
     require_backend_integrity: bool
     backend_gallery_timeout_s: float
     vram_budget: str
+    threads: int
+    context_size: int
+    capability: str
     log_level: str
     slow_callback_ms: int
     nats_jwt: str

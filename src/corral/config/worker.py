@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from corral.config.parse import (
     parse_bool,
     parse_duration_s,
@@ -9,6 +11,7 @@ from corral.config.parse import (
     parse_int,
     parse_labels,
     parse_nats_url,
+    parse_non_negative_int,
 )
 from corral.config.process import SLOW_CALLBACK_SETTING
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
@@ -17,6 +20,23 @@ from corral.config.staging import WORKER_STAGING_SETTINGS
 from corral.gallery.names import backend_name_problem
 
 PRESTART_MAX_BACKENDS = 8
+LOAD_DEFAULT_MAX = (1 << 31) - 1  # ModelOptions fields are int32
+CAPABILITY = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # the registry keeps 64 characters
+
+
+def parse_load_default(raw: str) -> int:
+    """A load default: a whole number 0..2147483647 (0: none)."""
+    value = parse_non_negative_int(raw)
+    if value > LOAD_DEFAULT_MAX:
+        raise ValueError(f"at most {LOAD_DEFAULT_MAX}, got {value}")
+    return value
+
+
+def parse_capability(raw: str) -> str:
+    """A backend capability name (`nvidia-cuda-12`, `metal`, `default`); empty: detect it."""
+    if raw and not CAPABILITY.fullmatch(raw):
+        raise ValueError(f"must be lowercase letters, digits, '.', '_' or '-', at most 64 characters, got {raw[:80]!r}")
+    return raw
 
 
 def parse_backend_names(raw: str) -> tuple[str, ...]:
@@ -81,6 +101,13 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             parse_duration_s, "how long one read from a gallery (index, archive, pip download) may stall"),
     Setting("vram_budget", "--vram-budget", ("LOCALAI_VRAM_BUDGET",), "",
             help="cap the VRAM this node offers for placement: 80%, 12GB, 12GiB, raw bytes (admin override wins)"),
+    Setting("threads", "--threads", ("LOCALAI_THREADS",), 0, parse_load_default,
+            "threads of a backend on this node whose model sets none (0: the backend decides; llama.cpp: all CPUs)"),
+    Setting("context_size", "--context-size", ("LOCALAI_CONTEXT_SIZE",), 0, parse_load_default,
+            "context size (tokens) of a model on this node whose config sets none (0: the model's own)"),
+    Setting("capability", "--capability", ("LOCALAI_FORCE_META_BACKEND_CAPABILITY",), "", parse_capability,
+            help="backend capability this node reports instead of the detected one (nvidia-cuda-12, metal, "
+                 "default; detected: nvidia-cuda-<major> from nvidia-smi, default without a GPU)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     SLOW_CALLBACK_SETTING,
 )

@@ -21,8 +21,9 @@ from corral.bus import subjects
 from corral.bus.messages import BackendStopRequest, ModelStopReply, ModelStopRequest
 from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.deadlines import deadline_message, load_budget_s
+from corral.loading.effective_options import options_hash, with_node_defaults
 from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed, NodeLost
-from corral.loading.place import install
+from corral.loading.place import Installed, install
 from corral.loading.progress import INSTALLING, LOADING, STAGING, LoadProgress
 from corral.loading.revision import check_revision
 from corral.models.config import ModelConfig
@@ -131,15 +132,17 @@ async def _staged(ctx: LoadContext, target: StagingTarget, cfg: ModelConfig,
         return await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
 
 
-async def _install_and_stage(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int,
-                             progress: LoadProgress, started: list[str]) -> tuple[str, backend_pb2.ModelOptions]:
+async def _install_and_stage(
+    ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int, progress: LoadProgress,
+    started: list[str],
+) -> tuple[Installed, backend_pb2.ModelOptions]:
     """Start the backend and stage the files at once; the first failure cancels the other.
 
     `started` receives the backend's address as soon as the install answers (for an exact stop).
     """
     installing = asyncio.create_task(install(ctx, node, cfg, replica_index, progress), name=f"install:{cfg.name}")
     installing.add_done_callback(
-        lambda t: started.append(t.result()) if not t.cancelled() and t.exception() is None else None)
+        lambda t: started.append(t.result().address) if not t.cancelled() and t.exception() is None else None)
     target = StagingTarget(node.name, node.http_address, node.id)
     progress.phase(STAGING)
     staging = asyncio.create_task(_staged(ctx, target, cfg, progress), name=f"stage:{cfg.name}")
@@ -170,11 +173,12 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
     started: list[str] = []
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)  # holds the slot meanwhile
-        address, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress, started)
-        row["address"] = address
+        installed, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress, started)
+        final = with_node_defaults(staged, installed.load_defaults)  # what the backend is loaded with
+        row.update(address=installed.address, effective_options_hash=options_hash(final))
         await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)
-        await call_load_model(ctx, node, address, cfg, staged)
+        await call_load_model(ctx, node, installed.address, cfg, final)
         await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
         await check_revision(ctx, cfg, quarantine=True)  # an edit during the load: never route the old one
     except BaseException as exc:
@@ -188,6 +192,6 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
         if isinstance(exc, Exception) and not isinstance(exc, LoadError):
             raise LoadError(f"loading model {cfg.name} on node {node.name}: {exc}") from exc
         raise
-    log.info("model %s loaded on node %s at %s", cfg.name, node.name, address)
-    return LoadedReplica(model=cfg.name, node_id=node.id, node_name=node.name, address=address,
+    log.info("model %s loaded on node %s at %s", cfg.name, node.name, row["address"])
+    return LoadedReplica(model=cfg.name, node_id=node.id, node_name=node.name, address=row["address"],
                          replica_index=replica_index)

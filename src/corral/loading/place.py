@@ -17,13 +17,14 @@ import logging
 import time
 import uuid
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind
 
 from corral.bus import client as bus
 from corral.bus import subjects
-from corral.bus.messages import BackendInstallReply, BackendInstallRequest
+from corral.bus.messages import BackendInstallReply, BackendInstallRequest, LoadDefaults
 from corral.loading.context import LoadContext
 from corral.loading.errors import InstallFailed, NodeLost
 from corral.loading.progress import LoadProgress
@@ -114,10 +115,18 @@ class InstallEvents:
         return self.last_heard_s is not None and time.monotonic() - self.last_heard_s <= window_s
 
 
+@dataclass(frozen=True)
+class Installed:
+    """A started backend process: where it listens, and the LoadModel defaults of its node."""
+
+    address: str
+    load_defaults: LoadDefaults | None = None
+
+
 async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int,
-                  progress: LoadProgress | None = None) -> str:
-    """Start the backend process on `node` (installing the backend there first if it is missing); its
-    address. NodeLost when the node does not answer; InstallFailed with the worker's error otherwise."""
+                  progress: LoadProgress | None = None) -> Installed:
+    """Start the backend process on `node` (installing the backend there first if it is missing). NodeLost
+    when the node does not answer; InstallFailed with the worker's error otherwise."""
     op_id = uuid.uuid4().hex
     request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index,
                                     op_id=op_id)
@@ -134,7 +143,7 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
             progress.on_worker_busy(False)
     if not reply.success:
         raise InstallFailed(f"loading model {cfg.name}: worker {node.name} replied with error: {reply.error}")
-    return reply.address or node.address
+    return Installed(reply.address or node.address, reply.load_defaults)
 
 
 async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: BackendInstallRequest,

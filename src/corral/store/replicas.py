@@ -13,11 +13,11 @@ STAGING, LOADING, LOADED, UNLOADING = "staging", "loading", "loaded", "unloading
 
 async def upsert(
     pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, state: str,
-    backend: str, config_revision: str = "", vram_bytes: int = 0,
+    backend: str, config_revision: str = "", vram_bytes: int = 0, effective_options_hash: str = "",
 ) -> asyncpg.Record:
     return await pool.fetchrow(
         q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend,
-        config_revision, vram_bytes,
+        config_revision, vram_bytes, effective_options_hash,
     )
 
 

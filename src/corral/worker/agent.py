@@ -12,6 +12,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from corral.bus import client as bus
+from corral.bus.messages import LoadDefaults
 from corral.bus.security import TlsFiles
 from corral.config.commands import WorkerSettings
 from corral.config.errors import ConfigError
@@ -72,6 +73,7 @@ class Worker:
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
+        self.capability: str | None = None  # probed at the first registration (hardware.capability)
 
     def readiness(self) -> str | None:
         if not self.node_id:
@@ -85,13 +87,19 @@ class Worker:
     async def _probe(self) -> hardware.HardwareFacts:
         return await asyncio.to_thread(hardware.probe, self.models_dir, sysfs_root=Path(self.settings.sysfs_root))
 
-    def _registration_body(self, facts: hardware.HardwareFacts | None = None) -> dict[str, Any]:
-        facts = facts or hardware.probe(self.models_dir, sysfs_root=Path(self.settings.sysfs_root))
+    async def _registration(self) -> dict[str, Any]:
+        facts = await self._probe()
+        if self.capability is None:  # once: the GPU and its driver do not change under a running worker
+            self.capability = await asyncio.to_thread(hardware.capability, facts, self.settings.capability)
+            log.info("backend capability of this node: %s", self.capability)
+        return self._registration_body(facts, self.capability)
+
+    def _registration_body(self, facts: hardware.HardwareFacts, capability: str) -> dict[str, Any]:
         slots = max(1, self.settings.max_replicas_per_model)
         body: dict[str, Any] = {
             "name": self.node_name, "address": self.addresses.advertise_grpc,
             "http_address": self.addresses.advertise_http, "total_vram": facts.total_vram,
-            "available_vram": facts.total_vram, "gpu_vendor": facts.gpu_vendor,
+            "available_vram": facts.total_vram, "gpu_vendor": facts.gpu_vendor, "capability": capability,
             "max_replicas_per_model": slots, "total_ram": facts.total_ram,
             "available_ram": facts.available_ram,
             "labels": {**self.settings.node_labels, "node.replica-slots": str(slots)},
@@ -120,7 +128,7 @@ class Worker:
         self._stop.set()
 
     async def _register_once(self) -> dict[str, Any]:
-        reply = await self.frontend.register(self._registration_body(await self._probe()), attempts=1)
+        reply = await self.frontend.register(await self._registration(), attempts=1)
         await self._keep_node_token(reply)
         return reply
 
@@ -137,7 +145,7 @@ class Worker:
         return await self.frontend.nats_credentials(self.node_id)
 
     async def _register(self) -> dict[str, Any]:
-        reply = await self.frontend.register(self._registration_body(await self._probe()))
+        reply = await self.frontend.register(await self._registration())
         await self._keep_node_token(reply)
         return reply
 
@@ -196,7 +204,9 @@ class Worker:
                                credentials=self.creds.for_connect(), tls=tls)
         self.nc, self.nats_up = nc, nc.is_connected
         self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
-                                     self.request_stop, self.backends)
+                                     self.request_stop, self.backends,
+                                     LoadDefaults(threads=self.settings.threads,
+                                                  context_size=self.settings.context_size))
         self.handlers.route_providers += [ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes]
         await self.handlers.subscribe()
         self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)

@@ -27,6 +27,7 @@ from corral.bus.messages import (
     BackendListReply,
     BackendUpgradeReply,
     BackendUpgradeRequest,
+    LoadDefaults,
     NodeBackendInfo,
     ValidationError,
 )
@@ -72,10 +73,11 @@ def external_entry(backend: str, uri: str | None, name: str | None,
 
 class BackendOps:
     def __init__(self, manager: BackendManager, supervisor: Supervisor, advertise_host: str,
-                 bus: Callable[[], tuple[Client, str]]) -> None:
+                 bus: Callable[[], tuple[Client, str]], load_defaults: LoadDefaults | None = None) -> None:
         self.manager = manager
         self.supervisor = supervisor
         self.advertise_host = advertise_host
+        self.load_defaults = load_defaults  # told with every started process: its LoadModel takes them
         self._bus = bus  # (connection, node id) now: both change when the worker re-registers
 
     def routes(self, node_id: str) -> dict[str, Callable[[Msg], Awaitable[None]]]:
@@ -155,7 +157,8 @@ class BackendOps:
         except (BackendStartFailed, PortRangeExhausted) as exc:
             log.warning("start of backend %s for %s failed: %s", req.backend, key, exc)
             return BackendInstallReply(success=False, error=str(exc))
-        return BackendInstallReply(success=True, address=f"{self.advertise_host}:{proc.port}")
+        return BackendInstallReply(success=True, address=f"{self.advertise_host}:{proc.port}",
+                                   load_defaults=self.load_defaults)
 
     async def _stop_backend(self, installed: InstalledBackend | None, name: str) -> list[str]:
         names = {name}

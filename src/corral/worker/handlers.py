@@ -14,6 +14,7 @@ from nats.aio.subscription import Subscription
 from corral.bus import subjects
 from corral.bus.messages import (
     BackendStopRequest,
+    LoadDefaults,
     ModelsRunningReply,
     ModelStopReply,
     ModelStopRequest,
@@ -36,10 +37,12 @@ def _port_of(address: str) -> str:
 
 class NodeHandlers:
     def __init__(self, nc: Client, node_id: str, supervisor: Supervisor, advertise_host: str,
-                 on_stop_node: Callable[[], Awaitable[None]], backends: BackendManager) -> None:
+                 on_stop_node: Callable[[], Awaitable[None]], backends: BackendManager,
+                 load_defaults: LoadDefaults | None = None) -> None:
         self.nc, self.node_id, self.supervisor = nc, node_id, supervisor
         self.advertise_host = advertise_host
-        self.backend_ops = BackendOps(backends, supervisor, advertise_host, lambda: (self.nc, self.node_id))
+        self.backend_ops = BackendOps(backends, supervisor, advertise_host, lambda: (self.nc, self.node_id),
+                                      load_defaults)
         self._on_stop_node = on_stop_node
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []

@@ -6,12 +6,17 @@
   and `soc_id`: CPU and GPU share RAM, so RAM figures are reported as VRAM (free VRAM tracks
   MemAvailable) and no `nvidia-smi` is needed.
 * Disk: the filesystem holding the models directory (not the root filesystem).
+* Capability (once, at registration; reference: `pkg/system/capabilities.go`): what builds of a backend this
+  node runs — `nvidia-cuda-<major>` from the CUDA version `nvidia-smi` prints (`nvidia` when it prints none),
+  `nvidia-l4t[-cuda-<major>]` on a unified-memory SoC, `default` (CPU builds) without a GPU; the worker's
+  `--capability` / LOCALAI_FORCE_META_BACKEND_CAPABILITY overrides it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -23,6 +28,8 @@ NVIDIA_SMI_TIMEOUT_S = 5.0
 MIB = 1 << 20
 NVIDIA_JEP106 = "jep106:036b"  # NVIDIA's JEDEC manufacturer id, as Arm SoCs expose it in soc_id
 UNIFIED_FAMILIES = ("tegra",)
+DEFAULT_CAPABILITY = "default"  # the reference's name for "no GPU build applies": CPU builds
+CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -84,25 +91,48 @@ def parse_nvidia_smi(output: str) -> tuple[int, int]:
     return total, free
 
 
-def nvidia_vram() -> tuple[int, int] | None:
-    """(total, free) VRAM from nvidia-smi, or None when there is no usable nvidia-smi."""
+def _nvidia_smi(*args: str) -> str | None:
+    """`nvidia-smi`'s output, or None when there is no usable nvidia-smi (missing, failing, hanging)."""
     binary = shutil.which("nvidia-smi")
     if binary is None:
         return None
     try:
-        result = subprocess.run(
-            [binary, "--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        )
+        result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("nvidia-smi failed (%s); VRAM unknown this time (containers need "
+        log.warning("nvidia-smi failed (%s); GPU facts unknown this time (containers need "
                     "NVIDIA_DRIVER_CAPABILITIES=compute,utility and an init process)", exc)
         return None
     if result.returncode != 0:
         log.warning("nvidia-smi exited with %d: %s", result.returncode, result.stderr.strip()[:200])
         return None
-    total, free = parse_nvidia_smi(result.stdout)
+    return result.stdout
+
+
+def nvidia_vram() -> tuple[int, int] | None:
+    """(total, free) VRAM from nvidia-smi, or None when there is no usable nvidia-smi."""
+    output = _nvidia_smi("--query-gpu=memory.total,memory.free", "--format=csv,noheader,nounits")
+    if output is None:
+        return None
+    total, free = parse_nvidia_smi(output)
     return (total, free) if total else None
+
+
+def cuda_major(nvidia_smi_output: str) -> int | None:
+    """The CUDA major version in `nvidia-smi`'s banner (`… CUDA Version: 12.4 …`), if it names one."""
+    match = CUDA_VERSION.search(nvidia_smi_output)
+    return int(match.group(1)) if match else None
+
+
+def capability(facts: HardwareFacts, forced: str = "") -> str:
+    """The node's backend capability (reference names): forced, else from the GPU found, else `default`."""
+    if forced:
+        return forced
+    if facts.gpu_vendor != "nvidia":
+        return facts.gpu_vendor or DEFAULT_CAPABILITY
+    family = "nvidia-l4t" if facts.unified_memory else "nvidia"
+    major = cuda_major(_nvidia_smi() or "")
+    return f"{family}-cuda-{major}" if major is not None else family
 
 
 def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo"), sysfs_root: Path = Path("/sys")) -> HardwareFacts:

@@ -49,7 +49,7 @@ async def test_a_worker_that_subscribes_just_after_the_request_is_asked_again(po
             await worker.flush()
 
         late = asyncio.create_task(subscribe_late())
-        assert await place.install(_ctx(pool, nc), node, CFG, 0) == "10.0.0.9:40000"
+        assert (await place.install(_ctx(pool, nc), node, CFG, 0)).address == "10.0.0.9:40000"
         await late
         assert (await node_store.get(pool, node.id))["status"] == "healthy"
     finally:

@@ -63,3 +63,45 @@ def test_a_failing_nvidia_smi_leaves_vram_unknown(tmp_path: Path, monkeypatch: p
     (bin_dir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     assert hardware.probe(tmp_path / "models", sysfs_root=tmp_path / "sys").gpu_vendor == ""
+
+
+def _gpu_nvidia_smi(bin_dir: Path, banner: str) -> None:
+    """A fake `nvidia-smi`: the memory CSV for a query, else its banner (which names the CUDA version)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    script.write_text(f'#!/bin/sh\ncase "$1" in --query-gpu=*) echo "24576, 20000" ;; *) echo "{banner}" ;; esac\n')
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("banner, expected", [
+    ("| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |", "nvidia-cuda-12"),
+    ("| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 13.0 |", "nvidia-cuda-13"),
+    ("| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06 |", "nvidia"),  # no CUDA version printed
+])
+def test_a_node_with_nvidia_smi_reports_its_cuda_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            banner: str, expected: str) -> None:
+    _gpu_nvidia_smi(tmp_path / "bin", banner)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    facts = hardware.probe(tmp_path / "models", sysfs_root=tmp_path / "sys")
+    assert hardware.capability(facts) == expected
+
+
+def test_a_node_without_a_gpu_reports_the_default_capability_and_a_forced_one_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    facts = hardware.probe(tmp_path / "models", sysfs_root=tmp_path / "sys")
+    assert hardware.capability(facts) == "default"
+    assert hardware.capability(facts, forced="metal") == "metal"
+
+
+def test_a_unified_memory_soc_reports_the_l4t_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    soc = tmp_path / "sys" / "devices" / "soc0"
+    soc.mkdir(parents=True)
+    (soc / "family").write_text("Tegra\n")
+    (soc / "soc_id").write_text("TEGRA234\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    facts = hardware.probe(tmp_path / "models", sysfs_root=tmp_path / "sys")
+    assert hardware.capability(facts) == "nvidia-l4t"
+    _gpu_nvidia_smi(tmp_path / "bin", "| NVIDIA-SMI 540.4.0   Driver Version: 540.4.0   CUDA Version: 12.6 |")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert hardware.capability(facts) == "nvidia-l4t-cuda-12"

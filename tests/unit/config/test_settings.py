@@ -107,3 +107,16 @@ def test_backend_prestart_refuses_paths_and_long_lists_naming_the_flag(raw: str)
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
     with pytest.raises(ConfigError, match="--backend-prestart"):
         load("corral worker", "", WORKER_SETTINGS, [*required, f"--backend-prestart={raw}"], {})
+
+
+def test_worker_load_defaults_and_capability_read_their_env_vars_and_refuse_bad_values() -> None:
+    required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
+    defaults = load("corral worker", "", WORKER_SETTINGS, required, {})
+    assert (defaults.threads, defaults.context_size, defaults.capability) == (0, 0, "")
+    env = {"LOCALAI_THREADS": "4", "LOCALAI_CONTEXT_SIZE": "8192", "LOCALAI_FORCE_META_BACKEND_CAPABILITY": "metal"}
+    custom = load("corral worker", "", WORKER_SETTINGS, required, env)
+    assert (custom.threads, custom.context_size, custom.capability) == (4, 8192, "metal")
+    for bad in ({"LOCALAI_THREADS": "-1"}, {"LOCALAI_CONTEXT_SIZE": "2147483648"},
+                {"LOCALAI_FORCE_META_BACKEND_CAPABILITY": "Nvidia CUDA"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            load("corral worker", "", WORKER_SETTINGS, required, bad)

@@ -1,11 +1,12 @@
 -- name: replica_upsert
--- Record (or move to a new state) the replica of a model on a node.
+-- Record (or move to a new state) the replica of a model on a node, with the hash of its final load options
+-- ('' until they are known: staging).
 INSERT INTO node_models (id, node_id, model_name, replica_index, address, state, backend_type, in_flight,
-    last_used, updated_at, config_revision, vram_bytes)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8, $9)
+    last_used, updated_at, config_revision, vram_bytes, effective_options_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 0, now(), now(), $8, $9, $10)
 ON CONFLICT (node_id, model_name, replica_index) DO UPDATE SET address = EXCLUDED.address,
     state = EXCLUDED.state, backend_type = EXCLUDED.backend_type, config_revision = EXCLUDED.config_revision,
-    vram_bytes = EXCLUDED.vram_bytes, updated_at = now()
+    vram_bytes = EXCLUDED.vram_bytes, effective_options_hash = EXCLUDED.effective_options_hash, updated_at = now()
 RETURNING *;
 
 -- name: replica_delete
