@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import Field
 
-from corral.bus.messages import Message
+from corral.bus.messages import INT32_MAX, Message
 
-TRACE_MAX = (1 << 31) - 1  # entries of one job's trace (a bound a database integer holds)
+TRACE_MAX = INT32_MAX  # entries of one job's trace
 
 
 class MCPServersPayload(Message):
