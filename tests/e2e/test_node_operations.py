@@ -321,7 +321,26 @@ def test_backend_logs_follow_live_and_a_failed_start_shows_its_last_lines(env: E
     assert "cannot find libfoo.so" in failed.text and "giving up" in failed.text, failed.text
 
 
+def _make_history(env: Env) -> None:
+    """One operation of every kind the record keeps, each with its outcome, made here (not by earlier tests)."""
+    w1 = env.nodes["w1"]
+    fanout = env.post(env.a, "/api/backends/install", {"backend": "simcopy", "node_ids": [w1]})
+    assert fanout.status_code == 202, fanout.text
+    assert env.wait_job(env.a, fanout.json()["jobID"], lambda v: v["processed"])["status"] == "completed"
+    upgrade = env.post(env.a, f"/api/nodes/{w1}/backends/upgrade", {"backend": "simcopy"})
+    assert upgrade.status_code == 202, upgrade.text
+    assert env.wait_job(env.a, upgrade.json()["jobID"], lambda v: v["processed"])["status"] == "completed"
+    assert env.post(env.a, f"/api/nodes/{w1}/backends/delete", {"backend": "simcopy"}).status_code == 200
+    assert env.post(env.a, f"/api/nodes/{w1}/backends/delete", {"backend": "simulator"}).status_code == 502
+    assert env.chat("sim-c").status_code == 200
+    node = next(env.nodes[n] for n in ("w1", "w2") if any(r["model_name"] == "sim-c" for r in env.rows(n)))
+    assert env.post(env.a, f"/api/nodes/{node}/models/unload", {"model_name": "sim-c"}).status_code == 200
+    assert env.post(env.a, f"/api/nodes/{node}/models/delete", {"model_name": "sim-c"}).status_code == 200
+    assert env.chat("bad").status_code >= 500
+
+
 def test_the_activity_record_is_shared_and_cleared_for_every_frontend(env: Env) -> None:
+    _make_history(env)
     history_a = env.get(env.a, "/api/operations/history").json()["operations"]
     history_b = env.get(env.b, "/api/operations/history").json()["operations"]
     assert history_a == history_b
