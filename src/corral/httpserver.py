@@ -17,6 +17,8 @@ from typing import Any
 
 import uvicorn
 
+from corral.httpguard import ConnectionLimits, guarded
+
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
@@ -25,14 +27,18 @@ class _Server(uvicorn.Server):
 
 
 class EmbeddedHTTPServer:
-    def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False) -> None:
-        """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections)."""
+    def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False,
+                 limits: ConnectionLimits | None = None) -> None:
+        """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections).
+        `limits`: deadlines to receive a request and the connection cap (httpguard.py)."""
         self.host, self.port, self.name, self.reuse_port = host, port, name, reuse_port
-        # httptools (C parser) named, not left to "auto"; the loop is the caller's (uvloop: cli._run_fast); no
-        # access log; no X-Forwarded-For rewriting (nothing reads the client address; a layer per request).
+        # httptools (C parser, with our deadlines and cap) named, not left to "auto"; the loop is the caller's
+        # (uvloop: cli._run_fast); no access log; no X-Forwarded-For rewriting (the client address is the peer's:
+        # the auth throttle counts failures by it).
         config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
-            timeout_graceful_shutdown=5, loop="none", http="httptools", proxy_headers=False,
+            timeout_graceful_shutdown=5, loop="none", http=guarded((limits or ConnectionLimits()).within_open_files()),
+            proxy_headers=False,
         )
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None

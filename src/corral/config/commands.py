@@ -42,6 +42,9 @@ class FrontendSettings:
     model_config_max_body_bytes: int
     admin_max_body_bytes: int
     max_concurrent_requests: int
+    http_header_timeout_s: float
+    http_body_timeout_s: float
+    max_connections: int
     node_heartbeat_checkpoint_s: float
     stale_node_threshold_s: float
     health_check_interval_s: float

@@ -9,6 +9,7 @@ from corral.config.parse import (
     parse_host_port,
     parse_nats_url,
     parse_path_list,
+    parse_positive_duration_s,
     parse_positive_int,
     parse_postgres_url,
 )
@@ -46,6 +47,16 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("max_concurrent_requests", "--max-concurrent-requests", ("CORRAL_MAX_CONCURRENT_REQUESTS",), 1024,
             parse_positive_int, "requests this frontend serves at once (streams until they end; health checks "
             "excluded); past it a request gets 429 with Retry-After instead of queueing"),
+    # issue 21: slow and hostile clients (httpguard.py): deadlines to receive a request, a connection cap
+    Setting("http_header_timeout_s", "--http-header-timeout", ("CORRAL_HTTP_HEADER_TIMEOUT",), 10.0,
+            parse_positive_duration_s, "a request's headers must arrive whole within this of its first byte (of "
+            "the connection, for its first request); past it: 408 and the connection closes"),
+    Setting("http_body_timeout_s", "--http-body-timeout", ("CORRAL_HTTP_BODY_TIMEOUT",), 60.0,
+            parse_positive_duration_s, "once its headers arrived, a request's body must arrive whole within this; "
+            "past it: 408 and close (responses, streams included, are never cut by it)"),
+    Setting("max_connections", "--max-connections", ("CORRAL_MAX_CONNECTIONS",), 4096, parse_positive_int,
+            "open HTTP connections per frontend process; past it a new one gets 503 at once and is closed "
+            "(lowered to what the process's open-file limit allows, with a warning)"),
 )
 
 

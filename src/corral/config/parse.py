@@ -35,6 +35,14 @@ def parse_duration_s(raw: str) -> float:
     return total_s
 
 
+def parse_positive_duration_s(raw: str) -> float:
+    """A duration longer than zero (a deadline or a window: 0 would refuse everything)."""
+    value = parse_duration_s(raw)
+    if value <= 0:
+        raise ValueError(f"{raw!r} must be a positive duration, e.g. 30s")
+    return value
+
+
 def format_duration_s(seconds: float) -> str:
     """Format seconds the way operators write them: `90s` → `1m30s`, `0.25` → `250ms`."""
     if seconds < 1:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from corral.config.errors import ConfigError
-from corral.config.parse import format_duration_s, parse_duration_s
+from corral.config.parse import format_duration_s, parse_duration_s, parse_positive_duration_s
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ class Setting:
             default = "required"
         elif self.secret:
             default = "default: unset"
-        elif isinstance(self.default, float) and self.parse is parse_duration_s:
+        elif isinstance(self.default, float) and self.parse in (parse_duration_s, parse_positive_duration_s):
             default = f"default: {format_duration_s(self.default)}"
         else:
             default = f"default: {self.default!r}" if self.default not in (None, "") else "default: unset"

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,12 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(envelope(str(exc.detail), type_, exc.status_code), status_code=exc.status_code)
 
     install_unavailable_handler(app)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_request: Request, _exc: ClientDisconnect) -> Response:
+        # The client left mid-body, or its body deadline closed the connection (CORRAL_HTTP_BODY_TIMEOUT, which
+        # answered 408 itself): nobody reads this answer, and it is no bug to log.
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> Response:

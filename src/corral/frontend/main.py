@@ -30,6 +30,7 @@ from corral.frontend.http_workers import child_index
 from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
+from corral.httpguard import ConnectionLimits
 from corral.httpserver import EmbeddedHTTPServer
 from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
@@ -140,7 +141,7 @@ async def serve(settings: FrontendSettings) -> int:
     host, port = settings.address
     app = await asyncio.to_thread(build_app, state, RequestLimits.from_settings(settings))  # ~0.2 s of CPU: off the loop
     server = EmbeddedHTTPServer(app, host or "0.0.0.0", port, name="frontend-http",
-                                reuse_port=settings.http_workers > 1)
+                                reuse_port=settings.http_workers > 1, limits=ConnectionLimits.from_settings(settings))
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
     gc.freeze()  # what startup built (app, schemas, configs) lives forever: later collections skip it

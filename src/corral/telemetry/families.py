@@ -47,3 +47,12 @@ STAGING_THROUGHPUT = Histogram("corral_staging_throughput_bytes_per_second",
 
 HEARTBEAT_WRITES = Counter("corral_heartbeat_writes", "Worker heartbeats written to PostgreSQL by this frontend")
 NATS_RECONNECTS = Counter("corral_nats_reconnects", "NATS connections restored after a loss", ["client"])
+
+# Slow and hostile clients (issue 21): counted where they are shed, never per request.
+HTTP_CONNECTIONS_REFUSED = Counter("corral_http_connections_refused",
+                                   "HTTP connections answered 503 and closed at once: the process held "
+                                   "CORRAL_MAX_CONNECTIONS")
+HTTP_REQUEST_TIMEOUTS = Counter("corral_http_request_timeouts",
+                                "HTTP connections closed because a request did not arrive in time, by phase: "
+                                "first_byte (nothing sent), headers (408, CORRAL_HTTP_HEADER_TIMEOUT), body (408, "
+                                "CORRAL_HTTP_BODY_TIMEOUT)", ["phase"])
