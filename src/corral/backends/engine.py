@@ -50,6 +50,23 @@ class InvalidRequestError(EngineError):
     status = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class ContextLengthError(InvalidRequestError):
+    """The prompt does not fit the model's context window: shorten it, or load the model with a larger
+    context_size. Its own status, so the frontend answers OpenAI's `context_length_exceeded`."""
+
+    status = grpc.StatusCode.OUT_OF_RANGE
+
+
+def check_prompt_fits(n_prompt: int, n_ctx: int, *, generating: bool = True) -> None:
+    """Refuse a prompt of `n_prompt` tokens that leaves no room in a context of `n_ctx` tokens (no room for
+    one generated token when `generating`)."""
+    if n_prompt > n_ctx - (1 if generating else 0):
+        raise ContextLengthError(
+            f"the prompt is {n_prompt} tokens but the context window is {n_ctx}; shorten the prompt "
+            "or load the model with a larger context_size"
+        )
+
+
 class NotSupportedError(EngineError):
     """The loaded model cannot serve this kind of request (e.g. embeddings not enabled at load)."""
 

@@ -23,6 +23,7 @@ from llama_cpp import Llama
 
 from corral.backends.engine import (
     DEFAULT_MAX_TOKENS_LLAMA,
+    ContextLengthError,
     InvalidRequestError,
     LoadError,
     NotSupportedError,
@@ -65,6 +66,17 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
             f"Model={opts.Model!r})"
         )
     return path
+
+
+def _check_embedding_fits(llm: Llama, text: str) -> None:
+    """One input is embedded in one batch (`n_batch`, at most the context); llama-cpp-python would cut a
+    longer one silently."""
+    n_tokens = len(llm.tokenize(text.encode("utf-8")))
+    if n_tokens > llm.n_batch:
+        raise ContextLengthError(
+            f"the input is {n_tokens} tokens but this model embeds at most {llm.n_batch} in one input "
+            f"(its batch size; context window {llm.n_ctx()}); shorten the input"
+        )
 
 
 def default_context_tokens(path: Path) -> int:
@@ -202,6 +214,7 @@ class LlamaCppEngine:
         text = req.Embeddings or req.Prompt
         if not text:
             raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
+        _check_embedding_fits(llm, text)
         vector, n_tokens = llm.embed(text, normalize=True, return_count=True)
         layout = pb.EMBEDDING_LAYOUT_FINAL
         if vector and isinstance(vector[0], list):  # pooling NONE: one vector per token

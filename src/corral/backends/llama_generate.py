@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import llama_cpp
 from llama_cpp import Llama, LlamaGrammar
 
-from corral.backends.engine import InvalidRequestError, requested_max_tokens
+from corral.backends.engine import InvalidRequestError, check_prompt_fits, requested_max_tokens
 from corral.backends.stop_scanner import StopScanner
 from corral.proto import backend_pb2 as pb
 
@@ -76,11 +76,7 @@ class GenerationRequest:
 def token_budget(llm: Llama, request: GenerationRequest) -> int:
     """Max new tokens that fit: the requested count, cut to the context left after the prompt."""
     n_ctx, n_prompt = llm.n_ctx(), len(request.prompt_tokens)
-    if n_prompt >= n_ctx:
-        raise InvalidRequestError(
-            f"the prompt is {n_prompt} tokens but the context window is {n_ctx}; shorten the prompt "
-            "or load the model with a larger context_size"
-        )
+    check_prompt_fits(n_prompt, n_ctx)
     return min(request.sampling.max_tokens, n_ctx - n_prompt)
 
 

@@ -3,9 +3,11 @@
 Output is deterministic: the same model identity and prompt (or messages) always produce the
 same words. Token counts are honest for a "one word = one token" tokenizer: prompt tokens are
 the whitespace-separated words of the prompt (or of all message contents), and a request for
-`Tokens=N` emits exactly N words (default 16). Sampling parameters, seeds and stop strings are
-accepted and ignored. With tools offered, `call <tool>(<json>)` in the last user message makes it call
-that tool, and tool results are answered by quoting them (simulator_tools.py).
+`Tokens=N` emits exactly N words (default 16). With `ContextSize` set, a prompt of that many words or
+more (an embedding input of more) is refused as too long for the context, as a real engine refuses it.
+Sampling parameters, seeds and stop strings are accepted and ignored. With tools offered,
+`call <tool>(<json>)` in the last user message makes it call that tool, and tool results are answered
+by quoting them (simulator_tools.py).
 
 Options (`ModelOptions.Options`, `key:value`):
   load_time_s:<s>          sleep this long inside LoadModel (default 0)
@@ -39,6 +41,7 @@ from corral.backends.engine import (
     DEFAULT_MAX_TOKENS_SIMULATOR,
     InvalidRequestError,
     LoadError,
+    check_prompt_fits,
     final_reply,
     piece_reply,
     requested_max_tokens,
@@ -178,6 +181,7 @@ class SimulatorEngine:
 
     def __init__(self) -> None:
         self._model = ""
+        self._context_tokens = 0  # ModelOptions.ContextSize; 0: no limit
         self._settings = SimulatorSettings()
         self._loaded = False
         self.kv_cache: KVCache | None = None
@@ -202,6 +206,7 @@ class SimulatorEngine:
         if settings.load_fail:
             raise LoadError(settings.load_fail)
         self._model = opts.Model or opts.ModelFile
+        self._context_tokens = max(opts.ContextSize, 0)
         self._settings = settings
         self.kv_cache = KVCache(settings.kv_cache_tokens, settings.kv_block_tokens) if settings.kv_cache_tokens else None
         self._prefill_slots = threading.Semaphore(settings.prefill_concurrency) if settings.prefill_concurrency else None
@@ -221,6 +226,8 @@ class SimulatorEngine:
             raise InvalidRequestError("PredictOptions needs a Prompt or Messages")
         max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
         tokens = prompt_tokens(req)
+        if self._context_tokens:
+            check_prompt_fits(len(tokens), self._context_tokens)
         if req.Tools:  # the deterministic tool-call mode (simulator_tools.py)
             calls = requested_calls(req)
             if calls:
@@ -274,8 +281,10 @@ class SimulatorEngine:
         text = req.Embeddings or req.Prompt
         if not text:
             raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
-        vector = simulated_embedding(self._model, text, self._settings.embedding_dim)
         n_tokens = count_words(text)
+        if self._context_tokens:
+            check_prompt_fits(n_tokens, self._context_tokens, generating=False)
+        vector = simulated_embedding(self._model, text, self._settings.embedding_dim)
         return pb.EmbeddingResult(
             embeddings=vector,
             dim=len(vector),

@@ -91,7 +91,7 @@ class AgentChat:
             opts.Messages.extend(proto_message(m) for m in history)
             if tools_allowed and defs:
                 opts.Tools, opts.ToolChoice = tools_json, "auto"
-            reply, _replica = await _unary(self.state, cfg, "Predict", opts)
+            reply, _replica = await _unary(self.state, cfg, "Predict", opts, "messages")
             calls = reply_tool_calls(reply) if reply.chat_deltas else []
             return Turn(content=reply.message.decode(errors="replace"), tool_calls=calls,
                         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.tokens,

@@ -28,8 +28,9 @@ async def _placement_reasons(router: Router, cfg: ModelConfig) -> list[dict[str,
 
 
 @asynccontextmanager
-async def http_errors(router: Router, cfg: ModelConfig) -> AsyncIterator[None]:
-    """Map what a routed call raises to the APIError the client gets."""
+async def http_errors(router: Router, cfg: ModelConfig, prompt_param: str | None = None) -> AsyncIterator[None]:
+    """Map what a routed call raises to the APIError the client gets; `prompt_param` is the request field
+    that holds the prompt (`messages`, `prompt`, `input`), named when it is too long for the context."""
     try:
         yield
     except PlacementError as exc:
@@ -44,6 +45,8 @@ async def http_errors(router: Router, cfg: ModelConfig) -> AsyncIterator[None]:
     except BackendTimeout as exc:
         raise APIError(504, str(exc), "server_error", "backend_timeout") from None
     except BackendRefused as exc:
+        if exc.context_length_exceeded:  # OpenAI's code: clients branch on it (e.g. to trim the history)
+            raise APIError(400, str(exc), "invalid_request_error", "context_length_exceeded", prompt_param) from None
         if exc.invalid_request:
             raise APIError(400, str(exc), "invalid_request_error", "invalid_value") from None
         raise APIError(502, str(exc), "server_error", "backend_error") from None

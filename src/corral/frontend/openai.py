@@ -118,9 +118,11 @@ def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
     return cfg
 
 
-async def _unary(state: FrontendState, cfg: ModelConfig, method: str, request: Any) -> tuple[Any, Replica]:
-    """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks."""
-    async with http_errors(state.router, cfg):
+async def _unary(state: FrontendState, cfg: ModelConfig, method: str, request: Any,
+                 prompt_param: str | None = None) -> tuple[Any, Replica]:
+    """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks; `prompt_param`:
+    the request field named when the prompt is too long for the context."""
+    async with http_errors(state.router, cfg, prompt_param):
         return await calls.unary(state.router, cfg, method, request)
     raise AssertionError("unreachable")  # http_errors re-raises every error it catches
 
@@ -162,7 +164,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
-        reply, replica = await _unary(state, cfg, "Predict", opts)
+        reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
         text = reply.message.decode(errors="replace")
         return _json(headers=_node_header(state, replica), body={
             "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
@@ -177,7 +179,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         data, prompt_tokens = [], 0
         for index, text in enumerate(body.inputs()):
             opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, replica = await _unary(state, cfg, "Embedding", opts)
+            result, replica = await _unary(state, cfg, "Embedding", opts, "input")
             vector: Any = list(result.embeddings)
             if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
@@ -210,7 +212,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
 async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                       created: int, max_tokens: int) -> Response:
-    reply, replica = await _unary(state, cfg, "Predict", opts)
+    reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
     message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
     finish = _finish_reason(reply.tokens, max_tokens)
     if reply.chat_deltas and (found := reply_tool_calls(reply)):
@@ -263,7 +265,7 @@ class _RelayResponse(Response):
 async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
                   created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> Response:
     started_s = time.perf_counter()
-    async with http_errors(state.router, cfg):
+    async with http_errors(state.router, cfg, "messages" if chat else "prompt"):  # before the first byte
         first, stream = await calls.open_stream(state.router, cfg, opts)
     _FIRST_TOKEN(cfg.name).observe(time.perf_counter() - started_s)
     encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)

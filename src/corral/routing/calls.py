@@ -31,7 +31,7 @@ from corral.routing.backend_client import (
     IDLE_TIMEOUT_KNOB,
     replica_gone,
 )
-from corral.routing.errors import BackendRefused, BackendTimeout
+from corral.routing.errors import CLIENT_CODES, BackendRefused, BackendTimeout
 from corral.routing.replica import Replica
 from corral.routing.router import Router
 from corral.telemetry import tracing
@@ -44,7 +44,7 @@ EOF = grpc.aio.EOF
 
 def _refused(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> BackendRefused:
     code, details = exc.code().name, exc.details() or ""
-    message = (f"model {cfg.name}: {details}" if code == "INVALID_ARGUMENT" else
+    message = (f"model {cfg.name}: {details}" if code in CLIENT_CODES else
                f"model {cfg.name} on node {replica.node_name}: backend error {code}: {details}")
     return BackendRefused(message, model=cfg.name, node_name=replica.node_name, code=code, details=details)
 

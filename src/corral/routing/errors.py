@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+CLIENT_CODES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE"})  # gRPC statuses that blame the request
+
 
 class BackendCallError(Exception):
     """A call to a model replica's backend process did not produce an answer."""
@@ -20,7 +22,13 @@ class BackendRefused(BackendCallError):
 
     @property
     def invalid_request(self) -> bool:
-        return self.code == "INVALID_ARGUMENT"
+        """The request itself is wrong (INVALID_ARGUMENT; OUT_OF_RANGE: too long for the context)."""
+        return self.code in CLIENT_CODES
+
+    @property
+    def context_length_exceeded(self) -> bool:
+        """The prompt does not fit the model's context window (backends.engine.ContextLengthError)."""
+        return self.code == "OUT_OF_RANGE"
 
 
 class BackendTimeout(BackendCallError):
