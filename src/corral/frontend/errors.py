@@ -34,11 +34,16 @@ def envelope(message: str, type_: str, code: str | int | None = None, param: str
     return {"error": error}
 
 
+# OpenAI's codes for a refused request field (`request_fields` raises pydantic errors of these types)
+UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE = "unknown_parameter", "unsupported_parameter", "unsupported_value"
+FIELD_CODES = frozenset({UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE})
+
 LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found the field, not its name
 PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
 
 
-def _quote(part: Any) -> str:
+def clip(part: Any) -> str:
+    """A part of a field path as text, at most PART_MAX characters."""
     text = str(part)
     return text if len(text) <= PART_MAX else text[:PART_MAX] + "…"
 
@@ -51,15 +56,21 @@ def _field_path(loc: tuple[Any, ...]) -> tuple[str, str]:
     parts = list(loc[1:] if len(loc) > 1 and loc[0] in LOCATIONS else loc)
     prefix = ""
     if len(parts) >= 2 and parts[-1] == "[key]":
-        prefix = f"key {_quote(parts[-2])!r}: "
+        prefix = f"key {clip(parts[-2])!r}: "
         parts = parts[:-2]
-    return ".".join(_quote(p) for p in parts) or "body", prefix
+    return ".".join(clip(p) for p in parts) or "body", prefix
+
+
+def _first_error(exc: RequestValidationError | ValidationError) -> dict[str, Any]:
+    errors = list(exc.errors())
+    return dict(errors[0]) if errors else {"loc": ("body",), "msg": "invalid request"}
 
 
 def validation_message(exc: RequestValidationError | ValidationError) -> tuple[str, str]:
-    errors = list(exc.errors())
-    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    field, prefix = _field_path(tuple(first.get("loc", ())))
+    """(field, message); an error that names its field in its context (`request_fields`) is named so."""
+    first = _first_error(exc)
+    param = (first.get("ctx") or {}).get("param")
+    field, prefix = (param, "") if isinstance(param, str) else _field_path(tuple(first.get("loc", ())))
     if first.get("type") == "json_invalid":
         return "body", "request body is not valid JSON; send a JSON object"
     msg = str(first.get("msg", "invalid value"))
@@ -68,7 +79,9 @@ def validation_message(exc: RequestValidationError | ValidationError) -> tuple[s
 
 def validation_response(exc: RequestValidationError | ValidationError) -> JSONResponse:
     field, message = validation_message(exc)
-    return JSONResponse(envelope(message, "invalid_request_error", "invalid_value", field), status_code=400)
+    kind = _first_error(exc).get("type")
+    code = kind if kind in FIELD_CODES else "invalid_value"  # OpenAI's codes for refused fields, as clients branch on them
+    return JSONResponse(envelope(message, "invalid_request_error", code, field), status_code=400)
 
 
 def api_error_response(exc: APIError) -> JSONResponse:

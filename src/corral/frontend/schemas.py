@@ -1,4 +1,6 @@
-"""OpenAI request bodies (and the Jina-shaped rerank body). Unknown fields are accepted and ignored, as OpenAI clients send many.
+"""OpenAI request bodies (and the Jina-shaped rerank body). A body's top-level fields are checked first
+against its endpoint's list (`request_fields`): a field corral does not read is a 400 naming it, never
+ignored, except the few that cannot change the answer.
 
 Every number is bounded to what its protobuf field holds (`bounds`); string sizes are bounded by the
 inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below the gRPC message limit.
@@ -6,10 +8,11 @@ inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from corral.frontend import request_fields
 from corral.frontend.bounds import (
     NAME_MAX,
     RERANK_DOCUMENTS_MAX,
@@ -26,7 +29,27 @@ from corral.frontend.bounds import (
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore")  # nested objects; a whole body is checked by `_Request`
+
+
+class _Request(_Body):
+    """A whole request body: fields outside `accepted_fields` are refused or passed by `field_policy`."""
+
+    field_policy: ClassVar[request_fields.FieldPolicy | None] = None
+    accepted_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.field_policy is not None:
+            cls.accepted_fields = cls.field_policy.accepted(cls.model_fields)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields_only(cls, data: Any) -> Any:
+        if cls.field_policy is not None and type(data) is dict and not data.keys() <= cls.accepted_fields:
+            cls.field_policy.refuse(data, cls.accepted_fields)
+        return data
 
 
 class ContentPart(_Body):
@@ -76,7 +99,7 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
-class _Sampling(_Body):
+class _Sampling(_Request):
     model: ModelName
     max_tokens: PositiveInt32 | None = None  # PredictOptions.Tokens is an int32
     temperature: Temperature | None = None
@@ -87,7 +110,6 @@ class _Sampling(_Body):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(default=1, ge=1, le=1, description="only n=1 is supported")
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -96,16 +118,27 @@ class _Sampling(_Body):
 
 
 class ChatCompletionRequest(_Sampling):
+    field_policy = request_fields.CHAT
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: PositiveInt32 | None = None
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_parts_only(cls, data: Any) -> Any:
+        if type(data) is dict and type(messages := data.get("messages")) is list:
+            request_fields.refuse_non_text_parts(messages)
+        return data
 
     def max_output_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
 
 class CompletionRequest(_Sampling):
+    field_policy = request_fields.COMPLETIONS
+
     prompt: str | list[str]
     echo: bool = False
 
@@ -120,19 +153,21 @@ class CompletionRequest(_Sampling):
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
-class EmbeddingRequest(_Body):
+class EmbeddingRequest(_Request):
+    field_policy = request_fields.EMBEDDINGS
+
     model: ModelName
     input: str | list[str] = Field(min_length=1)
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: PositiveInt32 | None = None
-    user: Any = None
 
     def inputs(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
 
-class RerankRequest(_Body):
+class RerankRequest(_Request):
     """`POST /v1/rerank` (the reference's Jina shape): rank `documents` by relevance to `query`."""
+
+    field_policy = request_fields.RERANK
 
     model: ModelName
     query: str = Field(min_length=1, max_length=RERANK_TEXT_MAX)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from corral.frontend.errors import validation_message
 from corral.frontend.model_configs_api import DEPTH_MAX, depth, parse_yaml
 from corral.frontend.node_api import HeartbeatUpdate, RegisterNodeRequest
-from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, RerankRequest
 from corral.placement.vram_budget import BadVramBudget, parse_budget
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -39,11 +39,9 @@ def test_an_out_of_range_sampling_field_names_itself_and_its_range(field: str, v
     assert message(ChatCompletionRequest, {**CHAT, field: value}) == f"invalid request: field '{field}': {expected}"
 
 
-def test_completions_and_embeddings_share_the_bounds() -> None:
+def test_completions_share_the_bounds() -> None:
     assert message(CompletionRequest, {"model": "m", "prompt": "p", "seed": -(2**31) - 1}) == (
         "invalid request: field 'seed': must be between -2147483648 and 2147483647")
-    assert message(EmbeddingRequest, {"model": "m", "input": "x", "dimensions": 2**31}) == (
-        "invalid request: field 'dimensions': must be between 1 and 2147483647")
 
 
 RERANK = {"model": "m", "query": "q", "documents": ["a", "b"]}
