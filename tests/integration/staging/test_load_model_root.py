@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -41,9 +42,17 @@ async def backend(tmp_path):
         await supervisor.stop_all(force=True)
 
 
-async def _load(stub: backend_pb2_grpc.BackendStub, **fields: str) -> pb.Result:
+async def _load(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> pb.Result:
     return await stub.LoadModel(pb.ModelOptions(Model="m", **fields), timeout=30,
                                 metadata=(("authorization", f"Bearer {TOKEN}"),))
+
+
+async def _refused(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> str:
+    """The details of a LoadModel refused with PERMISSION_DENIED."""
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _load(stub, **fields)
+    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    return str(info.value.details())
 
 
 @pytest.mark.parametrize("field, value", [
@@ -53,24 +62,28 @@ async def _load(stub: backend_pb2_grpc.BackendStub, **fields: str) -> pb.Result:
 ])
 async def test_load_model_refuses_a_path_outside_the_models_directory(backend, field, value):
     stub, models = backend
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await _load(stub, ModelPath=str(models), **{field: value})
-    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
-    assert info.value.details() == (
+    details = await _refused(stub, ModelPath=str(models), **{field: value})
+    assert details == (
         f"LoadModel {field} {value!r} resolves to {str(Path(models / value).resolve())!r}, outside this worker's "
         f"models directory {str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it"
     )
 
 
-async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(backend, tmp_path):
+@pytest.mark.parametrize("fields, shown", [
+    ({"ModelFile": "{models}/m/link.gguf"}, "ModelFile '{models}/m/link.gguf'"),
+    ({"ModelPath": "{models}/m", "Options": ["vae:link.gguf"]}, "Options[0] 'link.gguf'"),  # an option naming it
+])
+async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(backend, tmp_path, fields,
+                                                                                         shown):
     stub, models = backend
     outside = tmp_path / "secret.gguf"
     outside.write_bytes(b"GGUF")
     (models / "m" / "link.gguf").symlink_to(outside)
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await _load(stub, ModelFile=str(models / "m" / "link.gguf"))
-    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
-    assert f"resolves to {str(outside)!r}, outside this worker's models directory" in info.value.details()
+    fields = {key: [v.format(models=models) for v in value] if isinstance(value, list) else value.format(models=models)
+              for key, value in fields.items()}
+    details = await _refused(stub, **fields)
+    assert f"LoadModel {shown.format(models=models)} resolves to {str(outside)!r}, outside this worker's models " \
+           "directory" in details
 
 
 async def test_load_model_accepts_a_file_under_the_models_directory(backend):
@@ -93,30 +106,15 @@ async def test_load_model_accepts_a_file_under_the_models_directory(backend):
 async def test_load_model_refuses_companions_and_options_that_name_files_outside(backend, fields, field, value,
                                                                                   resolved):
     stub, models = backend
-    fields = {"ModelPath": str(models / "m"), **fields}
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await stub.LoadModel(pb.ModelOptions(Model="m", **fields), timeout=30,
-                             metadata=(("authorization", f"Bearer {TOKEN}"),))
-    assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
-    assert info.value.details() == (
+    details = await _refused(stub, **{"ModelPath": str(models / "m"), **fields})
+    assert details == (
         f"LoadModel {field} {value!r} resolves to {resolved!r}, outside this worker's models directory "
         f"{str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it")
-
-
-async def test_load_model_refuses_an_option_naming_a_symlink_that_points_out(backend, tmp_path):
-    stub, models = backend
-    outside = tmp_path / "secret.bin"
-    outside.write_bytes(b"x")
-    (models / "m" / "vae.bin").symlink_to(outside)
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await _load(stub, ModelPath=str(models / "m"), Options=["vae:vae.bin"])  # type: ignore[arg-type]
-    assert f"LoadModel Options[0] 'vae.bin' resolves to {str(outside)!r}, outside" in info.value.details()
 
 
 async def test_load_model_accepts_options_that_name_no_file_or_one_inside(backend):
     stub, models = backend
     (models / "m" / "vae.bin").write_bytes(b"x")
-    result = await stub.LoadModel(pb.ModelOptions(Model="m", ModelPath=str(models / "m"), MMProj="org/projector",
-                                                  Options=["chat_format:gemma", "vae:vae.bin", f"x:{models}/m"]),
-                                  timeout=30, metadata=(("authorization", f"Bearer {TOKEN}"),))
+    result = await _load(stub, ModelPath=str(models / "m"), MMProj="org/projector",
+                         Options=["chat_format:gemma", "vae:vae.bin", f"x:{models}/m"])
     assert result.success, result.message
