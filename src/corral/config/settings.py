@@ -45,7 +45,7 @@ class Setting:
         elif isinstance(self.default, float) and self.parse in (parse_duration_s, parse_positive_duration_s):
             default = f"default: {format_duration_s(self.default)}"
         else:
-            default = f"default: {self.default!r}" if self.default not in (None, "") else "default: unset"
+            default = f"default: {self.default!r}" if self.default not in (None, "", ()) else "default: unset"
         return f"{self.help} [{env}; {default}]".replace("%", "%%")  # argparse formats help with %
 
 

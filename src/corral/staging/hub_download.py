@@ -21,6 +21,7 @@ import fnmatch
 import hashlib
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 HUB_TIMEOUT = httpx.Timeout(connect=30.0, read=300.0, write=60.0, pool=60.0)
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 PROGRESS_EVERY_BYTES = 8 << 20
+COMMIT_RE = re.compile(r"[0-9a-fA-F]{7,64}")  # the hub's commit id names the snapshot directory: nothing else may
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ class HubClient:
         except (ValueError, KeyError, TypeError):
             raise HubDownloadFailed(source.repo, 200, f"unexpected answer from {url}: {response.text[:200]!r}") \
                 from None
+        if not COMMIT_RE.fullmatch(commit):  # '../..' would put the snapshot outside the models directory
+            raise HubDownloadFailed(source.repo, 200, f"the hub at {self.endpoint} answered commit {commit[:80]!r}, "
+                                    "not a hex commit id; nothing was downloaded (check HF_ENDPOINT)")
         files = [f for f in (_hub_file(s) for s in siblings) if f is not None and _selected(f.path, source)]
         if not files:
             raise HubDownloadFailed(source.repo, 200, f"no file of revision {source.revision!r} matches "

@@ -130,3 +130,18 @@ async def test_model_config_points_into_the_snapshot_once_downloaded(hub, tmp_pa
     assert cfg.model_file == snapshot / "tiny.gguf"
     assert sorted(p.name for p in cfg.files()) == ["config.json", "tiny.gguf"]
     assert ".artifacts" in Path(cfg.model_file).parts
+
+
+async def test_a_hub_answering_a_commit_that_is_a_path_writes_nothing_outside_the_models_dir(tmp_path):
+    """The commit names the snapshot directory: a hostile mirror's '../..' must not place it elsewhere."""
+    models = tmp_path / "models"
+    models.mkdir()
+    hub = FakeHub(REPO, dict(FILES), commit="../../../../../../escaped").start()
+    try:
+        with pytest.raises(HubDownloadFailed, match="answered commit '../../../../../../escaped', not a hex commit "
+                                                    "id; nothing was downloaded"):
+            await HubClient(hub.url, "").ensure_snapshot(models, HuggingFaceSource(REPO), Recorder())
+    finally:
+        hub.stop()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+    assert hub.file_requests() == []
