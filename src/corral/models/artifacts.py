@@ -4,7 +4,7 @@ YAML fields (top level of a model config, like LocalAI's): ``mmproj``, ``draft_m
 ``lora_adapter``, ``lora_adapters`` (list), ``lora_base``, ``tokenizer``, ``clip_model``,
 ``audio_path``. Values are paths, absolute or relative to the models dir (or to the snapshot of a
 managed Hugging Face model). ``options`` entries ``key:value`` whose value names an existing file or
-directory are staged too.
+directory are staged too. Every such path stays inside the model's roots (:mod:`corral.models.roots`).
 
 Each path is reported with the ``ModelOptions`` field it fills, so the stager can rewrite it.
 """
@@ -62,24 +62,16 @@ def parse_artifacts(data: dict[str, Any], source: Path) -> ArtifactPaths:
     return ArtifactPaths(tuple(scalars), tuple(a.strip() for a in adapters if a.strip()))
 
 
-def exists_quietly(path: Path) -> bool:
-    """``path.exists()``, False for a name the system refuses (too long, a NUL byte) instead of raising."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
-
-
 def resolve_local(value: str, roots: Iterable[Path]) -> Path | None:
     """``value`` as an existing local path: absolute, else relative to the first root that has it."""
     if not value or "\x00" in value:
         return None
     path = Path(value)
     if path.is_absolute():
-        return path if exists_quietly(path) else None
+        return path if os.path.exists(path) else None  # False for a name the system refuses (too long)
     for root in roots:
         candidate = root / path
-        if exists_quietly(candidate):
+        if os.path.exists(candidate):
             return candidate
     return None
 

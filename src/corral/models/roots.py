@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from functools import cached_property
+from pathlib import Path
 
-from corral.models.artifacts import exists_quietly
 from corral.models.huggingface import hub_root
 
 PATH_ROOTS_SETTING = "CORRAL_MODEL_PATH_ROOTS"
@@ -50,7 +50,7 @@ def malformed(value: str) -> str | None:
     size_bytes = len(value.encode("utf-8", errors="surrogatepass"))
     if size_bytes > PATH_MAX_BYTES:
         return f"is {size_bytes} bytes long; the longest path is {PATH_MAX_BYTES} bytes"
-    longest = max((len(part.encode("utf-8", errors="surrogatepass")) for part in PurePath(value).parts), default=0)
+    longest = max(len(part.encode("utf-8", errors="surrogatepass")) for part in value.split(os.sep))
     if longest > NAME_MAX_BYTES:
         return f"has a path component of {longest} bytes; the longest file name is {NAME_MAX_BYTES} bytes"
     return None
@@ -58,7 +58,7 @@ def malformed(value: str) -> str | None:
 
 def looks_like_path(value: str) -> bool:
     """An absolute path or one with a ``..`` segment: a file name whatever else it could be."""
-    return os.path.isabs(value) or ".." in PurePath(value).parts
+    return os.path.isabs(value) or ".." in value.split(os.sep)
 
 
 @dataclass(frozen=True)
@@ -68,22 +68,26 @@ class ModelRoots:
     models_dir: Path
     extra: tuple[Path, ...] = ()
 
+    @cached_property
     def owned(self) -> tuple[str, ...]:
-        """The real paths corral itself manages (models directory, snapshot root): hash sidecars go only there."""
+        """The real paths corral itself manages (models directory, snapshot root): hash sidecars go only there.
+
+        Resolved once per object (a config's check, a staging plan): build a new one to see the disk anew."""
         return os.path.realpath(self.models_dir), os.path.realpath(hub_root(self.models_dir))
 
+    @cached_property
     def real_roots(self) -> tuple[str, ...]:
-        return (*self.owned(), *(os.path.realpath(root) for root in self.extra))
+        return (*self.owned, *(os.path.realpath(root) for root in self.extra))
 
     def contains(self, path: Path | str) -> bool:
         """``path`` resolves (symlinks included) under one of the roots."""
         real = os.path.realpath(path)
-        return any(_under(real, root) for root in self.real_roots())
+        return any(_under(real, root) for root in self.real_roots)
 
     def owns(self, path: Path | str) -> bool:
         """``path`` resolves under the models directory (or its snapshot root), where corral may write beside it."""
         real = os.path.realpath(path)
-        return any(_under(real, root) for root in self.owned())
+        return any(_under(real, root) for root in self.owned)
 
     def describe(self) -> str:
         text = f"the models directory {os.path.realpath(self.models_dir)}"
@@ -108,8 +112,9 @@ class ModelRoots:
         reading must stay inside. ``always_path=False`` (an option's value) checks only a value that names a
         file: an absolute path, a ``..`` path, or one that exists.
         """
-        candidates = [Path(value)] if os.path.isabs(value) else [Path(base) / value for base in bases]
-        existing = [c for c in candidates if exists_quietly(c)]
+        # strings, not Paths: a config may hold thousands of options, and pathlib costs ~10 µs a path here
+        candidates = [value] if os.path.isabs(value) else [os.path.join(base, value) for base in dict.fromkeys(bases)]
+        existing = [c for c in candidates if os.path.exists(c)]  # False for a name the system refuses
         if not always_path and not existing and not looks_like_path(value):
             return
         problem = malformed(value)
@@ -118,6 +123,6 @@ class ModelRoots:
                                           f"{problem}; name a file under {self.describe()}")
         for candidate in existing[:1] or candidates:
             real = os.path.realpath(candidate)
-            if not any(_under(real, root) for root in self.real_roots()):
+            if not any(_under(real, root) for root in self.real_roots):
                 raise self.outside(f"field {field!r}", value, real, field)
 

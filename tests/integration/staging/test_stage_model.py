@@ -190,22 +190,27 @@ async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(tmp
     assert read_trusted_hash(models_dir / "llm" / "main.gguf") is not None  # there it keeps the hash
 
 
-@pytest.mark.parametrize("shared_models", [False, True])
-async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(tmp_path, http, shared_models):
+@pytest.mark.parametrize("model, link, shared_models", [
+    ("m.gguf", "m.gguf", False),  # the model file, swapped for a link that points out
+    ("m.gguf", "m.gguf", True),  # shared models: nothing is copied, but the path is not passed on either
+    ("weights", "weights/shard-2.bin", False),  # a link planted inside a model directory
+])
+async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(tmp_path, http, model, link,
+                                                                                   shared_models):
     models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
-    _write(models_dir / "m.gguf", 100)
-    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
+    _write(models_dir / link, 100)
+    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": model}},
                              models_dir / "m.yaml", models_dir)
-    (models_dir / "m.gguf").unlink()
-    (models_dir / "m.gguf").symlink_to(secret)  # swapped for a link that points out
+    (models_dir / link).unlink()
+    (models_dir / link).symlink_to(secret)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         ctx = StagingContext(http=http, token=TOKEN, shared_models=shared_models)
-        with pytest.raises(PathOutsideRoots, match=f"staged file: '{models_dir / 'm.gguf'}' resolves to {secret}, "
+        with pytest.raises(PathOutsideRoots, match=f"staged file: '{models_dir / link}' resolves to {secret}, "
                                                    f"outside the models directory {models_dir}; keep model files "
                                                    "under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"):
             await stage_model(ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg), Recorder())
         assert worker.server.stats.requests["PUT"] == 0
-    assert not list((tmp_path / "worker").rglob("*secret*")) and not list((tmp_path / "worker").rglob("m.gguf"))
+    assert [p for p in (tmp_path / "worker").rglob("*") if p.is_file()] == []
     assert not hash_sidecar_path(secret).exists()
 
 
