@@ -60,6 +60,11 @@ class FrontendSettings:
     nats_tls_cert: str
     nats_tls_key: str
     vector_store_database_url: str
+    max_pending_nodes: int
+    pending_node_expiry_s: float
+    node_register_rate: int
+    auth_failure_limit: int
+    auth_failure_window_s: float
     distributed_shared_models: bool
     prehash_models: bool
     storage_url: str

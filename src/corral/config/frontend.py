@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.config.admission import FRONTEND_ADMISSION_SETTINGS
 from corral.config.agents import FRONTEND_AGENT_SETTINGS
 from corral.config.parse import (
     parse_bool,
@@ -121,6 +122,7 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
 )
 FRONTEND_SETTINGS += FRONTEND_LIMIT_SETTINGS  # issue 10: body size and concurrency limits
 FRONTEND_SETTINGS += FRONTEND_LIFECYCLE_SETTINGS  # issue 5: node lifecycle, health, security
+FRONTEND_SETTINGS += FRONTEND_ADMISSION_SETTINGS  # issue 21: pending cap, registration and auth rates
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face
 FRONTEND_SETTINGS += FRONTEND_SCHEDULING_SETTINGS  # issue 6: scheduling rules, replica reconciler
 FRONTEND_SETTINGS += FRONTEND_AGENT_SETTINGS  # issue 13: MCP servers run by agent workers

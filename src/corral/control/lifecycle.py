@@ -71,7 +71,8 @@ class NodeLifecycle:
             pool=pool, nc=nc, held=held, events=NodeEvents(),
             checkpointer=HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s),
             monitor=HealthMonitor(pool, held, stale_threshold_s=settings.stale_node_threshold_s,
-                                  interval_s=settings.health_check_interval_s),
+                                  interval_s=settings.health_check_interval_s,
+                                  pending_expiry_s=settings.pending_node_expiry_s),
             xmin=XminAgeSampler(pool), minter=minter, user_auth=bool(settings.auth),
             metrics_token=settings.metrics_token,
         )

@@ -9,12 +9,15 @@ own credential, see `node_identity`). `/metrics` takes an API key or the scrape 
 A pure ASGI layer outside the FastAPI app (frontend/app.py), not a per-route dependency, so it
 answers its own errors (a key lookup with PostgreSQL down: 503). The inference path pays one prefix test
 when auth is off, and one sha256 plus a dict lookup when it is on. Key hashes are cached in
-memory (positive 10 s, negative 2 s) and evicted at once when any frontend revokes a key
-(NATS `state.api-keys.revoked`), so there is no database statement per request.
+memory and evicted at once when any frontend revokes a key (NATS `state.api-keys.revoked`), so there is
+no database statement per request: a valid key is looked up again after 10 s (and meanwhile stays known
+good), a wrong one is answered from memory for 60 s. Any other key is a guess, bounded per source address
+by the auth throttle (frontend/auth_throttle.py: delayed, then 429 with Retry-After, no lookup).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -24,7 +27,10 @@ from typing import Any
 
 import asyncpg
 
+from corral.frontend.auth_throttle import AuthThrottle
+from corral.frontend.sources import source_of
 from corral.store import api_keys
+from corral.telemetry.families import API_KEY_LOOKUPS, AUTH_FAILURES
 
 log = logging.getLogger(__name__)
 
@@ -36,36 +42,64 @@ UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls c
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
 METRICS_PATH = "/metrics"
 POSITIVE_TTL_S = 10.0
-NEGATIVE_TTL_S = 2.0
-CACHE_MAX_ENTRIES = 10_000
+NEGATIVE_TTL_S = 60.0  # keys are random and made here, so a wrong key does not turn valid (bootstrap keys aside)
+CACHE_MAX_ENTRIES = 10_000  # per table (good, wrong): a flood of wrong keys never evicts a good one
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
 class KeyCache:
-    """sha256(key) → role (or None for unknown/revoked), with a short TTL."""
+    """sha256(key) → role: valid keys (fresh for POSITIVE_TTL_S, known good until revoked) and wrong ones
+    (for NEGATIVE_TTL_S), each table bounded, the oldest entry evicted first."""
 
     def __init__(self, pool: asyncpg.Pool, clock: Callable[[], float] = time.monotonic) -> None:
         self.pool, self._clock = pool, clock
-        self._entries: dict[str, tuple[str | None, float]] = {}
+        self._good: dict[str, tuple[str, float]] = {}  # hash → (role, fresh until)
+        self._wrong: dict[str, float] = {}  # hash → known wrong until
         self.lookups = 0
 
-    async def role(self, key: str) -> str | None:
-        hashed = api_keys.key_hash(key)
-        entry = self._entries.get(hashed)
-        now = self._clock()
-        if entry is not None and entry[1] > now:
-            return entry[0]
+    def good(self, hashed: str) -> tuple[str, bool] | None:
+        """(role, still fresh) of a key seen valid and not revoked since; None for any other."""
+        entry = self._good.get(hashed)
+        return None if entry is None else (entry[0], entry[1] > self._clock())
+
+    def known_wrong(self, hashed: str) -> bool:
+        until = self._wrong.get(hashed)
+        return until is not None and until > self._clock()
+
+    async def lookup(self, hashed: str) -> str | None:
+        """The key's role from PostgreSQL (None: unknown or revoked), remembered."""
         self.lookups += 1
+        API_KEY_LOOKUPS.inc()
         role = await api_keys.role_of(self.pool, hashed)
-        if len(self._entries) >= CACHE_MAX_ENTRIES:
-            self._entries.clear()  # a flood of random keys must not grow memory without bound
-        self._entries[hashed] = (role, now + (POSITIVE_TTL_S if role else NEGATIVE_TTL_S))
+        now = self._clock()
+        if role is None:
+            self._good.pop(hashed, None)
+            _remember(self._wrong, hashed, now + NEGATIVE_TTL_S)
+        else:
+            self._wrong.pop(hashed, None)
+            _remember(self._good, hashed, (role, now + POSITIVE_TTL_S))
         return role
 
     def evict(self, hashed: str) -> None:
-        self._entries.pop(hashed, None)
+        self._good.pop(hashed, None)
+        self._wrong.pop(hashed, None)
+
+
+def _remember(table: dict[str, Any], key: str, value: Any) -> None:
+    table.pop(key, None)  # re-inserted last: the oldest entry is evicted first
+    if len(table) >= CACHE_MAX_ENTRIES:
+        del table[next(iter(table))]
+    table[key] = value
+
+
+class Throttled(Exception):
+    """The source presented too many unknown keys in its window (auth_throttle.py)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.message, self.retry_after_s = message, retry_after_s
 
 
 class _Under:
@@ -91,11 +125,12 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: dict[str, Any]) -> None:
+async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: dict[str, Any],
+                     headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     payload = json.dumps(body).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            (b"www-authenticate", b"Bearer")]})
+                            (b"www-authenticate", b"Bearer"), *headers]})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -107,16 +142,28 @@ def _user_error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}
 
 
+def _throttled_error(path: str, exc: Throttled) -> dict[str, Any]:
+    if _admin_path(path):
+        return _admin_error(429, exc.message)
+    return {"error": {"message": exc.message, "type": "rate_limit_error", "code": "too_many_auth_failures"}}
+
+
 class AccessControl:
-    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool, metrics_token: str = "") -> None:
+    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool, metrics_token: str = "",
+                 throttle: AuthThrottle | None = None) -> None:
         self.app, self.cache, self.user_auth = app, cache, user_auth
         self.metrics_token = metrics_token.encode()
+        self.throttle = throttle or AuthThrottle(20, 60.0)
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
                        send: Callable[[Any], Awaitable[None]]) -> None:
         if scope["type"] == "http":
             try:
                 refusal = await self._refusal(scope, scope["path"])
+            except Throttled as exc:
+                await _send_json(send, 429, _throttled_error(scope["path"], exc),
+                                 ((b"retry-after", str(exc.retry_after_s).encode()),))
+                return
             except Exception as exc:  # a key lookup with PostgreSQL down: 503 naming it, never a traceback
                 from corral.frontend.errors import dependency_or_unexpected_response
 
@@ -126,7 +173,10 @@ class AccessControl:
                 await _send_json(send, refusal[0], refusal[1])
                 return
         elif scope["type"] == "websocket":
-            refusal = await self._refusal(scope, scope["path"])
+            try:
+                refusal = await self._refusal(scope, scope["path"])
+            except Throttled as exc:
+                refusal = (429, _admin_error(429, exc.message))
             if refusal is not None:  # closed before accept: the client sees HTTP 403
                 await send({"type": "websocket.close", "code": 1008,
                             "reason": str(refusal[1]["error"]["message"])[:120]})
@@ -149,7 +199,7 @@ class AccessControl:
         key = bearer(scope)
         if not key:
             return 401, "admin API key required: send Authorization: Bearer <admin key>"
-        role = await self.cache.role(key)
+        role = await self._role(scope, key)
         if role is None:
             return 401, "invalid or revoked API key"
         if role != api_keys.ADMIN:
@@ -160,7 +210,7 @@ class AccessControl:
         key = bearer(scope)
         if not key:
             return "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)"
-        if await self.cache.role(key) is None:
+        if await self._role(scope, key) is None:
             return "invalid or revoked API key"
         return None
 
@@ -171,6 +221,36 @@ class AccessControl:
                     "send Authorization: Bearer <token>")
         if self.metrics_token and hmac.compare_digest(key.encode(), self.metrics_token):
             return None
-        if await self.cache.role(key) is None:
+        if await self._role(scope, key) is None:
             return "invalid scrape token or API key"
+        return None
+
+    async def _role(self, scope: Scope, key: str) -> str | None:
+        """The key's role, None for a wrong key; raises Throttled when its source is past its failure limit.
+        A known-good key is never throttled; a known-wrong one is answered from memory (no guess, no lookup)."""
+        hashed = api_keys.key_hash(key)
+        good = self.cache.good(hashed)
+        if good is not None:
+            return good[0] if good[1] else await self.cache.lookup(hashed)
+        if self.cache.known_wrong(hashed):
+            AUTH_FAILURES.labels("known_wrong").inc()
+            return None
+        source = source_of(scope)
+        wait_s = self.throttle.retry_after_s(source)
+        if wait_s > 0:
+            AUTH_FAILURES.labels("throttled").inc()
+            raise Throttled(*self.throttle.refusal(wait_s))
+        self.throttle.charge(source)
+        try:
+            role = await self.cache.lookup(hashed)
+        except BaseException:
+            self.throttle.refund(source)  # PostgreSQL down is not the client's guess
+            raise
+        if role is not None:
+            self.throttle.refund(source)
+            return role
+        AUTH_FAILURES.labels("unknown").inc()
+        delay_s = self.throttle.delay_s(source)
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
         return None

@@ -24,6 +24,7 @@ from corral.control.config_revisions import ConfigRevisions
 from corral.control.lifecycle import NodeLifecycle
 from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.control.revision_cleanup import RevisionCleanup
+from corral.frontend.admission import Admission
 from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
 from corral.frontend.http_workers import child_index
@@ -130,7 +131,7 @@ async def serve(settings: FrontendSettings) -> int:
                           registration_token=settings.registration_token,
                           auto_approve_nodes=settings.auto_approve_nodes, lifecycle=lifecycle,
                           expose_node_header=settings.expose_node_header, aliases=aliases, backend_ops=backend_ops,
-                          figures=ClusterFigures(pool, router.replicas.all))
+                          figures=ClusterFigures(pool, router.replicas.all), admission=Admission.from_settings(settings))
     state.agents = AgentChat(state, AgentBus(nc, tool_timeout_s=settings.mcp_tool_timeout_s,
                                              discovery_timeout_s=settings.mcp_discovery_timeout_s),
                              settings.mcp_max_iterations)

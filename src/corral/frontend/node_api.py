@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
 from corral.control.heartbeat_rules import Beat
+from corral.frontend.admission import pending_cap_message
 from corral.frontend.auth import check_registration_token
 from corral.frontend.bounds import (
     LABELS_MAX,
@@ -34,12 +35,16 @@ from corral.frontend.node_identity import (
     presented,
     rekey_hint,
 )
+from corral.frontend.sources import source_of
 from corral.frontend.state import FrontendState
 from corral.store import api_keys, vram_budget
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
+from corral.telemetry.families import NODE_REGISTRATIONS_REFUSED
 
 log = logging.getLogger(__name__)
+
+REGISTER_PATH = "/api/node/register"
 
 
 class RegisterNodeRequest(BaseModel):
@@ -104,7 +109,12 @@ async def _register(state: FrontendState, body: RegisterNodeRequest, secret: str
     try:
         row = await node_store.register(state.pool, facts, body.token, body.labels,
                                         auto_approve=state.auto_approve_nodes, credential_hash=credential_hash(secret),
-                                        new_credential_hash=issued_hash)
+                                        new_credential_hash=issued_hash, max_pending=state.admission.max_pending_nodes)
+    except node_store.PendingCapReached as exc:
+        NODE_REGISTRATIONS_REFUSED.labels("pending_cap").inc()
+        log.warning("refused a registration as new node %r: %d nodes already pending approval "
+                    "(CORRAL_MAX_PENDING_NODES)", body.name, exc.cap)
+        return node_error(429, pending_cap_message(exc.cap))
     except node_store.CredentialMismatch as exc:
         node = exc.node
         log.warning("refused a registration as node %s (%s) from %s: %s", node["name"], node["id"],
@@ -262,6 +272,18 @@ def install_node_api(app: FastAPI, state: FrontendState) -> NodeCredentials:
     if state.lifecycle is not None:  # re-key, deletion, re-registration on any frontend: check afresh
         state.lifecycle.events.listeners.append(credentials.forget)
 
+    async def within_register_rate(request: Request) -> None:
+        """Registrations per source address, counted before the token is checked (a guess is a registration)."""
+        if request.scope["path"] != REGISTER_PATH:
+            return
+        wait_s = state.admission.register_rate.take(source_of(request.scope))
+        if wait_s > 0:
+            NODE_REGISTRATIONS_REFUSED.labels("rate").inc()
+            message, retry_after_s = state.admission.register_rate.refusal(wait_s)
+            refused = node_error(429, message)
+            refused.headers["Retry-After"] = str(retry_after_s)
+            raise _Refused(refused)
+
     async def require_token(request: Request) -> None:
         refused = check_registration_token(request, state.registration_token)
         if refused is not None:
@@ -271,5 +293,6 @@ def install_node_api(app: FastAPI, state: FrontendState) -> NodeCredentials:
     async def _refused(_request: Request, exc: _Refused) -> Response:
         return exc.response
 
-    app.include_router(build_node_router(state, credentials), dependencies=[Depends(require_token)])
+    app.include_router(build_node_router(state, credentials),
+                       dependencies=[Depends(within_register_rate), Depends(require_token)])
     return credentials

@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 from nats.aio.client import Client
 
+from corral.frontend.admission import Admission
 from corral.models.config import ModelConfig
 from corral.routing.router import Router
 
@@ -29,3 +30,4 @@ class FrontendState:
     mcp_max_iterations: int = 10
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
     backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
+    admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from corral.store.locks import KEY_PENDING_NODES
 from corral.store.queries import q
 
 PENDING, HEALTHY, UNHEALTHY, OFFLINE, DRAINING = "pending", "healthy", "unhealthy", "offline", "draining"
@@ -59,6 +60,14 @@ def _columns(facts: NodeFacts, token: str, approved: bool) -> tuple[Any, ...]:
     )
 
 
+class PendingCapReached(Exception):
+    """A new node would be pending approval, and `cap` nodes already are."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"{cap} nodes are already pending approval")
+        self.cap = cap
+
+
 class CredentialMismatch(Exception):
     """The name belongs to a node with a credential, and the registration did not present it."""
 
@@ -69,17 +78,22 @@ class CredentialMismatch(Exception):
 
 async def register(
     pool: asyncpg.Pool, facts: NodeFacts, token: str, labels: dict[str, str], *, auto_approve: bool,
-    credential_hash: str = "", new_credential_hash: str = "",
+    credential_hash: str = "", new_credential_hash: str = "", max_pending: int | None = None,
 ) -> asyncpg.Record:
     """Insert or refresh a node. A node keeps its id; it is healthy only if auto-approve or approved once.
 
     A new node gets `new_credential_hash`. A known name is refreshed only when `credential_hash` is its
     credential (or it has none: then it takes `new_credential_hash`); otherwise CredentialMismatch is
-    raised and nothing about the node changes.
+    raised and nothing about the node changes. A new name that would be pending while `max_pending` nodes
+    already are raises PendingCapReached (counted under a lock, so concurrent registrations cannot pass it).
     """
     async with pool.acquire() as conn, conn.transaction():
         existing = await conn.fetchrow(q("node_by_name"), facts.name)
         row = None
+        if existing is None and not auto_approve and max_pending is not None:
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", KEY_PENDING_NODES)
+            if await conn.fetchval(q("nodes_pending_count")) >= max_pending:
+                raise PendingCapReached(max_pending)
         if existing is None:
             row = await conn.fetchrow(q("node_insert"), str(uuid.uuid4()), facts.name,
                                       *_columns(facts, token, auto_approve), new_credential_hash)
@@ -159,6 +173,11 @@ async def approve(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:
 
 async def delete(pool: asyncpg.Pool, node_id: str) -> bool:
     return await pool.fetchrow(q("node_delete"), node_id) is not None
+
+
+async def expire_pending(conn: asyncpg.Connection, node_id: str, older_than_s: float) -> asyncpg.Record | None:
+    """Delete a never-approved node not heard of for `older_than_s` (durably); None when it is not (any more)."""
+    return await conn.fetchrow(q("node_expire_pending"), node_id, older_than_s)
 
 
 async def get(pool: asyncpg.Pool, node_id: str) -> asyncpg.Record | None:

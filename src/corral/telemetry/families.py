@@ -56,3 +56,12 @@ HTTP_REQUEST_TIMEOUTS = Counter("corral_http_request_timeouts",
                                 "HTTP connections closed because a request did not arrive in time, by phase: "
                                 "first_byte (nothing sent), headers (408, CORRAL_HTTP_HEADER_TIMEOUT), body (408, "
                                 "CORRAL_HTTP_BODY_TIMEOUT)", ["phase"])
+AUTH_FAILURES = Counter("corral_auth_failures",
+                        "Requests refused for their API key, by outcome: unknown (a new key, looked up: not found), "
+                        "known_wrong (a key already known wrong, answered from memory), throttled (429: the "
+                        "source presented CORRAL_AUTH_FAILURE_LIMIT unknown keys in its window; nothing looked up)",
+                        ["outcome"])
+API_KEY_LOOKUPS = Counter("corral_api_key_lookups", "API keys looked up in PostgreSQL (a key not in memory)")
+NODE_REGISTRATIONS_REFUSED = Counter("corral_node_registrations_refused",
+                                     "Node registrations answered 429, by reason: rate (CORRAL_NODE_REGISTER_RATE "
+                                     "from one source), pending_cap (CORRAL_MAX_PENDING_NODES)", ["reason"])

@@ -133,3 +133,13 @@ RETURNING id;
 INSERT INTO node_labels (id, node_id, key, value) VALUES ($1, $2, $3, $4)
 ON CONFLICT (node_id, key) DO UPDATE SET value = EXCLUDED.value;
 
+
+-- name: nodes_pending_count
+-- Nodes never approved (pending, or offline since): what the pending cap counts.
+SELECT count(*) FROM backend_nodes WHERE NOT approved;
+
+-- name: node_expire_pending
+-- Forget a never-approved node whose last registration or heartbeat is older than $2 seconds.
+DELETE FROM backend_nodes
+WHERE id = $1 AND NOT approved AND last_heartbeat < now() - make_interval(secs => $2)
+RETURNING id, name, status;

@@ -1,0 +1,102 @@
+"""Per-source limits: failed API-key guesses (delayed, then refused for the rest of the window, never extended)
+and registrations (a token bucket), and the source they count by."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.frontend.admission import RegisterRate, pending_cap_message
+from corral.frontend.auth_throttle import AuthThrottle
+from corral.frontend.sources import SourceTable, source_of
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_a_source_past_its_limit_waits_for_the_rest_of_its_window() -> None:
+    clock = Clock()
+    throttle = AuthThrottle(limit=4, window_s=60.0, clock=clock)
+    for _ in range(4):
+        assert throttle.retry_after_s("10.0.0.1") == 0.0
+        throttle.charge("10.0.0.1")
+    clock.now_s += 15
+    assert throttle.retry_after_s("10.0.0.1") == 45.0
+    assert throttle.retry_after_s("10.0.0.2") == 0.0  # another source is not affected
+    assert throttle.refusal(44.2) == ("too many unknown API keys from this address: 4 in 60s "
+                                      "(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after 45s "
+                                      "with a valid key", 45)
+
+
+def test_refused_attempts_do_not_extend_the_window_so_the_source_gets_its_turn_again() -> None:
+    clock = Clock()
+    throttle = AuthThrottle(limit=2, window_s=10.0, clock=clock)
+    throttle.charge("s")
+    throttle.charge("s")
+    for _ in range(5):
+        clock.now_s += 1.9
+        assert throttle.retry_after_s("s") > 0
+    clock.now_s += 0.6  # 10 s after the first guess
+    assert throttle.retry_after_s("s") == 0.0
+
+
+def test_a_right_key_is_refunded_and_does_not_count() -> None:
+    throttle = AuthThrottle(limit=2, window_s=10.0, clock=Clock())
+    for _ in range(5):
+        throttle.charge("s")
+        throttle.refund("s")
+    assert throttle.retry_after_s("s") == 0.0
+
+
+@pytest.mark.parametrize("guesses, delay_s", [(1, 0.0), (4, 0.0), (5, 0.25), (6, 0.5), (7, 1.0), (8, 2.0)])
+def test_the_later_half_of_the_limit_is_answered_after_a_doubling_delay(guesses: int, delay_s: float) -> None:
+    throttle = AuthThrottle(limit=8, window_s=60.0, clock=Clock())  # first 4 free, then 0.25 s doubling to 2 s
+    for _ in range(guesses):
+        throttle.charge("s")
+    assert throttle.delay_s("s") == delay_s
+
+
+def test_the_table_is_bounded_and_evicts_the_oldest_source() -> None:
+    throttle = AuthThrottle(limit=1, window_s=60.0, clock=Clock(), max_sources=2)
+    for source in ("a", "b", "c"):
+        throttle.charge(source)
+    assert [throttle.retry_after_s(s) > 0 for s in ("a", "b", "c")] == [False, True, True]
+
+
+def test_a_source_table_keeps_at_most_its_size() -> None:
+    table: SourceTable[int] = SourceTable(3)
+    for i in range(10):
+        table.setdefault(str(i), lambda i=i: i)  # type: ignore[misc]
+    assert len(table) == 3 and table.get("9") == 9 and table.get("6") is None
+
+
+@pytest.mark.parametrize("client, source", [
+    (("192.0.2.7", 5000), "192.0.2.7"),
+    (("2001:db8:1:2:3:4:5:6", 5000), "2001:db8:1:2::/64"),  # one host's /64 is one source
+    (None, "-"),
+])
+def test_the_source_is_the_peer_address_and_an_ipv6_peer_counts_by_its_64(client: object, source: str) -> None:
+    assert source_of({"client": client}) == source
+
+
+def test_a_burst_of_the_rate_passes_and_the_next_waits_for_one_refill() -> None:
+    clock = Clock()
+    rate = RegisterRate(per_minute=6, clock=clock)  # one registration every 10 s, bursts of 6
+    assert [rate.take("10.0.0.1") for _ in range(6)] == [0.0] * 6
+    assert rate.take("10.0.0.1") == 10.0
+    assert rate.take("10.0.0.2") == 0.0  # its own bucket
+    clock.now_s += 10
+    assert rate.take("10.0.0.1") == 0.0
+    assert rate.take("10.0.0.1") == 10.0
+
+
+def test_the_refusals_name_their_setting() -> None:
+    assert RegisterRate(per_minute=6).refusal(9.2) == (
+        "too many registrations from this address: at most 6 a minute (CORRAL_NODE_REGISTER_RATE); retry after 10s",
+        10)
+    assert "(CORRAL_MAX_PENDING_NODES)" in pending_cap_message(5) and "raise CORRAL_MAX_PENDING_NODES" in \
+        pending_cap_message(5)
