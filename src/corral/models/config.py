@@ -42,6 +42,7 @@ from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
 from corral.models.names import name_problem
 from corral.models.revision import config_revision  # noqa: E402
 from corral.models.roots import ModelRoots, PathOutsideRoots
+from corral.models.text import invalid_text, text_problem
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +198,8 @@ def parse_model_config(data: Any, source: Path, models_dir: Path,
     Every file it names must resolve under `models_dir` or one of `extra_roots` (models/roots.py)."""
     if not isinstance(data, dict):
         raise ModelConfigError(f"{source}: expected a mapping with name, backend and parameters.model")
+    if (bad_text := invalid_text(data)) is not None:  # neither a file nor PostgreSQL (nor the revision hash) takes it
+        raise ModelConfigError(f"{source}: {text_problem(bad_text)}", bad_text)
     name = _field(data, "name", str, source, "").strip()
     if not name:
         raise ModelConfigError(f"{source}: field 'name' is required (the model id clients request)")
@@ -254,7 +257,7 @@ def load_model_configs(models_dir: Path, extra_roots: tuple[Path, ...] = ()) -> 
             if is_alias_document(data):  # `name` + `alias`: read by models/aliases.py, not a model
                 continue
             config = parse_model_config(data, path, models_dir, extra_roots)
-        except (ModelConfigError, yaml.YAMLError, OSError) as exc:
+        except (ModelConfigError, yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
             log.error("skipping model config %s: %s", path, exc)
             continue
         if config.name in configs:
