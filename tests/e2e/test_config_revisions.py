@@ -1,5 +1,7 @@
 """Config revisions across two frontends: edits stop routing to old replicas at once, old replicas get
-an acknowledged exact stop with durable retries, per-request parameters never change the revision."""
+an acknowledged exact stop with durable retries, per-request parameters never change the revision; edits
+commit one at a time per model and every frontend applies them in commit order (If-Match refuses a stale
+base), and a restart takes the committed configuration, never the newest file."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ import asyncpg
 import httpx
 import nats
 import pytest
+import yaml
 
+from corral.models.revision import config_revision
 from support.cluster import Cluster, Proc
+from support.waiting import wait_for_async
 
 pytestmark = pytest.mark.slow
 
@@ -35,9 +40,8 @@ class Env:
 def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-revisions", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("rev", "cut", "params"):
-        (c.models_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n")
+    for name in ("rev", "cut", "params", "race", "guarded", "lost", "drift", "restart"):
+        (c.models_dir / f"{name}.yaml").write_text(_sim_yaml(name, 512))
     (c.models_dir / "mid-load.yaml").write_text(  # LoadModel takes 2 s: time to edit the config meanwhile
         "name: mid-load\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: mid-load\n"
         "options:\n  - \"load_time_s:2\"\n")
@@ -56,6 +60,10 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
         c.stop()
         for proc in extra:
             proc.stop()
+
+
+def _sim_yaml(name: str, context_size: int) -> str:
+    return f"name: {name}\nbackend: simulator\ncontext_size: {context_size}\nparameters:\n  model: {name}\n"
 
 
 def _chat(url: str, model: str, **extra: object) -> httpx.Response:
@@ -141,27 +149,59 @@ def test_a_disabled_model_is_not_served_and_can_be_enabled_again(env: Env) -> No
     assert _chat(env.b, "params").status_code == 200
 
 
-async def test_a_frontend_starting_with_a_changed_config_on_disk_republishes_only_that_model(env: Env) -> None:
-    assert _chat(env.a, "rev").status_code == 200
+async def _states(env: Env) -> dict[str, asyncpg.Record]:
     conn = await asyncpg.connect(env.cluster.database_url)
     try:
-        before = {r["model_name"]: r["config_revision"] for r in await conn.fetch("SELECT * FROM model_config_states")}
+        return {r["model_name"]: r for r in await conn.fetch("SELECT * FROM model_config_states")}
     finally:
         await conn.close()
-    c_models = env.cluster.root / "frontend-c-models"
-    shutil.copytree(env.b_models, c_models, dirs_exist_ok=True)
-    (c_models / "cut.yaml").write_text("name: cut\nbackend: simulator\ncontext_size: 333\nparameters:\n  model: cut\n")
-    proc, _url = env.cluster.spawn_frontend("frontend-c", "--models-path", str(c_models))
+
+
+async def _execute(env: Env, sql: str, *args: object) -> None:
+    conn = await asyncpg.connect(env.cluster.database_url)
     try:
-        conn = await asyncpg.connect(env.cluster.database_url)
-        try:
-            after = {r["model_name"]: r["config_revision"] for r in await conn.fetch("SELECT * FROM model_config_states")}
-        finally:
-            await conn.close()
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()
+
+
+def _frontend_c(env: Env) -> Path:
+    """Frontend C's own models directory, a copy of B's (to change before C starts)."""
+    c_models = env.cluster.root / "frontend-c-models"
+    shutil.rmtree(c_models, ignore_errors=True)
+    shutil.copytree(env.b_models, c_models)
+    return c_models
+
+
+async def test_a_frontend_starting_with_a_newer_file_that_is_not_the_committed_config_takes_the_committed_one(
+        env: Env) -> None:
+    before = await _states(env)
+    c_models = _frontend_c(env)
+    stale = c_models / "restart.yaml"  # an edit that never committed, written after the last commit
+    stale.write_text(_sim_yaml("restart", 333))
+    future_s = time.time() + 3600
+    os.utime(stale, (future_s, future_s))
+    proc, url_c = env.cluster.spawn_frontend("frontend-c", "--models-path", str(c_models))
+    try:
+        served = httpx.get(f"{url_c}/api/model-configs/restart", headers=env.admin).json()
     finally:
         proc.stop()
-    assert after["cut"] != before["cut"]  # the drifted model advanced
-    assert {k: v for k, v in after.items() if k != "cut"} == {k: v for k, v in before.items() if k != "cut"}
+    after = await _states(env)
+    assert {k: r["config_revision"] for k, r in after.items()} == {k: r["config_revision"] for k, r in before.items()}
+    assert after["restart"]["config_seq"] == before["restart"]["config_seq"]  # nothing was republished
+    assert served["config_revision"] == before["restart"]["config_revision"]
+    assert yaml.safe_load(stale.read_text()) == yaml.safe_load(before["restart"]["config_yaml"])  # rewritten
+
+
+async def test_a_frontend_starting_rehashes_a_stored_revision_that_is_not_its_configs_hash(env: Env) -> None:
+    stored = (await _states(env))["drift"]
+    await _execute(env, "UPDATE model_config_states SET config_revision = 'hashed-by-an-old-release' "
+                        "WHERE model_name = 'drift'")
+    proc, _url = env.cluster.spawn_frontend("frontend-c", "--models-path", str(_frontend_c(env)))
+    proc.stop()
+    healed = (await _states(env))["drift"]
+    assert healed["config_revision"] == config_revision(yaml.safe_load(stored["config_yaml"]))
+    assert healed["config_seq"] > stored["config_seq"]  # republished: every frontend re-reads it
 
 
 def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: Env) -> None:
@@ -233,3 +273,69 @@ async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is
             break
         await asyncio.sleep(0.2)
     assert [(r["state"], r["config_revision"]) for r in rows] == [("loaded", edit.json()["config_revision"])]
+
+
+def _etag(response: httpx.Response) -> str:
+    assert response.headers["ETag"] == f'"{response.json()["config_revision"]}"', response.headers
+    return response.headers["ETag"]
+
+
+def test_an_edit_based_on_a_stale_revision_is_a_409_naming_the_current_one_on_every_frontend(env: Env) -> None:
+    url_a, url_b = f"{env.a}/api/model-configs/guarded", f"{env.b}/api/model-configs/guarded"
+    base = _etag(httpx.get(url_a, headers=env.admin))
+    first = httpx.patch(url_a, json={"context_size": 1024}, headers={**env.admin, "If-Match": base}, timeout=30)
+    assert first.status_code == 200, first.text
+    current = _etag(first)
+    assert current != base
+    for stale in (httpx.patch(url_b, json={"context_size": 2048}, headers={**env.admin, "If-Match": base}),
+                  httpx.put(url_a, content=_sim_yaml("guarded", 2048).encode(),
+                            headers={**env.admin, "If-Match": f"W/{base}"})):
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["config_revision"] == first.json()["config_revision"]
+        assert stale.json()["error"]["param"] == "If-Match"
+        assert f"its current revision is {first.json()['config_revision']}" in stale.json()["error"]["message"]
+    assert _etag(httpx.get(url_b, headers=env.admin)) == current  # the refused edits changed nothing
+    second = httpx.put(url_b, content=_sim_yaml("guarded", 4096).encode(),
+                       headers={**env.admin, "If-Match": f'"other", {current}'}, timeout=30)
+    assert second.status_code == 200, second.text
+    assert _etag(httpx.get(url_a, headers=env.admin)) == _etag(second)
+
+
+async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_postgresql_on_the_last_commit(
+        env: Env) -> None:
+    async def edit(client: httpx.AsyncClient, index: int) -> httpx.Response:
+        url = f"{(env.a, env.b)[index % 2]}/api/model-configs/race"
+        if index % 3 == 0:
+            return await client.put(url, content=_sim_yaml("race", 1000 + index).encode(), headers=env.admin)
+        return await client.patch(url, json={"context_size": 1000 + index}, headers=env.admin)
+
+    async with httpx.AsyncClient(timeout=120) as client:
+        responses = await asyncio.gather(*(edit(client, i) for i in range(30)))
+    assert [r.status_code for r in responses] == [200] * 30, [r.text for r in responses if r.status_code != 200]
+    committed = (await _states(env))["race"]
+    last = yaml.safe_load(committed["config_yaml"])
+    assert committed["config_revision"] in {r.json()["config_revision"] for r in responses}
+    for url in (env.a, env.b):  # every edit's response waited for both frontends: they agree now, no restart
+        served = httpx.get(f"{url}/api/model-configs/race", headers=env.admin).json()
+        assert (served["config_revision"], served["config"]) == (committed["config_revision"], last), url
+    for models in (env.cluster.models_dir, env.b_models):
+        assert yaml.safe_load((models / "race.yaml").read_text()) == last, models
+        assert not [p.name for p in models.iterdir() if p.name.endswith(".tmp")]
+
+
+async def test_a_commit_whose_event_never_arrived_is_taken_by_every_frontend_within_the_resync_interval(
+        env: Env) -> None:
+    text = _sim_yaml("lost", 777)
+    await _execute(env, "UPDATE model_config_states SET config_yaml = $1, config_revision = $2, "
+                        "config_seq = nextval('model_config_seq') WHERE model_name = 'lost'",
+                   text, config_revision(yaml.safe_load(text)))  # committed, announced to nobody
+
+    async def everywhere() -> bool:
+        async with httpx.AsyncClient() as client:
+            served = [(await client.get(f"{url}/api/model-configs/lost", headers=env.admin)).json()
+                      for url in (env.a, env.b)]
+        return all(s["config"].get("context_size") == 777 for s in served)
+
+    await wait_for_async(everywhere, "both frontends to take the committed config of 'lost' (RESYNC_INTERVAL_S 10 s)",
+                         30)
+    assert "context_size: 777" in (env.b_models / "lost.yaml").read_text()

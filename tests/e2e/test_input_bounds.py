@@ -1,11 +1,13 @@
 """Bounded input and bounded resources on a real frontend (`corral run` on real PostgreSQL and NATS):
-out-of-range fields are 400s naming the field and the range; oversized bodies are 413s before auth and
-before they are read; past the concurrency limit a request is answered 429 + Retry-After at once."""
+out-of-range fields are 400s naming the field and the range; text that is not valid Unicode is a 400 naming
+its field (and a model config write that fails leaves no temporary file); oversized bodies are 413s before
+auth and before they are read; past the concurrency limit a request is answered 429 + Retry-After at once."""
 
 from __future__ import annotations
 
 import json
 import select
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -128,6 +130,80 @@ def test_admin_fields_past_their_bounds_are_400s(cluster: Cluster, method: str, 
                              headers={**cluster.admin_headers, "Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert _error(response)["message"].endswith(message)  # type: ignore[union-attr]
+
+
+# --- valid text: a lone surrogate (YAML's or JSON's "\ud800" escape) can be stored neither in a file nor in
+# PostgreSQL ------------------------------------------------------------------------------------------------------
+
+LONE = "a\ud800"  # json.dumps writes it as the escape `"a\\ud800"`, which YAML and the standard library decode back
+
+
+def _temporary_files(cluster: Cluster) -> list[str]:
+    return sorted(p.name for p in cluster.models_dir.iterdir() if p.name.endswith(".tmp"))
+
+
+def _refused_as_invalid_text(response: httpx.Response, field: str) -> None:
+    assert response.status_code == 400, response.text
+    error = _error(response)
+    assert error["param"] == field, error
+    assert f"field '{field}' is not valid text" in str(error["message"]), error
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (f'name: {MODEL}\nbackend: simulator\ndescription: "a\\ud800"\nparameters:\n  model: {MODEL}\n',
+     "application/yaml"),
+    (json.dumps({"name": MODEL, "backend": "simulator", "description": LONE, "parameters": {"model": MODEL}}),
+     "application/json"),  # PUT reads YAML, a superset
+])
+def test_a_config_upload_with_a_lone_surrogate_is_a_400_naming_the_field_and_leaves_no_file(
+        cluster: Cluster, body: str, content_type: str) -> None:
+    response = httpx.put(f"{cluster.frontend_url}/api/model-configs/{MODEL}", content=body.encode(), timeout=30,
+                         headers={**cluster.admin_headers, "Content-Type": content_type})
+    _refused_as_invalid_text(response, "description")  # was a 500 `internal error: UnicodeEncodeError`
+    assert _temporary_files(cluster) == []
+    assert "description" not in (cluster.models_dir / f"{MODEL}.yaml").read_text()
+
+
+def test_a_config_patch_with_a_lone_surrogate_is_a_400_naming_the_field(cluster: Cluster) -> None:
+    response = httpx.patch(f"{cluster.frontend_url}/api/model-configs/{MODEL}", timeout=30,
+                           content=json.dumps({"parameters": {"mmproj": "x\udc00"}}).encode(),
+                           headers={**cluster.admin_headers, "Content-Type": "application/json"})
+    _refused_as_invalid_text(response, "parameters.mmproj")
+    assert _temporary_files(cluster) == []
+
+
+def test_a_config_write_that_fails_leaves_no_temporary_file(cluster: Cluster) -> None:
+    blocker = cluster.models_dir / "blocked.yaml"  # a non-empty directory where the file goes: the rename fails
+    (blocker / "inside").mkdir(parents=True)
+    try:
+        response = httpx.put(f"{cluster.frontend_url}/api/model-configs/blocked", headers=cluster.admin_headers,
+                             content=b"name: blocked\nbackend: simulator\nparameters:\n  model: blocked\n",
+                             timeout=30)
+        assert _temporary_files(cluster) == []
+        assert response.status_code == 200, response.text  # committed: the cluster has it, this file does not
+        served = httpx.get(f"{cluster.frontend_url}/api/model-configs/blocked", headers=cluster.admin_headers)
+        assert served.json()["config_revision"] == response.json()["config_revision"]  # memory follows the commit
+    finally:
+        shutil.rmtree(blocker)
+
+
+@pytest.mark.parametrize("method, path, body, field", [
+    ("POST", "/api/keys", {"name": LONE}, "name"),  # FastAPI body models: pydantic names the field
+    ("POST", "/api/agent-jobs", {"model": MODEL, "prompt": LONE}, "prompt"),
+    # routes that read their body with json_body: orjson refuses the document (a 400 naming the body)
+    ("POST", "/api/nodes/scheduling", {"model_name": MODEL, "node_selector": {"zone": LONE}}, None),
+    ("POST", "/api/settings", {LONE: True}, None),
+    ("PUT", "/api/nodes/{node}/labels", {"zone": LONE}, None),
+    ("PUT", "/api/nodes/{node}/vram-budget", {"value": LONE}, None),
+])
+def test_admin_text_with_a_lone_surrogate_is_a_400_never_a_500(
+        cluster: Cluster, method: str, path: str, body: dict[str, object], field: str | None) -> None:
+    node = _register(cluster).json()["id"]
+    response = httpx.request(method, cluster.frontend_url + path.format(node=node), content=json.dumps(body).encode(),
+                             headers={**cluster.admin_headers, "Content-Type": "application/json"}, timeout=30)
+    assert response.status_code == 400, response.text  # PostgreSQL cannot store the text: it never reaches it
+    if field is not None:
+        assert _error(response)["param"] == field, response.text
 
 
 # --- body size: refused before auth, before parsing, without reading ------------------------------------------

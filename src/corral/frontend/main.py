@@ -154,6 +154,7 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.adopt([*router.background_tasks, *lifecycle.tasks])
     tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
     tasks.start("revision-cleanup", cleanup.run(stop))
+    tasks.start("config-resync", revs.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
     tasks.start("backend-ops", backend_ops.run(stop))
     if settings.prehash_models and not settings.distributed_shared_models and child_index() in (None, 0):

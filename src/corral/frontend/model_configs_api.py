@@ -1,7 +1,10 @@
 """Admin: edit model configs — raw YAML, structured patch, rename, disable/enable.
 
-Every edit answers with the new `config_revision` and `pending_cleanup` (old replicas not yet
-confirmed stopped). From the moment the response returns, no frontend routes to an old replica.
+Every edit answers with the new `config_revision` (also as its `ETag`) and `pending_cleanup` (old
+replicas not yet confirmed stopped). From the moment the response returns, no frontend routes to an
+old replica. PUT and PATCH take `If-Match: <config_revision>`: an edit based on a revision that is no
+longer the committed one is a 409 that names the current revision (edits commit one at a time per
+model, control/config_revisions.py). Text that is not valid Unicode is a 400 naming its field.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import yaml
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
-from corral.control.config_revisions import ConfigRevisions, dump_yaml
+from corral.control.config_revisions import ConfigRevisions, Edit, ModelMissing, StaleBase, dump_yaml
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
-from corral.frontend.json_body import documented_body, json_body
+from corral.frontend.json_body import InvalidText, documented_body, json_body
 from corral.models.aliases import AliasConfigError, is_alias_document, parse_alias
 from corral.models.config import ModelConfigError
 from corral.models.names import name_problem
+from corral.models.text import invalid_text, text_problem
 from corral.store import operations, revisions
 
 DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML dump recurse per level
@@ -92,7 +96,25 @@ def _bad_name(name: str, field: str = "name") -> JSONResponse | None:
     return None if problem is None else _bad(f"field {field!r} {problem}", field)
 
 
-async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
+def etag(revision: str) -> str:
+    return f'"{revision}"'
+
+
+def if_match(request: Request) -> set[str] | None:
+    """The revisions an `If-Match` header accepts (quotes and `W/` dropped; `*` kept); None without one."""
+    header = request.headers.get("if-match")
+    if header is None:
+        return None
+    return {tag.strip().removeprefix("W/").strip('"') for tag in header.split(",") if tag.strip()}
+
+
+def _stale(exc: StaleBase) -> JSONResponse:
+    body = {**envelope(str(exc), "invalid_request_error", 409, "If-Match"), "config_revision": exc.current}
+    return JSONResponse(body, status_code=409, headers={"ETag": etag(exc.current)} if exc.current else None)
+
+
+async def apply(revs: ConfigRevisions, name: str, raw: Any, expected: set[str] | None = None) -> JSONResponse:
+    """PUT: `raw` replaces the configuration (a model's or an alias's)."""
     refused = _bad_name(name)
     if refused is not None:
         return refused
@@ -100,54 +122,84 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any) -> JSONResponse:
         return _bad("the configuration must be a mapping (name, backend, parameters.model, …)")
     if depth(raw) > DEPTH_MAX:
         return _bad(f"the configuration is nested more than {DEPTH_MAX} levels deep")
+    field = invalid_text(raw)
+    if field is not None:
+        return _bad(text_problem(field), field)
     if is_alias_document(raw):
-        return await apply_alias(revs, name, raw)
+        return await apply_alias(revs, name, raw, expected)
     if raw.get("name") != name:
         return _bad(f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name")
+    return await commit(revs, name, lambda _committed: raw, expected)
+
+
+async def commit(revs: ConfigRevisions, name: str, edit: Edit, expected: set[str] | None = None) -> JSONResponse:
+    """Commit `edit` of the model's committed configuration and answer its revision."""
     try:
-        cfg, pending = await revs.apply(name, raw)
+        cfg, pending = await revs.apply(name, edit, expected)
+    except StaleBase as exc:
+        return _stale(exc)
+    except ModelMissing:
+        return _missing(name)
     except ModelConfigError as exc:
         return _bad(str(exc), exc.field or "body")
     await operations.record_done(revs.pool, operations.NewOperation(
         name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
     return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
-                         "disabled": cfg.disabled})
+                         "disabled": cfg.disabled}, headers={"ETag": etag(cfg.revision)})
 
 
-async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any]) -> JSONResponse:
+async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any],
+                      expected: set[str] | None = None) -> JSONResponse:
     try:
         alias, target = parse_alias(raw, FilePath(f"{name}.yaml"))
         if alias != name:
             return _bad(f"field 'name' must be {name!r}", "name")
-        await revs.set_alias(name, target)
+        await revs.set_alias(name, target, expected)
+    except StaleBase as exc:
+        return _stale(exc)
     except (AliasConfigError, ModelConfigError) as exc:
         return _bad(str(exc), "alias")
     return JSONResponse({"name": name, "alias": target})
 
 
-async def _json_object(request: Request) -> dict[str, Any] | None:
+async def _json_object(request: Request) -> dict[str, Any] | JSONResponse | None:
     try:
         body = await json_body(request)
+    except InvalidText as exc:
+        return _bad(str(exc), exc.field)
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
 
 
+def _patched(body: dict[str, Any]) -> Edit:
+    def edit(committed: dict[str, Any] | None) -> dict[str, Any]:
+        if committed is None:
+            raise ModelMissing()
+        return merge(committed, body)
+    return edit
+
+
 async def patch_config(revs: ConfigRevisions, name: str, request: Request) -> JSONResponse:
-    cfg = revs.configs.get(name)
-    if cfg is None:
+    """PATCH: a JSON merge patch of the committed configuration (merged under the model's lock)."""
+    if name not in revs.configs:
         return _missing(name)
     body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
     if body is None:
         return _bad('send a JSON merge patch object, e.g. {"context_size": 4096}')
-    return await apply(revs, name, merge(cfg.raw, body))
+    if depth(body) > DEPTH_MAX:
+        return _bad(f"the patch is nested more than {DEPTH_MAX} levels deep")
+    if "name" in body and body["name"] != name:
+        return _bad(f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name")
+    return await commit(revs, name, _patched(body), if_match(request))
 
 
 async def set_disabled(revs: ConfigRevisions, name: str, disabled: bool) -> JSONResponse:
-    cfg = revs.configs.get(name)
-    if cfg is None:
+    if name not in revs.configs:
         return _missing(name)
-    return await apply(revs, name, {**cfg.raw, "disabled": disabled})
+    return await commit(revs, name, _patched({"disabled": disabled}))
 
 
 async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> JSONResponse:
@@ -155,6 +207,8 @@ async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> J
     if cfg is None:
         return _missing(name)
     body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
     new_name = body.get("name") if body else None
     if not isinstance(new_name, str) or not new_name.strip():
         return _bad('send {"name": "<new model name>"}', "name")
@@ -187,7 +241,7 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
         if cfg is None:
             return _missing(name)
         return JSONResponse({"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
-                             "yaml": dump_yaml(cfg.raw), "config": cfg.raw})
+                             "yaml": dump_yaml(cfg.raw), "config": cfg.raw}, headers={"ETag": etag(cfg.revision)})
 
     @router.put("/{name}", openapi_extra=documented_body({"type": "object"}, "application/yaml"))
     async def put_yaml(name: ConfigName, request: Request) -> JSONResponse:
@@ -196,7 +250,7 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
             raw = await asyncio.to_thread(parse_yaml, body)  # up to CORRAL_MODEL_CONFIG_MAX_BODY: off the loop
         except yaml.YAMLError as exc:
             return _bad(f"the body is not valid YAML: {exc}")
-        return await apply(revs, name, raw)
+        return await apply(revs, name, raw, if_match(request))
 
     @router.patch("/{name}", openapi_extra=documented_body({"type": "object"}))
     async def patch(name: ConfigName, request: Request) -> JSONResponse:

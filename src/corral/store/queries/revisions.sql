@@ -4,20 +4,36 @@ INSERT INTO model_config_states (model_name, config_revision, config_yaml) VALUE
 ON CONFLICT (model_name) DO NOTHING;
 
 -- name: revision_get
--- The stored revision (and YAML) of one model.
-SELECT model_name, config_revision, config_yaml, EXTRACT(EPOCH FROM updated_at)::double precision AS updated_s
+-- The stored revision (and YAML, and its commit number) of one model.
+SELECT model_name, config_revision, config_yaml, config_seq,
+    EXTRACT(EPOCH FROM updated_at)::double precision AS updated_s
 FROM model_config_states WHERE model_name = $1;
 
 -- name: revision_all
 -- Every stored revision.
-SELECT model_name, config_revision, config_yaml, EXTRACT(EPOCH FROM updated_at)::double precision AS updated_s
+SELECT model_name, config_revision, config_yaml, config_seq,
+    EXTRACT(EPOCH FROM updated_at)::double precision AS updated_s
 FROM model_config_states;
 
+-- name: revision_seqs
+-- Every model's commit number (a frontend's periodic check for a change whose event it missed).
+SELECT model_name, config_seq FROM model_config_states;
+
+-- name: revision_lock
+-- The committed row of one model, locked until the edit that read it commits (edits to one model serialise).
+SELECT model_name, config_revision, config_yaml, config_seq FROM model_config_states WHERE model_name = $1
+FOR UPDATE;
+
 -- name: revision_advance
--- A validated edit: the new revision becomes current (locks the row for the quarantine that follows).
+-- A validated edit: the new revision becomes current (locks the row for the quarantine that follows); a change
+-- of content takes the next commit number, a re-assertion of the same content keeps its number.
 INSERT INTO model_config_states (model_name, config_revision, config_yaml, updated_at) VALUES ($1, $2, $3, now())
 ON CONFLICT (model_name) DO UPDATE SET config_revision = EXCLUDED.config_revision,
-    config_yaml = EXCLUDED.config_yaml, updated_at = now();
+    config_yaml = EXCLUDED.config_yaml, updated_at = now(),
+    config_seq = CASE WHEN model_config_states.config_revision = EXCLUDED.config_revision
+                       AND model_config_states.config_yaml = EXCLUDED.config_yaml
+                      THEN model_config_states.config_seq ELSE nextval('model_config_seq') END
+RETURNING config_seq;
 
 -- name: revision_quarantine
 -- Replicas of any other revision leave routing at once: unloading, due for an exact stop now.
