@@ -16,8 +16,8 @@ protocol plus one timer per connection) bounds them:
 
 The timer covers receiving a request only: it is cancelled when the request is whole, so a long response
 (a stream of tokens) is never cut by it, and it restarts with each request of a kept-alive connection
-(between requests uvicorn's keep-alive timeout applies). Warm-path cost: one timer handle armed at a
-request's first byte and cancelled when it is whole, and one clock read when its headers are complete.
+(between requests uvicorn's keep-alive timeout applies). Warm-path cost: two clock reads per request; the
+connection's one timer is re-armed about once per header timeout, not per request.
 """
 
 from __future__ import annotations
@@ -93,12 +93,18 @@ def _answer(status: bytes, message: str, code: str, extra: bytes = b"") -> bytes
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the deadlines and the cap above; `limits` is bound by `guarded`."""
+    """uvicorn's httptools protocol with the deadlines and the cap above; `limits` is bound by `guarded`.
+
+    A request only moves a deadline (`_due`, a clock read); the connection's one timer is armed when none is
+    pending early enough, and when it fires it re-arms for the current deadline or, the request being whole,
+    stops. So a kept-alive connection arms about one timer per header timeout, not one per request: a uvloop
+    timer armed and cancelled measured 4.6 µs, a clock read 0.14 µs (this machine, under load)."""
 
     limits = ConnectionLimits()
-    _deadline: asyncio.TimerHandle | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _timer_at = 0.0
+    _due = 0.0  # when the request being received must be whole (its headers, then its body); 0.0: none is
     _phase = Phase.FIRST_BYTE
-    _headers_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -107,58 +113,60 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.write(self._busy_answer())
             transport.close()
             return
-        self._arm(self.limits.header_timeout_s)
+        self._watch(self.loop.time() + self.limits.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._unwatch()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._phase = Phase.HEADERS
-        if self._deadline is None:
-            self._arm(self.limits.header_timeout_s)
+        if not self._due:  # a later request on a kept-alive connection (the first keeps the connection's)
+            self._watch(self.loop.time() + self.limits.header_timeout_s)
 
     def on_headers_complete(self) -> None:
         self._phase = Phase.BODY
-        self._headers_at = now = self.loop.time()
-        deadline = self._deadline
-        if deadline is not None and deadline.when() > now + self.limits.body_timeout_s:
-            self._disarm()  # a body deadline shorter than what is left of the header one
-            self._arm(self.limits.body_timeout_s)
+        self._watch(self.loop.time() + self.limits.body_timeout_s)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._phase = Phase.IDLE
-        self._disarm()
+        self._phase, self._due = Phase.IDLE, 0.0
         super().on_message_complete()
 
     def handle_websocket_upgrade(self) -> None:
-        self._disarm()  # the connection is the WebSocket protocol's from here
+        self._unwatch()  # the connection is the WebSocket protocol's from here
         super().handle_websocket_upgrade()
 
-    def _arm(self, delay_s: float) -> None:
-        self._deadline = self.loop.call_later(delay_s, self._expired)
+    def _watch(self, due: float) -> None:
+        self._due = due
+        if self._timer is not None and self._timer_at <= due:
+            return  # it fires in time, and re-arms for the rest
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self.loop.call_at(due, self._expired)
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    def _unwatch(self) -> None:
+        self._due = 0.0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _expired(self) -> None:
-        self._deadline = None
-        if self.transport.is_closing():
+        self._timer = None
+        if not self._due or self.transport.is_closing():
+            return  # the request is whole: no timer until the next one begins
+        now = self.loop.time()
+        if now < self._due:
+            self._timer_at = self._due
+            self._timer = self.loop.call_at(self._due, self._expired)
             return
         cycle = self.cycle
         answering = cycle is not None and cycle.response_started and not cycle.response_complete
         if self._phase is Phase.HEADERS and answering:
-            self._arm(self.limits.header_timeout_s)  # a pipelined request: its deadline starts after this answer
+            self._watch(now + self.limits.header_timeout_s)  # a pipelined request: its deadline follows this answer
             return
-        if self._phase is Phase.BODY:
-            left_s = self._headers_at + self.limits.body_timeout_s - self.loop.time()
-            if left_s > 0:
-                self._arm(left_s)
-                return
         self._time_out(answered=cycle is not None and cycle.response_started and self._phase is Phase.BODY)
 
     def _time_out(self, *, answered: bool) -> None:
