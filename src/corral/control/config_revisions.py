@@ -60,9 +60,13 @@ class StaleBase(Exception):
     (GET answers its current revision) and apply the change to that."""
 
     def __init__(self, name: str, current: str | None) -> None:
-        state = f"its current revision is {current}" if current else "it has no committed configuration"
-        super().__init__(f"model {name!r} changed since the revision in If-Match: {state}; GET "
-                         f"/api/model-configs/{name}, apply your change to it and send If-Match with its revision")
+        if current:
+            message = (f"model {name!r} changed since the revision in If-Match: its current revision is {current}; "
+                       f"GET /api/model-configs/{name}, apply your change to it and send If-Match: \"{current}\"")
+        else:
+            message = (f"model {name!r} has no committed configuration for If-Match to match; send the edit "
+                       "without If-Match to create it")
+        super().__init__(message)
         self.current = current
 
 
