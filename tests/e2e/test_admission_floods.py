@@ -10,7 +10,6 @@ are small (set by their env vars) so the tests run fast; no test asserts a durat
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from support.cluster import Cluster
+from support.prometheus import metric_value
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -59,12 +59,6 @@ def _nodes(c: Cluster) -> list[dict[str, object]]:
     return list(httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers, timeout=CALL_TIMEOUT_S).json())
 
 
-def _metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=CALL_TIMEOUT_S).text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
 def test_registrations_past_the_pending_cap_get_429_naming_the_setting(cluster: Cluster) -> None:
     names = [f"flood-{i:02d}" for i in range(PENDING_CAP + 15)]
     with ThreadPoolExecutor(8) as pool:  # concurrently: the cap must hold under a race too
@@ -83,7 +77,7 @@ def test_registrations_past_the_pending_cap_get_429_naming_the_setting(cluster: 
     assert httpx.post(f"{cluster.frontend_url}/api/nodes/{approved}/approve", headers=cluster.admin_headers,
                       timeout=CALL_TIMEOUT_S).status_code == 200
     assert _register(cluster, "flood-after-approval").status_code == 201  # approving one frees a place
-    assert _metric(cluster.frontend_url, 'corral_node_registrations_refused_total{reason="pending_cap"}') >= 15
+    assert metric_value(cluster.frontend_url, 'corral_node_registrations_refused_total{reason="pending_cap"}') >= 15
 
 
 def test_registrations_past_the_rate_of_one_source_get_429_with_retry_after(
@@ -134,7 +128,7 @@ async def test_wrong_admin_keys_in_a_row_end_in_429_with_retry_after_and_cost_no
         assert (await _admin_get(http, url, cluster.admin_key)).status_code == 200  # seen valid: known good
         new_key = (await http.post(f"{url}/api/keys", headers=cluster.admin_headers, timeout=CALL_TIMEOUT_S,
                                    json={"name": "later", "role": "admin"})).json()["key"]
-        lookups_before = _metric(url, "corral_api_key_lookups_total")
+        lookups_before = metric_value(url, "corral_api_key_lookups_total")
         guesses = [await _admin_get(http, url, f"corral-guess-{i}") for i in range(FAILURE_LIMIT)]
         assert [r.status_code for r in guesses] == [401] * FAILURE_LIMIT
         conn = await asyncpg.connect(cluster.database_url)
@@ -143,10 +137,11 @@ async def test_wrong_admin_keys_in_a_row_end_in_429_with_retry_after_and_cost_no
                 await conn.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
                 refused = [await _admin_get(http, url, f"corral-more-{i}") for i in range(20)]
                 repeated = await _admin_get(http, url, "corral-guess-0")  # known wrong: answered from memory
-                known_good = await _admin_get(http, url, cluster.admin_key)  # not locked out by the guesses
                 first_use = await _admin_get(http, url, new_key)  # never seen here: waits like the guesses
         finally:
             await conn.close()
+        # Seen valid before: not locked out by the guesses (re-checked in PostgreSQL every 10 s, so after the lock).
+        known_good = await _admin_get(http, url, cluster.admin_key)
         assert {r.status_code for r in refused} == {429} and repeated.status_code == 401
         assert known_good.status_code == 200 and first_use.status_code == 429
         retry_after_s = int(refused[0].headers["Retry-After"])
@@ -154,8 +149,8 @@ async def test_wrong_admin_keys_in_a_row_end_in_429_with_retry_after_and_cost_no
         assert refused[0].json()["error"] == {"code": 429, "type": "auth_error", "message": (
             f"too many unknown API keys from this address: {FAILURE_LIMIT} in {FAILURE_WINDOW_S:g}s "
             f"(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after {retry_after_s}s with a valid key")}
-        assert _metric(url, "corral_api_key_lookups_total") - lookups_before == FAILURE_LIMIT
-        assert _metric(url, 'corral_auth_failures_total{outcome="unknown"}') >= FAILURE_LIMIT
-        assert _metric(url, 'corral_auth_failures_total{outcome="throttled"}') >= 21
+        assert metric_value(url, "corral_api_key_lookups_total") - lookups_before == FAILURE_LIMIT
+        assert metric_value(url, 'corral_auth_failures_total{outcome="unknown"}') >= FAILURE_LIMIT
+        assert metric_value(url, 'corral_auth_failures_total{outcome="throttled"}') >= 21
         await asyncio.sleep(retry_after_s)  # the window ends: a client behind the same address gets its turn
         assert (await _admin_get(http, url, new_key)).status_code == 200

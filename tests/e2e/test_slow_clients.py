@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from support.cluster import Cluster
+from support.prometheus import metric_value
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -50,8 +51,11 @@ def _connect(url: str) -> socket.socket:
 
 def _read_to_eof(sock: socket.socket) -> bytes:
     data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass  # a byte we sent crossed the server's close: its answer may be lost to the reset (the client's race)
     return data
 
 
@@ -85,12 +89,6 @@ def _trickle(socks: list[socket.socket]) -> dict[socket.socket, bytes]:
     return answers
 
 
-def _metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
-
-
 def test_slow_header_sockets_get_408_and_are_closed_while_a_normal_request_is_served(cluster: Cluster) -> None:
     url = cluster.frontend_url
     socks = [_connect(url) for _ in range(SLOW_CLIENTS)]
@@ -107,13 +105,14 @@ def test_slow_header_sockets_get_408_and_are_closed_while_a_normal_request_is_se
             sock.close()
     assert normal == [200] * 5
     assert len(result) == SLOW_CLIENTS, f"{SLOW_CLIENTS - len(result)} slow clients were never shed"
-    heads = {answer.split(b"\r\n", 1)[0] for answer in result.values()}
-    assert heads == {b"HTTP/1.1 408 Request Timeout"}
-    body = next(iter(result.values())).partition(b"\r\n\r\n")[2]
+    answered = [answer for answer in result.values() if answer]  # the others were reset by their own late byte
+    assert {answer.split(b"\r\n", 1)[0] for answer in answered} == {b"HTTP/1.1 408 Request Timeout"}
+    assert len(answered) >= SLOW_CLIENTS // 2
+    body = answered[0].partition(b"\r\n\r\n")[2]
     assert httpx.Response(408, content=body).json()["error"] == {
         "message": f"the request's headers did not arrive within {HEADER_TIMEOUT_S:g}s; send them at once, or raise "
                    "CORRAL_HTTP_HEADER_TIMEOUT", "type": "invalid_request_error", "code": "request_timeout"}
-    assert _metric(url, 'corral_http_request_timeouts_total{phase="headers"}') >= SLOW_CLIENTS
+    assert metric_value(url, 'corral_http_request_timeouts_total{phase="headers"}') >= SLOW_CLIENTS
 
 
 def test_a_connection_that_sends_nothing_is_closed_without_an_answer(cluster: Cluster) -> None:
@@ -189,7 +188,7 @@ def test_past_the_connection_cap_a_new_connection_gets_503_at_once_and_served_on
     assert httpx.Response(503, content=body).json()["error"]["message"] == (
         "this frontend process holds its limit of 8 open connections; retry shortly, or raise CORRAL_MAX_CONNECTIONS")
     wait_for(lambda: _status(f"{capped}/healthz") == 200, "the capped frontend serving again", GUARD_S)
-    assert _metric(capped, "corral_http_connections_refused_total") >= 1
+    assert metric_value(capped, "corral_http_connections_refused_total") >= 1
 
 
 def _status(url: str) -> int:

@@ -64,10 +64,13 @@ class AuthThrottle:
         window.guesses += 1
 
     def refund(self, source: str) -> None:
-        """The guess was a valid key: it does not count."""
+        """The guess was a valid key: it does not count (nor, if it was the only one, start a window)."""
         window = self._windows.get(source)
-        if window is not None and window.guesses > 0:
-            window.guesses -= 1
+        if window is None:
+            return
+        window.guesses -= 1
+        if window.guesses <= 0:
+            self._windows.pop(source)
 
     def delay_s(self, source: str) -> float:
         """How long to hold the 401 of the source's latest wrong guess."""

@@ -44,12 +44,18 @@ def test_refused_attempts_do_not_extend_the_window_so_the_source_gets_its_turn_a
     assert throttle.retry_after_s("s") == 0.0
 
 
-def test_a_right_key_is_refunded_and_does_not_count() -> None:
-    throttle = AuthThrottle(limit=2, window_s=10.0, clock=Clock())
+def test_a_right_key_is_refunded_and_does_not_count_nor_start_the_window() -> None:
+    clock = Clock()
+    throttle = AuthThrottle(limit=2, window_s=10.0, clock=clock)
     for _ in range(5):
         throttle.charge("s")
         throttle.refund("s")
     assert throttle.retry_after_s("s") == 0.0
+    clock.now_s += 8  # the window of the guesses below starts with them, not with the right key before them
+    throttle.charge("s")
+    throttle.charge("s")
+    clock.now_s += 5
+    assert throttle.retry_after_s("s") == 5.0
 
 
 @pytest.mark.parametrize("guesses, delay_s", [(1, 0.0), (4, 0.0), (5, 0.25), (6, 0.5), (7, 1.0), (8, 2.0)])
