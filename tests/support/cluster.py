@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -18,12 +19,19 @@ from corral.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
 SLOW_CALLBACK_MS = 100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
 
 
+_STRIDE = 41  # ports between two handed-out bases: a worker's backends take base, base+1, ... upward
+_handed_out = itertools.count()
+
+
 def free_stable_base(low: int = 20000, high: int = 31000) -> int:
     """A port p below the kernel's ephemeral range (32768+ here) such that p and p-1 are free: for a process that
-    binds them seconds later (`corral up --worker-base-port`), no outgoing connection can take either meanwhile."""
+    binds them seconds later (a worker's base port and file server), no outgoing connection can take either
+    meanwhile. Successive calls in one test process start _STRIDE ports apart, so two workers started together
+    never get the same pair."""
     span = high - low
+    start = os.getpid() * 13 + next(_handed_out) * _STRIDE
     for step in range(0, span, 7):
-        port = low + (os.getpid() * 13 + step) % span
+        port = low + 1 + (start + step) % (span - 1)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port - 1))
@@ -35,20 +43,10 @@ def free_stable_base(low: int = 20000, high: int = 31000) -> int:
 
 
 def free_port_pair() -> int:
-    """A port p such that p and p-1 are both free (worker base port and its file server)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port < 1025:
-            continue
-        try:
-            with socket.socket() as a:
-                a.bind(("127.0.0.1", port - 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair found")
+    """A port p such that p and p-1 are both free (worker base port and its file server), below the ephemeral
+    range: a port the kernel picked could be taken by an outgoing connection before the worker binds it (seen:
+    'file server: Address already in use')."""
+    return free_stable_base()
 
 
 def free_port() -> int:
