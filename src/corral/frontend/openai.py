@@ -98,6 +98,17 @@ def _offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) 
         opts.ToolChoice = choice if isinstance(choice, str) else orjson.dumps(choice).decode()
 
 
+def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend_pb2.PredictOptions, int]:
+    """A chat request's backend call and its token budget (also what `/v1/responses` sends)."""
+    max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
+    opts = _predict_options(cfg, body, max_tokens)
+    opts.UseTokenizerTemplate = True
+    opts.Messages.extend(_chat_message(m) for m in body.messages)
+    if body.tools is not None:
+        _offer_tools(opts, body)
+    return opts, max_tokens
+
+
 def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
                reranking: bool = False) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
@@ -140,12 +151,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         cfg = config_for(state, body.model)
         if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/agent_chat.py)
             return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
-        max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
-        opts = _predict_options(cfg, body, max_tokens)
-        opts.UseTokenizerTemplate = True
-        opts.Messages.extend(_chat_message(m) for m in body.messages)
-        if body.tools is not None:
-            _offer_tools(opts, body)
+        opts, max_tokens = chat_options(cfg, body)
         ident = f"chatcmpl-{_random_id()}"
         created = int(time.time())
         if body.stream:
