@@ -2,6 +2,9 @@
 
 * Health answers `Reply(message=b"OK")` whenever the process is serving, whatever the model
   state, and never waits on the engine.
+* Status reports, beside the state, the engine calls in flight (running or waiting for the engine) and
+  the replies the engine produced so far: a worker tells a busy backend (the count moves) from a wedged
+  one by them (worker/liveness.py).
 * Engine calls run in a worker thread and are serialised by one lock (one model context per
   process). If a caller cancels, the lock is held until the engine call really returns; the
   generation stops at its next token and the cancellation is logged and counted.
@@ -24,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,9 +62,40 @@ def rss_bytes() -> int:
         return 0
 
 
-def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threading.Event) -> pb.Reply:
+class EngineProgress:
+    """What the engine is doing, for Status: calls admitted and not yet ended, replies produced so far.
+
+    `replies` is written by the engine thread of the one call that runs (calls are serialised), read by the loop.
+    """
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.replies = 0
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+    def counted(self, replies: Iterator[pb.Reply]) -> Iterator[pb.Reply]:
+        """`replies`, counting each one as it is produced; closing this closes `replies` (the generation stops)."""
+        try:
+            for reply in replies:
+                self.replies += 1
+                yield reply
+        finally:
+            close = getattr(replies, "close", None)
+            if close is not None:
+                close()
+
+
+def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threading.Event,
+                  progress: EngineProgress) -> pb.Reply:
     """Run `engine.predict_stream` to the end and fold it into one Reply (text + final counts)."""
-    stream = engine.predict_stream(request)
+    stream = progress.counted(engine.predict_stream(request))
     replies: list[pb.Reply] = []
     try:
         for reply in stream:
@@ -93,6 +127,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self._threads_in_flight = 0
         self.cancellations = 0  # calls whose caller went away before the answer (logged; tests read it)
         self.fast_lane_port = 0  # advertised on Status when the fast lane listens (lane_server)
+        self.progress = EngineProgress()
 
     @property
     def state(self) -> BackendState:
@@ -169,15 +204,18 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     ) -> T:
         """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
         await self._admit(request, context)
-        async with self._lock:
-            await self._admit(request, context)  # state may have changed while we waited
-            try:
-                return await self._run_blocking(fn, request, on_cancel=on_cancel)
-            except EngineError as exc:
-                status, detail = exc.status, str(exc)
-            except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
-                log.exception("%s failed", getattr(fn, "__name__", "engine call"))
-                status, detail = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+        with self.progress.call():
+            async with self._lock:
+                await self._admit(request, context)  # state may have changed while we waited
+                try:
+                    answer = await self._run_blocking(fn, request, on_cancel=on_cancel)
+                    self.progress.replies += 1
+                    return answer
+                except EngineError as exc:
+                    status, detail = exc.status, str(exc)
+                except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                    log.exception("%s failed", getattr(fn, "__name__", "engine call"))
+                    status, detail = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
         await context.abort(status, detail)
         raise RuntimeError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -194,7 +232,8 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             BackendState.ERROR: pb.StatusResponse.ERROR,
         }[self._state]
         return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()),
-                                 corral_fast_lane_port=self.fast_lane_port)
+                                 corral_fast_lane_port=self.fast_lane_port, corral_in_flight=self.progress.in_flight,
+                                 corral_replies_produced=self.progress.replies)
 
     async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
         if self.models_root is not None:
@@ -254,7 +293,8 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         cancelled = threading.Event()
         try:
             return await self._call_engine(
-                context, lambda req: collect_reply(self._engine, req, cancelled), request, on_cancel=cancelled.set
+                context, lambda req: collect_reply(self._engine, req, cancelled, self.progress), request,
+                on_cancel=cancelled.set
             )
         except asyncio.CancelledError:
             self._cancelled("Predict")
@@ -274,35 +314,37 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Reply]:
         await self._admit(request, context)
-        async with self._lock:
-            await self._admit(request, context)
-            failure: tuple[grpc.StatusCode, str] | None = None
-            pump: ReplyPump | None = None
-            runner: asyncio.Future[None] | None = None
-            replies = 0
-            try:
-                pump = ReplyPump(await self._run_blocking(self._engine.predict_stream, request),
-                                 asyncio.get_running_loop())
-                runner = asyncio.ensure_future(self._run_blocking(pump.run))  # one thread per generation
-                while (batch := await pump.take()) is not None:
-                    # pieces that piled up while the reader was slower go as one; the first always alone
-                    # (time to first token never waits for a batch, and a client sees the stream start)
-                    for reply in coalesce(batch) if replies else [batch[0], *coalesce(batch[1:])]:
-                        yield reply
-                        replies += 1
-            except (asyncio.CancelledError, GeneratorExit):
-                self._cancelled("PredictStream", replies)
-                raise
-            except EngineError as exc:
-                failure = exc.status, str(exc)
-            except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
-                log.exception("predict_stream failed")
-                failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
-            finally:
-                if pump is not None:
-                    pump.stop()
-                while runner is not None and not runner.done():  # the lock covers the engine thread
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.shield(runner)
+        with self.progress.call():
+            async with self._lock:
+                await self._admit(request, context)
+                failure: tuple[grpc.StatusCode, str] | None = None
+                pump: ReplyPump | None = None
+                runner: asyncio.Future[None] | None = None
+                replies = 0
+                try:
+                    pump = ReplyPump(self.progress.counted(await self._run_blocking(self._engine.predict_stream,
+                                                                                   request)),
+                                     asyncio.get_running_loop())
+                    runner = asyncio.ensure_future(self._run_blocking(pump.run))  # one thread per generation
+                    while (batch := await pump.take()) is not None:
+                        # pieces that piled up while the reader was slower go as one; the first always alone
+                        # (time to first token never waits for a batch, and a client sees the stream start)
+                        for reply in coalesce(batch) if replies else [batch[0], *coalesce(batch[1:])]:
+                            yield reply
+                            replies += 1
+                except (asyncio.CancelledError, GeneratorExit):
+                    self._cancelled("PredictStream", replies)
+                    raise
+                except EngineError as exc:
+                    failure = exc.status, str(exc)
+                except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                    log.exception("predict_stream failed")
+                    failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+                finally:
+                    if pump is not None:
+                        pump.stop()
+                    while runner is not None and not runner.done():  # the lock covers the engine thread
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.shield(runner)
         if failure is not None:
             await context.abort(*failure)

@@ -146,7 +146,7 @@ class MemoryUsageData(_message.Message):
     def __init__(self, total: _Optional[int] = ..., breakdown: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("state", "memory", "corral_fast_lane_port")
+    __slots__ = ("state", "memory", "corral_fast_lane_port", "corral_in_flight", "corral_replies_produced")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNINITIALIZED: _ClassVar[StatusResponse.State]
@@ -160,10 +160,14 @@ class StatusResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     CORRAL_FAST_LANE_PORT_FIELD_NUMBER: _ClassVar[int]
+    CORRAL_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CORRAL_REPLIES_PRODUCED_FIELD_NUMBER: _ClassVar[int]
     state: StatusResponse.State
     memory: MemoryUsageData
     corral_fast_lane_port: int
-    def __init__(self, state: _Optional[_Union[StatusResponse.State, str]] = ..., memory: _Optional[_Union[MemoryUsageData, _Mapping]] = ..., corral_fast_lane_port: _Optional[int] = ...) -> None: ...
+    corral_in_flight: int
+    corral_replies_produced: int
+    def __init__(self, state: _Optional[_Union[StatusResponse.State, str]] = ..., memory: _Optional[_Union[MemoryUsageData, _Mapping]] = ..., corral_fast_lane_port: _Optional[int] = ..., corral_in_flight: _Optional[int] = ..., corral_replies_produced: _Optional[int] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("role", "content", "name", "tool_call_id", "reasoning_content", "tool_calls")
