@@ -34,6 +34,7 @@ class FrontendSettings:
     stream_idle_timeout_s: float
     backend_probe_timeout_s: float
     backend_keepalive_s: float
+    backend_keepalive_timeout_s: float
     log_level: str
     http_workers: int
     slow_callback_ms: int
@@ -107,6 +108,7 @@ class WorkerSettings:
     max_replicas_per_model: int
     allow_unauthenticated: bool
     backend_start_timeout_s: float
+    backend_stall_window_s: float
     backend_prestart: tuple[str, ...]
     backends_path: str
     backends_system_path: str

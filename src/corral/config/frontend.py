@@ -114,7 +114,10 @@ FRONTEND_SETTINGS: tuple[Setting, ...] = (
             parse_duration_s, "after a backend timeout, the replica's Health probe deadline; fail it and the "
             "replica is dropped"),
     Setting("backend_keepalive_s", "--backend-keepalive", ("CORRAL_BACKEND_KEEPALIVE",), 20.0, parse_duration_s,
-            "gRPC keepalive ping interval on backend channels; a ping unanswered as long fails the calls"),
+            "keepalive ping interval on backend connections (gRPC and the fast lane) while calls are in flight"),
+    Setting("backend_keepalive_timeout_s", "--backend-keepalive-timeout", ("CORRAL_BACKEND_KEEPALIVE_TIMEOUT",),
+            60.0, parse_duration_s, "a backend connection that answers no keepalive ping and sends nothing for this "
+            "long fails its calls and the replica is dropped (a busy backend on a loaded CPU answers late)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     Setting("http_workers", "--http-workers", ("CORRAL_HTTP_WORKERS",), 1, parse_http_workers,
             "frontend processes serving one port (SO_REUSEPORT), each a full frontend; use up to one per core"),

@@ -84,6 +84,9 @@ WORKER_SETTINGS: tuple[Setting, ...] = (
             is_switch=True),
     Setting("backend_start_timeout_s", "--backend-start-timeout", ("LOCALAI_BACKEND_START_TIMEOUT",), 30.0,
             parse_duration_s, "how long a new backend process may take to answer gRPC Health"),
+    Setting("backend_stall_window_s", "--backend-stall-window", ("CORRAL_BACKEND_STALL_WINDOW",), 10.0,
+            parse_duration_s, "a running backend a load would reuse is replaced only when it answered no Health "
+            "and made no progress (replies, CPU time) for this long; one that computes is kept"),
     Setting("backend_prestart", "--backend-prestart", ("CORRAL_BACKEND_PRESTART",), ("llama-cpp",),
             parse_backend_names, "backends kept as one started spare process each, so a cold load does not pay "
             "the process start while its files stage (comma-separated names; empty: none)"),

@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 
 from corral.proto import backend_pb2, backend_pb2_grpc
-from corral.routing.lane_client import LaneConnection, LaneRefused, open_lane
+from corral.routing.lane_client import Keepalive, LaneConnection, LaneRefused, open_lane
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ class BackendBudgets:
     first_token_timeout_s: float = 300.0  # CORRAL_STREAM_FIRST_TOKEN_TIMEOUT: prompt processing
     idle_timeout_s: float = 60.0  # CORRAL_STREAM_IDLE_TIMEOUT: silence between two replies of a stream
     probe_timeout_s: float = 2.0  # CORRAL_BACKEND_PROBE_TIMEOUT: Health probe after a timeout
-    keepalive_s: float = 20.0  # CORRAL_BACKEND_KEEPALIVE: HTTP/2 ping interval (and ack budget)
+    keepalive_s: float = 20.0  # CORRAL_BACKEND_KEEPALIVE: ping interval while calls are in flight
+    keepalive_timeout_s: float = 60.0  # CORRAL_BACKEND_KEEPALIVE_TIMEOUT: silence after a ping that fails the calls
 
     @classmethod
     def from_settings(cls, settings: Any) -> BackendBudgets:
@@ -53,7 +54,12 @@ class BackendBudgets:
                    first_token_timeout_s=settings.stream_first_token_timeout_s,
                    idle_timeout_s=settings.stream_idle_timeout_s,
                    probe_timeout_s=settings.backend_probe_timeout_s,
-                   keepalive_s=settings.backend_keepalive_s)
+                   keepalive_s=settings.backend_keepalive_s,
+                   keepalive_timeout_s=settings.backend_keepalive_timeout_s)
+
+    @property
+    def keepalive(self) -> Keepalive:
+        return Keepalive(self.keepalive_s, self.keepalive_timeout_s)
 
 
 def channel_options(budgets: BackendBudgets) -> list[tuple[str, int]]:
@@ -62,7 +68,7 @@ def channel_options(budgets: BackendBudgets) -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.keepalive_time_ms", keepalive_ms),
-        ("grpc.keepalive_timeout_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", max(1000, int(budgets.keepalive_timeout_s * 1000))),
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),  # keep pinging through a long silent prefill
         ("grpc.http2.min_time_between_pings_ms", keepalive_ms),
@@ -113,7 +119,7 @@ class BackendChannels:
             if not port:
                 self._no_lane_until[address] = math.inf
                 return
-            lane = await open_lane(address, port, self._token, self.budgets.keepalive_s, timeout_s, self._lane_lost)
+            lane = await open_lane(address, port, self._token, self.budgets.keepalive, timeout_s, self._lane_lost)
         except (grpc.aio.AioRpcError, LaneRefused) as exc:
             detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
             log.info("no fast lane to %s (%s); using gRPC, retrying in %.0fs", address, detail, LANE_RETRY_S)

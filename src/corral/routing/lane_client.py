@@ -8,8 +8,11 @@
 * a unary call past its timeout fails DEADLINE_EXCEEDED and its CANCEL reaches the backend;
 * cancelling a call (client disconnect, stream watchdog) sends CANCEL: the generation stops;
 * a lost connection fails every call in flight UNAVAILABLE (the replica is then dropped and retried);
-* while calls are in flight the connection is pinged every CORRAL_BACKEND_KEEPALIVE, and a ping not
-  answered by the next one fails them UNAVAILABLE, as gRPC keepalive does for a peer that went silent.
+* while calls are in flight the connection is pinged every CORRAL_BACKEND_KEEPALIVE; when the backend sent
+  nothing at all (no PONG, no reply) for CORRAL_BACKEND_KEEPALIVE_TIMEOUT since a ping, the calls fail
+  UNAVAILABLE, as gRPC keepalive does for a peer that went silent. Busy is not silent: any frame counts as
+  an answer, time this side did not read (its loop stalled, or reading paused for a slow relay) is not
+  counted against the backend, and the bound is generous (a loaded CPU answers late).
 
 A stream's replies that arrived while the relay was busy are read as one (consecutive text pieces
 merged; the first reply always alone, as the backend sends it): the frontend pays per SSE event, not
@@ -23,6 +26,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -32,7 +36,8 @@ from corral.proto import backend_pb2 as pb
 from corral.proto import lane
 from corral.proto.replies import merge_text_runs
 
-KEEPALIVE_KNOB = "CORRAL_BACKEND_KEEPALIVE"
+KEEPALIVE_TIMEOUT_KNOB = "CORRAL_BACKEND_KEEPALIVE_TIMEOUT"
+LATE_SLACK_S = 0.5  # a ping timer this late means this loop did not run: that time is not the backend's silence
 BUFFER_HIGH_BYTES = 8 << 20
 BUFFER_LOW_BYTES = 1 << 20
 MERGE_MAX_PIECES = 1024
@@ -41,6 +46,14 @@ EOF = grpc.aio.EOF
 
 def rpc_error(status: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """Ping every `interval_s` while calls are in flight; fail them after `timeout_s` of silence since a ping."""
+
+    interval_s: float
+    timeout_s: float
 
 
 class LaneRefused(Exception):
@@ -173,8 +186,8 @@ class _StreamCall:
 class LaneConnection(asyncio.Protocol):
     """One backend's fast lane: calls multiplexed by id over one connection."""
 
-    def __init__(self, address: str, keepalive_s: float, on_lost: Callable[[LaneConnection], None]) -> None:
-        self.address, self._keepalive_s, self._on_lost = address, keepalive_s, on_lost
+    def __init__(self, address: str, keepalive: Keepalive, on_lost: Callable[[LaneConnection], None]) -> None:
+        self.address, self._keepalive, self._on_lost = address, keepalive, on_lost
         self.loop = asyncio.get_running_loop()
         self._reader = lane.FrameReader()
         self._transport: asyncio.Transport | None = None
@@ -183,7 +196,8 @@ class LaneConnection(asyncio.Protocol):
         self._ids = itertools.count(1)
         self._welcome: asyncio.Future[None] = self.loop.create_future()
         self._ping_timer: asyncio.TimerHandle | None = None
-        self._awaiting_pong = False
+        self._ping_due_s = 0.0
+        self._silent_since_s: float | None = None  # the first ping the backend sent nothing after
         self._buffered = 0
         self._paused = False
         self.closed = False
@@ -245,6 +259,7 @@ class LaneConnection(asyncio.Protocol):
         self._lost(f"fast lane to {self.address} closed")
 
     def data_received(self, data: bytes) -> None:
+        self._silent_since_s = None  # any frame answers the pings: the backend is there
         try:
             frames = self._reader.feed(data)
         except lane.FrameTooLarge as exc:
@@ -262,8 +277,6 @@ class LaneConnection(asyncio.Protocol):
                 call = calls.pop(call_id, None)
                 if call is not None:
                     call.deliver(kind, payload)
-            elif kind == lane.PONG:
-                self._awaiting_pong = False
             elif kind == lane.WELCOME and not self._welcome.done():
                 self._welcome.set_result(None)
             elif kind == lane.ERROR:  # id 0: the connection is refused
@@ -282,26 +295,37 @@ class LaneConnection(asyncio.Protocol):
         self._calls[call_id] = call
         self._writer.write(lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString()))
         if self._ping_timer is None:
-            self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
+            self._next_ping(self.loop.time())
         return call_id
 
     def cancel(self, call_id: int) -> None:
         if self._calls.pop(call_id, None) is not None and self._writer is not None:
             self._writer.write(lane.frame(lane.CANCEL, call_id))
 
+    def _next_ping(self, now_s: float) -> None:
+        self._ping_due_s = now_s + self._keepalive.interval_s
+        self._ping_timer = self.loop.call_at(self._ping_due_s, self._ping)
+
     def _ping(self) -> None:
         self._ping_timer = None
         if self.closed or not self._calls:
-            self._awaiting_pong = False
+            self._silent_since_s = None
             return
-        if self._awaiting_pong:
-            self._lost(f"fast lane to {self.address}: no answer to a keepalive ping within "
-                       f"{format_duration_s(self._keepalive_s)} (raise {KEEPALIVE_KNOB})")
-            return
-        self._awaiting_pong = True
+        now_s = self.loop.time()
+        silent_since_s = self._silent_since_s
+        if silent_since_s is None or self._paused:  # it answered since the last ping, or we are not reading
+            self._silent_since_s = now_s
+        else:
+            late_s = now_s - self._ping_due_s
+            if late_s > LATE_SLACK_S:  # our loop did not run (its answer may be waiting in the socket)
+                silent_since_s = self._silent_since_s = silent_since_s + late_s
+            if now_s - silent_since_s >= self._keepalive.timeout_s:
+                self._lost(f"fast lane to {self.address}: no answer to a keepalive ping within "
+                           f"{format_duration_s(self._keepalive.timeout_s)} (raise {KEEPALIVE_TIMEOUT_KNOB})")
+                return
         if self._writer is not None:
             self._writer.write(lane.frame(lane.PING, 0))
-        self._ping_timer = self.loop.call_later(self._keepalive_s, self._ping)
+        self._next_ping(now_s)
 
     def buffered(self, size: int) -> None:
         self._buffered += size
@@ -321,13 +345,13 @@ def _host(address: str) -> str:
     return host[1:-1] if host.startswith("[") else host
 
 
-async def open_lane(address: str, port: int, token: str, keepalive_s: float, timeout_s: float,
+async def open_lane(address: str, port: int, token: str, keepalive: Keepalive, timeout_s: float,
                     on_lost: Callable[[LaneConnection], None]) -> LaneConnection:
     """Connect to the lane a backend at `address` (its gRPC HOST:PORT) advertised on `port`, and say HELLO."""
     loop = asyncio.get_running_loop()
     try:
         _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: LaneConnection(address, keepalive_s, on_lost), _host(address), port),
+            loop.create_connection(lambda: LaneConnection(address, keepalive, on_lost), _host(address), port),
             timeout_s)
     except (OSError, TimeoutError) as exc:
         raise LaneRefused(f"cannot connect to port {port}: {exc or type(exc).__name__}") from None

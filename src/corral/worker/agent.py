@@ -28,6 +28,7 @@ from corral.worker.backend_logs import BackendLogs
 from corral.worker.credentials import WorkerCredentials, first_registration, refresh_loop
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
+from corral.worker.liveness import LivenessWatch
 from corral.worker.log_handlers import LogHandlers
 from corral.worker.model_ops import ModelOps
 from corral.worker.node_credential import NodeCredentialFile, default_state_dir
@@ -64,9 +65,11 @@ class Worker:
             start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
             logs=self.backend_logs,
             registry=self.backends.registry, prestart=settings.backend_prestart,
+            stall_window_s=settings.backend_stall_window_s,
         )
         self.log_handlers = LogHandlers(self.backend_logs, lambda: (self.nc, self.node_id))
         self.prober = BackendProber(self.supervisor)
+        self.liveness = LivenessWatch(self.supervisor.ready, self.supervisor.token)
         self.creds = WorkerCredentials()
         state_dir = Path(settings.state_dir) if settings.state_dir else default_state_dir(self.models_dir)
         self.credential_file = NodeCredentialFile(state_dir, self.node_name)
@@ -217,6 +220,7 @@ class Worker:
         loops_stop = asyncio.Event()
         tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
                  asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
+                 asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
                  asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines")]
         refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")

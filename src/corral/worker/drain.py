@@ -10,9 +10,8 @@ import asyncio
 import logging
 import time
 
-import grpc
-
-from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.proto import backend_pb2
+from corral.worker.liveness import read_status
 from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import BackendState, Supervisor
 
@@ -24,14 +23,8 @@ IDLE_READINGS = 2
 
 
 async def _busy(address: str, token: str) -> bool:
-    metadata = (("authorization", f"Bearer {token}"),) if token else None
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            reply = await backend_pb2_grpc.BackendStub(channel).Status(
-                backend_pb2.HealthMessage(), timeout=STATUS_TIMEOUT_S, metadata=metadata)
-    except grpc.aio.AioRpcError:
-        return False  # a backend that cannot answer serves nothing
-    return bool(reply.state == backend_pb2.StatusResponse.BUSY)
+    reply = await read_status(address, token, STATUS_TIMEOUT_S)
+    return reply is not None and reply.state == backend_pb2.StatusResponse.BUSY  # no answer: it serves nothing
 
 
 async def busy_backends(supervisor: Supervisor) -> list[str]:

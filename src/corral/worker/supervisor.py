@@ -18,6 +18,10 @@ its files stage on the same CPUs; a new spare starts once the worker has started
 SPARE_REFILL_DELAY_S, so the refill never competes with the load that took the last one. Spares are
 not replicas: they are absent from `processes` (lists, drain, readiness) and stopped with the worker,
 or when their backend is upgraded or deleted.
+
+A READY process a load would reuse is judged before it is (`liveness`): reused once it answers Health within
+CORRAL_BACKEND_STALL_WINDOW, replaced only when it neither answered nor made progress for that long, and kept
+(the load told so) when it computes without answering. Busy is not wedged.
 """
 
 from __future__ import annotations
@@ -37,9 +41,12 @@ from pathlib import Path
 import grpc
 
 from corral.backends.model_root import MODELS_ROOT_ENV
+from corral.config.parse import format_duration_s
 from corral.gallery.registry import BackendRegistry, InstalledBackend
 from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.worker import liveness
 from corral.worker.backend_logs import BackendLogs
+from corral.worker.liveness import Liveness, Verdict, busy_message, judge
 from corral.worker.ports import PortAllocator, PortRangeExhausted
 
 log = logging.getLogger(__name__)
@@ -52,6 +59,7 @@ READINESS_WAIT_S = 0.25  # one wait for the port to open, between checks that th
 READY_REDIAL_MS = 10
 READINESS_PROBE_TIMEOUT_S = 2.0
 FREE_TIMEOUT_S = 5.0
+STALL_WINDOW_S = 10.0  # CORRAL_BACKEND_STALL_WINDOW: no Health answer and no progress this long = wedged
 STOP_GRACE_S = 5.0
 STDERR_TAIL_LINES = 20
 STREAM_CHUNK_BYTES = 65536
@@ -77,6 +85,10 @@ BUSY_PORT_ATTEMPTS = 3
 PORT_IN_USE_MARK = "is the port already in use?"  # what `corral backend` prints when it cannot bind (server.py)
 
 
+class BackendBusy(BackendStartFailed):
+    """The process of the key answers no Health but makes progress: it was kept, not replaced; try again later."""
+
+
 class PortBusy(BackendStartFailed):
     """The backend exited because another process holds its port: the supervisor tries another port."""
 
@@ -100,6 +112,7 @@ class BackendProcess:
     identity: tuple[int, int] | None = None  # (device, inode) of that directory at start
     state: BackendState = BackendState.STARTING
     stderr_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
+    liveness: Liveness = field(default_factory=Liveness.started)  # what the worker last saw it answer and do
     _reader: asyncio.Task[None] | None = None
     _out_reader: asyncio.Task[None] | None = None
 
@@ -111,6 +124,11 @@ class BackendProcess:
     @property
     def local_address(self) -> str:
         return host_port(self.dial_host, self.port)
+
+    @property
+    def pid(self) -> int:
+        """The process the worker started (run.sh), leader of the backend's process group."""
+        return self.process.pid
 
     def alive(self) -> bool:
         return self.process.returncode is None
@@ -185,7 +203,8 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 class Supervisor:
     def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
                  models_root: Path | None = None, registry: BackendRegistry | None = None,
-                 logs: BackendLogs | None = None, prestart: tuple[str, ...] = ()) -> None:
+                 logs: BackendLogs | None = None, prestart: tuple[str, ...] = (),
+                 stall_window_s: float = STALL_WINDOW_S) -> None:
         self.ports = ports
         self.registry = registry or BackendRegistry(Path("backends").resolve())
         self.logs = logs if logs is not None else BackendLogs()
@@ -193,6 +212,7 @@ class Supervisor:
         self.bind_host = bind_host
         self.token = token
         self.start_timeout_s = start_timeout_s
+        self.stall_window_s = stall_window_s
         self.processes: dict[str, BackendProcess] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.prestart = prestart  # backend names kept as a started spare process
@@ -227,16 +247,31 @@ class Supervisor:
             current = self.processes.get(key)
             if (current and current.alive() and installed.answers_to(current.backend)
                     and self._same_install(current, installed) and current.state is BackendState.READY):
-                if await _probe_health(current.local_address, self.token, READINESS_PROBE_TIMEOUT_S):
+                if await self._still_serves(current, installed.name):
                     return current
-                # Frozen or wedged (a frontend dropped it after a failed probe): replace it, do not reuse it.
-                log.warning("backend %s for %s (pid %d) does not answer Health; replacing it", installed.name, key,
-                            current.process.pid)
                 await self._stop(current, force=True, kill=True)  # a wedged process would not heed SIGTERM
                 return await self._start(key, installed)
             if current:
                 await self._stop(current, force=False)
             return await self._take_spare(key, installed) or await self._start(key, installed)
+
+    async def _still_serves(self, proc: BackendProcess, name: str) -> bool:
+        """Judge a READY process a load would reuse (a frontend may have dropped it): True to reuse it, False when
+        it is wedged and must be replaced; raises BackendBusy when it answers nothing but makes progress."""
+        judgement = await judge(proc, self.token, self.stall_window_s)
+        if judgement.verdict is Verdict.ALIVE:
+            if judgement.waited_s >= liveness.SLOW_ANSWER_S:
+                log.info("backend %s for %s (pid %d) answered Health after %.1fs: busy, not wedged; reused (%s)",
+                         name, proc.key, proc.pid, judgement.waited_s, judgement.evidence)
+            return True
+        if judgement.verdict is Verdict.BUSY:
+            message = busy_message(name, proc.key, proc.pid, self.stall_window_s, judgement)
+            log.warning("%s", message)
+            raise BackendBusy(message)
+        log.warning("backend %s for %s (pid %d) does not answer Health and made no progress for %s (%s); "
+                    "replacing it", name, proc.key, proc.pid, format_duration_s(judgement.waited_s),
+                    judgement.evidence)
+        return False
 
     async def _start(self, key: str, backend: InstalledBackend) -> BackendProcess:
         """Start a backend; a port some other process holds is set aside and the next one tried."""
@@ -425,6 +460,7 @@ class Supervisor:
                         await asyncio.sleep(READINESS_POLL_S)  # answered, but not OK (still starting, or auth)
                     continue
                 if reply.message == b"OK":
+                    proc.liveness.answered(time.monotonic())
                     return
                 await asyncio.sleep(READINESS_POLL_S)
         if not proc.alive():
@@ -494,6 +530,10 @@ class Supervisor:
             if proc is None:
                 return False, False
             return True, await self._stop(proc, force=force)
+
+    def ready(self) -> list[BackendProcess]:
+        """The replicas' processes that answered Health at start and are not being stopped."""
+        return [proc for proc in self.processes.values() if proc.state is BackendState.READY]
 
     def keys_of_backend(self, names: set[str]) -> list[str]:
         """Keys of every process started for one of `names` (a backend's name and alias)."""

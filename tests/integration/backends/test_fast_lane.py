@@ -15,10 +15,11 @@ import pytest
 from corral.proto import backend_pb2 as pb
 from corral.proto import lane
 from corral.routing.backend_client import BackendBudgets, BackendChannels
-from corral.routing.lane_client import EOF, LaneConnection, LaneRefused, open_lane
+from corral.routing.lane_client import EOF, Keepalive, LaneConnection, LaneRefused, open_lane
 from integration.backends.test_backend_process import Backend, running_backend
 
 TOKEN = "lane-token"
+KEEPALIVE = Keepalive(20.0, 60.0)
 PROMPT = "one two three"
 
 
@@ -44,8 +45,8 @@ def _lane_port(backend: Backend) -> int:
     return int(status.corral_fast_lane_port)
 
 
-async def _lane(backend: Backend, keepalive_s: float = 20.0) -> LaneConnection:
-    return await open_lane(_address(backend), _lane_port(backend), TOKEN, keepalive_s, 5.0, lambda _: None)
+async def _lane(backend: Backend, keepalive: Keepalive = KEEPALIVE) -> LaneConnection:
+    return await open_lane(_address(backend), _lane_port(backend), TOKEN, keepalive, 5.0, lambda _: None)
 
 
 async def _lane_of(channels: BackendChannels, address: str) -> LaneConnection:
@@ -132,9 +133,9 @@ async def test_a_cancelled_stream_stops_the_generation(backend: Backend) -> None
 async def test_a_wrong_token_is_refused(backend: Backend) -> None:
     port = _lane_port(backend)
     with pytest.raises(LaneRefused, match="UNAUTHENTICATED: invalid bearer token"):
-        await open_lane(_address(backend), port, "not-the-token", 20.0, 5.0, lambda _: None)
+        await open_lane(_address(backend), port, "not-the-token", KEEPALIVE, 5.0, lambda _: None)
     with pytest.raises(LaneRefused, match="UNAUTHENTICATED: missing bearer token"):
-        await open_lane(_address(backend), port, "", 20.0, 5.0, lambda _: None)
+        await open_lane(_address(backend), port, "", KEEPALIVE, 5.0, lambda _: None)
 
 
 async def _closed_by_peer(port: int, *frames: bytes) -> bool:
@@ -186,7 +187,7 @@ async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path) -> None:
 async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_keepalive(tmp_path) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN) as frozen:
         _load(frozen, "sim", "output_token_time_s:0.02")
-        fast = await _lane(frozen, keepalive_s=1.0)
+        fast = await _lane(frozen, Keepalive(1.0, 2.0))
         try:
             stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=500))
             assert (await stream.read()).message
@@ -198,9 +199,29 @@ async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_kee
             finally:
                 os.kill(frozen.process.pid, signal.SIGCONT)
             assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert "CORRAL_BACKEND_KEEPALIVE" in (caught.value.details() or "")
+            assert "within 2s (raise CORRAL_BACKEND_KEEPALIVE_TIMEOUT)" in (caught.value.details() or "")
             assert fast.closed
         finally:
+            fast.close()
+
+
+@pytest.mark.slow
+async def test_a_backend_silent_for_longer_than_the_ping_interval_but_within_the_timeout_keeps_its_stream(
+        tmp_path) -> None:
+    with running_backend("simulator", tmp_path, token=TOKEN) as starved:
+        _load(starved, "sim", "output_token_time_s:0.02")
+        fast = await _lane(starved, Keepalive(0.5, 10.0))  # pinged often, a generous bound
+        try:
+            stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=200))
+            pieces = [await stream.read()]
+            os.kill(starved.process.pid, signal.SIGSTOP)  # no CPU for 3 s: what a saturated host does to it
+            asyncio.get_running_loop().call_later(3.0, os.kill, starved.process.pid, signal.SIGCONT)
+            while (reply := await asyncio.wait_for(stream.read(), 20.0)) is not EOF:
+                pieces.append(reply)
+            # before: a ping unanswered by the next one (0.5 s) failed the stream UNAVAILABLE and dropped the lane
+            assert pieces[-1].tokens == 200 and not fast.closed
+        finally:
+            os.kill(starved.process.pid, signal.SIGCONT)
             fast.close()
 
 
