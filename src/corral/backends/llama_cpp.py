@@ -8,6 +8,9 @@ Options: `chat_format:<name>` (built-in template for models without one) and `ca
 which is faster but not bit-identical to a fresh evaluation).
 Generation uses our own token loop (not `create_completion`) so that token counts are exact
 and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
+A prompt may come as token ids (`EmbeddingTokens`, the reference's field for Embedding, read by
+Predict too when `Prompt` is empty); each Reply carries the logprobs of its text's tokens when
+`Logprobs` > 0 (llama_logprobs.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 from llama_cpp import Llama
@@ -33,10 +37,12 @@ from corral.backends.engine import (
 from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_formatter, render_chat
 from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
+from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
 from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
 from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
+from corral.proto.replies import merged_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +74,25 @@ def resolve_model_file(opts: pb.ModelOptions) -> Path:
     return path
 
 
-def _check_embedding_fits(llm: Llama, text: str) -> None:
+def _check_embedding_fits(llm: Llama, n_tokens: int) -> None:
     """One input is embedded in one batch (`n_batch`, at most the context); llama-cpp-python would cut a
     longer one silently."""
-    n_tokens = len(llm.tokenize(text.encode("utf-8")))
     if n_tokens > llm.n_batch:
         raise ContextLengthError(
             f"the input is {n_tokens} tokens but this model embeds at most {llm.n_batch} in one input "
             f"(its batch size; context window {llm.n_ctx()}); shorten the input"
         )
+
+
+def _embed_token_ids(llm: Llama, ids: list[int]) -> tuple[Any, int]:
+    """`Llama.embed` of these token ids as they are: it tokenizes its text input, so for this one call the
+    tokenizer answers `ids` (engine calls are serialised: nothing else tokenizes meanwhile)."""
+    _check_embedding_fits(llm, len(ids))
+    llm.tokenize = lambda *_args, **_kwargs: ids  # type: ignore[method-assign]
+    try:
+        return llm.embed("", normalize=True, return_count=True)  # type: ignore[no-any-return]
+    finally:
+        del llm.tokenize
 
 
 def default_context_tokens(path: Path) -> int:
@@ -170,38 +186,51 @@ class LlamaCppEngine:
             return llm.tokenize(chat.text.encode("utf-8"), add_bos=chat.add_bos, special=True), chat.stop
         if req.Prompt:
             return llm.tokenize(req.Prompt.encode("utf-8"), add_bos=True, special=True), ()
-        raise InvalidRequestError("PredictOptions needs a Prompt, or Messages with UseTokenizerTemplate=true")
+        if req.EmbeddingTokens:  # a prompt of token ids, taken as they are
+            return check_token_ids(req.EmbeddingTokens, llm.n_vocab(), "the prompt (EmbeddingTokens)"), ()
+        raise InvalidRequestError("PredictOptions needs a Prompt (or its token ids in EmbeddingTokens), or Messages "
+                                  "with UseTokenizerTemplate=true")
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()
         prompt_tokens, template_stops = self._prompt(llm, req)
         generation = GenerationRequest(
             prompt_tokens=prompt_tokens,
-            sampling=sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA),
+            sampling=sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab()),
             stops=tuple(req.StopPrompts) + template_stops,
             seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
             reuse_prompt_cache=self._cache_prompt,
+            logprobs=LogprobRecorder(llm, req.TopLogprobs) if req.Logprobs > 0 else None,
         )
         return self._stream(generate_pieces(llm, generation), generation)
 
     def _stream(self, pieces: Iterator[str], generation: GenerationRequest) -> Iterator[pb.Reply]:
+        recorder = generation.logprobs
         try:
             for piece in pieces:
-                yield piece_reply(piece)
+                reply = piece_reply(piece)
+                if recorder is not None:
+                    reply.logprobs = recorder.take()
+                yield reply
         finally:
             pieces.close()  # type: ignore[attr-defined]  # a generator: stops the token loop now
         stats = generation.stats
-        yield final_reply(
+        final = final_reply(
             tokens=stats.completion_tokens,
             prompt_tokens=stats.prompt_tokens,
             prompt_time_s=stats.prompt_time_s,
             generation_time_s=stats.generation_time_s,
         )
+        if recorder is not None:
+            final.logprobs = recorder.take()  # tokens whose text never came out (an unfinished UTF-8 sequence)
+        yield final
 
     def predict(self, req: pb.PredictOptions) -> pb.Reply:
         replies = list(self.predict_stream(req))
         final = replies[-1]
         final.message = b"".join(reply.message for reply in replies[:-1])
+        if req.Logprobs > 0:
+            final.logprobs = merged_logprobs([reply.logprobs for reply in replies])
         return final
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
@@ -212,10 +241,15 @@ class LlamaCppEngine:
                 "model config (ModelOptions.Embeddings=true) and load it again"
             )
         text = req.Embeddings or req.Prompt
-        if not text:
-            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
-        _check_embedding_fits(llm, text)
-        vector, n_tokens = llm.embed(text, normalize=True, return_count=True)
+        if text:
+            _check_embedding_fits(llm, len(llm.tokenize(text.encode("utf-8"))))
+            vector, n_tokens = llm.embed(text, normalize=True, return_count=True)
+        elif req.EmbeddingTokens:
+            vector, n_tokens = _embed_token_ids(llm, check_token_ids(req.EmbeddingTokens, llm.n_vocab(),
+                                                                     "EmbeddingTokens"))
+        else:
+            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings (or its token ids in "
+                                      "EmbeddingTokens)")
         layout = pb.EMBEDDING_LAYOUT_FINAL
         if vector and isinstance(vector[0], list):  # pooling NONE: one vector per token
             vector, layout = [value for row in vector for value in row], pb.EMBEDDING_LAYOUT_PER_TOKEN

@@ -3,7 +3,8 @@
 `PredictOptions` -> sampling (proto3 cannot tell "unset" from 0, so 0 means llama.cpp's default):
 `Tokens` (0 = 256), `Temperature` (0 = greedy), `TopK` (0 = 40; negative disables), `TopP`
 (0 = 0.95), `MinP` (0 = 0.05), `Penalty` = repeat penalty (0 = 1.0, off), `FrequencyPenalty`,
-`PresencePenalty`, `IgnoreEOS`, `Grammar` (GBNF), `StopPrompts`.
+`PresencePenalty`, `IgnoreEOS`, `Grammar` (GBNF), `StopPrompts`, `LogitBias` (JSON token id -> bias);
+`Logprobs` > 0 records each token's logprob and `TopLogprobs` alternatives (llama_logprobs.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import llama_cpp
 from llama_cpp import Llama, LlamaGrammar
 
 from corral.backends.engine import InvalidRequestError, check_prompt_fits, requested_max_tokens
+from corral.backends.llama_logprobs import LogprobRecorder, logit_bias_processor, parse_logit_bias
 from corral.backends.stop_scanner import StopScanner
 from corral.proto import backend_pb2 as pb
 
@@ -37,9 +39,10 @@ class Sampling:
     presence_penalty: float = 0.0
     ignore_eos: bool = False
     grammar: str = ""
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
-def sampling_from_request(req: pb.PredictOptions, default_max_tokens: int) -> Sampling:
+def sampling_from_request(req: pb.PredictOptions, default_max_tokens: int, n_vocab: int) -> Sampling:
     return Sampling(
         max_tokens=requested_max_tokens(req, default_max_tokens),
         temperature=req.Temperature,
@@ -51,6 +54,7 @@ def sampling_from_request(req: pb.PredictOptions, default_max_tokens: int) -> Sa
         presence_penalty=req.PresencePenalty,
         ignore_eos=req.IgnoreEOS,
         grammar=req.Grammar,
+        logit_bias=tuple(parse_logit_bias(req.LogitBias, n_vocab).items()) if req.LogitBias else (),
     )
 
 
@@ -70,6 +74,7 @@ class GenerationRequest:
     stops: tuple[str, ...] = ()
     seed: int = 0
     reuse_prompt_cache: bool = True  # reuse the KV cache of a shared prompt prefix (faster, not bit-exact)
+    logprobs: LogprobRecorder | None = None  # records each generated token's logprob when asked
     stats: GenerationStats = field(default_factory=GenerationStats)
 
 
@@ -118,8 +123,10 @@ def _token_loop(
         frequency_penalty=sampling.frequency_penalty,
         presence_penalty=sampling.presence_penalty,
         grammar=grammar,
+        logits_processor=logit_bias_processor(dict(sampling.logit_bias)),
         reset=True,
     )
+    recorder = request.logprobs
     try:
         for token in tokens:
             if stats.completion_tokens == 0:
@@ -129,7 +136,11 @@ def _token_loop(
                 stats.finish_reason = "stop"
                 break
             stats.completion_tokens += 1
+            if recorder is not None:
+                recorder.record(token)
             text = scanner.feed(decoder.decode(llm.detokenize([token])))
+            if recorder is not None and scanner.stopped:
+                recorder.drop_last()
             if text:
                 yield text
             if scanner.stopped:

@@ -39,6 +39,7 @@ from corral.backends.model_root import models_root_from_env, outside_root
 from corral.backends.reply_pump import ReplyPump, coalesce
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
+from corral.proto.replies import merged_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,8 @@ def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threadi
     calls = [call for reply in replies[:-1] for delta in reply.chat_deltas for call in delta.tool_calls]
     if calls:  # tool calls streamed in pieces travel in the unary answer too
         final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
+    if request.Logprobs > 0:  # so do the logprobs of every piece
+        final.logprobs = merged_logprobs([reply.logprobs for reply in replies])
     return final
 
 

@@ -186,7 +186,7 @@ class Message(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., reasoning_content: _Optional[str] = ..., tool_calls: _Optional[str] = ...) -> None: ...
 
 class PredictOptions(_message.Message):
-    __slots__ = ("Prompt", "Seed", "Threads", "Tokens", "TopK", "Repeat", "Batch", "NKeep", "Temperature", "Penalty", "StopPrompts", "IgnoreEOS", "FrequencyPenalty", "PresencePenalty", "Grammar", "TopP", "Embeddings", "Images", "UseTokenizerTemplate", "Messages", "Videos", "Audios", "CorrelationId", "Tools", "ToolChoice", "Logprobs", "TopLogprobs", "Metadata", "MinP", "ModelIdentity")
+    __slots__ = ("Prompt", "Seed", "Threads", "Tokens", "TopK", "Repeat", "Batch", "NKeep", "Temperature", "Penalty", "StopPrompts", "IgnoreEOS", "FrequencyPenalty", "PresencePenalty", "LogitBias", "Grammar", "TopP", "EmbeddingTokens", "Embeddings", "Images", "UseTokenizerTemplate", "Messages", "Videos", "Audios", "CorrelationId", "Tools", "ToolChoice", "Logprobs", "TopLogprobs", "Metadata", "MinP", "ModelIdentity")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -208,8 +208,10 @@ class PredictOptions(_message.Message):
     IGNOREEOS_FIELD_NUMBER: _ClassVar[int]
     FREQUENCYPENALTY_FIELD_NUMBER: _ClassVar[int]
     PRESENCEPENALTY_FIELD_NUMBER: _ClassVar[int]
+    LOGITBIAS_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_FIELD_NUMBER: _ClassVar[int]
     TOPP_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGTOKENS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     USETOKENIZERTEMPLATE_FIELD_NUMBER: _ClassVar[int]
@@ -238,8 +240,10 @@ class PredictOptions(_message.Message):
     IgnoreEOS: bool
     FrequencyPenalty: float
     PresencePenalty: float
+    LogitBias: str
     Grammar: str
     TopP: float
+    EmbeddingTokens: _containers.RepeatedScalarFieldContainer[int]
     Embeddings: str
     Images: _containers.RepeatedScalarFieldContainer[str]
     UseTokenizerTemplate: bool
@@ -254,7 +258,7 @@ class PredictOptions(_message.Message):
     Metadata: _containers.ScalarMap[str, str]
     MinP: float
     ModelIdentity: str
-    def __init__(self, Prompt: _Optional[str] = ..., Seed: _Optional[int] = ..., Threads: _Optional[int] = ..., Tokens: _Optional[int] = ..., TopK: _Optional[int] = ..., Repeat: _Optional[int] = ..., Batch: _Optional[int] = ..., NKeep: _Optional[int] = ..., Temperature: _Optional[float] = ..., Penalty: _Optional[float] = ..., StopPrompts: _Optional[_Iterable[str]] = ..., IgnoreEOS: _Optional[bool] = ..., FrequencyPenalty: _Optional[float] = ..., PresencePenalty: _Optional[float] = ..., Grammar: _Optional[str] = ..., TopP: _Optional[float] = ..., Embeddings: _Optional[str] = ..., Images: _Optional[_Iterable[str]] = ..., UseTokenizerTemplate: _Optional[bool] = ..., Messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., Videos: _Optional[_Iterable[str]] = ..., Audios: _Optional[_Iterable[str]] = ..., CorrelationId: _Optional[str] = ..., Tools: _Optional[str] = ..., ToolChoice: _Optional[str] = ..., Logprobs: _Optional[int] = ..., TopLogprobs: _Optional[int] = ..., Metadata: _Optional[_Mapping[str, str]] = ..., MinP: _Optional[float] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
+    def __init__(self, Prompt: _Optional[str] = ..., Seed: _Optional[int] = ..., Threads: _Optional[int] = ..., Tokens: _Optional[int] = ..., TopK: _Optional[int] = ..., Repeat: _Optional[int] = ..., Batch: _Optional[int] = ..., NKeep: _Optional[int] = ..., Temperature: _Optional[float] = ..., Penalty: _Optional[float] = ..., StopPrompts: _Optional[_Iterable[str]] = ..., IgnoreEOS: _Optional[bool] = ..., FrequencyPenalty: _Optional[float] = ..., PresencePenalty: _Optional[float] = ..., LogitBias: _Optional[str] = ..., Grammar: _Optional[str] = ..., TopP: _Optional[float] = ..., EmbeddingTokens: _Optional[_Iterable[int]] = ..., Embeddings: _Optional[str] = ..., Images: _Optional[_Iterable[str]] = ..., UseTokenizerTemplate: _Optional[bool] = ..., Messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., Videos: _Optional[_Iterable[str]] = ..., Audios: _Optional[_Iterable[str]] = ..., CorrelationId: _Optional[str] = ..., Tools: _Optional[str] = ..., ToolChoice: _Optional[str] = ..., Logprobs: _Optional[int] = ..., TopLogprobs: _Optional[int] = ..., Metadata: _Optional[_Mapping[str, str]] = ..., MinP: _Optional[float] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
 
 class ModelOptions(_message.Message):
     __slots__ = ("Model", "ContextSize", "Seed", "NBatch", "F16Memory", "MLock", "MMap", "VocabOnly", "LowVRAM", "Embeddings", "NUMA", "NGPULayers", "MainGPU", "TensorSplit", "Threads", "RopeFreqBase", "RopeFreqScale", "RMSNormEps", "NGQA", "ModelFile", "CLIPModel", "Tokenizer", "LoraBase", "LoraAdapter", "AudioPath", "DraftModel", "MMProj", "LoraScale", "Type", "FlashAttention", "ModelPath", "LoraAdapters", "LoraScales", "Options", "CacheTypeKey", "CacheTypeValue", "Reranking", "Overrides")

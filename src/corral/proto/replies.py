@@ -7,7 +7,8 @@ tool calls passes as it is, in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 
 from corral.proto import backend_pb2 as pb
 
@@ -48,3 +49,9 @@ def merge_text_runs(replies: Iterable[pb.Reply], max_pieces: int) -> list[pb.Rep
     if run:
         out.append(_merge(run))
     return out
+
+
+def merged_logprobs(pieces: Sequence[bytes]) -> bytes:
+    """Several replies' `logprobs` (JSON `{"content": [...]}` each) as one: a unary answer folded from a stream."""
+    entries = [entry for piece in pieces if piece for entry in json.loads(piece)["content"]]
+    return json.dumps({"content": entries}, ensure_ascii=False).encode("utf-8") if entries else b""
