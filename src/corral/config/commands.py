@@ -86,6 +86,7 @@ class FrontendSettings:
     mcp_max_iterations: int
     mcp_tool_timeout_s: float
     mcp_discovery_timeout_s: float
+    responses_ttl_s: float
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from corral.config.parse import (
     parse_postgres_url,
 )
 from corral.config.process import SLOW_CALLBACK_SETTING, parse_http_workers
+from corral.config.responses import FRONTEND_RESPONSES_SETTINGS
 from corral.config.scheduling import FRONTEND_SCHEDULING_SETTINGS
 from corral.config.security import FRONTEND_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
@@ -129,3 +130,4 @@ FRONTEND_SETTINGS += FRONTEND_ADMISSION_SETTINGS  # issue 21: pending cap, regis
 FRONTEND_SETTINGS += FRONTEND_STAGING_SETTINGS  # issue 4: staging modes, S3, Hugging Face
 FRONTEND_SETTINGS += FRONTEND_SCHEDULING_SETTINGS  # issue 6: scheduling rules, replica reconciler
 FRONTEND_SETTINGS += FRONTEND_AGENT_SETTINGS  # issue 13: MCP servers run by agent workers
+FRONTEND_SETTINGS += FRONTEND_RESPONSES_SETTINGS  # issue 22: stored responses of the Responses API

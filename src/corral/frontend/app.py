@@ -33,6 +33,7 @@ from corral.frontend.node_models_api import build_node_models_router
 from corral.frontend.openai import build_openai_router
 from corral.frontend.operations_api import build_operations_router
 from corral.frontend.resources_api import build_resources_router
+from corral.frontend.responses_api import build_responses_router
 from corral.frontend.scheduling_api import build_scheduling_router
 from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
@@ -69,6 +70,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     install_node_api(app, state)
     openai_router = build_openai_router(state)
     app.include_router(openai_router)
+    app.include_router(build_responses_router(state))  # issue 22: the Responses API
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route

@@ -38,7 +38,7 @@ from corral.loading.context import LoadContext
 from corral.loading.place import DISK_CHECK_SETTING
 from corral.loading.runner import JobSettings, LoadJobRunner
 from corral.loading.waiters import Waiters
-from corral.loops import OwnedTasks
+from corral.loops import OwnedTasks, run_periodic
 from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
 from corral.routing.backend_client import BackendBudgets, BackendChannels
@@ -50,6 +50,7 @@ from corral.routing.router import Router
 from corral.staging.prehash import ModelPrehasher
 from corral.staging.stager import StagingContext
 from corral.store import db
+from corral.store import responses as responses_store
 from corral.store import settings as settings_store
 from corral.telemetry import otlp
 
@@ -136,6 +137,7 @@ async def serve(settings: FrontendSettings) -> int:
                                              discovery_timeout_s=settings.mcp_discovery_timeout_s),
                              settings.mcp_max_iterations)
     state.mcp_max_iterations = settings.mcp_max_iterations
+    state.responses_ttl_s = settings.responses_ttl_s
     state.agent_jobs = JobRecorder(pool, nc)
     await state.agent_jobs.start()
     await lifecycle.start()
@@ -157,6 +159,8 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("config-resync", revs.run(stop))
     tasks.start("replica-reconciler", reconciler.run(stop))
     tasks.start("backend-ops", backend_ops.run(stop))
+    tasks.start("responses-sweep", run_periodic("responses sweep", lambda: responses_store.sweep(pool),
+                                                responses_store.sweep_interval_s(settings.responses_ttl_s), stop))
     if settings.prehash_models and not settings.distributed_shared_models and child_index() in (None, 0):
         prehasher = ModelPrehasher()
         prehasher.submit(configs.values())

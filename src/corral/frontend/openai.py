@@ -8,12 +8,13 @@ import os
 import struct
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
+from corral.frontend.bounds import NAME_MAX
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import (
@@ -53,6 +54,10 @@ def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | Non
     if not state.expose_node_header:
         return None
     return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}"}
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "corral"}
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -109,13 +114,24 @@ def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend
     return opts, max_tokens
 
 
+def _model_not_found(state: FrontendState, model: str) -> APIError:
+    known = ", ".join(sorted(state.configs)) or "none configured"
+    return APIError(404, f"model {model!r} not found; available models: {known}", "invalid_request_error",
+                    "model_not_found", "model")
+
+
+def _known_model(state: FrontendState, name: str) -> str:
+    """A configured model's name, or an alias of one (as the request named it)."""
+    if name not in state.configs and state.aliases.get(name) not in state.configs:
+        raise _model_not_found(state, name)
+    return name
+
+
 def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
                reranking: bool = False) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
-        known = ", ".join(sorted(state.configs)) or "none configured"
-        raise APIError(404, f"model {model!r} not found; available models: {known}",
-                       "invalid_request_error", "model_not_found", "model")
+        raise _model_not_found(state, model)
     if cfg.disabled:
         raise APIError(404, f"model {model!r} is disabled; enable it with POST /api/model-configs/{model}/enable",
                        "invalid_request_error", "model_not_found", "model")
@@ -143,8 +159,11 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.get("/models")
     async def list_models() -> Response:
-        data = [{"id": name, "object": "model", "created": 0, "owned_by": "corral"} for name in sorted(state.configs)]
-        return _json({"object": "list", "data": data})
+        return _json({"object": "list", "data": [_model_object(name) for name in sorted(state.configs)]})
+
+    @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
+    async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
+        return _json(_model_object(_known_model(state, model_id)))
 
     @router.post("/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:

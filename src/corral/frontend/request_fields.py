@@ -146,3 +146,23 @@ COMPLETIONS = FieldPolicy(
 EMBEDDINGS = FieldPolicy("/v1/embeddings", harmless=frozenset({"user"}), not_yet={"dimensions": _NULL_ONLY})
 
 RERANK = FieldPolicy("/v1/rerank")
+
+RESPONSES = FieldPolicy(
+    "/v1/responses",
+    harmless=frozenset({"user", "prompt_cache_key", "safety_identifier", "stream_options"}),  # obfuscation padding
+    not_yet={
+        "text": ({"format": {"type": "text"}},),  # json_schema output: with structured output on chat
+        "reasoning": _NULL_ONLY,
+        "background": _OFF_BOOL,
+        "include": ([],),
+        "truncation": ("disabled",),
+        "parallel_tool_calls": (True,),
+        "max_tool_calls": _NULL_ONLY,
+        "top_logprobs": (0,),
+        "prompt": _NULL_ONLY,  # stored prompt templates
+        "conversation": _NULL_ONLY,  # the Conversations API
+        "context_management": _NULL_ONLY,
+        "prompt_cache_retention": _NULL_ONLY,
+        "service_tier": ("auto", "default"),
+    },
+)

@@ -31,3 +31,4 @@ class FrontendState:
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
     backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
+    responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
