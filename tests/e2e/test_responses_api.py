@@ -22,10 +22,11 @@ import pytest
 from corral.backends.simulator import simulated_words
 from corral.models.defaults import GEMMA_NAME, prepare_gemma
 from support.cluster import Cluster
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-SIM = "responses-sim"
+SIM, PACED = "responses-sim", "responses-paced"
 KEY, OTHER_KEY = "sk-responses-one", "sk-responses-two"  # auth is off: keys only tell callers apart
 WEATHER = {"type": "function", "name": "get_weather", "description": "the weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -47,8 +48,12 @@ def _running(root: Path, database_url: str, nats_url: str, configure: Callable[[
 
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
-    yield from _running(state_root / "e2e-responses", make_database(), nats_url, lambda models: (
-        models / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n"))
+    def configure(models: Path) -> None:
+        (models / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
+        (models / f"{PACED}.yaml").write_text(  # 5 tokens a second: a stream a client can leave midway
+            f"name: {PACED}\nbackend: simulator\nparameters:\n  model: {PACED}\noptions:\n  - output_token_time_s:0.2\n")
+
+    yield from _running(state_root / "e2e-responses", make_database(), nats_url, configure)
 
 
 def client(url: str, key: str = KEY) -> openai.OpenAI:
@@ -189,6 +194,18 @@ def test_a_stream_cut_by_its_budget_ends_with_response_incomplete(cluster: Clust
     assert last.output_text == said(("user", "tell me more"), words=4)
 
 
+def test_a_client_that_leaves_a_stream_cancels_the_generation_on_the_backend(cluster: Cluster) -> None:
+    client(cluster.frontend_url).responses.create(model=PACED, input="warm up", max_output_tokens=1)
+    before = cluster.workers[0].log().count("PredictStream cancelled by the caller after")
+    with client(cluster.frontend_url).responses.create(model=PACED, input="go on", stream=True,
+                                                       max_output_tokens=200) as stream:  # 40 s of tokens
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                break  # leave after the first piece
+    wait_for(lambda: cluster.workers[0].log().count("PredictStream cancelled by the caller after") > before,
+             "the backend to log the cancelled PredictStream", 10)
+
+
 # --- storage: store false, retrieve, delete, keys, retention -----------------------------------------------------
 
 def test_store_false_keeps_nothing(cluster: Cluster) -> None:
@@ -280,6 +297,28 @@ def test_what_sdks_send_by_default_passes(cluster: Cluster) -> None:
                                "truncation": "disabled", "parallel_tool_calls": True, "background": False,
                                "reasoning": None, "include": [], "user": "u1", "store": True})
     assert response.status_code == 200, response.text[:500]
+
+
+def test_text_that_is_not_unicode_is_a_400_naming_it_and_a_nul_is_stored(cluster: Cluster) -> None:
+    surrogate = httpx.post(f"{cluster.frontend_url}/v1/responses", timeout=60,
+                           headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"},
+                           content=b'{"model": "%s", "input": [{"role": "user", "content": "\\ud800"}]}' % SIM.encode())
+    assert surrogate.status_code == 400, surrogate.text[:500]
+    assert surrogate.json()["error"]["param"] == "input.0.content"
+    sdk = client(cluster.frontend_url)
+    created = sdk.responses.create(model=SIM, input="a\u0000b", max_output_tokens=2)  # valid JSON text, kept as is
+    follow_up = sdk.responses.create(model=SIM, input="c", previous_response_id=created.id, max_output_tokens=2)
+    assert follow_up.output_text == said(("user", "a\u0000b"), ("assistant", created.output_text), ("user", "c"),
+                                         words=2)
+
+
+@pytest.mark.parametrize("response_id", ["%00", "resp_%00", "x%27%20OR%201%3D1"])
+def test_an_id_no_response_can_have_is_a_404_without_a_lookup(cluster: Cluster, response_id: str) -> None:
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, f"{cluster.frontend_url}/v1/responses/{response_id}", timeout=60)
+        assert (response.status_code, response.json()["error"]["param"]) == (404, "response_id"), response.text
+    follow_up = _post(cluster, {"model": SIM, "input": "hi", "previous_response_id": "resp_\u0000"})
+    assert (follow_up.status_code, follow_up.json()["error"]["code"]) == (400, "previous_response_not_found")
 
 
 def test_an_empty_input_and_an_unknown_model_are_400_and_404(cluster: Cluster) -> None:

@@ -123,7 +123,8 @@ def _json_values() -> st.SearchStrategy[Any]:
 FIELD_NAMES = ["model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens", "seed", "temperature",
                "top_p", "stop", "n", "dimensions", "name", "address", "labels", "total_vram", "available_ram",
                "max_replicas_per_model", "vram_budget", "value", "model_name", "min_replicas", "node_selector",
-               "context_size", "distributed_disk_headroom_check", "query", "documents", "top_n"]
+               "context_size", "distributed_disk_headroom_check", "query", "documents", "top_n", "instructions",
+               "previous_response_id", "tools"]
 
 
 def valid_bodies(cluster: Cluster) -> dict[str, dict[str, Any]]:
@@ -131,6 +132,7 @@ def valid_bodies(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return {"/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
             "/v1/completions": {"model": MODEL, "prompt": "hi"}, "/v1/embeddings": {"model": MODEL, "input": "hi"},
             "/v1/rerank": {"model": MODEL, "query": "q", "documents": ["a", "b"], "top_n": 1},
+            "/v1/responses": {"model": MODEL, "input": "hi"},
             "/api/node/register": {"name": "fuzzed-node", "address": "127.0.0.1:1", "token": cluster.token},
             "/api/nodes/scheduling": {"model_name": MODEL}, "/api/nodes/{node_id}/max-replicas-per-model": {"value": 2}}
 

@@ -12,12 +12,14 @@ served by FastAPI, not by the fast path: a Responses request pays routing and th
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Path, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
@@ -26,6 +28,7 @@ from corral.frontend.bounds import NAME_MAX
 from corral.frontend.call_errors import http_errors
 from corral.frontend.disconnect import respond_until_disconnect
 from corral.frontend.errors import APIError, validation_message
+from corral.frontend.json_body import InvalidText, documented_body, json_body
 from corral.frontend.openai import _RelayResponse, _unary, chat_options, config_for
 from corral.frontend.responses_events import Draft, EventWriter, unary_output
 from corral.frontend.responses_request import (
@@ -46,6 +49,8 @@ from corral.store import api_keys
 from corral.store import responses as store
 
 TTL_KNOB = "CORRAL_RESPONSES_TTL"
+_ID = re.compile(r"[A-Za-z0-9_-]+")
+BODY_SCHEMA = documented_body(ResponsesRequest.model_json_schema())
 
 
 def owner_of(request: Request) -> str:
@@ -58,6 +63,28 @@ def _json(body: bytes | dict[str, Any]) -> Response:
     return Response(body if isinstance(body, bytes) else orjson.dumps(body), media_type="application/json")
 
 
+def _stored_id(response_id: str) -> bool:
+    """Whether an id can name a stored response (ours are `resp_` and hex); any other is answered without a
+    lookup (PostgreSQL refuses a NUL, for one)."""
+    return _ID.fullmatch(response_id) is not None
+
+
+async def _request_body(request: Request) -> ResponsesRequest:
+    """The body, parsed as the fast path parses chat (orjson: text that is not valid Unicode is a 400 naming
+    its field, not a 500 from protobuf later) and validated as ResponsesRequest."""
+    try:
+        data = await json_body(request)
+    except InvalidText as exc:
+        raise APIError(400, str(exc), "invalid_request_error", "invalid_value", exc.field) from None
+    except ValueError:
+        raise APIError(400, "request body is not valid JSON; send a JSON object", "invalid_request_error",
+                       "invalid_value", "body") from None
+    try:
+        return ResponsesRequest.model_validate(data)
+    except ValidationError as exc:  # answered as FastAPI answers a refused body
+        raise RequestValidationError(exc.errors()) from None
+
+
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"response {response_id!r} not found: unknown, deleted, created with another API key, "
                          f"not stored (store: false) or past its retention ({TTL_KNOB})",
@@ -67,7 +94,8 @@ def _not_found(response_id: str) -> APIError:
 async def _history(state: FrontendState, body: ResponsesRequest, owner: str) -> list[Message]:
     if body.previous_response_id is None:
         return []
-    text = await store.messages(state.pool, body.previous_response_id, owner)
+    text = await store.messages(state.pool, body.previous_response_id, owner) \
+        if _stored_id(body.previous_response_id) else None
     if text is None:
         raise APIError(400, f"previous response {body.previous_response_id!r} not found: unknown, deleted, created "
                             f"with another API key, not stored (store: false) or past its retention ({TTL_KNOB})",
@@ -102,8 +130,9 @@ class _Keeper:
 def build_responses_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/v1")
 
-    @router.post("/responses")
-    async def create(body: ResponsesRequest, request: Request) -> Response:
+    @router.post("/responses", openapi_extra=BODY_SCHEMA)
+    async def create(request: Request) -> Response:
+        body = await _request_body(request)
         cfg = config_for(state, body.model)
         check_metadata(body.metadata)
         owner = owner_of(request)
@@ -123,14 +152,14 @@ def build_responses_router(state: FrontendState) -> APIRouter:
 
     @router.get("/responses/{response_id}")
     async def retrieve(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
-        text = await store.body(state.pool, response_id, owner_of(request))
+        text = await store.body(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
         if text is None:
             raise _not_found(response_id)
         return _json(text.encode())
 
     @router.delete("/responses/{response_id}")
     async def delete(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
-        if not await store.delete(state.pool, response_id, owner_of(request)):
+        if not (_stored_id(response_id) and await store.delete(state.pool, response_id, owner_of(request))):
             raise _not_found(response_id)
         return _json({"id": response_id, "object": "response", "deleted": True})
 

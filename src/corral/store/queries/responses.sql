@@ -1,15 +1,15 @@
 -- name: response_insert
 -- Keep a response (the Responses API) for $5 seconds.
 INSERT INTO responses (id, owner, body, messages, expires_at)
-VALUES ($1, $2, $3::jsonb, $4::jsonb, now() + make_interval(secs => $5));
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5));
 
 -- name: response_body
 -- A live response's object, for the key that created it.
-SELECT body::text FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
+SELECT body FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
 
 -- name: response_messages
 -- A live response's conversation (chat messages), for the key that created it: a follow-up's history.
-SELECT messages::text FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
+SELECT messages FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
 
 -- name: response_delete
 -- Delete a live response of this key; returns its id when there was one.
