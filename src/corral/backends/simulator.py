@@ -5,7 +5,8 @@ same words. Token counts are honest for a "one word = one token" tokenizer: prom
 the whitespace-separated words of the prompt (or of all message contents), and a request for
 `Tokens=N` emits exactly N words (default 16). With `ContextSize` set, a prompt of that many words or
 more (an embedding input of more) is refused as too long for the context, as a real engine refuses it.
-Sampling parameters, seeds and stop strings are accepted and ignored. With tools offered,
+Sampling parameters, seeds, stop strings, logit bias and logprobs are accepted and ignored. A prompt or an
+embedding input of token ids (`EmbeddingTokens`) is taken as the words `#<id>`. With tools offered,
 `call <tool>(<json>)` in the last user message makes it call that tool, and tool results are answered
 by quoting them (simulator_tools.py).
 
@@ -142,18 +143,23 @@ def count_words(text: str) -> int:
     return len(text.split())
 
 
+def token_words(ids: Sequence[int]) -> str:
+    """Token ids as the simulator's words (`#<id>`)."""
+    return " ".join(f"#{token}" for token in ids)
+
+
 def prompt_text(req: pb.PredictOptions) -> str:
-    """What the simulator treats as the prompt: the message contents (chat) or `Prompt`."""
+    """What the simulator treats as the prompt: the message contents (chat), `Prompt`, or its token ids."""
     if req.Messages:
         return "\n".join(f"{m.role}: {m.content}" for m in req.Messages)
-    return req.Prompt
+    return req.Prompt or token_words(req.EmbeddingTokens)
 
 
 def prompt_tokens(req: pb.PredictOptions) -> list[str]:
     """The prompt as tokens (words): every message's content in order, or the prompt."""
     if req.Messages:
         return [word for message in req.Messages for word in message.content.split()]
-    return req.Prompt.split()
+    return prompt_text(req).split()
 
 
 def simulated_words(model: str, prompt: str, count: int) -> list[str]:
@@ -222,8 +228,8 @@ class SimulatorEngine:
         return final
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
-        if not req.Prompt and not req.Messages:
-            raise InvalidRequestError("PredictOptions needs a Prompt or Messages")
+        if not req.Prompt and not req.Messages and not req.EmbeddingTokens:
+            raise InvalidRequestError("PredictOptions needs a Prompt (or its token ids in EmbeddingTokens) or Messages")
         max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
         tokens = prompt_tokens(req)
         if self._context_tokens:
@@ -278,9 +284,10 @@ class SimulatorEngine:
         )
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
-        text = req.Embeddings or req.Prompt
+        text = req.Embeddings or req.Prompt or token_words(req.EmbeddingTokens)
         if not text:
-            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings")
+            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings (or its token ids in "
+                                      "EmbeddingTokens)")
         n_tokens = count_words(text)
         if self._context_tokens:
             check_prompt_fits(n_tokens, self._context_tokens, generating=False)

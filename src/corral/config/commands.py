@@ -45,6 +45,7 @@ class FrontendSettings:
     max_concurrent_requests: int
     http_header_timeout_s: float
     http_body_timeout_s: float
+    max_n: int
     max_connections: int
     node_heartbeat_checkpoint_s: float
     stale_node_threshold_s: float

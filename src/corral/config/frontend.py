@@ -56,6 +56,9 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("http_body_timeout_s", "--http-body-timeout", ("CORRAL_HTTP_BODY_TIMEOUT",), 60.0,
             parse_positive_duration_s, "once its headers arrived, a request's body must arrive whole within this; "
             "past it: 408 and close (responses, streams included, are never cut by it)"),
+    Setting("max_n", "--max-n", ("CORRAL_MAX_N",), 8, parse_positive_int,
+            "most choices one chat or completions request may ask for (`n`, each one generation); more is a 400 "
+            "naming n"),
     Setting("max_connections", "--max-connections", ("CORRAL_MAX_CONNECTIONS",), 4096, parse_positive_int,
             "open HTTP connections per frontend process; past it a new one gets 503 at once and is closed "
             "(lowered to what the process's open-file limit allows, with a warning)"),

@@ -27,6 +27,9 @@ REPLICAS_PER_MODEL_MAX = 1024  # max_replicas_per_model, registered or set by an
 TOKEN_MAX = 4096  # a presented secret: only ever hashed, bounded so it cannot be a payload
 RERANK_DOCUMENTS_MAX = 1024  # documents in one /v1/rerank call: one gRPC message, one batch of embeddings
 RERANK_TEXT_MAX = 65536  # characters of a rerank query or document (the model reads only its first tokens)
+TOP_LOGPROBS_MAX = 20  # OpenAI's bound on alternatives per token (chat top_logprobs, completions logprobs)
+LOGIT_BIAS_MAX = 100  # OpenAI's: a bias is -100..100 (-100 bans a token, 100 forces it)
+PROMPTS_MAX = 256  # prompts in one batched /v1/completions call (each one a backend call per choice)
 
 
 def _within(low: float, high: float, what: str = "") -> Callable[[Any], Any]:
@@ -53,6 +56,9 @@ _temperature = _within(0, 2, "a finite number ")
 _probability = _within(0, 1, "a finite number ")
 _penalty = _within(-2, 2, "a finite number ")
 _top_n = _within(0, RERANK_DOCUMENTS_MAX)
+_token_id = _within(0, INT32_MAX)
+_top_logprobs = _within(0, TOP_LOGPROBS_MAX)
+_logit_bias = _within(-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX, "a finite number ")
 
 PositiveInt32 = Annotated[int, BeforeValidator(_tokens), AfterValidator(_tokens), _schema(1, INT32_MAX)]
 Int32 = Annotated[int, BeforeValidator(_int32), AfterValidator(_int32), _schema(INT32_MIN, INT32_MAX)]
@@ -65,6 +71,10 @@ Temperature = Annotated[float, BeforeValidator(_temperature), AfterValidator(_te
 Probability = Annotated[float, BeforeValidator(_probability), AfterValidator(_probability), _schema(0, 1)]
 Penalty = Annotated[float, BeforeValidator(_penalty), AfterValidator(_penalty), _schema(-2, 2)]
 RerankTopN = Annotated[int, BeforeValidator(_top_n), AfterValidator(_top_n), _schema(0, RERANK_DOCUMENTS_MAX)]
+TokenId = Annotated[int, BeforeValidator(_token_id), AfterValidator(_token_id), _schema(0, INT32_MAX)]
+TopLogprobs = Annotated[int, BeforeValidator(_top_logprobs), AfterValidator(_top_logprobs), _schema(0, TOP_LOGPROBS_MAX)]
+LogitBias = Annotated[float, BeforeValidator(_logit_bias), AfterValidator(_logit_bias),
+                      _schema(-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX)]
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]

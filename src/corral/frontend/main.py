@@ -137,6 +137,7 @@ async def serve(settings: FrontendSettings) -> int:
                                              discovery_timeout_s=settings.mcp_discovery_timeout_s),
                              settings.mcp_max_iterations)
     state.mcp_max_iterations = settings.mcp_max_iterations
+    state.max_n = settings.max_n
     state.responses_ttl_s = settings.responses_ttl_s
     state.agent_jobs = JobRecorder(pool, nc)
     await state.agent_jobs.start()

@@ -8,14 +8,17 @@ import os
 import struct
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import orjson
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
+from corral.frontend import choices
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.call_errors import http_errors
+from corral.frontend.choices import finish_reason as _finish_reason
+from corral.frontend.choices import usage as _usage
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import (
     ChatCompletionRequest,
@@ -60,10 +63,6 @@ def _model_object(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "corral"}
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
     opts = backend_pb2.PredictOptions(
         Tokens=max_tokens or DEFAULT_MAX_TOKENS, StopPrompts=body.stop_list(), ModelIdentity=cfg.model,
@@ -79,11 +78,9 @@ def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) 
         opts.PresencePenalty = body.presence_penalty
     if body.frequency_penalty is not None:
         opts.FrequencyPenalty = body.frequency_penalty
+    if body.logit_bias:
+        opts.LogitBias = orjson.dumps(body.logit_bias).decode()
     return opts
-
-
-def _finish_reason(completion_tokens: int, max_tokens: int) -> str:
-    return "length" if completion_tokens >= max_tokens else "stop"
 
 
 def _chat_message(m: ChatMessage) -> backend_pb2.Message:
@@ -111,6 +108,8 @@ def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend
     opts.Messages.extend(_chat_message(m) for m in body.messages)
     if body.tools is not None:
         _offer_tools(opts, body)
+    if body.logprobs:
+        opts.Logprobs, opts.TopLogprobs = 1, body.top_logprobs or 0
     return opts, max_tokens
 
 
@@ -171,6 +170,10 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/agent_chat.py)
             return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
         opts, max_tokens = chat_options(cfg, body)
+        if body.several_or_logprobs():  # several choices, or logprobs: choices.py
+            choices.check_n(body.n, state.max_n)
+            plan = choices.Plan(choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs)
+            return await _choices(state, cfg, plan, body)
         ident = f"chatcmpl-{_random_id()}"
         created = int(time.time())
         if body.stream:
@@ -183,36 +186,20 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         cfg = config_for(state, body.model)
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
-        opts.Prompt = body.prompt_text()
+        prompts = body.prompts()
+        if _several_or_logprobs(body, prompts):  # several choices, token ids, logprobs: choices.py
+            return await _choices(state, cfg, _completion_plan(state, body, opts, prompts, max_tokens), body)
+        opts.Prompt = cast(str, prompts[0])  # one text prompt: the lean path
         ident = f"cmpl-{_random_id()}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
-        reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
-        text = reply.message.decode(errors="replace")
-        return _json(headers=_node_header(state, replica), body={
-            "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
-            "choices": [{"index": 0, "text": (opts.Prompt + text) if body.echo else text, "logprobs": None,
-                         "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
-            "usage": _usage(reply.prompt_tokens, reply.tokens),
-        })
+        return await _completion_unary(state, cfg, opts, ident, created, max_tokens, body.echo)
 
     @router.post("/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Response:
-        cfg = config_for(state, body.model, embeddings=True)
-        data, prompt_tokens = [], 0
-        for index, text in enumerate(body.inputs()):
-            opts = backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
-            result, replica = await _unary(state, cfg, "Embedding", opts, "input")
-            vector: Any = list(result.embeddings)
-            if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
-                vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-            data.append({"object": "embedding", "index": index, "embedding": vector})
-            prompt_tokens += result.prompt_tokens or result.tokens
-        return _json({"object": "list", "data": data, "model": cfg.name,
-                      "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
-                     headers=_node_header(state, replica))
+        return await _embeddings(state, config_for(state, body.model, embeddings=True), body)
 
     @router.post("/rerank")
     async def rerank(body: RerankRequest) -> Response:
@@ -235,13 +222,115 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     return router
 
 
-async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                      created: int, max_tokens: int) -> Response:
-    reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
+def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[str, Any], str]:
+    """A chat reply's assistant message and finish reason."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
     finish = _finish_reason(reply.tokens, max_tokens)
     if reply.chat_deltas and (found := reply_tool_calls(reply)):
         message["tool_calls"], finish = openai_tool_calls(found), "tool_calls"
+    return message, finish
+
+
+def _several_or_logprobs(body: CompletionRequest, prompts: list[str | list[int]]) -> bool:
+    """Whether a completions request leaves the lean path (one text prompt, one choice, no logprobs)."""
+    return (len(prompts) > 1 or not isinstance(prompts[0], str) or body.n != 1 or body.logprobs is not None
+            or (body.echo and body.stream))
+
+
+async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingRequest) -> Response:
+    data, prompt_tokens = [], 0
+    for index, text in enumerate(body.inputs()):
+        result, replica = await _unary(state, cfg, "Embedding", _embedding_options(cfg, text), "input")
+        vector = _embedding_vector(body, result, cfg)
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+        prompt_tokens += result.prompt_tokens or result.tokens
+    return _json({"object": "list", "data": data, "model": cfg.name,
+                  "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
+                 headers=_node_header(state, replica))
+
+
+def _embedding_options(cfg: ModelConfig, text: str | list[int]) -> backend_pb2.PredictOptions:
+    """One embedding input: a text, or token ids (`EmbeddingTokens`)."""
+    if isinstance(text, str):
+        return backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
+    return backend_pb2.PredictOptions(EmbeddingTokens=text, ModelIdentity=cfg.model)
+
+
+def _completion_plan(state: FrontendState, body: CompletionRequest, opts: backend_pb2.PredictOptions,
+                     prompts: list[str | list[int]], max_tokens: int) -> choices.Plan:
+    """`n` choices per prompt; a prompt of token ids goes as `EmbeddingTokens`."""
+    choices.check_n(body.n, state.max_n)
+    if body.echo and body.logprobs is not None:
+        raise APIError(400, "echo with logprobs needs the prompt's logprobs, which corral does not compute; send "
+                            "one of them", "invalid_request_error", "unsupported_parameter", "echo")
+    if body.echo and not all(isinstance(prompt, str) for prompt in prompts):
+        raise APIError(400, "echo needs the prompt as text; send text prompts, or leave echo out",
+                       "invalid_request_error", "unsupported_parameter", "echo")
+    if body.logprobs is not None:
+        opts.Logprobs, opts.TopLogprobs = 1, body.logprobs
+    planned: list[choices.Choice] = []
+    for index, prompt in enumerate(prompts):
+        one = backend_pb2.PredictOptions()
+        one.CopyFrom(opts)
+        if isinstance(prompt, str):
+            one.Prompt = prompt
+        else:
+            one.EmbeddingTokens.extend(prompt)
+        planned += choices.replicate(one, body.n, index, prompt if body.echo and isinstance(prompt, str) else "")
+    return choices.Plan(planned, max_tokens, False, "prompt", body.logprobs is not None)
+
+
+async def _choices(state: FrontendState, cfg: ModelConfig, plan: choices.Plan,
+                   body: ChatCompletionRequest | CompletionRequest) -> Response:
+    ident = f"{'chatcmpl' if plan.chat else 'cmpl'}-{_random_id()}"
+    head = choices.response_head(ident, cfg.name, chat=plan.chat, streamed=body.stream)
+    headers_of = lambda replica: _node_header(state, replica)  # noqa: E731
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _RelayResponse(*await choices.stream(state.router, cfg, plan, head, include_usage, headers_of))
+    return await choices.unary(state.router, cfg, plan, head, state.max_n, _assistant_message, headers_of)
+
+
+def _embedding_vector(body: EmbeddingRequest, result: Any, cfg: ModelConfig) -> Any:
+    """The vector as the request asks: shortened to `dimensions`, base64 or floats."""
+    vector = list(result.embeddings)
+    if body.dimensions is not None:
+        vector = _shortened(vector, body.dimensions, result, cfg)
+    if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
+
+
+def _shortened(vector: list[float], dimensions: int, result: Any, cfg: ModelConfig) -> list[float]:
+    """The first `dimensions` values of a pooled embedding, renormalised to unit length (Matryoshka)."""
+    if result.layout == backend_pb2.EMBEDDING_LAYOUT_PER_TOKEN:
+        raise APIError(400, f"model {cfg.name!r} gives one vector per token (no pooling), which dimensions cannot "
+                            "shorten; leave dimensions out", "invalid_request_error", "invalid_value", "dimensions")
+    if dimensions > len(vector):
+        raise APIError(400, f"dimensions is {dimensions} but model {cfg.name!r} gives {len(vector)}; send "
+                            f"dimensions up to {len(vector)}, or leave it out", "invalid_request_error",
+                       "invalid_value", "dimensions")
+    head = vector[:dimensions]
+    norm = sum(value * value for value in head) ** 0.5 or 1.0
+    return [value / norm for value in head]
+
+
+async def _completion_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                            created: int, max_tokens: int, echo: bool) -> Response:
+    reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
+    text = reply.message.decode(errors="replace")
+    return _json(headers=_node_header(state, replica), body={
+        "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
+        "choices": [{"index": 0, "text": (opts.Prompt + text) if echo else text, "logprobs": None,
+                     "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
+        "usage": _usage(reply.prompt_tokens, reply.tokens),
+    })
+
+
+async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                      created: int, max_tokens: int) -> Response:
+    reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
+    message, finish = _assistant_message(reply, max_tokens)
     return _json(headers=_node_header(state, replica), body={
         "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
@@ -272,7 +361,8 @@ class _RelayResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream, headers: dict[str, str]) -> None:
+    def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream | choices.Streams,
+                 headers: dict[str, str]) -> None:
         self.status_code, self.background = 200, None
         self.init_headers(headers)  # no `body`: no Content-Length, as for any stream
         self._content, self._stream = content, stream

@@ -103,8 +103,6 @@ _SAMPLING_EXTENSIONS: dict[str, tuple[Any, ...]] = {  # vLLM's and LocalAI's com
 }
 
 _GENERATION_NOT_YET: dict[str, tuple[Any, ...]] = {  # OpenAI's fields of both chat and completions
-    "n": (1,),
-    "logit_bias": ({},),
     "response_format": ({"type": "text"},),  # chat; vLLM reads it for completions too
     "service_tier": ("auto", "default"),
     **_SAMPLING_EXTENSIONS,
@@ -115,8 +113,6 @@ CHAT = FieldPolicy(
     harmless=frozenset({"user", "metadata", "prompt_cache_key", "safety_identifier"}),
     not_yet={
         **_GENERATION_NOT_YET,
-        "logprobs": _OFF_BOOL,
-        "top_logprobs": (0,),
         "parallel_tool_calls": (True,),  # false (at most one call) is not honoured yet
         "store": _OFF_BOOL,  # nothing is stored for later retrieval
         "modalities": (["text"],),
@@ -137,13 +133,12 @@ COMPLETIONS = FieldPolicy(
     harmless=frozenset({"user"}),
     not_yet={
         **_GENERATION_NOT_YET,
-        "logprobs": _NULL_ONLY,  # an integer here: 0 asks for the chosen token's
         "best_of": (1,),
         "suffix": ("",),
     },
 )
 
-EMBEDDINGS = FieldPolicy("/v1/embeddings", harmless=frozenset({"user"}), not_yet={"dimensions": _NULL_ONLY})
+EMBEDDINGS = FieldPolicy("/v1/embeddings", harmless=frozenset({"user"}))
 
 RERANK = FieldPolicy("/v1/rerank")
 

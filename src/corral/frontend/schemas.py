@@ -8,16 +8,19 @@ inference body limit (`limits`, CORRAL_INFERENCE_MAX_BODY), which stays below th
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from corral.frontend import request_fields
 from corral.frontend.bounds import (
     NAME_MAX,
+    PROMPTS_MAX,
     RERANK_DOCUMENTS_MAX,
     RERANK_TEXT_MAX,
     Int32,
+    LogitBias,
     ModelName,
     Penalty,
     PositiveInt32,
@@ -25,7 +28,11 @@ from corral.frontend.bounds import (
     RerankText,
     RerankTopN,
     Temperature,
+    TokenId,
+    TopLogprobs,
 )
+
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
 class _Body(BaseModel):
@@ -110,6 +117,16 @@ class _Sampling(_Request):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    n: PositiveInt32 = 1  # at most CORRAL_MAX_N (checked by the route: a setting)
+    logit_bias: dict[str, LogitBias] | None = None  # token id (a decimal string, as JSON keys are) -> bias
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_id_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not (key.isascii() and key.isdigit() and int(key) < 1 << 31):
+                raise ValueError(f"keys are token ids (0..2147483647, as decimal strings), got {key[:40]!r}")
+        return value
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -124,6 +141,19 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: PositiveInt32 | None = None
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: TopLogprobs | None = None
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise PydanticCustomError("invalid_value", "{message}", {"message": "needs logprobs: true",
+                                                                     "param": "top_logprobs"})
+        return self
+
+    def several_or_logprobs(self) -> bool:
+        """Whether the request leaves the lean path of one choice without logprobs."""
+        return self.n != 1 or self.logprobs
 
     @model_validator(mode="before")
     @classmethod
@@ -139,29 +169,33 @@ class ChatCompletionRequest(_Sampling):
 class CompletionRequest(_Sampling):
     field_policy = request_fields.COMPLETIONS
 
-    prompt: str | list[str]
+    # one text, texts, one prompt of token ids, or prompts of token ids
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=PROMPTS_MAX)] | TokenIds | Annotated[
+        list[TokenIds], Field(min_length=1, max_length=PROMPTS_MAX)]
     echo: bool = False
+    logprobs: TopLogprobs | None = None  # the chosen token's logprob and this many alternatives per token
 
-    @field_validator("prompt")
-    @classmethod
-    def _one_prompt(cls, value: str | list[str]) -> str | list[str]:
-        if isinstance(value, list) and len(value) != 1:
-            raise ValueError("send exactly one prompt string (batched prompts are not supported)")
-        return value
-
-    def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt: a text, or token ids."""
+        value = self.prompt
+        if isinstance(value, str) or (value and isinstance(value[0], int)):
+            return [value]  # type: ignore[list-item]
+        return list(value)  # type: ignore[arg-type]
 
 
 class EmbeddingRequest(_Request):
     field_policy = request_fields.EMBEDDINGS
 
     model: ModelName
-    input: str | list[str] = Field(min_length=1)
+    input: str | list[str] | TokenIds | list[TokenIds] = Field(min_length=1)  # texts or token ids, one or many
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: PositiveInt32 | None = None  # the first `dimensions` values, renormalised to unit length
 
-    def inputs(self) -> list[str]:
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+    def inputs(self) -> list[str | list[int]]:
+        value = self.input
+        if isinstance(value, str) or isinstance(value[0], int):
+            return [value]  # type: ignore[list-item]
+        return list(value)  # type: ignore[arg-type]
 
 
 class RerankRequest(_Request):

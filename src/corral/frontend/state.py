@@ -31,4 +31,5 @@ class FrontendState:
     aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
     backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
+    max_n: int = 8  # CORRAL_MAX_N: most choices (`n`) one generation request may ask for
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
