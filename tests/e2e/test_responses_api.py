@@ -26,7 +26,7 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-SIM, PACED = "responses-sim", "responses-paced"
+SIM, PACED, SMALL = "responses-sim", "responses-paced", "responses-small"  # SMALL: a context of 8 words
 KEY, OTHER_KEY = "sk-responses-one", "sk-responses-two"  # auth is off: keys only tell callers apart
 WEATHER = {"type": "function", "name": "get_weather", "description": "the weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -52,6 +52,8 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
         (models / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
         (models / f"{PACED}.yaml").write_text(  # 5 tokens a second: a stream a client can leave midway
             f"name: {PACED}\nbackend: simulator\nparameters:\n  model: {PACED}\noptions:\n  - output_token_time_s:0.2\n")
+        (models / f"{SMALL}.yaml").write_text(
+            f"name: {SMALL}\nbackend: simulator\ncontext_size: 8\nparameters:\n  model: {SMALL}\n")
 
     yield from _running(state_root / "e2e-responses", make_database(), nats_url, configure)
 
@@ -206,6 +208,16 @@ def test_a_client_that_leaves_a_stream_cancels_the_generation_on_the_backend(clu
              "the backend to log the cancelled PredictStream", 10)
 
 
+def test_a_client_that_leaves_a_unary_request_cancels_the_generation_on_the_backend(cluster: Cluster) -> None:
+    client(cluster.frontend_url).responses.create(model=PACED, input="warm up", max_output_tokens=1)
+    before = cluster.workers[0].log().count("Predict cancelled by the caller")
+    with pytest.raises(httpx.ReadTimeout):  # 10 tokens take 2 s: the client leaves after 0.6 s
+        httpx.post(f"{cluster.frontend_url}/v1/responses", json={"model": PACED, "input": "go", "max_output_tokens": 10},
+                   timeout=0.6)
+    wait_for(lambda: cluster.workers[0].log().count("Predict cancelled by the caller") > before,
+             "the backend to log the cancelled Predict", 10)
+
+
 # --- storage: store false, retrieve, delete, keys, retention -----------------------------------------------------
 
 def test_store_false_keeps_nothing(cluster: Cluster) -> None:
@@ -319,6 +331,15 @@ def test_an_id_no_response_can_have_is_a_404_without_a_lookup(cluster: Cluster, 
         assert (response.status_code, response.json()["error"]["param"]) == (404, "response_id"), response.text
     follow_up = _post(cluster, {"model": SIM, "input": "hi", "previous_response_id": "resp_\u0000"})
     assert (follow_up.status_code, follow_up.json()["error"]["code"]) == (400, "previous_response_not_found")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_input_longer_than_the_context_is_a_400_context_length_exceeded(cluster: Cluster, stream: bool) -> None:
+    response = _post(cluster, {"model": SMALL, "input": "one two three four five six seven eight nine",
+                               "stream": stream})
+    assert response.status_code == 400, response.text[:500]  # a stream's too: before its first byte
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
 
 
 def test_an_empty_input_and_an_unknown_model_are_400_and_404(cluster: Cluster) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
@@ -27,7 +27,12 @@ from corral.frontend.access import bearer
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.call_errors import http_errors
 from corral.frontend.disconnect import respond_until_disconnect
-from corral.frontend.errors import APIError, validation_message
+from corral.frontend.errors import (
+    APIError,
+    api_error_response,
+    dependency_or_unexpected_response,
+    validation_message,
+)
 from corral.frontend.json_body import InvalidText, documented_body, json_body
 from corral.frontend.openai import _RelayResponse, _unary, chat_options, config_for
 from corral.frontend.responses_events import Draft, EventWriter, unary_output
@@ -141,14 +146,8 @@ def build_responses_router(state: FrontendState) -> APIRouter:
         opts, max_tokens = chat_options(cfg, _chat_request(body, conversation))
         draft = Draft(body, cfg.name, int(time.time()), body.tools)
         keeper = _Keeper(state, body, owner, conversation)
-        if body.stream:
-            return await _stream(state, cfg, opts, max_tokens, draft, keeper)
-        reply, _replica = await _unary(state, cfg, "Predict", opts, "input")
-        found = reply_tool_calls(reply) if opts.Tools and reply.chat_deltas else []
-        unary_output(draft, reply.message.decode(errors="replace"), [(c.id, c.name, c.arguments) for c in found])
-        draft.finish(reply.prompt_tokens, reply.tokens, out_of_tokens=reply.tokens >= max_tokens)
-        await keeper.keep(draft)
-        return _json(draft.obj())
+        run = _stream if body.stream else _whole
+        return _UntilDisconnect(lambda: run(state, cfg, opts, max_tokens, draft, keeper))
 
     @router.get("/responses/{response_id}")
     async def retrieve(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
@@ -166,11 +165,37 @@ def build_responses_router(state: FrontendState) -> APIRouter:
     return router
 
 
-class _Relay(_RelayResponse):
-    """The event relay on a FastAPI route: a client that leaves cancels it, and the backend stream with it."""
+class _UntilDisconnect(Response):
+    """The generation, run as the response is sent: a client that leaves (unary or streamed) cancels it, and the
+    backend call with it, as the fast path does for chat (`disconnect`). Errors are answered here, where
+    FastAPI's handlers no longer reach."""
+
+    def __init__(self, produce: Callable[[], Awaitable[Response]]) -> None:
+        self.status_code, self.background, self._produce = 200, None, produce
+        self.init_headers({})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await respond_until_disconnect(receive, send, lambda send_: super(_Relay, self).__call__(scope, receive, send_))
+        async def respond(send_: Any) -> None:
+            try:
+                response = await self._produce()
+            except APIError as exc:
+                response = api_error_response(exc)
+            except Exception as exc:  # PostgreSQL down while storing: a 503 naming it; else a 500, logged
+                response = dependency_or_unexpected_response(exc)
+            self.status_code = response.status_code
+            await response(scope, receive, send_)
+
+        await respond_until_disconnect(receive, send, respond)
+
+
+async def _whole(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, max_tokens: int,
+                 draft: Draft, keeper: _Keeper) -> Response:
+    reply, _replica = await _unary(state, cfg, "Predict", opts, "input")
+    found = reply_tool_calls(reply) if opts.Tools and reply.chat_deltas else []
+    unary_output(draft, reply.message.decode(errors="replace"), [(c.id, c.name, c.arguments) for c in found])
+    draft.finish(reply.prompt_tokens, reply.tokens, out_of_tokens=reply.tokens >= max_tokens)
+    await keeper.keep(draft)
+    return _json(draft.obj())
 
 
 async def _kept(writer: EventWriter, keeper: _Keeper) -> list[bytes]:
@@ -213,4 +238,4 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         for event in await _kept(writer, keeper):
             yield event
 
-    return _Relay(events(), stream, {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return _RelayResponse(events(), stream, {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
