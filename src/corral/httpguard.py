@@ -10,6 +10,8 @@ protocol plus one timer per connection) bounds them:
   connection that never sent a byte is closed without an answer.
 * Body: once the headers arrived, the rest of the request must arrive within `body_timeout_s`; past it,
   408 and close (only close, when the app has already answered).
+* Size: a request's line and headers together may hold `max_header_bytes`; past it, 431 and close (httptools
+  itself takes any number of headers of any size: a fast client could fill memory within the header deadline).
 * Connections: past `max_connections` open in this process, a new one gets 503 at once and is closed,
   before a byte of it is read: a client (or a balancer) can tell a full frontend from a dead one, and the
   answer names the knob. It costs one small write per refused connection, nothing is parsed.
@@ -32,13 +34,14 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from corral.telemetry.families import HTTP_CONNECTIONS_REFUSED, HTTP_REQUEST_TIMEOUTS
+from corral.telemetry.families import HTTP_CONNECTIONS_REFUSED, HTTP_HEADERS_TOO_LARGE, HTTP_REQUEST_TIMEOUTS
 
 log = logging.getLogger(__name__)
 
 HEADER_KNOB = "CORRAL_HTTP_HEADER_TIMEOUT"
 BODY_KNOB = "CORRAL_HTTP_BODY_TIMEOUT"
 CONNECTIONS_KNOB = "CORRAL_MAX_CONNECTIONS"
+HEADER_BYTES_KNOB = "CORRAL_HTTP_MAX_HEADER_BYTES"
 FD_RESERVE = 256  # descriptors kept for everything but client connections: pools, NATS, backends, files
 RETRY_AFTER_S = 1
 
@@ -50,10 +53,12 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
     max_connections: int = 4096
+    max_header_bytes: int = 64 << 10
 
     @classmethod
     def from_settings(cls, settings: Any) -> ConnectionLimits:
-        return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.max_connections)
+        return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.max_connections,
+                   settings.http_max_header_bytes)
 
     def within_open_files(self) -> ConnectionLimits:
         """The cap, raised into or lowered to what this process's open-file limit allows (like Go's runtime,
@@ -74,6 +79,10 @@ class ConnectionLimits:
                     "%d connections; raise the open-file limit (ulimit -n) or lower %s", self.max_connections,
                     CONNECTIONS_KNOB, wanted, soft, capped, CONNECTIONS_KNOB)
         return replace(self, max_connections=capped)
+
+
+class HeadersTooLarge(Exception):
+    """Raised from a parser callback: the request's line and headers passed `max_header_bytes`."""
 
 
 class Phase(Enum):
@@ -105,6 +114,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _timer_at = 0.0
     _due = 0.0  # when the request being received must be whole (its headers, then its body); 0.0: none is
     _phase = Phase.FIRST_BYTE
+    _header_bytes = 0  # of the request being received: its URL and headers so far
+    _oversized = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -121,9 +132,33 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._phase = Phase.HEADERS
+        self._phase, self._header_bytes = Phase.HEADERS, 0
         if not self._due:  # a later request on a kept-alive connection (the first keeps the connection's)
             self._watch(self.loop.time() + self.limits.header_timeout_s)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value))
+        super().on_header(name, value)
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > self.limits.max_header_bytes:
+            self._oversized = True
+            raise HeadersTooLarge  # stops the parser; uvicorn answers through send_400_response below
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._oversized:
+            super().send_400_response(msg)
+            return
+        HTTP_HEADERS_TOO_LARGE.inc()
+        self.transport.write(_answer(b"431 Request Header Fields Too Large", f"the request's line and headers "
+                                     f"exceed {self.limits.max_header_bytes} bytes; send fewer or shorter "
+                                     f"headers, or raise {HEADER_BYTES_KNOB}", "request_header_fields_too_large"))
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._phase = Phase.BODY

@@ -196,3 +196,27 @@ def _status(url: str) -> int:
         return httpx.get(url, timeout=5).status_code
     except httpx.HTTPError:
         return 0
+
+
+@pytest.mark.parametrize("request_head", [
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n",  # one huge header
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(20_000)) + b"\r\n",
+    b"GET /v1/models?" + b"q" * (1 << 20) + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # a huge request line
+], ids=["one-huge-header", "many-headers", "huge-url"])
+def test_headers_past_the_size_cap_get_431_naming_the_knob(cluster: Cluster, request_head: bytes) -> None:
+    """httptools takes headers of any size and number (uvicorn passed a 1 MiB header and 20,000 headers with a
+    200): a client could fill the frontend's memory within the header deadline."""
+    before = metric_value(cluster.frontend_url, "corral_http_headers_too_large_total")
+    with _connect(cluster.frontend_url) as sock:
+        for at in range(0, len(request_head), 16384):  # stop sending once answered: bytes sent to a closed
+            if select.select([sock], [], [], 0)[0]:   # socket reset the connection, which can drop the answer
+                break
+            try:
+                sock.sendall(request_head[at:at + 16384])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        head, _, body = _read_to_eof(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), head[:200]
+    assert "CORRAL_HTTP_MAX_HEADER_BYTES" in httpx.Response(431, content=body).json()["error"]["message"]
+    assert metric_value(cluster.frontend_url, "corral_http_headers_too_large_total") == before + 1
+    assert httpx.get(f"{cluster.frontend_url}/v1/models", headers={"X-Fine": "a" * 8000}, timeout=10).status_code == 200

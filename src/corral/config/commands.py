@@ -47,6 +47,7 @@ class FrontendSettings:
     http_body_timeout_s: float
     max_n: int
     max_connections: int
+    http_max_header_bytes: int
     node_heartbeat_checkpoint_s: float
     stale_node_threshold_s: float
     health_check_interval_s: float

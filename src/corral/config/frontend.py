@@ -62,6 +62,9 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("max_connections", "--max-connections", ("CORRAL_MAX_CONNECTIONS",), 4096, parse_positive_int,
             "open HTTP connections per frontend process; past it a new one gets 503 at once and is closed "
             "(lowered to what the process's open-file limit allows, with a warning)"),
+    Setting("http_max_header_bytes", "--http-max-header-bytes", ("CORRAL_HTTP_MAX_HEADER_BYTES",), 64 << 10,
+            _positive_size, "largest request line plus headers of one request; past it: 431 and the connection "
+            "closes (uvicorn's parser has no bound of its own)"),
 )
 
 

@@ -52,6 +52,9 @@ NATS_RECONNECTS = Counter("corral_nats_reconnects", "NATS connections restored a
 HTTP_CONNECTIONS_REFUSED = Counter("corral_http_connections_refused",
                                    "HTTP connections answered 503 and closed at once: the process held "
                                    "CORRAL_MAX_CONNECTIONS")
+HTTP_HEADERS_TOO_LARGE = Counter("corral_http_headers_too_large",
+                                 "HTTP requests answered 431 and closed: their line and headers passed "
+                                 "CORRAL_HTTP_MAX_HEADER_BYTES")
 HTTP_REQUEST_TIMEOUTS = Counter("corral_http_request_timeouts",
                                 "HTTP connections closed because a request did not arrive in time, by phase: "
                                 "first_byte (nothing sent), headers (408, CORRAL_HTTP_HEADER_TIMEOUT), body (408, "
