@@ -134,6 +134,12 @@ async def unary(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, An
     return Response(orjson.dumps(body), media_type="application/json", headers=headers_of(answers[-1][1]))
 
 
+def error_events(exc: BackendCallError) -> bytes:
+    """A stream's failure after its first byte: an error event, then the end."""
+    code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
+    return sse({"error": {"message": str(exc), "type": "server_error", "code": code}}) + DONE
+
+
 class Streams:
     """The one stream open at a time; closed with the response, however it ends."""
 
@@ -162,9 +168,7 @@ async def stream(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, A
                     yield event
                 streams.current.close()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
-            code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
-            yield sse({"error": {"message": str(exc), "type": "server_error", "code": code}})
-            yield DONE
+            yield error_events(exc)
             return
         finally:
             streams.close()

@@ -34,7 +34,7 @@ from corral.frontend.tool_calls import openai_tool_calls, reply_tool_calls
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
-from corral.routing.errors import BackendCallError, BackendTimeout
+from corral.routing.errors import BackendCallError
 from corral.routing.replica import Replica
 from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
 from corral.telemetry.labels import PerModel
@@ -402,9 +402,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
-            code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
-            yield sse({"error": {"message": str(exc), "type": "server_error", "code": code}})
-            yield DONE
+            yield choices.error_events(exc)
             return
         finally:
             stream.close()

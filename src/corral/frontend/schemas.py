@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from corral.frontend import request_fields
@@ -144,12 +144,13 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
 
-    @model_validator(mode="after")
-    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
-        if self.top_logprobs and not self.logprobs:
+    @field_validator("top_logprobs")  # runs only when the field is sent: nothing per plain request
+    @classmethod
+    def _top_logprobs_need_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not info.data.get("logprobs"):
             raise PydanticCustomError("invalid_value", "{message}", {"message": "needs logprobs: true",
                                                                      "param": "top_logprobs"})
-        return self
+        return value
 
     def several_or_logprobs(self) -> bool:
         """Whether the request leaves the lean path of one choice without logprobs."""
