@@ -218,6 +218,21 @@ def test_a_client_that_leaves_a_unary_request_cancels_the_generation_on_the_back
              "the backend to log the cancelled Predict", 10)
 
 
+def test_input_items_are_listed_and_paged_by_the_sdk(cluster: Cluster) -> None:
+    sdk = client(cluster.frontend_url)
+    first = sdk.responses.create(model=SIM, input="before", max_output_tokens=2)
+    created = sdk.responses.create(model=SIM, previous_response_id=first.id, tools=[WEATHER], input=[
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_9", "output": "fog"}])
+    newest_first = list(sdk.responses.input_items.list(created.id, limit=2))  # two pages, by `after`
+    assert [item.type for item in newest_first] == ["function_call_output", "function_call", "message"]
+    assert [item.type for item in sdk.responses.input_items.list(created.id, order="asc")] == [
+        "message", "function_call", "function_call_output"]  # this request's input only, not the earlier turn's
+    with pytest.raises(openai.NotFoundError):
+        client(cluster.frontend_url, OTHER_KEY).responses.input_items.list(created.id)
+
+
 # --- storage: store false, retrieve, delete, keys, retention -----------------------------------------------------
 
 def test_store_false_keeps_nothing(cluster: Cluster) -> None:

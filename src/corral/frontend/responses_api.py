@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
@@ -35,7 +35,7 @@ from corral.frontend.errors import (
 )
 from corral.frontend.json_body import InvalidText, documented_body, json_body
 from corral.frontend.openai import _RelayResponse, _unary, chat_options, config_for
-from corral.frontend.responses_events import Draft, EventWriter, unary_output
+from corral.frontend.responses_events import Draft, EventWriter, input_items, items_page, unary_output
 from corral.frontend.responses_request import (
     Message,
     ResponsesRequest,
@@ -54,6 +54,7 @@ from corral.store import api_keys
 from corral.store import responses as store
 
 TTL_KNOB = "CORRAL_RESPONSES_TTL"
+ITEMS_PAGE_MAX = 100  # input items per page, as OpenAI
 _ID = re.compile(r"[A-Za-z0-9_-]+")
 BODY_SCHEMA = documented_body(ResponsesRequest.model_json_schema())
 
@@ -128,6 +129,7 @@ class _Keeper:
     async def keep(self, draft: Draft) -> None:
         if self.body.store:
             await store.insert(self.state.pool, draft.id, self.owner, orjson.dumps(draft.obj()).decode(),
+                               orjson.dumps(input_items(self.body.input)).decode(),
                                orjson.dumps(self.conversation + draft.messages()).decode(),
                                self.state.responses_ttl_s)
 
@@ -155,6 +157,16 @@ def build_responses_router(state: FrontendState) -> APIRouter:
         if text is None:
             raise _not_found(response_id)
         return _json(text.encode())
+
+    @router.get("/responses/{response_id}/input_items")
+    async def list_input_items(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request,
+                               order: Literal["asc", "desc"] = "desc",
+                               limit: Annotated[int, Query(ge=1, le=ITEMS_PAGE_MAX)] = 20,
+                               after: Annotated[str | None, Query(max_length=NAME_MAX)] = None) -> Response:
+        text = await store.input_items(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
+        if text is None:
+            raise _not_found(response_id)
+        return _json(items_page(orjson.loads(text), order, limit, after))
 
     @router.delete("/responses/{response_id}")
     async def delete(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:

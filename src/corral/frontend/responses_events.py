@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from corral.frontend.errors import APIError
 from corral.frontend.responses_request import Message, ResponsesRequest
 from corral.proto import backend_pb2
 
@@ -40,6 +41,44 @@ def message_item(item_id: str, text: str, status: str) -> Item:
 def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Item:
     return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
+
+
+def input_items(value: str | list[Any]) -> list[Item]:
+    """A request's `input` as `GET /v1/responses/{id}/input_items` lists it: each item with its type and an id
+    (the client's, else a new one), a message's text as content parts. For input `input_messages` accepted."""
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}] if value else []
+    out: list[Item] = []
+    for item in value:
+        kind = item.get("type", "message")
+        if kind == "message":
+            content, role = item.get("content"), item["role"]
+            if isinstance(content, str):
+                content = [_text_part(content) if role == "assistant" else {"type": "input_text", "text": content}]
+            out.append({"id": item.get("id") or new_id("msg"), "type": "message", "role": role,
+                        "status": "completed", "content": content})
+        elif kind == "function_call":
+            out.append(call_item(item.get("id") or new_id("fc"), item["call_id"], item["name"],
+                                 item.get("arguments", ""), "completed"))
+        else:  # function_call_output
+            out.append({"id": item.get("id") or new_id("fco"), "type": "function_call_output", "status": "completed",
+                        "call_id": item["call_id"], "output": item.get("output")})
+    return out
+
+
+def items_page(items: list[dict[str, Any]], order: str, limit: int, after: str | None) -> dict[str, Any]:
+    """One page of input items, OpenAI's list shape: newest first unless `order` is asc, after item `after`."""
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        at = next((i for i, item in enumerate(items) if item.get("id") == after), None)
+        if at is None:
+            raise APIError(400, f"invalid request: field 'after': no input item {after!r} in this response; send "
+                                "the last_id of the page before", "invalid_request_error", "invalid_value", "after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
 class Draft:

@@ -17,13 +17,19 @@ def sweep_interval_s(ttl_s: float) -> float:
     return min(60.0, max(1.0, ttl_s / 2))
 
 
-async def insert(pool: asyncpg.Pool, response_id: str, owner: str, body: str, messages: str, ttl_s: float) -> None:
-    await pool.execute(q("response_insert"), response_id, owner, body, messages, ttl_s)
+async def insert(pool: asyncpg.Pool, response_id: str, owner: str, body: str, input_items: str, messages: str,
+                 ttl_s: float) -> None:
+    await pool.execute(q("response_insert"), response_id, owner, body, input_items, messages, ttl_s)
 
 
 async def body(pool: asyncpg.Pool, response_id: str, owner: str) -> str | None:
     """The response object as JSON text; None when unknown, expired or another key's."""
     return await pool.fetchval(q("response_body"), response_id, owner)  # type: ignore[no-any-return]
+
+
+async def input_items(pool: asyncpg.Pool, response_id: str, owner: str) -> str | None:
+    """The request's input items as a JSON list; None as `body`."""
+    return await pool.fetchval(q("response_input_items"), response_id, owner)  # type: ignore[no-any-return]
 
 
 async def messages(pool: asyncpg.Pool, response_id: str, owner: str) -> str | None:

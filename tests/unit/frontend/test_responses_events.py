@@ -9,10 +9,11 @@ import orjson
 import pytest
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response, ResponseItemList, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from corral.frontend.responses_events import Draft, EventWriter, unary_output
+from corral.frontend.errors import APIError
+from corral.frontend.responses_events import Draft, EventWriter, input_items, items_page, unary_output
 from corral.frontend.responses_request import ResponsesRequest
 from corral.proto import backend_pb2
 
@@ -148,3 +149,34 @@ def test_tool_choice_is_echoed(choice: Any) -> None:
     unary_output(draft, "x", [])
     draft.finish(1, 1, out_of_tokens=False)
     assert Response.model_validate(draft.obj()).tool_choice is not None
+
+
+def test_input_items_give_every_item_a_type_an_id_and_content_parts_the_sdk_reads() -> None:
+    items = input_items([
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "id": "msg_mine", "content": "hello"},
+        {"role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ])
+    page = ResponseItemList.model_validate(items_page(items, "asc", 20, None))
+    assert [item.type for item in page.data] == ["message", "message", "message", "function_call",
+                                                 "function_call_output"]
+    assert page.data[1].id == "msg_mine" and len({item.id for item in page.data}) == 5
+    assert page.data[0].content[0].text == "hi" and page.data[1].content[0].type == "output_text"
+    assert input_items("") == [] and input_items("x")[0]["content"] == [{"type": "input_text", "text": "x"}]
+
+
+def test_an_items_page_is_newest_first_by_default_and_pages_after_an_id() -> None:
+    items = [{"id": f"i{n}"} for n in range(5)]
+    first = items_page(list(items), "desc", 2, None)
+    assert ([i["id"] for i in first["data"]], first["first_id"], first["last_id"], first["has_more"]) == (
+        ["i4", "i3"], "i4", "i3", True)
+    last = items_page(list(items), "desc", 2, "i1")
+    assert (last["data"], last["has_more"]) == ([{"id": "i0"}], False)
+    assert items_page(list(items), "asc", 10, None)["data"] == items
+    assert items_page([], "asc", 10, None) == {"object": "list", "data": [], "first_id": None, "last_id": None,
+                                               "has_more": False}
+    with pytest.raises(APIError) as caught:
+        items_page(list(items), "asc", 2, "nope")
+    assert caught.value.param == "after"

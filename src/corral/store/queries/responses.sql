@@ -1,11 +1,15 @@
 -- name: response_insert
--- Keep a response (the Responses API) for $5 seconds.
-INSERT INTO responses (id, owner, body, messages, expires_at)
-VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5));
+-- Keep a response (the Responses API) for $6 seconds.
+INSERT INTO responses (id, owner, body, input_items, messages, expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6));
 
 -- name: response_body
 -- A live response's object, for the key that created it.
 SELECT body FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
+
+-- name: response_input_items
+-- A live response's input items, for the key that created it.
+SELECT input_items FROM responses WHERE id = $1 AND owner = $2 AND expires_at > now();
 
 -- name: response_messages
 -- A live response's conversation (chat messages), for the key that created it: a follow-up's history.
