@@ -1,4 +1,5 @@
-"""The Responses API: `POST /v1/responses` (unary and streamed), `GET` and `DELETE /v1/responses/{id}`.
+"""The Responses API: `POST /v1/responses` (unary and streamed), `GET` and `DELETE /v1/responses/{id}`,
+`GET /v1/responses/{id}/input_items`.
 
 A request runs as the chat completion it maps to (`responses_request`): the same PredictOptions
 (`openai.chat_options`), so tool calls, grammars and every other chat feature apply; its output is
@@ -151,22 +152,25 @@ def build_responses_router(state: FrontendState) -> APIRouter:
         run = _stream if body.stream else _whole
         return _UntilDisconnect(lambda: run(state, cfg, opts, max_tokens, draft, keeper))
 
-    @router.get("/responses/{response_id}")
-    async def retrieve(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
-        text = await store.body(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
+    async def stored(read: Callable[[Any, str, str], Awaitable[str | None]], response_id: str,
+                     request: Request) -> str:
+        """What `read` finds of a response of the request's key; 404 when there is none."""
+        text = await read(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
         if text is None:
             raise _not_found(response_id)
-        return _json(text.encode())
+        return text
+
+    @router.get("/responses/{response_id}")
+    async def retrieve(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
+        return _json((await stored(store.body, response_id, request)).encode())
 
     @router.get("/responses/{response_id}/input_items")
     async def list_input_items(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request,
                                order: Literal["asc", "desc"] = "desc",
                                limit: Annotated[int, Query(ge=1, le=ITEMS_PAGE_MAX)] = 20,
                                after: Annotated[str | None, Query(max_length=NAME_MAX)] = None) -> Response:
-        text = await store.input_items(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
-        if text is None:
-            raise _not_found(response_id)
-        return _json(items_page(orjson.loads(text), order, limit, after))
+        items = orjson.loads(await stored(store.input_items, response_id, request))
+        return _json(items_page(items, order, limit, after))
 
     @router.delete("/responses/{response_id}")
     async def delete(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request) -> Response:
