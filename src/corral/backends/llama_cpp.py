@@ -5,7 +5,9 @@ LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`)
 `Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`.
 Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
 (re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
-which is faster but not bit-identical to a fresh evaluation).
+which is faster but not bit-identical to a fresh evaluation; a model with sliding-window attention, such as
+Gemma 3, always evaluates its prompt whole: llama-cpp-python reuses its cached prefix wrongly, so a greedy
+answer would depend on the request before it).
 Generation uses our own token loop (not `create_completion`) so that token counts are exact
 and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
 A prompt may come as token ids (`EmbeddingTokens`, the reference's field for Embedding, read by
@@ -95,6 +97,17 @@ def _embed_token_ids(llm: Llama, ids: list[int]) -> tuple[Any, int]:
         del llm.tokenize
 
 
+def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
+    """False for a sliding-window-attention model: after another prompt, llama-cpp-python's reuse of the shared
+    prefix gives Gemma 3 another greedy answer than a fresh evaluation ("Name three colours. mendatang" for
+    "Name three colours.\n(a)"), so such a model evaluates each prompt whole."""
+    window = llama_cpp.llama_model_n_swa(llm.model)
+    if window > 0:
+        log.info("%s uses sliding-window attention (%d tokens): each prompt is evaluated whole, its cached prefix "
+                 "is not reused", path.name, window)
+    return window <= 0
+
+
 def default_context_tokens(path: Path) -> int:
     """The GGUF's `<arch>.context_length`, capped at 4096 (4096 if it cannot be read)."""
     try:
@@ -156,7 +169,7 @@ class LlamaCppEngine:
             llm.close()
             raise
         self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
-        self._cache_prompt = cache_prompt
+        self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
         self._model_label = opts.Model or path.name
         log.info(
             "llama.cpp loaded %s: n_ctx=%d threads=%d embeddings=%s chat=%s",
