@@ -250,3 +250,15 @@ def test_gemma_gives_a_greedy_request_the_same_answer_whatever_came_before(clien
     # the default config (cache_prompt on): llama-cpp-python reused the cached prefix of the prompt before,
     # which a sliding-window model cannot take; "Name three colours. mendatang" came back
     assert greedy() == first
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_stream_that_ends_at_once_still_counts_its_prompt(client: openai.OpenAI, gemma: Any, n: int) -> None:
+    # a bias of +100 on end-of-sequence: the model stops before its first token, and the final reply's counts
+    # (0 completion tokens) were taken for a text piece, so usage said the prompt had 0 tokens
+    chunks = list(client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, n=n, stream=True,
+                                            logit_bias={str(gemma.token_eos()): 100},
+                                            stream_options={"include_usage": True}))
+    prompt_tokens = len(gemma.tokenize(PROMPT.encode(), add_bos=True, special=True))
+    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (prompt_tokens, 0)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == ""

@@ -92,7 +92,8 @@ def replicate(opts: backend_pb2.PredictOptions, n: int, prompt: int, echo: str =
     return out
 
 
-def _usage_of(choices: Sequence[Choice], replies: Sequence[backend_pb2.Reply]) -> dict[str, int]:
+def usage_of(choices: Sequence[Choice], replies: Sequence[backend_pb2.Reply]) -> dict[str, int]:
+    """Usage of several choices: every completion token, each prompt's tokens once."""
     prompts = {choice.prompt: reply.prompt_tokens for choice, reply in zip(choices, replies, strict=True)}
     return usage(sum(prompts.values()), sum(reply.tokens for reply in replies))
 
@@ -130,7 +131,7 @@ async def unary(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, An
             shaped = logprobs.CompletionLogprobs(len(choice.echo)).shape(items) if plan.logprobs else None
             out.append({"index": choice.index, "text": text, "logprobs": shaped,
                         "finish_reason": finish_reason(reply.tokens, plan.max_tokens)})
-    body = {**head, "choices": out, "usage": _usage_of(plan.choices, replies)}
+    body = {**head, "choices": out, "usage": usage_of(plan.choices, replies)}
     return Response(orjson.dumps(body), media_type="application/json", headers=headers_of(answers[-1][1]))
 
 
@@ -173,7 +174,7 @@ async def stream(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, A
         finally:
             streams.close()
         if include_usage:
-            yield sse({**head, "choices": [], "usage": _usage_of(plan.choices, totals)})
+            yield sse({**head, "choices": [], "usage": usage_of(plan.choices, totals)})
         yield DONE
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers_of(opened.replica) or {})}
@@ -207,7 +208,7 @@ async def _relay(plan: Plan, head: dict[str, Any], choice: Choice, reply: Any, o
             delta = {"tool_calls": [{"index": called + i, **c} for i, c in enumerate(openai_tool_calls(found))]}
             yield chunk({"delta": delta})
             called += len(found)
-        if reply.tokens:  # the final reply carries the counts
+        if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts
             final = reply
         reply = await opened.read()
     totals.append(final)

@@ -398,7 +398,7 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
                 if tools and reply.chat_deltas and (found := reply_tool_calls(reply)):
                     yield sse(encoder.tool_calls(openai_tool_calls(found), called))
                     called += len(found)
-                if reply.tokens:  # the final reply carries the counts
+                if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts (0 tokens: EOS first)
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
