@@ -14,6 +14,7 @@ from typing import Any
 from llama_cpp import Llama, llama_chat_format
 
 from corral.backends.engine import InvalidRequestError, LoadError
+from corral.grammar.tool_calls import ToolMode, calls_text, tool_functions
 from corral.proto import backend_pb2 as pb
 
 ChatFormatter = llama_chat_format.ChatFormatter
@@ -95,10 +96,63 @@ def message_dicts(messages: list[pb.Message]) -> list[dict[str, Any]]:
     return result
 
 
-def render_chat(formatter: ChatFormatter, req: pb.PredictOptions) -> ChatPrompt:
+def knows_tools(formatter: ChatFormatter) -> bool:
+    """A Jinja template that renders tools and tool turns itself; built-in formats drop them."""
+    template = getattr(formatter, "template", None)
+    return isinstance(template, str) and "tool" in template
+
+
+def tools_preamble(functions: list[dict[str, Any]], mode: ToolMode) -> str:
+    """The tools and the call format, told in words to a model whose template has no place for them."""
+    lines = ["You can call these functions:"]
+    for function in functions:
+        parameters = json.dumps(function.get("parameters") or {}, ensure_ascii=False, separators=(",", ":"))
+        description = f" {function['description']}" if function.get("description") else ""
+        lines.append(f"- {function['name']}:{description} Arguments (JSON Schema): {parameters}")
+    lines.append('To call a function, answer with only a JSON object: {"name": <function name>, '
+                 '"arguments": <its arguments>}.')
+    if mode.forced:
+        lines.append(f"Call {mode.forced} now.")
+    elif mode.choice == "required":
+        lines.append("Call a function now.")
+    return "\n".join(lines) + "\n\n"
+
+
+def tools_in_text(messages: list[dict[str, Any]], functions: list[dict[str, Any]], mode: ToolMode | None
+                  ) -> list[dict[str, Any]]:
+    """Messages for a template without tools: past calls written as the model writes them, tool results as
+    user turns naming the function, and (when tools are offered) the tools told in the first user turn."""
+    names = {call.get("id"): (call.get("function") or {}).get("name")
+             for m in messages for call in m.get("tool_calls") or [] if isinstance(call, dict)}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "tool":
+            name = message.get("name") or names.get(message.get("tool_call_id")) or "the function"
+            out.append({"role": "user", "content": f"Result of {name}: {message['content']}"})
+        elif message.get("tool_calls"):
+            written = calls_text(message["tool_calls"])
+            content = f"{message['content']}\n{written}" if message["content"] else written
+            out.append({"role": message["role"], "content": content})
+        else:
+            out.append(message)
+    if mode is not None and functions:
+        first = next((i for i, m in enumerate(out) if m["role"] == "user"), None)
+        preamble = tools_preamble(functions, mode)
+        if first is None:
+            out.insert(0, {"role": "user", "content": preamble.strip()})
+        else:
+            out[first] = {**out[first], "content": preamble + out[first]["content"]}
+    return out
+
+
+def render_chat(formatter: ChatFormatter, req: pb.PredictOptions, mode: ToolMode | None = None) -> ChatPrompt:
+    """The prompt of a chat request; `mode`: how it may call tools (None: it may not)."""
     tools = _json_field(req.Tools, "PredictOptions.Tools") if req.Tools else None
+    messages = message_dicts(list(req.Messages))
+    if not knows_tools(formatter) and (tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages)):
+        messages, tools = tools_in_text(messages, tool_functions(tools or []), mode), None
     try:
-        rendered = formatter(messages=message_dicts(list(req.Messages)), tools=tools)  # type: ignore[arg-type]
+        rendered = formatter(messages=messages, tools=tools)  # type: ignore[arg-type]
     except InvalidRequestError:
         raise
     except Exception as exc:  # noqa: BLE001 - templates raise on unsupported conversations

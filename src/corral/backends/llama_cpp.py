@@ -17,6 +17,7 @@ Predict too when `Prompt` is empty); each Reply carries the logprobs of its text
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -40,8 +41,10 @@ from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_
 from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
+from corral.backends.llama_tools import call_replies, requested_tools
 from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
+from corral.grammar.tool_calls import CallScanner, ToolMode
 from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
 from corral.proto.replies import merged_logprobs
@@ -185,8 +188,9 @@ class LlamaCppEngine:
             raise NotSupportedError("llama-cpp backend: model not loaded")
         return self._llm
 
-    def _prompt(self, llm: Llama, req: pb.PredictOptions) -> tuple[list[int], tuple[str, ...]]:
-        """Prompt tokens and template stop strings for a request."""
+    def _prompt(self, llm: Llama, req: pb.PredictOptions, mode: ToolMode | None
+                ) -> tuple[list[int], tuple[str, ...]]:
+        """Prompt tokens and template stop strings for a request (`mode`: how it may call tools)."""
         if req.Images or req.Videos or req.Audios:
             raise InvalidRequestError("the llama-cpp backend is text-only; drop Images/Videos/Audios")
         if req.UseTokenizerTemplate and req.Messages:
@@ -195,7 +199,7 @@ class LlamaCppEngine:
                     f"model {self._model_label!r} has no chat template; load it with option "
                     "chat_format:<name> (e.g. chatml, gemma, llama-2) or send a plain Prompt"
                 )
-            chat = render_chat(self._formatter, req)
+            chat = render_chat(self._formatter, req, mode)
             return llm.tokenize(chat.text.encode("utf-8"), add_bos=chat.add_bos, special=True), chat.stop
         if req.Prompt:
             return llm.tokenize(req.Prompt.encode("utf-8"), add_bos=True, special=True), ()
@@ -206,27 +210,36 @@ class LlamaCppEngine:
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()
-        prompt_tokens, template_stops = self._prompt(llm, req)
+        mode, tool_grammar = requested_tools(req)
+        prompt_tokens, template_stops = self._prompt(llm, req, mode)
+        sampling = sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab())
+        if tool_grammar:
+            sampling = dataclasses.replace(sampling, grammar=tool_grammar)
         generation = GenerationRequest(
             prompt_tokens=prompt_tokens,
-            sampling=sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab()),
+            sampling=sampling,
             stops=tuple(req.StopPrompts) + template_stops,
             seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
             reuse_prompt_cache=self._cache_prompt,
             logprobs=LogprobRecorder(llm, req.TopLogprobs) if req.Logprobs > 0 else None,
         )
-        return self._stream(generate_pieces(llm, generation), generation)
+        scanner = CallScanner(mode.text_allowed) if mode is not None else None
+        return self._stream(generate_pieces(llm, generation), generation, scanner)
 
-    def _stream(self, pieces: Iterator[str], generation: GenerationRequest) -> Iterator[pb.Reply]:
+    def _stream(self, pieces: Iterator[str], generation: GenerationRequest, scanner: CallScanner | None
+                ) -> Iterator[pb.Reply]:
+        """Replies of the generated pieces; with tools, `scanner` turns call text into tool-call deltas."""
         recorder = generation.logprobs
         try:
             for piece in pieces:
-                reply = piece_reply(piece)
-                if recorder is not None:
-                    reply.logprobs = recorder.take()
-                yield reply
+                for reply in call_replies(scanner.feed(piece)) if scanner is not None else [piece_reply(piece)]:
+                    if recorder is not None:
+                        reply.logprobs = recorder.take()
+                    yield reply
         finally:
             pieces.close()  # type: ignore[attr-defined]  # a generator: stops the token loop now
+        if scanner is not None:
+            yield from call_replies(scanner.finish())
         stats = generation.stats
         final = final_reply(
             tokens=stats.completion_tokens,

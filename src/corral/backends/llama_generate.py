@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import llama_cpp
 from llama_cpp import Llama, LlamaGrammar
 
-from corral.backends.engine import InvalidRequestError, check_prompt_fits, requested_max_tokens
+from corral.backends.engine import check_prompt_fits, requested_max_tokens
+from corral.backends.llama_grammar import GrammarCache
 from corral.backends.llama_logprobs import LogprobRecorder, logit_bias_processor, parse_logit_bias
 from corral.backends.stop_scanner import StopScanner
 from corral.proto import backend_pb2 as pb
@@ -25,6 +26,7 @@ from corral.proto import backend_pb2 as pb
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
+GRAMMARS = GrammarCache()  # one model per backend process: one cache
 
 
 @dataclass(frozen=True)
@@ -85,19 +87,10 @@ def token_budget(llm: Llama, request: GenerationRequest) -> int:
     return min(request.sampling.max_tokens, n_ctx - n_prompt)
 
 
-def build_grammar(text: str) -> LlamaGrammar | None:
-    if not text:
-        return None
-    try:
-        return LlamaGrammar.from_string(text, verbose=False)
-    except Exception as exc:  # noqa: BLE001 - surface GBNF parse errors to the caller
-        raise InvalidRequestError(f"Grammar is not valid GBNF: {exc}") from None
-
-
 def generate_pieces(llm: Llama, request: GenerationRequest) -> Iterator[str]:
     """Yield decoded text pieces; fill `request.stats` as it goes. Validates before the first yield."""
     budget = token_budget(llm, request)
-    grammar = build_grammar(request.sampling.grammar)
+    grammar = GRAMMARS.get(llm, request.sampling.grammar)
     return _token_loop(llm, request, budget, grammar)
 
 

@@ -30,7 +30,8 @@ from corral.frontend.schemas import (
 )
 from corral.frontend.sse import DONE, ChunkEncoder, sse
 from corral.frontend.state import FrontendState
-from corral.frontend.tool_calls import openai_tool_calls, reply_tool_calls
+from corral.frontend.structured_output import offer_tools, request_grammar
+from corral.frontend.tool_calls import delta_tool_calls, openai_tool_calls, reply_tool_calls
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
@@ -92,22 +93,14 @@ def _chat_message(m: ChatMessage) -> backend_pb2.Message:
     return message
 
 
-def _offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) -> None:
-    """Client-side tools: the model may answer with tool calls, returned for the client to run."""
-    opts.Tools = orjson.dumps([t.model_dump() for t in body.tools or []]).decode()
-    if body.tool_choice is not None:
-        choice = body.tool_choice
-        opts.ToolChoice = choice if isinstance(choice, str) else orjson.dumps(choice).decode()
-
-
 def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend_pb2.PredictOptions, int]:
     """A chat request's backend call and its token budget (also what `/v1/responses` sends)."""
     max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
     opts = _predict_options(cfg, body, max_tokens)
     opts.UseTokenizerTemplate = True
     opts.Messages.extend(_chat_message(m) for m in body.messages)
-    if body.tools is not None:
-        _offer_tools(opts, body)
+    opts.Grammar = request_grammar(body)
+    offer_tools(opts, body)
     if body.logprobs:
         opts.Logprobs, opts.TopLogprobs = 1, body.top_logprobs or 0
     return opts, max_tokens
@@ -186,6 +179,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         cfg = config_for(state, body.model)
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
         opts = _predict_options(cfg, body, max_tokens)
+        opts.Grammar = request_grammar(body)
         prompts = body.prompts()
         if _several_or_logprobs(body, prompts):  # several choices, token ids, logprobs: choices.py
             return await _choices(state, cfg, _completion_plan(state, body, opts, prompts, max_tokens), body)
@@ -227,7 +221,9 @@ def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[
     message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
     finish = _finish_reason(reply.tokens, max_tokens)
     if reply.chat_deltas and (found := reply_tool_calls(reply)):
-        message["tool_calls"], finish = openai_tool_calls(found), "tool_calls"
+        message["tool_calls"] = openai_tool_calls(found)
+        message["content"] = message["content"] or None  # as OpenAI answers a call
+        finish = "tool_calls" if finish == "stop" else finish  # a call cut by max_tokens is "length"
     return message, finish
 
 
@@ -390,14 +386,14 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         if chat:
             yield sse(encoder.chunk(None, role=True))
         reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
-        tools, called = bool(opts.Tools), 0  # client-side tools: tool calls go out as `delta.tool_calls`
+        tools, called = bool(opts.Tools), set[int]()  # client-side tools: tool calls go out as `delta.tool_calls`
         try:
             while reply is not eof:
                 if reply.message:
                     yield piece(reply.message)
-                if tools and reply.chat_deltas and (found := reply_tool_calls(reply)):
-                    yield sse(encoder.tool_calls(openai_tool_calls(found), called))
-                    called += len(found)
+                if tools and reply.chat_deltas and (deltas := delta_tool_calls(reply)):
+                    yield sse(encoder.tool_calls(deltas))
+                    called.update(d["index"] for d in deltas)
                 if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts (0 tokens: EOS first)
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
@@ -407,7 +403,8 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         finally:
             stream.close()
         _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
-        yield sse(encoder.chunk("tool_calls" if called else _finish_reason(completion_tokens, max_tokens)))
+        finish = _finish_reason(completion_tokens, max_tokens)
+        yield sse(encoder.chunk("tool_calls" if called and finish == "stop" else finish))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))
         yield DONE

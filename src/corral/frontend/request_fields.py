@@ -95,7 +95,6 @@ _SAMPLING_EXTENSIONS: dict[str, tuple[Any, ...]] = {  # vLLM's and LocalAI's com
     "min_tokens": (0,),
     "ignore_eos": _OFF_BOOL,
     "stop_token_ids": ([],),
-    "grammar": ("",),
     "guided_json": _NULL_ONLY,
     "guided_regex": _NULL_ONLY,
     "guided_choice": _NULL_ONLY,
@@ -103,7 +102,6 @@ _SAMPLING_EXTENSIONS: dict[str, tuple[Any, ...]] = {  # vLLM's and LocalAI's com
 }
 
 _GENERATION_NOT_YET: dict[str, tuple[Any, ...]] = {  # OpenAI's fields of both chat and completions
-    "response_format": ({"type": "text"},),  # chat; vLLM reads it for completions too
     "service_tier": ("auto", "default"),
     **_SAMPLING_EXTENSIONS,
 }
@@ -113,7 +111,6 @@ CHAT = FieldPolicy(
     harmless=frozenset({"user", "metadata", "prompt_cache_key", "safety_identifier"}),
     not_yet={
         **_GENERATION_NOT_YET,
-        "parallel_tool_calls": (True,),  # false (at most one call) is not honoured yet
         "store": _OFF_BOOL,  # nothing is stored for later retrieval
         "modalities": (["text"],),
         "audio": _NULL_ONLY,

@@ -106,9 +106,26 @@ class StreamOptions(_Body):
     include_usage: bool = False
 
 
+class JSONSchemaFormat(_Body):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = Field(default="response", max_length=NAME_MAX)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None  # the grammar always holds the reply to the schema
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
 class _Sampling(_Request):
     model: ModelName
     max_tokens: PositiveInt32 | None = None  # PredictOptions.Tokens is an int32
+    response_format: ResponseFormat | None = None  # these three: the output's grammar (structured_output)
+    grammar: str | None = None  # GBNF, as the reference takes it
+    grammar_json_functions: dict[str, Any] | None = None  # the reference's JSON Schema of function calls
     temperature: Temperature | None = None
     top_p: Probability | None = None
     presence_penalty: Penalty | None = None
@@ -141,6 +158,7 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: PositiveInt32 | None = None
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # true: an array of calls may come; absent or false: one call
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
 

@@ -44,9 +44,9 @@ class ChunkEncoder:
             choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish}
         return {**self.head, "choices": [choice]}
 
-    def tool_calls(self, calls: list[dict[str, Any]], first_index: int) -> dict[str, Any]:
-        """A chunk carrying whole tool calls (OpenAI `delta.tool_calls`, indexed across the stream)."""
-        delta = {"tool_calls": [{"index": first_index + i, **call} for i, call in enumerate(calls)]}
+    def tool_calls(self, deltas: list[dict[str, Any]]) -> dict[str, Any]:
+        """A chunk carrying tool-call deltas (OpenAI `delta.tool_calls`, each with its index in the stream)."""
+        delta = {"tool_calls": deltas}
         return {**self.head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
 
     def usage(self, usage: dict[str, int]) -> bytes:

@@ -35,5 +35,19 @@ def reply_tool_calls(reply: backend_pb2.Reply) -> list[ToolCall]:
             for i, s in sorted(merged.items())]
 
 
+def delta_tool_calls(reply: backend_pb2.Reply) -> list[dict[str, Any]]:
+    """A streamed reply's tool-call pieces as OpenAI `delta.tool_calls` entries: a call's first piece (it has
+    the id) carries its id, type and name; the others only their index and argument text."""
+    out: list[dict[str, Any]] = []
+    for delta in reply.chat_deltas:
+        for call in delta.tool_calls:
+            if call.id:
+                out.append({"index": call.index, "id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments}})
+            else:
+                out.append({"index": call.index, "function": {"arguments": call.arguments}})
+    return out
+
+
 def openai_tool_calls(calls: list[ToolCall]) -> list[dict[str, Any]]:
     return [c.openai() for c in calls]
