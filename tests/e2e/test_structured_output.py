@@ -204,6 +204,17 @@ def test_a_streamed_tool_call_is_reassembled_by_the_sdk(client: openai.OpenAI) -
     _valid_call(call)
 
 
+def test_each_of_n_streamed_choices_gets_its_own_call(client: openai.OpenAI) -> None:
+    with client.chat.completions.stream(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required", n=2,
+                                        max_tokens=60, temperature=1.0, seed=7) as stream:
+        final = stream.get_final_completion()
+    assert [c.index for c in final.choices] == [0, 1]
+    for choice in final.choices:
+        assert choice.finish_reason == "tool_calls"
+        [call] = choice.message.tool_calls or []  # was one call per argument piece, ids call_0, call_1, ...
+        _valid_call(call)
+
+
 def test_a_tool_result_goes_back_to_the_model(client: openai.OpenAI) -> None:
     first = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
                                            max_tokens=60, temperature=0)

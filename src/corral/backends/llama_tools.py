@@ -24,6 +24,8 @@ def requested_tools(req: pb.PredictOptions) -> tuple[ToolMode | None, str]:
         if mode is None:
             return None, ""
         grammar = cached_call_grammar(req.Tools, req.ToolChoice, parallel)
+        if not grammar:  # no function among the tools: nothing to call
+            return None, ""
     except SchemaError as exc:
         raise InvalidRequestError(f"{exc.dotted('PredictOptions.Tools')}: {exc.message}") from None
     except (ValueError, TypeError, KeyError) as exc:  # JSON errors are ValueErrors

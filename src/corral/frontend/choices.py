@@ -24,7 +24,7 @@ from corral.frontend import logprobs
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
 from corral.frontend.sse import DONE, sse
-from corral.frontend.tool_calls import openai_tool_calls, reply_tool_calls
+from corral.frontend.tool_calls import delta_tool_calls
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
@@ -198,21 +198,21 @@ async def _relay(plan: Plan, head: dict[str, Any], choice: Choice, reply: Any, o
         yield chunk({"delta": {"role": "assistant", "content": ""}})
     elif choice.echo:
         yield chunk({"text": choice.echo})
-    final, called = backend_pb2.Reply(), 0
+    final, called = backend_pb2.Reply(), False
     while reply is not calls.EOF:
         items = logprobs.entries(reply) if plan.logprobs else None
         if reply.message or items:
             text = reply.message.decode(errors="replace")
             yield chunk({text_key: {"content": text} if plan.chat else text}, items)
-        if plan.chat and reply.chat_deltas and (found := reply_tool_calls(reply)):
-            delta = {"tool_calls": [{"index": called + i, **c} for i, c in enumerate(openai_tool_calls(found))]}
-            yield chunk({"delta": delta})
-            called += len(found)
+        if plan.chat and reply.chat_deltas and (deltas := delta_tool_calls(reply)):
+            yield chunk({"delta": {"tool_calls": deltas}})
+            called = True
         if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts
             final = reply
         reply = await opened.read()
     totals.append(final)
-    finish = "tool_calls" if called else finish_reason(final.tokens, plan.max_tokens)
+    finish = finish_reason(final.tokens, plan.max_tokens)
+    finish = "tool_calls" if called and finish == "stop" else finish  # a call cut by max_tokens is "length"
     yield chunk({"delta": {}} if plan.chat else {"text": ""}, finish=finish)
 
 

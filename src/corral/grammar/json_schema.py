@@ -235,6 +235,8 @@ class SchemaCompiler:
         name = self.grammar.reserve("ref-" + ref.rsplit("/", 1)[-1])
         self._refs[key] = name
         body = self._visit(target, tuple(p for p in ref[2:].split("/")), doc, name, depth + 1)
+        if body == name:
+            raise SchemaError((*path, "$ref"), f"reference {ref} only refers to itself: it describes no value")
         self.grammar.define(name, body)
         return name
 

@@ -72,7 +72,10 @@ def tool_functions(tools: list[Any]) -> list[dict[str, Any]]:
 
 
 def call_grammar(functions: list[dict[str, Any]], mode: ToolMode) -> str:
-    """GBNF of the calls `mode` allows; SchemaError's path starts at the tool's index (`[i].parameters...`)."""
+    """GBNF of the calls `mode` allows ('' without any function to call); SchemaError's path starts at the
+    tool's index (`[i].function.parameters...`)."""
+    if not functions:
+        return ""
     offered = [f for f in functions if not mode.forced or f["name"] == mode.forced]
     if not offered:
         raise ValueError(f"tool_choice names {mode.forced!r}, which is not among the tools")

@@ -92,6 +92,7 @@ def test_json_object_and_formats_use_the_shared_primitives() -> None:
     ({"type": "string", "minLength": 4, "maxLength": 2}, ("maxLength",)),
     ({"properties": {"a": {}}, "required": ["b"]}, ("required",)),
     ({"description": "nothing to generate"}, ()),
+    ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),  # llama.cpp: left recursion
 ])
 def test_what_the_compiler_cannot_take_is_refused_with_its_path(schema: Any, path: tuple[Any, ...]) -> None:
     error = refused(schema)

@@ -58,6 +58,11 @@ def test_a_named_function_allows_only_it_and_auto_allows_text_too() -> None:
         call_grammar(tool_functions(TOOLS), ToolMode("function", "gone", False))
 
 
+def test_tools_without_a_function_ask_for_no_grammar() -> None:
+    assert cached_call_grammar("[]", "auto", True) == ""
+    assert cached_call_grammar(json.dumps([{"type": "web_search"}]), "required", False) == ""
+
+
 def test_a_tool_schema_the_compiler_refuses_names_the_tool() -> None:
     bad = [*TOOLS, {"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}]
     with pytest.raises(SchemaError) as caught:
