@@ -14,12 +14,14 @@ import jsonschema
 import openai
 import pytest
 
-from corral.models.defaults import GEMMA_NAME, prepare_gemma
+from corral.models.defaults import GEMMA_CONTEXT_TOKENS, GEMMA_FILE, GEMMA_NAME, prepare_gemma
+from support.agent_workers import mcp_model_yaml, start_agent_worker
 from support.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
 SIM = "tools-sim"
+GEMMA_MCP = "gemma-mcp"  # Gemma with the test MCP server (tests/support/mcp_tools_server.py)
 PERSON = {
     "type": "object",
     "properties": {
@@ -63,6 +65,9 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
     prepare_gemma(c.models_dir)
+    engine = (f"backend: llama-cpp\ncontext_size: {GEMMA_CONTEXT_TOKENS}\nparameters:\n  model: {GEMMA_FILE}\n"
+              "options:\n  - chat_format:gemma\n")
+    (c.models_dir / f"{GEMMA_MCP}.yaml").write_text(mcp_model_yaml(GEMMA_MCP, max_iterations=1, engine=engine))
     try:
         c.start_frontend()
         c.start_worker("w1")
@@ -252,3 +257,17 @@ def test_the_simulator_still_returns_its_scripted_calls_streamed(client: openai.
     [call] = final.choices[0].message.tool_calls or []
     assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Oslo"
     assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_the_mcp_agent_loop_runs_on_gemma_with_a_constrained_call(cluster: Cluster) -> None:
+    start_agent_worker(cluster, "agent-a")
+    body = {"model": GEMMA_MCP, "max_tokens": 40, "temperature": 0,
+            "messages": [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}],
+            "tool_choice": {"type": "function", "function": {"name": "add"}}}
+    response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    mcp = response.json()["mcp"]
+    first = mcp["tool_calls"][0]  # the model's own call (the simulator's were scripted), run on the agent worker
+    assert first["name"] == "add" and "error" not in first, mcp
+    arguments = json.loads(first["arguments"])
+    assert set(arguments) == {"a", "b"} and float(first["result"]) == arguments["a"] + arguments["b"]

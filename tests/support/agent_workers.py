@@ -12,12 +12,12 @@ from support.cluster import Cluster, Proc, spawn
 TOOLS_SERVER = Path(__file__).with_name("mcp_tools_server.py")
 
 
-def mcp_model_yaml(name: str, *, max_iterations: int = 0) -> str:
-    """A simulator model whose MCP stdio server is tests/support/mcp_tools_server.py (the reference's shape:
-    `mcp.stdio` holds a JSON document)."""
+def mcp_model_yaml(name: str, *, max_iterations: int = 0, engine: str = "backend: simulator\n") -> str:
+    """A model (`engine`: its backend lines; the simulator by default) whose MCP stdio server is
+    tests/support/mcp_tools_server.py (the reference's shape: `mcp.stdio` holds a JSON document)."""
     stdio = json.dumps({"mcpServers": {"tools": {"command": sys.executable, "args": [str(TOOLS_SERVER)]}}})
     agent = f"agent:\n  max_iterations: {max_iterations}\n" if max_iterations else ""
-    return f"name: {name}\nbackend: simulator\nmcp:\n  stdio: '{stdio}'\n{agent}"
+    return f"name: {name}\n{engine}mcp:\n  stdio: '{stdio}'\n{agent}"
 
 
 def agent_worker_argv(cluster: Cluster, name: str, *extra: str) -> list[str]:

@@ -6,6 +6,9 @@ usual, with the MCP tools offered; every tool call it proposes is executed on an
 to the model, for at most --mcp-max-iterations turns. A streamed client sees each tool call (a standard
 `delta.tool_calls` chunk) and each result (`delta.tool_result`, an additive field) before the answer.
 
+A request's `tool_choice` holds for the loop's first model turn (`required`, or a named MCP tool, makes the
+model call one under the tool-call grammar; later turns are `auto`; `none` offers no tools).
+
 Only models with `mcp:` servers, asked without client-side `tools`, come here: the plain chat path is
 untouched. A request that brings its own `tools` gets the model's tool calls back to run itself.
 """
@@ -84,13 +87,17 @@ class AgentChat:
         known = {d.tool_name for d in defs}
         max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
         run = _Run()
+        first_choice = _first_choice(body)
+        turns = 0
 
         async def model(history: list[dict[str, Any]], tools_allowed: bool) -> Turn:
+            nonlocal turns
             opts = _predict_options(cfg, body, max_tokens)
             opts.UseTokenizerTemplate = True
             opts.Messages.extend(proto_message(m) for m in history)
-            if tools_allowed and defs:
-                opts.Tools, opts.ToolChoice = tools_json, "auto"
+            if tools_allowed and defs and first_choice != "none":
+                opts.Tools, opts.ToolChoice = tools_json, first_choice if turns == 0 else "auto"
+            turns += 1
             reply, _replica = await _unary(self.state, cfg, "Predict", opts, "messages")
             calls = reply_tool_calls(reply) if reply.chat_deltas else []
             return Turn(content=reply.message.decode(errors="replace"), tool_calls=calls,
@@ -196,6 +203,15 @@ class AgentChat:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _first_choice(body: ChatCompletionRequest) -> str:
+    """The request's `tool_choice` for the loop's first model turn (later turns: auto, else a required call would
+    repeat until the iterations run out); `none` offers no tools at all."""
+    choice = body.tool_choice
+    if choice is None:
+        return "auto"
+    return choice if isinstance(choice, str) else orjson.dumps(choice).decode()
 
 
 def build_mcp_router(state: FrontendState, agents: AgentChat) -> APIRouter:
