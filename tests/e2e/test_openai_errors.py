@@ -92,8 +92,8 @@ def test_the_openai_sdk_sees_context_length_exceeded(cluster: Cluster) -> None:
 # --- fields corral does not read ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path, fields, param", [
-    ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
-    ("/v1/chat/completions", {"parallel_tool_calls": False}, "parallel_tool_calls"),
+    ("/v1/chat/completions", {"store": True}, "store"),
+    ("/v1/chat/completions", {"reasoning_effort": "high"}, "reasoning_effort"),
     ("/v1/chat/completions", {"modalities": ["text", "audio"]}, "modalities"),
     ("/v1/chat/completions", {"service_tier": "priority"}, "service_tier"),
     ("/v1/chat/completions", {"top_k": 40}, "top_k"),  # a vLLM / LocalAI extension
