@@ -18,6 +18,7 @@ from typing import IO
 import grpc
 import pytest
 
+from corral.models.minilm_gguf import source_dir
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
 from support import st_backend
@@ -192,6 +193,19 @@ def test_bad_calls_are_refused_with_their_reason(loaded: Running) -> None:
     code, _ = _code(lambda: rerank(pb.RerankRequest(query="q", documents=["d"], ModelIdentity="other"),
                                    metadata=AUTH, timeout=30))
     assert code is grpc.StatusCode.NOT_FOUND
+
+
+def test_token_ids_embed_as_the_text_they_come_from(loaded: Running) -> None:
+    vocab = {word: i for i, word in enumerate((source_dir() / "vocab.txt").read_text().splitlines())}
+    ids = [vocab[word] for word in "[CLS] a cat sat on the mat [SEP]".split()]  # the tokenizer's ids for the text
+    by_text = _embed(loaded, "a cat sat on the mat")
+    by_ids = loaded.stub.Embedding(pb.PredictOptions(EmbeddingTokens=ids, ModelIdentity=IDENTITY), metadata=AUTH,
+                                   timeout=60)  # refused before: "Embedding needs the text"
+    assert by_ids.prompt_tokens == by_text.prompt_tokens == len(ids) and by_ids.dim == 384
+    assert st_backend.cosine(list(by_ids.embeddings), list(by_text.embeddings)) > 0.99999
+    code, details = _code(lambda: loaded.stub.Embedding(pb.PredictOptions(EmbeddingTokens=[10**6]), metadata=AUTH,
+                                                        timeout=60))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "EmbeddingTokens" in details
 
 
 def test_status_free_and_sigterm(loaded: Running) -> None:

@@ -225,6 +225,24 @@ class Engine:
         """Rows of float32 vectors, as the model's own pipeline (pooling, normalisation) makes them."""
         return self.loaded().encode(texts, batch_size=ENCODE_BATCH, convert_to_numpy=True, show_progress_bar=False)
 
+    def embed_ids(self, ids: list[int]) -> Any:
+        """One row for these token ids as they are (special tokens included), through the same pipeline."""
+        import torch
+
+        model = self.loaded()
+        vocabulary = len(model.tokenizer)
+        if any(not 0 <= token < vocabulary for token in ids):
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"EmbeddingTokens holds an id outside this model's "
+                                                                 f"vocabulary (0..{vocabulary - 1})")
+        if len(ids) > model.max_seq_length:
+            raise RequestError(grpc.StatusCode.OUT_OF_RANGE, f"the input is {len(ids)} tokens but this model embeds "
+                                                             f"at most {model.max_seq_length}; shorten the input")
+        features = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+        if "token_type_ids" in model.tokenizer.model_input_names:
+            features["token_type_ids"] = torch.zeros(1, len(ids), dtype=torch.long)
+        with torch.inference_mode():
+            return model(features)["sentence_embedding"].float().numpy()
+
     def rerank(self, query: str, documents: list[str], top_n: int) -> tuple[list[tuple[int, float]], int, int]:
         """[(document index, cosine similarity)] best first, cut to `top_n` (0 = all); token counts."""
         import numpy as np
@@ -290,10 +308,11 @@ class Servicer(backend_pb2_grpc.BackendServicer):
     async def Embedding(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             self._guard(request.ModelIdentity)
-            text = request.Embeddings or request.Prompt
-            if not text:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "Embedding needs the text in Embeddings (or Prompt)")
-            vectors, counts = await self._run(self._embed_one, text)
+            text, ids = request.Embeddings or request.Prompt, list(request.EmbeddingTokens)
+            if not text and not ids:
+                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   "Embedding needs the text in Embeddings (or Prompt), or token ids in EmbeddingTokens")
+            vectors, counts = await self._run(self._embed_one, text) if text else await self._run(self._embed_ids, ids)
         except RequestError as exc:
             await context.abort(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - the caller gets the cause, the log the traceback
@@ -305,6 +324,9 @@ class Servicer(backend_pb2_grpc.BackendServicer):
 
     def _embed_one(self, text: str) -> tuple[Any, list[int]]:
         return self.engine.embed([text]), self.engine.token_counts([text])
+
+    def _embed_ids(self, ids: list[int]) -> tuple[Any, list[int]]:
+        return self.engine.embed_ids(ids), [len(ids)]
 
     async def Rerank(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
