@@ -33,12 +33,7 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
         f"name: {SIM}\nbackend: simulator\ncontext_size: {SIM_CONTEXT}\nparameters:\n  model: {SIM}\n")
     write_tiny_model_config(c.models_dir, LLAMA)
     write_tiny_model_config(c.models_dir, LLAMA_EMBED, embeddings=True)
-    try:
-        c.start_frontend()
-        c.start_worker("w1")
-        yield c
-    finally:
-        c.stop()
+    yield from c.serving("w1")
 
 
 def _post(cluster: Cluster, path: str, body: dict[str, Any]) -> httpx.Response:

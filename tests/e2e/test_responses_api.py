@@ -38,12 +38,7 @@ def _running(root: Path, database_url: str, nats_url: str, configure: Callable[[
     c = Cluster(root=root, database_url=database_url, nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     configure(c.models_dir)
-    try:
-        c.start_frontend()
-        c.start_worker("w1")
-        yield c
-    finally:
-        c.stop()
+    yield from c.serving("w1")
 
 
 @pytest.fixture(scope="module")

@@ -68,12 +68,7 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     engine = (f"backend: llama-cpp\ncontext_size: {GEMMA_CONTEXT_TOKENS}\nparameters:\n  model: {GEMMA_FILE}\n"
               "options:\n  - chat_format:gemma\n")
     (c.models_dir / f"{GEMMA_MCP}.yaml").write_text(mcp_model_yaml(GEMMA_MCP, max_iterations=1, engine=engine))
-    try:
-        c.start_frontend()
-        c.start_worker("w1")
-        yield c
-    finally:
-        c.stop()
+    yield from c.serving("w1")
 
 
 @pytest.fixture(scope="module")

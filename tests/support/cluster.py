@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +170,16 @@ class Cluster:
         self.workers.append(proc)
         self.worker_ports.append(base)
         return proc
+
+    def serving(self, *workers: str, frontend_args: tuple[str, ...] = ()) -> Iterator[Cluster]:
+        """A module fixture's body: start the frontend and `workers`, yield, stop all (`yield from c.serving("w1")`)."""
+        try:
+            self.start_frontend(*frontend_args)
+            for name in workers:
+                self.start_worker(name)
+            yield self
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         for proc in self.workers:
