@@ -20,7 +20,7 @@ import orjson
 
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import ChatCompletionRequest, _Sampling
-from corral.grammar.json_schema import JSON_OBJECT_GRAMMAR, SchemaError, schema_grammar
+from corral.grammar.json_schema import JSON_OBJECT_GRAMMAR, MAX_DEPTH, SchemaError, schema_grammar
 from corral.grammar.tool_calls import cached_call_grammar
 from corral.proto import backend_pb2
 
@@ -32,9 +32,18 @@ def _refused(exc: SchemaError, prefix: str) -> APIError:
     return APIError(400, f"{param}: {exc.message}", INVALID, "invalid_schema", param)
 
 
+def _json_text(value: Any, prefix: str, option: int = 0) -> str:
+    """`value` as JSON text; a schema nested past orjson's 255 levels (which the body parser still reads) is a
+    400 naming `prefix`, not a TypeError."""
+    try:
+        return orjson.dumps(value, option=option).decode()
+    except TypeError:
+        raise _refused(SchemaError((), f"the schema nests deeper than {MAX_DEPTH} levels"), prefix) from None
+
+
 def _compiled(schema: Any, prefix: str) -> str:
     try:
-        return schema_grammar(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode())
+        return schema_grammar(_json_text(schema, prefix, orjson.OPT_SORT_KEYS))
     except SchemaError as exc:
         raise _refused(exc, prefix) from None
 
@@ -73,7 +82,7 @@ def offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) -
             raise APIError(400, "tool_choice needs tools: send the tools the model may call", INVALID,
                            "invalid_value", "tool_choice")
         return
-    opts.Tools = orjson.dumps([t.model_dump() for t in body.tools]).decode()
+    opts.Tools = _json_text([t.model_dump() for t in body.tools], "tools")
     if choice is not None:
         opts.ToolChoice = choice if isinstance(choice, str) else orjson.dumps(choice).decode()
     parallel = bool(body.parallel_tool_calls)  # absent: one call at a time (a small model repeats calls)

@@ -81,3 +81,16 @@ def test_tool_errors_name_the_field() -> None:
     error = api_error(lambda: offer_tools(opts(Grammar="root ::= x"), chat(tools=[TOOL])))
     assert error.param == "tool_choice" and "cannot be combined with tools" in error.message
     offer_tools(opts(Grammar="root ::= x"), chat(tools=[TOOL], tool_choice="none"))  # no call grammar: fine
+
+
+def test_a_schema_nested_past_the_json_encoder_is_a_400_naming_it() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(300):  # the body parser reads 1024 levels, orjson writes 255
+        deep = {"type": "object", "properties": {"a": deep}}
+    error = api_error(lambda: request_grammar(chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": deep}})))
+    assert error.param == "response_format.json_schema.schema" and "nests deeper than" in error.message
+    assert api_error(lambda: request_grammar(chat(grammar_json_functions=deep))).param == "grammar_json_functions"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": deep}}]
+    for request in (chat(tools=tools, tool_choice=choice) for choice in ("none", "auto", "required")):
+        assert api_error(lambda: offer_tools(backend_pb2.PredictOptions(), request)).param == "tools"  # noqa: B023
