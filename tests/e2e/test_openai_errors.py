@@ -171,3 +171,24 @@ def test_the_openai_sdk_default_calls_still_work(cluster: Cluster) -> None:
         client.chat.completions.create(model=SIM, messages=[{"role": "user", "content": "hello"}],
                                        modalities=["text", "audio"])
     assert caught.value.code == "unsupported_parameter"
+
+
+def _nested_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": _nested_schema(150)}}},
+     "response_format.json_schema.schema"),
+    ({"grammar_json_functions": _nested_schema(150)}, "grammar_json_functions"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": _nested_schema(150)}}]}, "tools"),
+])
+def test_a_schema_nested_past_the_json_encoder_is_a_400_naming_it(
+        cluster: Cluster, fields: dict[str, Any], param: str) -> None:
+    # 300 levels of JSON: parsed (orjson reads 1024) but not encodable again (it writes 255)
+    error = _error(_post(cluster, "/v1/chat/completions", {"model": SIM, "messages": HI, **fields}))
+    assert (error["param"], error["code"]) == (param, "invalid_schema"), error
+    assert _post(cluster, "/v1/chat/completions", {"model": SIM, "messages": HI, "max_tokens": 2}).status_code == 200
