@@ -385,3 +385,20 @@ def test_gemma_answers_and_a_follow_up_carries_the_conversation(gemma: Cluster) 
     last = events[-1].response  # type: ignore[union-attr]
     assert last.output_text == second.output_text  # greedy: the same prompt, the same answer
     assert last.usage.input_tokens == second.usage.input_tokens
+
+
+def _nested(levels: int, leaf: str = "1") -> bytes:
+    return ('{"a":' * levels + leaf + "}" * levels).encode()
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (b'"input": [{"role": "user", "content": "hi", "x": %s}]' % _nested(300), "input[0].x.a.a"),
+    (b'"input": "hi", "tools": [{"type": "function", "name": "f", "x": %s}]' % _nested(300), "tools[0].x.a.a"),
+])
+def test_json_nested_past_what_a_stored_response_can_hold_is_a_400_naming_it(
+        cluster: Cluster, body: bytes, param: str) -> None:
+    response = httpx.post(f"{cluster.frontend_url}/v1/responses", timeout=60, content=b'{"model": "%s", %s}' % (
+        SIM.encode(), body), headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    assert response.status_code == 400, response.text[:500]
+    assert response.json()["error"]["param"].startswith(param), response.text[:500]
+    assert _post(cluster, {"model": SIM, "input": "hi", "max_output_tokens": 2}).status_code == 200

@@ -42,6 +42,7 @@ from corral.frontend.responses_request import (
     ResponsesRequest,
     chat_body,
     check_metadata,
+    check_nesting,
     input_messages,
 )
 from corral.frontend.schemas import ChatCompletionRequest
@@ -86,6 +87,7 @@ async def _request_body(request: Request) -> ResponsesRequest:
     except ValueError:
         raise APIError(400, "request body is not valid JSON; send a JSON object", "invalid_request_error",
                        "invalid_value", "body") from None
+    check_nesting(data)
     try:
         return ResponsesRequest.model_validate(data)
     except ValidationError as exc:  # answered as FastAPI answers a refused body

@@ -25,6 +25,7 @@ Message = dict[str, Any]  # an OpenAI chat message, as the chat path and the sto
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}  # part type → its text field
 METADATA_MAX, METADATA_KEY_MAX, METADATA_VALUE_MAX = 16, 64, 512  # OpenAI's bounds on `metadata`
+NESTING_MAX = 200  # levels of JSON a stored response keeps (orjson writes 255; the body parser reads 1024)
 
 
 class ResponsesRequest(_Request):
@@ -154,6 +155,25 @@ def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any
         raise _invalid("tool_choice.type", f"corral does not support tool_choice of type {shown}; send none, auto, "
                        'required or {"type": "function", "name": ...}', UNSUPPORTED_VALUE)
     return {"type": "function", "function": {"name": _text(choice.get("name"), "tool_choice.name", limit=NAME_MAX)}}
+
+
+def too_deep(value: Any, param: str = "", depth: int = 0) -> str | None:
+    """Where `value` nests deeper than NESTING_MAX levels (None when it does not): such a body is parsed but
+    could not be stored (orjson.dumps raises), so it is refused before any generation."""
+    if depth > NESTING_MAX:
+        return param
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        where = f"{param}[{key}]" if isinstance(key, int) else f"{param}.{clip(key)}" if param else clip(key)
+        if (found := too_deep(child, where, depth + 1)) is not None:
+            return found
+    return None
+
+
+def check_nesting(body: Any) -> None:
+    if (where := too_deep(body)) is not None:
+        field = where if len(where) <= 2 * NAME_MAX else where[:2 * NAME_MAX] + "…"
+        raise _invalid(field, f"nests deeper than {NESTING_MAX} levels of JSON; flatten it")
 
 
 def check_metadata(metadata: dict[str, str] | None) -> None:

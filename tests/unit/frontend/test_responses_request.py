@@ -13,6 +13,7 @@ from corral.frontend.responses_request import (
     chat_body,
     chat_tool_choice,
     chat_tools,
+    check_nesting,
     input_messages,
 )
 from corral.frontend.schemas import ChatCompletionRequest
@@ -143,3 +144,17 @@ def test_the_off_values_sdks_send_pass() -> None:
     ResponsesRequest.model_validate({"model": "m", "input": "x", "text": {"format": {"type": "text"}},
                                      "truncation": "disabled", "parallel_tool_calls": True, "background": False,
                                      "include": [], "reasoning": None, "user": "u", "stream_options": {}})
+
+
+def test_a_body_nested_past_what_a_stored_response_can_hold_is_refused_naming_where() -> None:
+    deep: Any = 1
+    for _ in range(300):  # parsed (orjson reads 1024 levels) but not storable (it writes 255)
+        deep = {"a": deep}
+    with pytest.raises(APIError) as caught:
+        check_nesting({"model": "m", "input": [{"role": "user", "content": "hi", "x": deep}]})
+    assert caught.value.status == 400 and caught.value.param.startswith("input[0].x.a.a")
+    assert "nests deeper than 200 levels" in caught.value.message
+    shallow: Any = 1
+    for _ in range(190):
+        shallow = {"a": shallow}
+    check_nesting({"model": "m", "input": [{"role": "user", "content": "hi", "x": shallow}] * 2})
