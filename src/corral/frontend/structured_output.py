@@ -20,7 +20,13 @@ import orjson
 
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import ChatCompletionRequest, _Sampling
-from corral.grammar.json_schema import JSON_OBJECT_GRAMMAR, MAX_DEPTH, SchemaError, schema_grammar
+from corral.grammar.json_schema import (
+    JSON_OBJECT_GRAMMAR,
+    MAX_DEPTH,
+    MAX_GRAMMAR_CHARS,
+    SchemaError,
+    schema_grammar,
+)
 from corral.grammar.tool_calls import cached_call_grammar
 from corral.proto import backend_pb2
 
@@ -63,6 +69,9 @@ def request_grammar(body: _Sampling) -> str:
                                 "the reply)", INVALID, "invalid_value", "response_format.json_schema.schema")
         return _compiled(fmt.json_schema.schema_, "response_format.json_schema.schema")
     if body.grammar:
+        if len(body.grammar) > MAX_GRAMMAR_CHARS:  # the sampler's cost grows with its alternatives, per token
+            raise APIError(400, f"grammar is {len(body.grammar)} characters, more than {MAX_GRAMMAR_CHARS}; send a "
+                                "smaller grammar (fewer alternatives)", INVALID, "invalid_value", "grammar")
         return body.grammar
     if body.grammar_json_functions:
         return _compiled(body.grammar_json_functions, "grammar_json_functions")

@@ -10,7 +10,7 @@ import pytest
 from corral.frontend.errors import APIError
 from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest
 from corral.frontend.structured_output import offer_tools, request_grammar
-from corral.grammar.json_schema import JSON_OBJECT_GRAMMAR
+from corral.grammar.json_schema import JSON_OBJECT_GRAMMAR, MAX_GRAMMAR_CHARS
 from corral.proto import backend_pb2
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -94,3 +94,12 @@ def test_a_schema_nested_past_the_json_encoder_is_a_400_naming_it() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": deep}}]
     for request in (chat(tools=tools, tool_choice=choice) for choice in ("none", "auto", "required")):
         assert api_error(lambda: offer_tools(backend_pb2.PredictOptions(), request)).param == "tools"  # noqa: B023
+
+
+def test_a_raw_grammar_is_bounded_as_a_compiled_one() -> None:
+    # 60,000 alternatives (600 kB) kept a llama.cpp backend busy for minutes on its first token
+    huge = "root ::= " + " | ".join(f'"w{i}"' for i in range(MAX_GRAMMAR_CHARS // 8))
+    error = api_error(lambda: request_grammar(chat(grammar=huge)))
+    assert error.param == "grammar" and f"more than {MAX_GRAMMAR_CHARS}" in error.message
+    fits = huge[:MAX_GRAMMAR_CHARS].rsplit(" | ", 1)[0]
+    assert request_grammar(chat(grammar=fits)) == fits
