@@ -226,12 +226,16 @@ class SchemaCompiler:
         key = (id(doc), ref)
         if key in self._refs:
             return self._refs[key]
-        target: Any = doc
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
-            if not isinstance(target, dict) or part not in target:
-                raise SchemaError((*path, "$ref"), f"reference {ref} does not resolve in this schema")
-            target = target[part]
+        target = _resolved(doc, ref)
+        if target is _UNRESOLVED:
+            raise SchemaError((*path, "$ref"), f"reference {ref} does not resolve in this schema")
+        chain, hop = [ref], target  # a reference to a reference …: llama.cpp refuses a cycle of them (left recursion)
+        while isinstance(hop, dict) and isinstance(hop.get("$ref"), str):
+            if hop["$ref"] in chain:
+                raise SchemaError((*path, "$ref"), f"references {' -> '.join([*chain, hop['$ref']])} only refer to "
+                                                   "each other: they describe no value")
+            chain.append(hop["$ref"])
+            hop = _resolved(doc, hop["$ref"])
         name = self.grammar.reserve("ref-" + ref.rsplit("/", 1)[-1])
         self._refs[key] = name
         body = self._visit(target, tuple(p for p in ref[2:].split("/")), doc, name, depth + 1)
@@ -239,6 +243,22 @@ class SchemaCompiler:
             raise SchemaError((*path, "$ref"), f"reference {ref} only refers to itself: it describes no value")
         self.grammar.define(name, body)
         return name
+
+
+_UNRESOLVED = object()
+
+
+def _resolved(doc: Any, ref: str) -> Any:
+    """The schema a local `$ref` (`#/$defs/a`) names in `doc`; _UNRESOLVED when it names none."""
+    if not ref.startswith("#/"):
+        return _UNRESOLVED
+    target = doc
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, dict) or part not in target:
+            return _UNRESOLVED
+        target = target[part]
+    return target
 
 
 def _has_type_words(schema: dict[str, Any]) -> bool:

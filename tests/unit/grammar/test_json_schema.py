@@ -70,6 +70,9 @@ def test_a_recursive_ref_is_one_rule_that_names_itself() -> None:
         "$ref": "#/$defs/node"})
     assert rules["root"] == "ref-node"
     assert "ref-node" in rules["ref-node-kids"]
+    aliases = grammar({"$defs": {"a": {"$ref": "#/$defs/node"}, "node": {"type": "object", "properties": {
+        "next": {"$ref": "#/$defs/a"}}}}, "$ref": "#/$defs/a"})  # a cycle through an object is a value
+    assert aliases["root"] == "ref-a"
 
 
 def test_json_object_and_formats_use_the_shared_primitives() -> None:
@@ -93,6 +96,9 @@ def test_json_object_and_formats_use_the_shared_primitives() -> None:
     ({"properties": {"a": {}}, "required": ["b"]}, ("required",)),
     ({"description": "nothing to generate"}, ()),
     ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),  # llama.cpp: left recursion
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),
+    ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {"$ref": "#/$defs/b"}},
+      "properties": {"x": {"$ref": "#/$defs/a"}}}, ("properties", "x", "$ref")),
 ])
 def test_what_the_compiler_cannot_take_is_refused_with_its_path(schema: Any, path: tuple[Any, ...]) -> None:
     error = refused(schema)
