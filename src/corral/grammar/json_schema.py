@@ -321,6 +321,8 @@ def _object(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ..
         if schema.get("additionalProperties") is False or properties:
             raise SchemaError((*path, "required"), f"required properties {missing} have no schema in `properties`")
     extra = schema.get("additionalProperties")
+    if "additionalProperties" in schema and not isinstance(extra, (bool, dict)):
+        raise SchemaError((*path, "additionalProperties"), "`additionalProperties` must be true, false or a schema")
     if not properties:
         if extra is False or (not required and "additionalProperties" not in schema and "properties" in schema):
             return g.add(hint, '"{" ws "}" ws')

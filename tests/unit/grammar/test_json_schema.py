@@ -94,6 +94,8 @@ def test_json_object_and_formats_use_the_shared_primitives() -> None:
     ({"type": "array", "maxItems": 1_000_000}, ("maxItems",)),
     ({"type": "string", "minLength": 4, "maxLength": 2}, ("maxLength",)),
     ({"properties": {"a": {}}, "required": ["b"]}, ("required",)),
+    ({"type": "object", "properties": {"a": {}}, "additionalProperties": "yes"}, ("additionalProperties",)),
+    ({"type": "object", "additionalProperties": None}, ("additionalProperties",)),
     ({"description": "nothing to generate"}, ()),
     ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),  # llama.cpp: left recursion
     ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),
