@@ -39,6 +39,13 @@ UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE = "unknown_parameter
 FIELD_CODES = frozenset({UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE})
 
 LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found the field, not its name
+UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})  # pydantic's names of a union's plain members
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a location part names the member of a union that was tried (`str`, `literal['a','b']`,
+    `list[…]`), not a field: `messages.0.content.str` is the field `messages.0.content`."""
+    return isinstance(part, str) and (part in UNION_TAGS or "[" in part[1:])  # not `[key]`: a dict's bad key
 PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
 
 
@@ -54,6 +61,7 @@ def _field_path(loc: tuple[Any, ...]) -> tuple[str, str]:
     FastAPI prefixes the location (`("body", "query")`); the fast path validates the body itself and does
     not (`("query",)`: the rerank field named `query`), so a lone element is always the field."""
     parts = list(loc[1:] if len(loc) > 1 and loc[0] in LOCATIONS else loc)
+    parts = parts[:1] + [p for p in parts[1:] if not _union_tag(p)]
     prefix = ""
     if len(parts) >= 2 and parts[-1] == "[key]":
         prefix = f"key {clip(parts[-2])!r}: "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
+import pytest
 from fastapi import FastAPI, Path
+from pydantic import ValidationError
 
-from corral.frontend.errors import install_handlers
+from corral.frontend.errors import install_handlers, validation_message
+from corral.frontend.schemas import ChatCompletionRequest
 
 
 async def test_an_unexpected_exception_is_a_500_envelope_without_a_traceback() -> None:
@@ -39,3 +42,16 @@ async def test_a_path_parameter_past_its_bound_names_the_parameter_not_its_locat
     assert response.status_code == 400
     assert response.json()["error"]["message"] == (
         "invalid request: field 'name': String should have at most 3 characters")
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"tool_choice": "sometimes"}, "tool_choice"),  # was tool_choice.literal['none','auto','required']
+    ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),  # was messages.0.content.str
+    ({"stop": 5}, "stop"),
+    ({"logit_bias": {"k": "x"}}, "logit_bias.k"),
+])
+def test_a_union_field_is_named_without_the_member_pydantic_tried(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields})
+    field, message = validation_message(caught.value)
+    assert field == param and message.startswith(f"invalid request: field '{param}': ")
