@@ -229,13 +229,10 @@ class SchemaCompiler:
         target = _resolved(doc, ref)
         if target is _UNRESOLVED:
             raise SchemaError((*path, "$ref"), f"reference {ref} does not resolve in this schema")
-        chain, hop = [ref], target  # a reference to a reference …: llama.cpp refuses a cycle of them (left recursion)
-        while isinstance(hop, dict) and isinstance(hop.get("$ref"), str):
-            if hop["$ref"] in chain:
-                raise SchemaError((*path, "$ref"), f"references {' -> '.join([*chain, hop['$ref']])} only refer to "
-                                                   "each other: they describe no value")
-            chain.append(hop["$ref"])
-            hop = _resolved(doc, hop["$ref"])
+        if (cycle := _reference_cycle(doc, ref, target)) is not None:
+            raise SchemaError((*path, "$ref"), f"references {' -> '.join(cycle)} name each other before any value: "
+                                               "llama.cpp refuses such a grammar (left recursion); put the recursion "
+                                               "inside an object or array")
         name = self.grammar.reserve("ref-" + ref.rsplit("/", 1)[-1])
         self._refs[key] = name
         body = self._visit(target, tuple(p for p in ref[2:].split("/")), doc, name, depth + 1)
@@ -259,6 +256,34 @@ def _resolved(doc: Any, ref: str) -> Any:
             return _UNRESOLVED
         target = target[part]
     return target
+
+
+def _reference_cycle(doc: Any, ref: str, target: Any) -> list[str] | None:
+    """The references by which `ref` reaches itself before any JSON is written (a -> b -> a, or a -> anyOf [a, …]),
+    a grammar llama.cpp refuses as left recursion; None when there are none (a cycle through an object or an
+    array consumes text first and is fine). Depth-first, each reference explored once."""
+    done: set[str] = set()
+
+    def walk(schema: Any, chain: list[str]) -> list[str] | None:
+        if not isinstance(schema, dict):
+            return None
+        nxt = schema.get("$ref")
+        if isinstance(nxt, str):
+            if nxt in chain:
+                return [*chain, nxt]
+            if nxt in done or (resolved := _resolved(doc, nxt)) is _UNRESOLVED:
+                return None
+            found = walk(resolved, [*chain, nxt])
+            done.add(nxt)
+            return found
+        for key in ("anyOf", "oneOf", "allOf"):
+            options = schema.get(key)
+            for option in options if isinstance(options, list) else ():
+                if (found := walk(option, chain)) is not None:
+                    return found
+        return None
+
+    return walk(target, [ref])
 
 
 def _has_type_words(schema: dict[str, Any]) -> bool:

@@ -101,6 +101,9 @@ def test_json_object_and_formats_use_the_shared_primitives() -> None:
     ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}, ("$ref",)),
     ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {"$ref": "#/$defs/b"}},
       "properties": {"x": {"$ref": "#/$defs/a"}}}, ("properties", "x", "$ref")),
+    ({"$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"}, ("$ref",)),
+    ({"$defs": {"a": {"oneOf": [{"type": "null"}, {"allOf": [{"$ref": "#/$defs/b"}]}]}, "b": {"$ref": "#/$defs/a"}},
+      "type": "object", "properties": {"x": {"$ref": "#/$defs/b"}}}, ("properties", "x", "$ref")),
 ])
 def test_what_the_compiler_cannot_take_is_refused_with_its_path(schema: Any, path: tuple[Any, ...]) -> None:
     error = refused(schema)
