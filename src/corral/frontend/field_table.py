@@ -29,7 +29,7 @@ from corral.frontend.schemas import (
 ENDPOINTS: tuple[type[_Request], ...] = (
     ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest, ResponsesRequest)
 
-README = Path(__file__).resolve().parents[3] / "README.md"  # a source checkout's file
+README = Path("README.md")  # the checkout's, relative to where the command runs (its root), not to this module
 BEGIN, END = "<!-- fields:begin -->", "<!-- fields:end -->"
 COMMAND = "python -m corral.frontend.field_table --write"
 
@@ -116,6 +116,9 @@ def main(argv: Sequence[str] = ()) -> int:
     if not argv:
         sys.stdout.write(table())
         return 0
+    if not README.is_file():
+        print(f"no {README} here: run the command from the checkout's root", file=sys.stderr)
+        return 2
     README.write_text(with_block(README.read_text(encoding="utf-8"), table()), encoding="utf-8")
     print(f"wrote the fields table into {README}", file=sys.stderr)
     return 0

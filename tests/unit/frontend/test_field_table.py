@@ -23,7 +23,7 @@ BODIES: dict[str, dict[str, Any]] = {  # the smallest valid body of each endpoin
 
 
 def test_the_readme_block_is_the_generated_table() -> None:
-    readme = field_table.README.read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / field_table.README).read_text(encoding="utf-8")
     assert field_table.readme_block(readme) == field_table.table(), (
         f"README.md's request fields table is stale: run `{field_table.COMMAND}`")
 
