@@ -20,22 +20,14 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import asyncpg
 import httpx
+from gemma_stack import MODELS_DIR, gemma_cluster
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from corral.models.defaults import GEMMA_FILE, GEMMA_NAME
 
-from corral.embedded import port_open  # noqa: E402
-from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
-
-MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with cold_start.py and prefix_routing.py
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 RUNS = 4
 MAX_TOKENS = 128
 PROMPT = "Write a long story about a lighthouse keeper and the sea."
@@ -81,34 +73,16 @@ async def _through(client: httpx.AsyncClient, url: str) -> tuple[int, float]:
 
 
 async def main() -> None:
-    if not (port_open("127.0.0.1", 5432) and port_open("127.0.0.1", 4222)):
-        raise SystemExit("this benchmark needs PostgreSQL on 127.0.0.1:5432 and NATS on 127.0.0.1:4222")
-    MODELS_DIR.mkdir(parents=True, exist_ok=True)
-    prepare_gemma(MODELS_DIR)
-    name = f"corral_bench_decode_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    root = Path(tempfile.mkdtemp(prefix="corral-bench-decode-", dir="/var/tmp"))
-    (root / "frontend-models").symlink_to(MODELS_DIR)
-    cluster = Cluster(root=root, database_url=f"postgresql://postgres@127.0.0.1:5432/{name}",
-                      nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
     through: list[tuple[int, float]] = []
     alone: list[tuple[int, float]] = []
-    try:
-        cluster.start_frontend("--log-level", "info")
-        cluster.start_worker("decode-w1", "--log-level", "info")
-        async with httpx.AsyncClient(timeout=300) as client:
-            await _through(client, cluster.frontend_url)  # the cold load, and one warm-up stream
-            for index in range(RUNS):  # alternate which goes first
-                if index % 2:
-                    alone += _alone(MODELS_DIR / GEMMA_FILE, 1)
-                through.append(await _through(client, cluster.frontend_url))
-                if not index % 2:
-                    alone += _alone(MODELS_DIR / GEMMA_FILE, 1)
-    finally:
-        cluster.stop()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with gemma_cluster("decode") as cluster, httpx.AsyncClient(timeout=300) as client:
+        await _through(client, cluster.frontend_url)  # the cold load, and one warm-up stream
+        for index in range(RUNS):  # alternate which goes first
+            if index % 2:
+                alone += _alone(MODELS_DIR / GEMMA_FILE, 1)
+            through.append(await _through(client, cluster.frontend_url))
+            if not index % 2:
+                alone += _alone(MODELS_DIR / GEMMA_FILE, 1)
     rates_through = [_rate(*run) for run in through]
     rates_alone = [_rate(*run) for run in alone]
     print(f"Gemma 3 270M, {MAX_TOKENS}-token greedy stream, {RUNS} alternating runs each (tokens, tok/s):")

@@ -16,24 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
+from gemma_stack import gemma_cluster
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from corral.models.defaults import GEMMA_NAME
 
-from corral.embedded import port_open  # noqa: E402
-from corral.models.defaults import GEMMA_NAME, prepare_gemma  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
-
-MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with the other Gemma benchmarks
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 RUNS = 6
 MAX_TOKENS = 48
 MESSAGES = [{"role": "user", "content": "Describe the weather and a person in Paris."}]
@@ -64,34 +54,16 @@ async def _one(client: httpx.AsyncClient, url: str, extra: dict[str, Any]) -> tu
 
 
 async def main() -> None:
-    if not (port_open("127.0.0.1", 5432) and port_open("127.0.0.1", 4222)):
-        raise SystemExit("this benchmark needs PostgreSQL on 127.0.0.1:5432 and NATS on 127.0.0.1:4222")
-    MODELS_DIR.mkdir(parents=True, exist_ok=True)
-    prepare_gemma(MODELS_DIR)
-    name = f"corral_bench_structured_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(PG_ADMIN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    root = Path(tempfile.mkdtemp(prefix="corral-bench-structured-", dir="/var/tmp"))
-    (root / "frontend-models").symlink_to(MODELS_DIR)
-    cluster = Cluster(root=root, database_url=f"postgresql://postgres@127.0.0.1:5432/{name}",
-                      nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
     runs: dict[str, list[tuple[float, int]]] = {kind: [] for kind in KINDS}
     first: dict[str, tuple[float, int]] = {}
-    try:
-        cluster.start_frontend("--log-level", "info")
-        cluster.start_worker("structured-w1", "--log-level", "info")
-        async with httpx.AsyncClient(timeout=300) as client:
-            await _one(client, cluster.frontend_url, {})  # the cold load
-            for kind, extra in KINDS.items():
-                first[kind] = await _one(client, cluster.frontend_url, extra)  # grammars compiled here
-            for index in range(RUNS):
-                order = list(KINDS) if index % 2 == 0 else list(reversed(KINDS))
-                for kind in order:
-                    runs[kind].append(await _one(client, cluster.frontend_url, KINDS[kind]))
-    finally:
-        cluster.stop()
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with gemma_cluster("structured") as cluster, httpx.AsyncClient(timeout=300) as client:
+        await _one(client, cluster.frontend_url, {})  # the cold load
+        for kind, extra in KINDS.items():
+            first[kind] = await _one(client, cluster.frontend_url, extra)  # grammars compiled here
+        for index in range(RUNS):
+            order = list(KINDS) if index % 2 == 0 else list(reversed(KINDS))
+            for kind in order:
+                runs[kind].append(await _one(client, cluster.frontend_url, KINDS[kind]))
     per_token = {kind: statistics.median(t / max(n, 1) for t, n in values) for kind, values in runs.items()}
     per_request = {kind: statistics.median(t for t, _ in values) for kind, values in runs.items()}
     print(f"Gemma 3 270M, unary chat, greedy, max_tokens {MAX_TOKENS}, {RUNS} alternating runs of each:")
