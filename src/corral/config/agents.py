@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from corral.config.parse import parse_duration_s, parse_http_url, parse_int, parse_nats_url
+from corral.config.parse import (
+    parse_duration_s,
+    parse_http_url,
+    parse_int,
+    parse_nats_url,
+    parse_positive_duration_s,
+)
 from corral.config.process import SLOW_CALLBACK_SETTING
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
@@ -15,15 +21,8 @@ def _iterations(raw: str) -> int:
     return value
 
 
-def _positive_duration_s(raw: str) -> float:
-    value = parse_duration_s(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be a positive duration, e.g. 30s")
-    return value
-
-
 TOOL_TIMEOUT = Setting("mcp_tool_timeout_s", "--mcp-tool-timeout", ("CORRAL_MCP_TOOL_TIMEOUT",), 360.0,
-                       _positive_duration_s, "an MCP tool call running longer is cut and reported to the model "
+                       parse_positive_duration_s, "an MCP tool call running longer is cut and reported to the model "
                        "as an error")
 
 FRONTEND_AGENT_SETTINGS: tuple[Setting, ...] = (
@@ -32,7 +31,7 @@ FRONTEND_AGENT_SETTINGS: tuple[Setting, ...] = (
             "agent.max_iterations overrides it)"),
     TOOL_TIMEOUT,
     Setting("mcp_discovery_timeout_s", "--mcp-discovery-timeout", ("CORRAL_MCP_DISCOVERY_TIMEOUT",), 60.0,
-            _positive_duration_s, "how long an agent worker may take to list a model's MCP servers and tools"),
+            parse_positive_duration_s, "how long an agent worker may take to list a model's MCP servers and tools"),
 )
 
 AGENT_WORKER_SETTINGS: tuple[Setting, ...] = (
@@ -54,9 +53,9 @@ AGENT_WORKER_SETTINGS: tuple[Setting, ...] = (
             help="NATS subject of agent chats"),
     Setting("queue", "--queue", ("LOCALAI_AGENT_QUEUE",), "agent-workers", help="NATS queue group of agent workers"),
     Setting("mcp_ci_job_timeout_s", "--mcp-ci-job-timeout", ("LOCALAI_MCP_CI_JOB_TIMEOUT",), 600.0,
-            _positive_duration_s, "an agent job (MCP CI job or agent chat) running longer is cancelled"),
+            parse_positive_duration_s, "an agent job (MCP CI job or agent chat) running longer is cancelled"),
     TOOL_TIMEOUT,
-    Setting("mcp_start_timeout_s", "--mcp-start-timeout", ("CORRAL_MCP_START_TIMEOUT",), 30.0, _positive_duration_s,
+    Setting("mcp_start_timeout_s", "--mcp-start-timeout", ("CORRAL_MCP_START_TIMEOUT",), 30.0, parse_positive_duration_s,
             "how long an MCP server may take to start and answer `initialize` (stdio: the subprocess)"),
     Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
     SLOW_CALLBACK_SETTING,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from corral.config.parse import parse_bool, parse_duration_s
+from corral.config.parse import parse_bool, parse_positive_duration_s
 from corral.config.settings import Setting
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -18,18 +18,11 @@ def parse_frontend_url(raw: str) -> str:
     return url
 
 
-def _positive_duration_s(raw: str) -> float:
-    value = parse_duration_s(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be a positive duration, e.g. 30s")
-    return value
-
-
 CLIENT_SETTINGS: tuple[Setting, ...] = (
     Setting("url", "--url", ("CORRAL_URL",), DEFAULT_URL, parse_frontend_url, "the frontend (`corral run`) to ask"),
     Setting("api_key", "--api-key", ("CORRAL_API_KEY", "LOCALAI_API_KEY"), "",
             help="admin API key, sent as Authorization: Bearer", secret=True),
-    Setting("timeout_s", "--timeout", ("CORRAL_CLI_TIMEOUT",), 30.0, _positive_duration_s,
+    Setting("timeout_s", "--timeout", ("CORRAL_CLI_TIMEOUT",), 30.0, parse_positive_duration_s,
             "how long one HTTP request to the frontend may take"),
     Setting("json", "--json", (), False, parse_bool, "print the API's JSON instead of a table", is_switch=True),
 )
@@ -46,6 +39,6 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
     *CLIENT_SETTINGS,
     Setting("follow", "--follow", (), False, parse_bool, "follow the load until the model is ready: a progress "
             "bar on a terminal, a line per step otherwise", is_switch=True),
-    Setting("follow_timeout_s", "--follow-timeout", ("CORRAL_FOLLOW_TIMEOUT",), 1800.0, _positive_duration_s,
+    Setting("follow_timeout_s", "--follow-timeout", ("CORRAL_FOLLOW_TIMEOUT",), 1800.0, parse_positive_duration_s,
             "stop following after this long (the load itself goes on)"),
 )

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from corral.config.parse import (
     parse_bool,
-    parse_duration_s,
     parse_http_url,
     parse_int,
     parse_optional_http_url,
+    parse_positive_duration_s,
 )
 from corral.config.settings import Setting
 from corral.config.sizes import parse_size_bytes
@@ -25,13 +25,6 @@ def _connection_count(raw: str) -> int:
     value = parse_int(raw)
     if not 1 <= value <= 65535:
         raise ValueError(f"{value} is out of range; use 1 to 65535 connections")
-    return value
-
-
-def _positive_duration_s(raw: str) -> float:
-    value = parse_duration_s(raw)
-    if value <= 0:
-        raise ValueError(f"{raw!r} must be longer than 0s")
     return value
 
 
@@ -73,9 +66,9 @@ WORKER_STAGING_SETTINGS: tuple[Setting, ...] = (
             ("CORRAL_FILE_SERVER_MAX_CONNECTIONS",), 64, _connection_count,
             "connections the file server serves at once; more are answered 503 and closed"),
     Setting("file_server_header_timeout_s", "--file-server-header-timeout",
-            ("CORRAL_FILE_SERVER_HEADER_TIMEOUT",), 30.0, _positive_duration_s,
+            ("CORRAL_FILE_SERVER_HEADER_TIMEOUT",), 30.0, parse_positive_duration_s,
             "a request header must arrive whole within this (also ends idle keep-alive connections)"),
     Setting("file_server_idle_timeout_s", "--file-server-idle-timeout",
-            ("CORRAL_FILE_SERVER_IDLE_TIMEOUT",), 300.0, _positive_duration_s,
+            ("CORRAL_FILE_SERVER_IDLE_TIMEOUT",), 300.0, parse_positive_duration_s,
             "an upload body that sends nothing for this long is cut (bytes received are kept)"),
 )
