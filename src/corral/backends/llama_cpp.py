@@ -1,6 +1,7 @@
 """Engine on llama-cpp-python: GGUF models, completion, chat (template), streaming, embeddings.
 
-LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`), `ContextSize`
+LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`), `MMProj` (a projector: the
+model reads images, llama_vision.py), `ContextSize`
 (0 = the model's training context, capped at 4096), `Threads` (0 = all CPUs), `Embeddings`,
 `Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`.
 Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
@@ -42,6 +43,7 @@ from corral.backends.llama_generate import GenerationRequest, generate_pieces, s
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
 from corral.backends.llama_tools import call_replies, requested_tools
+from corral.backends.llama_vision import VisionProjector, load_projector
 from corral.backends.model_root import models_root_from_env, path_outside_root
 from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
 from corral.grammar.tool_calls import CallScanner, ToolMode
@@ -133,6 +135,7 @@ class LlamaCppEngine:
         self._seed = 0
         self._cache_prompt = True
         self._model_label = ""
+        self._projector: VisionProjector | None = None
 
     def load(self, opts: pb.ModelOptions) -> None:
         path = resolve_model_file(opts)
@@ -168,6 +171,12 @@ class LlamaCppEngine:
                 raise LoadError(f"llama.cpp could not load {path}: {cause}") from None
         try:
             self._formatter = formatter or embedded_formatter(llm)
+            with captured_llama_log() as projector_log:
+                try:
+                    self._projector = load_projector(llm, opts.MMProj, use_gpu=opts.NGPULayers != 0)
+                except LoadError as exc:
+                    cause = projector_log.error_summary()
+                    raise LoadError(f"{exc}{': ' + cause if cause else ''}") from None
         except LoadError:
             llm.close()
             raise
@@ -191,8 +200,11 @@ class LlamaCppEngine:
     def _prompt(self, llm: Llama, req: pb.PredictOptions, mode: ToolMode | None
                 ) -> tuple[list[int], tuple[str, ...]]:
         """Prompt tokens and template stop strings for a request (`mode`: how it may call tools)."""
-        if req.Images or req.Videos or req.Audios:
-            raise InvalidRequestError("the llama-cpp backend is text-only; drop Images/Videos/Audios")
+        if req.Videos or req.Audios:
+            raise InvalidRequestError("the llama-cpp backend reads no video or audio; drop Videos/Audios")
+        if req.Images and self._projector is None:
+            raise InvalidRequestError(f"model {self._model_label!r} reads no images: it was loaded without a projector "
+                                      "(set mmproj: in its model config); drop Images")
         if req.UseTokenizerTemplate and req.Messages:
             if self._formatter is None:
                 raise NotSupportedError(
@@ -200,13 +212,19 @@ class LlamaCppEngine:
                     "chat_format:<name> (e.g. chatml, gemma, llama-2) or send a plain Prompt"
                 )
             chat = render_chat(self._formatter, req, mode)
-            return llm.tokenize(chat.text.encode("utf-8"), add_bos=chat.add_bos, special=True), chat.stop
+            return self._tokens(llm, chat.text, chat.add_bos, req), chat.stop
         if req.Prompt:
-            return llm.tokenize(req.Prompt.encode("utf-8"), add_bos=True, special=True), ()
+            return self._tokens(llm, req.Prompt, True, req), ()
         if req.EmbeddingTokens:  # a prompt of token ids, taken as they are
             return check_token_ids(req.EmbeddingTokens, llm.n_vocab(), "the prompt (EmbeddingTokens)"), ()
         raise InvalidRequestError("PredictOptions needs a Prompt (or its token ids in EmbeddingTokens), or Messages "
                                   "with UseTokenizerTemplate=true")
+
+    def _tokens(self, llm: Llama, text: str, add_bos: bool, req: pb.PredictOptions) -> list[int]:
+        """The prompt's tokens; with images, the prompt is evaluated here (llama_vision.py)."""
+        if req.Images and self._projector is not None:
+            return self._projector.evaluate(llm, text, add_bos, list(req.Images))
+        return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)  # type: ignore[no-any-return]
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()
@@ -220,7 +238,7 @@ class LlamaCppEngine:
             sampling=sampling,
             stops=tuple(req.StopPrompts) + template_stops,
             seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
-            reuse_prompt_cache=self._cache_prompt,
+            reuse_prompt_cache=self._cache_prompt or bool(req.Images),  # with images: evaluated just now
             logprobs=LogprobRecorder(llm, req.TopLogprobs) if req.Logprobs > 0 else None,
         )
         scanner = CallScanner(mode.text_allowed) if mode is not None else None
@@ -294,5 +312,8 @@ class LlamaCppEngine:
 
     def free(self) -> None:
         llm, self._llm, self._formatter = self._llm, None, None
+        projector, self._projector = self._projector, None
+        if projector is not None:
+            projector.close()  # before the model it was built on
         if llm is not None:
             llm.close()

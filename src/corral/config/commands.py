@@ -47,6 +47,10 @@ class FrontendSettings:
     http_body_timeout_s: float
     max_n: int
     max_connections: int
+    image_max_bytes: int
+    image_max_count: int
+    image_url_hosts: frozenset[str]
+    image_fetch_timeout_s: float
     http_max_header_bytes: int
     node_heartbeat_checkpoint_s: float
     stale_node_threshold_s: float

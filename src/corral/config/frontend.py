@@ -34,6 +34,9 @@ def _positive_size(raw: str) -> int:
     return size
 
 
+def _host_list(raw: str) -> frozenset[str]:
+    return frozenset(host.strip().lower() for host in raw.split(",") if host.strip())
+
 
 # Bounded resources per request (frontend/limits.py): enforced before parsing and before auth.
 FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
@@ -62,6 +65,16 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("max_connections", "--max-connections", ("CORRAL_MAX_CONNECTIONS",), 4096, parse_positive_int,
             "open HTTP connections per frontend process; past it a new one gets 503 at once and is closed "
             "(lowered to what the process's open-file limit allows, with a warning)"),
+    # issue 22 item 4: images in chat requests (frontend/images.py)
+    Setting("image_max_bytes", "--image-max-bytes", ("CORRAL_IMAGE_MAX_BYTES",), 10 << 20, _positive_size,
+            "largest image one chat request may carry (decoded, or fetched); past it a 400 naming the part"),
+    Setting("image_max_count", "--image-max-count", ("CORRAL_IMAGE_MAX_COUNT",), 8, parse_positive_int,
+            "most images one chat request may carry; past it a 400 naming messages"),
+    Setting("image_url_hosts", "--image-url-hosts", ("CORRAL_IMAGE_URL_HOSTS",), frozenset(), _host_list,
+            "hosts ('name' or 'name:port', separated by ',') whose http(s) image URLs the frontend fetches; '*' "
+            "allows any host with a public address; empty (the default): only data: URLs are taken"),
+    Setting("image_fetch_timeout_s", "--image-fetch-timeout", ("CORRAL_IMAGE_FETCH_TIMEOUT",), 10.0,
+            parse_positive_duration_s, "how long the frontend may take to fetch one image URL; past it: 408"),
     Setting("http_max_header_bytes", "--http-max-header-bytes", ("CORRAL_HTTP_MAX_HEADER_BYTES",), 64 << 10,
             _positive_size, "largest request line plus headers of one request; past it: 431 and the connection "
             "closes (uvicorn's parser has no bound of its own)"),

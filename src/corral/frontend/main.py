@@ -28,6 +28,7 @@ from corral.frontend.admission import Admission
 from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
 from corral.frontend.http_workers import child_index
+from corral.frontend.images import ImagePolicy
 from corral.frontend.limits import RequestLimits
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
@@ -138,6 +139,8 @@ async def serve(settings: FrontendSettings) -> int:
                              settings.mcp_max_iterations)
     state.mcp_max_iterations = settings.mcp_max_iterations
     state.max_n = settings.max_n
+    state.images = ImagePolicy(settings.image_max_bytes, settings.image_max_count, settings.image_url_hosts,
+                               settings.image_fetch_timeout_s)
     state.responses_ttl_s = settings.responses_ttl_s
     state.agent_jobs = JobRecorder(pool, nc)
     await state.agent_jobs.start()

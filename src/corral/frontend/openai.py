@@ -14,7 +14,7 @@ import orjson
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from corral.frontend import choices
+from corral.frontend import choices, images
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.call_errors import http_errors
 from corral.frontend.choices import finish_reason as _finish_reason
@@ -160,9 +160,11 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     @router.post("/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:
         cfg = config_for(state, body.model)
+        pictures = await _chat_images(state, cfg, body)
         if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/agent_chat.py)
             return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
         opts, max_tokens = chat_options(cfg, body)
+        opts.Images.extend(pictures)
         if body.several_or_logprobs():  # several choices, or logprobs: choices.py
             choices.check_n(body.n, state.max_n)
             plan = choices.Plan(choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs)
@@ -214,6 +216,15 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         "/v1/rerank": (RerankRequest, rerank),
     }
     return router
+
+
+async def _chat_images(state: FrontendState, cfg: ModelConfig, body: ChatCompletionRequest) -> list[str]:
+    """The request's images (base64) for PredictOptions.Images; none for a text-only request (images.py)."""
+    if not images.has_images(body.messages):
+        return []
+    if cfg.mcp and body.tools is None and state.agents is not None:
+        raise images.agent_refusal(cfg, body.messages)
+    return await images.request_images(cfg, body.messages, state.images)
 
 
 def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[str, Any], str]:

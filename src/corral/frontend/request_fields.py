@@ -11,8 +11,8 @@ A top-level field of a request body is one of:
 
 Implementing a field is adding it to the model and removing it from NOT_YET here (a field in both is
 an error at import). Nested objects are not checked field by field (a message's `refusal` or
-`annotations`, which SDKs echo back; a tool's `strict`), except a message's content parts: only `text`
-parts are read, any other type is refused by name (`messages[0].content[1].type`).
+`annotations`, which SDKs echo back; a tool's `strict`), except a message's content parts: only `text` and
+`image_url` parts are read, any other type is refused by name (`messages[0].content[1].type`).
 
 Cost on the warm path: one subset test of the body's keys against a frozenset; the rest runs only
 for a body with a field outside it. Errors are pydantic errors whose type is the OpenAI code and whose
@@ -71,17 +71,21 @@ def _error(code: str, param: str, message: str) -> PydanticCustomError:
     return PydanticCustomError(code, "{message}", {"message": message, "param": param})
 
 
+READ_PARTS = frozenset({"text", "image_url"})  # an image is read by a vision model (frontend/images.py)
+
+
 def refuse_non_text_parts(messages: list[Any]) -> None:
-    """Raise for the first content part that is not text (an image, audio, a file): none is read yet."""
+    """Raise for the first content part that is neither text nor an image (audio, a file): none is read yet."""
     for i, message in enumerate(messages):
         content = message.get("content") if type(message) is dict else None
         if type(content) is not list:
             continue
         for j, part in enumerate(content):
             kind = part.get("type") if type(part) is dict else None
-            if isinstance(kind, str) and kind != "text":  # a missing type: the model's validation names it
+            if isinstance(kind, str) and kind not in READ_PARTS:  # a missing type: the model's validation names it
                 raise _error(UNSUPPORTED_VALUE, f"messages[{i}].content[{j}].type",
-                             f"corral does not support {clip(kind)!r} content parts yet; send text parts only")
+                             f"corral does not support {clip(kind)!r} content parts yet; send text and image_url "
+                             "parts only")
 
 
 # Values that mean "off" for fields of several endpoints.

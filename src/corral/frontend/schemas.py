@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from corral.frontend import request_fields
+from corral.frontend import images, request_fields
 from corral.frontend.bounds import (
     NAME_MAX,
     PROMPTS_MAX,
@@ -59,9 +59,21 @@ class _Request(_Body):
         return data
 
 
+class ImageURL(_Body):
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None  # the engine sees the image at its own resolution
+
+
 class ContentPart(_Body):
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None  # type "image_url": read by images.request_images
+
+    @model_validator(mode="after")
+    def _image_part_has_url(self) -> ContentPart:
+        if self.type == "image_url" and self.image_url is None:
+            raise ValueError("an image_url part needs image_url: {\"url\": \"data:image/png;base64,...\"}")
+        return self
 
 
 MAX_TOOLS = 128
@@ -97,9 +109,8 @@ class ChatMessage(_Body):
     tool_call_id: str | None = Field(default=None, max_length=NAME_MAX)
 
     def text(self) -> str:
-        if isinstance(self.content, list):
-            return "".join(part.text or "" for part in self.content if part.type == "text")
-        return self.content or ""
+        """The content as the prompt reads it: text parts joined, each image part as the media marker."""
+        return images.content_text(self.content)
 
 
 class StreamOptions(_Body):

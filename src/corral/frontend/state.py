@@ -9,6 +9,7 @@ import asyncpg
 from nats.aio.client import Client
 
 from corral.frontend.admission import Admission
+from corral.frontend.images import ImagePolicy
 from corral.models.config import ModelConfig
 from corral.routing.router import Router
 
@@ -32,4 +33,5 @@ class FrontendState:
     backend_ops: Any = None  # corral.control.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
     max_n: int = 8  # CORRAL_MAX_N: most choices (`n`) one generation request may ask for
+    images: ImagePolicy = field(default_factory=ImagePolicy)  # CORRAL_IMAGE_*: image parts in chat requests
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
