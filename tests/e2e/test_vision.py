@@ -58,6 +58,7 @@ def image_server() -> Iterator[int]:
         yield server.server_address[1]
     finally:
         server.shutdown()
+        server.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -170,4 +171,4 @@ def test_the_count_cap_a_marker_in_text_and_other_part_types(cluster: Cluster) -
     status, error = _error(cluster, {"model": VISION, "messages": audio})
     assert (status, error["param"]) == (400, "messages[0].content[0].type")
     status, error = _error(cluster, {"model": VISION, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})
-    assert status == 400 and "image_url" in error["message"]
+    assert status == 400 and error["param"].startswith("messages")

@@ -64,6 +64,13 @@ def _on_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
 
 
+def route_mtmd_log(mtmd: object) -> None:
+    """The multimodal library (llama_vision.py) logs through its own setters: route them here too (its per-image
+    progress lines would otherwise go to stderr on every request)."""
+    mtmd.mtmd_log_set(_on_llama_log, ctypes.c_void_p(0))  # type: ignore[attr-defined]
+    mtmd.mtmd_helper_log_set(_on_llama_log, ctypes.c_void_p(0))  # type: ignore[attr-defined]
+
+
 @contextmanager
 def captured_llama_log() -> Iterator[LlamaLogCapture]:
     """Collect llama.cpp log lines emitted inside the block (calls are serialised by the server)."""

@@ -22,6 +22,7 @@ import llama_cpp
 from llama_cpp import Llama
 
 from corral.backends.engine import ContextLengthError, InvalidRequestError, LoadError
+from corral.backends.llama_log import route_mtmd_log
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ IMAGE_POSITION = -1  # the prompt token list's entry for a position an image fil
 def _mtmd():  # type: ignore[no-untyped-def]  # imported on first use: text-only models never load libmtmd
     import llama_cpp.mtmd_cpp as mtmd_cpp
 
+    route_mtmd_log(mtmd_cpp)
     return mtmd_cpp
 
 
@@ -46,9 +48,9 @@ class VisionProjector:
         params.warmup = False
         self._mtmd = mtmd
         self._ctx = mtmd.mtmd_init_from_file(str(path).encode(), llm.model, params)
-        if not self._ctx:
-            raise LoadError(f"llama.cpp could not load the projector {path} (mmproj) for this model: see the "
-                            "backend log; the projector must be built for the same model")
+        if not self._ctx:  # load_projector's caller appends llama.cpp's own reason (a size mismatch, a bad file)
+            raise LoadError(f"llama.cpp could not load the projector {path} (mmproj) for this model (a projector "
+                            "is built for one model)")
         if not mtmd.mtmd_support_vision(self._ctx):
             self.close()
             raise LoadError(f"the projector {path} (mmproj) has no vision encoder")
