@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from corral.models.tiny_gguf import write_tiny_llama
+from corral.models.tiny_mmproj import IMAGE_TOKENS, write_tiny_mmproj
 from support.cluster import Cluster
 from support.images import data_url, png
 
@@ -64,8 +65,6 @@ def image_server() -> Iterator[int]:
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database, nats_url: str, image_server: int) -> Iterator[Cluster]:
     pytest.importorskip("llama_cpp")
-    from corral.models.tiny_mmproj import write_tiny_mmproj
-
     c = Cluster(root=state_root / "e2e-vision", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_tiny_llama(c.models_dir / "tiny.gguf")
@@ -103,8 +102,6 @@ def _error(cluster: Cluster, body: dict[str, Any]) -> tuple[int, dict[str, Any]]
 
 
 def test_an_image_fills_the_prompt_with_its_tokens_and_changes_the_answer(client: openai.OpenAI) -> None:
-    from corral.models.tiny_mmproj import IMAGE_TOKENS
-
     text_only = _chat(client, _ask(), logprobs=True)
     red = _chat(client, _ask(data_url(RED)), logprobs=True)
     pattern = _chat(client, _ask(data_url(PATTERN)), logprobs=True)
@@ -117,8 +114,6 @@ def test_an_image_fills_the_prompt_with_its_tokens_and_changes_the_answer(client
 
 
 def test_two_images_in_one_request_and_a_streamed_reply(client: openai.OpenAI) -> None:
-    from corral.models.tiny_mmproj import IMAGE_TOKENS
-
     one = _chat(client, _ask(data_url(RED)))
     two = _chat(client, _ask(data_url(RED), data_url(PATTERN)))
     assert two.usage.prompt_tokens == one.usage.prompt_tokens + IMAGE_TOKENS

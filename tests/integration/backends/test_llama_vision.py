@@ -12,8 +12,12 @@ import pytest
 
 from corral.backends.engine import InvalidRequestError, LoadError
 from corral.models.tiny_gguf import write_tiny_llama
+from corral.models.tiny_mmproj import IMAGE_TOKENS, write_tiny_mmproj
 from corral.proto import backend_pb2 as pb
 from support.images import png
+
+pytest.importorskip("llama_cpp")  # at import, not in a test: llama_cpp opens /dev/null when imported
+from corral.backends.llama_cpp import LlamaCppEngine  # noqa: E402
 
 RED = base64.b64encode(png(8, 8, (255, 0, 0))).decode()
 BLUE = base64.b64encode(png(8, 8, (0, 0, 255))).decode()
@@ -21,9 +25,6 @@ BLUE = base64.b64encode(png(8, 8, (0, 0, 255))).decode()
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("llama_cpp")
-    from corral.models.tiny_mmproj import write_tiny_mmproj
-
     root = tmp_path_factory.mktemp("vision")
     write_tiny_llama(root / "tiny.gguf")
     write_tiny_mmproj(root / "proj.gguf")
@@ -32,9 +33,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _engine(files: Path, projector: str = "proj.gguf"):  # type: ignore[no-untyped-def]
-    from corral.backends.llama_cpp import LlamaCppEngine
-
+def _engine(files: Path, projector: str = "proj.gguf") -> LlamaCppEngine:
     engine = LlamaCppEngine()
     engine.load(pb.ModelOptions(ModelFile=str(files / "tiny.gguf"), ContextSize=512,
                                 MMProj=str(files / projector) if projector else ""))
@@ -42,14 +41,14 @@ def _engine(files: Path, projector: str = "proj.gguf"):  # type: ignore[no-untyp
 
 
 @pytest.fixture(scope="module")
-def engine(files: Path) -> Iterator[object]:
+def engine(files: Path) -> Iterator[LlamaCppEngine]:
     engine = _engine(files)
     yield engine
     engine.free()
 
 
-def _ask(engine: object, images: list[str], prompt: str = "look <__media__> now") -> pb.Reply:
-    return engine.predict(pb.PredictOptions(Prompt=prompt, Images=images, Tokens=4, Logprobs=1))  # type: ignore[attr-defined]
+def _ask(engine: LlamaCppEngine, images: list[str], prompt: str = "look <__media__> now") -> pb.Reply:
+    return engine.predict(pb.PredictOptions(Prompt=prompt, Images=images, Tokens=4, Logprobs=1))
 
 
 @pytest.mark.parametrize(("projector", "words"), [
@@ -64,9 +63,7 @@ def test_a_projector_that_does_not_fit_fails_the_load_with_llama_cpps_reason(fil
     assert words in str(caught.value)
 
 
-def test_images_are_evaluated_and_the_cache_never_reuses_an_images_positions(engine: object) -> None:
-    from corral.models.tiny_mmproj import IMAGE_TOKENS
-
+def test_images_are_evaluated_and_the_cache_never_reuses_an_images_positions(engine: LlamaCppEngine) -> None:
     red = _ask(engine, [RED])
     text = _ask(engine, [], "look  now")
     blue = _ask(engine, [BLUE])  # the same text around another image: the image's positions are evaluated again
@@ -81,7 +78,7 @@ def test_images_are_evaluated_and_the_cache_never_reuses_an_images_positions(eng
     ([RED, RED], "a <__media__> b", "marks 1 images"),
     ([RED], "a <__media__>", "ends with an image"),
 ])
-def test_bad_images_are_invalid_requests(engine: object, images: list[str], prompt: str, words: str) -> None:
+def test_bad_images_are_invalid_requests(engine: LlamaCppEngine, images: list[str], prompt: str, words: str) -> None:
     with pytest.raises(InvalidRequestError, match=words.replace("[", r"\[").replace("]", r"\]")):
         _ask(engine, images, prompt)
     assert _ask(engine, [RED]).prompt_tokens > 0  # the engine still serves
