@@ -3,7 +3,7 @@
 An image part's URL is a `data:` URL (base64) or an http(s) URL that the frontend fetches, but only from a host
 the operator allowed (CORRAL_IMAGE_URL_HOSTS: none by default, so a request cannot make the frontend call
 into its own network). Each image is checked before any backend call: at most CORRAL_IMAGE_MAX_COUNT per
-request, each at most CORRAL_IMAGE_MAX_BYTES decoded, in a format the engine decodes (PNG, JPEG, GIF, BMP);
+request, each at most CORRAL_IMAGE_MAX_BYTES decoded (all of them at most what one backend call carries), in a format the engine decodes (PNG, JPEG, GIF, BMP);
 a fetch has CORRAL_IMAGE_FETCH_TIMEOUT, follows no redirect, and is refused for a loopback, private or
 link-local address unless that host is listed by name.
 
@@ -28,12 +28,14 @@ from urllib.parse import urlsplit
 import httpx
 
 from corral.frontend.errors import APIError, clip
+from corral.routing.backend_client import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from corral.frontend.schemas import ChatMessage
     from corral.models.config import ModelConfig
 
 MEDIA_MARKER = "<__media__>"
+IMAGES_MAX_ENCODED = MAX_MESSAGE_BYTES - (8 << 20)  # base64 of all images, with room for the rest of the call
 _FORMATS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF87a", "gif"), (b"GIF89a", "gif"),
             (b"BM", "bmp"))
 
@@ -85,7 +87,14 @@ async def request_images(cfg: ModelConfig, messages: list[ChatMessage], policy: 
         raise _bad("messages", f"{len(parts)} images in one request; at most {policy.max_count} are taken "
                                "(CORRAL_IMAGE_MAX_COUNT raises it)")
     _no_marker_in_text(messages)
-    return [base64.b64encode(await _image_bytes(param, url, policy)).decode("ascii") for param, url in parts]
+    encoded, total = [], 0
+    for param, url in parts:
+        encoded.append(base64.b64encode(await _image_bytes(param, url, policy)).decode("ascii"))
+        total += len(encoded[-1])
+        if total > IMAGES_MAX_ENCODED:
+            raise _bad(param, f"the request's images add up to more than {IMAGES_MAX_ENCODED * 3 // 4 >> 20} MiB, more "
+                              "than one backend call carries; send fewer or smaller images")
+    return encoded
 
 
 def _no_marker_in_text(messages: list[ChatMessage]) -> None:

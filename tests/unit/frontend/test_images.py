@@ -85,3 +85,9 @@ def test_a_wildcard_still_refuses_private_and_loopback_addresses() -> None:
         error = _refusal(_body(url), policy=wildcard)
         assert (error.status, error.code) == (403, "image_url_not_allowed"), url
         assert "list it by name" in error.message
+
+
+def test_all_images_together_stay_under_what_one_backend_call_carries() -> None:
+    big = data_url(b"BM" + bytes(9 << 20))  # 9 MiB each, under the per-image cap; four are 48 MiB of base64
+    error = _refusal(_body(big, big, big, big), policy=ImagePolicy(max_bytes=10 << 20, max_count=8))
+    assert error.param == "messages[0].content[4].image_url" and "one backend call carries" in error.message
