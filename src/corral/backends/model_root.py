@@ -81,3 +81,23 @@ def _anchored(value: str, model_path: str, field: str) -> str:
     if os.path.isabs(value) or not model_path:
         return value
     return os.path.join(model_path, value)
+
+
+# Issue 23: a request's own files (an audio clip to transcribe, where to write speech or an image) live in the
+# worker's staging directory, `<models>/../staging` (HTTP staging and the S3 cache; `ephemeral/` below it).
+REQUEST_FILE_FIELDS = {"TranscriptRequest": ("dst",), "TTSRequest": ("dst",), "GenerateImageRequest": ("dst", "src")}
+
+
+def request_files_problem(request: object, root: Path) -> str | None:
+    """Why a modality request may not be served under models root `root` (a file outside the worker's staging
+    directory), or None. Fields left empty are not checked."""
+    staging = os.path.realpath(Path(os.path.abspath(root)).parent / "staging")
+    for field in REQUEST_FILE_FIELDS.get(type(request).__name__, ()):
+        value = getattr(request, field)
+        if not value:
+            continue
+        real = os.path.realpath(value) if "\x00" not in value else ""
+        if not real.startswith(staging.rstrip(os.sep) + os.sep):
+            return (f"{type(request).__name__}.{field} {value!r} is outside this worker's staging directory "
+                    f"{staging!r}; a request's files are staged there by the worker (ephemeral/ inputs, temp outputs)")
+    return None

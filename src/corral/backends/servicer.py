@@ -34,8 +34,8 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from corral.backends.engine import Engine, EngineError
-from corral.backends.model_root import models_root_from_env, outside_root
+from corral.backends.engine import Engine, EngineError, NotSupportedError
+from corral.backends.model_root import models_root_from_env, outside_root, request_files_problem
 from corral.backends.reply_pump import ReplyPump, coalesce
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
@@ -307,6 +307,34 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
     ) -> pb.EmbeddingResult:
         return await self._call_engine(context, self._engine.embed, request)
+
+    # ---- modalities (issue 23): engines that implement them have `transcribe`, `tts`, `generate_image` ------
+
+    def _modality(self, method: str, rpc: str) -> Callable[[Any], Any]:
+        fn = getattr(self._engine, method, None)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
+
+        def refuse(_request: Any) -> Any:
+            raise NotSupportedError(f"the {self._engine.name} backend does not implement {rpc}; serve this model "
+                                    "with a backend that does")
+        return refuse
+
+    async def _modality_call(self, context: grpc.aio.ServicerContext, method: str, rpc: str, request: Any) -> Any:
+        problem = request_files_problem(request, self.models_root) if self.models_root is not None else None
+        if problem is not None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
+        return await self._call_engine(context, self._modality(method, rpc), request)
+
+    async def AudioTranscription(self, request: pb.TranscriptRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.TranscriptResult:
+        return await self._modality_call(context, "transcribe", "AudioTranscription", request)  # type: ignore[no-any-return]
+
+    async def TTS(self, request: pb.TTSRequest, context: grpc.aio.ServicerContext) -> pb.Result:
+        return await self._modality_call(context, "tts", "TTS", request)  # type: ignore[no-any-return]
+
+    async def GenerateImage(self, request: pb.GenerateImageRequest, context: grpc.aio.ServicerContext) -> pb.Result:
+        return await self._modality_call(context, "generate_image", "GenerateImage", request)  # type: ignore[no-any-return]
 
     async def TokenizeString(
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext

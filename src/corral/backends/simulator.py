@@ -8,7 +8,7 @@ more (an embedding input of more) is refused as too long for the context, as a r
 Sampling parameters, seeds, stop strings, logit bias and logprobs are accepted and ignored. A prompt or an
 embedding input of token ids (`EmbeddingTokens`) is taken as the words `#<id>`. With tools offered,
 `call <tool>(<json>)` in the last user message makes it call that tool, and tool results are answered
-by quoting them (simulator_tools.py).
+by quoting them (simulator_tools.py). It also speaks, transcribes and draws (simulator_media.py).
 
 Options (`ModelOptions.Options`, `key:value`):
   load_time_s:<s>          sleep this long inside LoadModel (default 0)
@@ -48,6 +48,7 @@ from corral.backends.engine import (
     requested_max_tokens,
 )
 from corral.backends.options import OptionError, option_float, option_int, parse_options, unknown_options
+from corral.backends.simulator_media import SimulatedMedia
 from corral.backends.simulator_tools import requested_calls, tool_results_answer
 from corral.proto import backend_pb2 as pb
 
@@ -180,7 +181,7 @@ def word_token_id(word: str) -> int:
     return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little") % VOCAB_SIZE
 
 
-class SimulatorEngine:
+class SimulatorEngine(SimulatedMedia):
     """Deterministic fake model; see the module docstring for its options."""
 
     name = "simulator"

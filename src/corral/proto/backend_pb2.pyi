@@ -32,6 +32,92 @@ class RerankRequest(_message.Message):
     ModelIdentity: str
     def __init__(self, query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
 
+class TranscriptRequest(_message.Message):
+    __slots__ = ("dst", "language", "threads", "translate", "diarize", "prompt", "temperature", "ModelIdentity")
+    DST_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    TRANSLATE_FIELD_NUMBER: _ClassVar[int]
+    DIARIZE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    MODELIDENTITY_FIELD_NUMBER: _ClassVar[int]
+    dst: str
+    language: str
+    threads: int
+    translate: bool
+    diarize: bool
+    prompt: str
+    temperature: float
+    ModelIdentity: str
+    def __init__(self, dst: _Optional[str] = ..., language: _Optional[str] = ..., threads: _Optional[int] = ..., translate: _Optional[bool] = ..., diarize: _Optional[bool] = ..., prompt: _Optional[str] = ..., temperature: _Optional[float] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
+
+class TranscriptSegment(_message.Message):
+    __slots__ = ("id", "start", "end", "text", "tokens")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    start: int
+    end: int
+    text: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[int] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TranscriptResult(_message.Message):
+    __slots__ = ("segments", "text", "language", "duration")
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    segments: _containers.RepeatedCompositeFieldContainer[TranscriptSegment]
+    text: str
+    language: str
+    duration: float
+    def __init__(self, segments: _Optional[_Iterable[_Union[TranscriptSegment, _Mapping]]] = ..., text: _Optional[str] = ..., language: _Optional[str] = ..., duration: _Optional[float] = ...) -> None: ...
+
+class GenerateImageRequest(_message.Message):
+    __slots__ = ("height", "width", "step", "seed", "positive_prompt", "negative_prompt", "dst", "src", "ModelIdentity")
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    POSITIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    MODELIDENTITY_FIELD_NUMBER: _ClassVar[int]
+    height: int
+    width: int
+    step: int
+    seed: int
+    positive_prompt: str
+    negative_prompt: str
+    dst: str
+    src: str
+    ModelIdentity: str
+    def __init__(self, height: _Optional[int] = ..., width: _Optional[int] = ..., step: _Optional[int] = ..., seed: _Optional[int] = ..., positive_prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., dst: _Optional[str] = ..., src: _Optional[str] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
+
+class TTSRequest(_message.Message):
+    __slots__ = ("text", "model", "dst", "voice", "language", "speed", "ModelIdentity")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DST_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    MODELIDENTITY_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    model: str
+    dst: str
+    voice: str
+    language: str
+    speed: float
+    ModelIdentity: str
+    def __init__(self, text: _Optional[str] = ..., model: _Optional[str] = ..., dst: _Optional[str] = ..., voice: _Optional[str] = ..., language: _Optional[str] = ..., speed: _Optional[float] = ..., ModelIdentity: _Optional[str] = ...) -> None: ...
+
 class RerankResult(_message.Message):
     __slots__ = ("usage", "results")
     USAGE_FIELD_NUMBER: _ClassVar[int]

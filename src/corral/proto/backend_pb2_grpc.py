@@ -79,6 +79,21 @@ class BackendStub:
                 request_serializer=corral_dot_proto_dot_backend__pb2.RerankRequest.SerializeToString,
                 response_deserializer=corral_dot_proto_dot_backend__pb2.RerankResult.FromString,
                 _registered_method=True)
+        self.GenerateImage = channel.unary_unary(
+                '/backend.Backend/GenerateImage',
+                request_serializer=corral_dot_proto_dot_backend__pb2.GenerateImageRequest.SerializeToString,
+                response_deserializer=corral_dot_proto_dot_backend__pb2.Result.FromString,
+                _registered_method=True)
+        self.AudioTranscription = channel.unary_unary(
+                '/backend.Backend/AudioTranscription',
+                request_serializer=corral_dot_proto_dot_backend__pb2.TranscriptRequest.SerializeToString,
+                response_deserializer=corral_dot_proto_dot_backend__pb2.TranscriptResult.FromString,
+                _registered_method=True)
+        self.TTS = channel.unary_unary(
+                '/backend.Backend/TTS',
+                request_serializer=corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
+                response_deserializer=corral_dot_proto_dot_backend__pb2.Result.FromString,
+                _registered_method=True)
 
 
 class BackendServicer:
@@ -138,6 +153,24 @@ class BackendServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GenerateImage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AudioTranscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TTS(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BackendServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +218,21 @@ def add_BackendServicer_to_server(servicer, server):
                     servicer.Rerank,
                     request_deserializer=corral_dot_proto_dot_backend__pb2.RerankRequest.FromString,
                     response_serializer=corral_dot_proto_dot_backend__pb2.RerankResult.SerializeToString,
+            ),
+            'GenerateImage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GenerateImage,
+                    request_deserializer=corral_dot_proto_dot_backend__pb2.GenerateImageRequest.FromString,
+                    response_serializer=corral_dot_proto_dot_backend__pb2.Result.SerializeToString,
+            ),
+            'AudioTranscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.AudioTranscription,
+                    request_deserializer=corral_dot_proto_dot_backend__pb2.TranscriptRequest.FromString,
+                    response_serializer=corral_dot_proto_dot_backend__pb2.TranscriptResult.SerializeToString,
+            ),
+            'TTS': grpc.unary_unary_rpc_method_handler(
+                    servicer.TTS,
+                    request_deserializer=corral_dot_proto_dot_backend__pb2.TTSRequest.FromString,
+                    response_serializer=corral_dot_proto_dot_backend__pb2.Result.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +478,87 @@ class Backend:
             '/backend.Backend/Rerank',
             corral_dot_proto_dot_backend__pb2.RerankRequest.SerializeToString,
             corral_dot_proto_dot_backend__pb2.RerankResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateImage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/backend.Backend/GenerateImage',
+            corral_dot_proto_dot_backend__pb2.GenerateImageRequest.SerializeToString,
+            corral_dot_proto_dot_backend__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AudioTranscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/backend.Backend/AudioTranscription',
+            corral_dot_proto_dot_backend__pb2.TranscriptRequest.SerializeToString,
+            corral_dot_proto_dot_backend__pb2.TranscriptResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TTS(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/backend.Backend/TTS',
+            corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
+            corral_dot_proto_dot_backend__pb2.Result.FromString,
             options,
             channel_credentials,
             insecure,
