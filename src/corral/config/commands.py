@@ -144,6 +144,8 @@ class WorkerSettings:
     storage_access_key: str
     storage_secret_key: str
     staging_min_free_bytes: int
+    ephemeral_staging_byte_limit: int
+    ephemeral_staging_min_free_bytes: int
     max_upload_bytes: int
     file_server_max_connections: int
     file_server_header_timeout_s: float

@@ -60,6 +60,14 @@ WORKER_STAGING_SETTINGS: tuple[Setting, ...] = (
     *STORAGE_SETTINGS,
     Setting("staging_min_free_bytes", "--staging-min-free", ("CORRAL_STAGING_MIN_FREE_BYTES",), 64 << 20,
             parse_size_bytes, "free space kept on the models filesystem; uploads that would eat it get 507"),
+    Setting("ephemeral_staging_byte_limit", "--ephemeral-staging-byte-limit",
+            ("LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT",), 0, parse_size_bytes,
+            "bytes of request inputs (audio, images, ...) held at once below the ephemeral/ roots; an input "
+            "past it gets 507 before any byte is written; 0 = 10% of the staging filesystem, at least 256 MiB"),
+    Setting("ephemeral_staging_min_free_bytes", "--ephemeral-staging-min-free-bytes",
+            ("LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES",), 0, parse_size_bytes,
+            "free space a request input must leave on the staging filesystem (507 otherwise); "
+            "0 = 5% of that filesystem, between 1 GiB and 10 GiB"),
     Setting("max_upload_bytes", "--max-upload-size", ("CORRAL_MAX_UPLOAD_BYTES",), 50 << 30,
             parse_size_bytes, "largest single file the file server accepts (413 above it)"),
     Setting("file_server_max_connections", "--file-server-max-connections",

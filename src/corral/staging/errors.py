@@ -85,3 +85,39 @@ class ObjectStoreFailed(StagingError):
     LOCALAI_STORAGE_BUCKET and the access/secret keys on the frontend *and* the workers, and that
     the workers reach the endpoint.
     """
+
+
+class InputStorageFull(StagingError):
+    """A worker refused a request's input file (an image, an audio clip) before any byte was written:
+    accepting it would pass LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT or leave less free space than
+    LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES on the worker's staging filesystem.
+
+    It is transient: other requests release their inputs when their inference ends. The frontend answers
+    the client ``503`` with ``Retry-After`` (:attr:`client_status`, :attr:`retry_after_s`) and the worker's
+    message, which names the setting and the numbers. Raise the setting, free space on the worker, or add
+    workers if it persists.
+    """
+
+    client_status = 503
+    retry_after_s = 5
+
+    def __init__(self, message: str, *, setting: str, key: str) -> None:
+        self.message = message
+        self.setting = setting
+        self.key = key
+        super().__init__(message)
+
+
+class RequestInputFailed(StagingError):
+    """Staging or releasing a request's input file on a worker failed for a reason other than capacity.
+
+    The message names the key, the worker's file server, the HTTP status (``None`` when the worker was
+    unreachable) and the worker's explanation. A 401 means frontend and worker disagree on
+    LOCALAI_REGISTRATION_TOKEN; no HTTP status means the worker's file server (base port - 1) is down or
+    unreachable from this frontend.
+    """
+
+    def __init__(self, *, key: str, worker_url: str, status: int | None, message: str) -> None:
+        self.key, self.worker_url, self.status, self.message = key, worker_url, status, message
+        status_text = f"HTTP {status}" if status is not None else "no HTTP response"
+        super().__init__(f"request input {key!r} on worker {worker_url} ({status_text}): {message}")

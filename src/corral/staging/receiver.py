@@ -15,8 +15,12 @@ token refuses them unless ``allow_unauthenticated=True``):
   exactly that finalisation (200, or 416 with the size to resume from).
 * ``GET /v1/files/{key}`` -- download (sendfile). ``POST /v1/files/temp`` -- a fresh temp file.
   ``GET /v1/files-list/{key}`` -- files below a directory.
+* ``POST /v1/files/release`` -- release a request's ephemeral inputs (:mod:`corral.staging.ephemeral_http`).
 
-Before accepting an upload the models filesystem must hold the bytes still to come (507 otherwise).
+Before accepting an upload the models filesystem must hold the bytes still to come (507 otherwise). An
+``ephemeral/<category>/<request id>/<name>`` key (a request's input) must also fit the ephemeral ledger
+(:mod:`corral.staging.ephemeral_ledger`): its declared size is reserved before any byte is written, or the
+PUT is answered 507 naming the setting it would pass.
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ from corral.staging.body_writer import BodyTooLong, DiskFull, write_body
 from corral.staging.buffer_hasher import BufferHasher
 from corral.staging.content_range import ContentRange, parse_content_range, parse_status_query
 from corral.staging.disk_space import DiskBudget, DiskReservation, NotEnoughDisk, enospc_message
+from corral.staging.ephemeral_http import RELEASE_PATH, release_inputs, reserve_input
+from corral.staging.ephemeral_ledger import (
+    EphemeralLedger,
+    EphemeralLimits,
+    ephemeral_root,
+    is_ephemeral_key,
+    resolve_ephemeral_key,
+)
 from corral.staging.errors import KeyEscapesDirectory, ReservedKey
 from corral.staging.file_server import Answer, FileRequest, ServerLimits, ThreadedFileServer
 from corral.staging.following_hasher import FollowingHasher
@@ -74,9 +86,17 @@ def build_file_server(
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     disk_budget: DiskBudget | None = None,
     limits: ServerLimits | None = None,
+    ephemeral: EphemeralLedger | None = None,
 ) -> ThreadedFileServer:
-    """The worker's file server; ``await server.start(host, port)`` serves it, ``await server.stop()`` ends it."""
-    store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget())
+    """The worker's file server; ``await server.start(host, port)`` serves it, ``await server.stop()`` ends it.
+
+    ``ephemeral`` is the worker's ledger of request inputs (shared with S3 mode's ``files.ensure``); without
+    one, a ledger with the filesystem-based default limits is made.
+    """
+    if ephemeral is None:
+        root = ephemeral_root(Path(models_dir))
+        ephemeral = EphemeralLedger(root, EphemeralLimits.resolve(0, 0, root))
+    store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget(), ephemeral)
     server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated,
                                 limits=limits)
     store.on_body_bytes = server.stats.count_body_bytes
@@ -88,8 +108,9 @@ class FileStore:
     """The routes over one models directory."""
 
     def __init__(self, models_dir: Path, readiness: Readiness, max_upload_bytes: int,
-                 disk_budget: DiskBudget) -> None:
+                 disk_budget: DiskBudget, ephemeral: EphemeralLedger) -> None:
         self.models_dir = models_dir
+        self.ephemeral = ephemeral
         self.readiness = readiness
         self.max_upload_bytes = max_upload_bytes
         self.disk_budget = disk_budget
@@ -107,6 +128,8 @@ class FileStore:
             return self._probe(path)
         if path == "/v1/files/temp" and method == "POST":
             return self._temp()
+        if path == RELEASE_PATH and method == "POST":
+            return release_inputs(request.body, self.models_dir, self.ephemeral, self.upload_locks)
         try:
             if path.startswith(FILES_PREFIX) and method in ("GET", "HEAD", "PUT"):
                 return self._file(request, path[len(FILES_PREFIX):])
@@ -200,25 +223,38 @@ class FileStore:
         return FollowingHasher(path) if completes else None
 
     def _put(self, request: FileRequest, key: str, path: Path) -> Answer:
+        if not is_ephemeral_key(key):
+            with self.upload_locks.hold(path):
+                return self._put_locked(request, key, path)
+        resolve_ephemeral_key(key, self.models_dir)
+        with self.upload_locks.hold(path):
+            refusal = reserve_input(self.ephemeral, key, request.header("Content-Range"), _content_length(request))
+            if refusal is not None:  # decided before the directory or any byte is written
+                return refusal
+            try:
+                return self._put_locked(request, key, path)
+            finally:
+                self.ephemeral.settle(key, path.is_file())
+
+    def _put_locked(self, request: FileRequest, key: str, path: Path) -> Answer:
         declared = _declared_sha256(request)
         content_range = request.header("Content-Range")
-        with self.upload_locks.hold(path):
-            if path.is_dir():
-                raise Reject(400, f"destination {str(path)!r} is a directory")
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise Reject(400, f"a parent of {str(path)!r} is a file, not a directory") from None
-            if not content_range:
-                return self._put_full(request, key, path, declared)
-            status_total = parse_status_query(content_range)
-            if status_total is not None:
-                return self._finalize_probe(path, status_total, declared)
-            try:
-                parsed = parse_content_range(content_range)
-            except ValueError as exc:
-                raise Reject(400, str(exc)) from None
-            return self._put_range(request, key, path, parsed, declared)
+        if path.is_dir():
+            raise Reject(400, f"destination {str(path)!r} is a directory")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise Reject(400, f"a parent of {str(path)!r} is a file, not a directory") from None
+        if not content_range:
+            return self._put_full(request, key, path, declared)
+        status_total = parse_status_query(content_range)
+        if status_total is not None:
+            return self._finalize_probe(path, status_total, declared)
+        try:
+            parsed = parse_content_range(content_range)
+        except ValueError as exc:
+            raise Reject(400, str(exc)) from None
+        return self._put_range(request, key, path, parsed, declared)
 
     def _put_full(self, request: FileRequest, key: str, path: Path, declared: str | None) -> Answer:
         length = _content_length(request)

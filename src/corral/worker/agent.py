@@ -186,7 +186,9 @@ class Worker:
 
     async def _run(self) -> int:
         self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
+        from corral.staging.ephemeral_sweep import run_sweeps, sweep_once
         from corral.worker.files import (
+            build_ephemeral_ledger,
             build_worker_file_server,
             drop_hub_token,
             open_object_store,
@@ -199,7 +201,9 @@ class Worker:
         log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
 
         drop_hub_token()
-        http = build_worker_file_server(self.settings, self.models_dir, self.readiness)
+        ephemeral = build_ephemeral_ledger(self.settings, self.models_dir)
+        await sweep_once([ephemeral.root], ephemeral)  # inputs an earlier run left: before new ones arrive
+        http = build_worker_file_server(self.settings, self.models_dir, self.readiness, ephemeral)
         host, port = self.addresses.http_bind
         await http.start(host, port)
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
@@ -212,7 +216,8 @@ class Worker:
                                                   context_size=self.settings.context_size))
         self.handlers.route_providers += [ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes]
         await self.handlers.subscribe()
-        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store)
+        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store,
+                                                     ephemeral)
         self.subscribed = True
         self.supervisor.keep_spares()
         log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
@@ -221,7 +226,9 @@ class Worker:
         tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
                  asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
                  asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
-                 asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines")]
+                 asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
+                 asyncio.create_task(run_sweeps([ephemeral.root], ephemeral, loops_stop, delay_first=True),
+                                     name="ephemeral-sweep")]
         refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
                                       name="nats-credential-refresh")
         code = 0

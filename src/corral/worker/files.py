@@ -4,6 +4,8 @@
 uses (``models/`` keys under the models dir) -- and replies ``local_path``. A cached copy whose sha256
 matches the object's is used as is (nothing is downloaded). The download is refused up front when
 the models filesystem cannot hold it, and reports progress on the requester's progress subject.
+An ``ephemeral/`` key (a request's input) is reserved in the worker's ephemeral ledger first -- the same
+ledger the file server's PUTs use -- and refused before the download when it does not fit.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from corral.bus import subjects
 from corral.bus.messages import Message, ValidationError
 from corral.staging import hashing
 from corral.staging.disk_space import DiskBudget, NotEnoughDisk
-from corral.staging.errors import KeyEscapesDirectory, ObjectStoreFailed
+from corral.staging.ephemeral_ledger import (
+    EphemeralLedger,
+    EphemeralLimits,
+    ephemeral_root,
+    is_ephemeral_key,
+    resolve_ephemeral_key,
+)
+from corral.staging.errors import InputStorageFull, KeyEscapesDirectory, ObjectStoreFailed
 from corral.staging.file_server import ServerLimits, ThreadedFileServer
 from corral.staging.keys import resolve_key, staging_dir
 from corral.staging.messages import (
@@ -49,8 +58,18 @@ PROGRESS_INTERVAL_S = 0.5
 HUB_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
+def build_ephemeral_ledger(settings: Any, models_dir: Path) -> EphemeralLedger:
+    """The worker's one ledger of request inputs (file server and S3 ``files.ensure`` share it); 0 in either
+    capacity setting selects its filesystem-based default."""
+    root = ephemeral_root(models_dir)
+    limits = EphemeralLimits.resolve(settings.ephemeral_staging_byte_limit,
+                                     settings.ephemeral_staging_min_free_bytes, root)
+    log.info("ephemeral request inputs below %s: %s", root, limits.describe())
+    return EphemeralLedger(root, limits)
+
+
 def build_worker_file_server(settings: Any, models_dir: Path, readiness: Callable[[], str | None],
-                             ) -> ThreadedFileServer:
+                             ephemeral: EphemeralLedger) -> ThreadedFileServer:
     """The file server with this worker's token, upload cap, disk admission and connection limits."""
     limits = ServerLimits(max_connections=settings.file_server_max_connections,
                           header_timeout_s=settings.file_server_header_timeout_s,
@@ -58,7 +77,8 @@ def build_worker_file_server(settings: Any, models_dir: Path, readiness: Callabl
     return build_file_server(models_dir, settings.registration_token, readiness=readiness,
                              allow_unauthenticated=settings.allow_unauthenticated,
                              max_upload_bytes=settings.max_upload_bytes,
-                             disk_budget=DiskBudget(settings.staging_min_free_bytes), limits=limits)
+                             disk_budget=DiskBudget(settings.staging_min_free_bytes), limits=limits,
+                             ephemeral=ephemeral)
 
 
 def drop_hub_token() -> None:
@@ -82,19 +102,28 @@ async def open_object_store(settings: Any) -> ObjectStore | None:
 
 
 async def start_s3_file_handlers(settings: Any, nc: Client, node_id: str, models_dir: Path,
-                                 store: ObjectStore | None) -> S3FileHandlers | None:
-    """Subscribe ``nodes.<id>.files.*`` with the store `open_object_store` gave; None in HTTP mode."""
+                                 store: ObjectStore | None, ephemeral: EphemeralLedger | None = None,
+                                 ) -> S3FileHandlers | None:
+    """Subscribe ``nodes.<id>.files.*`` with the store `open_object_store` gave; None in HTTP mode.
+
+    ``ephemeral`` is the worker's ledger (the one its file server uses); without one, a ledger with the
+    filesystem-based default limits is made."""
     if store is None:
         return None
-    handlers = S3FileHandlers(nc, node_id, store, models_dir, DiskBudget(settings.staging_min_free_bytes))
+    if ephemeral is None:
+        root = ephemeral_root(models_dir)
+        ephemeral = EphemeralLedger(root, EphemeralLimits.resolve(0, 0, root))
+    handlers = S3FileHandlers(nc, node_id, store, models_dir, DiskBudget(settings.staging_min_free_bytes),
+                              ephemeral)
     await handlers.subscribe()
     return handlers
 
 
 class S3FileHandlers:
-    def __init__(self, nc: Client, node_id: str, store: ObjectStore, models_dir: Path, budget: DiskBudget) -> None:
+    def __init__(self, nc: Client, node_id: str, store: ObjectStore, models_dir: Path, budget: DiskBudget,
+                 ephemeral: EphemeralLedger) -> None:
         self.nc, self.node_id, self.store = nc, node_id, store
-        self.models_dir, self.budget = models_dir, budget
+        self.models_dir, self.budget, self.ephemeral = models_dir, budget, ephemeral
         self.fetched_bytes = 0
         self._key_locks: dict[Path, asyncio.Lock] = {}
         self._subscriptions: list[Any] = []
@@ -133,21 +162,31 @@ class S3FileHandlers:
             reply = await handler(msg)
         except (ValidationError, ValueError) as exc:
             reply = FileEnsureReply(error=f"invalid request on {msg.subject}: {exc}")
-        except (KeyEscapesDirectory, ObjectStoreFailed, NotEnoughDisk, OSError) as exc:
+        except (KeyEscapesDirectory, ObjectStoreFailed, NotEnoughDisk, InputStorageFull, OSError) as exc:
             reply = FileEnsureReply(error=f"{msg.subject}: {exc}")
         if msg.reply:
             await msg.respond(reply.to_json())
 
     async def _ensure(self, msg: Msg) -> Message:
         request = FileEnsureRequest.from_json(msg.data)
-        path = resolve_key(request.key, self.models_dir)
-        async with self._key_locks.setdefault(path, asyncio.Lock()):  # one fetch per file at a time
-            return await self._ensure_locked(request, path)
+        if not is_ephemeral_key(request.key):
+            path = resolve_key(request.key, self.models_dir)
+            async with self._key_locks.setdefault(path, asyncio.Lock()):  # one fetch per file at a time
+                return await self._ensure_locked(request, path, reserve=None)
+        path = resolve_ephemeral_key(request.key, self.models_dir)
+        async with self._key_locks.setdefault(path, asyncio.Lock()):
+            try:
+                return await self._ensure_locked(request, path, reserve=self.ephemeral)
+            finally:
+                self.ephemeral.settle(request.key, await asyncio.to_thread(path.is_file))
 
-    async def _ensure_locked(self, request: FileEnsureRequest, path: Path) -> Message:
+    async def _ensure_locked(self, request: FileEnsureRequest, path: Path, reserve: EphemeralLedger | None,
+                             ) -> Message:
         stored = await asyncio.to_thread(self.store.head, request.key)
         if stored is None:
             return FileEnsureReply(error=f"key {request.key!r} is not in bucket {self.store.bucket!r}")
+        if reserve is not None and not reserve.holds(request.key):  # a request input: reserved before a byte lands
+            reserve.reserve(request.key, stored.size_bytes)
         wanted = request.sha256 or stored.sha256
         if stored.sha256 and request.sha256 and stored.sha256 != request.sha256:
             return FileEnsureReply(error=f"bucket object {request.key!r} has sha256 {stored.sha256}, the frontend "
