@@ -19,6 +19,9 @@ Conventions every engine follows:
   piece); `predict` must therefore return exactly what folding the stream gives, and exists
   for in-process callers (tests, benchmarks).
 * `embed` returns `EmbeddingResult(layout=FINAL)` for a pooled vector.
+* Optional, served by the servicer when present (else the RPC is refused by name): `rerank` returns
+  `RerankResult` with the documents best first, cut to `top_n` (0 = all), and `transcribe`, `tts`,
+  `generate_image` for the other modality RPCs.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`), `MMProj` (a projector: the
 model reads images, llama_vision.py), `ContextSize`
 (0 = the model's training context, capped at 4096), `Threads` (0 = all CPUs), `Embeddings`,
-`Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`.
+`Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`, `Reranking` (a cross-encoder GGUF
+served by Rerank with llama.cpp's rank pooling, llama_rerank.py).
 Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
 (re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
 which is faster but not bit-identical to a fresh evaluation; a model with sliding-window attention, such as
@@ -42,6 +43,8 @@ from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_
 from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
+from corral.backends.llama_rerank import PairFormat, check_reranker_file
+from corral.backends.llama_rerank import rerank as rerank_pairs
 from corral.backends.llama_tools import call_replies, requested_tools
 from corral.backends.llama_vision import VisionProjector, load_projector
 from corral.backends.model_root import models_root_from_env, path_outside_root
@@ -136,6 +139,7 @@ class LlamaCppEngine:
         self._cache_prompt = True
         self._model_label = ""
         self._projector: VisionProjector | None = None
+        self._pair_format: PairFormat | None = None  # loaded for reranking
 
     def load(self, opts: pb.ModelOptions) -> None:
         path = resolve_model_file(opts)
@@ -150,6 +154,8 @@ class LlamaCppEngine:
         formatter = named_formatter(options["chat_format"]) if options.get("chat_format") else None
         n_ctx = opts.ContextSize if opts.ContextSize > 0 else default_context_tokens(path)
         n_threads = opts.Threads if opts.Threads > 0 else (os.cpu_count() or 1)
+        if opts.Reranking:
+            check_reranker_file(path)
         with captured_llama_log() as llama_log:
             try:
                 llm = Llama(
@@ -160,7 +166,9 @@ class LlamaCppEngine:
                     n_threads_batch=n_threads,
                     n_gpu_layers=opts.NGPULayers,
                     seed=opts.Seed if opts.Seed > 0 else llama_cpp.LLAMA_DEFAULT_SEED,
-                    embedding=opts.Embeddings,
+                    embedding=opts.Embeddings or opts.Reranking,
+                    pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK if opts.Reranking
+                    else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED,
                     use_mmap=True,
                     use_mlock=opts.MLock,
                     flash_attn=opts.FlashAttention.lower() in ("on", "true", "1", "yes"),
@@ -177,6 +185,7 @@ class LlamaCppEngine:
                 except LoadError as exc:
                     cause = projector_log.error_summary()
                     raise LoadError(f"{exc}{': ' + cause if cause else ''}") from None
+            self._pair_format = PairFormat.of(llm) if opts.Reranking else None
         except LoadError:
             llm.close()
             raise
@@ -184,11 +193,12 @@ class LlamaCppEngine:
         self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
         self._model_label = opts.Model or path.name
         log.info(
-            "llama.cpp loaded %s: n_ctx=%d threads=%d embeddings=%s chat=%s",
+            "llama.cpp loaded %s: n_ctx=%d threads=%d embeddings=%s reranking=%s chat=%s",
             path,
             llm.n_ctx(),
             n_threads,
             opts.Embeddings,
+            opts.Reranking,
             options.get("chat_format") or ("embedded template" if self._formatter else "none"),
         )
 
@@ -279,6 +289,9 @@ class LlamaCppEngine:
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
         llm = self._loaded()
+        if self._pair_format is not None:
+            raise NotSupportedError(f"model {self._model_label!r} was loaded for reranking: its output is a relevance "
+                                    "score, not an embedding; use /v1/rerank, or drop reranking: true")
         if not self._embeddings:
             raise NotSupportedError(
                 f"model {self._model_label!r} was loaded without embeddings; set embeddings: true in its "
@@ -305,13 +318,22 @@ class LlamaCppEngine:
             layout=layout,
         )
 
+    def rerank(self, req: pb.RerankRequest) -> pb.RerankResult:
+        llm = self._loaded()
+        if self._pair_format is None:
+            raise NotSupportedError(
+                f"model {self._model_label!r} was loaded without reranking; set reranking: true in its model config "
+                "(ModelOptions.Reranking=true, a cross-encoder GGUF) and load it again"
+            )
+        return rerank_pairs(llm, self._pair_format, req)
+
     def tokenize(self, req: pb.PredictOptions) -> pb.TokenizationResponse:
         llm = self._loaded()
         ids = llm.tokenize(req.Prompt.encode("utf-8"), add_bos=False, special=True) if req.Prompt else []
         return pb.TokenizationResponse(length=len(ids), tokens=ids)
 
     def free(self) -> None:
-        llm, self._llm, self._formatter = self._llm, None, None
+        llm, self._llm, self._formatter, self._pair_format = self._llm, None, None, None
         projector, self._projector = self._projector, None
         if projector is not None:
             projector.close()  # before the model it was built on

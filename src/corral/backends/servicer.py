@@ -12,8 +12,8 @@
   the reader was slower as one Reply (`reply_pump`).
 * LoadModel refuses (PERMISSION_DENIED, naming the field and path) a file path outside the worker's
   models directory when the worker passed one (``CORRAL_BACKEND_MODELS_ROOT``, see ``model_root``).
-* Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString) answer FAILED_PRECONDITION
-  "... model not loaded" before a successful LoadModel (and after Free), and NOT_FOUND
+* Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString and the modality RPCs, Rerank among them)
+  answer FAILED_PRECONDITION "... model not loaded" before a successful LoadModel (and after Free), and NOT_FOUND
   "model identity mismatch ..." when `ModelIdentity` is set and differs from the loaded
   `ModelOptions.Model`.
 """
@@ -308,7 +308,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     ) -> pb.EmbeddingResult:
         return await self._call_engine(context, self._engine.embed, request)
 
-    # ---- modalities (issue 23): engines that implement them have `transcribe`, `tts`, `generate_image` ------
+    # ---- modalities (issue 23): engines that implement them have `transcribe`, `tts`, `generate_image`, `rerank`
 
     def _modality(self, method: str, rpc: str) -> Callable[[Any], Any]:
         fn = getattr(self._engine, method, None)
@@ -335,6 +335,9 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
 
     async def GenerateImage(self, request: pb.GenerateImageRequest, context: grpc.aio.ServicerContext) -> pb.Result:
         return await self._modality_call(context, "generate_image", "GenerateImage", request)  # type: ignore[no-any-return]
+
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResult:
+        return await self._modality_call(context, "rerank", "Rerank", request)  # type: ignore[no-any-return]
 
     async def TokenizeString(
         self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
