@@ -10,8 +10,9 @@ PIP    := $(VENV)/bin/pip
 # pip keys that cache on the source package, not on CMAKE_ARGS: a cached wheel built without mtmd is rebuilt.
 LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 STAMP  := $(VENV)/.installed
-# gallery backends in the reference's Python layout ship stubs generated from the same backend.proto
-ST_BACKEND := src/corral/gallery/backends/sentencetransformers
+# gallery backends in the reference's Python layout share common/ (installed beside each): the stubs generated
+# from the same backend.proto and corral_backend.py
+BACKENDS_COMMON := src/corral/gallery/backends/common
 
 .PHONY: install up test test-fast lint proto bench clean
 
@@ -42,7 +43,7 @@ test-fast: install
 
 proto: install
 	cd src && ../$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. corral/proto/backend.proto
-	$(PY) -m grpc_tools.protoc -Isrc/corral/proto --python_out=$(ST_BACKEND) --grpc_python_out=$(ST_BACKEND) backend.proto
+	$(PY) -m grpc_tools.protoc -Isrc/corral/proto --python_out=$(BACKENDS_COMMON) --grpc_python_out=$(BACKENDS_COMMON) backend.proto
 
 bench: install
 	$(VENV)/bin/pip install -q -e '.[bench,models]'  # vllm-router: the reference point (optional)

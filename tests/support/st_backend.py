@@ -23,6 +23,7 @@ from corral.models.defaults import MINILM_ST_NAME, prepare_minilm_sentence_trans
 
 NAME = "sentencetransformers"
 SOURCE = Path(corral.__file__).resolve().parent / "gallery" / "backends" / NAME
+COMMON = SOURCE.parent / "common"  # installed beside it as common/
 INSTALL_TIMEOUT_S = 600  # one stalled pip read (the installer's per-read budget)
 CACHE_ENV = "CORRAL_TEST_BACKEND_CACHE"
 REFERENCE_VECTORS = Path(__file__).resolve().parent.parent / "integration" / "gallery" / "minilm_st_reference.json"
@@ -33,7 +34,8 @@ def backends_path(session_root: Path) -> tuple[Path, float | None]:
     cache = os.environ.get(CACHE_ENV, "")
     if not cache:
         return session_root, install(session_root)
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SOURCE.iterdir()) if p.is_file())).hexdigest()[:16]
+    files = [p for d in (SOURCE, COMMON) for p in sorted(d.iterdir()) if p.is_file()]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in files)).hexdigest()[:16]
     root = Path(cache) / f"{NAME}-{digest}"
     if (root / NAME / "metadata.json").is_file():
         return root, None

@@ -29,6 +29,10 @@ Galleries (`LOCALAI_BACKEND_GALLERIES`, a request's `backend_galleries`): a JSON
         no_index: false                 # true: install only from find_links (offline)
         inherit_worker_packages: false  # true: the worker's own packages (grpcio, protobuf) are
                                         # a read-only fallback after the venv's own
+        common: backends/common         # optional: a directory (relative to the index, or absolute)
+                                        # copied into the installed backend as common/ -- code all
+                                        # Python backends share (corral's: corral_backend.py and the
+                                        # gRPC stubs); not for archives, which ship their own common/
 
 Installs are built beside the target (`.install-<name>-*`), `metadata.json` written last, and
 renamed into place: a half-installed backend is never found or started, and leftovers of a

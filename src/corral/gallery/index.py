@@ -60,6 +60,16 @@ class PythonSection(BaseModel):
     find_links: list[str] = Field(default_factory=list)  # wheel dirs (relative to the backend dir) or URLs
     no_index: bool = False  # install only from find_links (offline)
     inherit_worker_packages: bool = False  # the worker's packages (grpcio, protobuf) as a read-only fallback
+    # code every Python backend of the gallery shares (the reference's backend/python/common/): a directory,
+    # relative to the index or absolute, copied into the installed backend as `common/`
+    common: str | None = None
+
+    @field_validator("common")
+    @classmethod
+    def _directory(cls, value: str | None) -> str | None:
+        if value is not None and (not value or "\x00" in value or is_url(value)):
+            raise ValueError("python.common must be a directory (relative to the index, or absolute)")
+        return value
 
     @field_validator("requirements")
     @classmethod

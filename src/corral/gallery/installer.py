@@ -32,6 +32,7 @@ INTEGRITY_KNOB = "LOCALAI_REQUIRE_BACKEND_INTEGRITY"
 ARCHIVE_MAX_BYTES = 64 << 30
 PIP_TAIL_LINES = 20
 VENV_DIR = "venv"
+COMMON_DIR = "common"  # where python.common lands in an installed backend (its run.sh puts it on PYTHONPATH)
 INHERIT_PTH = "_corral_worker_packages.pth"
 
 # (phase, file name, current, total, counts bytes?) — phases as the reference's progress events
@@ -90,6 +91,8 @@ class BackendInstaller:
         try:
             root, digest = self._unpack(entry, location, stage, progress)
             if entry.python is not None:
+                if entry.python.common is not None:
+                    self._copy_common(entry, resolve_location(gallery.url, entry.python.common), root, progress)
                 self._python(entry.python, root, target, progress)
             meta = BackendMetadata(name=entry.name, alias=entry.alias, description=entry.description or None,
                                    installed_at=datetime.now(UTC).isoformat(), gallery_url=gallery.url,
@@ -169,6 +172,19 @@ class BackendInstaller:
             raise InstallError(f"backend {entry.name!r}: digest mismatch for directory {source}: gallery says "
                                f"sha256 {entry.sha256}, its files hash to {digest}; refusing to install")
         return digest
+
+    @staticmethod
+    def _copy_common(entry: GalleryEntry, location: str, root: Path, progress: Progress) -> None:
+        """The gallery's shared backend code (`python.common`) into `<backend>/common`, beside backend.py."""
+        source = Path(location)
+        if is_url(location) or not source.is_dir():
+            raise InstallError(f"backend {entry.name!r}: python.common {location} is not a directory (the shared "
+                               "code is copied from the gallery's own directory; an archive ships its common/)")
+        if (root / COMMON_DIR).exists():
+            raise InstallError(f"backend {entry.name!r} ships its own {COMMON_DIR}/ and its entry names "
+                               f"python.common {location} too; drop one of them")
+        (root / COMMON_DIR).mkdir()
+        _copy_tree(source, root / COMMON_DIR, progress)
 
     @staticmethod
     def _backend_root(entry: GalleryEntry, unpacked: Path) -> Path:

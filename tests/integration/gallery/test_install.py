@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.gallery.index import BackendNotFound, GalleryRef
+from corral.gallery.index import BackendNotFound, GalleryRef, parse_index
 from corral.gallery.installer import BackendInstaller, InstallError
 from corral.gallery.registry import BackendRegistry
 from corral.worker.ports import PortAllocator
@@ -180,3 +180,23 @@ async def test_an_installed_reference_layout_backend_runs_unmodified(tmp_path: P
         assert await supervisor.ensure("m#0", "ref") is proc  # reused by alias: same directory, same inode
     finally:
         await supervisor.stop_all(force=True)
+
+
+@slow
+def test_python_common_is_copied_in_as_common_and_a_missing_one_leaves_nothing(tmp_path: Path,
+                                                                              gallery_index: Path) -> None:
+    shared = tmp_path / "gallery" / "shared"
+    shared.mkdir(parents=True)
+    (shared / "corral_backend.py").write_text("SHARED = True\n")
+    source = gallery_index.parent / "refbackend"
+    index = write_index(tmp_path / "gallery" / "index.yaml", [
+        {"name": "withcommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "shared"}},
+        {"name": "nocommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "absent"}}])
+    ref = GalleryRef("test", str(index))
+    backends = tmp_path / "backends"
+    installer = BackendInstaller(backends, require_integrity=False, timeout_s=30)
+    installed = installer.install(parse_index(index.read_bytes(), str(index))[0], ref)
+    assert (installed / "common" / "corral_backend.py").read_text() == "SHARED = True\n"
+    with pytest.raises(InstallError, match=r"python.common .*absent is not a directory"):
+        installer.install(parse_index(index.read_bytes(), str(index))[1], ref)
+    assert _names(backends) == ["withcommon"]
