@@ -3,6 +3,7 @@ the bucket, the worker fetches on ``nodes.<id>.files.ensure``; a second load mov
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,7 @@ from corral.bus import subjects
 from corral.models.config import ModelConfig, parse_model_config
 from corral.proto import backend_pb2
 from corral.staging.disk_space import DiskBudget
+from corral.staging.ephemeral_ledger import EphemeralLedger, EphemeralLimits, ephemeral_root
 from corral.staging.errors import ObjectStoreFailed
 from corral.staging.messages import FileEnsureReply, FileEnsureRequest, FileListReply, FileListRequest
 from corral.staging.s3 import ObjectStore, StorageConfig
@@ -161,6 +163,33 @@ async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_pa
         handlers.close()
     error = FileEnsureReply.from_json(msg.data).error
     assert "not enough disk space for key 'models/t/f.bin': it needs 100 bytes" in error
+
+
+async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_byte_limit_before_fetching(
+        env, tmp_path):
+    models = tmp_path / "s3-inputs" / "models"
+    ledger = EphemeralLedger(ephemeral_root(models), EphemeralLimits(150, 1))
+    handlers = await start_s3_file_handlers(env.settings, env.worker_nc, "s3-inputs-node", models,
+                                            await open_object_store(env.settings), ledger)
+    path = tmp_path / "clip.wav"
+    path.write_bytes(b"x" * 100)
+    for request_id in ("abcd1234", "ffff0000"):
+        env.store.upload(path, f"ephemeral/audio/{request_id}/clip.wav", hashlib.sha256(b"x" * 100).hexdigest())
+    subject = subjects.node_subject("s3-inputs-node", "files.ensure")
+    try:
+        first = await env.front_nc.request(subject, FileEnsureRequest(key="ephemeral/audio/abcd1234/clip.wav")
+                                           .to_json(), timeout=10)
+        second = await env.front_nc.request(subject, FileEnsureRequest(key="ephemeral/audio/ffff0000/clip.wav")
+                                            .to_json(), timeout=10)
+    finally:
+        handlers.close()
+    assert FileEnsureReply.from_json(first.data).local_path == str(ephemeral_root(models) / "audio" / "abcd1234" /
+                                                                   "clip.wav")
+    assert ledger.active_request_dirs() == {"audio/abcd1234"}  # held until the request releases it
+    error = FileEnsureReply.from_json(second.data).error
+    assert "request input 'ephemeral/audio/ffff0000/clip.wav' (100 bytes) refused before it was written" in error
+    assert "over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=150" in error
+    assert not (ephemeral_root(models) / "audio" / "ffff0000").exists()
 
 
 async def test_listdir_lists_the_workers_files_under_a_key_prefix(env, tmp_path):
