@@ -207,8 +207,9 @@ class EphemeralLedger:
     def count_unreserved(self, bytes_by_request_dir: dict[str, int]) -> None:
         """What the sweep found on disk and kept without a reservation (inputs of an earlier run)."""
         with self._lock:
+            held = {hold.request_dir for hold in self._holds.values()}
             self._unreserved = {name: size for name, size in bytes_by_request_dir.items()
-                                if size > 0 and not any(h.request_dir == name for h in self._holds.values())}
+                                if size > 0 and name not in held}
 
     def held_bytes(self) -> int:
         with self._lock:

@@ -94,7 +94,8 @@ class InputStorageFull(StagingError):
 
     It is transient: other requests release their inputs when their inference ends. The frontend answers
     the client ``503`` with ``Retry-After`` (:attr:`client_status`, :attr:`retry_after_s`) and the worker's
-    message, which names the setting and the numbers. Raise the setting, free space on the worker, or add
+    message, which names the setting and the numbers (:attr:`setting`; empty when the worker's general disk
+    admission, CORRAL_STAGING_MIN_FREE_BYTES, refused it). Raise the setting, free space on the worker, or add
     workers if it persists.
     """
 

@@ -77,6 +77,9 @@ class RequestInputs:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         traceback: TracebackType | None) -> None:
+        if not self.keys:
+            self.released = True
+            return
         release = asyncio.create_task(self.release(), name=f"release-inputs-{self.request_id}")
         try:
             await asyncio.shield(release)
