@@ -3,7 +3,8 @@
 LoadModel fields used: `ModelFile` (absolute path; if empty `ModelPath`/`Model`), `MMProj` (a projector: the
 model reads images, llama_vision.py), `ContextSize`
 (0 = the model's training context, capped at 4096), `Threads` (0 = all CPUs), `Embeddings`,
-`Seed`, `NGPULayers`, `NBatch` (0 = 512), `MLock`, `FlashAttention`, `Reranking` (a cross-encoder GGUF
+`Seed`, `NGPULayers`, `NBatch` (0 = 512; for embeddings and reranking also the micro-batch, so the longest
+input), `MLock`, `FlashAttention`, `Reranking` (a cross-encoder GGUF
 served by Rerank with llama.cpp's rank pooling, llama_rerank.py).
 Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
 (re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
@@ -154,6 +155,7 @@ class LlamaCppEngine:
         formatter = named_formatter(options["chat_format"]) if options.get("chat_format") else None
         n_ctx = opts.ContextSize if opts.ContextSize > 0 else default_context_tokens(path)
         n_threads = opts.Threads if opts.Threads > 0 else (os.cpu_count() or 1)
+        n_batch = opts.NBatch if opts.NBatch > 0 else DEFAULT_BATCH_TOKENS
         if opts.Reranking:
             check_reranker_file(path)
         with captured_llama_log() as llama_log:
@@ -161,7 +163,9 @@ class LlamaCppEngine:
                 llm = Llama(
                     model_path=str(path),
                     n_ctx=n_ctx,
-                    n_batch=opts.NBatch if opts.NBatch > 0 else DEFAULT_BATCH_TOKENS,
+                    n_batch=n_batch,
+                    # a non-causal model (BERT) evaluates an input in one micro-batch: let it be the whole batch
+                    n_ubatch=n_batch if opts.Embeddings or opts.Reranking else DEFAULT_BATCH_TOKENS,
                     n_threads=n_threads,
                     n_threads_batch=n_threads,
                     n_gpu_layers=opts.NGPULayers,

@@ -42,7 +42,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _engine(path: Path, **fields: object) -> LlamaCppEngine:
     engine = LlamaCppEngine()
-    engine.load(pb.ModelOptions(Model="rr", ModelFile=str(path), ContextSize=512, Threads=2, **fields))  # type: ignore[arg-type]
+    options = {"Model": "rr", "ModelFile": str(path), "ContextSize": 512, "Threads": 2, **fields}
+    engine.load(pb.ModelOptions(**options))  # type: ignore[arg-type]
     return engine
 
 
@@ -104,6 +105,15 @@ def test_a_pair_too_long_for_the_model_is_refused_by_name(engine: LlamaCppEngine
         _rerank(engine, ["a dog", long_text])
     with pytest.raises(ContextLengthError, match="the query is 603 tokens .* shorten the query"):
         _rerank(engine, ["a dog"], query=long_text)
+
+
+def test_a_batch_size_above_llamas_default_micro_batch_scores_a_pair_that_long(files: Path) -> None:
+    wide = _engine(files / "rr.gguf", Reranking=True, ContextSize=1024, NBatch=1024)
+    try:
+        result = _rerank(wide, ["a dog", "fox " * 700])  # a pair of 709 tokens: one micro-batch of more than 512
+    finally:
+        wide.free()
+    assert sorted(item.index for item in result.results) == [0, 1] and result.usage.total_tokens == 709 + 11
 
 
 @pytest.mark.parametrize(("request_fields", "words"), [
