@@ -142,12 +142,13 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         return self._threads_in_flight
 
     async def _run_blocking(
-        self, fn: Callable[..., T], *args: Any, on_cancel: Callable[[], None] | None = None
+        self, fn: Callable[..., T], *args: Any, on_cancel: Callable[[], None] | None = None, inline_ok: bool = True
     ) -> T:
         """Run `fn` in a thread; if the caller is cancelled, call `on_cancel` (a hint to stop
         early) and still wait for the thread before returning, so the lock covers it.
-        An engine whose calls cannot block (`blocks` is False) runs inline: no thread hop."""
-        if not getattr(self._engine, "blocks", True):
+        An engine whose calls cannot block (`blocks` is False) runs inline, no thread hop, unless `inline_ok` is
+        False (a call that reads or writes files)."""
+        if inline_ok and not getattr(self._engine, "blocks", True):
             return fn(*args)
         self._threads_in_flight += 1
         future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
@@ -204,6 +205,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         fn: Callable[..., T],
         request: Any,
         on_cancel: Callable[[], None] | None = None,
+        inline_ok: bool = True,
     ) -> T:
         """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
         await self._admit(request, context)
@@ -211,7 +213,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             async with self._lock:
                 await self._admit(request, context)  # state may have changed while we waited
                 try:
-                    answer = await self._run_blocking(fn, request, on_cancel=on_cancel)
+                    answer = await self._run_blocking(fn, request, on_cancel=on_cancel, inline_ok=inline_ok)
                     self.progress.replies += 1
                     return answer
                 except EngineError as exc:
@@ -324,7 +326,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         problem = request_files_problem(request, self.models_root) if self.models_root is not None else None
         if problem is not None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
-        return await self._call_engine(context, self._modality(method, rpc), request)
+        return await self._call_engine(context, self._modality(method, rpc), request, inline_ok=False)
 
     async def AudioTranscription(self, request: pb.TranscriptRequest,
                                  context: grpc.aio.ServicerContext) -> pb.TranscriptResult:

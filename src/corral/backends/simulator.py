@@ -19,6 +19,7 @@ Options (`ModelOptions.Options`, `key:value`):
   kv_cache_tokens:<n>      KV prefix cache capacity in tokens, least recently used blocks evicted (default 0: none)
   kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
   prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
+  media_time_s:<s>         sleep this long in each TTS, AudioTranscription and GenerateImage call (default 0)
 
 KV cache (like vLLM's automatic prefix caching): a request's tokens (the prompt's words, then the
 generated words, so the next turn of a conversation finds its history) are stored in blocks of
@@ -55,7 +56,7 @@ from corral.proto import backend_pb2 as pb
 log = logging.getLogger(__name__)
 
 KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim",
-                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency")
+                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency", "media_time_s")
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
 VOCAB_SIZE = 32000
@@ -81,6 +82,7 @@ class SimulatorSettings:
     kv_cache_tokens: int = 0
     kv_block_tokens: int = DEFAULT_KV_BLOCK_TOKENS
     prefill_concurrency: int = 0
+    media_time_s: float = 0.0
 
     @classmethod
     def from_options(cls, entries: list[str]) -> SimulatorSettings:
@@ -97,6 +99,7 @@ class SimulatorSettings:
             kv_cache_tokens=option_int(options, "kv_cache_tokens", 0),
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
+            media_time_s=option_float(options, "media_time_s", 0.0),
         )
 
 

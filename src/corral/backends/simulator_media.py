@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+import time
 import wave
 import zlib
 from pathlib import Path
@@ -121,13 +122,20 @@ def write_image(path: Path, prompt: str, seed: int, width: int, height: int) -> 
 
 
 class SimulatedMedia:
-    """The modality methods the simulator engine exposes (mixed into SimulatorEngine)."""
+    """The modality methods the simulator engine exposes (mixed into SimulatorEngine, whose `media_time_s` option
+    makes each call take that long: a slow engine, for disconnect tests)."""
+
+    def _media_delay(self) -> None:
+        seconds = getattr(getattr(self, "settings", None), "media_time_s", 0.0)
+        if seconds > 0:
+            time.sleep(seconds)
 
     def tts(self, req: pb.TTSRequest) -> pb.Result:
         if not req.text:
             raise InvalidRequestError("TTSRequest.text is empty")
         if not req.dst:
             raise InvalidRequestError("TTSRequest.dst (where to write the audio) is empty")
+        self._media_delay()
         write_speech(Path(req.dst), req.text, req.speed or 1.0)
         return pb.Result(success=True, message="ok")
 
@@ -135,11 +143,13 @@ class SimulatedMedia:
         path = Path(req.dst)
         if not req.dst or not path.is_file():
             raise InvalidRequestError(f"TranscriptRequest.dst {req.dst!r} is not a file")
+        self._media_delay()
         text, seconds = read_speech(path)
         return transcript(text, seconds, req.language)
 
     def generate_image(self, req: pb.GenerateImageRequest) -> pb.Result:
         if not req.dst:
             raise InvalidRequestError("GenerateImageRequest.dst (where to write the image) is empty")
+        self._media_delay()
         write_image(Path(req.dst), req.positive_prompt, req.seed, req.width or 256, req.height or 256)
         return pb.Result(success=True, message="ok")

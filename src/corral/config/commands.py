@@ -51,6 +51,7 @@ class FrontendSettings:
     image_max_count: int
     image_url_hosts: frozenset[str]
     image_fetch_timeout_s: float
+    generated_image_ttl_s: float
     http_max_header_bytes: int
     node_heartbeat_checkpoint_s: float
     stale_node_threshold_s: float

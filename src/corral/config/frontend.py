@@ -75,6 +75,10 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
             "allows any host with a public address; empty (the default): only data: URLs are taken"),
     Setting("image_fetch_timeout_s", "--image-fetch-timeout", ("CORRAL_IMAGE_FETCH_TIMEOUT",), 10.0,
             parse_positive_duration_s, "how long the frontend may take to fetch one image URL; past it: 408"),
+    # issue 23: generated images answered by URL (frontend/media_api.py)
+    Setting("generated_image_ttl_s", "--generated-image-ttl", ("CORRAL_GENERATED_IMAGE_TTL",), 3600.0,
+            parse_positive_duration_s, "how long an image of /v1/images/generations answered with response_format "
+            "url stays at its URL (kept in PostgreSQL, served by every frontend; swept after)"),
     Setting("http_max_header_bytes", "--http-max-header-bytes", ("CORRAL_HTTP_MAX_HEADER_BYTES",), 64 << 10,
             _positive_size, "largest request line plus headers of one request; past it: 431 and the connection "
             "closes (uvicorn's parser has no bound of its own)"),

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
                   "/api/agent-jobs", "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
-USER_PREFIXES = ("/v1/",)
+USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
 UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls carry the admin key
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential

@@ -20,10 +20,12 @@ from corral.frontend.admin_app import access_control, install_admin
 from corral.frontend.agent_chat import build_mcp_router
 from corral.frontend.agent_jobs_api import build_agent_jobs_router
 from corral.frontend.backend_logs_api import build_backend_logs_router
+from corral.frontend.disconnect import CancelOnDisconnect
 from corral.frontend.errors import install_handlers
 from corral.frontend.events_api import EventHub, build_events_router
 from corral.frontend.fast_path import FastPath
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
+from corral.frontend.media_api import MEDIA_PATHS, build_media_router
 from corral.frontend.model_configs_api import build_model_configs_router
 from corral.frontend.model_load_api import build_model_load_router
 from corral.frontend.models_api import build_models_router
@@ -71,6 +73,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     openai_router = build_openai_router(state)
     app.include_router(openai_router)
     app.include_router(build_responses_router(state))  # issue 22: the Responses API
+    app.include_router(build_media_router(state))  # issue 23: audio, speech and images
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
@@ -91,7 +94,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
             app.include_router(build(state))
     keys = install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
-    fast = FastPath(app.inner, handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
+    fast = FastPath(CancelOnDisconnect(app.inner, MEDIA_PATHS), handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
                     figures=RequestFigures(lambda model: configured_name(state, model)))
     app.front = RequestLimitsMiddleware(access_control(fast, state, keys), limits=limits or RequestLimits())
 

@@ -62,3 +62,35 @@ async def respond_until_disconnect(receive: Receive, send: Send, respond: Callab
         timer.cancel()
         if watcher is not None:
             watcher.cancel()
+
+
+class CancelOnDisconnect:
+    """ASGI wrapper: for the listed paths (FastAPI routes that call a backend: the modality endpoints), read the
+    body first, then run the app under `respond_until_disconnect`, so a client that goes away cancels the backend
+    call and releases the request's files on the worker (the JSON inference routes get this from the fast path)."""
+
+    def __init__(self, app: Callable[[dict[str, Any], Receive, Send], Awaitable[None]], paths: frozenset[str]) -> None:
+        self.app, self.paths = app, paths
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await respond_until_disconnect(receive, send, lambda watched_send: self.app(scope, replay, watched_send))

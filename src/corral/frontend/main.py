@@ -50,7 +50,7 @@ from corral.routing.prefix_index import PrefixIndex
 from corral.routing.router import Router
 from corral.staging.prehash import ModelPrehasher
 from corral.staging.stager import StagingContext
-from corral.store import db
+from corral.store import db, generated_images
 from corral.store import responses as responses_store
 from corral.store import settings as settings_store
 from corral.telemetry import otlp
@@ -139,6 +139,8 @@ async def serve(settings: FrontendSettings) -> int:
                              settings.mcp_max_iterations)
     state.mcp_max_iterations = settings.mcp_max_iterations
     state.max_n = settings.max_n
+    state.staging, state.transcription_max_bytes = staging, settings.inference_max_body_bytes
+    state.generated_image_ttl_s = settings.generated_image_ttl_s
     state.images = ImagePolicy(settings.image_max_bytes, settings.image_max_count, settings.image_url_hosts,
                                settings.image_fetch_timeout_s)
     state.responses_ttl_s = settings.responses_ttl_s
@@ -165,6 +167,9 @@ async def serve(settings: FrontendSettings) -> int:
     tasks.start("backend-ops", backend_ops.run(stop))
     tasks.start("responses-sweep", run_periodic("responses sweep", lambda: responses_store.sweep(pool),
                                                 responses_store.sweep_interval_s(settings.responses_ttl_s), stop))
+    tasks.start("generated-images-sweep", run_periodic(
+        "generated images sweep", lambda: generated_images.sweep(pool),
+        responses_store.sweep_interval_s(settings.generated_image_ttl_s), stop))
     if settings.prehash_models and not settings.distributed_shared_models and child_index() in (None, 0):
         prehasher = ModelPrehasher()
         prehasher.submit(configs.values())

@@ -32,6 +32,7 @@ from corral.frontend.sse import DONE, ChunkEncoder, sse
 from corral.frontend.state import FrontendState
 from corral.frontend.structured_output import offer_tools, request_grammar
 from corral.frontend.tool_calls import delta_tool_calls, openai_tool_calls, reply_tool_calls
+from corral.models import capabilities
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
@@ -60,8 +61,8 @@ def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | Non
     return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}"}
 
 
-def _model_object(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "corral"}
+def _model_object(name: str, cfg: ModelConfig) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "corral", "capabilities": capabilities.listed(cfg)}
 
 
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
@@ -151,11 +152,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.get("/models")
     async def list_models() -> Response:
-        return _json({"object": "list", "data": [_model_object(name) for name in sorted(state.configs)]})
+        return _json({"object": "list", "data": [_model_object(name, state.configs[name]) for name in sorted(state.configs)]})
 
     @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
     async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
-        return _json(_model_object(_known_model(state, model_id)))
+        name = _known_model(state, model_id)
+        return _json(_model_object(name, state.configs.get(name) or state.configs[state.aliases[name]]))
 
     @router.post("/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Response:

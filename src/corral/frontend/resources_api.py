@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.state import FrontendState
+from corral.models import capabilities as model_capabilities
 from corral.models.aliases import resolve
 from corral.models.config import ModelConfig
 from corral.models.vram import estimate_vram_bytes
@@ -96,7 +97,8 @@ def _selector(state: FrontendState, cfg: ModelConfig, rules: list[SchedulingRule
 
 
 def _model_entry(cfg: ModelConfig, need: int, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
-    return {"name": cfg.name, "backend": cfg.backend, "memory_bytes": need, **verdict(need, budget, local_bytes)}
+    return {"name": cfg.name, "backend": cfg.backend, "capabilities": model_capabilities.listed(cfg), "memory_bytes": need,
+            **verdict(need, budget, local_bytes)}
 
 
 def build_resources_router(state: FrontendState) -> APIRouter:

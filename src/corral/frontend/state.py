@@ -12,6 +12,7 @@ from corral.frontend.admission import Admission
 from corral.frontend.images import ImagePolicy
 from corral.models.config import ModelConfig
 from corral.routing.router import Router
+from corral.staging.stager import StagingContext
 
 
 @dataclass
@@ -34,4 +35,7 @@ class FrontendState:
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
     max_n: int = 8  # CORRAL_MAX_N: most choices (`n`) one generation request may ask for
     images: ImagePolicy = field(default_factory=ImagePolicy)  # CORRAL_IMAGE_*: image parts in chat requests
+    staging: StagingContext | None = None  # how request files reach a worker (media_api.py, issue 23)
+    transcription_max_bytes: int = 16 << 20  # an audio upload: CORRAL_INFERENCE_MAX_BODY bounds it
+    generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept

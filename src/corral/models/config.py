@@ -32,6 +32,7 @@ from corral.models.artifacts import (
     parse_artifacts,
     resolve_local,
 )
+from corral.models.capabilities import usecase_problem
 from corral.models.huggingface import (
     HuggingFaceConfigError,
     HuggingFaceSource,
@@ -225,6 +226,8 @@ def parse_model_config(data: Any, source: Path, models_dir: Path,
     if not model and backend in FILE_BACKENDS and huggingface is None:
         raise ModelConfigError(f"{source}: field 'parameters.model' is required (the model file)")
     options = _field(data, "options", list, source, [])
+    if (problem := usecase_problem(data.get("known_usecases"))) is not None:
+        raise ModelConfigError(f"{source}: field 'known_usecases' {problem}", "known_usecases")
     cfg = ModelConfig(
         name=name, backend=backend, model=model, models_dir=models_dir,
         context_size=_field(data, "context_size", int, source, 0),

@@ -17,7 +17,10 @@ with the same `grpc.aio.AioRpcError`s, so everything above holds for both transp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import grpc
@@ -64,26 +67,38 @@ async def _timed_out(router: Router, cfg: ModelConfig, replica: Replica, what: s
                           dropped=not alive)
 
 
-async def unary(router: Router, cfg: ModelConfig, method: str, request: Any) -> tuple[Any, Replica]:
-    """One unary call (`Predict`, `Embedding`, …) on whichever replica the router picks."""
+Staged = Callable[[Replica], AbstractAsyncContextManager[Any]]
+
+
+async def unary(router: Router, cfg: ModelConfig, method: str, request: Any, *,
+                staged: Staged | None = None) -> tuple[Any, Replica]:
+    """One unary call (`Predict`, `Embedding`, `AudioTranscription`, …) on whichever replica the router picks.
+
+    `staged`: for a request that carries files, entered with the picked replica before the call; it stages the
+    files on that replica's node and yields the request to send (naming the files' paths there), and its exit
+    releases them once the call ended, however it ended (answer, error, the client going away)."""
     channels = router.channels
     budget_s = channels.budgets.call_timeout_s
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
-        span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
+        span = None
         try:
-            if span is None:
-                call = getattr(channels.caller(replica.address), method)(request, metadata=channels.metadata,
-                                                                         timeout=budget_s)
-            else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
-                call = getattr(channels.stub(replica.address), method)(
-                    request, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s)
-            try:
-                return await call, replica
-            except asyncio.CancelledError:  # the client went away: stop the generation
-                call.cancel()
-                raise
+            async with contextlib.AsyncExitStack() as files:
+                sent = request if staged is None else await files.enter_async_context(staged(replica))
+                span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
+                if span is None:
+                    caller = channels.caller(replica.address)  # the fast lane carries the text calls only
+                    rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
+                    call = rpc(sent, metadata=channels.metadata, timeout=budget_s)
+                else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
+                    call = getattr(channels.stub(replica.address), method)(
+                        sent, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s)
+                try:
+                    return await call, replica
+                except asyncio.CancelledError:  # the client went away: stop the generation
+                    call.cancel()
+                    raise
         except grpc.aio.AioRpcError as exc:
             tracing.finish(span, exc)
             span = None
