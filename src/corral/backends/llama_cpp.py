@@ -242,6 +242,9 @@ class LlamaCppEngine:
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()
+        if self._pair_format is not None:
+            raise NotSupportedError(f"model {self._model_label!r} was loaded for reranking: it scores (query, document) "
+                                    "pairs and generates no text; use /v1/rerank")
         mode, tool_grammar = requested_tools(req)
         prompt_tokens, template_stops = self._prompt(llm, req, mode)
         sampling = sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab())

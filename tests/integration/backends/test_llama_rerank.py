@@ -127,7 +127,7 @@ def test_a_malformed_request_is_refused(engine: LlamaCppEngine, request_fields: 
         engine.rerank(pb.RerankRequest(**request_fields))  # type: ignore[arg-type]
 
 
-def test_rerank_needs_the_model_loaded_for_reranking_and_a_reranker_embeds_nothing(
+def test_rerank_needs_the_model_loaded_for_reranking_and_a_reranker_only_reranks(
         files: Path, engine: LlamaCppEngine) -> None:
     plain = _engine(files / "llama.gguf", Embeddings=True)
     try:
@@ -137,6 +137,8 @@ def test_rerank_needs_the_model_loaded_for_reranking_and_a_reranker_embeds_nothi
         plain.free()
     with pytest.raises(NotSupportedError, match="loaded for reranking: its output is a relevance score"):
         engine.embed(pb.PredictOptions(Embeddings="a dog"))
+    with pytest.raises(NotSupportedError, match="loaded for reranking: it scores .* generates no text"):
+        engine.predict(pb.PredictOptions(Prompt="a dog", Tokens=2))
 
 
 def test_reranking_a_model_without_a_classifier_head_fails_the_load(files: Path) -> None:
