@@ -9,7 +9,7 @@ packaged on the registries this project installs from).
 
 The vocabulary holds [PAD] [UNK] [CLS] [SEP] [MASK], every ASCII letter and digit as a word start (`▁a`) and as a
 continuation (`a`), punctuation, and a few hundred whole words, so any lowercase ASCII text tokenizes without
-[UNK]. About 0.2 MB; writes in well under a second.
+[UNK]. About 0.25 MB; writes in well under a second.
 
 `rerank_template`: a `tokenizer.chat_template.rerank` string (placeholders `{query}` and `{document}`, special
 tokens by name) that llama.cpp formats each pair with instead of `[CLS] query [SEP] document [SEP]`.
