@@ -146,6 +146,18 @@ def st_backends_path(state_root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def audio_backends_path(state_root: Path) -> Path:
+    """A backends directory holding the `faster-whisper` and `piper` gallery backends, installed once per session
+    by the gallery installer (support/audio_backends.py)."""
+    from support import audio_backends
+
+    root, seconds = audio_backends.backends_path(state_root / "audio-backends")
+    for name, took_s in seconds.items():
+        print(f"\n{name} backend installed in {took_s:.0f} s", file=sys.stderr)
+    return root
+
+
 @pytest.fixture(scope="module")
 def material():  # noqa: ANN201 - corral.bus.auth_setup.AuthMaterial
     """Operator, account and service NATS material for one test module's JWT-mode (operator) nats-server."""

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Started by corral's worker as `run.sh --addr HOST:PORT` with cwd = this directory (the reference's convention).
+# The installer created venv/ here from requirements.txt and copied the shared backend code into common/
+# (in the source tree it is ../common); voices come staged by the worker, never downloaded.
+set -e
+dir="$(cd "$(dirname "$0")" && pwd)"
+if [ -d "$dir/common" ]; then common="$dir/common"; else common="$dir/../common"; fi
+export PYTHONPATH="$common${PYTHONPATH:+:$PYTHONPATH}"
+exec "$dir/venv/bin/python" "$dir/backend.py" "$@"
