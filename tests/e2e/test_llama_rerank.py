@@ -91,7 +91,7 @@ def test_a_document_too_long_for_the_model_is_refused_by_name(cluster: Cluster) 
     response = _rerank(cluster, query=QUERY, documents=["a dog", "fox " * 600, "a cat"])
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["code"] == "context_length_exceeded"
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "documents")
     assert "documents[1] makes a pair of 609 tokens with the query" in error["message"]
     assert "at most 512 tokens per pair" in error["message"]
 

@@ -204,7 +204,7 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         cfg = config_for(state, body.model, reranking=True)
         request = backend_pb2.RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n or 0,
                                             ModelIdentity=cfg.model)
-        result, replica = await _unary(state, cfg, "Rerank", request)
+        result, replica = await _unary(state, cfg, "Rerank", request, "documents")
         return _json({"model": cfg.name, "results": _rerank_results(body, result.results),
                       "usage": {"total_tokens": result.usage.total_tokens,
                                 "prompt_tokens": result.usage.prompt_tokens}},
