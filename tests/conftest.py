@@ -147,6 +147,18 @@ def st_backends_path(state_root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def diffusers_backends_path(state_root: Path) -> Path:
+    """A backends directory holding the `diffusers` gallery backend, installed once per session by the
+    gallery installer (support/diffusers_backend.py)."""
+    from support import diffusers_backend
+
+    root, seconds = diffusers_backend.backends_path(state_root / "diffusers-backends")
+    if seconds is not None:
+        print(f"\ndiffusers backend installed in {seconds:.0f} s", file=sys.stderr)
+    return root
+
+
+@pytest.fixture(scope="session")
 def audio_backends_path(state_root: Path) -> Path:
     """A backends directory holding the `faster-whisper` and `piper` gallery backends, installed once per session
     by the gallery installer (support/audio_backends.py)."""

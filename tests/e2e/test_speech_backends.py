@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from corral.gallery.registry import BackendRegistry
+from corral.loading.attempt import model_options
 from corral.models import audio
 from corral.models.config import parse_model_config
 from corral.proto import backend_pb2 as pb
@@ -42,6 +43,7 @@ CALL_TIMEOUT_S = 120
 class Speech:
     tts: backend_pb2_grpc.BackendStub
     stt: backend_pb2_grpc.BackendStub
+    stt_identity: str
     staging: Path  # the worker's staging directory: <models>/../staging
     models: Path
     fox: Path  # piper's WAV of SENTENCE, made once
@@ -80,26 +82,27 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
                             models_root=models, registry=BackendRegistry(audio_backends_path, None, None))
     channels: list[grpc.aio.Channel] = []
     try:
-        stubs = {}
+        stubs, identities = {}, {}
         for name, yaml_path in ((audio_backends.PIPER, piper_yaml), (audio_backends.WHISPER, whisper_yaml)):
             cfg = parse_model_config(yaml.safe_load(yaml_path.read_text()), yaml_path, models)
             assert cfg.backend == name
+            identities[name] = cfg.model  # what a frontend sends as ModelIdentity, and loads as Model
             started = time.perf_counter()
             process = await supervisor.ensure(f"{cfg.name}#0", name)
             channels.append(grpc.aio.insecure_channel(process.local_address))
             stub = stubs[name] = backend_pb2_grpc.BackendStub(channels[-1])
-            result = await stub.LoadModel(pb.ModelOptions(Model=cfg.name, ModelFile=str(models / cfg.model),
-                                                          ModelPath=str(models), Threads=2),
-                                          metadata=AUTH, timeout=CALL_TIMEOUT_S)
+            result = await stub.LoadModel(model_options(cfg), metadata=AUTH, timeout=CALL_TIMEOUT_S)
             assert result.success, result.message
             timings[f"{name} start + load"] = time.perf_counter() - started
         fox = staging / "ephemeral" / "speech" / "fox.wav"
         fox.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        await stubs[audio_backends.PIPER].TTS(pb.TTSRequest(text=SENTENCE, dst=str(fox), ModelIdentity=audio.PIPER_NAME),
-                                              metadata=AUTH, timeout=CALL_TIMEOUT_S)
+        await stubs[audio_backends.PIPER].TTS(
+            pb.TTSRequest(text=SENTENCE, dst=str(fox), ModelIdentity=identities[audio_backends.PIPER]),
+            metadata=AUTH, timeout=CALL_TIMEOUT_S)
         timings["piper TTS"] = time.perf_counter() - started
-        yield Speech(stubs[audio_backends.PIPER], stubs[audio_backends.WHISPER], staging, models, fox, timings)
+        yield Speech(stubs[audio_backends.PIPER], stubs[audio_backends.WHISPER], identities[audio_backends.WHISPER],
+                     staging, models, fox, timings)
     finally:
         for channel in channels:
             await channel.close()
@@ -113,7 +116,7 @@ def _wav_seconds(path: Path) -> tuple[float, int, int, int]:
 
 
 def _transcribe(speech: Speech, path: Path, **fields: object) -> pb.TranscriptResult:
-    request = pb.TranscriptRequest(**{"dst": str(path), "ModelIdentity": audio.WHISPER_NAME, **fields})
+    request = pb.TranscriptRequest(**{"dst": str(path), "ModelIdentity": speech.stt_identity, **fields})
     return speech.stt.AudioTranscription(request, metadata=AUTH, timeout=CALL_TIMEOUT_S)
 
 

@@ -8,7 +8,7 @@ graceful stop) is `common/corral_backend.py`.
 
 LoadModel takes a CTranslate2 Whisper directory (`model.bin`, `config.json`, `tokenizer.json`: what
 faster-whisper's converter writes) below the worker's models directory, never a hub id. Options
-`device:cpu|cuda|auto` (cpu) and `compute_type:<CTranslate2 type>` (int8); `Threads` sets the CPU threads.
+`device:cpu|cuda|auto` (cpu) and `compute_type:<CTranslate2 type>` (int8); `Threads` sets the CPU threads (0: the cores, at most 4).
 
 AudioTranscription decodes `dst` with PyAV (any format FFmpeg reads: WAV, MP3, OGG/Opus, FLAC, M4A,
 WebM...; the file must lie in the worker's staging directory), then runs Whisper with `language`
@@ -42,6 +42,7 @@ NS_PER_S = 1_000_000_000
 BEAM_SIZE = 5
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own schedule, for temperature 0
 DEFAULT_OPTIONS = {"device": "cpu", "compute_type": "int8"}
+DEFAULT_THREADS_MAX = 4  # Threads 0: the cores, at most this (CTranslate2's own default is 4 whatever the cores)
 
 logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # not two INFO lines per request in the worker's log
 
@@ -84,13 +85,14 @@ class Engine:
         chosen = load_options(opts)
         from faster_whisper import WhisperModel
 
+        threads = opts.Threads if opts.Threads > 0 else min(DEFAULT_THREADS_MAX, os.cpu_count() or 1)
         model = WhisperModel(str(directory), device=chosen["device"], compute_type=chosen["compute_type"],
-                             cpu_threads=max(0, opts.Threads), num_workers=1, local_files_only=True)
+                             cpu_threads=threads, num_workers=1, local_files_only=True)
         self.free()
         self.model, self.identity = model, opts.Model
         kind = "multilingual" if model.model.is_multilingual else "English-only"
         return (f"loaded {directory.name} ({kind} Whisper, {chosen['device']}, {chosen['compute_type']}, "
-                f"{opts.Threads or 'default'} threads)")
+                f"{threads} CPU threads)")
 
     def free(self) -> None:
         self.model, self.identity = None, ""
