@@ -16,7 +16,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 # Portable CPU build (no -march=native: the image runs on other hosts than the one that built it).
-ARG LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+ARG LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 RUN python -m pip install --no-cache-dir build==1.6.1 \
     && python -m venv /opt/corral
 WORKDIR /src

@@ -6,7 +6,7 @@
 #   anything else                                                          -> executed as given (sh, python, ...)
 # The mode and the pid are recorded for corral-healthcheck (which endpoint to probe) and corral-drain
 # (which process to SIGTERM): CORRAL_RUN_DIR, default /tmp.
-# CORRAL_PREPARE_DEFAULT_MODELS=true: before `run`, write the default models (Gemma 3 270M, MiniLM, shipped
+# CORRAL_PREPARE_DEFAULT_MODELS=true: before `run`, write the default models (one per modality, shipped
 # in the image) and their configs into LOCALAI_MODELS_PATH; files already there are kept.
 set -eu
 run_dir="${CORRAL_RUN_DIR:-/tmp}"

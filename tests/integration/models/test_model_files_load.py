@@ -256,18 +256,19 @@ def test_converting_minilm_again_skips_the_current_file(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_default_models_are_prepared_once_and_reused_quickly(tmp_path: Path) -> None:
     first = prepare_default_models(tmp_path)
-    mtimes_ns = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    mtimes_ns = {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
 
     started_s = time.perf_counter()
     second = prepare_default_models(tmp_path)
     second_run_s = time.perf_counter() - started_s
 
-    assert first == second == [tmp_path / "gemma-3-270m.yaml", tmp_path / "all-minilm-l6-v2.yaml"]
-    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == mtimes_ns
+    assert first == second == [tmp_path / f"{name}.yaml" for name in (
+        "gemma-3-270m", "all-minilm-l6-v2", "tiny-reranker", "whisper-base", "piper-joe")]
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == mtimes_ns
     assert second_run_s < 2.0
     for yaml_path in first:
         config = yaml.safe_load(yaml_path.read_text())
-        assert (tmp_path / config["parameters"]["model"]).is_file()
+        assert (tmp_path / config["parameters"]["model"]).exists()
     assert yaml.safe_load(first[1].read_text())["embeddings"] is True
 
 
