@@ -55,12 +55,12 @@ def capabilities(cfg: ModelConfig) -> frozenset[str]:
     if isinstance(declared, list) and declared:
         return frozenset(USECASES[v.lower()] for v in declared if isinstance(v, str) and v.lower() in USECASES)
     found = set(BACKEND_CAPABILITIES.get(cfg.backend, {CHAT}))
-    if cfg.embeddings:
-        found.add(EMBEDDINGS)
+    if cfg.embeddings or cfg.reranking:
+        if cfg.backend == "llama-cpp":
+            found.discard(CHAT)  # an embedding or reranker GGUF (BERT and kin) does not chat; known_usecases says so
+        found.add(EMBEDDINGS if cfg.embeddings else RERANK)
     if cfg.reranking:
         found.add(RERANK)
-        if cfg.backend == "llama-cpp":
-            found.discard(CHAT)  # a reranker GGUF scores pairs; it does not chat
     if any(field == "MMProj" for field, _ in cfg.artifacts.scalars):
         found.add(VISION)
     return frozenset(found)
