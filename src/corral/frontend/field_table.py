@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from corral.frontend.media_requests import ImageRequest, SpeechRequest, TTSRequest
 from corral.frontend.request_fields import FieldPolicy
 from corral.frontend.responses_request import ResponsesRequest
 from corral.frontend.schemas import (
@@ -27,7 +28,8 @@ from corral.frontend.schemas import (
 )
 
 ENDPOINTS: tuple[type[_Request], ...] = (
-    ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest, ResponsesRequest)
+    ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest, ResponsesRequest, SpeechRequest,
+    TTSRequest, ImageRequest)  # the multipart /v1/audio/transcriptions form is checked by media_requests itself
 
 README = Path("README.md")  # the checkout's, relative to where the command runs (its root), not to this module
 BEGIN, END = "<!-- fields:begin -->", "<!-- fields:end -->"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from corral.frontend import field_table, request_fields
+from corral.frontend import field_table, media_requests, request_fields
 from corral.frontend.field_table import ENDPOINTS, HARMLESS, IMPLEMENTED, UNKNOWN, cell
 from corral.frontend.schemas import _Request
 
@@ -19,6 +19,9 @@ BODIES: dict[str, dict[str, Any]] = {  # the smallest valid body of each endpoin
     "/v1/embeddings": {"model": "m", "input": "x"},
     "/v1/rerank": {"model": "m", "query": "q", "documents": ["a"]},
     "/v1/responses": {"model": "m", "input": "hi"},
+    "/v1/audio/speech": {"model": "m", "input": "hi"},
+    "/tts": {"model": "m", "input": "hi"},
+    "/v1/images/generations": {"model": "m", "prompt": "a fox"},
 }
 
 
@@ -29,7 +32,8 @@ def test_the_readme_block_is_the_generated_table() -> None:
 
 
 def test_every_endpoint_policy_has_a_column() -> None:
-    policies = {p.endpoint for p in vars(request_fields).values() if isinstance(p, request_fields.FieldPolicy)}
+    policies = {p.endpoint for module in (request_fields, media_requests) for p in vars(module).values()
+                if isinstance(p, request_fields.FieldPolicy)}
     assert {field_table.policy(model).endpoint for model in ENDPOINTS} == policies == BODIES.keys()
 
 
@@ -75,8 +79,8 @@ def test_rows_are_grouped_by_the_best_any_endpoint_gives_and_sorted_within_a_gro
     for start, end in zip(groups, [*groups[1:], len(lines)], strict=True):
         names = [line.split("`")[1] for line in lines[start + 1:end]]
         assert names == sorted(names)
-    assert "| `model` | ✓ | ✓ | ✓ | ✓ | ✓ |" in lines
-    assert lines.index("| `model` | ✓ | ✓ | ✓ | ✓ | ✓ |") < groups[1] < lines.index(next(
+    assert "| `model` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |" in lines
+    assert lines.index("| `model` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |") < groups[1] < lines.index(next(
         line for line in lines if line.startswith("| `user` |"))) < groups[2]
 
 
