@@ -21,7 +21,9 @@ import grpc
 import pytest
 
 from corral.embedded import stop_process
+from corral.loading.attempt import model_options
 from corral.models import tiny_diffusion
+from corral.models.config import load_model_configs
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
 from support import diffusers_backend
@@ -102,9 +104,11 @@ def _load(running: Running, node: Node, model_file: str, **fields: object) -> pb
 
 @pytest.fixture(scope="module")
 def loaded(backend: Running, node: Node) -> Running:
-    result = _load(backend, node, str(node.models / IDENTITY))
+    """The backend loaded with the LoadModel options a frontend builds from the model's YAML."""
+    opts = model_options(load_model_configs(node.models)[IDENTITY])
+    result = backend.stub.LoadModel(opts, metadata=AUTH, timeout=300)
     assert result.success, f"{result.message}\n{backend.log()}"
-    assert "default 64px" in result.message and "25 steps" in result.message
+    assert result.message == "loaded tiny-diffusion (StableDiffusionPipeline, default 64px, 4 steps, cfg_scale 7.0)"
     return backend
 
 
@@ -162,9 +166,9 @@ def test_generate_image_writes_a_png_of_the_requested_size(loaded: Running, node
     assert not list(node.staging.glob(".*partial")), "no partial file is left behind"
 
 
-def test_a_size_of_zero_is_the_models_default(loaded: Running, node: Node) -> None:
+def test_a_size_and_steps_of_zero_are_the_models_defaults(loaded: Running, node: Node) -> None:
     dst = node.staging / "default.png"
-    assert _generate(loaded, dst, width=0, height=0).message.startswith("64x64 PNG")
+    assert _generate(loaded, dst, width=0, height=0, step=0).message == "64x64 PNG, 4 steps, seed 7"
     assert _png(dst)[:2] == (64, 64)
 
 
@@ -229,7 +233,7 @@ def test_a_destination_outside_the_staging_directory_is_refused(loaded: Running,
 @pytest.mark.parametrize("fields, message", [
     ({"src": "init.png"}, "GenerateImageRequest.src (an init image: image-to-image) is not supported"),
     ({"positive_prompt": "  "}, "GenerateImageRequest.positive_prompt is empty: describe the image"),
-    ({"step": 501}, "GenerateImageRequest.step 501 must be 1..500 (0: the model's 25)"),
+    ({"step": 501}, "GenerateImageRequest.step 501 must be 1..500 (0: the model's 4)"),
     ({"dst": ""}, "GenerateImageRequest.dst is empty: name the worker-local file"),
 ])
 def test_a_request_the_backend_cannot_honour_is_refused_by_field(loaded: Running, node: Node,

@@ -64,7 +64,7 @@ def test_the_tokenizer_holds_every_byte_symbol_once_and_the_two_special_tokens_l
 def test_prepare_writes_an_image_model_config_and_keeps_an_existing_pipeline(tmp_path: Path) -> None:
     yaml_path = tiny_diffusion.prepare_tiny_diffusion(tmp_path)
     assert yaml_path.read_text() == ("name: tiny-diffusion\nbackend: diffusers\nknown_usecases:\n  - image\n"
-                                     "parameters:\n  model: tiny-diffusion\n")
+                                     "parameters:\n  model: tiny-diffusion\noptions:\n  - steps:4\n")
     cfg = load_model_configs(tmp_path)["tiny-diffusion"]
     assert cfg.backend == "diffusers" and listed(cfg) == ["image"]
     assert cfg.model_file == tmp_path / "tiny-diffusion" and cfg.checkpoint_bytes() > 3 << 20
