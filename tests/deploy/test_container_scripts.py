@@ -92,7 +92,8 @@ def test_entrypoint_prepares_the_default_models_before_run_when_asked(image_env:
     result = _entrypoint(env, "run")
     assert result.returncode == 2  # no NATS URL: run stops after the models are in place
     assert sorted(path.name for path in models.glob("*.yaml")) == [
-        "all-minilm-l6-v2.yaml", "gemma-3-270m.yaml", "piper-joe.yaml", "tiny-reranker.yaml", "whisper-base.yaml"]
+        "all-minilm-l6-v2.yaml", "gemma-3-270m.yaml", "piper-joe.yaml", "tiny-diffusion.yaml", "tiny-reranker.yaml",
+        "whisper-base.yaml"]
 
 
 @pytest.mark.parametrize("mode, env, url", [

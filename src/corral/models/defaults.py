@@ -37,6 +37,7 @@ from pathlib import Path
 
 from corral.models import audio
 from corral.models.minilm_gguf import convert_minilm, source_dir
+from corral.models.tiny_diffusion import prepare_tiny_diffusion
 from corral.models.tiny_gguf import write_tiny_llama
 from corral.models.tiny_reranker import write_tiny_reranker
 
@@ -189,7 +190,8 @@ def prepare_default_models(models_dir: Path) -> list[Path]:
     models_dir = Path(models_dir)
     models_dir.mkdir(parents=True, exist_ok=True)
     return [prepare_gemma(models_dir), prepare_minilm(models_dir), prepare_tiny_reranker(models_dir),
-            audio.prepare_whisper(models_dir), audio.prepare_piper_voice(models_dir)]
+            audio.prepare_whisper(models_dir), audio.prepare_piper_voice(models_dir),
+            prepare_tiny_diffusion(models_dir)]
 
 
 def write_tiny_model_config(
