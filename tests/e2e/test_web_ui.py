@@ -2,8 +2,8 @@
 real cluster: PostgreSQL, NATS, a frontend and two workers running the simulator engine.
 
 One browser and one cluster for the module; the tests run in order as an operator's session would
-(log in, approve, label, schedule, load, chat). Screenshots of every page are written to
-$CORRAL_UI_SCREENSHOTS (default: a pytest temporary directory).
+(log in, approve, label, schedule, load, chat, try each modality on the Models page). Screenshots of every
+page are written to $CORRAL_UI_SCREENSHOTS (default: a pytest temporary directory).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ CHROMIUM = "/usr/bin/chromium"
 MIB = 1 << 20
 STAGED_BYTES = 12 * MIB  # staged at 3 MiB/s through the proxy: a progress bar that moves for ~4 s
 UI_TIMEOUT_MS = 20_000
+MODALITY_TIMEOUT_MS = 60_000  # a cold simulator load, then the call itself
+SENTENCE = "the quick brown fox jumps over the lazy dog"  # the simulator transcribes its own speech back to this
 WIDE = """[...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1
   && ![...e.children].some((c) => c.getBoundingClientRect().right > innerWidth + 1))
   .slice(0, 5).map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}px`)"""
@@ -52,6 +54,11 @@ class Env:
         return next((n for n in self.admin("GET", "/api/nodes").json() if n["name"] == name), None)
 
 
+def _sim_config(models_dir: Path, name: str, *lines: str) -> None:
+    (models_dir / f"{name}.yaml").write_text("\n".join([f"name: {name}", "backend: simulator", "parameters:",
+                                                        f"  model: {name}", *lines]) + "\n")
+
+
 def _worker(c: Cluster, name: str, *extra: str) -> tuple[Proc, int]:
     base = free_port_pair()
     proc = spawn(name, [*c.worker_argv(name, base), *extra], c.root / "logs")
@@ -72,6 +79,9 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str,
     write_sim_model(c.models_dir, "staged", file_bytes=STAGED_BYTES)
     write_sim_model(c.models_dir, "coldchat", "load_time_s:2.5")
     (c.models_dir / "assistant.yaml").write_text("name: assistant\nalias: sim\n")
+    _sim_config(c.models_dir, "media")  # the simulator's every modality: chat, embeddings, transcription, tts, image
+    _sim_config(c.models_dir, "embedder", "known_usecases: [embeddings]")
+    _sim_config(c.models_dir, "ranker", "reranking: true", "known_usecases: [rerank]")  # the simulator cannot rerank
     proxy: ThrottlingProxy | None = None
     try:
         c.start_frontend("--model-load-wait", "1s", "--stale-node-threshold", "30s")
@@ -283,6 +293,91 @@ def test_chat_streams_a_reply_after_an_inline_cold_load(page: Any, env: Env) -> 
     _shot(env, page, "11-chat")
 
 
+def test_chat_offers_only_chat_models_and_their_aliases(page: Any, env: Env) -> None:
+    capabilities = {m["name"]: m["capabilities"] for m in env.admin("GET", "/api/models").json()["models"]}
+    assert capabilities["embedder"] == ["embeddings"] and "chat" in capabilities["media"]
+    page.get_by_role("link", name="Chat").click()
+    page.locator("[data-testid=chat-model] option[value=media]").wait_for(state="attached")
+    offered = page.locator("[data-testid=chat-model] option").evaluate_all("(options) => options.map((o) => o.value)")
+    assert sorted(offered) == ["assistant", "coldchat", "media", "sim", "staged"]  # not embedder, not ranker
+
+
+def _try_panel(page: Any, model: str) -> Any:
+    """The Models page's Try panel of `model`, opened from its row."""
+    page.get_by_role("link", name="Models").click()
+    page.locator(f"tr[data-model={model}] [data-testid=try]").click()
+    panel = page.locator(f"[data-testid=try][data-model={model}]")
+    sync_api.expect(panel).to_be_visible()
+    return panel
+
+
+def _run(form: Any, button: str) -> None:
+    form.get_by_role("button", name=button).click()
+    sync_api.expect(form).to_have_attribute("data-state", "done", timeout=MODALITY_TIMEOUT_MS)
+
+
+def test_the_models_page_speaks_a_sentence_into_an_audio_player(page: Any, env: Env) -> None:
+    panel = _try_panel(page, "media")
+    tags = page.locator("tr[data-model=media] [data-testid=capabilities] .tag")
+    sync_api.expect(tags).to_have_text(["chat", "embeddings", "transcription", "tts", "image"])
+    assert [f.get_attribute("data-capability") for f in panel.locator("form").all()] == [
+        "transcription", "tts", "image", "embeddings"]  # one form per capability; chat links to the Chat page
+    form = panel.locator("[data-testid=try-tts]")
+    form.get_by_label("Text to speak").fill(SENTENCE)
+    _run(form, "Speak")
+    audio = form.locator("audio[data-testid=speech]")
+    assert audio.get_attribute("src").startswith("blob:")
+    assert int(audio.get_attribute("data-bytes")) > 16000  # a WAV of more than half a second at 16 kHz
+    page.wait_for_function("(a) => a.readyState >= 1 && a.duration > 0.5", arg=audio.element_handle())
+    download = form.get_by_role("link", name="Download WAV")
+    assert download.get_attribute("href") == audio.get_attribute("src")
+    assert download.get_attribute("download") == "media-speech.wav"
+
+
+def test_the_models_page_transcribes_an_uploaded_wav_to_its_words(page: Any, env: Env, tmp_path: Path) -> None:
+    speech = env.admin("POST", "/v1/audio/speech",
+                       json={"model": "media", "input": SENTENCE, "voice": "default", "response_format": "wav"})
+    assert speech.status_code == 200, speech.text
+    wav = tmp_path / "sentence.wav"
+    wav.write_bytes(speech.content)
+    form = page.locator("[data-testid=try][data-model=media] [data-testid=try-transcription]")
+    form.get_by_label("Audio file").set_input_files(str(wav))
+    _run(form, "Transcribe")
+    sync_api.expect(form.locator("[data-testid=transcript]")).to_have_text(SENTENCE)
+
+
+def test_the_models_page_generates_an_image(page: Any, env: Env) -> None:
+    form = page.locator("[data-testid=try][data-model=media] [data-testid=try-image]")
+    form.get_by_label("Prompt").fill("a red fox in the snow")
+    form.get_by_label("Size").select_option("128x128")
+    _run(form, "Generate")
+    image = form.locator("img[data-testid=image]")
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    assert image.evaluate("(img) => [img.naturalWidth, img.naturalHeight]") == [128, 128]
+    _shot(env, page, "12-models-try-media")
+    page.locator("[data-testid=try][data-model=media]").get_by_role("link", name="Chat with it").click()
+    page.wait_for_url("**/app/chat?model=media")
+    sync_api.expect(page.locator("[data-testid=chat-model]")).to_have_value("media")
+
+
+def test_the_models_page_embeds_and_shows_the_servers_error(page: Any, env: Env) -> None:
+    panel = _try_panel(page, "embedder")
+    assert [f.get_attribute("data-capability") for f in panel.locator("form").all()] == ["embeddings"]
+    form = panel.locator("[data-testid=try-embeddings]")
+    form.get_by_label("Text to embed").fill("hello there")
+    _run(form, "Embed")
+    dimension = int(form.locator("[data-testid=embedding]").get_attribute("data-dimension"))
+    assert dimension > 0
+    sync_api.expect(form.locator("[data-testid=embedding] dd").first).to_have_text(str(dimension))
+    form = _try_panel(page, "ranker").locator("[data-testid=try-rerank]")
+    form.get_by_label("Query").fill("a fox")
+    form.get_by_label("Documents, one per line").fill("a red fox\na blue whale")
+    form.get_by_role("button", name="Rerank").click()
+    sync_api.expect(form).to_have_attribute("data-state", "failed", timeout=MODALITY_TIMEOUT_MS)
+    sync_api.expect(form.get_by_role("alert")).to_contain_text("does not implement Rerank")  # the server's message
+    _shot(env, page, "13-models-try-error")
+
+
 def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2)
     context.set_default_timeout(UI_TIMEOUT_MS)
@@ -300,6 +395,9 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
                                   ("chat", "/app/chat", "[data-testid=chat-model] option")]:
             pg.goto(f"{env.cluster.frontend_url}{path}")  # a deep link: the server answers index.html
             pg.locator(ready).first.wait_for(state="attached")
+            if name == "models":  # with a Try panel open: its forms fit too
+                pg.locator("tr[data-model=media] [data-testid=try]").click()
+                pg.locator("[data-testid=try][data-model=media] form").first.wait_for()
             if name == "node" and env.admin("GET", f"/api/nodes/{node_id}/backend-logs").status_code == 200:
                 sync_api.expect(pg.locator("#backend-log pre")).not_to_be_empty()  # where the logs API exists
             overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")

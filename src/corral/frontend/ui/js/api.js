@@ -24,7 +24,8 @@ function headers(extra = {}) {
   return { Authorization: `Bearer ${session.key}`, ...extra };
 }
 
-async function errorOf(response) {
+// The server's own message for a failed response (the OpenAI envelope's error.message, a detail, or the status).
+export async function errorOf(response) {
   let message = `${response.status} ${response.statusText}`;
   try {
     const body = await response.json();
@@ -63,14 +64,21 @@ export async function optional(path) {
   }
 }
 
-// A raw streaming request (chat, events): the caller reads response.body.
-export async function stream(path, { method = "GET", body, signal } = {}) {
-  const init = { method, signal, headers: headers({ Accept: "text/event-stream" }) };
-  if (body !== undefined) {
+// A raw request whose answer the caller reads itself (a stream, audio bytes): the body may be an object (sent as
+// JSON) or FormData (a multipart upload; the browser sets its boundary).
+export async function request(path, { method = "GET", body, accept, signal } = {}) {
+  const init = { method, signal, headers: headers(accept ? { Accept: accept } : {}) };
+  if (body instanceof FormData) init.body = body;
+  else if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers["Content-Type"] = "application/json";
   }
   return fetch(path, init);
+}
+
+// A raw streaming request (chat, events): the caller reads response.body.
+export function stream(path, { method = "GET", body, signal } = {}) {
+  return request(path, { method, body, signal, accept: "text/event-stream" });
 }
 
 // Server-sent events from a fetch body (EventSource cannot send the Authorization header).

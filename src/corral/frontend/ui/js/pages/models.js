@@ -1,28 +1,18 @@
-// Models: configured models and aliases, where each is loaded, load progress (bar + ETA), sizing against
-// the cluster ("Fits on <node>"), YAML config edits (revision, pending cleanup) and disable / enable.
+// Models: configured models and aliases, what each can do (capabilities), where each is loaded, load progress
+// (bar + ETA), sizing against the cluster ("Fits on <node>"), YAML config edits (revision, pending cleanup),
+// disable / enable, and a Try panel per model for its modalities (try.js).
 
 import { api, enc, optional } from "../api.js";
 import { h, slot } from "../dom.js";
-import { bytes, duration, shortRevision } from "../format.js";
+import { bytes, shortRevision } from "../format.js";
 import { follow } from "../live.js";
-import { action, bar, empty, panel, pill, toast } from "../ui.js";
+import { loadLine } from "../load.js";
+import { action, empty, panel, pill, toast } from "../ui.js";
 import { nodeNames, pageHead } from "./common.js";
+import { canTry, tryPanel } from "./try.js";
 
 const ACTIVE_POLL_MS = 1000; // while a load runs, its bar moves every second (its job row beats at 1 s)
 const IDLE_POLL_MS = 2000; // a load started by a request elsewhere shows within this (loads have no start event)
-
-export function loadLine(load) {
-  const failed = load.state === "failed" || load.error;
-  const eta = load.eta_seconds != null ? ` · ETA ~${duration(load.eta_seconds)}` : "";
-  const files = load.total_files > 1 ? ` · file ${load.file_index}/${load.total_files}` : "";
-  const size = load.total_bytes ? ` · ${bytes(load.bytes_sent)} / ${bytes(load.total_bytes)}` : "";
-  return h("div", { class: "load", dataset: { testid: "load", model: load.model, state: failed ? "failed" : load.state } },
-    h("div", { class: "row between small" },
-      h("span", {}, pill(failed ? "failed" : load.state), load.node ? ` on ${load.node}` : ""),
-      h("span", { class: "muted" }, `${Math.round(load.progress || 0)}%${size}${files}${eta}`)),
-    bar(load.state === "ready" ? 100 : load.progress, { label: `load of ${load.model}`, toneName: failed ? "danger" : load.state === "ready" ? "ok" : "info" }),
-    failed && load.error ? h("p", { class: "form-error small" }, load.error) : null);
-}
 
 function editor(name, onSaved, close) {
   const area = h("textarea", { class: "code", rows: 14, spellcheck: "false", "aria-label": `YAML of ${name}` }, "");
@@ -50,6 +40,24 @@ export default function modelsPage(root) {
   let editing = null;
   let timer = null;
   let stopped = false;
+  // Try panels live outside the table, which re-renders on every poll: an answer (playing audio, an image) stays.
+  const trying = new Map(); // model name -> its open panel
+  const tries = h("div", { class: "stack tries", dataset: { testid: "tries" } });
+  const calls = new AbortController(); // the panels' calls end with the page
+  const urls = []; // object URLs of speech answers, revoked when the page is left
+  function toggleTry(model) {
+    const open = trying.get(model.name);
+    if (open) {
+      open.remove();
+      trying.delete(model.name);
+    } else {
+      const panelEl = tryPanel(model, { signal: calls.signal, urls, onClose: () => toggleTry(model) });
+      trying.set(model.name, panelEl);
+      tries.prepend(panelEl);
+      panelEl.scrollIntoView({ block: "nearest" });
+    }
+    return table.refresh();
+  }
 
   const loadsSlot = slot(() => {
     const rows = [...loads, ...[...ready].filter((m) => !loads.some((l) => l.model === m)).map((m) => ({ model: m, state: "ready", progress: 100 }))];
@@ -63,12 +71,16 @@ export default function modelsPage(root) {
       const load = loads.find((l) => l.model === m.name);
       return [h("tr", { dataset: { model: m.name } },
         h("td", {}, h("b", {}, m.name), cfg.disabled ? [" ", pill("disabled")] : null,
-          h("div", { class: "muted small" }, m.backend || "", cfg.config_revision ? ` · rev ${shortRevision(cfg.config_revision)}` : "")),
+          h("div", { class: "muted small" }, m.backend || "", cfg.config_revision ? ` · rev ${shortRevision(cfg.config_revision)}` : ""),
+          m.capabilities?.length ? h("div", { class: "chips caps", dataset: { testid: "capabilities" } },
+            m.capabilities.map((c) => h("span", { class: "tag", dataset: { capability: c } }, c))) : null),
         h("td", {}, m.memory_bytes ? bytes(m.memory_bytes) : "—"),
         h("td", {}, h("span", { class: `fit ${m.fits === true ? "ok" : m.fits === false ? "danger" : "muted"}`, dataset: { testid: "fit" } }, m.verdict || "")),
         h("td", {}, where(m.name).length ? where(m.name).map((r) => h("span", { class: "chip ok", dataset: { node: r.node_name } }, r.node_name)) : h("span", { class: "muted" }, load ? "" : "not loaded"),
           load ? loadLine(load) : ready.has(m.name) ? loadLine({ model: m.name, state: "ready", progress: 100 }) : null),
         h("td", { class: "end" }, h("div", { class: "row end" },
+          canTry(m) ? action("Try", () => toggleTry(m), { kind: trying.has(m.name) ? "small active" : "small", testid: "try",
+            title: `Try ${m.name}: ${m.capabilities.join(", ")}` }) : null,
           configs.size ? action("Edit", async () => { editing = editing === m.name ? null : m.name; await table.refresh(); }, { kind: "ghost small" }) : null,
           configs.size ? action(cfg.disabled ? "Enable" : "Disable", async () => {
             const answer = await api(`/api/model-configs/${enc(m.name)}/${cfg.disabled ? "enable" : "disable"}`, { method: "POST" });
@@ -118,9 +130,12 @@ export default function modelsPage(root) {
     if (!stopped) timer = setTimeout(poll, loads.length ? ACTIVE_POLL_MS : IDLE_POLL_MS);
   }
   root.append(pageHead("Models", "Configured models, where they run, and their loads"), clusterLine.el,
-    panel("Configured models", table.el, { id: "models" }),
+    panel("Configured models", table.el, { id: "models" }), tries,
     h("div", { class: "grid two" }, panel("Loads", loadsSlot.el, { id: "loads" }), panel("Aliases", aliases.el)));
   refresh().catch((err) => toast(err.message, "danger")).finally(() => { timer = setTimeout(poll, ACTIVE_POLL_MS); });
   const off = follow(["replica", "load", "config", "node"], () => refresh().catch(() => {}));
-  return () => { stopped = true; clearTimeout(timer); off(); };
+  return () => {
+    stopped = true; clearTimeout(timer); off(); calls.abort();
+    for (const url of urls) URL.revokeObjectURL(url);
+  };
 }
