@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 
 from corral.backends.llama_cpp import LlamaCppEngine
 from corral.proto import backend_pb2 as pb
+from support.audio_backends import word_error_rate
 from support.cluster import free_port, free_stable_base
 from support.processes import corral_up_ready
 
@@ -32,16 +32,6 @@ SENTENCE = "the quick brown fox jumps over the lazy dog"
 WER_MAX = 0.2
 QUERY = "which animal is quick"
 DOCUMENTS = ["a lazy dog sleeps", "the quick brown fox", "stock markets fell", "a cat on a mat"]
-
-
-def word_error_rate(reference: str, heard: str) -> float:
-    ref, hyp = (re.findall(r"[a-z0-9']+", text.lower()) for text in (reference, heard))
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, 1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-    return row[len(hyp)] / max(1, len(ref))
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,23 @@
 """Speech end to end on real engines: the `piper` and `faster-whisper` gallery backends, installed through corral's
 gallery (own venvs) and started by the worker's supervisor as a worker starts them (run.sh, bearer token, models
 root), serve the packaged Piper voice joe and Whisper base. Piper speaks a sentence into the worker's staging
-directory and Whisper transcribes it back: the words must match (word error rate), not only the status."""
+directory and Whisper transcribes it back: the words must match (word error rate), not only the status. The last
+test does the same through a frontend and a worker on /v1/audio/speech and /v1/audio/transcriptions."""
 
 from __future__ import annotations
 
-import re
+import io
 import shutil
 import subprocess
 import time
 import wave
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import grpc.aio
+import httpx
 import pytest
 import yaml
 
@@ -28,7 +30,8 @@ from corral.proto import backend_pb2_grpc
 from corral.worker.ports import PortAllocator
 from corral.worker.supervisor import Supervisor
 from support import audio_backends
-from support.cluster import free_port
+from support.audio_backends import word_error_rate
+from support.cluster import Cluster, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the session builds both venvs first
 
@@ -48,17 +51,6 @@ class Speech:
     models: Path
     fox: Path  # piper's WAV of SENTENCE, made once
     timings: dict[str, float]
-
-
-def word_error_rate(reference: str, heard: str) -> float:
-    """Word-level Levenshtein distance over the reference's word count (case and punctuation ignored)."""
-    ref, hyp = (re.findall(r"[a-z0-9']+", text.lower()) for text in (reference, heard))
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, 1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-    return row[len(hyp)] / max(1, len(ref))
 
 
 def test_word_error_rate_counts_substitutions_insertions_and_deletions() -> None:
@@ -219,3 +211,58 @@ async def test_speed_voice_and_identity(speech: Speech) -> None:
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "speed 5 must be between 0.25 and 4" in details
     code, details = await _refusal(_transcribe(speech, speech.fox, ModelIdentity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
+
+
+# --- through corral: a frontend and a worker that installs the backends itself -------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(state_root: Path, make_database, nats_url: str, audio_backends_path: Path) -> Iterator[Cluster]:
+    c = Cluster(root=state_root / "e2e-speech", database_url=make_database(), nats_url=nats_url)
+    c.models_dir.mkdir(parents=True, exist_ok=True)
+    audio.prepare_whisper(c.models_dir)
+    audio.prepare_piper_voice(c.models_dir)
+    try:
+        c.start_frontend()
+        c.start_worker("w1", "--backends-path", str(audio_backends_path))
+        yield c
+    finally:
+        c.stop()
+
+
+def _ephemeral(cluster: Cluster) -> list[Path]:
+    root = cluster.root / "w1" / "staging" / "ephemeral"
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_speech_and_transcription_through_corral(cluster: Cluster) -> None:
+    url = cluster.frontend_url
+    spoken = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": SENTENCE,
+                                                        "voice": "en_US-joe-medium", "response_format": "wav"},
+                         timeout=300)
+    assert spoken.status_code == 200, spoken.text
+    with wave.open(io.BytesIO(spoken.content)) as wav:
+        assert wav.getnchannels() == 1 and 1.5 < wav.getnframes() / wav.getframerate() < 5.0
+    mp3 = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": SENTENCE, "voice": "joe",
+                                                     "response_format": "mp3"}, timeout=300)
+    assert mp3.status_code == 200 and mp3.content[:2] in (b"\xff\xf3", b"\xff\xfb", b"ID"), mp3.text
+
+    for audio_bytes, name in ((spoken.content, "speech.wav"), (mp3.content, "speech.mp3")):
+        heard = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (name, audio_bytes)},
+                           data={"model": audio.WHISPER_NAME, "response_format": "verbose_json"}, timeout=300)
+        assert heard.status_code == 200, heard.text
+        body = heard.json()
+        assert word_error_rate(SENTENCE, body["text"]) <= WER_MAX, (name, body["text"])
+        assert body["language"] in ("en", "english") and body["segments"][0]["start"] >= 0
+        assert 0 < body["segments"][-1]["end"] <= body["duration"] + 0.05
+    translated = httpx.post(f"{url}/v1/audio/translations", files={"file": ("speech.wav", spoken.content)},
+                            data={"model": audio.WHISPER_NAME}, timeout=300)
+    assert translated.status_code == 200 and word_error_rate(SENTENCE, translated.json()["text"]) <= WER_MAX
+
+    wrong_voice = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": "hi",
+                                                             "voice": "alloy"}, timeout=300)
+    assert wrong_voice.status_code == 400 and "'alloy'" in wrong_voice.text, wrong_voice.text
+    not_audio = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": ("notes.txt", b"not sound at all")},
+                           data={"model": audio.WHISPER_NAME}, timeout=300)
+    assert not_audio.status_code == 400 and "is not audio this backend can decode" in not_audio.text, not_audio.text
+    assert _ephemeral(cluster) == []  # every upload and every speech file was released

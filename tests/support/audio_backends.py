@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from pathlib import Path
 
@@ -47,3 +48,14 @@ def install(root: Path, name: str) -> float:
     started_s = time.monotonic()
     BackendInstaller(root, require_integrity=False, timeout_s=INSTALL_TIMEOUT_S).install(entry, ref)
     return time.monotonic() - started_s
+
+
+def word_error_rate(reference: str, heard: str) -> float:
+    """Word-level Levenshtein distance over the reference's word count (case and punctuation ignored)."""
+    ref, hyp = (re.findall(r"[a-z0-9']+", text.lower()) for text in (reference, heard))
+    row = list(range(len(hyp) + 1))
+    for i, word in enumerate(ref, 1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(hyp, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
+    return row[len(hyp)] / max(1, len(ref))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -145,17 +146,16 @@ def _same_bytes(a: Path, b: Path) -> bool:
     return a.read_bytes() == b.read_bytes()
 
 
-def write_tiny_llama(path: Path, *, seed: int = 0, dtype: str = "f16") -> Path:
-    """Write the tiny model to `path` (dtype "f16" or "f32"); keep an identical existing file."""
-    if dtype not in _FILE_TYPES:
-        raise ValueError(f"tiny model dtype must be one of {sorted(_FILE_TYPES)}, got {dtype!r}")
+def write_generated(path: Path, write: Callable[[Path], object]) -> Path:
+    """Write a generated file with `write(temporary path)` and move it to `path` atomically; an identical file
+    already there is kept (its mtime too), so a re-run of a deterministic generator changes nothing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        _write_gguf(tmp, seed, dtype)
+        write(tmp)
         if path.exists() and _same_bytes(tmp, path):
             return path
         tmp.chmod(0o644)
@@ -163,6 +163,13 @@ def write_tiny_llama(path: Path, *, seed: int = 0, dtype: str = "f16") -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_tiny_llama(path: Path, *, seed: int = 0, dtype: str = "f16") -> Path:
+    """Write the tiny model to `path` (dtype "f16" or "f32"); keep an identical existing file."""
+    if dtype not in _FILE_TYPES:
+        raise ValueError(f"tiny model dtype must be one of {sorted(_FILE_TYPES)}, got {dtype!r}")
+    return write_generated(path, lambda tmp: _write_gguf(tmp, seed, dtype))
 
 
 def main(argv: list[str] | None = None) -> int:

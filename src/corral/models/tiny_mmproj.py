@@ -14,15 +14,13 @@ the penultimate layer's features); the last block is written because the loader 
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from corral.models.tiny_gguf import EMBEDDING_DIM
+from corral.models.tiny_gguf import EMBEDDING_DIM, write_generated
 
 PROJECTOR_TYPE = "mlp"
 IMAGE_SIZE = 32
@@ -109,30 +107,11 @@ def _write_gguf(path: Path, seed: int, text_embedding_dim: int) -> None:
     writer.close()
 
 
-def _same_bytes(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
-        return False
-    return a.read_bytes() == b.read_bytes()
-
-
 def write_tiny_mmproj(path: Path, *, text_embedding_dim: int = EMBEDDING_DIM, seed: int = 0) -> Path:
     """Write the tiny projector to `path` for a text model of that embedding size; keep an identical file."""
     if text_embedding_dim < 1:
         raise ValueError(f"text_embedding_dim must be a positive integer, got {text_embedding_dim!r}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        _write_gguf(tmp, seed, text_embedding_dim)
-        if path.exists() and _same_bytes(tmp, path):
-            return path
-        tmp.chmod(0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_generated(path, lambda tmp: _write_gguf(tmp, seed, text_embedding_dim))
 
 
 def main(argv: list[str] | None = None) -> int:

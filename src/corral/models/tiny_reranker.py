@@ -17,14 +17,14 @@ tokens by name) that llama.cpp formats each pair with instead of `[CLS] query [S
 
 from __future__ import annotations
 
-import os
 import string
 import sys
-import tempfile
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+from corral.models.tiny_gguf import write_generated
 
 N_LAYERS = 2
 EMBEDDING_DIM = 32
@@ -154,20 +154,7 @@ def write_tiny_reranker(path: Path, *, seed: int = 0, dtype: str = "f32",
     """Write the tiny reranker to `path` ("f32" or "f16" matrices); an identical existing file is kept."""
     if dtype not in _FILE_TYPES:
         raise ValueError(f"tiny reranker dtype must be one of {sorted(_FILE_TYPES)}, got {dtype!r}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        _write_gguf(tmp, seed, dtype, rerank_template)
-        if path.exists() and path.read_bytes() == tmp.read_bytes():
-            return path
-        tmp.chmod(0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_generated(path, lambda tmp: _write_gguf(tmp, seed, dtype, rerank_template))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from corral.store.queries import q
+from corral.store.queries import delete_in_batches, q
 
 SWEEP_BATCH = 200  # rows deleted per statement (an image is up to a few MB)
 
@@ -21,9 +21,4 @@ async def png(pool: asyncpg.Pool, image_id: str) -> bytes | None:
 
 async def sweep(pool: asyncpg.Pool) -> int:
     """Delete every expired image; returns how many."""
-    total = 0
-    while True:
-        gone = int(await pool.fetchval(q("generated_images_sweep"), SWEEP_BATCH))
-        total += gone
-        if gone < SWEEP_BATCH:
-            return total
+    return await delete_in_batches(pool, "generated_images_sweep", SWEEP_BATCH)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from typing import Any
 
 _NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -29,3 +30,14 @@ def _all() -> dict[str, str]:
 
 def q(name: str) -> str:
     return _all()[name]
+
+
+async def delete_in_batches(pool: Any, name: str, batch: int) -> int:
+    """Run delete query `name` (it takes a row limit, $1, and returns how many rows went) until a pass deletes
+    fewer than `batch`: a long backlog goes in short transactions. Returns the total."""
+    total = 0
+    while True:
+        gone = int(await pool.fetchval(q(name), batch))
+        total += gone
+        if gone < batch:
+            return total

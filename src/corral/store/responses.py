@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from corral.store.queries import q
+from corral.store.queries import delete_in_batches, q
 
 SWEEP_BATCH = 1000  # expired rows deleted per statement: a long backlog goes in short transactions
 
@@ -43,9 +43,4 @@ async def delete(pool: asyncpg.Pool, response_id: str, owner: str) -> bool:
 
 async def sweep(pool: asyncpg.Pool) -> int:
     """Delete every expired response; returns how many."""
-    total = 0
-    while True:
-        gone = int(await pool.fetchval(q("responses_sweep"), SWEEP_BATCH))
-        total += gone
-        if gone < SWEEP_BATCH:
-            return total
+    return await delete_in_batches(pool, "responses_sweep", SWEEP_BATCH)
