@@ -209,6 +209,13 @@ async def test_speed_voice_and_identity(speech: Speech) -> None:
     code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(speech.fox), speed=5),
                                                   metadata=AUTH, timeout=CALL_TIMEOUT_S))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "speed 5 must be between 0.25 and 4" in details
+    english = speech.fox.with_name("fox-en.wav")
+    await speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(english), language="en-US"), metadata=AUTH,
+                         timeout=CALL_TIMEOUT_S)
+    assert english.is_file()
+    code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(english), language="de"),
+                                                  metadata=AUTH, timeout=CALL_TIMEOUT_S))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and details == "TTSRequest.language 'de': this voice speaks 'en-us'"
     code, details = await _refusal(_transcribe(speech, speech.fox, ModelIdentity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
 
