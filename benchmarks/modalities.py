@@ -127,7 +127,15 @@ async def _run() -> None:
                 response.raise_for_status()
                 return response.content
 
-            png_json = generate()
+            deadline = time.monotonic() + 900  # the first request answers 503 while diffusers installs (minutes)
+            while True:
+                try:
+                    png_json = generate()
+                    break
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code != 503 or time.monotonic() > deadline:
+                        raise
+                    time.sleep(5)
             stub = backend_pb2_grpc.BackendStub(grpc.insecure_channel(await _address(cluster.database_url, image)))
             corral_ms, _ = _median_ms(generate)
             alone_ms, _ = _median_ms(lambda: stub.GenerateImage(pb.GenerateImageRequest(

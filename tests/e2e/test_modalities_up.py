@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def stack() -> Iterator[tuple[str, Path]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "up", "--data-dir", str(data_dir), "--port", str(port), "--workers", "2",
          "--worker-base-port", str(free_stable_base())],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "LOCALAI_MODEL_LOAD_WAIT": "900s"})  # a first request waits out its backend's install
     try:
         corral_up_ready(proc, 300.0)
         yield f"http://127.0.0.1:{port}", data_dir
@@ -100,10 +102,20 @@ def test_a_rerank_orders_as_the_cross_encoder_alone(stack: tuple[str, Path]) -> 
         assert score == pytest.approx(result.relevance_score, abs=1e-4)
 
 
-def test_an_image_comes_back_as_b64_and_as_a_url(client: openai.OpenAI) -> None:
+def test_an_image_comes_back_as_b64_and_as_a_url(client: openai.OpenAI, stack: tuple[str, Path]) -> None:
+    # the first request waits LOCALAI_MODEL_LOAD_WAIT (60s) for the diffusers backend's install (torch: minutes),
+    # then answers 503 with its progress and Retry-After, as a newcomer's client sees it: ask again until served
+    deadline = time.monotonic() + 900
+    while (first := httpx.post(f"{stack[0]}/v1/images/generations", timeout=300, json={
+            "model": "tiny-diffusion", "prompt": "a red fox", "size": "64x64", "response_format": "b64_json",
+            "seed": 3})).status_code == 503 and time.monotonic() < deadline:
+        assert "tiny-diffusion" in first.text and first.headers.get("retry-after"), first.text
+        time.sleep(float(first.headers["retry-after"]))
+    assert first.status_code == 200, first.text
     b64 = client.images.generate(model="tiny-diffusion", prompt="a red fox", size="64x64",
                                  response_format="b64_json", extra_body={"seed": 3})
     png = base64.b64decode((b64.data or [])[0].b64_json or "")
+    assert png == base64.b64decode(first.json()["data"][0]["b64_json"])  # the same seed, the same image
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     by_url = client.images.generate(model="tiny-diffusion", prompt="a red fox", size="64x64", extra_body={"seed": 3})
     fetched = httpx.get((by_url.data or [])[0].url or "", timeout=60)
