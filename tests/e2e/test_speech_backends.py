@@ -6,6 +6,7 @@ test does the same through a frontend and a worker on /v1/audio/speech and /v1/a
 
 from __future__ import annotations
 
+import collections
 import io
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from corral.worker.supervisor import Supervisor
 from support import audio_backends
 from support.audio_backends import word_error_rate
 from support.cluster import Cluster, free_port
+from support.waiting import wait_for_async
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the session builds both venvs first
 
@@ -51,6 +53,7 @@ class Speech:
     models: Path
     fox: Path  # piper's WAV of SENTENCE, made once
     timings: dict[str, float]
+    stt_log: collections.deque[str]  # the faster-whisper process's last stderr lines, as the worker keeps them
 
 
 def test_word_error_rate_counts_substitutions_insertions_and_deletions() -> None:
@@ -74,13 +77,14 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
                             models_root=models, registry=BackendRegistry(audio_backends_path, None, None))
     channels: list[grpc.aio.Channel] = []
     try:
-        stubs, identities = {}, {}
+        stubs, identities, logs = {}, {}, {}
         for name, yaml_path in ((audio_backends.PIPER, piper_yaml), (audio_backends.WHISPER, whisper_yaml)):
             cfg = parse_model_config(yaml.safe_load(yaml_path.read_text()), yaml_path, models)
             assert cfg.backend == name
             identities[name] = cfg.model  # what a frontend sends as ModelIdentity, and loads as Model
             started = time.perf_counter()
             process = await supervisor.ensure(f"{cfg.name}#0", name)
+            logs[name] = process.stderr_tail
             channels.append(grpc.aio.insecure_channel(process.local_address))
             stub = stubs[name] = backend_pb2_grpc.BackendStub(channels[-1])
             result = await stub.LoadModel(model_options(cfg), metadata=AUTH, timeout=CALL_TIMEOUT_S)
@@ -94,7 +98,7 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
             metadata=AUTH, timeout=CALL_TIMEOUT_S)
         timings["piper TTS"] = time.perf_counter() - started
         yield Speech(stubs[audio_backends.PIPER], stubs[audio_backends.WHISPER], identities[audio_backends.WHISPER],
-                     staging, models, fox, timings)
+                     staging, models, fox, timings, logs[audio_backends.WHISPER])
     finally:
         for channel in channels:
             await channel.close()
@@ -218,6 +222,25 @@ async def test_speed_voice_and_identity(speech: Speech) -> None:
     assert code is grpc.StatusCode.INVALID_ARGUMENT and details == "TTSRequest.language 'de': this voice speaks 'en-us'"
     code, details = await _refusal(_transcribe(speech, speech.fox, ModelIdentity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
+
+
+async def test_a_transcription_whose_caller_went_away_stops_at_the_next_segment(speech: Speech) -> None:
+    long = speech.fox.with_name("long.wav")  # three of Whisper's 30 s windows: the sentence, then silence
+    with wave.open(str(speech.fox), "rb") as source:
+        params, frames = source.getparams(), source.readframes(source.getnframes())
+    with wave.open(str(long), "wb") as out:
+        out.setparams(params)
+        for _ in range(3):
+            out.writeframes(frames + b"\0\0" * (30 * params.framerate - len(frames) // 2))
+    code, _ = await _refusal(speech.stt.AudioTranscription(
+        pb.TranscriptRequest(dst=str(long), ModelIdentity=speech.stt_identity), metadata=AUTH, timeout=1.0))
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+    async def stopped() -> bool:
+        return any(f"transcription of {long} stopped after" in line for line in speech.stt_log)
+
+    await wait_for_async(stopped, "the backend to log that it stopped the abandoned transcription", timeout_s=90)
+    result = await _transcribe(speech, speech.fox)  # the engine is free again
+    assert word_error_rate(SENTENCE, result.text) <= WER_MAX
 
 
 # --- through corral: a frontend and a worker that installs the backends itself -------------------------------

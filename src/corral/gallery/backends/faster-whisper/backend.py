@@ -45,6 +45,7 @@ DEFAULT_OPTIONS = {"device": "cpu", "compute_type": "int8"}
 DEFAULT_THREADS_MAX = 4  # Threads 0: the cores, at most this (CTranslate2's own default is 4 whatever the cores)
 
 logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # not two INFO lines per request in the worker's log
+log = logging.getLogger(NAME)
 
 
 def resolve_model_dir(opts: Any) -> Path:
@@ -109,8 +110,9 @@ class Engine:
         audio = decode(request_file(request, "dst"))
         segments, info = model.transcribe(audio, beam_size=BEAM_SIZE, **settings)
         result = backend_pb2.TranscriptResult(language=info.language, duration=float(info.duration))
-        for number, segment in enumerate(segments):  # a lazy generator: the work happens here
+        for number, segment in enumerate(segments):  # a lazy generator: the work happens here, window by window
             if cancelled.is_set():
+                log.info("transcription of %s stopped after %d segments: the caller went away", request.dst, number)
                 raise RequestError(grpc.StatusCode.CANCELLED, "the caller gave up; transcription stopped")
             text = segment.text.strip()
             result.segments.append(backend_pb2.TranscriptSegment(
