@@ -27,7 +27,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -190,10 +190,15 @@ class BearerAuth(grpc.aio.ServerInterceptor):
         async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
 
-        # every RPC a gallery backend serves is unary-unary
-        return grpc.unary_unary_rpc_method_handler(
-            deny, request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer)
+        async def deny_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+            yield  # never reached: makes this the async generator a server-streaming handler is
+
+        # gallery backends serve unary-unary RPCs and server-streaming ones (TTSStream, PredictStream)
+        make, behaviour = ((grpc.unary_stream_rpc_method_handler, deny_stream) if handler.response_streaming
+                           else (grpc.unary_unary_rpc_method_handler, deny))
+        return make(behaviour, request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer)
 
 
 # --- the servicer around an engine ---------------------------------------------------------------

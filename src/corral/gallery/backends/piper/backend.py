@@ -10,7 +10,7 @@ LoadModel takes the voice's `.onnx` file (the model config's `parameters.model`)
 beside it, below the worker's models directory; `Threads` sets onnxruntime's threads.
 
 TTS writes a 16-bit mono WAV at the voice's sample rate to `dst` (a file in the worker's staging
-directory). `speed` (0.25-4; 0: the voice's own) divides the voice's length_scale; `voice` may be empty
+directory); TTSStream sends the same speech as raw PCM, a sentence per Reply, as it is synthesised. `speed` (0.25-4; 0: the voice's own) divides the voice's length_scale; `voice` may be empty
 or name the loaded voice (its file name with or without `.onnx`, its dataset name, or the model's name),
 or one speaker of a multi-speaker voice; any other voice is refused naming it, as is a `language` the
 voice does not speak.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import json
 import wave
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +98,8 @@ class Engine:
         return self.voice is not None
 
     def speak(self, request: Any) -> Any:
-        voice = self.voice
-        if voice is None:
-            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
-        from piper.config import SynthesisConfig
-
-        if not request.text.strip():
-            raise invalid("TTSRequest.text is empty: give the text to speak")
-        synthesis = SynthesisConfig(speaker_id=self._speaker(voice, request.voice),
-                                    length_scale=self._length_scale(voice, request.speed))
-        self._check_language(voice, request)
+        """Write the speech of `request.text` as a WAV to `request.dst`."""
+        voice, synthesis = self._prepare(request)
         dst = request_file(request, "dst")
         if not dst.parent.is_dir():
             raise invalid(f"TTSRequest.dst {str(dst)!r}: its directory does not exist")
@@ -121,6 +114,26 @@ class Engine:
         seconds = frames / voice.config.sample_rate
         return backend_pb2.Result(success=True, message=f"wrote {seconds:.2f} s of speech "
                                                         f"({voice.config.sample_rate} Hz WAV) to {dst.name}")
+
+    def stream(self, request: Any) -> tuple[int, Iterator[bytes]]:
+        """The voice's sample rate and its speech of `request.text` as 16-bit mono PCM, a sentence at a time
+        (lazy: each `next` synthesises one sentence)."""
+        voice, synthesis = self._prepare(request)
+        chunks = voice.synthesize(request.text, syn_config=synthesis)
+        return int(voice.config.sample_rate), (chunk.audio_int16_bytes for chunk in chunks)
+
+    def _prepare(self, request: Any) -> tuple[Any, Any]:
+        """The loaded voice and the synthesis settings of a request, or the refusal naming its field."""
+        voice = self.voice
+        if voice is None:
+            raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
+        from piper.config import SynthesisConfig
+
+        if not request.text.strip():
+            raise invalid("TTSRequest.text is empty: give the text to speak")
+        self._check_language(voice, request)
+        return voice, SynthesisConfig(speaker_id=self._speaker(voice, request.voice),
+                                      length_scale=self._length_scale(voice, request.speed))
 
     def _speaker(self, voice: Any, name: str) -> int | None:
         """None for the voice's own speaker; a speaker id when `name` is one of a multi-speaker voice's."""
@@ -156,6 +169,15 @@ class Servicer(BaseServicer):
 
     async def TTS(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self.call(context, "TTS", request.ModelIdentity, self.engine.speak, request)
+
+    async def TTSStream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        """Speech as it is synthesised, a sentence per Reply (raw PCM in `audio`); the first Reply's `message`
+        is {"sample_rate": N}. A caller that goes away stops the synthesis at the next sentence."""
+        rate, pcm = await self.call(context, "TTSStream", request.ModelIdentity, self.engine.stream, request)
+        header = json.dumps({"sample_rate": rate}).encode()
+        while (chunk := await self.call(context, "TTSStream", "", next, pcm, None)) is not None:
+            yield backend_pb2.Reply(message=header, audio=chunk)
+            header = b""
 
 
 if __name__ == "__main__":
