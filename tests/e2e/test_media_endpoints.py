@@ -1,5 +1,5 @@
 """The modality endpoints through the whole stack on the simulator (frontend, two workers, backend processes):
-speech in every format, transcription of that speech back to its words in every response format, images as
+speech in every format (streamed as the engine speaks for wav and pcm when it streams), transcription of that speech back to its words in every response format, images as
 b64 and as URLs, the capability check, and the request files' life on the worker — staged below ephemeral/,
 refused past the worker's budget before any inference, released after the call, also when the client goes
 away mid-call. The real engines (piper, faster-whisper, diffusers) have their own tests."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
 import threading
 import wave
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 SIM, SLOW, TIGHT, CHAT_ONLY = "media-sim", "media-slow", "media-tight", "chat-only"
+STREAMING = "media-stream"  # the simulator streaming its speech (TTSStream), a word at a time
+CHUNK_S = 0.25
 SENTENCE = "the quick brown fox jumps over the lazy dog"
 
 
@@ -39,6 +42,8 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     _sim(c.models_dir, SIM, "node_selector:", "  node.name: w1")
     _sim(c.models_dir, SLOW, "options:", '  - "media_time_s:10"', "node_selector:", "  node.name: w1")
     _sim(c.models_dir, TIGHT, "node_selector:", "  node.name: w2")
+    _sim(c.models_dir, STREAMING, "options:", f'  - "speech_chunk_time_s:{CHUNK_S}"', "node_selector:",
+         "  node.name: w1")
     _sim(c.models_dir, CHAT_ONLY, "known_usecases: [chat]")
     try:
         c.start_frontend()
@@ -185,3 +190,56 @@ def test_a_client_that_goes_away_mid_call_leaves_no_input_behind(cluster: Cluste
     # released by the disconnect, well before the backend's own 10 s call would end and release it
     wait_for(lambda: _ephemeral(cluster, "w1") == [], timeout_s=6, what="the gone client's upload released")
 
+
+
+def _streamed(cluster: Cluster, fmt: str, model: str = STREAMING) -> tuple[httpx.Response, list[bytes]]:
+    """The answer to a speech request and its body as the reads that received it."""
+    with httpx.stream("POST", f"{cluster.frontend_url}/v1/audio/speech", timeout=120,
+                      json={"model": model, "input": SENTENCE, "voice": "default", "response_format": fmt}) as answer:
+        return answer, [read for read in answer.iter_raw() if read]
+
+
+def _wav_frames(wav: bytes) -> tuple[int, bytes]:
+    with wave.open(io.BytesIO(wav)) as audio:
+        return audio.getframerate(), audio.readframes(audio.getnframes())
+
+
+def test_wav_speech_streams_as_the_engine_speaks_and_equals_the_whole_file(cluster: Cluster,
+                                                                          client: openai.OpenAI) -> None:
+    _streamed(cluster, "wav")  # loaded: what follows is the stream, not the cold start
+    answer, reads = _streamed(cluster, "wav")
+    body = b"".join(reads)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/wav"
+    assert answer.headers.get("transfer-encoding") == "chunked" and "content-length" not in answer.headers
+    # the first word's audio was read while the engine still spoke the other eight (CHUNK_S before each)
+    assert len(reads) > 1 and len(reads[0]) < len(body)
+    assert body[:4] == b"RIFF" and body[4:8] == body[40:44] == b"\xff\xff\xff\xff"  # sizes unknown when sent
+    patched = (body[:4] + struct.pack("<I", len(body) - 8) + body[8:40] + struct.pack("<I", len(body) - 44)
+               + body[44:])
+    assert _wav_frames(patched) == _wav_frames(_speech(client))  # the same audio as the simulator's whole file
+
+
+def test_pcm_speech_streams_at_24_khz_as_long_as_the_whole_file(cluster: Cluster, client: openai.OpenAI) -> None:
+    answer, reads = _streamed(cluster, "pcm")
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/pcm" and len(reads) > 1
+    assert len(b"".join(reads)) == len(_speech(client, "pcm"))  # 16 kHz tones resampled chunk by chunk
+
+
+def test_speech_from_a_backend_that_does_not_stream_comes_whole(cluster: Cluster, client: openai.OpenAI) -> None:
+    answer, reads = _streamed(cluster, "wav", SIM)  # the simulator without speech_chunk_time_s: no TTSStream
+    wav = b"".join(reads)
+    assert answer.status_code == 200 and answer.headers["content-length"] == str(len(wav))
+    assert struct.unpack("<I", wav[4:8])[0] == len(wav) - 8 and b"ICMT" in wav  # the file the backend wrote
+    assert _speech(client, "mp3", model=STREAMING)[:2] in (b"\xff\xf3", b"\xff\xfb", b"ID")  # not streamed: whole
+    assert _ephemeral(cluster, "w1") == []
+
+
+def test_a_client_that_leaves_a_speech_stream_stops_the_engine(cluster: Cluster) -> None:
+    _streamed(cluster, "wav")
+    log = next((cluster.root / "logs").glob("w1*.log"))
+    before = log.read_text().count("TTSStream cancelled by the caller")
+    with httpx.stream("POST", f"{cluster.frontend_url}/v1/audio/speech", timeout=120,
+                      json={"model": STREAMING, "input": SENTENCE, "response_format": "wav"}) as answer:
+        next(answer.iter_raw())  # the first word, then hang up
+    wait_for(lambda: log.read_text().count("TTSStream cancelled by the caller") > before, timeout_s=30,
+             what="w1's backend to log the stream cancelled by the gone client")

@@ -9,7 +9,8 @@
   process). If a caller cancels, the lock is held until the engine call really returns; the
   generation stops at its next token and the cancellation is logged and counted.
 * PredictStream runs a generation in one thread and sends the text pieces that piled up while
-  the reader was slower as one Reply (`reply_pump`).
+  the reader was slower as one Reply (`reply_pump`); TTSStream runs an engine's `tts_stream` the same way (each
+  chunk of speech its own Reply), and is UNIMPLEMENTED for an engine without one.
 * LoadModel refuses (PERMISSION_DENIED, naming the field and path) a file path outside the worker's
   models directory when the worker passed one (``CORRAL_BACKEND_MODELS_ROOT``, see ``model_root``).
 * Guarded RPCs (Predict, PredictStream, Embedding, TokenizeString and the modality RPCs, Rerank among them)
@@ -27,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -346,9 +347,31 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     ) -> pb.TokenizationResponse:
         return await self._call_engine(context, self._engine.tokenize, request)
 
-    async def PredictStream(
-        self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.Reply]:
+    async def PredictStream(self, request: pb.PredictOptions,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Reply]:
+        # an async generator function itself: grpc.aio iterates a plain function's answer as a sync generator
+        async with contextlib.aclosing(self._pumped(context, request, self._engine.predict_stream, "PredictStream",
+                                                    _text_batches)) as replies:
+            async for reply in replies:
+                yield reply
+
+    async def TTSStream(self, request: pb.TTSRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Reply]:
+        """Speech as the engine makes it (engines with `tts_stream`); others answer UNIMPLEMENTED naming the backend,
+        so a caller falls back to TTS."""
+        speak = getattr(self._engine, "tts_stream", None)
+        if speak is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self._engine.name} backend does not implement "
+                                                               "TTSStream; use TTS")
+            raise RuntimeError("unreachable: context.abort raises")  # pragma: no cover
+        async with contextlib.aclosing(self._pumped(context, request, speak, "TTSStream", lambda batch, _sent: batch,
+                                                    inline_ok=False)) as replies:
+            async for reply in replies:
+                yield reply
+
+    async def _pumped(self, context: grpc.aio.ServicerContext, request: Any, start: Callable[[Any], Iterator[pb.Reply]],
+                      rpc: str, shape: Callable[[list[pb.Reply], int], list[pb.Reply]], inline_ok: bool = True,
+                      ) -> AsyncGenerator[pb.Reply, None]:
+        """Run `start(request)`'s replies in one thread and send them as `shape(ready batch, replies sent)` orders."""
         await self._admit(request, context)
         with self.progress.call():
             async with self._lock:
@@ -358,23 +381,20 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 runner: asyncio.Future[None] | None = None
                 replies = 0
                 try:
-                    pump = ReplyPump(self.progress.counted(await self._run_blocking(self._engine.predict_stream,
-                                                                                   request)),
+                    pump = ReplyPump(self.progress.counted(await self._run_blocking(start, request)),
                                      asyncio.get_running_loop())
-                    runner = asyncio.ensure_future(self._run_blocking(pump.run))  # one thread per generation
+                    runner = asyncio.ensure_future(self._run_blocking(pump.run, inline_ok=inline_ok))  # one thread
                     while (batch := await pump.take()) is not None:
-                        # pieces that piled up while the reader was slower go as one; the first always alone
-                        # (time to first token never waits for a batch, and a client sees the stream start)
-                        for reply in coalesce(batch) if replies else [batch[0], *coalesce(batch[1:])]:
+                        for reply in shape(batch, replies):
                             yield reply
                             replies += 1
                 except (asyncio.CancelledError, GeneratorExit):
-                    self._cancelled("PredictStream", replies)
+                    self._cancelled(rpc, replies)
                     raise
                 except EngineError as exc:
                     failure = exc.status, str(exc)
                 except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
-                    log.exception("predict_stream failed")
+                    log.exception("%s failed", rpc)
                     failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
                 finally:
                     if pump is not None:
@@ -384,3 +404,9 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                             await asyncio.shield(runner)
         if failure is not None:
             await context.abort(*failure)
+
+
+def _text_batches(batch: list[pb.Reply], sent: int) -> list[pb.Reply]:
+    """Text pieces that piled up while the reader was slower go as one; the first always alone (time to first
+    token never waits for a batch, and a client sees the stream start)."""
+    return coalesce(batch) if sent else [batch[0], *coalesce(batch[1:])]

@@ -20,6 +20,9 @@ Options (`ModelOptions.Options`, `key:value`):
   kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
   prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
   media_time_s:<s>         sleep this long in each TTS, AudioTranscription and GenerateImage call (default 0)
+  speech_chunk_time_s:<s>  stream speech (TTSStream, a chunk per word), sleeping this long before each chunk;
+                           unset, the simulator does not stream speech (TTSStream is UNIMPLEMENTED), as many
+                           real backends do not
 
 KV cache (like vLLM's automatic prefix caching): a request's tokens (the prompt's words, then the
 generated words, so the next turn of a conversation finds its history) are stored in blocks of
@@ -56,7 +59,8 @@ from corral.proto import backend_pb2 as pb
 log = logging.getLogger(__name__)
 
 KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim",
-                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency", "media_time_s")
+                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency", "media_time_s",
+                 "speech_chunk_time_s")
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
 VOCAB_SIZE = 32000
@@ -83,6 +87,7 @@ class SimulatorSettings:
     kv_block_tokens: int = DEFAULT_KV_BLOCK_TOKENS
     prefill_concurrency: int = 0
     media_time_s: float = 0.0
+    speech_chunk_time_s: float | None = None  # None: speech is not streamed
 
     @classmethod
     def from_options(cls, entries: list[str]) -> SimulatorSettings:
@@ -100,6 +105,8 @@ class SimulatorSettings:
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
             media_time_s=option_float(options, "media_time_s", 0.0),
+            speech_chunk_time_s=(None if options.get("speech_chunk_time_s", "") == ""
+                                 else option_float(options, "speech_chunk_time_s", 0.0)),
         )
 
 

@@ -2,6 +2,7 @@
 
 * `tts` writes a 16 kHz mono 16-bit WAV: one short tone per character (0.06 s, divided by `speed`), and the
   text itself in the file's RIFF `LIST/INFO/ICMT` chunk.
+* `tts_stream` (only with the `speech_chunk_time_s` option) streams the same tones as raw PCM, a chunk per word.
 * `transcribe` reads a WAV back: the text of its `ICMT` chunk when the simulator wrote it (so speech made by
   the simulator transcribes to its own words), else "<seconds> seconds of audio"; segments of at most five
   words, timed by their share of the characters. Anything but a PCM WAV is refused.
@@ -14,11 +15,14 @@ everything around them: routing, staging of request files, formats, errors.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import re
 import struct
 import time
 import wave
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from corral.backends.engine import InvalidRequestError
@@ -31,8 +35,9 @@ MAX_IMAGE_SIDE = 2048
 NS = 1_000_000_000
 
 
-def write_speech(path: Path, text: str, speed: float = 1.0) -> float:
-    """Write the simulated speech of `text`; return its duration in seconds."""
+def speech_frames(text: str, speed: float = 1.0) -> bytes:
+    """The simulated speech of `text` as 16-bit little-endian mono PCM at SAMPLE_RATE: a tone per character, so
+    the speech of a text is the speech of its pieces one after another."""
     step = CHAR_SECONDS / (speed or 1.0)
     frames = bytearray()
     for char in text:
@@ -40,11 +45,22 @@ def write_speech(path: Path, text: str, speed: float = 1.0) -> float:
         n = max(1, int(step * SAMPLE_RATE))
         frames += b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * pitch * i / SAMPLE_RATE)))
                            for i in range(n))
+    return bytes(frames)
+
+
+def speech_words(text: str) -> list[str]:
+    """`text` cut before each word (the pieces joined are `text`): what tts_stream sends a chunk of speech for."""
+    return re.findall(r"\s*\S+|\s+$", text)
+
+
+def write_speech(path: Path, text: str, speed: float = 1.0) -> float:
+    """Write the simulated speech of `text`; return its duration in seconds."""
+    frames = speech_frames(text, speed)
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(SAMPLE_RATE)
-        out.writeframes(bytes(frames))
+        out.writeframes(frames)
     comment = text.encode("utf-8")
     comment += b"\0" * (len(comment) % 2)
     info = b"INFO" + b"ICMT" + struct.pack("<I", len(comment)) + comment
@@ -138,6 +154,29 @@ class SimulatedMedia:
         self._media_delay()
         write_speech(Path(req.dst), req.text, req.speed or 1.0)
         return pb.Result(success=True, message="ok")
+
+    @property
+    def tts_stream(self) -> Callable[[pb.TTSRequest], Iterator[pb.Reply]] | None:
+        """TTSStream's engine call when the `speech_chunk_time_s` option is set; None (not streamed) otherwise."""
+        return None if self._speech_chunk_s() is None else self._speech_chunks
+
+    def _speech_chunk_s(self) -> float | None:
+        return getattr(getattr(self, "settings", None), "speech_chunk_time_s", None)  # type: ignore[no-any-return]
+
+    def _speech_chunks(self, req: pb.TTSRequest) -> Iterator[pb.Reply]:
+        if not req.text:
+            raise InvalidRequestError("TTSRequest.text is empty")
+        return self._spoken_words(req.text, req.speed or 1.0, self._speech_chunk_s() or 0.0)
+
+    def _spoken_words(self, text: str, speed: float, chunk_s: float) -> Iterator[pb.Reply]:
+        self._media_delay()
+        for index, word in enumerate(speech_words(text)):
+            if chunk_s > 0:
+                time.sleep(chunk_s)
+            reply = pb.Reply(audio=speech_frames(word, speed))
+            if index == 0:
+                reply.message = json.dumps({"sample_rate": SAMPLE_RATE}).encode()
+            yield reply
 
     def transcribe(self, req: pb.TranscriptRequest) -> pb.TranscriptResult:
         path = Path(req.dst)

@@ -7,7 +7,8 @@ backend; a backend's output (speech, an image) is written to an ephemeral file o
 every one of them is released when the call ends, whatever ends it (answer, error, client disconnect).
 
 * `POST /v1/audio/transcriptions`, `/v1/audio/translations` (multipart, OpenAI's fields and formats).
-* `POST /v1/audio/speech` (OpenAI) and `POST /tts` (the reference's: WAV back).
+* `POST /v1/audio/speech` (OpenAI) and `POST /tts` (the reference's: WAV back); `wav` and `pcm` speech is
+  streamed as it is made when the backend streams (`speech_stream.py`).
 * `POST /v1/images/generations`: `b64_json`, or a `url` served by every frontend at
   `GET /generated-images/<id>.png` for CORRAL_GENERATED_IMAGE_TTL.
 
@@ -28,7 +29,7 @@ import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from corral.frontend import speech_formats, transcripts
+from corral.frontend import speech_formats, speech_stream, transcripts
 from corral.frontend.call_errors import http_errors
 from corral.frontend.errors import APIError
 from corral.frontend.media_requests import ImageRequest, SpeechRequest, TTSRequest, transcription_form
@@ -146,17 +147,22 @@ async def _transcribe(state: FrontendState, request: Request, translate: bool) -
     return PlainTextResponse(rendered, media_type=transcripts.MEDIA_TYPES[body.response_format])
 
 
+def _tts_request(cfg: ModelConfig, text: str, voice: str, speed: float, language: str = "",
+                 dst: str = "") -> backend_pb2.TTSRequest:
+    request = backend_pb2.TTSRequest(text=text, model=cfg.model, dst=dst, voice=voice,
+                                     speed=speed if speed != 1.0 else 0.0, ModelIdentity=cfg.model)
+    if language:
+        request.language = language
+    return request
+
+
 async def _speak(state: FrontendState, cfg: ModelConfig, text: str, voice: str, speed: float,
                  language: str = "") -> bytes:
     """The model's speech of `text` as the WAV its backend wrote."""
     read = _Outputs()
 
     def build(paths: dict[str, str]) -> Any:
-        request = backend_pb2.TTSRequest(text=text, model=cfg.model, dst=paths["speech.wav"], voice=voice,
-                                         speed=speed if speed != 1.0 else 0.0, ModelIdentity=cfg.model)
-        if language:
-            request.language = language
-        return request
+        return _tts_request(cfg, text, voice, speed, language, paths["speech.wav"])
     _ok(await _call(state, cfg, "TTS", _with_files(state, [], [("speech", "speech.wav")], build, read), "input"),
         "speak")
     return read.data["speech.wav"]
@@ -208,6 +214,11 @@ def build_media_router(state: FrontendState) -> APIRouter:
     @router.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
         cfg = _needs(state, body.model, capabilities.TTS, "/v1/audio/speech")
+        if body.response_format in speech_stream.STREAMED_FORMATS:
+            streamed = await speech_stream.open_speech(
+                state.router, cfg, _tts_request(cfg, body.input, body.voice_name(), body.speed), body.response_format)
+            if streamed is not None:
+                return streamed
         wav = await _speak(state, cfg, body.input, body.voice_name(), body.speed)
         return Response(speech_formats.encode(wav, body.response_format),
                         media_type=speech_formats.MEDIA_TYPES[body.response_format])

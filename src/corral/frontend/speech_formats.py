@@ -16,7 +16,7 @@ PCM_RATE = 24000  # OpenAI's pcm and the rate Opus is written at (one Opus suppo
 _SOUNDFILE = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "flac": ("FLAC", "PCM_16")}
 
 
-def _resampled(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+def resampled(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
     if rate == target or len(samples) == 0:
         return samples
     count = max(1, round(len(samples) * target / rate))
@@ -33,9 +33,9 @@ def encode(wav: bytes, response_format: str) -> bytes:
     samples, rate = soundfile.read(io.BytesIO(wav), dtype="int16", always_2d=True)
     mono = samples.mean(axis=1).astype(np.int16) if samples.shape[1] > 1 else samples[:, 0]
     if response_format == "pcm":
-        return _resampled(mono, rate, PCM_RATE).astype("<i2").tobytes()
+        return resampled(mono, rate, PCM_RATE).astype("<i2").tobytes()
     if response_format == "opus":
-        mono, rate = _resampled(mono, rate, PCM_RATE), PCM_RATE
+        mono, rate = resampled(mono, rate, PCM_RATE), PCM_RATE
     container, subtype = _SOUNDFILE[response_format]
     out = io.BytesIO()
     soundfile.write(out, mono, rate, format=container, subtype=subtype)

@@ -94,6 +94,11 @@ class BackendStub:
                 request_serializer=corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
                 response_deserializer=corral_dot_proto_dot_backend__pb2.Result.FromString,
                 _registered_method=True)
+        self.TTSStream = channel.unary_stream(
+                '/backend.Backend/TTSStream',
+                request_serializer=corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
+                response_deserializer=corral_dot_proto_dot_backend__pb2.Reply.FromString,
+                _registered_method=True)
 
 
 class BackendServicer:
@@ -171,6 +176,15 @@ class BackendServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TTSStream(self, request, context):
+        """Speech as it is synthesised: each Reply's `audio` is raw PCM, signed 16-bit little-endian mono; the first
+        Reply's `message` is the JSON {"sample_rate": N} (Hz) of all of them. `dst` is unused. A backend that cannot
+        stream answers UNIMPLEMENTED before any Reply (callers then use TTS).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BackendServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +247,11 @@ def add_BackendServicer_to_server(servicer, server):
                     servicer.TTS,
                     request_deserializer=corral_dot_proto_dot_backend__pb2.TTSRequest.FromString,
                     response_serializer=corral_dot_proto_dot_backend__pb2.Result.SerializeToString,
+            ),
+            'TTSStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.TTSStream,
+                    request_deserializer=corral_dot_proto_dot_backend__pb2.TTSRequest.FromString,
+                    response_serializer=corral_dot_proto_dot_backend__pb2.Reply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +578,33 @@ class Backend:
             '/backend.Backend/TTS',
             corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
             corral_dot_proto_dot_backend__pb2.Result.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TTSStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/backend.Backend/TTSStream',
+            corral_dot_proto_dot_backend__pb2.TTSRequest.SerializeToString,
+            corral_dot_proto_dot_backend__pb2.Reply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,6 @@ import grpc
 
 from corral.config.parse import format_duration_s
 from corral.models.config import ModelConfig
-from corral.proto import backend_pb2
 from corral.routing.backend_client import (
     CALL_TIMEOUT_KNOB,
     FIRST_TOKEN_TIMEOUT_KNOB,
@@ -190,20 +189,23 @@ class ReplyStream:
         tracing.finish(self._span)
 
 
-async def open_stream(router: Router, cfg: ModelConfig, request: backend_pb2.PredictOptions
+async def open_stream(router: Router, cfg: ModelConfig, request: Any, method: str = "PredictStream"
                       ) -> tuple[Any, ReplyStream]:
-    """Start a stream and read its first reply, so a dead replica is retried before any byte is sent.
+    """Start a stream (`PredictStream`, `TTSStream`) and read its first reply, so a dead replica is retried before
+    any byte is sent. Only PredictStream is routed by the prompt's prefix (the KV cache it may reuse).
 
     The caller must `close()` the stream (also when it never reads past the first reply)."""
     channels = router.channels
-    chain = router.prefix_chain(cfg, request)
+    chain = router.prefix_chain(cfg, request) if method == "PredictStream" else None
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
-        span = None if tracing.tracer is None else _backend_span("PredictStream", cfg, replica)
-        if span is None:
-            call = channels.caller(replica.address).PredictStream(request, metadata=channels.metadata)
+        span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
+        if span is None:  # the fast lane carries PredictStream only
+            caller = channels.caller(replica.address)
+            rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
+            call = rpc(request, metadata=channels.metadata)
         else:  # traced: gRPC carries the trace context
-            call = channels.stub(replica.address).PredictStream(
+            call = getattr(channels.stub(replica.address), method)(
                 request, metadata=tracing.metadata_for(span, channels.metadata))
         stream = ReplyStream(router, cfg, replica, call, span)
         try:
