@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import orjson
@@ -67,14 +68,16 @@ class PcmRelay:
         return speech_formats.resampled(samples, self.sample_rate, speech_formats.PCM_RATE).astype("<i2").tobytes()
 
 
-def _sample_rate(cfg: ModelConfig, first: backend_pb2.Reply) -> int:
+def _sample_rate(cfg: ModelConfig, first: Any) -> int:
+    """The rate the first reply names (`first` is EOF when the backend ended the stream without a reply)."""
+    message = getattr(first, "message", b"")
     try:
-        rate = orjson.loads(first.message)["sample_rate"]
+        rate = orjson.loads(message)["sample_rate"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
         rate = None
     if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
         raise APIError(502, f"model {cfg.name}: the backend's TTSStream began without its sample rate (the first "
-                            f"reply's message is {first.message[:80]!r}, not {{\"sample_rate\": N}})",
+                            f"reply's message is {message[:80]!r}, not {{\"sample_rate\": N}})",
                        "server_error", "backend_error")
     return rate
 

@@ -3,10 +3,16 @@ from __future__ import annotations
 import io
 import struct
 import wave
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from corral.frontend.speech_stream import PcmRelay, wav_header
+from corral.frontend.errors import APIError
+from corral.frontend.speech_stream import PcmRelay, _sample_rate, wav_header
+from corral.models.config import ModelConfig
+from corral.proto import backend_pb2 as pb
+from corral.routing import calls
 
 
 def _patched(streamed: bytes) -> bytes:
@@ -38,3 +44,12 @@ def test_pcm_is_24_khz_each_chunk_resampled_on_its_own() -> None:
     out = relay.chunk(chunk)
     assert len(out) == 1440 * 2 and set(np.frombuffer(out, dtype="<i2")) == {1000}
     assert PcmRelay("pcm", 24000).chunk(chunk) == chunk  # already 24 kHz: as it came
+
+
+@pytest.mark.parametrize("first", [pb.Reply(message=b'{"rate": 16000}'), pb.Reply(message=b"ok"), calls.EOF])
+def test_a_stream_that_does_not_begin_with_its_sample_rate_is_a_502_quoting_what_came(first: object) -> None:
+    cfg = ModelConfig(name="voice", backend="piper", model="voice.onnx", models_dir=Path("/models"))
+    with pytest.raises(APIError) as caught:
+        _sample_rate(cfg, first)
+    assert caught.value.status == 502
+    assert caught.value.message.startswith("model voice: the backend's TTSStream began without its sample rate")
