@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import shutil
 import subprocess
 import time
@@ -222,6 +223,30 @@ async def test_speed_voice_and_identity(speech: Speech) -> None:
     assert code is grpc.StatusCode.INVALID_ARGUMENT and details == "TTSRequest.language 'de': this voice speaks 'en-us'"
     code, details = await _refusal(_transcribe(speech, speech.fox, ModelIdentity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
+
+
+async def test_speech_streams_a_sentence_per_reply_and_refuses_like_tts(speech: Speech) -> None:
+    text = "The quick brown fox jumps over the lazy dog. It was not amused."
+    replies = [r async for r in speech.tts.TTSStream(pb.TTSRequest(text=text), metadata=AUTH,
+                                                       timeout=CALL_TIMEOUT_S)]
+    assert len(replies) == 2 and json.loads(replies[0].message) == {"sample_rate": 22050}
+    assert [r.message for r in replies[1:]] == [b""] and all(len(r.audio) % 2 == 0 and r.audio for r in replies)
+    streamed = speech.fox.with_name("streamed.wav")
+    with wave.open(str(streamed), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(22050)
+        out.writeframes(b"".join(r.audio for r in replies))
+    assert word_error_rate(text, (await _transcribe(speech, streamed)).text) <= WER_MAX
+    code, details = await _refusal(_stream_all(speech.tts.TTSStream(pb.TTSRequest(text="hi", voice="alloy"),
+                                                                    metadata=AUTH, timeout=CALL_TIMEOUT_S)))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("TTSRequest.voice 'alloy'")
+    code, details = await _refusal(_stream_all(speech.tts.TTSStream(pb.TTSRequest(text="hi"), timeout=30)))
+    assert code is grpc.StatusCode.UNAUTHENTICATED and "bearer" in details
+
+
+async def _stream_all(call) -> list[pb.Reply]:  # type: ignore[no-untyped-def]
+    return [reply async for reply in call]
 
 
 async def test_a_transcription_whose_caller_went_away_stops_at_the_next_segment(speech: Speech) -> None:
