@@ -195,8 +195,12 @@ def test_a_config_write_that_fails_leaves_no_temporary_file(cluster: Cluster) ->
     ("POST", "/api/settings", {LONE: True}, None),
     ("PUT", "/api/nodes/{node}/labels", {"zone": LONE}, None),
     ("PUT", "/api/nodes/{node}/vram-budget", {"value": LONE}, None),
+    # NUL: valid JSON and Unicode, but no PostgreSQL text column holds it
+    ("POST", "/api/keys", {"name": "a\x00b"}, "name"),
+    ("PUT", "/api/nodes/{node}/labels", {"zone": "a\x00b"}, None),
+    ("PUT", "/api/nodes/{node}/labels", {"z\x00": "a"}, None),
 ])
-def test_admin_text_with_a_lone_surrogate_is_a_400_never_a_500(
+def test_admin_text_postgresql_cannot_store_is_a_400_never_a_500(
         cluster: Cluster, method: str, path: str, body: dict[str, object], field: str | None) -> None:
     node = _register(cluster).json()["id"]
     response = httpx.request(method, cluster.frontend_url + path.format(node=node), content=json.dumps(body).encode(),

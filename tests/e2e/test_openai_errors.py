@@ -120,16 +120,19 @@ def test_an_unknown_field_is_a_400_naming_it(cluster: Cluster, path: str, base: 
     assert error["message"].startswith("invalid request: field 'temprature': unknown field; check its spelling")
 
 
-def test_an_image_part_in_a_message_is_a_400_naming_its_place(cluster: Cluster) -> None:
+def test_an_image_for_a_model_without_a_projector_is_a_400_naming_its_place(cluster: Cluster) -> None:
     content = [{"type": "text", "text": "what is this?"},
                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
     response = _post(cluster, "/v1/chat/completions",  # the image was dropped silently before
                      {"model": SIM, "messages": [{"role": "system", "content": "be brief"},
                                                  {"role": "user", "content": content}]})
     assert response.status_code == 400, response.text[:500]
-    error = _error(response)
-    assert (error["code"], error["param"]) == ("unsupported_value", "messages[1].content[1].type")
-    assert "'image_url'" in error["message"]
+    error = _error(response)  # images reach models with an mmproj (tests/e2e/test_vision.py)
+    assert (error["code"], error["param"]) == ("model_not_vision", "messages[1].content[1].image_url")
+    assert SIM in error["message"] and "mmproj" in error["message"]
+    audio = [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]
+    response = _post(cluster, "/v1/chat/completions", {"model": SIM, "messages": [{"role": "user", "content": audio}]})
+    assert (response.status_code, _error(response)["param"]) == (400, "messages[0].content[0].type")
 
 
 # --- what SDKs send by default passes ----------------------------------------------------------------------------

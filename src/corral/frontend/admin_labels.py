@@ -39,6 +39,8 @@ async def _label_body(request: Request) -> dict[str, str] | Response:
             return node_error(400, f"label key {key[:40]!r} must be 1-{LABEL_KEY_MAX} characters")
         if not isinstance(value, str) or len(value) > LABEL_VALUE_MAX:
             return node_error(400, f"label {key!r}: value must be a string of at most {LABEL_VALUE_MAX} characters")
+        if "\x00" in key or "\x00" in value:  # PostgreSQL text holds no NUL character
+            return node_error(400, f"label {key[:40]!r}: keys and values must not contain the NUL character (\\u0000)")
     return body
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from corral.control.node_events import publish_key_revoked
 from corral.frontend.bounds import NAME_MAX, NODE_ID_MAX
@@ -18,6 +18,13 @@ from corral.store import api_keys
 class CreateKeyRequest(BaseModel):
     name: str = Field(default="", max_length=NAME_MAX)  # api_keys.name varchar(255)
     role: Literal["admin", "user"] = "user"
+
+    @field_validator("name")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        if "\x00" in value:  # PostgreSQL text holds no NUL character
+            raise ValueError("must not contain the NUL character (\\u0000)")
+        return value
 
 
 def build_keys_router(state: FrontendState, on_revoked: Any = None) -> APIRouter:

@@ -33,4 +33,5 @@ async def test_an_unreadable_registry_means_no_cluster_object_and_local_verdicts
         models = (await client.get("/api/models")).json()
     assert "cluster" not in resources and "cluster" not in models
     assert models["models"] == [{"name": "m", "backend": "simulator", "memory_bytes": 1000, "fits": True,
+                                 "capabilities": ["chat", "embeddings", "transcription", "tts", "image"],
                                  "fits_on": "this host", "verdict": "Fits on this host"}]
