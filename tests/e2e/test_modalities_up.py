@@ -1,8 +1,9 @@
 """Every modality through `corral up` with two workers and its default models (issue 23's proof): a sentence
 spoken by the TTS model (piper) and transcribed back by the Whisper model (faster-whisper), word error under a
 bound; an image generated and returned as b64 and as a URL; a rerank whose order matches the cross-encoder run
-alone; and the request files gone from both workers' ephemeral/ roots afterwards. Each backend installs on the
-model's first request, as a newcomer's would."""
+alone; and the request files gone from both workers' ephemeral/ roots afterwards. The gallery backends come
+installed (the session's own installs, which other tests prove); a newcomer's install on a first request is
+what the 503-with-progress path below covers."""
 
 from __future__ import annotations
 
@@ -36,9 +37,15 @@ DOCUMENTS = ["a lazy dog sleeps", "the quick brown fox", "stock markets fell", "
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[str, Path]]:
+def stack(audio_backends_path: Path, diffusers_backends_path: Path) -> Iterator[tuple[str, Path]]:
     data_dir = Path(tempfile.mkdtemp(prefix="corral-up-media-", dir="/var/tmp"))
     os.chmod(data_dir, 0o755)
+    for worker in ("worker-1", "worker-2"):  # the session's installs (support/audio_backends.py, diffusers_backend.py)
+        backends = data_dir / worker / "backends"  # where corral up's workers look: installed, not installed again
+        backends.mkdir(parents=True)
+        for installed in (audio_backends_path / "faster-whisper", audio_backends_path / "piper",
+                          diffusers_backends_path / "diffusers"):
+            (backends / installed.name).symlink_to(installed)
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "up", "--data-dir", str(data_dir), "--port", str(port), "--workers", "2",
