@@ -64,8 +64,9 @@ def stack(audio_backends_path: Path, diffusers_backends_path: Path) -> Iterator[
 
 
 @pytest.fixture(scope="module")
-def client(stack: tuple[str, Path]) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack[0]}/v1", api_key="x", max_retries=0, timeout=900)
+def client(stack: tuple[str, Path]) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{stack[0]}/v1", api_key="x", max_retries=0, timeout=900) as sdk:
+        yield sdk
 
 
 def _ephemeral_files(data_dir: Path) -> list[Path]:

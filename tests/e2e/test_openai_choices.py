@@ -56,8 +56,9 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 
 
 @pytest.fixture(scope="module")
-def client(cluster: Cluster) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300)
+def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300) as sdk:
+        yield sdk
 
 
 @pytest.fixture(scope="module")

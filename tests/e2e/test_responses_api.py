@@ -53,8 +53,22 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     yield from _running(state_root / "e2e-responses", make_database(), nats_url, configure)
 
 
+_CLIENTS: dict[tuple[str, str], openai.OpenAI] = {}
+
+
 def client(url: str, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+    """One SDK client per frontend and key, closed with the module (its pooled sockets never linger)."""
+    if (url, key) not in _CLIENTS:
+        _CLIENTS[url, key] = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
+    return _CLIENTS[url, key]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    for sdk in _CLIENTS.values():
+        sdk.close()
+    _CLIENTS.clear()
 
 
 def said(*messages: tuple[str, str], words: int) -> str:

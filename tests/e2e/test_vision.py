@@ -77,8 +77,9 @@ def cluster(state_root: Path, make_database, nats_url: str, image_server: int) -
 
 
 @pytest.fixture(scope="module")
-def client(cluster: Cluster) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=120)
+def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=120) as sdk:
+        yield sdk
 
 
 def _ask(*urls: str, text: str = "what is this?") -> list[dict[str, Any]]:
