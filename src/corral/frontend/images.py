@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from corral.models.config import ModelConfig
 
 MEDIA_MARKER = "<__media__>"
+OFF_LOOP_BYTES = 1 << 20  # base64 work above this runs in a thread (about a millisecond per MiB)
 IMAGES_MAX_ENCODED = MAX_MESSAGE_BYTES - (8 << 20)  # base64 of all images, with room for the rest of the call
 _FORMATS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF87a", "gif"), (b"GIF89a", "gif"),
             (b"BM", "bmp"))
@@ -89,7 +90,8 @@ async def request_images(cfg: ModelConfig, messages: list[ChatMessage], policy: 
     _no_marker_in_text(messages)
     encoded, total = [], 0
     for param, url in parts:
-        encoded.append(base64.b64encode(await _image_bytes(param, url, policy)).decode("ascii"))
+        data = await _image_bytes(param, url, policy)
+        encoded.append(await asyncio.to_thread(_b64, data) if len(data) > OFF_LOOP_BYTES else _b64(data))
         total += len(encoded[-1])
         if total > IMAGES_MAX_ENCODED:
             raise _bad(param, f"the request's images add up to more than {IMAGES_MAX_ENCODED * 3 // 4 >> 20} MiB, more "
@@ -110,8 +112,9 @@ def _no_marker_in_text(messages: list[ChatMessage]) -> None:
 
 
 async def _image_bytes(param: str, url: str, policy: ImagePolicy) -> bytes:
-    if url.startswith("data:"):
-        data = _data_url(param, url, policy)
+    if url.startswith("data:"):  # decoding megabytes runs off the event loop
+        data = (await asyncio.to_thread(_data_url, param, url, policy) if len(url) > OFF_LOOP_BYTES
+                else _data_url(param, url, policy))
     elif url.startswith(("http://", "https://")):
         data = await _fetch(param, url, policy)
     else:
@@ -134,6 +137,10 @@ def _data_url(param: str, url: str, policy: ImagePolicy) -> bytes:
     if len(data) > policy.max_bytes:
         raise _too_big(param, policy)
     return data
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _too_big(param: str, policy: ImagePolicy) -> APIError:

@@ -17,6 +17,7 @@ A model that cannot serve the endpoint is a 400 naming the model and its capabil
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 import time
@@ -104,14 +105,14 @@ def _with_files(state: FrontendState, inputs: list[tuple[str, str, bytes]], outp
 
 
 async def _fetch(files: RequestInputs, key: str) -> bytes:
-    answer = await files.http.get(f"{files.worker_url}/v1/files/{key}",
-                                  headers={"Authorization": f"Bearer {files.token}"}, timeout=120.0)
-    if answer.status_code != 200 or len(answer.content) > SPEECH_MAX_BYTES:
-        raise APIError(502, f"reading the backend's output {key} back from the worker failed (HTTP "
-                            f"{answer.status_code}, {len(answer.content)} bytes)", "server_error", "output_fetch_failed")
-    if not answer.content:
+    try:
+        data = await files.read(key, SPEECH_MAX_BYTES)
+    except RequestInputFailed as exc:
+        raise APIError(502, f"reading the backend's output {key} back from the worker failed: {exc}", "server_error",
+                       "output_fetch_failed") from None
+    if not data:
         raise APIError(502, "the backend answered without writing its output", "server_error", "empty_output")
-    return answer.content
+    return data
 
 
 async def _call(state: FrontendState, cfg: ModelConfig, method: str, staged: Any, param: str | None = None) -> Any:
@@ -220,7 +221,7 @@ def build_media_router(state: FrontendState) -> APIRouter:
             if streamed is not None:
                 return streamed
         wav = await _speak(state, cfg, body.input, body.voice_name(), body.speed)
-        return Response(speech_formats.encode(wav, body.response_format),
+        return Response(await asyncio.to_thread(speech_formats.encode, wav, body.response_format),  # CPU work
                         media_type=speech_formats.MEDIA_TYPES[body.response_format])
 
     @router.post("/tts")

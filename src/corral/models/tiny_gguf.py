@@ -172,14 +172,19 @@ def write_tiny_llama(path: Path, *, seed: int = 0, dtype: str = "f16") -> Path:
     return write_generated(path, lambda tmp: _write_gguf(tmp, seed, dtype))
 
 
-def main(argv: list[str] | None = None) -> int:
+def generator_main(argv: list[str] | None, module: str, write: Callable[[Path], Path]) -> int:
+    """The command line of a generated-model module: `python -m <module> OUT.gguf` writes one file."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m corral.models.tiny_gguf OUT.gguf", file=sys.stderr)
+        print(f"usage: python -m {module} OUT.gguf", file=sys.stderr)
         return 2
-    out = write_tiny_llama(Path(args[0]))
+    out = write(Path(args[0]))
     print(f"wrote {out} ({out.stat().st_size} bytes)")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return generator_main(argv, "corral.models.tiny_gguf", write_tiny_llama)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ the penultimate layer's features); the last block is written because the loader 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from corral.models.tiny_gguf import EMBEDDING_DIM, write_generated
+from corral.models.tiny_gguf import EMBEDDING_DIM, generator_main, write_generated
 
 PROJECTOR_TYPE = "mlp"
 IMAGE_SIZE = 32
@@ -115,13 +114,7 @@ def write_tiny_mmproj(path: Path, *, text_embedding_dim: int = EMBEDDING_DIM, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m corral.models.tiny_mmproj OUT.gguf", file=sys.stderr)
-        return 2
-    out = write_tiny_mmproj(Path(args[0]))
-    print(f"wrote {out} ({out.stat().st_size} bytes)")
-    return 0
+    return generator_main(argv, "corral.models.tiny_mmproj", write_tiny_mmproj)
 
 
 if __name__ == "__main__":

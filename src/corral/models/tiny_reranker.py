@@ -18,13 +18,12 @@ tokens by name) that llama.cpp formats each pair with instead of `[CLS] query [S
 from __future__ import annotations
 
 import string
-import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 
-from corral.models.tiny_gguf import write_generated
+from corral.models.tiny_gguf import generator_main, write_generated
 
 N_LAYERS = 2
 EMBEDDING_DIM = 32
@@ -158,13 +157,7 @@ def write_tiny_reranker(path: Path, *, seed: int = 0, dtype: str = "f32",
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m corral.models.tiny_reranker OUT.gguf", file=sys.stderr)
-        return 2
-    out = write_tiny_reranker(Path(args[0]))
-    print(f"wrote {out} ({out.stat().st_size} bytes)")
-    return 0
+    return generator_main(argv, "corral.models.tiny_reranker", write_tiny_reranker)
 
 
 if __name__ == "__main__":

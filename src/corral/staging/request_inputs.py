@@ -131,6 +131,16 @@ class RequestInputs:
         log.debug("staged request input %s (%d bytes) on %s", key, len(data), self.worker_http_address)
         return local_path
 
+    async def read(self, key: str, max_bytes: int) -> bytes:
+        """The bytes of one of this request's files on the worker (a backend's output written into a staged key);
+        raises :class:`RequestInputFailed` when the worker does not answer it whole within ``max_bytes``."""
+        answer = await self.http.get(f"{self.worker_url}/v1/files/{quote(key)}",
+                                     headers={"Authorization": f"Bearer {self.token}"}, timeout=PUT_TIMEOUT)
+        if answer.status_code != 200 or len(answer.content) > max_bytes:
+            raise RequestInputFailed(key=key, worker_url=self.worker_url, status=answer.status_code,
+                                     message=f"{len(answer.content)} bytes (at most {max_bytes} are read back)")
+        return answer.content
+
     async def release(self) -> None:
         """Delete every input this request staged (or tried to) and drop their reservations; never raises.
 
