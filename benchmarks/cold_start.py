@@ -29,10 +29,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.embedded import port_open  # noqa: E402
-from corral.loopwatch import STALL_LINE  # noqa: E402
 from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
 from corral.models.gguf_header import read_gguf_header  # noqa: E402
+from corral.runtime.loopwatch import STALL_LINE  # noqa: E402
+from corral.up.embedded import port_open  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")

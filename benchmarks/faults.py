@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.embedded import embedded_nats, embedded_postgres  # noqa: E402
+from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from support import faults  # noqa: E402
 from support.faults import HEADER, FaultBed, Outcome, write_sim_model  # noqa: E402
 

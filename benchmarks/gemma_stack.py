@@ -14,8 +14,8 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.embedded import port_open  # noqa: E402
 from corral.models.defaults import prepare_gemma  # noqa: E402
+from corral.up.embedded import port_open  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with cold_start.py and prefix_routing.py

@@ -32,7 +32,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.embedded import port_open  # noqa: E402
+from corral.up.embedded import port_open  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 
 NODES = 1000

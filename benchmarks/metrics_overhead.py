@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any
 
-from corral.frontend.fast_path import _model_of
+from corral.frontend.inference.fast_path import _model_of
 from corral.telemetry import tracing
 from corral.telemetry.families import ROUTING_DECISIONS
 from corral.telemetry.labels import PerModel, RequestFigures

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from corral.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
+from corral.up.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
 
 # CORRAL_TEST_EMBEDDED=1: ignore services on the default ports and start embedded ones (as on a bare machine).
 FORCE_EMBEDDED = os.environ.get("CORRAL_TEST_EMBEDDED", "") not in ("", "0", "false")
@@ -171,9 +171,9 @@ def audio_backends_path(state_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def material():  # noqa: ANN201 - corral.bus.auth_setup.AuthMaterial
+def material():  # noqa: ANN201 - corral.cli.nats_auth_setup.AuthMaterial
     """Operator, account and service NATS material for one test module's JWT-mode (operator) nats-server."""
-    from corral.bus import auth_setup
+    from corral.cli import nats_auth_setup as auth_setup
 
     return auth_setup.generate()
 

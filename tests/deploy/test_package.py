@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from corral.cli import main
+from corral.cli.main import main
 from support.deploy_files import REPO, build_wheel, clean_env, fresh_venv
 
 SRC = REPO / "src" / "corral"
@@ -50,7 +50,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_checkout(tmp_path
         metadata = archive.read(f"corral-{corral.__version__}.dist-info/METADATA").decode()
     missing = sorted(_source_package_data() - names)
     assert missing == [], "package data left out of the wheel"
-    assert "corral = corral.cli:main" in entry_points
+    assert "corral = corral.cli.main:main" in entry_points
     assert {"Provides-Extra: llama", "Provides-Extra: models"} <= set(metadata.splitlines())
     built_s = time.perf_counter() - started_s
 

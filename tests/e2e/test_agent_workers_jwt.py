@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.bus import auth_setup
 from corral.bus.natsauth import decode_claims
 from corral.bus.security import NatsCredentials
+from corral.cli import nats_auth_setup as auth_setup
 from support.agent_workers import mcp_model_yaml, start_agent_worker, wait_ready
 from support.cluster import Cluster
 from support.nats_servers import NatsServer, jwt_frontend_env

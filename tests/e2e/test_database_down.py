@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.embedded import EmbeddedPostgres, embedded_postgres
+from corral.up.embedded import EmbeddedPostgres, embedded_postgres
 from support.cluster import Cluster
 from support.waiting import wait_for
 

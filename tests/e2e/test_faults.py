@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.embedded import EmbeddedNats, EmbeddedPostgres, embedded_nats, embedded_postgres
+from corral.up.embedded import EmbeddedNats, EmbeddedPostgres, embedded_nats, embedded_postgres
 from support.fault_clients import Reply, summarize
 from support.faults import (
     FaultBed,

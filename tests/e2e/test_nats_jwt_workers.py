@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.bus import auth_setup
 from corral.bus import client as bus
 from corral.bus.security import NatsCredentials
+from corral.cli import nats_auth_setup as auth_setup
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
 from support.nats_servers import NatsServer, jwt_frontend_env
 

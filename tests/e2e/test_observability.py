@@ -19,11 +19,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral import cli
+from corral.cli import commands
+from corral.cli import main as cli
 from corral.config.client import LOAD_SETTINGS
 from corral.config.commands import ModelLoadSettings
 from corral.config.settings import load_typed
-from corral.ops import commands
 from support.cluster import Cluster
 from support.otlp_collector import Collector
 

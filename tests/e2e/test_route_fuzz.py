@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from corral.frontend.node_api import HeartbeatUpdate
+from corral.frontend.node_api.routes import HeartbeatUpdate
 from support.cluster import Cluster
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import nats
 import pytest
 
 from corral.bus.messages import ModelStopReply, ModelStopRequest
-from corral.embedded import embedded_nats
+from corral.up.embedded import embedded_nats
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.processes import backend_pid, gone
 from support.waiting import wait_for

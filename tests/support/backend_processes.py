@@ -17,9 +17,9 @@ from typing import BinaryIO
 import grpc
 import pytest
 
-from corral.embedded import stop_process
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
+from corral.up.embedded import stop_process
 
 HEALTH_DEADLINE_S = 30.0
 # Without these a probe that races the backend's bind waits out gRPC's 1 s reconnect backoff.

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from corral.embedded import stop_process
-from corral.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
+from corral.runtime.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
+from corral.up.embedded import stop_process
 
 SLOW_CALLBACK_MS = 100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
 

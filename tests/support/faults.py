@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.embedded import EmbeddedNats, EmbeddedPostgres
+from corral.up.embedded import EmbeddedNats, EmbeddedPostgres
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.fault_clients import (
     CLIENT_TIMEOUT_S,

@@ -88,7 +88,7 @@ def _create_database(pg_base: str) -> str:
 
 def start_multihost(root: Path, models_dir: Path) -> MultiHost:
     """Create the network and start everything on it; on any failure, tear it all down and re-raise."""
-    from corral.embedded import find_nats_server
+    from corral.up.embedded import find_nats_server
 
     net = Network()
     try:

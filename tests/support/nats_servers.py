@@ -6,8 +6,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral.bus import auth_setup
-from corral.embedded import _wait_port, find_nats_server, free_port, stop_process
+from corral.cli import nats_auth_setup as auth_setup
+from corral.up.embedded import _wait_port, find_nats_server, free_port, stop_process
 
 
 @dataclass

@@ -148,7 +148,7 @@ class Network:
 
 def start_postgres(net: Network, role: str, data_dir: Path, port: int = 5432) -> str:
     """PostgreSQL listening only on the host's bridge address; trusts the run's subnet. Returns its base URL."""
-    from corral.embedded import embedded_postgres
+    from corral.up.embedded import embedded_postgres
 
     pg = embedded_postgres(data_dir, port=port)  # finds the binaries and the OS user to run as
     host = net.hosts[role]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from corral.httpserver import warm_up
+from corral.runtime.httpserver import warm_up
 
 
 def test_warm_up_matches_every_route_without_calling_a_handler() -> None:
@@ -24,8 +24,8 @@ def test_warm_up_matches_every_route_without_calling_a_handler() -> None:
 
 
 async def test_the_server_builds_the_openapi_schema_before_it_listens() -> None:
-    from corral.embedded import free_port
-    from corral.httpserver import EmbeddedHTTPServer
+    from corral.runtime.httpserver import EmbeddedHTTPServer
+    from corral.up.embedded import free_port
 
     app = FastAPI()
     server = EmbeddedHTTPServer(app, "127.0.0.1", free_port(), name="test-http")

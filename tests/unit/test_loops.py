@@ -1,4 +1,4 @@
-"""The one periodic-loop helper and task owner (src/corral/loops.py)."""
+"""The one periodic-loop helper and task owner (src/corral/runtime/loops.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from corral.loops import OwnedTasks, backoff_s, run_periodic, wait_or_stop
+from corral.runtime.loops import OwnedTasks, backoff_s, run_periodic, wait_or_stop
 
 
 class Surprise(Exception):
@@ -35,7 +35,7 @@ async def test_a_loop_whose_body_raises_an_unexpected_exception_type_keeps_runni
         if len(calls) == 4:
             stop.set()
 
-    with caplog.at_level(logging.WARNING, logger="corral.loops"):
+    with caplog.at_level(logging.WARNING, logger="corral.runtime.loops"):
         await asyncio.wait_for(run_periodic("surprised", body, 0.001, stop, backoff_cap_s=0.001), 10)
     assert calls == [0, 1, 2, 3]
     failures = [r.getMessage() for r in caplog.records if "surprised" in r.getMessage()]

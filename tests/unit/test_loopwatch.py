@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from corral.loopwatch import LoopWatch, stalls_in_log
+from corral.runtime.loopwatch import LoopWatch, stalls_in_log
 from support.cluster import Proc, assert_no_loop_stalls
 
 
@@ -34,7 +34,7 @@ async def test_a_callback_computing_past_the_threshold_is_counted_and_logged(cap
     before = _stalls("test-busy")
     try:
         await asyncio.sleep(0.05)
-        with caplog.at_level(logging.WARNING, logger="corral.loopwatch"):
+        with caplog.at_level(logging.WARNING, logger="corral.runtime.loopwatch"):
             asyncio.get_running_loop().call_soon(_busy_ms, 300)
             await asyncio.sleep(0.1)
     finally:
@@ -48,8 +48,8 @@ async def test_a_callback_computing_past_the_threshold_is_counted_and_logged(cap
 
 def test_stall_lines_count_only_when_the_loop_thread_computed_past_the_threshold() -> None:
     log = "\n".join([
-        "W worker corral.loopwatch: event loop stalled for 450 ms (loop thread on CPU 430 ms; threshold 100 ms, x)",
-        "W worker corral.loopwatch: event loop stalled for 300 ms (loop thread on CPU 4 ms; threshold 100 ms, x)",
+        "W worker corral.runtime.loopwatch: event loop stalled for 450 ms (loop thread on CPU 430 ms; threshold 100 ms, x)",
+        "W worker corral.runtime.loopwatch: event loop stalled for 300 ms (loop thread on CPU 4 ms; threshold 100 ms, x)",
     ])
 
     assert stalls_in_log(log, 100) == [log.splitlines()[0]]
@@ -57,11 +57,11 @@ def test_stall_lines_count_only_when_the_loop_thread_computed_past_the_threshold
 
 def test_a_stall_is_reported_with_the_stack_logged_while_it_lasted() -> None:
     log = "\n".join([
-        "W frontend corral.loopwatch: event loop blocked for over 100 ms, in:",
+        "W frontend corral.runtime.loopwatch: event loop blocked for over 100 ms, in:",
         '  File "/x/vram.py", line 20, in _kv_bytes_per_token',
         "    reader = GGUFReader(path)",
         "I frontend corral.other: unrelated",
-        "W frontend corral.loopwatch: event loop stalled for 9000 ms (loop thread on CPU 8990 ms; threshold 100 ms, x)",
+        "W frontend corral.runtime.loopwatch: event loop stalled for 9000 ms (loop thread on CPU 8990 ms; threshold 100 ms, x)",
     ])
 
     assert stalls_in_log(log, 100) == ["\n".join([*log.splitlines()[:3], log.splitlines()[4]])]
@@ -69,7 +69,7 @@ def test_a_stall_is_reported_with_the_stack_logged_while_it_lasted() -> None:
 
 BLOCKING_PROCESS = textwrap.dedent("""
     import asyncio, logging, time
-    from corral.loopwatch import watched
+    from corral.runtime.loopwatch import watched
 
     logging.basicConfig(level=logging.INFO)
 
@@ -96,6 +96,6 @@ def test_the_harness_fails_a_test_whose_process_blocked_its_loop(tmp_path: Path)
         assert_no_loop_stalls([proc])
     message = str(caught.value)
     assert message.startswith("event loop stalls over 100 ms (CORRAL_SLOW_CALLBACK_MS), each after the stack that "
-                              "blocked when the watchdog caught it:\nblocker: WARNING:corral.loopwatch:event loop "
+                              "blocked when the watchdog caught it:\nblocker: WARNING:corral.runtime.loopwatch:event loop "
                               "blocked for over 100 ms, in:\n")
     assert ", in main\n" in message  # the watchdog named the function that blocked

@@ -34,10 +34,10 @@ from corral.bus.agent_messages import (
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
 from corral.config.commands import AgentWorkerSettings
-from corral.loops import run_periodic
-from corral.worker.credentials import WorkerCredentials, first_registration, refresh_loop
-from corral.worker.node_credential import NodeCredentialFile
-from corral.worker.registration import FrontendClient
+from corral.node.credentials import WorkerCredentials, first_registration, refresh_loop
+from corral.node.node_credential import NodeCredentialFile
+from corral.node.registration import FrontendClient
+from corral.runtime.loops import run_periodic
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class BackendInstallRequest(Message):
 
 class LoadDefaults(Message):
     """corral: the LoadModel defaults of the worker that runs a backend (`--threads`, `--context-size`); a
-    field the model's config leaves at 0 takes them (loading/effective_options.py). 0: none."""
+    field the model's config leaves at 0 takes them (loading/attempt_options.py). 0: none."""
 
     threads: int = Field(default=0, ge=0, le=INT32_MAX)
     context_size: int = Field(default=0, ge=0, le=INT32_MAX)

@@ -65,7 +65,7 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
     Setting("max_connections", "--max-connections", ("CORRAL_MAX_CONNECTIONS",), 4096, parse_positive_int,
             "open HTTP connections per frontend process; past it a new one gets 503 at once and is closed "
             "(lowered to what the process's open-file limit allows, with a warning)"),
-    # issue 22 item 4: images in chat requests (frontend/images.py)
+    # issue 22 item 4: images in chat requests (frontend/inference/images.py)
     Setting("image_max_bytes", "--image-max-bytes", ("CORRAL_IMAGE_MAX_BYTES",), 10 << 20, _positive_size,
             "largest image one chat request may carry (decoded, or fetched); past it a 400 naming the part"),
     Setting("image_max_count", "--image-max-count", ("CORRAL_IMAGE_MAX_COUNT",), 8, parse_positive_int,
@@ -75,7 +75,7 @@ FRONTEND_LIMIT_SETTINGS: tuple[Setting, ...] = (
             "allows any host with a public address; empty (the default): only data: URLs are taken"),
     Setting("image_fetch_timeout_s", "--image-fetch-timeout", ("CORRAL_IMAGE_FETCH_TIMEOUT",), 10.0,
             parse_positive_duration_s, "how long the frontend may take to fetch one image URL; past it: 408"),
-    # issue 23: generated images answered by URL (frontend/media_api.py)
+    # issue 23: generated images answered by URL (frontend/inference/media.py)
     Setting("generated_image_ttl_s", "--generated-image-ttl", ("CORRAL_GENERATED_IMAGE_TTL",), 3600.0,
             parse_positive_duration_s, "how long an image of /v1/images/generations answered with response_format "
             "url stays at its URL (kept in PostgreSQL, served by every frontend; swept after)"),

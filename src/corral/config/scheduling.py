@@ -1,6 +1,6 @@
 """Settings of model scheduling (issue 6): declarative rules at boot and the replica reconciler's pace.
 
-The declarative values are kept raw here (a JSON text, a file path); `control/scheduling_seed.py`
+The declarative values are kept raw here (a JSON text, a file path); `replicas/scheduling_seed.py`
 validates them at start and names the entry and field of any mistake.
 """
 

@@ -16,31 +16,31 @@ from fastapi.responses import PlainTextResponse
 from starlette.applications import Starlette
 
 from corral import __version__
-from corral.frontend.admin_app import access_control, install_admin
-from corral.frontend.agent_chat import build_mcp_router
-from corral.frontend.agent_jobs_api import build_agent_jobs_router
-from corral.frontend.backend_logs_api import build_backend_logs_router
-from corral.frontend.disconnect import CancelOnDisconnect
+from corral.frontend.admin.agent_jobs import build_agent_jobs_router
+from corral.frontend.admin.app import access_control, install_admin
+from corral.frontend.admin.backend_logs import build_backend_logs_router
+from corral.frontend.admin.events import EventHub, build_events_router
+from corral.frontend.admin.model_configs import build_model_configs_router
+from corral.frontend.admin.model_load import build_model_load_router
+from corral.frontend.admin.models import build_models_router
+from corral.frontend.admin.node_backends import build_node_backends_router
+from corral.frontend.admin.node_models import build_node_models_router
+from corral.frontend.admin.operations import build_operations_router
+from corral.frontend.admin.resources import build_resources_router
+from corral.frontend.admin.scheduling import build_scheduling_router
+from corral.frontend.admin.scheduling_rules import build_scheduling_rules_router
+from corral.frontend.admin.vram_budget import build_vram_budget_router
 from corral.frontend.errors import install_handlers
-from corral.frontend.events_api import EventHub, build_events_router
-from corral.frontend.fast_path import FastPath
+from corral.frontend.inference.agent_chat import build_mcp_router
+from corral.frontend.inference.disconnect import CancelOnDisconnect
+from corral.frontend.inference.fast_path import FastPath
+from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
+from corral.frontend.inference.openai import build_openai_router
+from corral.frontend.inference.responses import build_responses_router
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
-from corral.frontend.media_api import MEDIA_PATHS, build_media_router
-from corral.frontend.model_configs_api import build_model_configs_router
-from corral.frontend.model_load_api import build_model_load_router
-from corral.frontend.models_api import build_models_router
-from corral.frontend.node_api import install_node_api
-from corral.frontend.node_backends_api import build_node_backends_router
-from corral.frontend.node_models_api import build_node_models_router
-from corral.frontend.openai import build_openai_router
-from corral.frontend.operations_api import build_operations_router
-from corral.frontend.resources_api import build_resources_router
-from corral.frontend.responses_api import build_responses_router
-from corral.frontend.scheduling_api import build_scheduling_router
-from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
+from corral.frontend.node_api.routes import install_node_api
 from corral.frontend.state import FrontendState
 from corral.frontend.ui_routes import build_ui_router, load_assets
-from corral.frontend.vram_budget_api import build_vram_budget_router
 from corral.telemetry.labels import RequestFigures
 
 

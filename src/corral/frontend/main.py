@@ -17,37 +17,38 @@ from corral.agents.client import AgentBus
 from corral.agents.recorder import JobRecorder
 from corral.bus import client as bus
 from corral.config.commands import FrontendSettings
-from corral.control import scheduling_seed, stuck_replicas
-from corral.control.backend_ops import BackendOpsDriver, BackendOpSettings
-from corral.control.cluster_figures import ClusterFigures
-from corral.control.config_revisions import ConfigRevisions
-from corral.control.lifecycle import NodeLifecycle
-from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
-from corral.control.revision_cleanup import RevisionCleanup
-from corral.frontend.admission import Admission
-from corral.frontend.agent_chat import AgentChat
 from corral.frontend.app import build_app
+from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.http_workers import child_index
-from corral.frontend.images import ImagePolicy
+from corral.frontend.inference.agent_chat import AgentChat
+from corral.frontend.inference.images import ImagePolicy
 from corral.frontend.limits import RequestLimits
+from corral.frontend.node_api.admission import Admission
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
-from corral.httpguard import ConnectionLimits
-from corral.httpserver import EmbeddedHTTPServer
-from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
-from corral.loading.place import DISK_CHECK_SETTING
-from corral.loading.runner import JobSettings, LoadJobRunner
-from corral.loading.waiters import Waiters
-from corral.loops import OwnedTasks, run_periodic
+from corral.loading.job import JobSettings, LoadJobRunner
+from corral.loading.job_placement import DISK_CHECK_SETTING
+from corral.loading.request_wait import ColdLoads
+from corral.loading.request_waiters import Waiters
 from corral.models.aliases import load_aliases
 from corral.models.config import load_model_configs
+from corral.nodes.backend_ops import BackendOpsDriver, BackendOpSettings
+from corral.nodes.lifecycle import NodeLifecycle
+from corral.replicas import scheduling_seed
+from corral.replicas import stuck as stuck_replicas
+from corral.replicas.reconciler import ReconcilerSettings, ReplicaReconciler
+from corral.revisions.cleanup import RevisionCleanup
+from corral.revisions.edits import ConfigRevisions
 from corral.routing.backend_client import BackendBudgets, BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.prefix_index import PrefixIndex
 from corral.routing.router import Router
+from corral.runtime.httpguard import ConnectionLimits
+from corral.runtime.httpserver import EmbeddedHTTPServer
+from corral.runtime.loops import OwnedTasks, run_periodic
 from corral.staging.prehash import ModelPrehasher
 from corral.staging.stager import StagingContext
 from corral.store import db, generated_images

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from corral.control.cluster_figures import ClusterFigures, activate
+from corral.frontend.cluster_figures import ClusterFigures, activate
 from corral.frontend.state import FrontendState
 
 

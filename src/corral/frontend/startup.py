@@ -11,8 +11,8 @@ import asyncpg
 from corral.bus.natsauth import NatsAuthError
 from corral.bus.security import NatsCredentials, TlsFiles
 from corral.config.errors import ConfigError
-from corral.control.xmin_gauge import same_database
 from corral.store import api_keys
+from corral.store.xmin_gauge import same_database
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from corral.config.commands import VllmFollowerSettings
 from corral.launchers.installed import EngineMissing, installed_backend_dir
-from corral.launchers.presence import NodePresence
-from corral.worker import hardware
+from corral.node import hardware
+from corral.node.presence import NodePresence
 
 log = logging.getLogger(__name__)
 

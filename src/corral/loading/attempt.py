@@ -19,16 +19,16 @@ from opentelemetry.trace import SpanKind
 from corral.bus import client as bus
 from corral.bus import subjects
 from corral.bus.messages import BackendStopRequest, ModelStopReply, ModelStopRequest
+from corral.loading.attempt_deadline import deadline_message, load_budget_s
+from corral.loading.attempt_options import options_hash, with_node_defaults
 from corral.loading.context import LoadContext, LoadedReplica
-from corral.loading.deadlines import deadline_message, load_budget_s
-from corral.loading.effective_options import options_hash, with_node_defaults
 from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed, NodeLost
-from corral.loading.place import Installed, install
-from corral.loading.progress import INSTALLING, LOADING, STAGING, LoadProgress
-from corral.loading.revision import check_revision
+from corral.loading.job_placement import Installed, install
+from corral.loading.job_progress import INSTALLING, LOADING, STAGING, LoadProgress
 from corral.models.config import ModelConfig
 from corral.placement.snapshot import NodeSnapshot
 from corral.proto import backend_pb2
+from corral.revisions.stale import check_revision
 from corral.staging.errors import StagingFailed
 from corral.staging.stager import StagingTarget, stage_model
 from corral.store import placement as placement_store

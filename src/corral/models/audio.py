@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from corral.atomic_write import replace_file
+from corral.runtime.atomic_write import replace_file
 
 WHISPER_NAME = "whisper-base"
 WHISPER_BACKEND = "faster-whisper"

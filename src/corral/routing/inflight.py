@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from corral.loops import run_periodic
 from corral.routing.replica import Replica
+from corral.runtime.loops import run_periodic
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,8 @@ from typing import cast
 import asyncpg
 import nats.errors
 
-from corral.loading.cold_path import ColdLoads
 from corral.loading.context import LoadContext
-from corral.loops import run_periodic
+from corral.loading.request_wait import ColdLoads
 from corral.models.config import ModelConfig
 from corral.placement.rules import SchedulingRule
 from corral.proto import backend_pb2
@@ -25,6 +24,7 @@ from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.prefix_index import message_text, prefix_chain
 from corral.routing.replica import Replica, replica_key
+from corral.runtime.loops import run_periodic
 from corral.store import replicas as replica_store
 from corral.store import scheduling as scheduling_store
 from corral.telemetry import tracing

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from corral.loops import run_periodic
+from corral.runtime.loops import run_periodic
 from corral.staging.ephemeral_ledger import EphemeralLedger
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from corral.loops import done_before_stop
 from corral.models.config import ModelConfig
+from corral.runtime.loops import done_before_stop
 from corral.staging.hashing import read_trusted_hash
 from corral.staging.local_hash import local_sha256
 from corral.staging.plan import build_plan

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 import httpx
 
-from corral import loops
+from corral.runtime import loops
 from corral.staging.errors import StagingFailed
 from corral.staging.hashing import is_sha256_hex, read_trusted_hash
 from corral.staging.keys import validate_key

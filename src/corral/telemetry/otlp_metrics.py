@@ -34,7 +34,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric as PromMetric
 from prometheus_client.registry import CollectorRegistry
 
-from corral.loops import run_periodic
+from corral.runtime.loops import run_periodic
 
 INTERVAL_ENV = "OTEL_METRIC_EXPORT_INTERVAL"
 DEFAULT_INTERVAL_S = 60.0

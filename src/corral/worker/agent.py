@@ -20,21 +20,21 @@ from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_
 from corral.gallery.installer import BackendInstaller
 from corral.gallery.manager import BackendManager
 from corral.gallery.registry import BackendRegistry
-from corral.loops import OwnedTasks, run_periodic
+from corral.node import hardware
+from corral.node.credentials import WorkerCredentials, first_registration, refresh_loop
+from corral.node.node_credential import NodeCredentialFile, default_state_dir
+from corral.node.registration import FrontendClient
+from corral.runtime.loops import OwnedTasks, run_periodic
 from corral.telemetry import otlp
-from corral.worker import hardware
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.backend_logs import BackendLogs
-from corral.worker.credentials import WorkerCredentials, first_registration, refresh_loop
 from corral.worker.drain import graceful_deregister
 from corral.worker.handlers import NodeHandlers
 from corral.worker.liveness import LivenessWatch
 from corral.worker.log_handlers import LogHandlers
 from corral.worker.model_ops import ModelOps
-from corral.worker.node_credential import NodeCredentialFile, default_state_dir
 from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
-from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import Supervisor
 
 log = logging.getLogger(__name__)

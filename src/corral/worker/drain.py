@@ -10,9 +10,9 @@ import asyncio
 import logging
 import time
 
+from corral.node.registration import FrontendClient
 from corral.proto import backend_pb2
 from corral.worker.liveness import read_status
-from corral.worker.registration import FrontendClient
 from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)

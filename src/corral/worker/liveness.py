@@ -29,8 +29,8 @@ from typing import Protocol
 import grpc
 
 from corral.config.parse import format_duration_s
-from corral.loops import run_periodic
 from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.runtime.loops import run_periodic
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 
-from corral.loops import run_periodic
+from corral.runtime.loops import run_periodic
 from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)

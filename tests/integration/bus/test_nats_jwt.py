@@ -8,9 +8,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from corral.bus import auth_setup, natsauth
 from corral.bus import client as bus
+from corral.bus import natsauth
 from corral.bus.security import NatsCredentials
+from corral.cli import nats_auth_setup as auth_setup
 from support.nats_servers import NatsServer, connect_refused
 
 

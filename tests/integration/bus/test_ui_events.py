@@ -7,8 +7,8 @@ import json
 
 import nats
 
-from corral.control.node_events import publish_node_event
-from corral.frontend.events_api import CLIENT_QUEUE_MAX, EventHub, event_payload
+from corral.frontend.admin.events import CLIENT_QUEUE_MAX, EventHub, event_payload
+from corral.nodes.events import publish_node_event
 
 
 async def test_bus_hints_reach_a_client_with_only_their_routing_fields(nats_url: str) -> None:

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from corral.frontend import admin_nodes
-from corral.frontend.admin_nodes import build_admin_nodes_router
+from corral.frontend.admin import nodes as admin_nodes
+from corral.frontend.admin.models import build_models_router
+from corral.frontend.admin.nodes import build_admin_nodes_router
 from corral.frontend.errors import install_handlers
-from corral.frontend.models_api import build_models_router
 from corral.frontend.state import FrontendState
 
 

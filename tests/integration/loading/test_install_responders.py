@@ -13,7 +13,7 @@ import pytest
 
 from corral.bus import subjects
 from corral.bus.messages import BackendInstallReply
-from corral.loading import place
+from corral.loading import job_placement as place
 from corral.loading.context import LoadContext
 from corral.loading.errors import NodeLost
 from corral.models.config import ModelConfig

@@ -13,9 +13,9 @@ import asyncpg
 import nats
 import pytest
 
-from corral.loading import runner as runner_module
-from corral.loading.runner import JobSettings, LoadJobRunner
-from corral.loading.waiters import Outcome, Waiters
+from corral.loading import job as runner_module
+from corral.loading.job import JobSettings, LoadJobRunner
+from corral.loading.request_waiters import Outcome, Waiters
 from corral.models.config import parse_model_config
 from corral.store import load_jobs
 

@@ -11,7 +11,7 @@ import asyncpg
 import nats
 import pytest
 
-from corral.loading.waiters import Waiters, event_subject
+from corral.loading.request_waiters import Waiters, event_subject
 from corral.store import load_jobs
 
 POLL_S = 30.0  # longer than each test: only the event (hint) or the owner can end a wait early

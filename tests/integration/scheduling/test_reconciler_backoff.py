@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import asyncpg
 
-from corral.control.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.placement.rules import RuleSpec
+from corral.replicas.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
 from corral.store import scheduling as scheduling_store

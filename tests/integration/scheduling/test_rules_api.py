@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from corral.frontend.admin.scheduling_rules import build_scheduling_rules_router
 from corral.frontend.errors import install_handlers
-from corral.frontend.scheduling_rules_api import build_scheduling_rules_router
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
 from corral.placement.rules import RuleSpec

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import asyncpg
 
-from corral.loading.cold_load import model_options
-from corral.loading.place import effective_selector
+from corral.loading.job_nodes import model_options
+from corral.loading.job_placement import effective_selector
 from corral.loading.replay import config_from_replay, record, replay_config
 from corral.models.artifacts import ArtifactPaths
 from corral.models.config import ModelConfig

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from corral.frontend.resources_api import build_resources_router
+from corral.frontend.admin.resources import build_resources_router
 from corral.frontend.state import FrontendState
 from corral.models.config import ModelConfig
 from corral.store import db

@@ -8,7 +8,7 @@ import asyncpg
 import nats
 import pytest
 
-from corral.control.stuck_replicas import sweep_once
+from corral.replicas.stuck import sweep_once
 from corral.store import load_jobs
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store

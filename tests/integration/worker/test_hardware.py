@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.worker import hardware
+from corral.node import hardware
 
 MIB = 1 << 20
 

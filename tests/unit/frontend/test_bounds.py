@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from corral.frontend.admin.model_configs import DEPTH_MAX, depth, parse_yaml
 from corral.frontend.errors import validation_message
-from corral.frontend.model_configs_api import DEPTH_MAX, depth, parse_yaml
-from corral.frontend.node_api import HeartbeatUpdate, RegisterNodeRequest
-from corral.frontend.schemas import ChatCompletionRequest, CompletionRequest, RerankRequest
+from corral.frontend.inference.schemas import ChatCompletionRequest, CompletionRequest, RerankRequest
+from corral.frontend.node_api.routes import HeartbeatUpdate, RegisterNodeRequest
 from corral.placement.vram_budget import BadVramBudget, parse_budget
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

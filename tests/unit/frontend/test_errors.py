@@ -10,7 +10,7 @@ from fastapi import FastAPI, Path
 from pydantic import ValidationError
 
 from corral.frontend.errors import install_handlers, validation_message
-from corral.frontend.schemas import ChatCompletionRequest
+from corral.frontend.inference.schemas import ChatCompletionRequest
 
 
 async def test_an_unexpected_exception_is_a_500_envelope_without_a_traceback() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.frontend.admission import RegisterRate, pending_cap_message
 from corral.frontend.auth_throttle import AuthThrottle
+from corral.frontend.node_api.admission import RegisterRate, pending_cap_message
 from corral.frontend.sources import SourceTable, source_of
 
 

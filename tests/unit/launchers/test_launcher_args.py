@@ -10,7 +10,7 @@ from corral.config.errors import ConfigError
 from corral.config.launchers import DS4_SETTINGS, VLLM_FOLLOWER_SETTINGS
 from corral.config.settings import Settings, resolve
 from corral.launchers import ds4, vllm
-from corral.worker.hardware import HardwareFacts
+from corral.node.hardware import HardwareFacts
 
 
 def follower(**values: str) -> Settings:

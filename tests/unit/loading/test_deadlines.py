@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.loading.deadlines import GIB, deadline_message, load_budget_s
+from corral.loading.attempt_deadline import GIB, deadline_message, load_budget_s
 
 
 @pytest.mark.parametrize("size_bytes, budget_s", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.bus.messages import LoadDefaults
-from corral.loading.effective_options import options_hash, with_node_defaults
+from corral.loading.attempt_options import options_hash, with_node_defaults
 from corral.proto import backend_pb2
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from corral.loading.cold_load import nodes_exhausted
 from corral.loading.errors import NodeLost
+from corral.loading.job_nodes import nodes_exhausted
 
 
 def test_the_exhausted_error_lists_each_node_and_its_cause_then_what_stopped_the_search() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.loading.hold import LoadHold, base_budget_s
-from corral.loading.status import eta_s, loading_message, loading_object, progress_pct, retry_after_s
+from corral.loading.job_hold import LoadHold, base_budget_s
+from corral.loading.request_status import eta_s, loading_message, loading_object, progress_pct, retry_after_s
 from corral.store.load_jobs import JobSnapshot
 
 MIB = 1 << 20
@@ -134,7 +134,7 @@ def test_moving_to_the_next_node_after_a_stall_gives_it_a_fresh_base_budget() ->
 
 
 def test_install_progress_from_a_worker_is_bounded_before_it_is_shown() -> None:
-    from corral.loading.place import EVENT_TEXT_MAX_CHARS, _shown
+    from corral.loading.job_placement import EVENT_TEXT_MAX_CHARS, _shown
 
     shown = _shown({"phase": "downloading", "file_name": "x" * 100_000, "percentage": 1e308, "current": 5,
                     "extra": "ignored", "total": "412 MB"})

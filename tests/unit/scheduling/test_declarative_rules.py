@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from corral.config.errors import ConfigError
-from corral.control.scheduling_seed import declared_rules
 from corral.placement.rules import RuleSpec
+from corral.replicas.scheduling_seed import declared_rules
 
 SPEC_EXAMPLE = """\
 # One replica on every GPU-labelled node (static spread, tracks join/leave):

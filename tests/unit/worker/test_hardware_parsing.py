@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.worker.hardware import MIB, cuda_major, parse_nvidia_smi
+from corral.node.hardware import MIB, cuda_major, parse_nvidia_smi
 
 
 def test_vram_is_summed_over_gpus() -> None:

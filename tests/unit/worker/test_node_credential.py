@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral.worker.node_credential import NodeCredentialFile, default_state_dir
+from corral.node.node_credential import NodeCredentialFile, default_state_dir
 
 
 def test_a_saved_credential_is_read_back_for_the_same_name_only(tmp_path: Path) -> None:

@@ -1,0 +1,426 @@
+"""OpenAI-compatible `/v1/*` routes: models, chat completions, completions, embeddings; and the
+reference's Jina-shaped `/v1/rerank`."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, cast
+
+import orjson
+from fastapi import APIRouter, Path
+from fastapi.responses import Response
+
+from corral.frontend.bounds import NAME_MAX
+from corral.frontend.errors import APIError
+from corral.frontend.inference import choices, images
+from corral.frontend.inference.call_errors import http_errors
+from corral.frontend.inference.choices import finish_reason as _finish_reason
+from corral.frontend.inference.choices import usage as _usage
+from corral.frontend.inference.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    _Sampling,
+)
+from corral.frontend.inference.sse import DONE, ChunkEncoder, sse
+from corral.frontend.inference.structured_output import offer_tools, request_grammar
+from corral.frontend.inference.tool_calls import delta_tool_calls, openai_tool_calls, reply_tool_calls
+from corral.frontend.state import FrontendState
+from corral.models import capabilities
+from corral.models.config import ModelConfig
+from corral.proto import backend_pb2
+from corral.routing import calls
+from corral.routing.errors import BackendCallError
+from corral.routing.replica import Replica
+from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
+from corral.telemetry.labels import PerModel
+
+DEFAULT_MAX_TOKENS = 256
+_FIRST_TOKEN = PerModel(FIRST_TOKEN_SECONDS)
+_STREAMED_TOKENS = PerModel(STREAMED_TOKENS)
+
+
+def _random_id() -> str:
+    """32 random hex digits, as `uuid.uuid4().hex` without building a UUID object (~4 µs, twice per request)."""
+    return os.urandom(16).hex()
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
+    if not state.expose_node_header:
+        return None
+    return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}"}
+
+
+def _model_object(name: str, cfg: ModelConfig) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "corral", "capabilities": capabilities.listed(cfg)}
+
+
+def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
+    opts = backend_pb2.PredictOptions(
+        Tokens=max_tokens or DEFAULT_MAX_TOKENS, StopPrompts=body.stop_list(), ModelIdentity=cfg.model,
+        CorrelationId=_random_id(),
+    )
+    if body.temperature is not None:
+        opts.Temperature = body.temperature
+    if body.top_p is not None:
+        opts.TopP = body.top_p
+    if body.seed is not None:
+        opts.Seed = body.seed
+    if body.presence_penalty is not None:
+        opts.PresencePenalty = body.presence_penalty
+    if body.frequency_penalty is not None:
+        opts.FrequencyPenalty = body.frequency_penalty
+    if body.logit_bias:
+        opts.LogitBias = orjson.dumps(body.logit_bias).decode()
+    return opts
+
+
+def _chat_message(m: ChatMessage) -> backend_pb2.Message:
+    message = backend_pb2.Message(role=m.role, content=m.text(), name=m.name or "")
+    if m.tool_call_id:
+        message.tool_call_id = m.tool_call_id
+    if m.tool_calls:
+        message.tool_calls = orjson.dumps([c.model_dump() for c in m.tool_calls]).decode()
+    return message
+
+
+def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend_pb2.PredictOptions, int]:
+    """A chat request's backend call and its token budget (also what `/v1/responses` sends)."""
+    max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
+    opts = _predict_options(cfg, body, max_tokens)
+    opts.UseTokenizerTemplate = True
+    opts.Messages.extend(_chat_message(m) for m in body.messages)
+    opts.Grammar = request_grammar(body)
+    offer_tools(opts, body)
+    if body.logprobs:
+        opts.Logprobs, opts.TopLogprobs = 1, body.top_logprobs or 0
+    return opts, max_tokens
+
+
+def _model_not_found(state: FrontendState, model: str) -> APIError:
+    known = ", ".join(sorted(state.configs)) or "none configured"
+    return APIError(404, f"model {model!r} not found; available models: {known}", "invalid_request_error",
+                    "model_not_found", "model")
+
+
+def _known_model(state: FrontendState, name: str) -> str:
+    """A configured model's name, or an alias of one (as the request named it)."""
+    if name not in state.configs and state.aliases.get(name) not in state.configs:
+        raise _model_not_found(state, name)
+    return name
+
+
+def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
+               reranking: bool = False) -> ModelConfig:
+    cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
+    if cfg is None:
+        raise _model_not_found(state, model)
+    if cfg.disabled:
+        raise APIError(404, f"model {model!r} is disabled; enable it with POST /api/model-configs/{model}/enable",
+                       "invalid_request_error", "model_not_found", "model")
+    if embeddings and not cfg.embeddings and cfg.backend != "simulator":
+        raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
+                            "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+    if reranking and not cfg.reranking:
+        raise APIError(400, f"model {model!r} is not a reranking model (set `reranking: true` in its config, with "
+                            "a backend that implements Rerank such as sentencetransformers, to serve /v1/rerank)",
+                       "invalid_request_error", "invalid_value", "model")
+    return cfg
+
+
+async def _unary(state: FrontendState, cfg: ModelConfig, method: str, request: Any,
+                 prompt_param: str | None = None) -> tuple[Any, Replica]:
+    """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks; `prompt_param`:
+    the request field named when the prompt is too long for the context."""
+    async with http_errors(state.router, cfg, prompt_param):
+        return await calls.unary(state.router, cfg, method, request)
+    raise AssertionError("unreachable")  # http_errors re-raises every error it catches
+
+
+def build_openai_router(state: FrontendState) -> APIRouter:
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/models")
+    async def list_models() -> Response:
+        return _json({"object": "list", "data": [_model_object(name, state.configs[name]) for name in sorted(state.configs)]})
+
+    @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
+    async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
+        name = _known_model(state, model_id)
+        return _json(_model_object(name, state.configs.get(name) or state.configs[state.aliases[name]]))
+
+    @router.post("/chat/completions")
+    async def chat(body: ChatCompletionRequest) -> Response:
+        cfg = config_for(state, body.model)
+        pictures = await _chat_images(state, cfg, body)
+        if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/inference/agent_chat.py)
+            return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
+        opts, max_tokens = chat_options(cfg, body)
+        opts.Images.extend(pictures)
+        if body.several_or_logprobs():  # several choices, or logprobs: choices.py
+            choices.check_n(body.n, state.max_n)
+            plan = choices.Plan(choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs)
+            return await _choices(state, cfg, plan, body)
+        ident = f"chatcmpl-{_random_id()}"
+        created = int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
+        return await _chat_unary(state, cfg, opts, ident, created, max_tokens)
+
+    @router.post("/completions")
+    async def completions(body: CompletionRequest) -> Response:
+        cfg = config_for(state, body.model)
+        max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
+        opts = _predict_options(cfg, body, max_tokens)
+        opts.Grammar = request_grammar(body)
+        prompts = body.prompts()
+        if _several_or_logprobs(body, prompts):  # several choices, token ids, logprobs: choices.py
+            return await _choices(state, cfg, _completion_plan(state, body, opts, prompts, max_tokens), body)
+        opts.Prompt = cast(str, prompts[0])  # one text prompt: the lean path
+        ident = f"cmpl-{_random_id()}"
+        created = int(time.time())
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
+        return await _completion_unary(state, cfg, opts, ident, created, max_tokens, body.echo)
+
+    @router.post("/embeddings")
+    async def embeddings(body: EmbeddingRequest) -> Response:
+        return await _embeddings(state, config_for(state, body.model, embeddings=True), body)
+
+    @router.post("/rerank")
+    async def rerank(body: RerankRequest) -> Response:
+        cfg = config_for(state, body.model, reranking=True)
+        request = backend_pb2.RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n or 0,
+                                            ModelIdentity=cfg.model)
+        result, replica = await _unary(state, cfg, "Rerank", request, "documents")
+        return _json({"model": cfg.name, "results": _rerank_results(body, result.results),
+                      "usage": {"total_tokens": result.usage.total_tokens,
+                                "prompt_tokens": result.usage.prompt_tokens}},
+                     headers=_node_header(state, replica))
+
+    # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
+    router.fast_handlers = {  # type: ignore[attr-defined]
+        "/v1/chat/completions": (ChatCompletionRequest, chat),
+        "/v1/completions": (CompletionRequest, completions),
+        "/v1/embeddings": (EmbeddingRequest, embeddings),
+        "/v1/rerank": (RerankRequest, rerank),
+    }
+    return router
+
+
+async def _chat_images(state: FrontendState, cfg: ModelConfig, body: ChatCompletionRequest) -> list[str]:
+    """The request's images (base64) for PredictOptions.Images; none for a text-only request (images.py)."""
+    if not images.has_images(body.messages):
+        return []
+    if cfg.mcp and body.tools is None and state.agents is not None:
+        raise images.agent_refusal(cfg, body.messages)
+    return await images.request_images(cfg, body.messages, state.images)
+
+
+def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[str, Any], str]:
+    """A chat reply's assistant message and finish reason."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
+    finish = _finish_reason(reply.tokens, max_tokens)
+    if reply.chat_deltas and (found := reply_tool_calls(reply)):
+        message["tool_calls"] = openai_tool_calls(found)
+        message["content"] = message["content"] or None  # as OpenAI answers a call
+        finish = "tool_calls" if finish == "stop" else finish  # a call cut by max_tokens is "length"
+    return message, finish
+
+
+def _several_or_logprobs(body: CompletionRequest, prompts: list[str | list[int]]) -> bool:
+    """Whether a completions request leaves the lean path (one text prompt, one choice, no logprobs)."""
+    return (len(prompts) > 1 or not isinstance(prompts[0], str) or body.n != 1 or body.logprobs is not None
+            or (body.echo and body.stream))
+
+
+async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingRequest) -> Response:
+    data, prompt_tokens = [], 0
+    for index, text in enumerate(body.inputs()):
+        result, replica = await _unary(state, cfg, "Embedding", _embedding_options(cfg, text), "input")
+        vector = _embedding_vector(body, result, cfg)
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+        prompt_tokens += result.prompt_tokens or result.tokens
+    return _json({"object": "list", "data": data, "model": cfg.name,
+                  "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
+                 headers=_node_header(state, replica))
+
+
+def _embedding_options(cfg: ModelConfig, text: str | list[int]) -> backend_pb2.PredictOptions:
+    """One embedding input: a text, or token ids (`EmbeddingTokens`)."""
+    if isinstance(text, str):
+        return backend_pb2.PredictOptions(Embeddings=text, ModelIdentity=cfg.model)
+    return backend_pb2.PredictOptions(EmbeddingTokens=text, ModelIdentity=cfg.model)
+
+
+def _completion_plan(state: FrontendState, body: CompletionRequest, opts: backend_pb2.PredictOptions,
+                     prompts: list[str | list[int]], max_tokens: int) -> choices.Plan:
+    """`n` choices per prompt; a prompt of token ids goes as `EmbeddingTokens`."""
+    choices.check_n(body.n, state.max_n)
+    if body.echo and body.logprobs is not None:
+        raise APIError(400, "echo with logprobs needs the prompt's logprobs, which corral does not compute; send "
+                            "one of them", "invalid_request_error", "unsupported_parameter", "echo")
+    if body.echo and not all(isinstance(prompt, str) for prompt in prompts):
+        raise APIError(400, "echo needs the prompt as text; send text prompts, or leave echo out",
+                       "invalid_request_error", "unsupported_parameter", "echo")
+    if body.logprobs is not None:
+        opts.Logprobs, opts.TopLogprobs = 1, body.logprobs
+    planned: list[choices.Choice] = []
+    for index, prompt in enumerate(prompts):
+        one = backend_pb2.PredictOptions()
+        one.CopyFrom(opts)
+        if isinstance(prompt, str):
+            one.Prompt = prompt
+        else:
+            one.EmbeddingTokens.extend(prompt)
+        planned += choices.replicate(one, body.n, index, prompt if body.echo and isinstance(prompt, str) else "")
+    return choices.Plan(planned, max_tokens, False, "prompt", body.logprobs is not None)
+
+
+async def _choices(state: FrontendState, cfg: ModelConfig, plan: choices.Plan,
+                   body: ChatCompletionRequest | CompletionRequest) -> Response:
+    ident = f"{'chatcmpl' if plan.chat else 'cmpl'}-{_random_id()}"
+    head = choices.response_head(ident, cfg.name, chat=plan.chat, streamed=body.stream)
+    headers_of = lambda replica: _node_header(state, replica)  # noqa: E731
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _RelayResponse(*await choices.stream(state.router, cfg, plan, head, include_usage, headers_of))
+    return await choices.unary(state.router, cfg, plan, head, state.max_n, _assistant_message, headers_of)
+
+
+def _embedding_vector(body: EmbeddingRequest, result: Any, cfg: ModelConfig) -> Any:
+    """The vector as the request asks: shortened to `dimensions`, base64 or floats."""
+    vector = list(result.embeddings)
+    if body.dimensions is not None:
+        vector = _shortened(vector, body.dimensions, result, cfg)
+    if body.encoding_format == "base64":  # little-endian float32, as OpenAI encodes it
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+    return vector
+
+
+def _shortened(vector: list[float], dimensions: int, result: Any, cfg: ModelConfig) -> list[float]:
+    """The first `dimensions` values of a pooled embedding, renormalised to unit length (Matryoshka)."""
+    if result.layout == backend_pb2.EMBEDDING_LAYOUT_PER_TOKEN:
+        raise APIError(400, f"model {cfg.name!r} gives one vector per token (no pooling), which dimensions cannot "
+                            "shorten; leave dimensions out", "invalid_request_error", "invalid_value", "dimensions")
+    if dimensions > len(vector):
+        raise APIError(400, f"dimensions is {dimensions} but model {cfg.name!r} gives {len(vector)}; send "
+                            f"dimensions up to {len(vector)}, or leave it out", "invalid_request_error",
+                       "invalid_value", "dimensions")
+    head = vector[:dimensions]
+    norm = sum(value * value for value in head) ** 0.5 or 1.0
+    return [value / norm for value in head]
+
+
+async def _completion_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                            created: int, max_tokens: int, echo: bool) -> Response:
+    reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
+    text = reply.message.decode(errors="replace")
+    return _json(headers=_node_header(state, replica), body={
+        "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
+        "choices": [{"index": 0, "text": (opts.Prompt + text) if echo else text, "logprobs": None,
+                     "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
+        "usage": _usage(reply.prompt_tokens, reply.tokens),
+    })
+
+
+async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                      created: int, max_tokens: int) -> Response:
+    reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
+    message, finish = _assistant_message(reply, max_tokens)
+    return _json(headers=_node_header(state, replica), body={
+        "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": _usage(reply.prompt_tokens, reply.tokens),
+    })
+
+
+def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
+    """The backend's ranking in the Jina shape; the document text is the request's own (by index)."""
+    results = []
+    for item in ranked:
+        if not 0 <= item.index < len(body.documents):
+            continue  # a backend that names a document we did not send: not the client's concern
+        entry: dict[str, Any] = {"index": item.index, "relevance_score": item.relevance_score}
+        if body.return_documents:
+            entry["document"] = {"text": body.documents[item.index]}
+        results.append(entry)
+    return results
+
+
+class _RelayResponse(Response):
+    """An SSE relay sent with plain ASGI messages: one `send` per event and nothing else per token.
+
+    Starlette's StreamingResponse adds a task group and a second disconnect listener per stream and a
+    type check per chunk; the fast path's `respond_until_disconnect` already cancels the relay when the
+    client goes away. The backend stream is always ended, even if the body never started.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream | choices.Streams,
+                 headers: dict[str, str]) -> None:
+        self.status_code, self.background = 200, None
+        self.init_headers(headers)  # no `body`: no Content-Length, as for any stream
+        self._content, self._stream = content, stream
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for event in self._content:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self._stream.close()
+
+
+async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
+                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> Response:
+    started_s = time.perf_counter()
+    async with http_errors(state.router, cfg, "messages" if chat else "prompt"):  # before the first byte
+        first, stream = await calls.open_stream(state.router, cfg, opts)
+    _FIRST_TOKEN(cfg.name).observe(time.perf_counter() - started_s)
+    encoder = ChunkEncoder(ident, created, cfg.name, chat=chat)
+
+    async def events() -> AsyncIterator[bytes]:
+        completion_tokens = prompt_tokens = 0
+        if chat:
+            yield sse(encoder.chunk(None, role=True))
+        reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
+        tools, called = bool(opts.Tools), set[int]()  # client-side tools: tool calls go out as `delta.tool_calls`
+        try:
+            while reply is not eof:
+                if reply.message:
+                    yield piece(reply.message)
+                if tools and reply.chat_deltas and (deltas := delta_tool_calls(reply)):
+                    yield sse(encoder.tool_calls(deltas))
+                    called.update(d["index"] for d in deltas)
+                if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts (0 tokens: EOS first)
+                    completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
+                reply = await read()
+        except BackendCallError as exc:  # after the first byte, an error can only be an event
+            yield choices.error_events(exc)
+            return
+        finally:
+            stream.close()
+        _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
+        finish = _finish_reason(completion_tokens, max_tokens)
+        yield sse(encoder.chunk("tool_calls" if called and finish == "stop" else finish))
+        if include_usage:
+            yield encoder.usage(_usage(prompt_tokens, completion_tokens))
+        yield DONE
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(_node_header(state, stream.replica) or {})}
+    return _RelayResponse(events(), stream, headers)
