@@ -33,6 +33,7 @@ up: install
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src/corral
 
 test: install lint

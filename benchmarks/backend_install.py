@@ -34,8 +34,13 @@ LOOKUPS = 200
 async def _install_and_start(backends: Path, galleries: list[GalleryRef], key: str) -> float:
     manager = make_manager(backends, galleries)
     base = free_port()
-    supervisor = Supervisor(PortAllocator(base, base + 10), bind_host="127.0.0.1", token="bench",
-                            start_timeout_s=60, registry=manager.registry)
+    supervisor = Supervisor(
+        PortAllocator(base, base + 10),
+        bind_host="127.0.0.1",
+        token="bench",
+        start_timeout_s=60,
+        registry=manager.registry,
+    )
     start = time.perf_counter()
     try:
         installed = await manager.ensure("refbackend")

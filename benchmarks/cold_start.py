@@ -54,8 +54,16 @@ print(time.perf_counter() - start)
 
 def _header_vs_reader(path: Path) -> tuple[float, float]:
     start = time.perf_counter()
-    read_gguf_header(path, ("general.architecture", "gemma3.block_count", "gemma3.embedding_length",
-                            "gemma3.attention.head_count", "gemma3.attention.head_count_kv"))
+    read_gguf_header(
+        path,
+        (
+            "general.architecture",
+            "gemma3.block_count",
+            "gemma3.embedding_length",
+            "gemma3.attention.head_count",
+            "gemma3.attention.head_count_kv",
+        ),
+    )
     header_s = time.perf_counter() - start
     import gguf
 
@@ -65,7 +73,9 @@ def _header_vs_reader(path: Path) -> tuple[float, float]:
 
 
 def _llama_alone(path: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", LLAMA_ALONE, str(path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", LLAMA_ALONE, str(path)], capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -99,8 +109,13 @@ async def _corral(database_url: str) -> tuple[float, float, int, int]:
     root = Path(tempfile.mkdtemp(prefix="corral-bench-cold-", dir="/var/tmp"))
     root.mkdir(parents=True, exist_ok=True)
     (root / "frontend-models").symlink_to(MODELS_DIR)
-    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False,
-                      backend_prestart="llama-cpp")  # the worker's default, as `corral up` runs it
+    cluster = Cluster(
+        root=root,
+        database_url=database_url,
+        nats_url="nats://127.0.0.1:4222",
+        fail_on_loop_stalls=False,
+        backend_prestart="llama-cpp",
+    )  # the worker's default, as `corral up` runs it
     watch = ("--slow-callback-ms", str(WATCH_MS))
     try:
         cluster.start_frontend(*watch)
@@ -110,11 +125,19 @@ async def _corral(database_url: str) -> tuple[float, float, int, int]:
         await asyncio.sleep(0.5)
         assert cluster.frontend is not None
         front, worker = cluster.frontend, cluster.workers[0]
-        front_from, worker_from = len(front.log()), len(worker.log())  # stalls during the request, not at start
+        front_from, worker_from = (
+            len(front.log()),
+            len(worker.log()),
+        )  # stalls during the request, not at start
         ttfb = await _first_byte(cluster.frontend_url)
         stop.set()
         await probe
-        return ttfb, worst[0], _max_stall_ms(front.log()[front_from:]), _max_stall_ms(worker.log()[worker_from:])
+        return (
+            ttfb,
+            worst[0],
+            _max_stall_ms(front.log()[front_from:]),
+            _max_stall_ms(worker.log()[worker_from:]),
+        )
     finally:
         cluster.stop()
 
@@ -126,8 +149,10 @@ async def main() -> None:
     prepare_gemma(MODELS_DIR)
     model = MODELS_DIR / GEMMA_FILE
     header_s, reader_s = await asyncio.to_thread(_header_vs_reader, model)
-    print(f"{GEMMA_FILE} ({model.stat().st_size / 1e6:.0f} MB): header read {header_s * 1000:.1f} ms; "
-          f"gguf.GGUFReader (the old path, on the event loop) {reader_s:.2f} s")
+    print(
+        f"{GEMMA_FILE} ({model.stat().st_size / 1e6:.0f} MB): header read {header_s * 1000:.1f} ms; "
+        f"gguf.GGUFReader (the old path, on the event loop) {reader_s:.2f} s"
+    )
     alone_s = await asyncio.to_thread(_llama_alone, model)
     name = f"corral_bench_cold_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(PG_ADMIN)
@@ -141,8 +166,10 @@ async def main() -> None:
     print(f"{'llama-cpp-python alone: load + first token':<48} {alone_s:>8.2f}")
     print(f"{'corral, fresh stack: first byte of a cold request':<48} {ttfb:>8.2f}")
     print(f"cold start ratio corral / llama.cpp alone: x{ttfb / alone_s:.2f}")
-    print(f"frontend /healthz during the cold request: slowest answer {probe_s * 1000:.0f} ms; "
-          f"longest loop stall logged during it (>= {WATCH_MS} ms): frontend {front_ms} ms, worker {worker_ms} ms")
+    print(
+        f"frontend /healthz during the cold request: slowest answer {probe_s * 1000:.0f} ms; "
+        f"longest loop stall logged during it (>= {WATCH_MS} ms): frontend {front_ms} ms, worker {worker_ms} ms"
+    )
 
 
 if __name__ == "__main__":

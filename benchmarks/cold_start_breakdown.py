@@ -102,7 +102,12 @@ def _timeline(c: Cluster, started_at: float, cold_s: float) -> list[tuple[str, f
 
 async def _cold_ttft_s(url: str, prompt: str = "hello") -> tuple[float, float]:
     """Seconds to the first streamed byte of a request, and the wall-clock time it was sent."""
-    body = {"model": GEMMA_NAME, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "stream": True}
+    body = {
+        "model": GEMMA_NAME,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 4,
+        "stream": True,
+    }
     async with httpx.AsyncClient(timeout=300) as client:
         started_at, started = time.time(), time.perf_counter()
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
@@ -122,10 +127,14 @@ async def _install_alone_s(c: Cluster) -> float:
     try:
         started = time.perf_counter()
         payload = {"backend": "llama-cpp", "model_id": "install-probe", "replica_index": 0}
-        reply = await nc.request(f"nodes.{node_id}.backend.install", json.dumps(payload).encode(), timeout=120)
+        reply = await nc.request(
+            f"nodes.{node_id}.backend.install", json.dumps(payload).encode(), timeout=120
+        )
         elapsed = time.perf_counter() - started
-        await nc.publish(f"nodes.{node_id}.backend.stop",
-                         json.dumps({"backend": "install-probe#0", "force": True}).encode())
+        await nc.publish(
+            f"nodes.{node_id}.backend.stop",
+            json.dumps({"backend": "install-probe#0", "force": True}).encode(),
+        )
     finally:
         await nc.close()
     if not json.loads(reply.data).get("success"):
@@ -137,8 +146,13 @@ async def _install_alone_s(c: Cluster) -> float:
 async def _staging_alone_s(c: Cluster, gguf: Path) -> float:
     async with httpx.AsyncClient(timeout=300) as client:
         started = time.perf_counter()
-        await stage_file(client, f"http://127.0.0.1:{c.worker_ports[0] - 1}", "models/staging-probe/model.gguf",
-                         gguf, c.token)
+        await stage_file(
+            client,
+            f"http://127.0.0.1:{c.worker_ports[0] - 1}",
+            "models/staging-probe/model.gguf",
+            gguf,
+            c.token,
+        )
         return time.perf_counter() - started
 
 
@@ -166,7 +180,9 @@ class Round:
 
 
 def _load_alone_s(gguf: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", LOAD_ALONE, str(gguf)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_ALONE, str(gguf)], check=True, capture_output=True, text=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -194,12 +210,18 @@ async def _no_spare_cold_s(root: Path, pg_base: str, nats_url: str, shared_model
     try:
         c.start_frontend(*QUIET, "--prehash-models=false")
         c.start_worker("w1", *QUIET)
-        httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
-                  headers=c.admin_headers, timeout=120).raise_for_status()
+        httpx.get(
+            f"{c.frontend_url}/api/nodes/scheduling/explain",
+            params={"model": GEMMA_NAME},
+            headers=c.admin_headers,
+            timeout=120,
+        ).raise_for_status()
         cold_s, _ = await _cold_ttft_s(c.frontend_url)
     finally:
         c.stop()
-        shutil.rmtree(c.root, ignore_errors=True)  # its pages are reused by the next round (see machine.touch_memory)
+        shutil.rmtree(
+            c.root, ignore_errors=True
+        )  # its pages are reused by the next round (see machine.touch_memory)
     return cold_s
 
 
@@ -212,9 +234,15 @@ async def _spare_round(root: Path, pg_base: str, nats_url: str, shared_models: P
         c.start_worker("w1", *QUIET, "--backend-prestart=llama-cpp")
         assert c.frontend is not None
         _wait_for_log(c.workers[0], "for spare:llama-cpp ready", "the worker's spare llama-cpp process")
-        _wait_for_log(c.frontend, f"pre-hashed {c.models_dir.resolve() / GEMMA_FILE}", "the frontend's pre-hash")
-        explain = httpx.get(f"{c.frontend_url}/api/nodes/scheduling/explain", params={"model": GEMMA_NAME},
-                            headers=c.admin_headers, timeout=120)  # the GGUF header read, once, untimed
+        _wait_for_log(
+            c.frontend, f"pre-hashed {c.models_dir.resolve() / GEMMA_FILE}", "the frontend's pre-hash"
+        )
+        explain = httpx.get(
+            f"{c.frontend_url}/api/nodes/scheduling/explain",
+            params={"model": GEMMA_NAME},
+            headers=c.admin_headers,
+            timeout=120,
+        )  # the GGUF header read, once, untimed
         explain.raise_for_status()
         cold_s, started_at = await _cold_ttft_s(c.frontend_url)
         timeline = _timeline(c, started_at, cold_s)
@@ -228,12 +256,17 @@ async def _spare_round(root: Path, pg_base: str, nats_url: str, shared_models: P
 
 
 def _median_row(label: str, values: list[float]) -> str:
-    return (f"{label:<52} {statistics.median(values):>7.2f}  " + " ".join(f"{v:6.2f}" for v in values)
-            + f"   spread {max(values) / min(values):4.2f}x")
+    return (
+        f"{label:<52} {statistics.median(values):>7.2f}  "
+        + " ".join(f"{v:6.2f}" for v in values)
+        + f"   spread {max(values) / min(values):4.2f}x"
+    )
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-cold-", dir="/var/tmp"))
@@ -255,8 +288,11 @@ async def main() -> None:
             measured = await _stack_round(root, pg.url_base, nats_server.url, shared_models, index)
             measured.load_s = load_s if load_first else _load_alone_s(gguf)
             rounds.append(measured)
-            print(f"round {index + 1}: cold {measured.cold_s:.2f}s (no spare {measured.no_spare_s:.2f}s), staging {measured.staging_s:.2f}s + "
-                  f"load {measured.load_s:.2f}s -> x{measured.ratio:.2f}", flush=True)
+            print(
+                f"round {index + 1}: cold {measured.cold_s:.2f}s (no spare {measured.no_spare_s:.2f}s), staging {measured.staging_s:.2f}s + "
+                f"load {measured.load_s:.2f}s -> x{measured.ratio:.2f}",
+                flush=True,
+            )
     finally:
         nats_server.stop()
         pg.stop(quiet=True)
@@ -268,9 +304,13 @@ async def main() -> None:
     print(_median_row("alone: backend process start (backend.install)", [r.install_s for r in rounds]))
     print(_median_row("alone: llama-cpp load + first token", [r.load_s for r in rounds]))
     print(_median_row("warm: first streamed byte of the loaded model", [r.warm_s for r in rounds]))
-    print(_median_row("cold / (staging + load + first token)", [r.ratio for r in rounds]) + "  (target <= 1.2)")
+    print(
+        _median_row("cold / (staging + load + first token)", [r.ratio for r in rounds]) + "  (target <= 1.2)"
+    )
     print(_median_row("cold, bare / (staging + load + first token)", [r.no_spare_ratio for r in rounds]))
-    print("\nthe cold request's timeline (seconds since it was sent; from the logs, 1 ms resolution), per round:")
+    print(
+        "\nthe cold request's timeline (seconds since it was sent; from the logs, 1 ms resolution), per round:"
+    )
     for step, (label, _) in enumerate(rounds[0].timeline):
         values = [r.timeline[step][1] for r in rounds]
         print(f"  {label:<50} " + " ".join("     -" if v is None else f"{v:6.2f}" for v in values))

@@ -54,20 +54,31 @@ def _rate(chunks: int, seconds: float) -> float:
 
 def _alone(model: Path, runs: int) -> list[tuple[int, float]]:
     """`runs` streams from one llama-cpp-python process (loaded once, as corral's replica is)."""
-    out = subprocess.run([sys.executable, "-c", ALONE, str(model), str(runs), PROMPT, str(MAX_TOKENS)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ALONE, str(model), str(runs), PROMPT, str(MAX_TOKENS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [tuple(json.loads(line)) for line in out.stdout.strip().splitlines()]  # type: ignore[misc]
 
 
 async def _through(client: httpx.AsyncClient, url: str) -> tuple[int, float]:
-    body = {"model": GEMMA_NAME, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_TOKENS,
-            "temperature": 0.0, "stream": True}
+    body = {
+        "model": GEMMA_NAME,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0.0,
+        "stream": True,
+    }
     stamps: list[float] = []
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
             raise SystemExit(f"HTTP {response.status_code}: {(await response.aread())[:300]!r}")
         async for line in response.aiter_lines():
-            if line.startswith("data: {") and json.loads(line[6:])["choices"][0].get("delta", {}).get("content"):
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0].get("delta", {}).get(
+                "content"
+            ):
                 stamps.append(time.perf_counter())
     return len(stamps), stamps[-1] - stamps[0]
 
@@ -86,11 +97,19 @@ async def main() -> None:
     rates_through = [_rate(*run) for run in through]
     rates_alone = [_rate(*run) for run in alone]
     print(f"Gemma 3 270M, {MAX_TOKENS}-token greedy stream, {RUNS} alternating runs each (tokens, tok/s):")
-    print("  through corral      " + "  ".join(f"{n:3d} {r:6.1f}" for (n, _), r in zip(through, rates_through, strict=True)))
-    print("  llama-cpp alone     " + "  ".join(f"{n:3d} {r:6.1f}" for (n, _), r in zip(alone, rates_alone, strict=True)))
+    print(
+        "  through corral      "
+        + "  ".join(f"{n:3d} {r:6.1f}" for (n, _), r in zip(through, rates_through, strict=True))
+    )
+    print(
+        "  llama-cpp alone     "
+        + "  ".join(f"{n:3d} {r:6.1f}" for (n, _), r in zip(alone, rates_alone, strict=True))
+    )
     ratio = statistics.median(rates_through) / statistics.median(rates_alone)
-    print(f"decode speed through corral / alone: x{ratio:.3f} (median {statistics.median(rates_through):.1f} vs "
-          f"{statistics.median(rates_alone):.1f} tok/s; target >= 0.95)")
+    print(
+        f"decode speed through corral / alone: x{ratio:.3f} (median {statistics.median(rates_through):.1f} vs "
+        f"{statistics.median(rates_alone):.1f} tok/s; target >= 0.95)"
+    )
 
 
 if __name__ == "__main__":

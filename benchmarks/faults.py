@@ -83,7 +83,10 @@ def _dependency(name: str) -> Callable[[FaultBed], Outcome]:
 
 
 # A worker does not heartbeat while its NATS link is down; keep the stale threshold above the outage.
-FRONTEND_ENV = {"nats": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}, "postgresql": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"}}
+FRONTEND_ENV = {
+    "nats": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"},
+    "postgresql": {"LOCALAI_STALE_NODE_THRESHOLD": "60s"},
+}
 
 SCENARIOS: dict[str, Callable[[FaultBed], Outcome]] = {
     "worker-stream": worker_stream,
@@ -115,7 +118,9 @@ def host_unplugged(root: Path) -> Outcome | str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(SCENARIOS)}, netns")
     args = parser.parse_args()
     chosen = [s for s in args.only.split(",") if s] or [*SCENARIOS, "netns"]
@@ -136,8 +141,11 @@ def main() -> None:
                 outcome = SCENARIOS[name](bed)
                 print(outcome.row(), flush=True)
             except Exception as exc:  # noqa: BLE001 - a scenario that breaks still gets its row
-                print(f"{name:<34} {'-':>9} {'-':>5} {'-':>10}  scenario failed after "
-                      f"{time.monotonic() - started:.0f}s: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                print(
+                    f"{name:<34} {'-':>9} {'-':>5} {'-':>10}  scenario failed after "
+                    f"{time.monotonic() - started:.0f}s: {type(exc).__name__}: {str(exc)[:200]}",
+                    flush=True,
+                )
             finally:
                 bed.stop()
     finally:
@@ -150,11 +158,16 @@ def _netns_row(root: Path) -> None:
     started = time.monotonic()
     try:
         outcome = host_unplugged(root)
-        print(outcome.row() if isinstance(outcome, Outcome) else f"{'host unplugged (netns)':<34} {outcome}",
-              flush=True)
+        print(
+            outcome.row() if isinstance(outcome, Outcome) else f"{'host unplugged (netns)':<34} {outcome}",
+            flush=True,
+        )
     except Exception as exc:  # noqa: BLE001 - a scenario that breaks still gets its row
-        print(f"{'host unplugged (netns)':<34} scenario failed after {time.monotonic() - started:.0f}s: "
-              f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
+        print(
+            f"{'host unplugged (netns)':<34} scenario failed after {time.monotonic() - started:.0f}s: "
+            f"{type(exc).__name__}: {str(exc)[:200]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

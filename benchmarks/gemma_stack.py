@@ -23,7 +23,9 @@ PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @asynccontextmanager
-async def bench_cluster(tag: str, models_dir: Path, worker_args: tuple[str, ...] = ()) -> AsyncIterator[Cluster]:
+async def bench_cluster(
+    tag: str, models_dir: Path, worker_args: tuple[str, ...] = ()
+) -> AsyncIterator[Cluster]:
     """A started cluster (one frontend, worker `<tag>-w1`) serving the configs in `models_dir`, on a throwaway
     database of the machine's PostgreSQL and its NATS; stopped and the database dropped on exit."""
     if not (port_open("127.0.0.1", 5432) and port_open("127.0.0.1", 4222)):
@@ -33,8 +35,12 @@ async def bench_cluster(tag: str, models_dir: Path, worker_args: tuple[str, ...]
     await admin.execute(f'CREATE DATABASE "{name}"')
     root = Path(tempfile.mkdtemp(prefix=f"corral-bench-{tag}-", dir="/var/tmp"))
     (root / "frontend-models").symlink_to(models_dir)
-    cluster = Cluster(root=root, database_url=f"postgresql://postgres@127.0.0.1:5432/{name}",
-                      nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
+    cluster = Cluster(
+        root=root,
+        database_url=f"postgresql://postgres@127.0.0.1:5432/{name}",
+        nats_url="nats://127.0.0.1:4222",
+        fail_on_loop_stalls=False,
+    )
     try:
         cluster.start_frontend("--log-level", "info")
         cluster.start_worker(f"{tag}-w1", "--log-level", "info", *worker_args)

@@ -71,9 +71,12 @@ class RawPool:
     async def post(self, path: str, body: bytes, node_token: str) -> int:
         reader, writer = await self._free.get()
         try:
-            writer.write(f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
-                         f"X-Node-Token: {node_token}\r\n"
-                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
+                f"X-Node-Token: {node_token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
             status = int((await reader.readline()).split()[1])
             length = 0
             while (line := await reader.readline()) not in (b"\r\n", b""):
@@ -90,8 +93,14 @@ class RawPool:
             writer.close()
 
 
-async def _node_loop(pool: RawPool, node: tuple[str, str], interval_s: float, stop_at: float,
-                     counted_from: float, beats: list[int]) -> None:
+async def _node_loop(
+    pool: RawPool,
+    node: tuple[str, str],
+    interval_s: float,
+    stop_at: float,
+    counted_from: float,
+    beats: list[int],
+) -> None:
     node_id, node_token = node
     await asyncio.sleep(random.uniform(0, interval_s))
     ram = 16 * GIB
@@ -118,19 +127,28 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
     await admin.execute(f'CREATE DATABASE "{name}"')
     url = f"postgresql://postgres@127.0.0.1:5432/{name}"
     root = Path(tempfile.mkdtemp(prefix="corral-bench-hb-", dir="/var/tmp"))
-    cluster = Cluster(root=root, database_url=url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
+    cluster = Cluster(
+        root=root, database_url=url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False
+    )
     (root / "frontend-models").mkdir(parents=True)
     try:
         cluster.start_frontend("--node-heartbeat-checkpoint", f"{checkpoint_s}s", "--log-level", "warning")
         assert cluster.frontend is not None
         headers = {"Authorization": f"Bearer {cluster.token}"}
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        async with httpx.AsyncClient(base_url=cluster.frontend_url, headers=headers, limits=limits,
-                                     timeout=30) as client:
+        async with httpx.AsyncClient(
+            base_url=cluster.frontend_url, headers=headers, limits=limits, timeout=30
+        ) as client:
             ids = []
             for i in range(NODES):
-                reply = await client.post("/api/node/register", json={
-                    "name": f"bench-{i:04d}", "address": f"10.0.{i // 250}.{i % 250}:50051", "token": cluster.token})
+                reply = await client.post(
+                    "/api/node/register",
+                    json={
+                        "name": f"bench-{i:04d}",
+                        "address": f"10.0.{i // 250}.{i % 250}:50051",
+                        "token": cluster.token,
+                    },
+                )
                 ids.append((reply.json()["id"], reply.json()["node_token"]))
             db = await asyncpg.connect(url)
             for sql in TRIGGER_SQL:
@@ -150,25 +168,39 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
         await pool.open(CONNECTIONS)
         start = time.monotonic()
         stop_at, counted_from = start + WARMUP_S + RUN_S, start + WARMUP_S
-        await asyncio.gather(_count_from(db, pid, WARMUP_S, marks),
-                             *(_node_loop(pool, n, interval_s, stop_at, counted_from, beats) for n in ids))
+        await asyncio.gather(
+            _count_from(db, pid, WARMUP_S, marks),
+            *(_node_loop(pool, n, interval_s, stop_at, counted_from, beats) for n in ids),
+        )
         cpu_s = _cpu_s(pid) - marks["cpu_before"]
         writes = int(await db.fetchval("SELECT count(*) FROM bench_updates"))
         await db.close()
         await pool.close()
         await nc.drain()
         simulated_hours = RUN_S * COMPRESSION / 3600
-        result = {"beats": beats[0], "writes": writes, "writes_per_node_hour": writes / NODES / simulated_hours,
-                  "beats_per_node_hour": beats[0] / NODES / simulated_hours, "cpu_percent": 100 * cpu_s / RUN_S,
-                  "cpu_s_per_hour": cpu_s / simulated_hours, "writes_per_hour": writes / simulated_hours}
-        print(f"{label:>12}: {beats[0]} beats, {writes} durable writes -> "
-              f"{result['writes_per_node_hour']:.1f} writes/node/hour "
-              f"({result['beats_per_node_hour']:.0f} beats/node/hour); frontend CPU {result['cpu_percent']:.0f}% "
-              f"of one core at {beats[0] / RUN_S:.0f} beats/s", flush=True)
-        print(f"{'':>12}  per real hour for {NODES} nodes at {BEAT_INTERVAL_S:g} s beats: "
-              f"{result['writes_per_hour']:.0f} PostgreSQL writes, {result['cpu_s_per_hour']:.0f} frontend CPU "
-              f"seconds ({result['cpu_s_per_hour'] / 36:.1f}% of a core); "
-              f"{node_messages[0]} NATS messages to the nodes during the run", flush=True)
+        result = {
+            "beats": beats[0],
+            "writes": writes,
+            "writes_per_node_hour": writes / NODES / simulated_hours,
+            "beats_per_node_hour": beats[0] / NODES / simulated_hours,
+            "cpu_percent": 100 * cpu_s / RUN_S,
+            "cpu_s_per_hour": cpu_s / simulated_hours,
+            "writes_per_hour": writes / simulated_hours,
+        }
+        print(
+            f"{label:>12}: {beats[0]} beats, {writes} durable writes -> "
+            f"{result['writes_per_node_hour']:.1f} writes/node/hour "
+            f"({result['beats_per_node_hour']:.0f} beats/node/hour); frontend CPU {result['cpu_percent']:.0f}% "
+            f"of one core at {beats[0] / RUN_S:.0f} beats/s",
+            flush=True,
+        )
+        print(
+            f"{'':>12}  per real hour for {NODES} nodes at {BEAT_INTERVAL_S:g} s beats: "
+            f"{result['writes_per_hour']:.0f} PostgreSQL writes, {result['cpu_s_per_hour']:.0f} frontend CPU "
+            f"seconds ({result['cpu_s_per_hour'] / 36:.1f}% of a core); "
+            f"{node_messages[0]} NATS messages to the nodes during the run",
+            flush=True,
+        )
         return result
     finally:
         cluster.stop()
@@ -179,14 +211,20 @@ async def _run(label: str, checkpoint_s: float) -> dict[str, float]:
 async def main() -> None:
     if not (port_open("127.0.0.1", 5432) and port_open("127.0.0.1", 4222)):
         raise SystemExit("this benchmark needs PostgreSQL on 127.0.0.1:5432 and NATS on 127.0.0.1:4222")
-    print(f"{NODES} nodes, beat every {BEAT_INTERVAL_S:g}s, checkpoint {CHECKPOINT_S:g}s, "
-          f"time compressed x{COMPRESSION:g} ({RUN_S:g}s per run = {RUN_S * COMPRESSION / 60:g} simulated min)")
+    print(
+        f"{NODES} nodes, beat every {BEAT_INTERVAL_S:g}s, checkpoint {CHECKPOINT_S:g}s, "
+        f"time compressed x{COMPRESSION:g} ({RUN_S:g}s per run = {RUN_S * COMPRESSION / 60:g} simulated min)"
+    )
     checkpointed = await _run("checkpointed", CHECKPOINT_S / COMPRESSION)
     baseline = await _run("per-beat", 0.1)  # below the beat interval: one durable write per beat
-    ratio = (checkpointed["writes"] / max(1, checkpointed["beats"])) / (baseline["writes"] / max(1, baseline["beats"]))
-    print(f"durable writes per beat: checkpointed / one-write-per-beat = {ratio:.3f} "
-          f"({1 / max(ratio, 1e-9):.1f}x fewer); frontend CPU {checkpointed['cpu_percent']:.0f}% vs "
-          f"{baseline['cpu_percent']:.0f}%")
+    ratio = (checkpointed["writes"] / max(1, checkpointed["beats"])) / (
+        baseline["writes"] / max(1, baseline["beats"])
+    )
+    print(
+        f"durable writes per beat: checkpointed / one-write-per-beat = {ratio:.3f} "
+        f"({1 / max(ratio, 1e-9):.1f}x fewer); frontend CPU {checkpointed['cpu_percent']:.0f}% vs "
+        f"{baseline['cpu_percent']:.0f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -64,14 +64,23 @@ async def _baseline() -> tuple[float, float]:
 
 async def _through_corral(url: str) -> tuple[tuple[float, float], tuple[float, float]]:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+
         async def plain() -> None:
-            r = await client.post("/v1/chat/completions", json={
-                "model": "sim", "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]})
+            r = await client.post(
+                "/v1/chat/completions",
+                json={"model": "sim", "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]},
+            )
             assert r.status_code == 200
 
         async def agent() -> None:
-            r = await client.post("/v1/chat/completions", json={
-                "model": "sim-mcp", "max_tokens": 4, "messages": [{"role": "user", "content": 'call add({"a": 2, "b": 3})'}]})
+            r = await client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "sim-mcp",
+                    "max_tokens": 4,
+                    "messages": [{"role": "user", "content": 'call add({"a": 2, "b": 3})'}],
+                },
+            )
             assert r.json()["choices"][0]["message"]["content"] == "Tool add returned: 5", r.text
 
         return await _timed(plain), await _timed(agent)
@@ -111,8 +120,10 @@ def main() -> None:
     print(f"plain chat completion            p50 {plain[0]:6.2f} ms  p99 {plain[1]:6.2f} ms")
     print(f"chat completion with 1 tool call p50 {agent[0]:6.2f} ms  p99 {agent[1]:6.2f} ms")
     added = agent[0] - plain[0] - base[0]
-    print(f"added by corral around the tool call (p50): {added:.2f} ms; agent/plain ratio {agent[0] / plain[0]:.2f}, "
-          f"(agent - plain) / baseline ratio {(agent[0] - plain[0]) / base[0]:.2f}")
+    print(
+        f"added by corral around the tool call (p50): {added:.2f} ms; agent/plain ratio {agent[0] / plain[0]:.2f}, "
+        f"(agent - plain) / baseline ratio {(agent[0] - plain[0]) / base[0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ def main() -> None:
     base_us, with_us = per_call_us(baseline), per_call_us(instrumented)
     added_us = with_us - base_us
     print(f"baseline loop: {base_us:.2f} µs/call; instrumented: {with_us:.2f} µs/call")
-    print(f"metrics + tracing-off checks add {added_us:.2f} µs of CPU per warm request (target <= {TARGET_US:g} µs)")
+    print(
+        f"metrics + tracing-off checks add {added_us:.2f} µs of CPU per warm request (target <= {TARGET_US:g} µs)"
+    )
 
 
 if __name__ == "__main__":

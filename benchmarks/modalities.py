@@ -55,8 +55,11 @@ def _median_ms(run: Callable[[], Any]) -> tuple[float, Any]:
 async def _address(database_url: str, model: str) -> str:
     conn = await asyncpg.connect(database_url)
     try:
-        return str(await conn.fetchval("SELECT address FROM node_models WHERE model_name = $1 AND state = 'loaded' "
-                                       "LIMIT 1", model))
+        return str(
+            await conn.fetchval(
+                "SELECT address FROM node_models WHERE model_name = $1 AND state = 'loaded' LIMIT 1", model
+            )
+        )
     finally:
         await conn.close()
 
@@ -81,53 +84,79 @@ async def _run() -> None:
         rows = []
 
         def speech() -> bytes:
-            response = http.post(f"{base}/v1/audio/speech", json={"model": "piper-joe", "input": SENTENCE,
-                                                                   "response_format": "wav"})
+            response = http.post(
+                f"{base}/v1/audio/speech",
+                json={"model": "piper-joe", "input": SENTENCE, "response_format": "wav"},
+            )
             response.raise_for_status()
             return response.content
 
         wav = speech()  # warm-up: installs piper, loads the voice
-        stub = backend_pb2_grpc.BackendStub(grpc.insecure_channel(await _address(cluster.database_url, "piper-joe")))
+        stub = backend_pb2_grpc.BackendStub(
+            grpc.insecure_channel(await _address(cluster.database_url, "piper-joe"))
+        )
         out = staging / "speech.wav"
         corral_ms, _ = _median_ms(speech)
         alone_ms, _ = _median_ms(lambda: stub.TTS(pb.TTSRequest(text=SENTENCE, dst=str(out)), metadata=auth))
         rows.append(("tts (piper)", corral_ms, alone_ms, f"0 in, {len(wav)} out"))
 
         def transcribe() -> str:
-            response = http.post(f"{base}/v1/audio/transcriptions", data={"model": "whisper-base"},
-                                 files={"file": ("fox.wav", io.BytesIO(wav), "audio/wav")})
+            response = http.post(
+                f"{base}/v1/audio/transcriptions",
+                data={"model": "whisper-base"},
+                files={"file": ("fox.wav", io.BytesIO(wav), "audio/wav")},
+            )
             response.raise_for_status()
             return str(response.json()["text"])
 
         heard = transcribe()  # warm-up: installs faster-whisper, loads Whisper base
-        stub = backend_pb2_grpc.BackendStub(grpc.insecure_channel(await _address(cluster.database_url, "whisper-base")))
+        stub = backend_pb2_grpc.BackendStub(
+            grpc.insecure_channel(await _address(cluster.database_url, "whisper-base"))
+        )
         (staging / "fox.wav").write_bytes(wav)
         corral_ms, _ = _median_ms(transcribe)
-        alone_ms, _ = _median_ms(lambda: stub.AudioTranscription(pb.TranscriptRequest(dst=str(staging / "fox.wav")),
-                                                                 metadata=auth))
+        alone_ms, _ = _median_ms(
+            lambda: stub.AudioTranscription(pb.TranscriptRequest(dst=str(staging / "fox.wav")), metadata=auth)
+        )
         rows.append(("transcription (whisper base)", corral_ms, alone_ms, f"{len(wav)} in, 0 out"))
 
         def rerank() -> Any:
-            response = http.post(f"{base}/v1/rerank", json={"model": "tiny-reranker", "query": "a quick fox",
-                                                            "documents": DOCUMENTS})
+            response = http.post(
+                f"{base}/v1/rerank",
+                json={"model": "tiny-reranker", "query": "a quick fox", "documents": DOCUMENTS},
+            )
             response.raise_for_status()
             return response.json()
 
         rerank()
-        stub = backend_pb2_grpc.BackendStub(grpc.insecure_channel(await _address(cluster.database_url, "tiny-reranker")))
+        stub = backend_pb2_grpc.BackendStub(
+            grpc.insecure_channel(await _address(cluster.database_url, "tiny-reranker"))
+        )
         corral_ms, _ = _median_ms(rerank)
-        alone_ms, _ = _median_ms(lambda: stub.Rerank(pb.RerankRequest(query="a quick fox", documents=DOCUMENTS),
-                                                     metadata=auth))
+        alone_ms, _ = _median_ms(
+            lambda: stub.Rerank(pb.RerankRequest(query="a quick fox", documents=DOCUMENTS), metadata=auth)
+        )
         rows.append((f"rerank ({len(DOCUMENTS)} documents, tiny cross-encoder)", corral_ms, alone_ms, "none"))
 
         if image:
+
             def generate() -> bytes:
-                response = http.post(f"{base}/v1/images/generations", json={
-                    "model": image, "prompt": "a red fox", "size": "64x64", "response_format": "b64_json", "seed": 1})
+                response = http.post(
+                    f"{base}/v1/images/generations",
+                    json={
+                        "model": image,
+                        "prompt": "a red fox",
+                        "size": "64x64",
+                        "response_format": "b64_json",
+                        "seed": 1,
+                    },
+                )
                 response.raise_for_status()
                 return response.content
 
-            deadline = time.monotonic() + 900  # the first request answers 503 while diffusers installs (minutes)
+            deadline = (
+                time.monotonic() + 900
+            )  # the first request answers 503 while diffusers installs (minutes)
             while True:
                 try:
                     png_json = generate()
@@ -136,11 +165,22 @@ async def _run() -> None:
                     if exc.response.status_code != 503 or time.monotonic() > deadline:
                         raise
                     time.sleep(5)
-            stub = backend_pb2_grpc.BackendStub(grpc.insecure_channel(await _address(cluster.database_url, image)))
+            stub = backend_pb2_grpc.BackendStub(
+                grpc.insecure_channel(await _address(cluster.database_url, image))
+            )
             corral_ms, _ = _median_ms(generate)
-            alone_ms, _ = _median_ms(lambda: stub.GenerateImage(pb.GenerateImageRequest(
-                positive_prompt="a red fox", width=64, height=64, seed=1, dst=str(staging / "image.png")),
-                metadata=auth))
+            alone_ms, _ = _median_ms(
+                lambda: stub.GenerateImage(
+                    pb.GenerateImageRequest(
+                        positive_prompt="a red fox",
+                        width=64,
+                        height=64,
+                        seed=1,
+                        dst=str(staging / "image.png"),
+                    ),
+                    metadata=auth,
+                )
+            )
             png_bytes = (staging / "image.png").stat().st_size
             rows.append(("image 64x64 (tiny diffusion)", corral_ms, alone_ms, f"0 in, {png_bytes} out"))
             del png_json

@@ -36,15 +36,30 @@ TARGET_P50_MS = 5.0
 def snapshot(count: int, rng: random.Random) -> list[NodeSnapshot]:
     nodes = []
     for i in range(count):
-        replicas = tuple(ReplicaSnapshot(model=f"m{rng.randrange(50)}", replica_index=0, state="loaded",
-                                         in_flight=rng.randrange(4), last_used_s=rng.random())
-                         for _ in range(rng.randrange(3)))
-        nodes.append(NodeSnapshot(
-            id=f"n{i}", name=f"node-{i:05d}", address=f"10.0.{i // 250}.{i % 250}:50051", http_address="",
-            total_vram=80 * GIB, available_vram=rng.randrange(1, 80) * GIB, total_disk=1000 * GIB,
-            available_disk=rng.randrange(1, 1000) * GIB, labels={"zone": f"z{i % 4}", "gpu.vendor": "nvidia"},
-            replicas=replicas,
-        ))
+        replicas = tuple(
+            ReplicaSnapshot(
+                model=f"m{rng.randrange(50)}",
+                replica_index=0,
+                state="loaded",
+                in_flight=rng.randrange(4),
+                last_used_s=rng.random(),
+            )
+            for _ in range(rng.randrange(3))
+        )
+        nodes.append(
+            NodeSnapshot(
+                id=f"n{i}",
+                name=f"node-{i:05d}",
+                address=f"10.0.{i // 250}.{i % 250}:50051",
+                http_address="",
+                total_vram=80 * GIB,
+                available_vram=rng.randrange(1, 80) * GIB,
+                total_disk=1000 * GIB,
+                available_disk=rng.randrange(1, 1000) * GIB,
+                labels={"zone": f"z{i % 4}", "gpu.vendor": "nvidia"},
+                replicas=replicas,
+            )
+        )
     return nodes
 
 
@@ -67,21 +82,27 @@ def _decisions(rng: random.Random) -> float:
         nodes = snapshot(size, rng)
         index = PlacementIndex(nodes)
         assert decide_indexed(request, index).node == decide(request, nodes).node
-        for label, fn in (("linear", lambda: decide(request, nodes)),  # noqa: B023 - used at once
-                          ("indexed", lambda: decide_indexed(request, index).node)):  # noqa: B023
+        for label, fn in (
+            ("linear", lambda: decide(request, nodes)),  # noqa: B023 - used at once
+            ("indexed", lambda: decide_indexed(request, index).node),  # noqa: B023 - used at once
+        ):
             timings = _timed(fn, max(20, 20_000 // size) if label == "linear" else 200)
             median = statistics.median(timings) * 1000
             growth = f"x{median / previous[label]:.1f}" if label in previous else "-"
-            print(f"{size:>7} {label:>9} {median:>10.3f} {timings[int(len(timings) * 0.99)] * 1000:>9.3f} "
-                  f"{growth:>11}")
+            print(
+                f"{size:>7} {label:>9} {median:>10.3f} {timings[int(len(timings) * 0.99)] * 1000:>9.3f} "
+                f"{growth:>11}"
+            )
             previous[label] = median
         if size == SIZES[-1]:
             indexed_10k = previous["indexed"]
             build = _timed(lambda: PlacementIndex(nodes), 3)  # noqa: B023
             changed = [snapshot(1, rng)[0] for _ in range(200)]
             upserts = _timed(lambda: index.upsert(changed.pop()), 200)  # noqa: B023 - one heartbeat's change
-            print(f"index over {size} nodes: built in {statistics.median(build) * 1000:.1f} ms; one node updated "
-                  f"in {statistics.median(upserts) * 1e6:.0f} µs (p99 {upserts[int(len(upserts) * 0.99)] * 1e6:.0f})")
+            print(
+                f"index over {size} nodes: built in {statistics.median(build) * 1000:.1f} ms; one node updated "
+                f"in {statistics.median(upserts) * 1e6:.0f} µs (p99 {upserts[int(len(upserts) * 0.99)] * 1e6:.0f})"
+            )
     return indexed_10k
 
 
@@ -112,7 +133,9 @@ async def _snapshot_read(url: str) -> None:
         async with pool.acquire() as conn:
             for statement in filter(str.strip, SEED_SQL.split(";")):
                 await conn.execute(statement.replace("$1", str(SNAPSHOT_NODES)))
-            await conn.execute("ANALYZE")  # what autovacuum does after a bulk load; the planner needs the row counts
+            await conn.execute(
+                "ANALYZE"
+            )  # what autovacuum does after a bulk load; the planner needs the row counts
         nodes = await placement_store.snapshot(pool)
         timings = []
         for _ in range(10):
@@ -120,9 +143,11 @@ async def _snapshot_read(url: str) -> None:
             nodes = await placement_store.snapshot(pool)
             timings.append(time.perf_counter() - start)
         index_s = _timed(lambda: PlacementIndex(nodes), 3)
-        print(f"snapshot read of {len(nodes)} nodes (labels + 2 replicas each) from PostgreSQL: median "
-              f"{statistics.median(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms; indexing it "
-              f"{statistics.median(index_s) * 1000:.0f} ms (done once; later reads update changed nodes only)")
+        print(
+            f"snapshot read of {len(nodes)} nodes (labels + 2 replicas each) from PostgreSQL: median "
+            f"{statistics.median(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms; indexing it "
+            f"{statistics.median(index_s) * 1000:.0f} ms (done once; later reads update changed nodes only)"
+        )
         await _production_path(pool)
     except asyncpg.PostgresError as exc:
         print(f"snapshot read skipped: {exc}")
@@ -148,8 +173,11 @@ async def _production_path(pool: Any) -> None:
 
     async def touch(count: int) -> None:
         ids = [f"node-{random.randrange(1, SNAPSHOT_NODES + 1)}" for _ in range(count)]
-        await pool.execute("UPDATE backend_nodes SET available_vram = (random() * 80)::bigint * 2^30 "
-                           "WHERE id = ANY($1::varchar[])", ids)
+        await pool.execute(
+            "UPDATE backend_nodes SET available_vram = (random() * 80)::bigint * 2^30 "
+            "WHERE id = ANY($1::varchar[])",
+            ids,
+        )
 
     rows = []
     for changed in (0, 20):
@@ -166,9 +194,11 @@ async def _production_path(pool: Any) -> None:
         rows.append((changed, statistics.median(before) * 1000, statistics.median(after) * 1000))
     assert await new() == await old()
     for changed, b, a in rows:
-        print(f"placement of one cold load over {SNAPSHOT_NODES} nodes, {changed} nodes changed since the last: "
-              f"before {b:.1f} ms (whole snapshot + linear), now {a:.1f} ms (incremental view + index): "
-              f"x{b / a:.1f} faster")
+        print(
+            f"placement of one cold load over {SNAPSHOT_NODES} nodes, {changed} nodes changed since the last: "
+            f"before {b:.1f} ms (whole snapshot + linear), now {a:.1f} ms (incremental view + index): "
+            f"x{b / a:.1f} faster"
+        )
 
 
 async def _on_server(admin_url: str) -> None:
@@ -205,8 +235,10 @@ def _with_database() -> None:
 
 def main() -> None:
     indexed = _decisions(random.Random(7))
-    print(f"indexed decision over {SIZES[-1]} nodes: {indexed:.3f} ms p50 (target <= {TARGET_P50_MS} ms): "
-          f"{'ok' if indexed <= TARGET_P50_MS else 'OVER'}")
+    print(
+        f"indexed decision over {SIZES[-1]} nodes: {indexed:.3f} ms p50 (target <= {TARGET_P50_MS} ms): "
+        f"{'ok' if indexed <= TARGET_P50_MS else 'OVER'}"
+    )
     _with_database()
 
 

@@ -47,7 +47,9 @@ from corral.backends.simulator import KVCache  # noqa: E402
 from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 
-PICKERS = tuple(os.environ.get("CORRAL_BENCH_PICKERS", "round_robin,least_loaded,power_of_two,prefix_cache").split(","))
+PICKERS = tuple(
+    os.environ.get("CORRAL_BENCH_PICKERS", "round_robin,least_loaded,power_of_two,prefix_cache").split(",")
+)
 GUARD = orjson.loads(os.environ.get("CORRAL_BENCH_RULE", "{}"))  # e.g. {"balance_abs_threshold": 4}
 REPLICAS = 4
 PROMPT_TOKEN_S = 0.0004  # 2500 prompt tokens/s of prefill per replica
@@ -100,8 +102,9 @@ def conversations(phase: str, skewed: bool) -> list[tuple[str, list[str]]]:
     return convs
 
 
-async def turn(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
-               ) -> tuple[float, str, str]:
+async def turn(
+    client: httpx.AsyncClient, url: str, messages: list[dict[str, str]], max_tokens: int = MAX_TOKENS
+) -> tuple[float, str, str]:
     body = {"model": "chat", "messages": messages, "max_tokens": max_tokens, "stream": True}
     started = time.perf_counter()
     ttft, text = 0.0, []
@@ -156,17 +159,32 @@ async def workload(urls: list[str], phase: str, skewed: bool) -> Result:
     return result
 
 
-def set_policy(cluster: Cluster, urls: list[str], picker: str, replicas: int = REPLICAS,
-               guard: dict[str, float] | None = None) -> None:
+def set_policy(
+    cluster: Cluster,
+    urls: list[str],
+    picker: str,
+    replicas: int = REPLICAS,
+    guard: dict[str, float] | None = None,
+) -> None:
     """The rule of `chat` on every frontend (each applies its own write at once; the others follow within 10 s)."""
     for url in urls:
-        r = httpx.post(f"{url}/api/nodes/scheduling", headers=cluster.admin_headers, timeout=30,
-                       json={"model_name": "chat", "min_replicas": replicas, "route_policy": picker,
-                             **(GUARD if guard is None else guard)})
+        r = httpx.post(
+            f"{url}/api/nodes/scheduling",
+            headers=cluster.admin_headers,
+            timeout=30,
+            json={
+                "model_name": "chat",
+                "min_replicas": replicas,
+                "route_policy": picker,
+                **(GUARD if guard is None else guard),
+            },
+        )
         r.raise_for_status()
 
 
-async def wait_routable(cluster: Cluster, urls: list[str], replicas: int, timeout_s: float, poll_s: float) -> None:
+async def wait_routable(
+    cluster: Cluster, urls: list[str], replicas: int, timeout_s: float, poll_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(routable(cluster, u) == replicas for u in urls):
         if time.monotonic() > deadline:
@@ -183,8 +201,9 @@ async def bench_cluster(prefix: str) -> AsyncIterator[Cluster]:
     pg.start()
     nats.start()
     database_url = await asyncio.to_thread(pg.create_database, "prefix")
-    cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN,
-                      fail_on_loop_stalls=False)
+    cluster = Cluster(
+        root=root, database_url=database_url, nats_url=nats.url, token=TOKEN, fail_on_loop_stalls=False
+    )
     cluster.models_dir.mkdir(parents=True)
     try:
         yield cluster
@@ -196,8 +215,12 @@ async def bench_cluster(prefix: str) -> AsyncIterator[Cluster]:
 
 
 def routable(cluster: Cluster, url: str) -> int:
-    r = httpx.get(f"{url}/api/nodes/scheduling/explain", params={"model": "chat"}, headers=cluster.admin_headers,
-                  timeout=30)
+    r = httpx.get(
+        f"{url}/api/nodes/scheduling/explain",
+        params={"model": "chat"},
+        headers=cluster.admin_headers,
+        timeout=30,
+    )
     return len(r.json().get("routing", {}).get("replicas", []))
 
 
@@ -208,9 +231,11 @@ def pct(values: list[float], q: float) -> float:
 
 LLAMA_CONVERSATIONS = 2
 LLAMA_TURNS = 5
-LLAMA_SYSTEM = ("You are a patient assistant for a small public library. Answer in one short sentence. "
-                "The library opens at nine and closes at six on weekdays, and at noon on Saturdays. "
-                "Members may borrow up to eight books for three weeks and renew them twice online. ") * 12
+LLAMA_SYSTEM = (
+    "You are a patient assistant for a small public library. Answer in one short sentence. "
+    "The library opens at nine and closes at six on weekdays, and at noon on Saturdays. "
+    "Members may borrow up to eight books for three weeks and renew them twice online. "
+) * 12
 
 
 async def llama(gguf: Path) -> None:
@@ -218,9 +243,11 @@ async def llama(gguf: Path) -> None:
         (cluster.models_dir / gguf.name).symlink_to(gguf.resolve())
         (cluster.models_dir / "chat.yaml").write_text(
             f"name: chat\nbackend: llama-cpp\ncontext_size: 2048\nthreads: 1\nparameters:\n  model: {gguf.name}\n"
-            'options:\n  - "chat_format:gemma"\n')
-        cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
-            [{"model_name": "chat", "min_replicas": 2}]).decode()}
+            'options:\n  - "chat_format:gemma"\n'
+        )
+        cluster.frontend_env = {
+            "LOCALAI_MODEL_SCHEDULING": orjson.dumps([{"model_name": "chat", "min_replicas": 2}]).decode()
+        }
         rows: list[tuple[str, list[float], list[float]]] = []
         second = None
         try:
@@ -246,8 +273,12 @@ async def llama(gguf: Path) -> None:
                 async with httpx.AsyncClient(timeout=600) as client:
                     for i, c in enumerate(order):
                         context = f"[{picker} desk {c}] {LLAMA_SYSTEM}\n" if not chats[c] else ""
-                        chats[c].append({"role": "user",
-                                         "content": f"{context}Question {rng.randrange(100)}: when can I come?"})
+                        chats[c].append(
+                            {
+                                "role": "user",
+                                "content": f"{context}Question {rng.randrange(100)}: when can I come?",
+                            }
+                        )
                         ttft, _, answer = await turn(client, urls[i % 2], chats[c], max_tokens=8)
                         chats[c].append({"role": "assistant", "content": answer})
                         (first if len(chats[c]) == 2 else follow).append(ttft)
@@ -256,24 +287,37 @@ async def llama(gguf: Path) -> None:
         finally:
             if second is not None:
                 second.stop()
-    print(f"llama.cpp {gguf.name}: 2 replicas (1 thread each) on 2 workers behind 2 frontends; "
-          f"{LLAMA_CONVERSATIONS} conversations × {LLAMA_TURNS} turns interleaved, one request at a time")
+    print(
+        f"llama.cpp {gguf.name}: 2 replicas (1 thread each) on 2 workers behind 2 frontends; "
+        f"{LLAMA_CONVERSATIONS} conversations × {LLAMA_TURNS} turns interleaved, one request at a time"
+    )
     print(f"{'picker':<13} {'first-turn TTFT p50':>20} {'follow-up TTFT p50':>19}")
     for picker, first, follow in rows:
-        print(f"{picker:<13} {statistics.median(first) * 1000:>18.0f}ms {statistics.median(follow) * 1000:>17.0f}ms")
+        print(
+            f"{picker:<13} {statistics.median(first) * 1000:>18.0f}ms {statistics.median(follow) * 1000:>17.0f}ms"
+        )
     ratio = statistics.median(rows[0][2]) / statistics.median(rows[1][2])
     print(f"follow-up TTFT p50: round_robin / prefix_cache = {ratio:.1f}x")
 
 
 async def main() -> None:
     async with bench_cluster("corral-bench-prefix-") as cluster:
-        options = (f"prompt_token_time_s:{PROMPT_TOKEN_S}", f"output_token_time_s:{OUTPUT_TOKEN_S}",
-                   f"kv_cache_tokens:{KV_CACHE_TOKENS}", f"kv_block_tokens:{KV_BLOCK_TOKENS}", "prefill_concurrency:1")
+        options = (
+            f"prompt_token_time_s:{PROMPT_TOKEN_S}",
+            f"output_token_time_s:{OUTPUT_TOKEN_S}",
+            f"kv_cache_tokens:{KV_CACHE_TOKENS}",
+            f"kv_block_tokens:{KV_BLOCK_TOKENS}",
+            "prefill_concurrency:1",
+        )
         (cluster.models_dir / "chat.yaml").write_text(
             "name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n"
-            + "".join(f'  - "{o}"\n' for o in options))
-        cluster.frontend_env = {"LOCALAI_MODEL_SCHEDULING": orjson.dumps(
-            [{"model_name": "chat", "min_replicas": REPLICAS}]).decode()}
+            + "".join(f'  - "{o}"\n' for o in options)
+        )
+        cluster.frontend_env = {
+            "LOCALAI_MODEL_SCHEDULING": orjson.dumps(
+                [{"model_name": "chat", "min_replicas": REPLICAS}]
+            ).decode()
+        }
         results: dict[tuple[str, str], Result] = {}
         second = None
         try:
@@ -292,27 +336,37 @@ async def main() -> None:
         finally:
             if second is not None:
                 second.stop()
-    print(f"{REPLICAS} replicas on 2 workers behind 2 frontends; {CONVERSATIONS} conversations × {TURNS} turns, "
-          f"{SYSTEM_PROMPTS} system prompts of {SYSTEM_WORDS} tokens, concurrency {CONCURRENCY}; prefill "
-          f"{PROMPT_TOKEN_S * 1000:g} ms/uncached token, decode {OUTPUT_TOKEN_S * 1000:g} ms/token, "
-          f"KV cache {KV_CACHE_TOKENS} tokens/replica")
-    print(f"{'workload':<11} {'picker':<13} {'TTFT p50':>9} {'TTFT p99':>9} {'hit ratio':>9} {'req/s':>7}  "
-          "sticky  requests per replica")
+    print(
+        f"{REPLICAS} replicas on 2 workers behind 2 frontends; {CONVERSATIONS} conversations × {TURNS} turns, "
+        f"{SYSTEM_PROMPTS} system prompts of {SYSTEM_WORDS} tokens, concurrency {CONCURRENCY}; prefill "
+        f"{PROMPT_TOKEN_S * 1000:g} ms/uncached token, decode {OUTPUT_TOKEN_S * 1000:g} ms/token, "
+        f"KV cache {KV_CACHE_TOKENS} tokens/replica"
+    )
+    print(
+        f"{'workload':<11} {'picker':<13} {'TTFT p50':>9} {'TTFT p99':>9} {'hit ratio':>9} {'req/s':>7}  "
+        "sticky  requests per replica"
+    )
     for name in ("multi-turn", "skewed"):
         for picker in PICKERS:
             r = results[(picker, name)]
             spread = " ".join(str(v) for _, v in sorted(r.per_replica.items()))
-            print(f"{name:<11} {picker:<13} {statistics.median(r.ttft_s) * 1000:>7.0f}ms "
-                  f"{pct(r.ttft_s, 0.99) * 1000:>7.0f}ms {r.hits / r.prompt_tokens:>9.2f} "
-                  f"{r.requests / r.wall_s:>7.2f} {r.sticky / r.follow_ups:>7.2f}  {spread}")
+            print(
+                f"{name:<11} {picker:<13} {statistics.median(r.ttft_s) * 1000:>7.0f}ms "
+                f"{pct(r.ttft_s, 0.99) * 1000:>7.0f}ms {r.hits / r.prompt_tokens:>9.2f} "
+                f"{r.requests / r.wall_s:>7.2f} {r.sticky / r.follow_ups:>7.2f}  {spread}"
+            )
     if not {"round_robin", "least_loaded", "prefix_cache"} <= set(PICKERS):
         return
     mt = {p: statistics.median(results[(p, "multi-turn")].ttft_s) for p in PICKERS}
     sk = {p: statistics.median(results[(p, "skewed")].ttft_s) for p in PICKERS}
-    print(f"multi-turn TTFT p50: round_robin / prefix_cache = {mt['round_robin'] / mt['prefix_cache']:.1f}x "
-          "(target >= 3x)")
-    print(f"skewed TTFT p50: prefix_cache / least_loaded = {sk['prefix_cache'] / sk['least_loaded']:.2f} "
-          "(target <= 1)")
+    print(
+        f"multi-turn TTFT p50: round_robin / prefix_cache = {mt['round_robin'] / mt['prefix_cache']:.1f}x "
+        "(target >= 3x)"
+    )
+    print(
+        f"skewed TTFT p50: prefix_cache / least_loaded = {sk['prefix_cache'] / sk['least_loaded']:.2f} "
+        "(target <= 1)"
+    )
 
 
 if __name__ == "__main__":
@@ -321,6 +375,7 @@ if __name__ == "__main__":
             gemma = Path(sys.argv[2])
         else:  # the default model, assembled from its package (no hub download)
             from corral.models.defaults import GEMMA_FILE, prepare_gemma
+
             prepare_gemma(GEMMA_CACHE)
             gemma = GEMMA_CACHE / GEMMA_FILE
         asyncio.run(llama(gemma))

@@ -40,15 +40,28 @@ CONCURRENT = 10000  # at c=16: long enough (1-2 s) that the CPU figure is not on
 CONCURRENCY = 16
 # frontend processes on one port (`corral run --http-workers N`), e.g. CORRAL_BENCH_HTTP_WORKERS=1 for one run
 HTTP_WORKERS = tuple(int(n) for n in os.environ.get("CORRAL_BENCH_HTTP_WORKERS", "1,2").split(","))
-FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py (literal: the script also runs on older trees)
+FAST_LANE_ENV = (
+    "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py (literal: the script also runs on older trees)
+)
 TARGET_CPU_US = 120
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = {"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
-CANNED = orjson.dumps({
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "sim",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "w1 w2 w3 w4"}, "finish_reason": "length"}],
-    "usage": {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6},
-})
+CANNED = orjson.dumps(
+    {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "sim",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "w1 w2 w3 w4"},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6},
+    }
+)
 
 
 class _Minimal(asyncio.Protocol):
@@ -71,12 +84,17 @@ class _Minimal(asyncio.Protocol):
             if len(rest) < length:
                 return
             self.buffer = rest[length:]
-            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "  # type: ignore[attr-defined]
-                                 + str(len(CANNED)).encode() + b"\r\n\r\n" + CANNED)
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "  # type: ignore[attr-defined]
+                + str(len(CANNED)).encode()
+                + b"\r\n\r\n"
+                + CANNED
+            )
 
 
-async def _measure(call: Callable[[], Awaitable[None]],
-                   cpu_s: Callable[[], float] = lambda: 0.0) -> tuple[float, float, float, float]:
+async def _measure(
+    call: Callable[[], Awaitable[None]], cpu_s: Callable[[], float] = lambda: 0.0
+) -> tuple[float, float, float, float]:
     """p50 and p99 ms at c=1, req/s at c=16, and the server's CPU µs per request at c=16 (`cpu_s`: its CPU)."""
     for _ in range(50):
         await call()
@@ -130,12 +148,17 @@ class _LeanClient:
         payload = orjson.dumps(json)
         conn = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, int(self.port))
         reader, writer = conn
-        writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        writer.write(
+            b"POST " + path.encode() + b" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        )
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
         await reader.readexactly(length)
         self._idle.append(conn)
         if status != 200:
@@ -150,8 +173,11 @@ def _client(url: str) -> _LeanClient:
 async def _xacts(database_url: str) -> int:
     conn = await asyncpg.connect(database_url)
     try:
-        return int(await conn.fetchval(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"))
+        return int(
+            await conn.fetchval(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            )
+        )
     finally:
         await conn.close()
 
@@ -161,10 +187,23 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
     if binary is None:
         return None
     port = free_port()
-    proc = subprocess.Popen([binary, "--worker-urls", f"http://127.0.0.1:{baseline_port}", "--policy",
-                             "round_robin", "--host", "127.0.0.1", "--port", str(port),
-                             "--worker-startup-check-interval", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--worker-urls",
+            f"http://127.0.0.1:{baseline_port}",
+            "--policy",
+            "round_robin",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-startup-check-interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(300):  # the baseline server answers its health checks on this event loop
         if port_open("127.0.0.1", port, timeout_s=0.05):
             return f"http://127.0.0.1:{port}", proc
@@ -173,7 +212,9 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
     return None
 
 
-async def _corral(http_workers: int, fast_lane: bool = True) -> tuple[tuple[float, float, float, float], float, int]:
+async def _corral(
+    http_workers: int, fast_lane: bool = True
+) -> tuple[tuple[float, float, float, float], float, int]:
     """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
     PostgreSQL transactions during the measured run (idle background subtracted) and the request count."""
     name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}"
@@ -182,7 +223,9 @@ async def _corral(http_workers: int, fast_lane: bool = True) -> tuple[tuple[floa
     await conn.close()
     database_url = f"postgresql://postgres@127.0.0.1:5432/{name}"
     root = Path(tempfile.mkdtemp(prefix="corral-bench-", dir="/var/tmp"))
-    cluster = Cluster(root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False)
+    cluster = Cluster(
+        root=root, database_url=database_url, nats_url="nats://127.0.0.1:4222", fail_on_loop_stalls=False
+    )
     cluster.models_dir.mkdir(parents=True)
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     try:
@@ -233,8 +276,12 @@ async def main() -> None:
     statements: list[tuple[str, float, int]] = []
     try:
         async with _client(f"http://127.0.0.1:{baseline_port}") as base:
-            rows.append(("baseline: minimal HTTP server", await _measure(lambda: base.post("/v1/chat/completions",
-                                                                                           json=BODY))))
+            rows.append(
+                (
+                    "baseline: minimal HTTP server",
+                    await _measure(lambda: base.post("/v1/chat/completions", json=BODY)),
+                )
+            )
         grpc_figures, count, requests = await _corral(1, fast_lane=False)
         rows.append(("corral: frontend x1 -> simulator, gRPC", grpc_figures))
         statements.append(("x1, gRPC", count, requests))
@@ -245,8 +292,15 @@ async def main() -> None:
         if peer:
             peer_pid = peer[1].pid
             async with _client(peer[0]) as client:
-                rows.append(("vllm-router -> baseline", await _measure(
-                    lambda: client.post("/v1/chat/completions", json=BODY), lambda: _tree_cpu_s(peer_pid))))
+                rows.append(
+                    (
+                        "vllm-router -> baseline",
+                        await _measure(
+                            lambda: client.post("/v1/chat/completions", json=BODY),
+                            lambda: _tree_cpu_s(peer_pid),
+                        ),
+                    )
+                )
     finally:
         if peer:
             peer[1].terminate()
@@ -258,21 +312,31 @@ async def main() -> None:
         cpu = f"{cpu_us:>11.0f}" if not label.startswith("baseline") else f"{'-':>11}"
         print(f"{label:<40} {p50:>8.2f} {p99:>8.2f} {rps:>11.0f} {p50 - base_p50:>+10.2f} {cpu}")
     p50, _, rps, cpu_us = rows[2][1]
-    print(f"corral vs baseline: latency x{p50 / base_p50:.2f} (+{p50 - base_p50:.2f} ms), "
-          f"throughput x{rps / base_rps:.2f}; frontend CPU per warm request {cpu_us:.0f} µs "
-          f"(target <= {TARGET_CPU_US} µs)")
-    print(f"fast lane vs gRPC (x1): CPU per request x{cpu_us / grpc_figures[3]:.2f} "
-          f"({grpc_figures[3]:.0f} -> {cpu_us:.0f} µs), throughput x{rps / grpc_figures[2]:.2f}, "
-          f"p50 x{p50 / grpc_figures[0]:.2f}")
+    print(
+        f"corral vs baseline: latency x{p50 / base_p50:.2f} (+{p50 - base_p50:.2f} ms), "
+        f"throughput x{rps / base_rps:.2f}; frontend CPU per warm request {cpu_us:.0f} µs "
+        f"(target <= {TARGET_CPU_US} µs)"
+    )
+    print(
+        f"fast lane vs gRPC (x1): CPU per request x{cpu_us / grpc_figures[3]:.2f} "
+        f"({grpc_figures[3]:.0f} -> {cpu_us:.0f} µs), throughput x{rps / grpc_figures[2]:.2f}, "
+        f"p50 x{p50 / grpc_figures[0]:.2f}"
+    )
     if HTTP_WORKERS[:2] == (1, 2):
         one, two = rows[2][1], rows[3][1]
-        print(f"--http-workers 2 vs 1: throughput x{two[2] / one[2]:.2f}, CPU per request x{two[3] / one[3]:.2f}")
+        print(
+            f"--http-workers 2 vs 1: throughput x{two[2] / one[2]:.2f}, CPU per request x{two[3] / one[3]:.2f}"
+        )
     if peer:
-        print(f"corral x1 vs vllm-router: throughput x{rps / rows[-1][1][2]:.2f}, "
-              f"CPU per request x{cpu_us / max(rows[-1][1][3], 1e-9):.1f}")
+        print(
+            f"corral x1 vs vllm-router: throughput x{rps / rows[-1][1][2]:.2f}, "
+            f"CPU per request x{cpu_us / max(rows[-1][1][3], 1e-9):.1f}"
+        )
     for label, count, requests in statements:
-        print(f"PostgreSQL transactions per warm request ({label}): {count / requests:.4f} "
-              f"({count:.0f} over {requests} requests, idle background subtracted)")
+        print(
+            f"PostgreSQL transactions per warm request ({label}): {count / requests:.4f} "
+            f"({count:.0f} over {requests} requests, idle background subtracted)"
+        )
 
 
 if __name__ == "__main__":

@@ -176,8 +176,9 @@ def _timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 
 def _curl(port: int, path: Path) -> None:
-    subprocess.run(["curl", "-sS", "-o", "/dev/null", "-T", str(path), f"http://127.0.0.1:{port}/upload"],
-                   check=True)
+    subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", "-T", str(path), f"http://127.0.0.1:{port}/upload"], check=True
+    )
 
 
 def _sha256sum(path: Path) -> None:
@@ -200,8 +201,10 @@ async def _stage(client: httpx.AsyncClient, port: int, path: Path, worker_dir: P
 
 def _spread(values: list[float]) -> str:
     """Median and range of the rounds, and the range as a factor (max / min): how steady it is."""
-    return (f"median {statistics.median(values):5.2f}s  min {min(values):5.2f}s  max {max(values):5.2f}s  "
-            f"spread {max(values) / min(values):4.2f}x")
+    return (
+        f"median {statistics.median(values):5.2f}s  min {min(values):5.2f}s  max {max(values):5.2f}s  "
+        f"spread {max(values) / min(values):4.2f}x"
+    )
 
 
 def _line(label: str, ours: list[float], raw: list[float], size_bytes: int) -> None:
@@ -210,19 +213,25 @@ def _line(label: str, ours: list[float], raw: list[float], size_bytes: int) -> N
     ours_mbs, raw_mbs = size_bytes / ours_s / 1e6, size_bytes / raw_s / 1e6
     ratio, best_ratio = raw_s / ours_s, min(raw) / min(ours)
     verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"
-    print(f"{label:<34} ours {ours_mbs:6.0f} MB/s  raw {raw_mbs:6.0f} MB/s  ratio {ratio:5.2f} "
-          f"(best-of-rounds {best_ratio:4.2f})  [{verdict}]")
+    print(
+        f"{label:<34} ours {ours_mbs:6.0f} MB/s  raw {raw_mbs:6.0f} MB/s  ratio {ratio:5.2f} "
+        f"(best-of-rounds {best_ratio:4.2f})  [{verdict}]"
+    )
     print(f"{'':<34} ours: {_spread(ours)}")
     print(f"{'':<34} raw:  {_spread(raw)}")
 
 
 def _report(args: argparse.Namespace, results: dict[str, list[float]], size_bytes: int) -> None:
-    print(f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"\n{args.size_mib} MiB on loopback, median of {args.rounds} rounds, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     _line("transfer (stage_file vs curl -T)", results["stage"], results["curl"], size_bytes)
-    print(f"{'transfer CPU seconds':<34} ours (worker + client) median {statistics.median(results['stage_cpu']):5.2f}s"
-          f"  raw (receiver + curl) median {statistics.median(results['curl_cpu']):5.2f}s  ratio "
-          f"{statistics.median(results['curl_cpu']) / statistics.median(results['stage_cpu']):4.2f}")
+    print(
+        f"{'transfer CPU seconds':<34} ours (worker + client) median {statistics.median(results['stage_cpu']):5.2f}s"
+        f"  raw (receiver + curl) median {statistics.median(results['curl_cpu']):5.2f}s  ratio "
+        f"{statistics.median(results['curl_cpu']) / statistics.median(results['stage_cpu']):4.2f}"
+    )
     if not args.transfer_only:
         _line("verify hash (ours vs sha256sum)", results["hash"], results["sha256sum"], size_bytes)
         if results["openssl"]:
@@ -235,12 +244,19 @@ def _report(args: argparse.Namespace, results: dict[str, list[float]], size_byte
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--transfer-only", action="store_true", help="only the transfer rows (no hash rounds)")
-    parser.add_argument("--phases", action="store_true",
-                        help="time the worker's receiving thread per upload (recv, write, waiting for the hash)")
+    parser.add_argument(
+        "--transfer-only", action="store_true", help="only the transfer rows (no hash rounds)"
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="time the worker's receiving thread per upload (recv, write, waiting for the hash)",
+    )
     args = parser.parse_args()
     if shutil.which("curl") is None or shutil.which("sha256sum") is None:
         raise SystemExit("benchmark needs curl and sha256sum on PATH")
@@ -253,15 +269,22 @@ async def main() -> None:
     worker_port, raw_port = _free_port(), _free_port()
     print(f"writing a {args.size_mib} MiB test file in {root} ...", flush=True)
     _write_random(source, size_bytes)
-    touch_memory(root, max(2048, 2 * args.size_mib))  # the rounds write into memory used before (see machine.py)
+    touch_memory(
+        root, max(2048, 2 * args.size_mib)
+    )  # the rounds write into memory used before (see machine.py)
     phases_out = root / "phases.jsonl"
     hooks = root / "phase_hooks.py"
     hooks.write_text(f"PHASES_OUT = {str(phases_out)!r}\n" + PHASE_HOOKS)
-    worker = _start(WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN, *([str(hooks)] if args.phases else []))
+    worker = _start(
+        WORKER_SCRIPT, str(worker_port), str(worker_dir), TOKEN, *([str(hooks)] if args.phases else [])
+    )
     uploads: list[str] = []  # what each upload the worker timed was, in order
     raw = _start(MINIMAL_RECEIVER_SCRIPT, str(raw_port), str(root / "raw-received.bin"))
     keys = ("stage", "curl", "stage_cpu", "curl_cpu", "hash", "sha256sum", "openssl", "first", "raw_first")
-    stage_cpu, curl_cpu = CpuMeter(worker.pid, resource.RUSAGE_SELF), CpuMeter(raw.pid, resource.RUSAGE_CHILDREN)
+    stage_cpu, curl_cpu = (
+        CpuMeter(worker.pid, resource.RUSAGE_SELF),
+        CpuMeter(raw.pid, resource.RUSAGE_CHILDREN),
+    )
     results: dict[str, list[float]] = {k: [] for k in keys}
     has_openssl = shutil.which("openssl") is not None
     try:
@@ -282,7 +305,8 @@ async def main() -> None:
                     else:
                         cpu_before = stage_cpu.now()
                         results["stage"].append(
-                            await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                            await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin")
+                        )
                         uploads.append("transfer")
                         results["stage_cpu"].append(stage_cpu.now() - cpu_before)
                 if args.transfer_only:
@@ -293,7 +317,9 @@ async def main() -> None:
                     results["openssl"].append(_timed(lambda: _openssl(source)))
                 hash_sidecar_path(source).unlink(missing_ok=True)  # a file never hashed before
                 _settle(worker_dir)
-                results["first"].append(await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin"))
+                results["first"].append(
+                    await _stage(client, worker_port, source, worker_dir, "models/bench/m.bin")
+                )
                 uploads.append("first")
                 results["raw_first"].append(results["curl"][-1] + results["sha256sum"][-1])
         phases = [json.loads(line) for line in phases_out.read_text().splitlines()] if args.phases else []
@@ -311,10 +337,14 @@ async def main() -> None:
 
 def _report_phases(timed: list[tuple[str, dict[str, float]]]) -> None:
     """The worker's receiving thread per upload: a thread that waits for free buffers is held by the hash."""
-    print("\nworker, per upload (seconds): receiving thread in recv / write / waiting for the hash; process CPU")
+    print(
+        "\nworker, per upload (seconds): receiving thread in recv / write / waiting for the hash; process CPU"
+    )
     for label, phase in timed:
-        print(f"  {label:<9} recv {phase['recv_s']:5.2f}  write {phase['write_s']:5.2f}  "
-              f"hash wait {phase['hash_wait_s']:5.2f}  cpu {phase['cpu_s']:5.2f}")
+        print(
+            f"  {label:<9} recv {phase['recv_s']:5.2f}  write {phase['write_s']:5.2f}  "
+            f"hash wait {phase['hash_wait_s']:5.2f}  cpu {phase['cpu_s']:5.2f}"
+        )
 
 
 if __name__ == "__main__":

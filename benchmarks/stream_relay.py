@@ -38,7 +38,9 @@ from support.processes import backend_pid  # noqa: E402
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-token"
-COALESCE_ENV = "CORRAL_STREAM_COALESCE_MAX"  # backends/reply_pump.py (literal: the script also runs on older trees)
+COALESCE_ENV = (
+    "CORRAL_STREAM_COALESCE_MAX"  # backends/reply_pump.py (literal: the script also runs on older trees)
+)
 FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py
 
 
@@ -49,11 +51,19 @@ def cpu_s(pid: int) -> float:
 
 async def stream_tokens(host: str, port: int, model: str, max_tokens: int) -> int:
     """One streamed chat completion over a raw HTTP/1.1 connection; returns the body bytes read."""
-    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": "relay these"}],
-                         "max_tokens": max_tokens, "stream": True})
+    body = orjson.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": "relay these"}],
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
+    )
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    )
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"stream failed: {head!r} {await reader.read(2000)!r}")
@@ -75,12 +85,22 @@ class Run:
     def row(self) -> str:
         f_us = self.frontend_cpu_s / self.tokens * 1e6
         b_us = self.backend_cpu_s / self.tokens * 1e6
-        return (f"{self.label:<34} {self.tokens:>8} {self.tokens / self.seconds:>10.0f} {f_us:>10.1f} "
-                f"{b_us:>10.1f} {f_us / b_us:>8.2f}")
+        return (
+            f"{self.label:<34} {self.tokens:>8} {self.tokens / self.seconds:>10.0f} {f_us:>10.1f} "
+            f"{b_us:>10.1f} {f_us / b_us:>8.2f}"
+        )
 
 
-async def measure(label: str, cluster: Cluster, model: str, streams: int, concurrency: int, max_tokens: int,
-                  idle_cpu_per_s: float, backend: int) -> Run:
+async def measure(
+    label: str,
+    cluster: Cluster,
+    model: str,
+    streams: int,
+    concurrency: int,
+    max_tokens: int,
+    idle_cpu_per_s: float,
+    backend: int,
+) -> Run:
     host, port = cluster.frontend_url.removeprefix("http://").split(":")
     frontend = cluster.frontend.popen.pid if cluster.frontend else 0
     remaining = [streams]
@@ -135,18 +155,28 @@ async def main() -> None:
     cluster = Cluster(root=root, database_url=database_url, nats_url=nats.url, token=TOKEN)
     cluster.models_dir.mkdir(parents=True)
     paced = "\n  - output_token_time_s:0.002"
-    models = (("flood", "", "bench-w1"), ("per-token", "", "bench-w2"), ("paced", paced, "bench-w1"),
-              ("decode", "\n  - output_token_time_s:0.01", "bench-w1"),
-              ("flood-grpc", "", "bench-w3"), ("per-token-grpc", "", "bench-w4"), ("paced-grpc", paced, "bench-w3"))
+    models = (
+        ("flood", "", "bench-w1"),
+        ("per-token", "", "bench-w2"),
+        ("paced", paced, "bench-w1"),
+        ("decode", "\n  - output_token_time_s:0.01", "bench-w1"),
+        ("flood-grpc", "", "bench-w3"),
+        ("per-token-grpc", "", "bench-w4"),
+        ("paced-grpc", paced, "bench-w3"),
+    )
     for name, options, node in models:
         (cluster.models_dir / f"{name}.yaml").write_text(
             f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{options or ' []'}\n"
-            f"node_selector:\n  node.name: {node}\n")
+            f"node_selector:\n  node.name: {node}\n"
+        )
     try:
         cluster.start_frontend()
         cluster.start_worker("bench-w1")
-        for name, env in (("bench-w2", {COALESCE_ENV: "1"}), ("bench-w3", {FAST_LANE_ENV: "0"}),
-                          ("bench-w4", {COALESCE_ENV: "1", FAST_LANE_ENV: "0"})):
+        for name, env in (
+            ("bench-w2", {COALESCE_ENV: "1"}),
+            ("bench-w3", {FAST_LANE_ENV: "0"}),
+            ("bench-w4", {COALESCE_ENV: "1", FAST_LANE_ENV: "0"}),
+        ):
             base = free_port_pair()
             worker = spawn(name, cluster.worker_argv(name, base), cluster.root / "logs", env=env)
             cluster.workers.append(worker)
@@ -162,12 +192,36 @@ async def main() -> None:
         runs = []
         for suffix, via in (("-grpc", "gRPC"), ("", "lane")):
             runs += [
-                await measure(f"{via}: flood, coalesced, c=8", cluster, f"flood{suffix}", 96, 8, 1024, idle_rate,
-                              pids[f"flood{suffix}"][0]),
-                await measure(f"{via}: flood, msg per token, c=8", cluster, f"per-token{suffix}", 48, 8, 512,
-                              idle_rate, pids[f"per-token{suffix}"][0]),
-                await measure(f"{via}: paced, 1 stream 500 tok/s", cluster, f"paced{suffix}", 4, 1, 500, idle_rate,
-                              pids[f"paced{suffix}"][0]),
+                await measure(
+                    f"{via}: flood, coalesced, c=8",
+                    cluster,
+                    f"flood{suffix}",
+                    96,
+                    8,
+                    1024,
+                    idle_rate,
+                    pids[f"flood{suffix}"][0],
+                ),
+                await measure(
+                    f"{via}: flood, msg per token, c=8",
+                    cluster,
+                    f"per-token{suffix}",
+                    48,
+                    8,
+                    512,
+                    idle_rate,
+                    pids[f"per-token{suffix}"][0],
+                ),
+                await measure(
+                    f"{via}: paced, 1 stream 500 tok/s",
+                    cluster,
+                    f"paced{suffix}",
+                    4,
+                    1,
+                    500,
+                    idle_rate,
+                    pids[f"paced{suffix}"][0],
+                ),
             ]
         through, alone = await decode_speed(cluster, "decode", pids["decode"][1], 200)
     finally:
@@ -180,11 +234,15 @@ async def main() -> None:
         print(run.row())
     for before, after in zip(runs[:3], runs[3:], strict=True):
         b_us, a_us = (r.frontend_cpu_s / r.tokens * 1e6 for r in (before, after))
-        print(f"fast lane vs gRPC, {after.label.removeprefix('lane: ')}: frontend µs/token {b_us:.1f} -> {a_us:.1f} "
-              f"(x{a_us / b_us:.2f}; target <= 20)")
+        print(
+            f"fast lane vs gRPC, {after.label.removeprefix('lane: ')}: frontend µs/token {b_us:.1f} -> {a_us:.1f} "
+            f"(x{a_us / b_us:.2f}; target <= 20)"
+        )
     print(f"frontend idle background: {idle_rate * 1000:.1f} ms CPU/s (subtracted)")
-    print(f"decode speed, one stream at 100 tok/s: through corral {through:.1f} tok/s, engine alone "
-          f"{alone:.1f} tok/s (x{through / alone:.3f})")
+    print(
+        f"decode speed, one stream at 100 tok/s: through corral {through:.1f} tok/s, engine alone "
+        f"{alone:.1f} tok/s (x{through / alone:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -27,15 +27,44 @@ from corral.models.defaults import GEMMA_NAME
 RUNS = 6
 MAX_TOKENS = 48
 MESSAGES = [{"role": "user", "content": "Describe the weather and a person in Paris."}]
-PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age", "colour", "happy"],
-          "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
-                         "colour": {"enum": ["red", "green", "blue"]}, "happy": {"type": "boolean"}}}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-             "type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
-                                              "unit": {"enum": ["celsius", "fahrenheit"]}},
-             "required": ["city", "unit"]}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {
-             "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
+PERSON = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "age", "colour", "happy"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "colour": {"enum": ["red", "green", "blue"]},
+        "happy": {"type": "boolean"},
+    },
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 16},
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {
+                "type": "object",
+                "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                "required": ["zone"],
+            },
+        },
+    },
+]
 KINDS: dict[str, dict[str, Any]] = {
     "text": {},
     "schema": {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}},
@@ -69,11 +98,15 @@ async def main() -> None:
     print(f"Gemma 3 270M, unary chat, greedy, max_tokens {MAX_TOKENS}, {RUNS} alternating runs of each:")
     for kind, values in runs.items():
         tokens = statistics.median(n for _, n in values)
-        print(f"  {kind:7s} first {first[kind][0] * 1000:7.1f} ms  median {per_request[kind] * 1000:7.1f} ms/request"
-              f"  {tokens:4.0f} tokens  {per_token[kind] * 1000:6.2f} ms/token")
+        print(
+            f"  {kind:7s} first {first[kind][0] * 1000:7.1f} ms  median {per_request[kind] * 1000:7.1f} ms/request"
+            f"  {tokens:4.0f} tokens  {per_token[kind] * 1000:6.2f} ms/token"
+        )
     for kind in ("schema", "tool"):
-        print(f"{kind} / text: x{per_token[kind] / per_token['text']:.2f} per generated token, "
-              f"x{per_request[kind] / per_request['text']:.2f} per request")
+        print(
+            f"{kind} / text: x{per_token[kind] / per_token['text']:.2f} per generated token, "
+            f"x{per_request[kind] / per_request['text']:.2f} per request"
+        )
 
 
 if __name__ == "__main__":

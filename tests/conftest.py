@@ -54,7 +54,9 @@ def no_leftover_processes() -> Iterator[None]:
         time.sleep(0.2)
     for pid in leftovers:
         try:
-            cmd = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))[:120]
+            cmd = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))[
+                :120
+            ]
             os.kill(pid, signal.SIGKILL)
             print(f"\nkilled leftover test process {pid}: {cmd}", file=sys.stderr)
         except (OSError, ProcessLookupError):
@@ -78,7 +80,9 @@ def pg_admin_url(state_root: Path) -> Iterator[str]:
     if port_open("127.0.0.1", 5432) and not FORCE_EMBEDDED:
         yield "postgresql://postgres@127.0.0.1:5432/postgres"
         return
-    pg = embedded_postgres(state_root / "pg", fsync=False)  # throwaway databases: the suite alone turns fsync off
+    pg = embedded_postgres(
+        state_root / "pg", fsync=False
+    )  # throwaway databases: the suite alone turns fsync off
     pg.start()
     yield f"{pg.url_base}/postgres"
     pg.stop(quiet=True)

@@ -28,20 +28,27 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 def _corral_services(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: service for name, service in document["services"].items()
-            if service.get("image") in CORRAL_IMAGES}
+    return {
+        name: service
+        for name, service in document["services"].items()
+        if service.get("image") in CORRAL_IMAGES
+    }
 
 
 @pytest.mark.parametrize("name", COMPOSE_FILES)
 def test_compose_file_is_valid_against_the_compose_specification(name: str) -> None:
-    errors = [f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
-              for error in _validator().iter_errors(_compose(name))]
+    errors = [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in _validator().iter_errors(_compose(name))
+    ]
     assert errors == []
 
 
 def test_the_compose_schema_rejects_an_unknown_service_key() -> None:
     """The validation is live: a misspelt key fails."""
-    errors = list(_validator().iter_errors({"services": {"frontend": {"image": "corral:0.1.0", "comand": "run"}}}))
+    errors = list(
+        _validator().iter_errors({"services": {"frontend": {"image": "corral:0.1.0", "comand": "run"}}})
+    )
     assert errors and "'comand' was unexpected" in errors[0].message
 
 

@@ -38,15 +38,18 @@ def image_env(tmp_path: Path) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     corral_bin = bin_dir / "corral"
-    corral_bin.write_text(f"#!/bin/sh\nexec {sys.executable} -m corral \"$@\"\n")
+    corral_bin.write_text(f'#!/bin/sh\nexec {sys.executable} -m corral "$@"\n')
     corral_bin.chmod(0o755)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("LOCALAI_", "HEALTHCHECK_"))}
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("LOCALAI_", "HEALTHCHECK_"))
+    }
     return {**env, "PATH": f"{bin_dir}:{env['PATH']}", "CORRAL_RUN_DIR": str(tmp_path / "run")}
 
 
 def _entrypoint(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(DOCKER / "entrypoint.sh"), *argv], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [str(DOCKER / "entrypoint.sh"), *argv], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_entrypoint_version_runs_corral(image_env: dict[str, str]) -> None:
@@ -66,8 +69,10 @@ def test_entrypoint_worker_mode_runs_corral_worker_and_records_the_mode(image_en
 def test_entrypoint_flags_alone_mean_run(image_env: dict[str, str]) -> None:
     result = _entrypoint(image_env, "--log-level", "info")
     assert result.returncode == 2
-    assert result.stderr.strip() == ("corral run: missing required setting --nats-url / $LOCALAI_NATS_URL: "
-                                     "NATS server URL (nats:// or tls://)")
+    assert result.stderr.strip() == (
+        "corral run: missing required setting --nats-url / $LOCALAI_NATS_URL: "
+        "NATS server URL (nats:// or tls://)"
+    )
     assert (Path(image_env["CORRAL_RUN_DIR"]) / "corral-mode").read_text() == "run\n"
 
 
@@ -85,28 +90,40 @@ def test_entrypoint_runs_any_other_command_as_given(image_env: dict[str, str]) -
 
 
 @pytest.mark.slow
-def test_entrypoint_prepares_the_default_models_before_run_when_asked(image_env: dict[str, str],
-                                                                    tmp_path: Path) -> None:
+def test_entrypoint_prepares_the_default_models_before_run_when_asked(
+    image_env: dict[str, str], tmp_path: Path
+) -> None:
     models = tmp_path / "models"
     env = {**image_env, "CORRAL_PREPARE_DEFAULT_MODELS": "true", "LOCALAI_MODELS_PATH": str(models)}
     result = _entrypoint(env, "run")
     assert result.returncode == 2  # no NATS URL: run stops after the models are in place
     assert sorted(path.name for path in models.glob("*.yaml")) == [
-        "all-minilm-l6-v2.yaml", "gemma-3-270m.yaml", "piper-joe.yaml", "tiny-diffusion.yaml", "tiny-reranker.yaml",
-        "whisper-base.yaml"]
+        "all-minilm-l6-v2.yaml",
+        "gemma-3-270m.yaml",
+        "piper-joe.yaml",
+        "tiny-diffusion.yaml",
+        "tiny-reranker.yaml",
+        "whisper-base.yaml",
+    ]
 
 
-@pytest.mark.parametrize("mode, env, url", [
-    ("run", {}, "http://127.0.0.1:8080/readyz"),
-    ("run", {"LOCALAI_ADDRESS": "0.0.0.0:9090"}, "http://127.0.0.1:9090/readyz"),
-    ("worker", {}, "http://127.0.0.1:50050/readyz"),  # base port 50051 - 1
-    ("worker", {"LOCALAI_SERVE_ADDR": "0.0.0.0:6001"}, "http://127.0.0.1:6000/readyz"),
-    ("worker", {"LOCALAI_ADDR": "10.0.0.5:7001", "LOCALAI_SERVE_ADDR": "0.0.0.0:6001"},
-     "http://127.0.0.1:7000/readyz"),  # --addr wins over --serve-addr, as in corral worker
-    ("worker", {"LOCALAI_HTTP_ADDR": "0.0.0.0:5555"}, "http://127.0.0.1:5555/readyz"),
-    ("worker", {"HEALTHCHECK_ENDPOINT": "http://10.1.1.1:1/x"}, "http://10.1.1.1:1/x"),
-    ("agent-worker", {}, None),  # no HTTP endpoint: the process must be alive
-])
+@pytest.mark.parametrize(
+    "mode, env, url",
+    [
+        ("run", {}, "http://127.0.0.1:8080/readyz"),
+        ("run", {"LOCALAI_ADDRESS": "0.0.0.0:9090"}, "http://127.0.0.1:9090/readyz"),
+        ("worker", {}, "http://127.0.0.1:50050/readyz"),  # base port 50051 - 1
+        ("worker", {"LOCALAI_SERVE_ADDR": "0.0.0.0:6001"}, "http://127.0.0.1:6000/readyz"),
+        (
+            "worker",
+            {"LOCALAI_ADDR": "10.0.0.5:7001", "LOCALAI_SERVE_ADDR": "0.0.0.0:6001"},
+            "http://127.0.0.1:7000/readyz",
+        ),  # --addr wins over --serve-addr, as in corral worker
+        ("worker", {"LOCALAI_HTTP_ADDR": "0.0.0.0:5555"}, "http://127.0.0.1:5555/readyz"),
+        ("worker", {"HEALTHCHECK_ENDPOINT": "http://10.1.1.1:1/x"}, "http://10.1.1.1:1/x"),
+        ("agent-worker", {}, None),  # no HTTP endpoint: the process must be alive
+    ],
+)
 def test_healthcheck_probes_the_endpoint_of_the_mode(mode: str, env: dict[str, str], url: str | None) -> None:
     assert healthcheck.endpoint_for(mode, env) == url
 
@@ -135,8 +152,9 @@ def readyz_server() -> Iterator[tuple[http.server.ThreadingHTTPServer, type[_Sta
 
 
 def _run_healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(DOCKER / "healthcheck.py")], capture_output=True, text=True,
-                          env=env, timeout=30)
+    return subprocess.run(
+        [sys.executable, str(DOCKER / "healthcheck.py")], capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 def test_healthcheck_reports_the_worker_readyz_answer(readyz_server, image_env, tmp_path: Path) -> None:
@@ -179,7 +197,9 @@ time.sleep(60)
 
 
 def test_drain_sends_sigterm_and_returns_only_once_the_process_has_exited(image_env, tmp_path: Path) -> None:
-    with subprocess.Popen([sys.executable, "-c", DRAINING_PROCESS], stdout=subprocess.PIPE, text=True) as process:
+    with subprocess.Popen(
+        [sys.executable, "-c", DRAINING_PROCESS], stdout=subprocess.PIPE, text=True
+    ) as process:
         try:
             assert process.stdout is not None and process.stdout.readline() == "ready\n"
             run_dir = Path(image_env["CORRAL_RUN_DIR"])

@@ -50,7 +50,7 @@ def test_dockerfile_passes_hadolint(name: str) -> None:
 def test_hadolint_rejects_an_unpinned_base_image(tmp_path: Path) -> None:
     """The lint step is live: the rule the images rely on (DL3007: no `latest`) fires."""
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM python:latest\nCMD [\"python\"]\n")
+    bad.write_text('FROM python:latest\nCMD ["python"]\n')
     result = _hadolint(bad)
     assert result.returncode == 1
     assert "DL3007" in result.stdout
@@ -86,6 +86,9 @@ def test_build_context_holds_only_what_the_image_copies() -> None:
     included = sorted(line[1:] for line in lines if line.startswith("!"))
     assert included == ["README.md", "deploy/docker/", "pyproject.toml", "src/"]
     for name in DOCKERFILES:
-        sources = [args.split()[-2] for word, args in _instructions(REPO / name)
-                   if word == "COPY" and "--from" not in args]
+        sources = [
+            args.split()[-2]
+            for word, args in _instructions(REPO / name)
+            if word == "COPY" and "--from" not in args
+        ]
         assert all(any(source.startswith(inc.rstrip("/")) for inc in included) for source in sources), sources

@@ -51,8 +51,11 @@ def test_the_schema_check_rejects_a_wrong_field_type() -> None:
 
 
 def test_every_resource_lives_in_the_corral_namespace() -> None:
-    stray = [r["metadata"]["name"] for r in _resources()
-             if r["kind"] != "Namespace" and r["metadata"].get("namespace") != "corral"]
+    stray = [
+        r["metadata"]["name"]
+        for r in _resources()
+        if r["kind"] != "Namespace" and r["metadata"].get("namespace") != "corral"
+    ]
     assert stray == []
 
 
@@ -85,7 +88,9 @@ def test_worker_statefulset_probes_drains_and_outlives_its_drain(name: str) -> N
     drain_s = parse_duration_s(env["CORRAL_DRAIN_TIMEOUT"])
     assert workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= drain_s + DRAIN_MARGIN_S
     assert env["LOCALAI_ADVERTISE_ADDR"] == f"$(POD_NAME).{name}.$(POD_NAMESPACE).svc.cluster.local:50051"
-    assert env["LOCALAI_ADVERTISE_HTTP_ADDR"] == f"$(POD_NAME).{name}.$(POD_NAMESPACE).svc.cluster.local:50050"
+    assert (
+        env["LOCALAI_ADVERTISE_HTTP_ADDR"] == f"$(POD_NAME).{name}.$(POD_NAMESPACE).svc.cluster.local:50050"
+    )
     assert env["LOCALAI_REGISTER_TO"] == "http://corral-frontend:8080"
 
 
@@ -106,8 +111,10 @@ def test_nats_jwt_setup_job_writes_where_nats_reads() -> None:
     assert generate["args"] == ["nats-auth-setup", "--out", "/auth/nats-auth"]
     store_script = _container(job)["args"][0]
     assert "kubectl create secret generic corral-nats-server" in store_script
-    assert "kubectl create secret generic corral-nats-frontend --from-env-file=/auth/nats-auth/frontend.env" \
+    assert (
+        "kubectl create secret generic corral-nats-frontend --from-env-file=/auth/nats-auth/frontend.env"
         in store_script
+    )
     nats = _container(_find("StatefulSet", "corral-nats"))
     assert nats["args"][:3] == ["-c", "/auth/nats-auth/nats-server.conf", "--js"]
     # nats-server.conf names operator.jwt by the path it was generated under

@@ -25,8 +25,11 @@ def test_version_flag_prints_the_package_version(capsys: pytest.CaptureFixture[s
 
 def test_no_module_finds_files_through_its_source_path() -> None:
     """Package data is read through importlib.resources, so an installed wheel finds it (no `__file__` paths)."""
-    offenders = [str(path.relative_to(REPO)) for path in SRC.rglob("*.py")
-                 if "__file__" in path.read_text(encoding="utf-8")]
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in SRC.rglob("*.py")
+        if "__file__" in path.read_text(encoding="utf-8")
+    ]
     assert offenders == []
 
 
@@ -35,8 +38,14 @@ def _source_package_data() -> set[str]:
 
 
 def _run(venv: Path, *argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(venv / "bin" / argv[0]), *argv[1:]], capture_output=True, text=True,
-                          cwd=cwd, env=clean_env(), timeout=120)
+    return subprocess.run(
+        [str(venv / "bin" / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=clean_env(),
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -57,10 +66,15 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_checkout(tmp_path
     venv = fresh_venv(tmp_path, wheel)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    located = _run(venv, "python", "-c", "import corral; from importlib import resources; "
-                   "print(corral.__file__); "
-                   "print(len(list(resources.files('corral.store').joinpath('migrations').glob('*.sql'))))",
-                   cwd=elsewhere)
+    located = _run(
+        venv,
+        "python",
+        "-c",
+        "import corral; from importlib import resources; "
+        "print(corral.__file__); "
+        "print(len(list(resources.files('corral.store').joinpath('migrations').glob('*.sql'))))",
+        cwd=elsewhere,
+    )
     assert located.returncode == 0, located.stderr
     installed_file, migration_count = located.stdout.split()
     assert Path(installed_file).is_relative_to(venv)
@@ -73,5 +87,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_checkout(tmp_path
     up_help = _run(venv, "corral", "up", "--help", cwd=elsewhere)
     assert up_help.returncode == 0, up_help.stderr
     assert re.search(r"--workers", up_help.stdout) and "--no-default-models" in up_help.stdout
-    print(f"\nwheel built in {built_s:.1f} s; build + fresh venv + 4 commands: "
-          f"{time.perf_counter() - started_s:.1f} s")
+    print(
+        f"\nwheel built in {built_s:.1f} s; build + fresh venv + 4 commands: "
+        f"{time.perf_counter() - started_s:.1f} s"
+    )

@@ -32,8 +32,13 @@ CALL_TIMEOUT_S = 10.0  # a refused key that waited on the locked table would tim
 
 
 def _cluster(root: Path, database_url: str, nats_url: str, **env: str) -> Cluster:
-    c = Cluster(root=root / f"e2e-admission-{uuid.uuid4().hex[:6]}", database_url=database_url, nats_url=nats_url,
-                auto_approve=False, frontend_env=env)
+    c = Cluster(
+        root=root / f"e2e-admission-{uuid.uuid4().hex[:6]}",
+        database_url=database_url,
+        nats_url=nats_url,
+        auto_approve=False,
+        frontend_env=env,
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     c.start_frontend()
     return c
@@ -41,8 +46,14 @@ def _cluster(root: Path, database_url: str, nats_url: str, **env: str) -> Cluste
 
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
-    c = _cluster(state_root, make_database(), nats_url, CORRAL_MAX_PENDING_NODES=str(PENDING_CAP),
-                 CORRAL_AUTH_FAILURE_LIMIT=str(FAILURE_LIMIT), CORRAL_AUTH_FAILURE_WINDOW=f"{FAILURE_WINDOW_S:g}s")
+    c = _cluster(
+        state_root,
+        make_database(),
+        nats_url,
+        CORRAL_MAX_PENDING_NODES=str(PENDING_CAP),
+        CORRAL_AUTH_FAILURE_LIMIT=str(FAILURE_LIMIT),
+        CORRAL_AUTH_FAILURE_WINDOW=f"{FAILURE_WINDOW_S:g}s",
+    )
     try:
         yield c
     finally:
@@ -51,12 +62,18 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
 
 def _register(c: Cluster, name: str, node_token: str = "") -> httpx.Response:
     headers = {"Authorization": f"Bearer {c.token}", **({"X-Node-Token": node_token} if node_token else {})}
-    return httpx.post(f"{c.frontend_url}/api/node/register", headers=headers, timeout=CALL_TIMEOUT_S,
-                      json={"name": name, "address": "127.0.0.1:1", "token": c.token})
+    return httpx.post(
+        f"{c.frontend_url}/api/node/register",
+        headers=headers,
+        timeout=CALL_TIMEOUT_S,
+        json={"name": name, "address": "127.0.0.1:1", "token": c.token},
+    )
 
 
 def _nodes(c: Cluster) -> list[dict[str, object]]:
-    return list(httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers, timeout=CALL_TIMEOUT_S).json())
+    return list(
+        httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers, timeout=CALL_TIMEOUT_S).json()
+    )
 
 
 def test_registrations_past_the_pending_cap_get_429_naming_the_setting(cluster: Cluster) -> None:
@@ -69,44 +86,70 @@ def test_registrations_past_the_pending_cap_get_429_naming_the_setting(cluster: 
     assert refused[0].json()["error"]["message"] == (
         f"{PENDING_CAP} nodes are already waiting for approval (CORRAL_MAX_PENDING_NODES): approve them (POST "
         "/api/nodes/<id>/approve) or delete them (DELETE /api/nodes/<id>), or raise CORRAL_MAX_PENDING_NODES; "
-        "never-approved nodes that stop registering expire after CORRAL_PENDING_NODE_EXPIRY")
+        "never-approved nodes that stop registering expire after CORRAL_PENDING_NODE_EXPIRY"
+    )
     assert sorted(str(n["name"]) for n in _nodes(cluster) if n["status"] == "pending") == accepted
     again = _register(cluster, accepted[0], node_token=replies[accepted[0]].json()["node_token"])
     assert again.status_code == 201  # a pending node registering again is no new node
     approved = replies[accepted[1]].json()["id"]
-    assert httpx.post(f"{cluster.frontend_url}/api/nodes/{approved}/approve", headers=cluster.admin_headers,
-                      timeout=CALL_TIMEOUT_S).status_code == 200
+    assert (
+        httpx.post(
+            f"{cluster.frontend_url}/api/nodes/{approved}/approve",
+            headers=cluster.admin_headers,
+            timeout=CALL_TIMEOUT_S,
+        ).status_code
+        == 200
+    )
     assert _register(cluster, "flood-after-approval").status_code == 201  # approving one frees a place
-    assert metric_value(cluster.frontend_url, 'corral_node_registrations_refused_total{reason="pending_cap"}') >= 15
+    assert (
+        metric_value(cluster.frontend_url, 'corral_node_registrations_refused_total{reason="pending_cap"}')
+        >= 15
+    )
 
 
 def test_registrations_past_the_rate_of_one_source_get_429_with_retry_after(
-        state_root: Path, make_database: Callable[[], str], nats_url: str) -> None:
+    state_root: Path, make_database: Callable[[], str], nats_url: str
+) -> None:
     c = _cluster(state_root, make_database(), nats_url, CORRAL_NODE_REGISTER_RATE="3")
     try:
         first = _register(c, "rate-node")
         again = [_register(c, "rate-node", node_token=first.json()["node_token"]) for _ in range(2)]
         over = _register(c, "rate-node", node_token=first.json()["node_token"])
-        wrong_token = httpx.post(f"{c.frontend_url}/api/node/register", headers={"Authorization": "Bearer guess"},
-                                 json={"name": "x", "address": "127.0.0.1:1", "token": "guess"}, timeout=10)
+        wrong_token = httpx.post(
+            f"{c.frontend_url}/api/node/register",
+            headers={"Authorization": "Bearer guess"},
+            json={"name": "x", "address": "127.0.0.1:1", "token": "guess"},
+            timeout=10,
+        )
     finally:
         c.stop()
     assert [r.status_code for r in [first, *again]] == [201] * 3
     assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
     assert over.json()["error"]["message"].startswith(
-        "too many registrations from this address: at most 3 a minute (CORRAL_NODE_REGISTER_RATE); retry after ")
+        "too many registrations from this address: at most 3 a minute (CORRAL_NODE_REGISTER_RATE); retry after "
+    )
     assert wrong_token.status_code == 429  # token guesses are registrations too
 
 
-def test_a_pending_node_that_never_comes_back_expires(state_root: Path, make_database: Callable[[], str],
-                                                      nats_url: str) -> None:
-    c = _cluster(state_root, make_database(), nats_url, CORRAL_PENDING_NODE_EXPIRY="2s",
-                 CORRAL_HEALTH_CHECK_INTERVAL="0.3s")
+def test_a_pending_node_that_never_comes_back_expires(
+    state_root: Path, make_database: Callable[[], str], nats_url: str
+) -> None:
+    c = _cluster(
+        state_root,
+        make_database(),
+        nats_url,
+        CORRAL_PENDING_NODE_EXPIRY="2s",
+        CORRAL_HEALTH_CHECK_INTERVAL="0.3s",
+    )
     try:
         silent = _register(c, "silent-pending").json()["id"]
         kept = _register(c, "approved-then-silent").json()["id"]
-        assert httpx.post(f"{c.frontend_url}/api/nodes/{kept}/approve", headers=c.admin_headers,
-                          timeout=CALL_TIMEOUT_S).status_code == 200
+        assert (
+            httpx.post(
+                f"{c.frontend_url}/api/nodes/{kept}/approve", headers=c.admin_headers, timeout=CALL_TIMEOUT_S
+            ).status_code
+            == 200
+        )
         assert {n["id"] for n in _nodes(c)} == {silent, kept}
         wait_for(lambda: silent not in {n["id"] for n in _nodes(c)}, "the silent pending node to expire", 30)
         assert {n["id"] for n in _nodes(c)} == {kept}  # an approved node is never expired
@@ -118,16 +161,25 @@ def test_a_pending_node_that_never_comes_back_expires(state_root: Path, make_dat
 
 
 async def _admin_get(http: httpx.AsyncClient, url: str, key: str) -> httpx.Response:
-    return await http.get(f"{url}/api/nodes", headers={"Authorization": f"Bearer {key}"}, timeout=CALL_TIMEOUT_S)
+    return await http.get(
+        f"{url}/api/nodes", headers={"Authorization": f"Bearer {key}"}, timeout=CALL_TIMEOUT_S
+    )
 
 
 async def test_wrong_admin_keys_in_a_row_end_in_429_with_retry_after_and_cost_no_lookup_each(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     url = cluster.frontend_url
     async with httpx.AsyncClient() as http:
         assert (await _admin_get(http, url, cluster.admin_key)).status_code == 200  # seen valid: known good
-        new_key = (await http.post(f"{url}/api/keys", headers=cluster.admin_headers, timeout=CALL_TIMEOUT_S,
-                                   json={"name": "later", "role": "admin"})).json()["key"]
+        new_key = (
+            await http.post(
+                f"{url}/api/keys",
+                headers=cluster.admin_headers,
+                timeout=CALL_TIMEOUT_S,
+                json={"name": "later", "role": "admin"},
+            )
+        ).json()["key"]
         lookups_before = metric_value(url, "corral_api_key_lookups_total")
         guesses = [await _admin_get(http, url, f"corral-guess-{i}") for i in range(FAILURE_LIMIT)]
         assert [r.status_code for r in guesses] == [401] * FAILURE_LIMIT
@@ -146,9 +198,14 @@ async def test_wrong_admin_keys_in_a_row_end_in_429_with_retry_after_and_cost_no
         assert known_good.status_code == 200 and first_use.status_code == 429
         retry_after_s = int(refused[0].headers["Retry-After"])
         assert 1 <= retry_after_s <= FAILURE_WINDOW_S
-        assert refused[0].json()["error"] == {"code": 429, "type": "auth_error", "message": (
-            f"too many unknown API keys from this address: {FAILURE_LIMIT} in {FAILURE_WINDOW_S:g}s "
-            f"(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after {retry_after_s}s with a valid key")}
+        assert refused[0].json()["error"] == {
+            "code": 429,
+            "type": "auth_error",
+            "message": (
+                f"too many unknown API keys from this address: {FAILURE_LIMIT} in {FAILURE_WINDOW_S:g}s "
+                f"(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after {retry_after_s}s with a valid key"
+            ),
+        }
         assert metric_value(url, "corral_api_key_lookups_total") - lookups_before == FAILURE_LIMIT
         assert metric_value(url, 'corral_auth_failures_total{outcome="unknown"}') >= FAILURE_LIMIT
         assert metric_value(url, 'corral_auth_failures_total{outcome="throttled"}') >= 21

@@ -24,10 +24,19 @@ MODEL = "sim-mcp-jwt"
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database: Callable[[], str], jwt_server: NatsServer,
-            material: auth_setup.AuthMaterial) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / "e2e-agent-jwt", database_url=make_database(), nats_url=jwt_server.url,
-                auto_approve=False, frontend_env=jwt_frontend_env(material))
+def cluster(
+    state_root: Path,
+    make_database: Callable[[], str],
+    jwt_server: NatsServer,
+    material: auth_setup.AuthMaterial,
+) -> Iterator[Cluster]:
+    c = Cluster(
+        root=state_root / "e2e-agent-jwt",
+        database_url=make_database(),
+        nats_url=jwt_server.url,
+        auto_approve=False,
+        frontend_env=jwt_frontend_env(material),
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / f"{MODEL}.yaml").write_text(mcp_model_yaml(MODEL))
     try:
@@ -45,8 +54,9 @@ async def _violations(url: str, jwt: str, seed: str, node_id: str) -> tuple[list
     async def on_error(exc: Exception) -> None:
         errors.append(str(exc))
 
-    nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False,
-                            **NatsCredentials.static(jwt, seed).connect_options())
+    nc = await nats.connect(
+        url, error_cb=on_error, allow_reconnect=False, **NatsCredentials.static(jwt, seed).connect_options()
+    )
     try:
         await nc.publish(f"nodes.{node_id}.backend.install", b"{}")
         await nc.publish("nodes.someone-else.backend.install", b"{}")
@@ -62,7 +72,8 @@ async def _violations(url: str, jwt: str, seed: str, node_id: str) -> tuple[list
 
 
 def test_an_approved_agent_worker_gets_agent_permissions_and_serves_discovery(
-        cluster: Cluster, jwt_server: NatsServer, material: auth_setup.AuthMaterial) -> None:
+    cluster: Cluster, jwt_server: NatsServer, material: auth_setup.AuthMaterial
+) -> None:
     worker = start_agent_worker(cluster, "agent-jwt", "--nats-require-auth", wait=False)
     deadline = time.monotonic() + 20
     node_id = None
@@ -72,7 +83,9 @@ def test_an_approved_agent_worker_gets_agent_permissions_and_serves_discovery(
         time.sleep(0.1)
     assert node_id is not None
     assert "ready: queue" not in worker.log()  # pending: no credentials, no bus
-    approved = httpx.post(f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers)
+    approved = httpx.post(
+        f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers
+    )
     assert approved.status_code == 200
     body = approved.json()
     assert body["node_type"] == "agent" and body["api_token"].startswith("corral-")
@@ -86,7 +99,9 @@ def test_an_approved_agent_worker_gets_agent_permissions_and_serves_discovery(
     assert discovered.status_code == 200, discovered.text
     assert "add" in discovered.json()["servers"][0]["tools"]
 
-    errors, echoed = asyncio.run(_violations(jwt_server.url, body["nats_jwt"], body["nats_user_seed"], node_id))
+    errors, echoed = asyncio.run(
+        _violations(jwt_server.url, body["nats_jwt"], body["nats_user_seed"], node_id)
+    )
     assert echoed == b"allowed"
     refused = [e for e in errors if "permissions violation" in e.lower() and "backend.install" in e]
     assert len(refused) == 2, errors

@@ -17,19 +17,36 @@ pytestmark = pytest.mark.slow
 
 NODE = str(uuid.uuid4())  # a well-formed id nobody has: the right key gets past auth to a 404
 ADMIN_ROUTES = [
-    ("GET", "/api/nodes"), ("GET", "/api/nodes/models"), ("GET", f"/api/nodes/{NODE}"),
-    ("DELETE", f"/api/nodes/{NODE}"), ("GET", f"/api/nodes/{NODE}/models"), ("POST", f"/api/nodes/{NODE}/drain"),
-    ("POST", f"/api/nodes/{NODE}/resume"), ("POST", f"/api/nodes/{NODE}/approve"),
-    ("GET", f"/api/nodes/{NODE}/labels"), ("PUT", f"/api/nodes/{NODE}/labels"),
-    ("PATCH", f"/api/nodes/{NODE}/labels"), ("DELETE", f"/api/nodes/{NODE}/labels/zone"),
-    ("PUT", f"/api/nodes/{NODE}/max-replicas-per-model"), ("DELETE", f"/api/nodes/{NODE}/max-replicas-per-model"),
-    ("GET", "/api/nodes/scheduling"), ("GET", "/api/settings"), ("POST", "/api/settings"),
-    ("GET", "/api/keys"), ("DELETE", f"/api/keys/{NODE}"), ("GET", "/api/nodes/labels"),
+    ("GET", "/api/nodes"),
+    ("GET", "/api/nodes/models"),
+    ("GET", f"/api/nodes/{NODE}"),
+    ("DELETE", f"/api/nodes/{NODE}"),
+    ("GET", f"/api/nodes/{NODE}/models"),
+    ("POST", f"/api/nodes/{NODE}/drain"),
+    ("POST", f"/api/nodes/{NODE}/resume"),
+    ("POST", f"/api/nodes/{NODE}/approve"),
+    ("GET", f"/api/nodes/{NODE}/labels"),
+    ("PUT", f"/api/nodes/{NODE}/labels"),
+    ("PATCH", f"/api/nodes/{NODE}/labels"),
+    ("DELETE", f"/api/nodes/{NODE}/labels/zone"),
+    ("PUT", f"/api/nodes/{NODE}/max-replicas-per-model"),
+    ("DELETE", f"/api/nodes/{NODE}/max-replicas-per-model"),
+    ("GET", "/api/nodes/scheduling"),
+    ("GET", "/api/settings"),
+    ("POST", "/api/settings"),
+    ("GET", "/api/keys"),
+    ("DELETE", f"/api/keys/{NODE}"),
+    ("GET", "/api/nodes/labels"),
 ]
-WORKER_ROUTES = [("POST", "/api/node/register"), ("POST", f"/api/node/{NODE}/heartbeat"),
-                 ("POST", f"/api/node/{NODE}/drain"), ("POST", f"/api/node/{NODE}/resume"),
-                 ("POST", f"/api/node/{NODE}/deregister"), ("DELETE", f"/api/node/{NODE}"),
-                 ("GET", f"/api/node/{NODE}/models")]
+WORKER_ROUTES = [
+    ("POST", "/api/node/register"),
+    ("POST", f"/api/node/{NODE}/heartbeat"),
+    ("POST", f"/api/node/{NODE}/drain"),
+    ("POST", f"/api/node/{NODE}/resume"),
+    ("POST", f"/api/node/{NODE}/deregister"),
+    ("DELETE", f"/api/node/{NODE}"),
+    ("GET", f"/api/node/{NODE}/models"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +62,11 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
 
 @pytest.fixture(scope="module")
 def user_key(cluster: Cluster) -> str:
-    reply = httpx.post(f"{cluster.frontend_url}/api/keys", headers=cluster.admin_headers,
-                       json={"name": "tests", "role": "user"})
+    reply = httpx.post(
+        f"{cluster.frontend_url}/api/keys",
+        headers=cluster.admin_headers,
+        json={"name": "tests", "role": "user"},
+    )
     assert reply.status_code == 201
     return str(reply.json()["key"])
 
@@ -71,11 +91,16 @@ def test_admin_routes_need_an_admin_key(cluster: Cluster, user_key: str, method:
 def test_worker_routes_need_the_registration_token(cluster: Cluster, method: str, path: str) -> None:
     missing = httpx.request(method, f"{cluster.frontend_url}{path}", json={})
     assert missing.status_code == 401
-    wrong = httpx.request(method, f"{cluster.frontend_url}{path}", json={},
-                          headers={"Authorization": "Bearer wrong-token"})
+    wrong = httpx.request(
+        method, f"{cluster.frontend_url}{path}", json={}, headers={"Authorization": "Bearer wrong-token"}
+    )
     assert wrong.status_code == 401 and "wrong-token" not in wrong.text
-    right = httpx.request(method, f"{cluster.frontend_url}{path}", json={"name": "n", "address": "h:1", "token": cluster.token},
-                          headers={"Authorization": f"Bearer {cluster.token}"})
+    right = httpx.request(
+        method,
+        f"{cluster.frontend_url}{path}",
+        json={"name": "n", "address": "h:1", "token": cluster.token},
+        headers={"Authorization": f"Bearer {cluster.token}"},
+    )
     assert right.status_code != 401
 
 
@@ -94,12 +119,15 @@ def test_keys_are_listed_without_secrets(cluster: Cluster, user_key: str) -> Non
 
 
 def test_v1_needs_a_live_user_key_when_auth_is_enabled_and_revocation_applies_at_once(
-        cluster: Cluster, user_key: str) -> None:
+    cluster: Cluster, user_key: str
+) -> None:
     proc, url = cluster.spawn_frontend("frontend-auth", "--auth")
     try:
         assert httpx.get(f"{url}/v1/models").status_code == 401
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
-        assert httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {user_key}"}).status_code == 200
+        assert (
+            httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {user_key}"}).status_code == 200
+        )
         assert httpx.get(f"{cluster.frontend_url}/v1/models").status_code == 200  # auth off on the other one
         key = httpx.post(f"{url}/api/keys", headers=cluster.admin_headers, json={"role": "user"}).json()
         auth = {"Authorization": f"Bearer {key['key']}"}
@@ -114,9 +142,16 @@ def test_v1_needs_a_live_user_key_when_auth_is_enabled_and_revocation_applies_at
         proc.stop()
 
 
-OPEN_ONLY_WITHOUT_AUTH = [("GET", "/api/models"), ("GET", "/api/models/anything/load-status"),
-                          ("GET", "/api/models/variants/anything"), ("GET", "/docs"), ("GET", "/openapi.json"),
-                          ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/no-such-route")]
+OPEN_ONLY_WITHOUT_AUTH = [
+    ("GET", "/api/models"),
+    ("GET", "/api/models/anything/load-status"),
+    ("GET", "/api/models/variants/anything"),
+    ("GET", "/docs"),
+    ("GET", "/openapi.json"),
+    ("GET", "/v1/models"),
+    ("GET", "/metrics"),
+    ("GET", "/no-such-route"),
+]
 SCRAPE_TOKEN = "corral-test-scrape-token"
 
 
@@ -131,12 +166,18 @@ def test_with_auth_every_route_but_the_health_checks_needs_a_key(cluster: Cluste
             allowed = httpx.request(method, f"{url}{path}", headers={"Authorization": f"Bearer {user_key}"})
             assert allowed.status_code != 401, path
         assert httpx.get(f"{url}/api/models").json()["error"]["message"] == (
-            "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)")
+            "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)"
+        )
         for path in ("/healthz", "/readyz", "/app", "/app/nodes/anything", "/app/assets/app.css"):
             assert httpx.get(f"{url}{path}").status_code == 200, path  # the web UI's pages hold no data
-        worker_route = httpx.post(f"{url}/api/node/register", headers={"Authorization": f"Bearer {cluster.token}"},
-                                  json={"name": "auth-n", "address": "h:1", "token": cluster.token})
-        assert worker_route.status_code == 201  # workers authenticate with the registration token, not API keys
+        worker_route = httpx.post(
+            f"{url}/api/node/register",
+            headers={"Authorization": f"Bearer {cluster.token}"},
+            json={"name": "auth-n", "address": "h:1", "token": cluster.token},
+        )
+        assert (
+            worker_route.status_code == 201
+        )  # workers authenticate with the registration token, not API keys
     finally:
         proc.stop()
 
@@ -146,9 +187,12 @@ def test_metrics_take_the_scrape_token(cluster: Cluster) -> None:
     try:
         missing = httpx.get(f"{url}/metrics")
         assert missing.status_code == 401 and missing.json()["error"]["message"] == (
-            "metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: send Authorization: Bearer <token>")
+            "metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: send Authorization: Bearer <token>"
+        )
         wrong = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer nope"})
-        assert wrong.status_code == 401 and wrong.json()["error"]["message"] == "invalid scrape token or API key"
+        assert (
+            wrong.status_code == 401 and wrong.json()["error"]["message"] == "invalid scrape token or API key"
+        )
         scraped = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
         assert scraped.status_code == 200 and "# HELP" in scraped.text
         assert httpx.get(f"{url}/api/models").status_code == 200  # auth is off: only /metrics is guarded

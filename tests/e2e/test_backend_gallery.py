@@ -77,12 +77,16 @@ class ProgressWatch:
 
 
 def _chat(url: str, model: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/chat/completions", timeout=60,
-                      json={"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=60,
+        json={"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+    )
 
 
 def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_model(
-        cluster: Cluster, nats_url: str) -> None:
+    cluster: Cluster, nats_url: str
+) -> None:
     """Progress over NATS and in load-status / the 503 `loading` object; the install outlasts the
     install timeout (300 ms), so the worker shows busy (not failed) and the same worker serves the model."""
     backends = cluster.root / "w1" / "backends"
@@ -117,12 +121,16 @@ def test_a_fresh_worker_installs_the_backend_from_the_gallery_then_serves_the_mo
     phases = [e["phase"] for e in watch.events if e["backend"] == "refbackend"]
     assert phases and phases[0] == "resolving" and phases[-1] == "starting", phases
     assert loading_seen, "load-status never showed the backend install"
-    assert all(b["install"]["phase"] in ("resolving", "downloading", "extracting", "starting")  # type: ignore[index]
-               for b in loading_seen)
+    assert all(
+        b["install"]["phase"] in ("resolving", "downloading", "extracting", "starting")  # type: ignore[index]
+        for b in loading_seen
+    )
     assert any(b.get("from_503") for b in loading_seen), "the 503 loading object never showed the install"
     assert any(b["state"] == "installing" for b in loading_seen), [b["state"] for b in loading_seen]
     assert (backends / "refbackend" / "metadata.json").is_file()
-    assert busy_seen, "the install outlasted --backend-install-timeout but load-status never showed worker_busy"
+    assert busy_seen, (
+        "the install outlasted --backend-install-timeout but load-status never showed worker_busy"
+    )
     log = cluster.frontend.log() if cluster.frontend else ""
     assert "worker busy, asking again" in log
 
@@ -135,4 +143,3 @@ def test_a_model_whose_backend_no_gallery_lists_fails_naming_the_galleries(clust
         reply = _chat(cluster.frontend_url, "ghost")
     assert reply.status_code >= 400 and reply.status_code != 500, reply.text
     assert "no-such-backend" in reply.text and "galleries searched: test" in reply.text
-

@@ -46,8 +46,14 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     c.models_dir.mkdir(parents=True, exist_ok=True)
     prepare_gemma(c.models_dir)
     try:
-        c.start_frontend("--backend-keepalive", KEEPALIVE, "--backend-keepalive-timeout", KEEPALIVE_TIMEOUT,
-                         "--stream-first-token-timeout", "2m")  # a bound below the test's, should all else fail
+        c.start_frontend(
+            "--backend-keepalive",
+            KEEPALIVE,
+            "--backend-keepalive-timeout",
+            KEEPALIVE_TIMEOUT,
+            "--stream-first-token-timeout",
+            "2m",
+        )  # a bound below the test's, should all else fail
         c.start_worker("w1", "--backend-stall-window", STALL_WINDOW)
         yield c
     finally:
@@ -57,8 +63,10 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 @contextlib.contextmanager
 def spinners() -> Iterator[None]:
     """Two busy-looping processes per core, each in its own session (its own scheduling group)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-             for _ in range(2 * (os.cpu_count() or 1))]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(2 * (os.cpu_count() or 1))
+    ]
     try:
         yield
     finally:
@@ -96,15 +104,22 @@ def descheduled(pid: int) -> Iterator[list[int]]:
 
 def _chat(cluster: Cluster, max_tokens: int) -> dict:
     """One streamed chat completion; what the client saw: text pieces, finish reason, error."""
-    body = {"model": GEMMA_NAME, "messages": [{"role": "user", "content": "Tell me a long story about a cat."}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body = {
+        "model": GEMMA_NAME,
+        "messages": [{"role": "user", "content": "Tell me a long story about a cat."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     seen: dict = {"pieces": 0, "finish_reason": None, "error": None}
-    with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300) as response:
+    with httpx.stream(
+        "POST", f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300
+    ) as response:
         seen["status"] = response.status_code
         for line in response.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[len("data: "):])
+            event = json.loads(line[len("data: ") :])
             if "error" in event:
                 seen["error"] = event["error"]
             elif event.get("choices"):
@@ -142,7 +157,9 @@ def test_a_busy_backend_on_a_full_cpu_finishes_its_generation_and_is_not_replace
     after = _chat(cluster, 4)
     assert after["status"] == 200 and after["error"] is None, after
     assert _backend_pid(cluster) == pid  # the same process served throughout
-    assert stops[0] == STOPS, f"the generation ended after {stops[0]} stop(s): it was hardly taken off the CPU"
+    assert stops[0] == STOPS, (
+        f"the generation ended after {stops[0]} stop(s): it was hardly taken off the CPU"
+    )
 
 
 def test_a_backend_stopped_for_good_is_replaced_with_the_evidence_logged(cluster: Cluster) -> None:
@@ -163,4 +180,7 @@ def test_a_backend_stopped_for_good_is_replaced_with_the_evidence_logged(cluster
     assert f"(pid {pid}) does not answer Health and made no progress for 5s (last Health answer " in decision
     assert "call(s) in flight at its last answer, process stopped); replacing it" in decision
     assert cluster.frontend is not None
-    assert "no answer to a keepalive ping within 10s (raise CORRAL_BACKEND_KEEPALIVE_TIMEOUT)" in cluster.frontend.log()
+    assert (
+        "no answer to a keepalive ping within 10s (raise CORRAL_BACKEND_KEEPALIVE_TIMEOUT)"
+        in cluster.frontend.log()
+    )

@@ -44,7 +44,8 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
         (c.models_dir / f"{name}.yaml").write_text(_sim_yaml(name, 512))
     (c.models_dir / "mid-load.yaml").write_text(  # LoadModel takes 2 s: time to edit the config meanwhile
         "name: mid-load\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: mid-load\n"
-        "options:\n  - \"load_time_s:2\"\n")
+        'options:\n  - "load_time_s:2"\n'
+    )
     b_models = c.root / "frontend-b-models"  # frontend B has its own models directory
     shutil.copytree(c.models_dir, b_models)
     extra: list[Proc] = []
@@ -74,7 +75,9 @@ def _chat(url: str, model: str, **extra: object) -> httpx.Response:
 async def _rows(env: Env, model: str) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(env.cluster.database_url)
     try:
-        return list(await conn.fetch("SELECT * FROM node_models WHERE model_name = $1 ORDER BY replica_index", model))
+        return list(
+            await conn.fetch("SELECT * FROM node_models WHERE model_name = $1 ORDER BY replica_index", model)
+        )
     finally:
         await conn.close()
 
@@ -88,7 +91,9 @@ async def test_after_an_edit_on_one_frontend_the_other_never_routes_to_the_old_r
     assert edit.json()["config_revision"] != before and edit.json()["pending_cleanup"] >= 0
     after = _chat(env.b, "rev")  # right after the edit's response, on the other frontend
     assert after.status_code == 200
-    assert after.headers["X-Corral-Replica"] != first.headers["X-Corral-Replica"]  # a new process, not the old
+    assert (
+        after.headers["X-Corral-Replica"] != first.headers["X-Corral-Replica"]
+    )  # a new process, not the old
     assert "context_size: 1024" in (env.b_models / "rev.yaml").read_text()  # B adopted the edit
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -104,18 +109,22 @@ def test_edits_are_admin_only_and_invalid_configs_are_refused_naming_the_field(e
     assert httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": 2}).status_code in (401, 403)
     bad = httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": "big"}, headers=env.admin)
     assert bad.status_code == 400 and "context_size" in bad.json()["error"]["message"]
-    wrong_name = httpx.put(f"{env.a}/api/model-configs/rev", content=b"name: other\nbackend: simulator\n",
-                           headers=env.admin)
+    wrong_name = httpx.put(
+        f"{env.a}/api/model-configs/rev", content=b"name: other\nbackend: simulator\n", headers=env.admin
+    )
     assert wrong_name.status_code == 400 and "rename" in wrong_name.json()["error"]["message"]
 
 
-async def test_old_replicas_stay_unloading_while_the_worker_is_unreachable_and_stop_when_it_returns(env: Env) -> None:
+async def test_old_replicas_stay_unloading_while_the_worker_is_unreachable_and_stop_when_it_returns(
+    env: Env,
+) -> None:
     assert _chat(env.a, "cut").status_code == 200
     worker = env.cluster.workers[0]
     os.kill(worker.popen.pid, signal.SIGSTOP)  # the worker cannot answer the exact stop
     try:
-        edit = httpx.patch(f"{env.a}/api/model-configs/cut", json={"context_size": 2048}, headers=env.admin,
-                           timeout=30)
+        edit = httpx.patch(
+            f"{env.a}/api/model-configs/cut", json={"context_size": 2048}, headers=env.admin, timeout=30
+        )
         assert edit.status_code == 200 and edit.json()["pending_cleanup"] == 1  # the edit still succeeds
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -142,7 +151,9 @@ async def test_per_request_sampling_parameters_never_change_the_revision(env: En
 
 
 def test_a_disabled_model_is_not_served_and_can_be_enabled_again(env: Env) -> None:
-    assert httpx.post(f"{env.a}/api/model-configs/params/disable", headers=env.admin).json()["disabled"] is True
+    assert (
+        httpx.post(f"{env.a}/api/model-configs/params/disable", headers=env.admin).json()["disabled"] is True
+    )
     refused = _chat(env.b, "params")
     assert refused.status_code == 404 and "disabled" in refused.json()["error"]["message"]
     assert httpx.post(f"{env.a}/api/model-configs/params/enable", headers=env.admin).status_code == 200
@@ -174,7 +185,8 @@ def _frontend_c(env: Env) -> Path:
 
 
 async def test_a_frontend_starting_with_a_newer_file_that_is_not_the_committed_config_takes_the_committed_one(
-        env: Env) -> None:
+    env: Env,
+) -> None:
     before = await _states(env)
     c_models = _frontend_c(env)
     stale = c_models / "restart.yaml"  # an edit that never committed, written after the last commit
@@ -187,7 +199,9 @@ async def test_a_frontend_starting_with_a_newer_file_that_is_not_the_committed_c
     finally:
         proc.stop()
     after = await _states(env)
-    assert {k: r["config_revision"] for k, r in after.items()} == {k: r["config_revision"] for k, r in before.items()}
+    assert {k: r["config_revision"] for k, r in after.items()} == {
+        k: r["config_revision"] for k, r in before.items()
+    }
     assert after["restart"]["config_seq"] == before["restart"]["config_seq"]  # nothing was republished
     assert served["config_revision"] == before["restart"]["config_revision"]
     assert yaml.safe_load(stale.read_text()) == yaml.safe_load(before["restart"]["config_yaml"])  # rewritten
@@ -195,8 +209,11 @@ async def test_a_frontend_starting_with_a_newer_file_that_is_not_the_committed_c
 
 async def test_a_frontend_starting_rehashes_a_stored_revision_that_is_not_its_configs_hash(env: Env) -> None:
     stored = (await _states(env))["drift"]
-    await _execute(env, "UPDATE model_config_states SET config_revision = 'hashed-by-an-old-release' "
-                        "WHERE model_name = 'drift'")
+    await _execute(
+        env,
+        "UPDATE model_config_states SET config_revision = 'hashed-by-an-old-release' "
+        "WHERE model_name = 'drift'",
+    )
     proc, _url = env.cluster.spawn_frontend("frontend-c", "--models-path", str(_frontend_c(env)))
     proc.stop()
     healed = (await _states(env))["drift"]
@@ -208,12 +225,20 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
     assert _chat(env.a, "params").status_code == 200  # a loaded replica of its own
     nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
     node_id = next(n["id"] for n in nodes if n["name"] == "w1")
-    for url, headers in ((f"{env.a}/api/nodes/{node_id}/models", env.admin),
-                         (f"{env.a}/api/node/{node_id}/models", env.cluster.node_headers("w1"))):
+    for url, headers in (
+        (f"{env.a}/api/nodes/{node_id}/models", env.admin),
+        (f"{env.a}/api/node/{node_id}/models", env.cluster.node_headers("w1")),
+    ):
         rows = httpx.get(url, headers=headers).json()
         assert rows, url
-        for field in ("state", "config_revision", "effective_options_hash", "cleanup_error", "cleanup_attempts",
-                      "cleanup_next_retry_at"):
+        for field in (
+            "state",
+            "config_revision",
+            "effective_options_hash",
+            "cleanup_error",
+            "cleanup_attempts",
+            "cleanup_next_retry_at",
+        ):
             assert field in rows[0], (url, field)
         loaded = [r for r in rows if r["state"] == "loaded"]
         assert loaded and all(len(r["effective_options_hash"]) == 64 for r in loaded), (url, rows)  # written
@@ -223,16 +248,26 @@ def test_an_alias_repointed_through_the_api_moves_requests_and_its_rule_on_every
     admin = {**env.admin, "Content-Type": "application/yaml"}
     created = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: rev\n", headers=admin)
     assert created.status_code == 200, created.text
-    rule = httpx.post(f"{env.a}/api/nodes/scheduling", json={"model_name": "prod", "max_replicas": 2},
-                      headers=env.admin)
+    rule = httpx.post(
+        f"{env.a}/api/nodes/scheduling", json={"model_name": "prod", "max_replicas": 2}, headers=env.admin
+    )
     assert rule.status_code == 200, rule.text
     assert _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("rev#")
-    repointed = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: params\n", headers=admin)
+    repointed = httpx.put(
+        f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: params\n", headers=admin
+    )
     assert repointed.json() == {"name": "prod", "alias": "params"}
-    assert _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("params#")  # the other frontend follows
+    assert (
+        _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("params#")
+    )  # the other frontend follows
     assert httpx.get(f"{env.b}/api/nodes/scheduling/prod", headers=env.admin).json()["target"] == "params"
-    dangling = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: nope\n", headers=admin)
-    assert dangling.status_code == 400 and "'nope' is not a configured model" in dangling.json()["error"]["message"]
+    dangling = httpx.put(
+        f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: nope\n", headers=admin
+    )
+    assert (
+        dangling.status_code == 400
+        and "'nope' is not a configured model" in dangling.json()["error"]["message"]
+    )
 
 
 async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is_served(env: Env) -> None:
@@ -246,8 +281,10 @@ async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is
     body = {"model": "mid-load", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     try:
         async with httpx.AsyncClient(timeout=90) as client:
-            before = [asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
-                      for i in range(6)]
+            before = [
+                asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
+                for i in range(6)
+            ]
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # the job is inside LoadModel under the old revision
                 status = await client.get(f"{env.a}/api/models/mid-load/load-status")
@@ -255,16 +292,21 @@ async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is
                     break
                 await asyncio.sleep(0.05)
             assert status.json()["state"] == "loading"
-            edit = await client.patch(f"{env.a}/api/model-configs/mid-load", json={"context_size": 1024},
-                                      headers=env.admin)
+            edit = await client.patch(
+                f"{env.a}/api/model-configs/mid-load", json={"context_size": 1024}, headers=env.admin
+            )
             assert edit.status_code == 200, edit.text
-            after = [asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
-                     for i in range(6)]
+            after = [
+                asyncio.create_task(client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=body))
+                for i in range(6)
+            ]
             responses = await asyncio.gather(*before, *after)
     finally:
         await sub.unsubscribe()
         await nc.close()
-    assert [r.status_code for r in responses] == [200] * 12, [r.text for r in responses if r.status_code != 200]
+    assert [r.status_code for r in responses] == [200] * 12, [
+        r.text for r in responses if r.status_code != 200
+    ]
     assert len([d for d in installs if b'"mid-load"' in d]) == 2  # the first load and its redo, nothing more
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -280,29 +322,43 @@ def _etag(response: httpx.Response) -> str:
     return response.headers["ETag"]
 
 
-def test_an_edit_based_on_a_stale_revision_is_a_409_naming_the_current_one_on_every_frontend(env: Env) -> None:
+def test_an_edit_based_on_a_stale_revision_is_a_409_naming_the_current_one_on_every_frontend(
+    env: Env,
+) -> None:
     url_a, url_b = f"{env.a}/api/model-configs/guarded", f"{env.b}/api/model-configs/guarded"
     base = _etag(httpx.get(url_a, headers=env.admin))
-    first = httpx.patch(url_a, json={"context_size": 1024}, headers={**env.admin, "If-Match": base}, timeout=30)
+    first = httpx.patch(
+        url_a, json={"context_size": 1024}, headers={**env.admin, "If-Match": base}, timeout=30
+    )
     assert first.status_code == 200, first.text
     current = _etag(first)
     assert current != base
-    for stale in (httpx.patch(url_b, json={"context_size": 2048}, headers={**env.admin, "If-Match": base}),
-                  httpx.put(url_a, content=_sim_yaml("guarded", 2048).encode(),
-                            headers={**env.admin, "If-Match": f"W/{base}"})):
+    for stale in (
+        httpx.patch(url_b, json={"context_size": 2048}, headers={**env.admin, "If-Match": base}),
+        httpx.put(
+            url_a, content=_sim_yaml("guarded", 2048).encode(), headers={**env.admin, "If-Match": f"W/{base}"}
+        ),
+    ):
         assert stale.status_code == 409, stale.text
         assert stale.json()["config_revision"] == first.json()["config_revision"]
         assert stale.json()["error"]["param"] == "If-Match"
-        assert f"its current revision is {first.json()['config_revision']}" in stale.json()["error"]["message"]
+        assert (
+            f"its current revision is {first.json()['config_revision']}" in stale.json()["error"]["message"]
+        )
     assert _etag(httpx.get(url_b, headers=env.admin)) == current  # the refused edits changed nothing
-    second = httpx.put(url_b, content=_sim_yaml("guarded", 4096).encode(),
-                       headers={**env.admin, "If-Match": f'"other", {current}'}, timeout=30)
+    second = httpx.put(
+        url_b,
+        content=_sim_yaml("guarded", 4096).encode(),
+        headers={**env.admin, "If-Match": f'"other", {current}'},
+        timeout=30,
+    )
     assert second.status_code == 200, second.text
     assert _etag(httpx.get(url_a, headers=env.admin)) == _etag(second)
 
 
 async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_postgresql_on_the_last_commit(
-        env: Env) -> None:
+    env: Env,
+) -> None:
     async def edit(client: httpx.AsyncClient, index: int) -> httpx.Response:
         url = f"{(env.a, env.b)[index % 2]}/api/model-configs/race"
         if index % 3 == 0:
@@ -311,7 +367,9 @@ async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_po
 
     async with httpx.AsyncClient(timeout=120) as client:
         responses = await asyncio.gather(*(edit(client, i) for i in range(30)))
-    assert [r.status_code for r in responses] == [200] * 30, [r.text for r in responses if r.status_code != 200]
+    assert [r.status_code for r in responses] == [200] * 30, [
+        r.text for r in responses if r.status_code != 200
+    ]
     committed = (await _states(env))["race"]
     last = yaml.safe_load(committed["config_yaml"])
     assert committed["config_revision"] in {r.json()["config_revision"] for r in responses}
@@ -324,18 +382,26 @@ async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_po
 
 
 async def test_a_commit_whose_event_never_arrived_is_taken_by_every_frontend_within_the_resync_interval(
-        env: Env) -> None:
+    env: Env,
+) -> None:
     text = _sim_yaml("lost", 777)
-    await _execute(env, "UPDATE model_config_states SET config_yaml = $1, config_revision = $2, "
-                        "config_seq = nextval('model_config_seq') WHERE model_name = 'lost'",
-                   text, config_revision(yaml.safe_load(text)))  # committed, announced to nobody
+    await _execute(
+        env,
+        "UPDATE model_config_states SET config_yaml = $1, config_revision = $2, "
+        "config_seq = nextval('model_config_seq') WHERE model_name = 'lost'",
+        text,
+        config_revision(yaml.safe_load(text)),
+    )  # committed, announced to nobody
 
     async def everywhere() -> bool:
         async with httpx.AsyncClient() as client:
-            served = [(await client.get(f"{url}/api/model-configs/lost", headers=env.admin)).json()
-                      for url in (env.a, env.b)]
+            served = [
+                (await client.get(f"{url}/api/model-configs/lost", headers=env.admin)).json()
+                for url in (env.a, env.b)
+            ]
         return all(s["config"].get("context_size") == 777 for s in served)
 
-    await wait_for_async(everywhere, "both frontends to take the committed config of 'lost' (RESYNC_INTERVAL_S 10 s)",
-                         30)
+    await wait_for_async(
+        everywhere, "both frontends to take the committed config of 'lost' (RESYNC_INTERVAL_S 10 s)", 30
+    )
     assert "context_size: 777" in (env.b_models / "lost.yaml").read_text()

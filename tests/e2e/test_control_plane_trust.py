@@ -55,7 +55,8 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in MODELS:
         (c.models_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n")
+            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n"
+        )
     try:
         c.start_frontend("--expose-node-header")
         c.start_worker("w1")
@@ -93,11 +94,26 @@ async def test_a_forged_loaded_event_never_makes_the_frontend_call_its_address(c
     trap = Trap()
     nc = await nats.connect(cluster.nats_url)
     try:
-        for model, index in (("steady", 0), ("steady", 7), ("fresh", 0)):  # an existing replica's key, a new one
-            await _publish_and_wait_handled(nc, "corral.replicas", {
-                "op": "loaded", "model": model, "node_id": node_id, "node_name": "w1", "replica_index": index,
-                "address": trap.address})
-        replies = [await asyncio.to_thread(_chat, cluster.frontend_url, m) for m in ("steady", "fresh", "steady")]
+        for model, index in (
+            ("steady", 0),
+            ("steady", 7),
+            ("fresh", 0),
+        ):  # an existing replica's key, a new one
+            await _publish_and_wait_handled(
+                nc,
+                "corral.replicas",
+                {
+                    "op": "loaded",
+                    "model": model,
+                    "node_id": node_id,
+                    "node_name": "w1",
+                    "replica_index": index,
+                    "address": trap.address,
+                },
+            )
+        replies = [
+            await asyncio.to_thread(_chat, cluster.frontend_url, m) for m in ("steady", "fresh", "steady")
+        ]
     finally:
         await nc.close()
         trap.close()
@@ -111,10 +127,14 @@ async def test_a_forged_alias_invalidation_writes_no_file_and_changes_no_alias(c
     nc = await nats.connect(cluster.nats_url)
     try:
         for element in ("../escaped", "forged-alias", "steady"):
-            await _publish_and_wait_handled(nc, "cache.invalidate.models", {
-                "element": element, "op": "alias", "config_revision": "target"})
-        await _publish_and_wait_handled(nc, "cache.invalidate.models", {
-            "element": "steady", "op": "delete", "config_revision": ""})
+            await _publish_and_wait_handled(
+                nc,
+                "cache.invalidate.models",
+                {"element": element, "op": "alias", "config_revision": "target"},
+            )
+        await _publish_and_wait_handled(
+            nc, "cache.invalidate.models", {"element": "steady", "op": "delete", "config_revision": ""}
+        )
     finally:
         await nc.close()
     assert not outside.exists()
@@ -125,8 +145,11 @@ async def test_a_forged_alias_invalidation_writes_no_file_and_changes_no_alias(c
 
 
 def test_a_real_alias_edit_still_reaches_the_frontend_through_postgresql(cluster: Cluster) -> None:
-    reply = httpx.put(f"{cluster.frontend_url}/api/model-configs/prod", content=b"name: prod\nalias: target\n",
-                      headers=cluster.admin_headers)
+    reply = httpx.put(
+        f"{cluster.frontend_url}/api/model-configs/prod",
+        content=b"name: prod\nalias: target\n",
+        headers=cluster.admin_headers,
+    )
     assert reply.status_code == 200, reply.text
     assert _chat(cluster.frontend_url, "prod").status_code == 200
     assert (cluster.models_dir / "prod.yaml").read_text() == "name: prod\nalias: target\n"
@@ -135,41 +158,76 @@ def test_a_real_alias_edit_still_reaches_the_frontend_through_postgresql(cluster
 LONG = "n" * 300
 
 
-@pytest.mark.parametrize("new_name, problem", [
-    ("../escaped", "'../escaped' must not contain '/' or '\\' (a name, not a path)"),
-    ("sub/dir", "'sub/dir' must not contain '/' or '\\' (a name, not a path)"),
-    ("a..b", "'a..b' must not contain '..'"),
-    (LONG, f"must be at most 255 characters, got 300 ('{'n' * 64}…')"),
-])
+@pytest.mark.parametrize(
+    "new_name, problem",
+    [
+        ("../escaped", "'../escaped' must not contain '/' or '\\' (a name, not a path)"),
+        ("sub/dir", "'sub/dir' must not contain '/' or '\\' (a name, not a path)"),
+        ("a..b", "'a..b' must not contain '..'"),
+        (LONG, f"must be at most 255 characters, got 300 ('{'n' * 64}…')"),
+    ],
+)
 def test_a_rename_to_a_path_or_an_overlong_name_is_refused_naming_the_field(
-        cluster: Cluster, new_name: str, problem: str) -> None:
-    reply = httpx.post(f"{cluster.frontend_url}/api/model-configs/fresh/rename", json={"name": new_name},
-                       headers=cluster.admin_headers)
+    cluster: Cluster, new_name: str, problem: str
+) -> None:
+    reply = httpx.post(
+        f"{cluster.frontend_url}/api/model-configs/fresh/rename",
+        json={"name": new_name},
+        headers=cluster.admin_headers,
+    )
     assert reply.status_code == 400, reply.text
-    assert reply.json()["error"] == {"message": f"field 'name' {problem}", "type": "invalid_request_error",
-                                     "code": "invalid_value", "param": "name"}
+    assert reply.json()["error"] == {
+        "message": f"field 'name' {problem}",
+        "type": "invalid_request_error",
+        "code": "invalid_value",
+        "param": "name",
+    }
     assert not (cluster.models_dir.parent / "escaped.yaml").exists()
     assert (cluster.models_dir / "fresh.yaml").exists()
 
 
-@pytest.mark.parametrize("path, body, param, message", [
-    (".hidden", b"name: .hidden\nbackend: simulator\n", "name", "field 'name' '.hidden' must not start with '.'"),
-    (LONG, f"name: {LONG}\nbackend: simulator\n".encode(), "name",  # the path parameter's bound answers first
-     "invalid request: field 'name': String should have at most 255 characters"),
-    ("prod2", b"name: prod2\nalias: ../target\n", "alias",
-     "prod2.yaml: field 'alias' '../target' must not contain '/' or '\\' (a name, not a path)"),
-])
+@pytest.mark.parametrize(
+    "path, body, param, message",
+    [
+        (
+            ".hidden",
+            b"name: .hidden\nbackend: simulator\n",
+            "name",
+            "field 'name' '.hidden' must not start with '.'",
+        ),
+        (
+            LONG,
+            f"name: {LONG}\nbackend: simulator\n".encode(),
+            "name",  # the path parameter's bound answers first
+            "invalid request: field 'name': String should have at most 255 characters",
+        ),
+        (
+            "prod2",
+            b"name: prod2\nalias: ../target\n",
+            "alias",
+            "prod2.yaml: field 'alias' '../target' must not contain '/' or '\\' (a name, not a path)",
+        ),
+    ],
+)
 def test_a_config_put_under_an_invalid_name_is_refused_naming_the_field(
-        cluster: Cluster, path: str, body: bytes, param: str, message: str) -> None:
-    reply = httpx.put(f"{cluster.frontend_url}/api/model-configs/{path}", content=body, headers=cluster.admin_headers)
+    cluster: Cluster, path: str, body: bytes, param: str, message: str
+) -> None:
+    reply = httpx.put(
+        f"{cluster.frontend_url}/api/model-configs/{path}", content=body, headers=cluster.admin_headers
+    )
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert (error["param"], error["message"]) == (param, message)
 
 
 @pytest.mark.parametrize("model_name", ["../steady", LONG])
-def test_a_scheduling_rule_for_an_invalid_name_is_refused_naming_model_name(cluster: Cluster, model_name: str) -> None:
-    reply = httpx.post(f"{cluster.frontend_url}/api/nodes/scheduling", json={"model_name": model_name},
-                       headers=cluster.admin_headers)
+def test_a_scheduling_rule_for_an_invalid_name_is_refused_naming_model_name(
+    cluster: Cluster, model_name: str
+) -> None:
+    reply = httpx.post(
+        f"{cluster.frontend_url}/api/nodes/scheduling",
+        json={"model_name": model_name},
+        headers=cluster.admin_headers,
+    )
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == "model_name"

@@ -39,11 +39,23 @@ def _processes_with(marker: str, data_dir: Path) -> list[str]:
 
 def _start(data_dir: Path, port: int, worker_port: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "corral", "up", "--data-dir", str(data_dir), "--port", str(port),
-         "--worker-base-port", str(worker_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--worker-base-port",
+            str(worker_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
-
 
 
 def _marker(data_dir: Path) -> str:
@@ -74,8 +86,11 @@ def _check_admin_key_and_approval(data_dir: Path, port: int, text: str, *, first
     assert own and own[0]["status"] == "healthy" and own[0]["approved"]
     if first_run:
         token = (data_dir / "registration-token").read_text().strip()
-        reply = httpx.post(f"http://127.0.0.1:{port}/api/node/register", headers={"Authorization": f"Bearer {token}"},
-                           json={"name": "stranger", "address": "10.9.9.9:50051", "token": token})
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/api/node/register",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"name": "stranger", "address": "10.9.9.9:50051", "token": token},
+        )
         assert reply.status_code == 201 and reply.json()["status"] == "pending"
     assert httpx.get(f"http://127.0.0.1:{port}/api/nodes").status_code == 401
 
@@ -96,10 +111,13 @@ def test_corral_up_serves_the_default_model_and_stops_cleanly_twice() -> None:
                 marker = _marker(data_dir)
                 _check_admin_key_and_approval(data_dir, port, text, first_run=run == 0)
                 if run == 0:
-                    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
-                                           timeout=300)
+                    client = openai.OpenAI(
+                        base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=300
+                    )
                     reply = client.chat.completions.create(
-                        model="gemma-3-270m", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+                        model="gemma-3-270m",
+                        messages=[{"role": "user", "content": "Say hello."}],
+                        max_tokens=8,
                     )
                     assert reply.choices[0].message.content
                     assert reply.usage is not None and reply.usage.completion_tokens > 0

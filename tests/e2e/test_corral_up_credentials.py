@@ -28,15 +28,31 @@ SECRETS = ("postgres-password", "nats-password", "registration-token", "admin-ke
 def _start(data_dir: Path, port: int, worker_port: int) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("LOCALAI_NATS_URL", "LOCALAI_AUTH_DATABASE_URL")}
     return subprocess.Popen(
-        [sys.executable, "-m", "corral", "up", "--data-dir", str(data_dir), "--port", str(port),
-         "--worker-base-port", str(worker_port), "--no-default-models"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "up",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--worker-base-port",
+            str(worker_port),
+            "--no-default-models",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
     )
 
 
-
 async def _check_services(data_dir: Path, text: str) -> None:
-    pg_port = int(re.search(r"^postgres +postgresql://postgres:\*\*\*@127\.0\.0\.1:(\d+)/corral$", text, re.M)[1])
+    pg_port = int(
+        re.search(r"^postgres +postgresql://postgres:\*\*\*@127\.0\.0\.1:(\d+)/corral$", text, re.M)[1]
+    )
     nats_port = int(re.search(r"^nats +nats://corral:\*\*\*@127\.0\.0\.1:(\d+)$", text, re.M)[1])
     with pytest.raises(asyncpg.InvalidPasswordError):  # no password on TCP: refused (not trusted)
         await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/corral")
@@ -70,7 +86,9 @@ async def test_corral_up_services_need_the_generated_credentials_and_keep_fsync_
         for run in range(2):  # the second start reuses the credentials
             proc = _start(data_dir, port, worker_port)
             try:
-                text = "".join(corral_up_ready(proc, 120.0))  # the worker is ready: it registered and joined NATS with the password
+                text = "".join(
+                    corral_up_ready(proc, 120.0)
+                )  # the worker is ready: it registered and joined NATS with the password
                 for name in SECRETS:
                     path = data_dir / name
                     assert path.stat().st_mode & 0o777 == 0o600, name

@@ -28,11 +28,14 @@ class Env:
 def env(state_root: Path, nats_url: str) -> Iterator[Env]:
     pg = embedded_postgres(state_root / "pg-down", fsync=False)  # this test's own server: it stops it
     pg.start()
-    c = Cluster(root=state_root / "e2e-database-down", database_url=pg.create_database("corral"), nats_url=nats_url)
+    c = Cluster(
+        root=state_root / "e2e-database-down", database_url=pg.create_database("corral"), nats_url=nats_url
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in ("warm", "cold", "later"):
         (c.models_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n")
+            f"name: {name}\nbackend: simulator\ncontext_size: 512\nparameters:\n  model: {name}\n"
+        )
     try:
         c.start_frontend()
         c.start_worker("w1")
@@ -67,7 +70,9 @@ def test_database_down_serves_warm_requests_refuses_cold_ones_with_503_and_recov
     assert error["message"].endswith(" (LOCALAI_AUTH_DATABASE_URL / --database-url); retry shortly")
     assert admin.status_code == 503, admin.text  # the key lookup (access middleware) needed the database
     assert admin.json()["error"]["message"].startswith("database unavailable: PostgreSQL: ")
-    assert metrics.status_code == 200 and "\ncorral_cluster_figures_ok 0.0\n" in metrics.text  # served, saying so
+    assert (
+        metrics.status_code == 200 and "\ncorral_cluster_figures_ok 0.0\n" in metrics.text
+    )  # served, saying so
     assert 'corral_requests_total{model="warm",status="200"} 4.0' in metrics.text
     assert env.cluster.frontend is not None and env.cluster.frontend.popen.poll() is None
     wait_for(lambda: _chat(url, "later").status_code == 200, "a cold load after PostgreSQL came back", 60)

@@ -24,7 +24,9 @@ MIB = 1 << 20
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-effective-options", database_url=make_database(), nats_url=nats_url)
-    write_sim_model(c.models_dir, "spread", file_bytes=MIB)  # a file: staged under each worker's own directory
+    write_sim_model(
+        c.models_dir, "spread", file_bytes=MIB
+    )  # a file: staged under each worker's own directory
     write_sim_model(c.models_dir, "pinned", file_bytes=MIB)
     with open(c.models_dir / "pinned.yaml", "a") as config:
         config.write("threads: 3\n")  # the model's own value: no node default applies
@@ -42,7 +44,9 @@ def _hashes(c: Cluster, model: str) -> dict[str, str]:
     nodes = httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers, timeout=10).json()
     found: dict[str, str] = {}
     for node in nodes:
-        rows = httpx.get(f"{c.frontend_url}/api/nodes/{node['id']}/models", headers=c.admin_headers, timeout=10)
+        rows = httpx.get(
+            f"{c.frontend_url}/api/nodes/{node['id']}/models", headers=c.admin_headers, timeout=10
+        )
         for row in rows.json():
             if row["model_name"] == model:
                 found[node["name"]] = row["effective_options_hash"]
@@ -50,8 +54,12 @@ def _hashes(c: Cluster, model: str) -> dict[str, str]:
 
 
 def _spread(c: Cluster, model: str) -> dict[str, str]:
-    rule = httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": model, "replicas": "all"},
-                      headers=c.admin_headers, timeout=10)
+    rule = httpx.post(
+        f"{c.frontend_url}/api/nodes/scheduling",
+        json={"model_name": model, "replicas": "all"},
+        headers=c.admin_headers,
+        timeout=10,
+    )
     assert rule.status_code == 200, rule.text
     wait_for(lambda: loaded_on(c.database_url, model) == sorted(WORKERS), f"{model} loaded on every node", 90)
     hashes = _hashes(c, model)
@@ -59,7 +67,9 @@ def _spread(c: Cluster, model: str) -> dict[str, str]:
     return hashes
 
 
-def test_nodes_with_different_defaults_show_different_hashes_and_the_same_defaults_the_same(cluster: Cluster) -> None:
+def test_nodes_with_different_defaults_show_different_hashes_and_the_same_defaults_the_same(
+    cluster: Cluster,
+) -> None:
     hashes = _spread(cluster, "spread")
     assert hashes["one-a"] == hashes["one-b"]  # same defaults, each worker its own models directory
     assert hashes["two"] != hashes["one-a"]  # its backend was loaded with Threads=2, not 1

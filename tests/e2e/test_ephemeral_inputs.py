@@ -39,7 +39,9 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     _aged(c.root / "w1" / "models" / "old-model" / "model.gguf", b"weights", 5 * HOUR_S)
     try:
         c.start_frontend()
-        c.start_worker("w1", "--ephemeral-staging-byte-limit", "1MiB", "--ephemeral-staging-min-free-bytes", "1")
+        c.start_worker(
+            "w1", "--ephemeral-staging-byte-limit", "1MiB", "--ephemeral-staging-min-free-bytes", "1"
+        )
         yield c
     finally:
         c.stop()
@@ -56,17 +58,23 @@ def test_the_worker_sweeps_abandoned_inputs_at_start_and_keeps_young_ones_and_mo
     assert (cluster.root / "w1" / "models" / "old-model" / "model.gguf").read_bytes() == b"weights"
     log = cluster.workers[0].log()
     assert "ephemeral sweep: removed" in log and "dead0000" in log
-    assert "LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1048576 (1.0 MB), LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES=1 (1 B)" \
+    assert (
+        "LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1048576 (1.0 MB), LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES=1 (1 B)"
         in log
+    )
 
 
 async def test_a_full_budget_refuses_an_input_until_another_request_releases_its_own(cluster):
     async with httpx.AsyncClient() as http:
         async with _inputs(cluster, http) as first:
             path = Path(await first.stage("audio", "long.wav", os.urandom(700 * KiB)))
-            with pytest.raises(InputStorageFull, match=r"over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1048576") as full:
+            with pytest.raises(
+                InputStorageFull, match=r"over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1048576"
+            ) as full:
                 async with _inputs(cluster, http) as second:
-                    await second.stage("audio", "more.wav", os.urandom(300 * KiB))  # + the young leftover's 100 KiB
+                    await second.stage(
+                        "audio", "more.wav", os.urandom(300 * KiB)
+                    )  # + the young leftover's 100 KiB
             assert "held by 2 request(s)" in full.value.message
         assert not path.exists()
         async with _inputs(cluster, http) as third:

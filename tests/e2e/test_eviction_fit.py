@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 def _yaml(models_dir: Path, name: str, node: str, context: int) -> None:
     (models_dir / f"{name}.yaml").write_text(
         f"name: {name}\nbackend: simulator\ncontext_size: {context}\nparameters:\n  model: tiny.gguf\n"
-        f"node_selector:\n  node.name: {node}\n")
+        f"node_selector:\n  node.name: {node}\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +44,12 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
         c.start_frontend("--node-heartbeat-checkpoint", "1s")  # beats reach PostgreSQL (and end reservations)
         for name in ("gpu-a", "gpu-b"):
             base = free_port_pair()
-            worker = spawn(name, c.worker_argv(name, base), c.root / "logs",
-                           env={"PATH": f"{fake_bin}:{os.environ['PATH']}"})
+            worker = spawn(
+                name,
+                c.worker_argv(name, base),
+                c.root / "logs",
+                env={"PATH": f"{fake_bin}:{os.environ['PATH']}"},
+            )
             wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
             c.workers.append(worker)
         yield c
@@ -66,8 +71,13 @@ async def _query(c: Cluster, sql: str) -> list[asyncpg.Record]:
 
 
 def _loaded(c: Cluster) -> dict[str, str]:
-    rows = asyncio.run(_query(c, "SELECT m.model_name, n.name FROM node_models m JOIN backend_nodes n "
-                                 "ON n.id = m.node_id WHERE m.state = 'loaded'"))
+    rows = asyncio.run(
+        _query(
+            c,
+            "SELECT m.model_name, n.name FROM node_models m JOIN backend_nodes n "
+            "ON n.id = m.node_id WHERE m.state = 'loaded'",
+        )
+    )
     return {r["model_name"]: r["name"] for r in rows}
 
 
@@ -91,7 +101,9 @@ def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(three_small: Clus
     response = _chat(three_small, "huge-a")
     assert response.status_code == 503, response.text
     message = response.json()["error"]["message"]
-    assert message.startswith("scheduling huge-a: no node it may use can be freed enough by eviction: it needs ")
+    assert message.startswith(
+        "scheduling huge-a: no node it may use can be freed enough by eviction: it needs "
+    )
     assert "but gpu-a has 1.0 MB free and " in message and " in 2 evictable replica(s) (total " in message
     assert message.endswith("; not allowed: 1 selector mismatch")
     assert _loaded(three_small) == {"b1": "gpu-b", "a1": "gpu-a", "a2": "gpu-a"}  # nothing was stopped
@@ -99,10 +111,14 @@ def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(three_small: Clus
 
 
 def test_eviction_frees_as_many_replicas_as_the_fit_needs_and_only_where_the_model_may_run(
-        three_small: Cluster) -> None:
+    three_small: Cluster,
+) -> None:
     response = _chat(three_small, "big-a")
     assert response.status_code == 200, response.text
-    assert _loaded(three_small) == {"b1": "gpu-b", "big-a": "gpu-a"}  # b1 was the LRU, but on a forbidden node
+    assert _loaded(three_small) == {
+        "b1": "gpu-b",
+        "big-a": "gpu-a",
+    }  # b1 was the LRU, but on a forbidden node
     log = three_small.frontend.log() if three_small.frontend else ""
     assert log.count("evicted a") == 2 and "evicted b1" not in log
     metrics = httpx.get(f"{three_small.frontend_url}/metrics").text  # each eviction is a routing decision

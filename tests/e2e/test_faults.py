@@ -48,14 +48,16 @@ def services(state_root: Path) -> Iterator[tuple[EmbeddedPostgres, EmbeddedNats]
 
 
 @pytest.fixture
-def make_bed(state_root: Path, services: tuple[EmbeddedPostgres, EmbeddedNats],
-             request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultBed]]:
+def make_bed(
+    state_root: Path, services: tuple[EmbeddedPostgres, EmbeddedNats], request: pytest.FixtureRequest
+) -> Iterator[Callable[..., FaultBed]]:
     """Factory: a bed named after the test; stopped (workers, frontends, proxies) at teardown."""
     beds: list[FaultBed] = []
 
     def factory(**frontend_env: str) -> FaultBed:
-        bed = FaultBed.start(state_root / "faults", *services, request.node.name.removeprefix("test_")[:40],
-                             **frontend_env)
+        bed = FaultBed.start(
+            state_root / "faults", *services, request.node.name.removeprefix("test_")[:40], **frontend_env
+        )
         beds.append(bed)
         return bed
 
@@ -65,7 +67,8 @@ def make_bed(state_root: Path, services: tuple[EmbeddedPostgres, EmbeddedNats],
 
 
 def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_reloads_elsewhere(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "streamer", "output_token_time_s:0.1", file_bytes=MIB)
     bed.start_frontend()
@@ -74,7 +77,9 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_
     outcome = worker_killed_mid_stream(bed, "streamer")
     stream = outcome.details["stream"]
     assert stream.status == 200 and stream.pieces >= 3 and stream.finish_reason is None, stream.seen()
-    assert stream.error.startswith("model streamer") and "backend error UNAVAILABLE" in stream.error, stream.seen()
+    assert stream.error.startswith("model streamer") and "backend error UNAVAILABLE" in stream.error, (
+        stream.seen()
+    )
     assert stream.done, stream.seen()  # the client is told the stream is over, not left waiting
     assert outcome.recover_s is not None, outcome.client_saw
     assert outcome.lost == 1, outcome.client_saw  # only the cut stream: the next request is served
@@ -84,7 +89,8 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_
 
 
 def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error_and_is_replaced(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "frozen", "output_token_time_s:0.1", file_bytes=MIB)
     bed.start_frontend()
@@ -93,12 +99,17 @@ def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error
     outcome = backend_stopped_mid_stream(bed, "frozen")
     stream = outcome.details["stream"]
     # issue 10 item 6: an idle stream ends with an error naming the model (and the knob), never a hang
-    assert stream.status == 200 and stream.finish_reason is None and stream.error.startswith("model frozen"), \
-        stream.seen()
-    assert "the stream sent nothing within 5s" in stream.error and "CORRAL_STREAM_IDLE_TIMEOUT" in stream.error
+    assert (
+        stream.status == 200 and stream.finish_reason is None and stream.error.startswith("model frozen")
+    ), stream.seen()
+    assert (
+        "the stream sent nothing within 5s" in stream.error and "CORRAL_STREAM_IDLE_TIMEOUT" in stream.error
+    )
     assert stream.done, stream.seen()
     assert outcome.recover_s is not None and outcome.lost == 1, outcome.client_saw
-    assert len(loaded_on(bed.cluster.database_url, "frozen")) == 1  # the silent replica was dropped, one replaced it
+    assert (
+        len(loaded_on(bed.cluster.database_url, "frozen")) == 1
+    )  # the silent replica was dropped, one replaced it
     assert bed.cluster.frontend is not None
     attempts = [line for line in bed.cluster.frontend.log().splitlines() if "loading frozen on node" in line]
     # the replacement's first attempt succeeded: it did not hand LoadModel to the frozen process again
@@ -106,7 +117,8 @@ def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error
 
 
 def test_a_worker_killed_mid_staging_moves_the_load_to_the_other_worker_before_the_waiter_sees_a_failure(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "bulky", file_bytes=48 * MIB)
     bed.start_frontend()
@@ -135,7 +147,8 @@ def test_a_worker_killed_while_idle_costs_no_request(make_bed: Callable[..., Fau
 
 
 def test_a_killed_frontends_load_is_taken_over_after_the_orphan_window_and_loaded_once(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     bed = make_bed()
     write_sim_model(bed.cluster.models_dir, "orphaned", "load_time_s:4", file_bytes=MIB)
     bed.start_frontend()
@@ -162,7 +175,9 @@ def _dependency_problems(outcome: Outcome, names: tuple[str, ...]) -> list[str]:
     if not all(r.ok for r in outcome.details["outside"]):
         problems.append(f"warm requests before/after the outage: {summarize(outcome.details['outside'])}")
     if not _served_or_refused_naming(cold, names):
-        problems.append(f"cold request during the outage: {cold.seen()} (want a 503 naming {' and '.join(names)})")
+        problems.append(
+            f"cold request during the outage: {cold.seen()} (want a 503 naming {' and '.join(names)})"
+        )
     after = outcome.details["after"]
     if outcome.recover_s is None:
         problems.append(f"no cold load served after the restart: {summarize(after)}")
@@ -191,7 +206,8 @@ def _dependency_bed(make_bed: Callable[..., FaultBed]) -> FaultBed:
 
 
 def test_nats_restarted_under_traffic_keeps_warm_requests_served_and_everyone_reconnects(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     bed = _dependency_bed(make_bed)
     outcome = dependency_restarted(bed, "nats", "warm", "cold", "later")
     assert _dependency_problems(outcome, ("nats", "nats_url")) == []
@@ -201,7 +217,8 @@ def test_nats_restarted_under_traffic_keeps_warm_requests_served_and_everyone_re
 
 
 def test_postgresql_restarted_under_traffic_keeps_warm_requests_served_and_all_processes_recover(
-        make_bed: Callable[..., FaultBed]) -> None:
+    make_bed: Callable[..., FaultBed],
+) -> None:
     outcome = dependency_restarted(_dependency_bed(make_bed), "postgresql", "warm", "cold", "later")
     problems = _dependency_problems(outcome, ("database", "database_url"))
     if outcome.details["cold"].ok:  # nothing can load without the database

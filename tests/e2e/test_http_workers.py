@@ -57,7 +57,9 @@ def _sockets(pid: int, port: int, state: str) -> int:
 
 
 def _chat(conn: http.client.HTTPConnection) -> dict:
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"}
+    )
     response = conn.getresponse()
     body = response.read()
     assert response.status == 200, body
@@ -70,15 +72,20 @@ def test_two_frontend_processes_share_the_port_and_both_serve_inference(cluster:
     supervisor = cluster.frontend.popen.pid
     wait_for(lambda: len(_children(supervisor)) == 2, "both frontend processes started", timeout_s=60)
     children = _children(supervisor)
-    wait_for(lambda: all(_sockets(pid, int(port), LISTENING) for pid in children),
-             "both frontend processes listening on the port", timeout_s=60)
+    wait_for(
+        lambda: all(_sockets(pid, int(port), LISTENING) for pid in children),
+        "both frontend processes listening on the port",
+        timeout_s=60,
+    )
     first = http.client.HTTPConnection(host, int(port), timeout=60)
     _chat(first)  # the cold load, once for the cluster
     first.close()
     before = {pid: _sockets(pid, int(port), ESTABLISHED) for pid in children}  # e.g. the worker's heartbeats
     conns = [http.client.HTTPConnection(host, int(port), timeout=60) for _ in range(CONNECTIONS)]
     try:
-        replies = [_chat(conn) for conn in conns]  # a keep-alive connection stays on the process that accepted it
+        replies = [
+            _chat(conn) for conn in conns
+        ]  # a keep-alive connection stays on the process that accepted it
         served = {pid: _sockets(pid, int(port), ESTABLISHED) - before[pid] for pid in children}
     finally:
         for conn in conns:

@@ -45,9 +45,11 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     write_tiny_llama(c.models_dir / "tiny.gguf")
     (c.models_dir / f"{RERANKER}.yaml").write_text(
         f"name: {RERANKER}\nbackend: llama-cpp\nreranking: true\ncontext_size: 512\nparameters:\n"
-        "  model: tiny-rerank.gguf\n")
+        "  model: tiny-rerank.gguf\n"
+    )
     (c.models_dir / f"{TEXT}.yaml").write_text(
-        f"name: {TEXT}\nbackend: llama-cpp\ncontext_size: 512\nparameters:\n  model: tiny.gguf\n")
+        f"name: {TEXT}\nbackend: llama-cpp\ncontext_size: 512\nparameters:\n  model: tiny.gguf\n"
+    )
     yield from c.serving("w1")
 
 
@@ -55,8 +57,14 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 def alone(cluster: Cluster) -> Iterator[LlamaCppEngine]:
     """The same model file on the same engine, in this process."""
     engine = LlamaCppEngine()
-    engine.load(pb.ModelOptions(Model=RERANKER, ModelFile=str(cluster.models_dir / "tiny-rerank.gguf"),
-                                ContextSize=512, Reranking=True))
+    engine.load(
+        pb.ModelOptions(
+            Model=RERANKER,
+            ModelFile=str(cluster.models_dir / "tiny-rerank.gguf"),
+            ContextSize=512,
+            Reranking=True,
+        )
+    )
     yield engine
     engine.free()
 
@@ -73,10 +81,13 @@ def test_the_order_through_corral_is_the_engines_own(cluster: Cluster, alone: Ll
     assert body["model"] == RERANKER
     assert [r["index"] for r in body["results"]] == [r.index for r in expected.results]
     assert [r["relevance_score"] for r in body["results"]] == pytest.approx(
-        [r.relevance_score for r in expected.results], abs=1e-4)
+        [r.relevance_score for r in expected.results], abs=1e-4
+    )
     assert all(r["document"] == {"text": DOCUMENTS[r["index"]]} for r in body["results"])
-    assert body["usage"] == {"prompt_tokens": expected.usage.prompt_tokens,
-                             "total_tokens": expected.usage.total_tokens}
+    assert body["usage"] == {
+        "prompt_tokens": expected.usage.prompt_tokens,
+        "total_tokens": expected.usage.total_tokens,
+    }
 
 
 def test_top_n_returns_the_best_documents(cluster: Cluster, alone: LlamaCppEngine) -> None:
@@ -97,7 +108,13 @@ def test_a_document_too_long_for_the_model_is_refused_by_name(cluster: Cluster) 
 
 
 def test_a_llama_model_without_reranking_true_is_refused_by_name(cluster: Cluster) -> None:
-    response = httpx.post(f"{cluster.frontend_url}/v1/rerank",
-                          json={"model": TEXT, "query": QUERY, "documents": DOCUMENTS}, timeout=60)
+    response = httpx.post(
+        f"{cluster.frontend_url}/v1/rerank",
+        json={"model": TEXT, "query": QUERY, "documents": DOCUMENTS},
+        timeout=60,
+    )
     assert response.status_code == 400
-    assert f"model {TEXT!r} is not a reranking model (set `reranking: true`" in response.json()["error"]["message"]
+    assert (
+        f"model {TEXT!r} is not a reranking model (set `reranking: true`"
+        in response.json()["error"]["message"]
+    )

@@ -42,7 +42,9 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-load-jobs", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_sim_model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
-    write_sim_model(c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB)
+    write_sim_model(
+        c.models_dir, "broken", "load_fail:simulated CUDA out of memory while loading", file_bytes=MIB
+    )
     write_sim_model(c.models_dir, "staged-slowly", file_bytes=12 * MIB)
     write_sim_model(c.models_dir, "install-overlaps", file_bytes=12 * MIB)
     write_sim_model(c.models_dir, "slow-dc", "load_time_s:2")
@@ -58,8 +60,11 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
         fc, url_c = c.spawn_frontend("frontend-c", *windows, "--model-load-wait", "1s")
         frontends += [fb, fc]
         proxy.__enter__()
-        worker = spawn("w1", [*c.worker_argv("w1", base), "--advertise-http-addr", f"127.0.0.1:{proxy.port}"],
-                       c.root / "logs")
+        worker = spawn(
+            "w1",
+            [*c.worker_argv("w1", base), "--advertise-http-addr", f"127.0.0.1:{proxy.port}"],
+            c.root / "logs",
+        )
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
         c.workers.append(worker)
         yield Env(c, c.frontend_url, url_b, url_c, proxy, worker)
@@ -77,7 +82,9 @@ def _chat_body(model: str) -> dict:
 
 def _load_model_calls(env: Env, model: str) -> int:
     lines = [line for line in env.worker.log().splitlines() if f"[{model}#0]" in line]  # the backend's stderr
-    return sum(1 for line in lines if "loaded model '" in line or ("LoadModel '" in line and "failed" in line))
+    return sum(
+        1 for line in lines if "loaded model '" in line or ("LoadModel '" in line and "failed" in line)
+    )
 
 
 async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(env: Env) -> None:
@@ -93,10 +100,12 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
     puts_before = env.proxy.puts
     try:
         async with httpx.AsyncClient(timeout=60) as client:
-            responses = await asyncio.gather(*(
-                client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("slow-40"))
-                for i in range(40)
-            ))
+            responses = await asyncio.gather(
+                *(
+                    client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("slow-40"))
+                    for i in range(40)
+                )
+            )
     finally:
         await sub.unsubscribe()
         await nc.close()
@@ -129,7 +138,9 @@ async def test_the_backend_process_is_started_while_the_file_is_still_staging(en
     assert received_line in env.worker.log()
 
 
-def test_a_request_past_the_wait_budget_gets_503_with_staging_progress_and_a_later_one_is_served(env: Env) -> None:
+def test_a_request_past_the_wait_budget_gets_503_with_staging_progress_and_a_later_one_is_served(
+    env: Env,
+) -> None:
     response = httpx.post(f"{env.c}/v1/chat/completions", json=_chat_body("staged-slowly"), timeout=30)
     assert response.status_code == 503
     assert 5 <= int(response.headers["Retry-After"]) <= 300
@@ -149,15 +160,24 @@ def test_a_request_past_the_wait_budget_gets_503_with_staging_progress_and_a_lat
             assert status.json()["node"] == "w1" and status.json()["total_bytes"] == 12 * MIB
         time.sleep(0.3)
     assert seen_staging
-    assert status.status_code == 404 and status.json()["error"]["message"] == "no load is running for model staged-slowly"
-    assert httpx.post(f"{env.c}/v1/chat/completions", json=_chat_body("staged-slowly"), timeout=30).status_code == 200
+    assert (
+        status.status_code == 404
+        and status.json()["error"]["message"] == "no load is running for model staged-slowly"
+    )
+    assert (
+        httpx.post(f"{env.c}/v1/chat/completions", json=_chat_body("staged-slowly"), timeout=30).status_code
+        == 200
+    )
 
 
 async def test_a_failed_load_gives_every_waiter_on_both_frontends_the_backends_message(env: Env) -> None:
     async with httpx.AsyncClient(timeout=60) as client:
-        responses = await asyncio.gather(*(
-            client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("broken")) for i in range(10)
-        ))
+        responses = await asyncio.gather(
+            *(
+                client.post(f"{(env.a, env.b)[i % 2]}/v1/chat/completions", json=_chat_body("broken"))
+                for i in range(10)
+            )
+        )
     assert {r.status_code for r in responses} == {502}
     for response in responses:
         assert "simulated CUDA out of memory while loading" in response.json()["error"]["message"]
@@ -171,8 +191,9 @@ async def _loaded(env: Env, model: str, timeout_s: float = 30) -> bool:
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if await conn.fetchval("SELECT count(*) FROM node_models WHERE model_name = $1 AND state = 'loaded'",
-                                   model):
+            if await conn.fetchval(
+                "SELECT count(*) FROM node_models WHERE model_name = $1 AND state = 'loaded'", model
+            ):
                 return True
             await asyncio.sleep(0.2)
         return False
@@ -205,13 +226,20 @@ def test_a_worker_stopped_mid_staging_releases_the_load_within_the_stall_window(
     import threading
 
     result: dict[str, httpx.Response] = {}
-    request = threading.Thread(target=lambda: result.setdefault("r", httpx.post(
-        f"{env.a}/v1/chat/completions", json=_chat_body("stalled"), timeout=90)))
+    request = threading.Thread(
+        target=lambda: result.setdefault(
+            "r", httpx.post(f"{env.a}/v1/chat/completions", json=_chat_body("stalled"), timeout=90)
+        )
+    )
     request.start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         status = httpx.get(f"{env.b}/api/models/stalled/load-status")
-        if status.status_code == 200 and status.json()["state"] == "staging" and status.json()["bytes_sent"] > 0:
+        if (
+            status.status_code == 200
+            and status.json()["state"] == "staging"
+            and status.json()["bytes_sent"] > 0
+        ):
             break
         time.sleep(0.1)
     os.kill(env.worker.popen.pid, signal.SIGSTOP)

@@ -41,21 +41,32 @@ class Env:
 
 def _boot_configs(models: Path, outside: Path, shared: Path) -> None:
     (models / "good.yaml").write_text(f"name: good\n{SIM}parameters:\n  model: good\n")
-    (models / "boot-absolute.yaml").write_text(f"name: boot-absolute\n{SIM}parameters:\n  model: {outside}/secret.txt\n")
-    (models / "boot-dotdot.yaml").write_text(f"name: boot-dotdot\n{SIM}parameters:\n  model: ../outside/secret.txt\n")
+    (models / "boot-absolute.yaml").write_text(
+        f"name: boot-absolute\n{SIM}parameters:\n  model: {outside}/secret.txt\n"
+    )
+    (models / "boot-dotdot.yaml").write_text(
+        f"name: boot-dotdot\n{SIM}parameters:\n  model: ../outside/secret.txt\n"
+    )
     (models / "boot-link.yaml").write_text(f"name: boot-link\n{SIM}parameters:\n  model: link.bin\n")
     (models / "link.bin").symlink_to(outside / "secret.txt")  # inside the models dir, pointing out
-    (models / "boot-lora.yaml").write_text(f"name: boot-lora\n{SIM}parameters:\n  model: good\n"
-                                           f"lora_adapter: {outside}/secret.txt\n")
-    (models / "boot-shared.yaml").write_text(f"name: boot-shared\n{SIM}parameters:\n  model: {shared}/weights.bin\n")
+    (models / "boot-lora.yaml").write_text(
+        f"name: boot-lora\n{SIM}parameters:\n  model: good\nlora_adapter: {outside}/secret.txt\n"
+    )
+    (models / "boot-shared.yaml").write_text(
+        f"name: boot-shared\n{SIM}parameters:\n  model: {shared}/weights.bin\n"
+    )
 
 
 @pytest.fixture(scope="module")
 def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     root = state_root / "e2e-model-roots"
     outside, shared = root / "outside", root / "shared"
-    c = Cluster(root=root, database_url=make_database(), nats_url=nats_url,
-                frontend_env={"CORRAL_MODEL_PATH_ROOTS": str(shared)})
+    c = Cluster(
+        root=root,
+        database_url=make_database(),
+        nats_url=nats_url,
+        frontend_env={"CORRAL_MODEL_PATH_ROOTS": str(shared)},
+    )
     for directory in (c.models_dir, outside, shared):
         directory.mkdir(parents=True, exist_ok=True)
     (outside / "secret.txt").write_bytes(SECRET)
@@ -70,20 +81,29 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
 
 
 def _chat(env: Env, model: str) -> httpx.Response:
-    return httpx.post(f"{env.cluster.frontend_url}/v1/chat/completions", timeout=120, json={
-        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    return httpx.post(
+        f"{env.cluster.frontend_url}/v1/chat/completions",
+        timeout=120,
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
 
 
 def _put(env: Env, name: str, yaml_text: str) -> httpx.Response:
-    return httpx.put(f"{env.cluster.frontend_url}/api/model-configs/{name}", content=yaml_text.encode(),
-                     headers=env.cluster.admin_headers, timeout=30)
+    return httpx.put(
+        f"{env.cluster.frontend_url}/api/model-configs/{name}",
+        content=yaml_text.encode(),
+        headers=env.cluster.admin_headers,
+        timeout=30,
+    )
 
 
 def _refused(answer: httpx.Response, field: str, value: str, resolved: str | Path, env: Env) -> None:
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["param"] == field
-    assert f"field {field!r}: {value!r} resolves to {resolved}, outside {env.where()}; {FIX}" in error["message"]
+    assert (
+        f"field {field!r}: {value!r} resolves to {resolved}, outside {env.where()}; {FIX}" in error["message"]
+    )
 
 
 def _worker_files(env: Env) -> list[Path]:
@@ -91,13 +111,17 @@ def _worker_files(env: Env) -> list[Path]:
 
 
 def _assert_the_secret_never_left(env: Env) -> None:
-    shipped = [p for p in _worker_files(env) if p.read_bytes() == SECRET or p.name in ("secret.txt", "passwd")]
+    shipped = [
+        p for p in _worker_files(env) if p.read_bytes() == SECRET or p.name in ("secret.txt", "passwd")
+    ]
     assert shipped == []
     assert not hash_sidecar_path(env.secret).exists()
     assert not hash_sidecar_path(Path("/etc/passwd")).exists()
 
 
-def test_yamls_at_boot_naming_files_outside_are_skipped_with_a_line_naming_the_file_and_the_fix(env: Env) -> None:
+def test_yamls_at_boot_naming_files_outside_are_skipped_with_a_line_naming_the_file_and_the_fix(
+    env: Env,
+) -> None:
     log = env.cluster.frontend.log() if env.cluster.frontend else ""
     cases = {  # file -> (field, value, where it resolves)
         "boot-absolute.yaml": ("parameters.model", f"{env.outside}/secret.txt", env.secret),
@@ -107,9 +131,13 @@ def test_yamls_at_boot_naming_files_outside_are_skipped_with_a_line_naming_the_f
     }
     for name, (field, value, resolved) in cases.items():
         path = env.cluster.models_dir.resolve() / name
-        assert (f"skipping model config {path}: {path}: field {field!r}: {value!r} resolves to {resolved}, "
-                f"outside {env.where()}; {FIX}") in log
-    listed = httpx.get(f"{env.cluster.frontend_url}/api/model-configs", headers=env.cluster.admin_headers).json()
+        assert (
+            f"skipping model config {path}: {path}: field {field!r}: {value!r} resolves to {resolved}, "
+            f"outside {env.where()}; {FIX}"
+        ) in log
+    listed = httpx.get(
+        f"{env.cluster.frontend_url}/api/model-configs", headers=env.cluster.admin_headers
+    ).json()
     assert sorted(c["name"] for c in listed["configs"]) == ["boot-shared", "good"]
     for name in ("boot-absolute", "boot-dotdot", "boot-link", "boot-lora"):
         assert _chat(env, name).status_code == 404
@@ -129,25 +157,42 @@ def test_an_admin_put_or_patch_naming_an_absolute_file_outside_is_a_400_and_chan
     answer = _put(env, "evil-abs", f"name: evil-abs\n{SIM}parameters:\n  model: {env.secret}\n")
     _refused(answer, "parameters.model", str(env.secret), env.secret, env)
     assert _chat(env, "evil-abs").status_code == 404
-    before = httpx.get(f"{env.cluster.frontend_url}/api/model-configs/good", headers=env.cluster.admin_headers).json()
-    patched = httpx.patch(f"{env.cluster.frontend_url}/api/model-configs/good", headers=env.cluster.admin_headers,
-                          json={"parameters": {"model": str(env.secret)}})
+    before = httpx.get(
+        f"{env.cluster.frontend_url}/api/model-configs/good", headers=env.cluster.admin_headers
+    ).json()
+    patched = httpx.patch(
+        f"{env.cluster.frontend_url}/api/model-configs/good",
+        headers=env.cluster.admin_headers,
+        json={"parameters": {"model": str(env.secret)}},
+    )
     _refused(patched, "parameters.model", str(env.secret), env.secret, env)
-    after = httpx.get(f"{env.cluster.frontend_url}/api/model-configs/good", headers=env.cluster.admin_headers).json()
+    after = httpx.get(
+        f"{env.cluster.frontend_url}/api/model-configs/good", headers=env.cluster.admin_headers
+    ).json()
     assert after["config_revision"] == before["config_revision"]
     assert _chat(env, "good").status_code == 200
     _assert_the_secret_never_left(env)
 
 
-@pytest.mark.parametrize("extra, field, value", [
-    ("mmproj: {secret}\n", "mmproj", "{secret}"),  # an artifact field
-    ("lora_adapters:\n  - {secret}\n", "lora_adapters[0]", "{secret}"),  # a LoRA list
-    ("options:\n  - \"chat_format:gemma\"\n  - \"vae:/etc/passwd\"\n", "options[1]", "/etc/passwd"),  # an option
-])
+@pytest.mark.parametrize(
+    "extra, field, value",
+    [
+        ("mmproj: {secret}\n", "mmproj", "{secret}"),  # an artifact field
+        ("lora_adapters:\n  - {secret}\n", "lora_adapters[0]", "{secret}"),  # a LoRA list
+        (
+            'options:\n  - "chat_format:gemma"\n  - "vae:/etc/passwd"\n',
+            "options[1]",
+            "/etc/passwd",
+        ),  # an option
+    ],
+)
 def test_every_field_that_names_a_file_is_confined(env: Env, extra: str, field: str, value: str) -> None:
     value = value.format(secret=env.secret)
-    answer = _put(env, "evil-field", f"name: evil-field\n{SIM}parameters:\n  model: good\n"
-                                     + extra.format(secret=env.secret))
+    answer = _put(
+        env,
+        "evil-field",
+        f"name: evil-field\n{SIM}parameters:\n  model: good\n" + extra.format(secret=env.secret),
+    )
     _refused(answer, field, value, os.path.realpath(value), env)
     _assert_the_secret_never_left(env)
 
@@ -159,17 +204,24 @@ def test_attacker_variations_are_refused_naming_the_field(env: Env) -> None:
     finally:
         (env.models / "sneaky").unlink()
     _refused(linked, "parameters.model", "sneaky/secret.txt", env.secret, env)
-    hub = _put(env, "evil-hub", "name: evil-hub\nbackend: simulator\nhuggingface:\n  repo: acme/tiny\n"
-                                "parameters:\n  model: ../../../../../../../../etc/passwd\n")
+    hub = _put(
+        env,
+        "evil-hub",
+        "name: evil-hub\nbackend: simulator\nhuggingface:\n  repo: acme/tiny\n"
+        "parameters:\n  model: ../../../../../../../../etc/passwd\n",
+    )
     _refused(hub, "parameters.model", "../../../../../../../../etc/passwd", "/etc/passwd", env)
-    nul = _put(env, "evil-nul", f"name: evil-nul\n{SIM}parameters:\n  model: \"m\\0.gguf\"\n")
+    nul = _put(env, "evil-nul", f'name: evil-nul\n{SIM}parameters:\n  model: "m\\0.gguf"\n')
     assert nul.status_code == 400 and nul.json()["error"]["param"] == "parameters.model"
     assert "contains a NUL byte" in nul.json()["error"]["message"]
     long = _put(env, "evil-long", f"name: evil-long\n{SIM}parameters:\n  model: /{'a/' * 3000}x\n")
     assert long.status_code == 400 and long.json()["error"]["param"] == "parameters.model"
     assert "the longest path is 4096 bytes" in long.json()["error"]["message"]
-    renamed = httpx.post(f"{env.cluster.frontend_url}/api/model-configs/good/rename", json={"name": "good2"},
-                         headers=env.cluster.admin_headers)
+    renamed = httpx.post(
+        f"{env.cluster.frontend_url}/api/model-configs/good/rename",
+        json={"name": "good2"},
+        headers=env.cluster.admin_headers,
+    )
     assert renamed.status_code == 200, renamed.text  # a rename is validated like any edit; this one is fine
     _assert_the_secret_never_left(env)
 
@@ -183,4 +235,6 @@ def test_a_file_in_a_listed_root_is_served_and_staged_but_nothing_is_written_bes
     put = _put(env, "shared-too", f"name: shared-too\n{SIM}parameters:\n  model: {env.shared}/weights.bin\n")
     assert put.status_code == 200, put.text
     assert _chat(env, "shared-too").status_code == 200
-    assert sorted(os.listdir(env.shared)) == ["weights.bin"]  # no sidecar, no temporary file: read-only to corral
+    assert sorted(os.listdir(env.shared)) == [
+        "weights.bin"
+    ]  # no sidecar, no temporary file: read-only to corral

@@ -45,8 +45,11 @@ def env(state_root: Path) -> Iterator[MultiHost]:
 
 
 def _replica_header(url: str, model: str) -> str:
-    response = httpx.post(f"{url}/v1/chat/completions", timeout=90,
-                          json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    response = httpx.post(
+        f"{url}/v1/chat/completions",
+        timeout=90,
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
     assert response.status_code == 200, response.text
     return response.headers["X-Corral-Replica"]
 
@@ -59,7 +62,9 @@ def test_a_model_is_staged_over_the_bridge_and_served_from_the_workers_address(e
     source = env.models_dir / "staged.bin"
     assert hashlib.sha256(staged.read_bytes()).hexdigest() == hashlib.sha256(source.read_bytes()).hexdigest()
     other = ({"w1", "w2"} - {node}).pop()
-    assert not (env.root / other / "models" / "staged").exists()  # no shared directory: only the chosen host has it
+    assert not (
+        env.root / other / "models" / "staged"
+    ).exists()  # no shared directory: only the chosen host has it
 
 
 def test_replicas_all_puts_one_replica_on_each_host_and_requests_reach_both(env: MultiHost) -> None:
@@ -70,7 +75,9 @@ def test_replicas_all_puts_one_replica_on_each_host_and_requests_reach_both(env:
     assert seen <= {env.ip("w1"), env.ip("w2")} and seen, seen
 
 
-def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no_request(env: MultiHost) -> None:
+def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no_request(
+    env: MultiHost,
+) -> None:
     wait_for(lambda: spread_on(env, ["w1", "w2"]), "a replica of everywhere on w1 and w2", 90)
     assert chat(env.url, "staged").ok  # another model, whose process must survive the edit
     old_pids = {_backend_pid(env, r) for r in replicas(env.database_url, "everywhere")}
@@ -78,21 +85,41 @@ def test_a_config_edit_under_traffic_stops_exactly_the_old_replicas_and_loses_no
     assert None not in old_pids and staged_pid is not None
     with Traffic(env.url, "everywhere", concurrency=2, timeout_s=90) as traffic:
         traffic.wait_served(3, "before the edit")
-        edit = httpx.patch(f"{env.url}/api/model-configs/everywhere", json={"context_size": 1024},
-                           headers=env.admin, timeout=30)
+        edit = httpx.patch(
+            f"{env.url}/api/model-configs/everywhere",
+            json={"context_size": 1024},
+            headers=env.admin,
+            timeout=30,
+        )
         assert edit.status_code == 200, edit.text
         revision = edit.json()["config_revision"]
-        wait_for(lambda: sorted((str(r["node"]), r["state"]) for r in _revision_rows(env, revision)) ==
-                 [("w1", "loaded"), ("w2", "loaded")], "both replicas reloaded under the new revision", 90)
+        wait_for(
+            lambda: (
+                sorted((str(r["node"]), r["state"]) for r in _revision_rows(env, revision))
+                == [("w1", "loaded"), ("w2", "loaded")]
+            ),
+            "both replicas reloaded under the new revision",
+            90,
+        )
         traffic.wait_served(3, "after the edit")
     assert all(r.ok for r in traffic.replies), summarize(traffic.replies)  # issue 10 item 7: no outage
-    wait_for(lambda: all(backend_pid_alive(pid) is False for pid in old_pids), "the old replicas' processes gone", 60)
-    assert _backend_pid(env, replicas(env.database_url, "staged")[0]) == staged_pid  # the other model untouched
+    wait_for(
+        lambda: all(backend_pid_alive(pid) is False for pid in old_pids),
+        "the old replicas' processes gone",
+        60,
+    )
+    assert (
+        _backend_pid(env, replicas(env.database_url, "staged")[0]) == staged_pid
+    )  # the other model untouched
 
 
 def _edit(env: MultiHost, context_size: int) -> str:
-    edit = httpx.patch(f"{env.url}/api/model-configs/everywhere", json={"context_size": context_size},
-                       headers=env.admin, timeout=30)
+    edit = httpx.patch(
+        f"{env.url}/api/model-configs/everywhere",
+        json={"context_size": context_size},
+        headers=env.admin,
+        timeout=30,
+    )
     assert edit.status_code == 200, edit.text
     return str(edit.json()["config_revision"])
 
@@ -109,17 +136,30 @@ def test_a_config_edit_while_a_replica_is_loading_loses_no_request(env: MultiHos
         first = _edit(env, 1536)
         wait_for(lambda: _loading(env, first), "a replica of the first edit loading", 60)
         last = _edit(env, 3072)  # a second edit while that load runs (issue 10: 502 for every request)
-        wait_for(lambda: sorted((str(r["node"]), r["state"]) for r in _revision_rows(env, last)) ==
-                 [("w1", "loaded"), ("w2", "loaded")], "both replicas loaded under the last revision", 120)
+        wait_for(
+            lambda: (
+                sorted((str(r["node"]), r["state"]) for r in _revision_rows(env, last))
+                == [("w1", "loaded"), ("w2", "loaded")]
+            ),
+            "both replicas loaded under the last revision",
+            120,
+        )
         traffic.wait_served(3, "after the edits")
     assert all(r.ok for r in traffic.replies), summarize(traffic.replies)  # issue 10 item 7: no outage
-    wait_for(lambda: len(replicas(env.database_url, "everywhere")) == 2, "only the last revision's replicas left", 60)
+    wait_for(
+        lambda: len(replicas(env.database_url, "everywhere")) == 2,
+        "only the last revision's replicas left",
+        60,
+    )
 
 
 def _revision_rows(env: MultiHost, revision: str) -> list[dict[str, object]]:
-    return query(env.database_url, "SELECT n.name AS node, m.state FROM node_models m JOIN backend_nodes n "
-                                   "ON n.id = m.node_id WHERE m.model_name = 'everywhere' AND m.config_revision = $1",
-                 revision)
+    return query(
+        env.database_url,
+        "SELECT n.name AS node, m.state FROM node_models m JOIN backend_nodes n "
+        "ON n.id = m.node_id WHERE m.model_name = 'everywhere' AND m.config_revision = $1",
+        revision,
+    )
 
 
 def _backend_pid(env: MultiHost, row: dict[str, object]) -> int | None:
@@ -131,7 +171,9 @@ def backend_pid_alive(pid: int | None) -> bool:
     return pid is not None and not gone(pid, timeout_s=0.1)
 
 
-def test_a_worker_unplugged_mid_stream_ends_that_stream_costs_no_other_request_and_is_dropped(env: MultiHost) -> None:
+def test_a_worker_unplugged_mid_stream_ends_that_stream_costs_no_other_request_and_is_dropped(
+    env: MultiHost,
+) -> None:
     outcome = host_unplugged_mid_stream(env, "talker")
     print(f"\n{outcome.row()}")
     after, stream = outcome.details["after"], outcome.details["stream"]

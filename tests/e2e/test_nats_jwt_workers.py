@@ -26,11 +26,19 @@ JWT_TTL_S = 6.0
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database: Callable[[], str], jwt_server: NatsServer,
-            material: auth_setup.AuthMaterial) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / "e2e-nats-jwt", database_url=make_database(), nats_url=jwt_server.url,
-                auto_approve=False,
-                frontend_env=jwt_frontend_env(material, LOCALAI_NATS_WORKER_JWT_TTL=f"{JWT_TTL_S:g}s"))
+def cluster(
+    state_root: Path,
+    make_database: Callable[[], str],
+    jwt_server: NatsServer,
+    material: auth_setup.AuthMaterial,
+) -> Iterator[Cluster]:
+    c = Cluster(
+        root=state_root / "e2e-nats-jwt",
+        database_url=make_database(),
+        nats_url=jwt_server.url,
+        auto_approve=False,
+        frontend_env=jwt_frontend_env(material, LOCALAI_NATS_WORKER_JWT_TTL=f"{JWT_TTL_S:g}s"),
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     try:
         c.start_frontend()
@@ -71,15 +79,23 @@ print(asyncio.run(main()))
 
 def _nats_connect(url: str, jwt: str, seed: str) -> str:
     """One connection attempt in a child process (nats-py leaves a refused socket to the garbage collector)."""
-    done = subprocess.run([sys.executable, "-c", _CONNECT_ONCE, url, jwt, seed], capture_output=True, text=True,
-                          timeout=30, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _CONNECT_ONCE, url, jwt, seed],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return done.stdout.strip()
 
 
 def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_ttl(
-        cluster: Cluster, jwt_server: NatsServer, material: auth_setup.AuthMaterial) -> None:
+    cluster: Cluster, jwt_server: NatsServer, material: auth_setup.AuthMaterial
+) -> None:
     base = free_port_pair()
-    worker = spawn("w-jwt", [*cluster.worker_argv("w-jwt", base), "--nats-require-auth"], cluster.root / "logs")
+    worker = spawn(
+        "w-jwt", [*cluster.worker_argv("w-jwt", base), "--nats-require-auth"], cluster.root / "logs"
+    )
     cluster.workers.append(worker)
     deadline = time.monotonic() + 20
     while (node_id := _node_id(cluster, "w-jwt")) is None and time.monotonic() < deadline:
@@ -87,15 +103,20 @@ def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_t
     assert node_id is not None
     time.sleep(0.5)
     assert not _ready(base)  # a pending worker does not start without NATS credentials
-    approved = httpx.post(f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers)
+    approved = httpx.post(
+        f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers
+    )
     assert approved.status_code == 200 and approved.json()["nats_jwt"] and approved.json()["nats_user_seed"]
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker, timeout_s=30)
     time.sleep(2.5 * JWT_TTL_S)  # two and a half lifetimes of the first JWT
     assert _ready(base)
 
     async def ask_worker() -> bytes:
-        nc = await bus.connect(jwt_server.url, "test-service",
-                               credentials=NatsCredentials.static(material.service_jwt, material.service_seed))
+        nc = await bus.connect(
+            jwt_server.url,
+            "test-service",
+            credentials=NatsCredentials.static(material.service_jwt, material.service_seed),
+        )
         try:
             return (await nc.request(f"nodes.{node_id}.models.running", b"{}", timeout=5)).data
         finally:
@@ -105,11 +126,16 @@ def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_t
 
     async def follow_backend_lines() -> bytes:
         """A minted credential may publish its own backends' live log lines (issue 11)."""
-        nc = await bus.connect(jwt_server.url, "test-service",
-                               credentials=NatsCredentials.static(material.service_jwt, material.service_seed))
+        nc = await bus.connect(
+            jwt_server.url,
+            "test-service",
+            credentials=NatsCredentials.static(material.service_jwt, material.service_seed),
+        )
         try:
             sub = await nc.subscribe(f"nodes.{node_id}.backend.logs.simulator.lines")
-            reply = await nc.request(f"nodes.{node_id}.backend.install", b'{"backend": "simulator"}', timeout=60)
+            reply = await nc.request(
+                f"nodes.{node_id}.backend.install", b'{"backend": "simulator"}', timeout=60
+            )
             assert b'"success":true' in reply.data, reply.data
             return (await sub.next_msg(timeout=10)).data
         finally:
@@ -123,29 +149,39 @@ def test_a_pending_worker_waits_for_approval_then_stays_connected_past_its_jwt_t
 
 def test_a_worker_that_is_never_approved_exits_non_zero_after_bounded_attempts(cluster: Cluster) -> None:
     base = free_port_pair()
-    worker = spawn("w-never", [*cluster.worker_argv("w-never", base), "--nats-require-auth",
-                               "--register-max-attempts", "2"], cluster.root / "logs")
+    worker = spawn(
+        "w-never",
+        [*cluster.worker_argv("w-never", base), "--nats-require-auth", "--register-max-attempts", "2"],
+        cluster.root / "logs",
+    )
     assert worker.popen.wait(60) == 1
     assert "no NATS credentials after 2 registrations" in worker.log()
     assert "Traceback" not in worker.log()
 
 
 def test_a_deleted_nodes_nats_credentials_stop_working_and_its_name_cannot_be_taken_for_new_ones(
-        cluster: Cluster, jwt_server: NatsServer) -> None:
+    cluster: Cluster, jwt_server: NatsServer
+) -> None:
     base = free_port_pair()
-    worker = spawn("w-del", [*cluster.worker_argv("w-del", base), "--nats-require-auth"], cluster.root / "logs")
+    worker = spawn(
+        "w-del", [*cluster.worker_argv("w-del", base), "--nats-require-auth"], cluster.root / "logs"
+    )
     cluster.workers.append(worker)
     deadline = time.monotonic() + 20
     while (node_id := _node_id(cluster, "w-del")) is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert node_id is not None
-    approved = httpx.post(f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers).json()
+    approved = httpx.post(
+        f"{cluster.frontend_url}/api/nodes/{node_id}/approve", headers=cluster.admin_headers
+    ).json()
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker, timeout_s=30)
     assert approved["nats_jwt"]
 
-    hijack = httpx.post(f"{cluster.frontend_url}/api/node/register",
-                        headers={"Authorization": f"Bearer {cluster.token}"},
-                        json={"name": "w-del", "address": "127.0.0.1:1", "token": cluster.token})
+    hijack = httpx.post(
+        f"{cluster.frontend_url}/api/node/register",
+        headers={"Authorization": f"Bearer {cluster.token}"},
+        json={"name": "w-del", "address": "127.0.0.1:1", "token": cluster.token},
+    )
     assert hijack.status_code == 409 and "nats_jwt" not in hijack.text  # the shared token mints nothing
     own = cluster.node_headers("w-del")
     refresh_url = f"{cluster.frontend_url}/api/node/{node_id}/nats-credentials"
@@ -160,6 +196,8 @@ def test_a_deleted_nodes_nats_credentials_stop_working_and_its_name_cannot_be_ta
     time.sleep(JWT_TTL_S + 1)  # the last credentials it got run out
     refused = _nats_connect(jwt_server.url, *minted).lower()
     assert "authorization violation" in refused or "expired" in refused, refused
-    assert worker.popen.wait(60) == 1  # it registered again as a new, pending node: no credentials, so it exits
+    assert (
+        worker.popen.wait(60) == 1
+    )  # it registered again as a new, pending node: no credentials, so it exits
     assert "cannot refresh NATS credentials" in worker.log()
     cluster.workers.remove(worker)

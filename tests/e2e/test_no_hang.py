@@ -35,9 +35,10 @@ SERVE_HOST = "127.0.0.3"  # the worker's --serve-addr host: backends must listen
 
 
 def _sim(models_dir: Path, name: str, *options: str) -> None:
-    opts = "".join(f"\n  - \"{o}\"" for o in options) or " []"
+    opts = "".join(f'\n  - "{o}"' for o in options) or " []"
     (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{opts}\n")
+        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\noptions:{opts}\n"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +51,26 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     _sim(c.models_dir, "paced", "output_token_time_s:0.2")  # disconnect tests
     _sim(c.models_dir, "thinking", "prompt_token_time_s:1")  # in flight during its prefill
     try:
-        c.start_frontend("--stream-idle-timeout", IDLE, "--stream-first-token-timeout", FIRST_TOKEN,
-                         "--backend-call-timeout", CALL, "--backend-probe-timeout", "1s")
+        c.start_frontend(
+            "--stream-idle-timeout",
+            IDLE,
+            "--stream-first-token-timeout",
+            FIRST_TOKEN,
+            "--backend-call-timeout",
+            CALL,
+            "--backend-probe-timeout",
+            "1s",
+        )
         base = free_port_pair()
-        argv = [*c.worker_argv("w1", base), "--serve-addr", f"{SERVE_HOST}:{base}",
-                "--advertise-addr", f"{SERVE_HOST}:{base}", "--advertise-http-addr", f"127.0.0.1:{base - 1}"]
+        argv = [
+            *c.worker_argv("w1", base),
+            "--serve-addr",
+            f"{SERVE_HOST}:{base}",
+            "--advertise-addr",
+            f"{SERVE_HOST}:{base}",
+            "--advertise-http-addr",
+            f"127.0.0.1:{base - 1}",
+        ]
         worker = spawn("w1", argv, c.root / "logs")
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
         c.workers.append(worker)
@@ -65,7 +81,11 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 
 
 def _chat(model: str, content: str = "hello", max_tokens: int = 8, stream: bool = False) -> dict:
-    body: dict = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
+    body: dict = {
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+    }
     if stream:
         body["stream"] = True
     return body
@@ -81,7 +101,9 @@ async def _replica(cluster: Cluster, model: str) -> asyncpg.Record | None:
 
 def _warm(cluster: Cluster, model: str) -> int:
     """Load `model` (one short request) and return its backend's pid."""
-    reply = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=_chat(model, max_tokens=1), timeout=60)
+    reply = httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions", json=_chat(model, max_tokens=1), timeout=60
+    )
     assert reply.status_code == 200, reply.text
     row = asyncio.run(_replica(cluster, model))
     assert row is not None
@@ -93,7 +115,7 @@ def _warm(cluster: Cluster, model: str) -> int:
 def _events(lines: Iterator[str]) -> Iterator[dict]:
     for line in lines:
         if line.startswith("data: ") and line != "data: [DONE]":
-            yield json.loads(line[len("data: "):])
+            yield json.loads(line[len("data: ") :])
 
 
 def _worker_log(cluster: Cluster) -> str:
@@ -105,8 +127,12 @@ def test_a_stopped_backend_ends_the_stream_with_an_error_naming_the_idle_knob_an
 ) -> None:
     pid = _warm(cluster, "steady")
     try:
-        with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions",
-                          json=_chat("steady", max_tokens=400, stream=True), timeout=60) as response:
+        with httpx.stream(
+            "POST",
+            f"{cluster.frontend_url}/v1/chat/completions",
+            json=_chat("steady", max_tokens=400, stream=True),
+            timeout=60,
+        ) as response:
             assert response.status_code == 200
             events = _events(response.iter_lines())
             for event in events:
@@ -114,14 +140,19 @@ def test_a_stopped_backend_ends_the_stream_with_an_error_naming_the_idle_knob_an
                     break  # tokens flow: stop the backend mid-stream
             os.kill(pid, signal.SIGSTOP)
             errors = [e["error"] for e in events if "error" in e]
-        assert errors == [{
-            "message": f"model steady on node w1: the stream sent nothing within {IDLE} (raise "
-                       "CORRAL_STREAM_IDLE_TIMEOUT); the replica did not answer a health probe and was dropped",
-            "type": "server_error", "code": "backend_timeout"}]
+        assert errors == [
+            {
+                "message": f"model steady on node w1: the stream sent nothing within {IDLE} (raise "
+                "CORRAL_STREAM_IDLE_TIMEOUT); the replica did not answer a health probe and was dropped",
+                "type": "server_error",
+                "code": "backend_timeout",
+            }
+        ]
         assert asyncio.run(_replica(cluster, "steady")) is None  # forgotten: row deleted
         # The model recovers: the next request loads it again, on a fresh process (the frozen one is replaced).
-        reply = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=_chat("steady", max_tokens=2),
-                           timeout=60)
+        reply = httpx.post(
+            f"{cluster.frontend_url}/v1/chat/completions", json=_chat("steady", max_tokens=2), timeout=60
+        )
         assert reply.status_code == 200, reply.text
         row = asyncio.run(_replica(cluster, "steady"))
         assert row is not None and backend_pid(row["address"].rpartition(":")[2], cluster.workers) != pid
@@ -131,57 +162,85 @@ def test_a_stopped_backend_ends_the_stream_with_an_error_naming_the_idle_knob_an
 
 
 def test_a_slow_but_alive_backend_times_out_the_stream_and_is_kept(cluster: Cluster) -> None:
-    with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions",
-                      json=_chat("slow", max_tokens=3, stream=True), timeout=60) as response:
+    with httpx.stream(
+        "POST",
+        f"{cluster.frontend_url}/v1/chat/completions",
+        json=_chat("slow", max_tokens=3, stream=True),
+        timeout=60,
+    ) as response:
         assert response.status_code == 200
         errors = [e["error"] for e in _events(response.iter_lines()) if "error" in e]
-    assert errors == [{
-        "message": f"model slow on node w1: the stream sent nothing within {IDLE} (raise "
-                   "CORRAL_STREAM_IDLE_TIMEOUT); the replica answered a health probe and is kept",
-        "type": "server_error", "code": "backend_timeout"}]
+    assert errors == [
+        {
+            "message": f"model slow on node w1: the stream sent nothing within {IDLE} (raise "
+            "CORRAL_STREAM_IDLE_TIMEOUT); the replica answered a health probe and is kept",
+            "type": "server_error",
+            "code": "backend_timeout",
+        }
+    ]
     row = asyncio.run(_replica(cluster, "slow"))
     assert row is not None and row["state"] == "loaded"
 
 
-def test_a_unary_call_past_its_deadline_is_504_naming_the_knob_and_the_replica_is_kept(cluster: Cluster) -> None:
-    reply = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=_chat("slow", max_tokens=4),
-                       timeout=60)  # 4 tokens take 12 s (the load, if any, is not part of the call's budget)
+def test_a_unary_call_past_its_deadline_is_504_naming_the_knob_and_the_replica_is_kept(
+    cluster: Cluster,
+) -> None:
+    reply = httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions", json=_chat("slow", max_tokens=4), timeout=60
+    )  # 4 tokens take 12 s (the load, if any, is not part of the call's budget)
     assert reply.status_code == 504
     assert reply.json()["error"] == {
         "message": f"model slow on node w1: no answer within {CALL} (raise CORRAL_BACKEND_CALL_TIMEOUT); "
-                   "the replica answered a health probe and is kept",
-        "type": "server_error", "code": "backend_timeout"}
+        "the replica answered a health probe and is kept",
+        "type": "server_error",
+        "code": "backend_timeout",
+    }
     assert asyncio.run(_replica(cluster, "slow")) is not None
 
 
-def test_a_stream_without_a_first_token_in_its_budget_is_504_naming_the_first_token_knob(cluster: Cluster) -> None:
+def test_a_stream_without_a_first_token_in_its_budget_is_504_naming_the_first_token_knob(
+    cluster: Cluster,
+) -> None:
     body = _chat("prefill", content="four words of prompt", max_tokens=2, stream=True)  # 8 s of prefill
     reply = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 504
     assert reply.json()["error"]["message"] == (
         f"model prefill on node w1: no first token within {FIRST_TOKEN} (raise CORRAL_STREAM_FIRST_TOKEN_TIMEOUT); "
-        "the replica answered a health probe and is kept")
+        "the replica answered a health probe and is kept"
+    )
 
 
 def test_a_client_that_disconnects_from_a_unary_request_cancels_the_generation(cluster: Cluster) -> None:
     _warm(cluster, "paced")
     before = _worker_log(cluster).count("Predict cancelled by the caller")
     with pytest.raises(httpx.ReadTimeout):  # 10 tokens take 2 s: the client leaves after 0.6 s
-        httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=_chat("paced", max_tokens=10), timeout=0.6)
-    wait_for(lambda: _worker_log(cluster).count("Predict cancelled by the caller") > before,
-             "the backend to log the cancelled Predict", 10)
+        httpx.post(
+            f"{cluster.frontend_url}/v1/chat/completions", json=_chat("paced", max_tokens=10), timeout=0.6
+        )
+    wait_for(
+        lambda: _worker_log(cluster).count("Predict cancelled by the caller") > before,
+        "the backend to log the cancelled Predict",
+        10,
+    )
 
 
 def test_a_client_that_leaves_a_stream_cancels_the_generation_on_the_backend(cluster: Cluster) -> None:
     _warm(cluster, "paced")
     before = _worker_log(cluster).count("PredictStream cancelled by the caller")
-    with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions",
-                      json=_chat("paced", max_tokens=200, stream=True), timeout=30) as response:
+    with httpx.stream(
+        "POST",
+        f"{cluster.frontend_url}/v1/chat/completions",
+        json=_chat("paced", max_tokens=200, stream=True),
+        timeout=30,
+    ) as response:
         for event in _events(response.iter_lines()):
             if event.get("choices") and event["choices"][0]["delta"].get("content"):
                 break  # leave after the first token; 199 remain (40 s)
-    wait_for(lambda: _worker_log(cluster).count("PredictStream cancelled by the caller after") > before,
-             "the backend to log the cancelled PredictStream", 10)
+    wait_for(
+        lambda: _worker_log(cluster).count("PredictStream cancelled by the caller after") > before,
+        "the backend to log the cancelled PredictStream",
+        10,
+    )
 
 
 def test_a_stream_counts_in_flight_from_the_pick_while_its_prompt_is_processed(
@@ -210,7 +269,9 @@ def test_a_stream_counts_in_flight_from_the_pick_while_its_prompt_is_processed(
     watcher.start()
     try:
         body = _chat("thinking", content="two words", max_tokens=2, stream=True)  # 2 s of prefill
-        with httpx.stream("POST", f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=60) as response:
+        with httpx.stream(
+            "POST", f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=60
+        ) as response:
             for event in _events(response.iter_lines()):
                 if event.get("choices") and event["choices"][0]["delta"].get("content"):
                     first_token.set()
@@ -240,5 +301,6 @@ def test_backends_listen_on_the_worker_serve_host_only(cluster: Cluster) -> None
     assert row is not None
     host, _, port = row["address"].rpartition(":")
     assert host == SERVE_HOST
-    assert _listening(int(port)) == {"0300007F"}  # 127.0.0.3 (hex, little-endian); a wildcard bind is all zeros
-
+    assert _listening(int(port)) == {
+        "0300007F"
+    }  # 127.0.0.3 (hex, little-endian); a wildcard bind is all zeros

@@ -19,7 +19,14 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST_HEALTH = ["--stale-node-threshold", "3s", "--node-heartbeat-checkpoint", "1s", "--health-check-interval", "0.3s"]
+FAST_HEALTH = [
+    "--stale-node-threshold",
+    "3s",
+    "--node-heartbeat-checkpoint",
+    "1s",
+    "--health-check-interval",
+    "0.3s",
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +50,18 @@ def _node(cluster: Cluster, name: str) -> dict[str, Any]:
 
 
 def _chat(cluster: Cluster) -> httpx.Response:
-    return httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,
-                      json={"model": "sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    return httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        timeout=60,
+        json={"model": "sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
 
 
 def _spawn_worker(cluster: Cluster, name: str) -> tuple[Proc, int]:
     base = free_port_pair()
-    return spawn(name, [*cluster.worker_argv(name, base), "--heartbeat-interval", "0.5s"], cluster.root / "logs"), base
+    return spawn(
+        name, [*cluster.worker_argv(name, base), "--heartbeat-interval", "0.5s"], cluster.root / "logs"
+    ), base
 
 
 def _start_worker(cluster: Cluster, name: str) -> Proc:
@@ -68,7 +80,9 @@ def _node_call(cluster: Cluster, method: str, path: str, node_token: str | None)
     headers = {"Authorization": f"Bearer {cluster.token}"}
     if node_token is not None:
         headers["X-Node-Token"] = node_token
-    return httpx.request(method, f"{cluster.frontend_url}/api/node{path}", headers=headers, json={}, timeout=10)
+    return httpx.request(
+        method, f"{cluster.frontend_url}/api/node{path}", headers=headers, json={}, timeout=10
+    )
 
 
 def _credential_file(cluster: Cluster, name: str) -> Path:
@@ -79,8 +93,13 @@ def _register_as(cluster: Cluster, name: str, address: str, node_token: str | No
     headers = {"Authorization": f"Bearer {cluster.token}"}
     if node_token is not None:
         headers["X-Node-Token"] = node_token
-    body = {"name": name, "address": address, "http_address": address.replace(":1", ":2"), "token": cluster.token,
-            "labels": {"zone": "evil"}}
+    body = {
+        "name": name,
+        "address": address,
+        "http_address": address.replace(":1", ":2"),
+        "token": cluster.token,
+        "labels": {"zone": "evil"},
+    }
     return httpx.post(f"{cluster.frontend_url}/api/node/register", json=body, headers=headers, timeout=10)
 
 
@@ -101,13 +120,16 @@ def test_a_registered_name_cannot_be_taken_over_and_the_victim_keeps_serving(clu
             f"node name 'victim' is already registered (id {victim_id}) and this registration did not present "
             "its credential (X-Node-Token header, issued at its first registration and kept in the worker's state "
             f"directory); an admin re-keys it with POST /api/nodes/{victim_id}/rekey (its next registration then "
-            f"gets a new credential) or removes it with DELETE /api/nodes/{victim_id}")
+            f"gets a new credential) or removes it with DELETE /api/nodes/{victim_id}"
+        )
         assert "node_token" not in hijack.text and "nats_jwt" not in hijack.text
     after = _node(cluster, "victim")
     assert {k: after[k] for k in KEPT} == {k: before[k] for k in KEPT}
     again = _chat(cluster)
     assert again.status_code == 200 and again.headers["X-LocalAI-Node"] == victim_id
-    assert again.headers["X-Corral-Replica"] == served.headers["X-Corral-Replica"]  # the same replica, same address
+    assert (
+        again.headers["X-Corral-Replica"] == served.headers["X-Corral-Replica"]
+    )  # the same replica, same address
 
 
 def test_a_node_may_act_only_as_itself(cluster: Cluster) -> None:
@@ -116,19 +138,26 @@ def test_a_node_may_act_only_as_itself(cluster: Cluster) -> None:
     ghost_id, ghost_token = ghost.json()["id"], ghost.json()["node_token"]
     victim = _node(cluster, "victim")
     try:
-        for method, path in (("POST", "heartbeat"), ("POST", "drain"), ("POST", "deregister"), ("GET", "models"),
-                             ("POST", "nats-credentials")):
+        for method, path in (
+            ("POST", "heartbeat"),
+            ("POST", "drain"),
+            ("POST", "deregister"),
+            ("GET", "models"),
+            ("POST", "nats-credentials"),
+        ):
             refused = _node_call(cluster, method, f"/{victim['id']}/{path}", ghost_token)
             assert refused.status_code == 403, path
             assert refused.json()["error"]["message"] == (
                 f"X-Node-Token is not the credential of node {victim['id']}: a node may act only as itself; if this "
                 f"worker lost its credential, an admin re-keys it with POST /api/nodes/{victim['id']}/rekey (its "
-                f"next registration then gets a new credential) or removes it with DELETE /api/nodes/{victim['id']}")
+                f"next registration then gets a new credential) or removes it with DELETE /api/nodes/{victim['id']}"
+            )
         missing = _node_call(cluster, "POST", f"/{victim['id']}/drain", None)
         assert missing.status_code == 401
         assert missing.json()["error"]["message"] == (
             "node credential required: send the X-Node-Token header with the credential this node received at its "
-            "first registration")
+            "first registration"
+        )
         assert {k: _node(cluster, "victim")[k] for k in KEPT} == {k: victim[k] for k in KEPT}
         assert _node_call(cluster, "POST", f"/{ghost_id}/heartbeat", ghost_token).status_code == 200
         own = _node_call(cluster, "POST", f"/{victim['id']}/heartbeat", cluster.node_token("victim"))
@@ -138,7 +167,8 @@ def test_a_node_may_act_only_as_itself(cluster: Cluster) -> None:
 
 
 def test_a_restarted_worker_registers_as_itself_and_a_lost_credential_needs_an_admin_re_key(
-        cluster: Cluster) -> None:
+    cluster: Cluster,
+) -> None:
     victim_id, token = _node(cluster, "victim")["id"], cluster.node_token("victim")
     path = _credential_file(cluster, "victim")
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
@@ -154,12 +184,16 @@ def test_a_restarted_worker_registers_as_itself_and_a_lost_credential_needs_an_a
     path.unlink()  # the worker lost its state
     lost, _base = _spawn_worker(cluster, "victim")
     assert lost.popen.wait(60) != 0
-    assert (f"refused registration (HTTP 409): node name 'victim' is already registered (id {victim_id})"
-            in lost.log())
+    assert (
+        f"refused registration (HTTP 409): node name 'victim' is already registered (id {victim_id})"
+        in lost.log()
+    )
     assert "Traceback" not in lost.log()
     rekey = _admin(cluster, "POST", f"/api/nodes/{victim_id}/rekey")
     assert rekey.status_code == 200
-    assert rekey.json() == {"message": "node credential cleared: the next registration as 'victim' receives a new one"}
+    assert rekey.json() == {
+        "message": "node credential cleared: the next registration as 'victim' receives a new one"
+    }
     assert _node(cluster, "victim")["credential_set"] is False
     _start_worker(cluster, "victim")
     assert _node(cluster, "victim")["id"] == victim_id and _node(cluster, "victim")["credential_set"] is True
@@ -174,14 +208,17 @@ def _stays(cluster: Cluster, status: str, seconds: float) -> None:
         time.sleep(0.2)
 
 
-def test_an_admin_drain_holds_across_the_workers_re_registration_resume_and_staleness(cluster: Cluster) -> None:
+def test_an_admin_drain_holds_across_the_workers_re_registration_resume_and_staleness(
+    cluster: Cluster,
+) -> None:
     victim_id = _node(cluster, "victim")["id"]
     assert _admin(cluster, "POST", f"/api/nodes/{victim_id}/drain").status_code == 200
     resumed = _node_call(cluster, "POST", f"/{victim_id}/resume", cluster.node_token("victim"))
     assert resumed.status_code == 409
     assert resumed.json()["error"]["message"] == (
         f"node {victim_id} was drained by an admin and stays draining until an admin resumes it "
-        f"(POST /api/nodes/{victim_id}/resume)")
+        f"(POST /api/nodes/{victim_id}/resume)"
+    )
     assert _node(cluster, "victim")["status"] == "draining"
 
     _stop_worker(cluster, cluster.workers[0])  # SIGTERM: it drains itself and deregisters (offline)

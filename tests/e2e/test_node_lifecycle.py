@@ -19,24 +19,40 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST_HEALTH = ["--stale-node-threshold", "3s", "--node-heartbeat-checkpoint", "1s", "--health-check-interval", "0.3s"]
+FAST_HEALTH = [
+    "--stale-node-threshold",
+    "3s",
+    "--node-heartbeat-checkpoint",
+    "1s",
+    "--health-check-interval",
+    "0.3s",
+]
 
 
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / "e2e-node-lifecycle", database_url=make_database(), nats_url=nats_url,
-                auto_approve=False)
+    c = Cluster(
+        root=state_root / "e2e-node-lifecycle",
+        database_url=make_database(),
+        nats_url=nats_url,
+        auto_approve=False,
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     (c.models_dir / "sim-approved.yaml").write_text(
-        "name: sim-approved\nbackend: simulator\nparameters:\n  model: sim-approved\n")
+        "name: sim-approved\nbackend: simulator\nparameters:\n  model: sim-approved\n"
+    )
     (c.models_dir / "slow.yaml").write_text(
-        "name: slow\nbackend: simulator\nparameters:\n  model: slow\noptions:\n  - output_token_time_s:0.2\n")
+        "name: slow\nbackend: simulator\nparameters:\n  model: slow\noptions:\n  - output_token_time_s:0.2\n"
+    )
     (c.models_dir / "coldstart.yaml").write_text(
-        "name: coldstart\nbackend: simulator\nparameters:\n  model: coldstart\noptions:\n  - load_time_s:2\n")
+        "name: coldstart\nbackend: simulator\nparameters:\n  model: coldstart\noptions:\n  - load_time_s:2\n"
+    )
     for variant, needs in (("sim-cuda12", "nvidia-cuda-12"), ("sim-metal", "metal")):
-        (c.models_dir / f"{variant}.yaml").write_text(f"name: {variant}\nbackend: simulator\nvariant_of: sim\n"
-                                                      f"capability: {needs}\nparameters:\n  model: {variant}\n")
+        (c.models_dir / f"{variant}.yaml").write_text(
+            f"name: {variant}\nbackend: simulator\nvariant_of: sim\n"
+            f"capability: {needs}\nparameters:\n  model: {variant}\n"
+        )
     try:
         c.start_frontend(*FAST_HEALTH)
         yield c
@@ -45,13 +61,13 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
 
 
 def _admin(cluster: Cluster, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    return httpx.request(method, f"{cluster.frontend_url}{path}", headers=cluster.admin_headers, timeout=30,
-                         **kwargs)
+    return httpx.request(
+        method, f"{cluster.frontend_url}{path}", headers=cluster.admin_headers, timeout=30, **kwargs
+    )
 
 
 def _node(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return next((n for n in _admin(cluster, "GET", "/api/nodes").json() if n["name"] == name), None)
-
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
@@ -59,14 +75,21 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0)
 
 
 def _chat(cluster: Cluster, model: str, max_tokens: int = 3) -> httpx.Response:
-    return httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,
-                      json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens})
+    return httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        timeout=60,
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens},
+    )
 
 
 def _start_worker(cluster: Cluster, name: str, env: dict[str, str] | None = None) -> tuple[Any, int]:
     base = free_port_pair()
-    proc = spawn(name, [*cluster.worker_argv(name, base), "--heartbeat-interval", "0.5s"], cluster.root / "logs",
-                 env=env)
+    proc = spawn(
+        name,
+        [*cluster.worker_argv(name, base), "--heartbeat-interval", "0.5s"],
+        cluster.root / "logs",
+        env=env,
+    )
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
     cluster.workers.append(proc)
     cluster.worker_ports.append(base)
@@ -80,7 +103,9 @@ def test_a_pending_node_stays_pending_through_stale_and_back_and_is_never_routed
     assert _chat(cluster, "sim").status_code != 200  # the only node is pending: nothing may be placed on it
     os.kill(proc.popen.pid, signal.SIGSTOP)  # no heartbeats
     try:
-        _wait_for(lambda: _node(cluster, "w-pending")["status"] == "offline", "stale pending node goes offline")
+        _wait_for(
+            lambda: _node(cluster, "w-pending")["status"] == "offline", "stale pending node goes offline"
+        )
     finally:
         os.kill(proc.popen.pid, signal.SIGCONT)
     _wait_for(lambda: _node(cluster, "w-pending")["status"] == "pending", "it comes back")
@@ -102,15 +127,24 @@ def test_labels_are_automatic_and_managed_through_the_admin_api(cluster: Cluster
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho '24576, 20000'\n")
     (bin_dir / "nvidia-smi").chmod(0o755)
-    proc, _ = _start_worker(cluster, "w-gpu", env={"PATH": f"{bin_dir}:{os.environ['PATH']}",
-                                                   "LOCALAI_NODE_LABELS": "zone=a,tier=gpu"})
+    proc, _ = _start_worker(
+        cluster,
+        "w-gpu",
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOCALAI_NODE_LABELS": "zone=a,tier=gpu"},
+    )
     _wait_for(lambda: _node(cluster, "w-gpu") is not None, "registration")
     node = _node(cluster, "w-gpu")
     assert node["total_vram"] == 24576 << 20 and node["gpu_vendor"] == "nvidia"
     base = f"/api/nodes/{node['id']}"
     labels = _admin(cluster, "GET", f"{base}/labels").json()
-    assert labels == {"gpu.vendor": "nvidia", "gpu.vram": "24GB", "node.name": "w-gpu", "node.replica-slots": "1",
-                      "tier": "gpu", "zone": "a"}
+    assert labels == {
+        "gpu.vendor": "nvidia",
+        "gpu.vram": "24GB",
+        "node.name": "w-gpu",
+        "node.replica-slots": "1",
+        "tier": "gpu",
+        "zone": "a",
+    }
     assert _admin(cluster, "PATCH", f"{base}/labels", json={"zone": "b", "rack": "7"}).json()["zone"] == "b"
     assert _admin(cluster, "DELETE", f"{base}/labels/rack").status_code == 204
     assert _admin(cluster, "PUT", f"{base}/labels", json={"only": "this"}).json() == {"only": "this"}
@@ -118,7 +152,8 @@ def test_labels_are_automatic_and_managed_through_the_admin_api(cluster: Cluster
     bad = _admin(cluster, "PUT", f"{base}/labels", json={"k": 5})
     assert bad.status_code == 400 and "'k'" in bad.json()["error"]["message"]
     assert _admin(cluster, "PUT", f"{base}/max-replicas-per-model", json={"value": 3}).json() == {
-        "max_replicas_per_model": 3}
+        "max_replicas_per_model": 3
+    }
     assert _admin(cluster, "PUT", f"{base}/max-replicas-per-model", json={"value": 0}).status_code == 400
     assert _admin(cluster, "DELETE", f"{base}/max-replicas-per-model").json() == {"reset": True}
     assert _admin(cluster, "GET", "/api/nodes/00000000-0000-4000-8000-000000000000/labels").status_code == 404
@@ -126,13 +161,15 @@ def test_labels_are_automatic_and_managed_through_the_admin_api(cluster: Cluster
     assert proc.stop() == 0
 
 
-def test_a_worker_reports_its_cuda_capability_and_variants_are_judged_against_it(cluster: Cluster,
-                                                                               tmp_path: Path) -> None:
+def test_a_worker_reports_its_cuda_capability_and_variants_are_judged_against_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(  # the memory query, else the banner naming the CUDA version
         '#!/bin/sh\ncase "$1" in --query-gpu=*) echo "24576, 20000" ;;\n'
-        '*) echo "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |" ;; esac\n')
+        '*) echo "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4 |" ;; esac\n'
+    )
     (bin_dir / "nvidia-smi").chmod(0o755)
     proc, _ = _start_worker(cluster, "w-cuda", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     _wait_for(lambda: _node(cluster, "w-cuda") is not None, "registration")
@@ -152,13 +189,14 @@ def test_an_admin_deleted_node_registers_again_by_itself_and_serves(cluster: Clu
     old = _node(cluster, "w-pending")
     assert old is not None and old["status"] == "healthy"
     assert _admin(cluster, "DELETE", f"/api/nodes/{old['id']}").json() == {"message": "node deregistered"}
-    _wait_for(lambda: (_node(cluster, "w-pending") or {}).get("id") not in (None, old["id"]), "re-registration")
+    _wait_for(
+        lambda: (_node(cluster, "w-pending") or {}).get("id") not in (None, old["id"]), "re-registration"
+    )
     new = _node(cluster, "w-pending")
     assert new["status"] == "pending"  # a deleted node is a new node: it needs approval again
     assert _admin(cluster, "POST", f"/api/nodes/{new['id']}/approve").status_code == 200
     reply = _chat(cluster, "sim-approved")
     assert reply.status_code == 200, reply.text  # NATS handlers answer under the new id
-
 
 
 def test_readyz_skips_cold_starts_and_flips_when_a_serving_backend_is_killed(cluster: Cluster) -> None:

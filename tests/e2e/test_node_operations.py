@@ -28,7 +28,14 @@ from support.processes import backend_pid, gone
 
 pytestmark = pytest.mark.slow
 
-TIMEOUT_FLAGS = ("--backend-install-timeout", "4s", "--backend-upgrade-timeout", "10s", "--node-op-timeout", "5s")
+TIMEOUT_FLAGS = (
+    "--backend-install-timeout",
+    "4s",
+    "--backend-upgrade-timeout",
+    "10s",
+    "--node-op-timeout",
+    "5s",
+)
 SIMCOPY_RUN = '#!/bin/sh\necho "simcopy backend starting"\nexec "${CORRAL_PYTHON:-python3}" -m corral backend simulator "$@"\n'
 BROKEN_RUN = '#!/bin/sh\necho "broken backend: cannot find libfoo.so" >&2\necho "giving up" >&2\nexit 3\n'
 
@@ -67,15 +74,20 @@ class Env:
         return httpx.post(f"{url}{path}", headers=self.h(), json=body, timeout=60)
 
     def chat(self, model: str) -> httpx.Response:
-        return httpx.post(f"{self.a}/v1/chat/completions", timeout=90,
-                          json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        return httpx.post(
+            f"{self.a}/v1/chat/completions",
+            timeout=90,
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+        )
 
     def job(self, url: str, job_id: str) -> dict[str, Any]:
         response = self.get(url, f"/api/backends/job/{job_id}")
         assert response.status_code == 200, response.text
         return dict(response.json())
 
-    def wait_job(self, url: str, job_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 60) -> dict:
+    def wait_job(
+        self, url: str, job_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 60
+    ) -> dict:
         deadline = time.monotonic() + timeout_s
         view: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -95,15 +107,23 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
     index = _gallery(root)
     c = Cluster(root=root, database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
-    for name, backend in (("sim-a", "simcopy"), ("sim-b", "simcopy"), ("sim-c", "simulator"), ("bad", "broken")):
+    for name, backend in (
+        ("sim-a", "simcopy"),
+        ("sim-b", "simcopy"),
+        ("sim-c", "simulator"),
+        ("bad", "broken"),
+    ):
         (c.models_dir / f"{name}.yaml").write_text(
-            f"name: {name}\nbackend: {backend}\ncontext_size: 512\nparameters:\n  model: {name}\n")
+            f"name: {name}\nbackend: {backend}\ncontext_size: 512\nparameters:\n  model: {name}\n"
+        )
     e = Env(c, index)
     try:
         c.start_frontend(*TIMEOUT_FLAGS)
         e.b_proc, e.b = c.spawn_frontend("frontend-b", *TIMEOUT_FLAGS)
         for name in ("w1", "w2"):
-            c.start_worker(name, "--backends-path", str(root / name / "backends"), "--backend-galleries", str(index))
+            c.start_worker(
+                name, "--backends-path", str(root / name / "backends"), "--backend-galleries", str(index)
+            )
         for node in e.get(e.a, "/api/nodes").json():
             e.nodes[node["name"]] = node["id"]
         yield e
@@ -115,16 +135,26 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
 
 def test_routes_need_an_admin_key(env: Env) -> None:
     node = env.nodes["w1"]
-    for method, path in (("GET", f"/api/nodes/{node}/backends"), ("POST", f"/api/nodes/{node}/backends/install"),
-                         ("POST", f"/api/nodes/{node}/backends/upgrade"), ("POST", f"/api/nodes/{node}/backends/delete"),
-                         ("POST", f"/api/nodes/{node}/models/unload"), ("POST", f"/api/nodes/{node}/models/delete"),
-                         ("POST", "/api/backends/install"), ("GET", "/api/backends/job/x"),
-                         ("GET", "/api/operations"), ("GET", "/api/operations/history"),
-                         ("DELETE", "/api/operations/history"), ("GET", f"/api/nodes/{node}/backend-logs"),
-                         ("GET", f"/api/nodes/{node}/backend-logs/sim-a")):
+    for method, path in (
+        ("GET", f"/api/nodes/{node}/backends"),
+        ("POST", f"/api/nodes/{node}/backends/install"),
+        ("POST", f"/api/nodes/{node}/backends/upgrade"),
+        ("POST", f"/api/nodes/{node}/backends/delete"),
+        ("POST", f"/api/nodes/{node}/models/unload"),
+        ("POST", f"/api/nodes/{node}/models/delete"),
+        ("POST", "/api/backends/install"),
+        ("GET", "/api/backends/job/x"),
+        ("GET", "/api/operations"),
+        ("GET", "/api/operations/history"),
+        ("DELETE", "/api/operations/history"),
+        ("GET", f"/api/nodes/{node}/backend-logs"),
+        ("GET", f"/api/nodes/{node}/backend-logs/sim-a"),
+    ):
         response = httpx.request(method, f"{env.a}{path}", json={}, timeout=10)
         assert response.status_code == 401, (method, path, response.text)
-        wrong = httpx.request(method, f"{env.a}{path}", json={}, headers={"Authorization": "Bearer nope"}, timeout=10)
+        wrong = httpx.request(
+            method, f"{env.a}{path}", json={}, headers={"Authorization": "Bearer nope"}, timeout=10
+        )
         assert wrong.status_code == 401, (method, path)
 
     async def refused() -> None:
@@ -133,40 +163,58 @@ def test_routes_need_an_admin_key(env: Env) -> None:
             async with ws_connect(url):
                 pass
         assert info.value.response.status_code == 403
+
     asyncio.run(refused())
 
 
 def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
     node = env.nodes["w1"]
     stranger = str(uuid.uuid4())
-    for path, body in ((f"/api/nodes/{stranger}/backends/install", {"backend": "simcopy"}),
-                       (f"/api/nodes/{stranger}/backends/delete", {"backend": "simcopy"}),
-                       (f"/api/nodes/{stranger}/models/unload", {"model_name": "sim-a"})):
+    for path, body in (
+        (f"/api/nodes/{stranger}/backends/install", {"backend": "simcopy"}),
+        (f"/api/nodes/{stranger}/backends/delete", {"backend": "simcopy"}),
+        (f"/api/nodes/{stranger}/models/unload", {"model_name": "sim-a"}),
+    ):
         response = env.post(env.a, path, body)
         assert response.status_code == 404 and stranger in response.text, response.text
     assert env.get(env.a, f"/api/nodes/{stranger}/backends").status_code == 404
     assert env.get(env.a, f"/api/nodes/{stranger}/backend-logs").status_code == 404
-    cases = ((f"/api/nodes/{node}/backends/install", {"backend": "../../etc"}, "backend"),
-             (f"/api/nodes/{node}/backends/install", {"backend": "a/b"}, "backend"),
-             (f"/api/nodes/{node}/backends/install", {}, "backend"),
-             (f"/api/nodes/{node}/backends/install", {"uri": "file:///x"}, "name"),
-             (f"/api/nodes/{node}/backends/install", {"backend": "simcopy", "backend_galleries": [{"url": 5}]},
-              "backend_galleries[0]"),
-             (f"/api/nodes/{node}/backends/upgrade", {"backend": "x" * 5000}, "backend"),
-             (f"/api/nodes/{node}/backends/delete", {"backend": ".."}, "backend"),
-             (f"/api/nodes/{node}/models/unload", {"model_name": "../sim-a"}, "model_name"),
-             (f"/api/nodes/{node}/models/delete", {"model_name": "a/../../b"}, "model_name"),
-             ("/api/backends/install", {"backend": "simcopy"}, "node_ids"),
-             ("/api/backends/install", {"backend": "simcopy", "node_ids": [node], "selector": {"a": "b"}}, "node_ids"),
-             ("/api/backends/install", {"backend": "simcopy", "selector": {"a": 1}}, "selector"))
+    cases = (
+        (f"/api/nodes/{node}/backends/install", {"backend": "../../etc"}, "backend"),
+        (f"/api/nodes/{node}/backends/install", {"backend": "a/b"}, "backend"),
+        (f"/api/nodes/{node}/backends/install", {}, "backend"),
+        (f"/api/nodes/{node}/backends/install", {"uri": "file:///x"}, "name"),
+        (
+            f"/api/nodes/{node}/backends/install",
+            {"backend": "simcopy", "backend_galleries": [{"url": 5}]},
+            "backend_galleries[0]",
+        ),
+        (f"/api/nodes/{node}/backends/upgrade", {"backend": "x" * 5000}, "backend"),
+        (f"/api/nodes/{node}/backends/delete", {"backend": ".."}, "backend"),
+        (f"/api/nodes/{node}/models/unload", {"model_name": "../sim-a"}, "model_name"),
+        (f"/api/nodes/{node}/models/delete", {"model_name": "a/../../b"}, "model_name"),
+        ("/api/backends/install", {"backend": "simcopy"}, "node_ids"),
+        (
+            "/api/backends/install",
+            {"backend": "simcopy", "node_ids": [node], "selector": {"a": "b"}},
+            "node_ids",
+        ),
+        ("/api/backends/install", {"backend": "simcopy", "selector": {"a": 1}}, "selector"),
+    )
     for path, body, field in cases:
         response = env.post(env.a, path, body)
         assert response.status_code == 400, (path, body, response.text)
         assert f"'{field}'" in response.json()["error"]["message"], response.text
-    not_json = httpx.post(f"{env.a}/api/nodes/{node}/backends/install", content=b"[[[", headers=env.h(), timeout=10)
+    not_json = httpx.post(
+        f"{env.a}/api/nodes/{node}/backends/install", content=b"[[[", headers=env.h(), timeout=10
+    )
     assert not_json.status_code == 400 and "'body'" in not_json.text
-    huge = httpx.post(f"{env.a}/api/nodes/{node}/backends/install", headers=env.h(), timeout=30,
-                      content=b'{"backend": "' + b"x" * (4 << 20) + b'"}')
+    huge = httpx.post(
+        f"{env.a}/api/nodes/{node}/backends/install",
+        headers=env.h(),
+        timeout=30,
+        content=b'{"backend": "' + b"x" * (4 << 20) + b'"}',
+    )
     assert huge.status_code == 413 and "CORRAL_ADMIN_MAX_BODY" in huge.text
     unknown = env.post(env.a, "/api/backends/install", {"backend": "simcopy", "node_ids": [node, stranger]})
     assert unknown.status_code == 404 and stranger in unknown.text
@@ -176,8 +224,12 @@ def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
 
 
 def test_agent_nodes_run_no_backends(env: Env) -> None:
-    registered = httpx.post(f"{env.a}/api/node/register", timeout=10, headers={"Authorization": f"Bearer {env.c.token}"},
-                            json={"name": "agent-1", "node_type": "agent", "token": env.c.token})
+    registered = httpx.post(
+        f"{env.a}/api/node/register",
+        timeout=10,
+        headers={"Authorization": f"Bearer {env.c.token}"},
+        json={"name": "agent-1", "node_type": "agent", "token": env.c.token},
+    )
     assert registered.status_code == 201, registered.text
     agent = registered.json()["id"]
     assert env.get(env.a, f"/api/nodes/{agent}/backends").json() == []  # without asking NATS
@@ -190,8 +242,11 @@ def test_install_to_two_workers_rolls_up_and_a_silent_worker_is_busy_not_failed(
     w2 = env.c.workers[1].popen
     os.kill(w2.pid, signal.SIGSTOP)  # a worker that never answers
     try:
-        response = env.post(env.a, "/api/backends/install",
-                            {"backend": "simcopy", "node_ids": [env.nodes["w1"], env.nodes["w2"]]})
+        response = env.post(
+            env.a,
+            "/api/backends/install",
+            {"backend": "simcopy", "node_ids": [env.nodes["w1"], env.nodes["w2"]]},
+        )
         assert response.status_code == 202, response.text
         body = response.json()
         assert body["statusUrl"] == f"/api/backends/job/{body['jobID']}" and body["message"]
@@ -199,7 +254,9 @@ def test_install_to_two_workers_rolls_up_and_a_silent_worker_is_busy_not_failed(
         assert busy["summary"] == "1 of 2 nodes done, 1 worker(s) busy"
         rows = {n["node_name"]: n for n in busy["nodes"]}
         assert rows["w1"]["state"] == "Done" and rows["w2"]["state"] == "Worker busy"
-        assert "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT" in rows["w2"]["message"]  # the knob that raises the wait
+        assert (
+            "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT" in rows["w2"]["message"]
+        )  # the knob that raises the wait
         assert rows["w2"]["error"] is None and not busy["processed"]
     finally:
         os.kill(w2.pid, signal.SIGCONT)
@@ -261,7 +318,10 @@ def test_delete_removes_the_backend_and_its_replicas(env: Env) -> None:
     pid = backend_pid(row["address"].rpartition(":")[2], env.c.workers)
     response = env.post(env.b, f"/api/nodes/{env.nodes[node_name]}/backends/delete", {"backend": "simcopy"})
     assert response.status_code == 200, response.text
-    assert response.json()["message"] == "backend deleted" and "sim-b#0" in response.json()["stopped_process_keys"]
+    assert (
+        response.json()["message"] == "backend deleted"
+        and "sim-b#0" in response.json()["stopped_process_keys"]
+    )
     assert pid is not None and gone(pid)
     assert all(r["model_name"] != "sim-b" for r in env.rows(node_name))
     names = [b["name"] for b in env.get(env.a, f"/api/nodes/{env.nodes[node_name]}/backends").json()]
@@ -304,13 +364,17 @@ def test_backend_logs_follow_live_and_a_failed_start_shows_its_last_lines(env: E
         got: list[dict[str, Any]] = []
         async with ws_connect(url, additional_headers=env.h()) as ws:
             got.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))  # the snapshot first
-            unload = asyncio.create_task(asyncio.to_thread(
-                env.post, env.a, f"/api/nodes/{node}/models/unload", {"model_name": "sim-c"}))
+            unload = asyncio.create_task(
+                asyncio.to_thread(
+                    env.post, env.a, f"/api/nodes/{node}/models/unload", {"model_name": "sim-c"}
+                )
+            )
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and not any("exited" in g.get("text", "") for g in got):
                 got.append(json.loads(await asyncio.wait_for(ws.recv(), 20)))
             assert (await unload).status_code == 200
         return got
+
     lines = asyncio.run(follow())
     assert any("backend exited with code" in line.get("text", "") for line in lines), lines
     seqs = [(line["process_key"], line["seq"]) for line in lines if "seq" in line]
@@ -345,24 +409,46 @@ def test_the_activity_record_is_shared_and_cleared_for_every_frontend(env: Env) 
     history_b = env.get(env.b, "/api/operations/history").json()["operations"]
     assert history_a == history_b
     kinds = {(op["taskType"], op["outcome"]) for op in history_a}
-    for kind in (("fanout", "completed"), ("backend_upgrade", "completed"), ("backend_delete", "completed"),
-                 ("model_load", "completed"), ("model_load", "failed"),
-                 ("backend_delete", "failed"), ("model_unload", "completed"), ("model_delete", "completed")):
+    for kind in (
+        ("fanout", "completed"),
+        ("backend_upgrade", "completed"),
+        ("backend_delete", "completed"),
+        ("model_load", "completed"),
+        ("model_load", "failed"),
+        ("backend_delete", "failed"),
+        ("model_unload", "completed"),
+        ("model_delete", "completed"),
+    ):
         assert kind in kinds, (kind, kinds)
     assert all(op["startedAt"] and op["finishedAt"] for op in history_a)
+
     async def seed_load(sql: str) -> None:  # a model load in progress, as a frontend's load job writes it
         conn = await asyncpg.connect(env.c.database_url)
         try:
             await conn.execute(sql)
         finally:
             await conn.close()
-    asyncio.run(seed_load("INSERT INTO model_load_jobs (tracking_key, state, owner_replica, node_name, bytes_sent, "
-                          "total_bytes, file_index, total_files) VALUES ('ghost', 'staging', 'f', 'w1', 50, 200, 1, 1)"))
+
+    asyncio.run(
+        seed_load(
+            "INSERT INTO model_load_jobs (tracking_key, state, owner_replica, node_name, bytes_sent, "
+            "total_bytes, file_index, total_files) VALUES ('ghost', 'staging', 'f', 'w1', 50, 200, 1, 1)"
+        )
+    )
     live = env.get(env.b, "/api/operations")
     assert live.status_code == 200 and set(live.json()) == {"operations"}
     staging = next(op for op in live.json()["operations"] if op["id"] == "staging:ghost")
-    assert staging == {**staging, "jobID": "staging:ghost", "taskType": "staging", "progress": 25, "currentBytes": 50,
-                       "totalBytes": 200, "nodeName": "w1", "isBackend": False, "isDeletion": False}
+    assert staging == {
+        **staging,
+        "jobID": "staging:ghost",
+        "taskType": "staging",
+        "progress": 25,
+        "currentBytes": 50,
+        "totalBytes": 200,
+        "nodeName": "w1",
+        "isBackend": False,
+        "isDeletion": False,
+    }
     asyncio.run(seed_load("DELETE FROM model_load_jobs WHERE tracking_key = 'ghost'"))
     cleared = httpx.delete(f"{env.a}/api/operations/history", headers=env.h(), timeout=10)
     assert cleared.status_code == 200 and cleared.json()["cleared"] >= len(kinds)

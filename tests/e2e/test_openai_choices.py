@@ -44,8 +44,14 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_sim_model(c.models_dir, SIM)
     prepare_gemma(c.models_dir)
-    (c.models_dir / f"{GEMMA}.yaml").write_text(model_yaml(
-        GEMMA, GEMMA_FILE, context_size=GEMMA_CONTEXT_TOKENS, options=("chat_format:gemma", "cache_prompt:false")))
+    (c.models_dir / f"{GEMMA}.yaml").write_text(
+        model_yaml(
+            GEMMA,
+            GEMMA_FILE,
+            context_size=GEMMA_CONTEXT_TOKENS,
+            options=("chat_format:gemma", "cache_prompt:false"),
+        )
+    )
     prepare_minilm(c.models_dir)
     try:
         c.start_frontend("--max-n", str(MAX_N))
@@ -57,7 +63,9 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 
 @pytest.fixture(scope="module")
 def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300) as sdk:
+    with openai.OpenAI(
+        base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300
+    ) as sdk:
         yield sdk
 
 
@@ -65,8 +73,14 @@ def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
 def gemma(cluster: Cluster) -> Any:  # llama_cpp.Llama: the engine's numbers, computed here
     from llama_cpp import Llama
 
-    return Llama(model_path=str(cluster.models_dir / GEMMA_FILE), n_ctx=2048, logits_all=True, chat_format="gemma",
-                 n_threads=2, verbose=False)
+    return Llama(
+        model_path=str(cluster.models_dir / GEMMA_FILE),
+        n_ctx=2048,
+        logits_all=True,
+        chat_format="gemma",
+        n_threads=2,
+        verbose=False,
+    )
 
 
 def _post(cluster: Cluster, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -82,6 +96,7 @@ def _bad_request(response: httpx.Response, param: str) -> str:
 
 # --- n and batched prompts (simulator) ---------------------------------------------------------------------------
 
+
 def test_n_gives_n_choices_with_usage_summed_and_the_prompt_counted_once(client: openai.OpenAI) -> None:
     one = client.chat.completions.create(model=SIM, messages=HI, max_tokens=5)
     three = client.chat.completions.create(model=SIM, messages=HI, max_tokens=5, n=3)
@@ -93,14 +108,18 @@ def test_n_gives_n_choices_with_usage_summed_and_the_prompt_counted_once(client:
 
 
 def test_n_above_the_setting_is_a_400_naming_n_and_the_knob(cluster: Cluster) -> None:
-    message = _bad_request(_post(cluster, "/v1/chat/completions",
-                                 {"model": SIM, "messages": HI, "n": MAX_N + 1}), "n")
+    message = _bad_request(
+        _post(cluster, "/v1/chat/completions", {"model": SIM, "messages": HI, "n": MAX_N + 1}), "n"
+    )
     assert f"at most {MAX_N}" in message and "CORRAL_MAX_N" in message
 
 
 def test_streamed_choices_carry_their_index_and_each_finishes(client: openai.OpenAI) -> None:
-    chunks = list(client.chat.completions.create(model=SIM, messages=HI, max_tokens=4, n=2, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=SIM, messages=HI, max_tokens=4, n=2, stream=True, stream_options={"include_usage": True}
+        )
+    )
     text: dict[int, str] = {0: "", 1: ""}
     finished = set()
     for chunk in chunks[:-1]:
@@ -115,9 +134,16 @@ def test_streamed_choices_carry_their_index_and_each_finishes(client: openai.Ope
 def test_batched_prompts_get_one_choice_each_times_n_in_openais_order(client: openai.OpenAI) -> None:
     batch = client.completions.create(model=SIM, prompt=["one two", "three four five"], max_tokens=3, n=2)
     assert [c.index for c in batch.choices] == [0, 1, 2, 3]  # was a 400 ("batched prompts are not supported")
-    alone = [client.completions.create(model=SIM, prompt=p, max_tokens=3).choices[0].text
-             for p in ("one two", "three four five")]
-    assert [c.text for c in batch.choices] == [alone[0], alone[0], alone[1], alone[1]]  # the simulator repeats
+    alone = [
+        client.completions.create(model=SIM, prompt=p, max_tokens=3).choices[0].text
+        for p in ("one two", "three four five")
+    ]
+    assert [c.text for c in batch.choices] == [
+        alone[0],
+        alone[0],
+        alone[1],
+        alone[1],
+    ]  # the simulator repeats
     assert batch.usage.prompt_tokens == 2 + 3 and batch.usage.completion_tokens == 4 * 3
     ids = client.completions.create(model=SIM, prompt=[[11, 12], [13]], max_tokens=2)
     assert len(ids.choices) == 2 and ids.usage.prompt_tokens == 3
@@ -125,34 +151,49 @@ def test_batched_prompts_get_one_choice_each_times_n_in_openais_order(client: op
 
 
 def test_a_streamed_echo_starts_with_the_prompt(client: openai.OpenAI) -> None:
-    pieces = [c.choices[0].text for c in client.completions.create(model=SIM, prompt="say it", max_tokens=3,
-                                                                   echo=True, stream=True)]
+    pieces = [
+        c.choices[0].text
+        for c in client.completions.create(model=SIM, prompt="say it", max_tokens=3, echo=True, stream=True)
+    ]
     assert pieces[0] == "say it" and len("".join(pieces)) > len("say it")  # echo was ignored in a stream
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": SIM, "messages": HI, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),  # OpenAI's bound: 20
-    ({"model": SIM, "messages": HI, "top_logprobs": 2}, "top_logprobs"),  # needs logprobs: true
-    ({"model": SIM, "messages": HI, "logit_bias": {"12": -101}}, "logit_bias.12"),
-    ({"model": SIM, "messages": HI, "logit_bias": {"the": -100}}, "logit_bias"),
-    ({"model": SIM, "messages": HI, "n": 0}, "n"),
-])
-def test_out_of_range_choice_fields_are_a_400_naming_them(cluster: Cluster, body: dict[str, Any], param: str) -> None:
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (
+            {"model": SIM, "messages": HI, "logprobs": True, "top_logprobs": 21},
+            "top_logprobs",
+        ),  # OpenAI's bound: 20
+        ({"model": SIM, "messages": HI, "top_logprobs": 2}, "top_logprobs"),  # needs logprobs: true
+        ({"model": SIM, "messages": HI, "logit_bias": {"12": -101}}, "logit_bias.12"),
+        ({"model": SIM, "messages": HI, "logit_bias": {"the": -100}}, "logit_bias"),
+        ({"model": SIM, "messages": HI, "n": 0}, "n"),
+    ],
+)
+def test_out_of_range_choice_fields_are_a_400_naming_them(
+    cluster: Cluster, body: dict[str, Any], param: str
+) -> None:
     assert _bad_request(_post(cluster, "/v1/chat/completions", body), param)
 
 
 def test_completions_refuse_echo_with_logprobs_and_echo_of_token_ids_naming_echo(cluster: Cluster) -> None:
     for prompt, extra in (("hi", {"logprobs": 1}), ([5, 6], {})):
-        assert "echo" in _bad_request(_post(cluster, "/v1/completions",
-                                            {"model": SIM, "prompt": prompt, "echo": True, **extra}), "echo")
+        assert "echo" in _bad_request(
+            _post(cluster, "/v1/completions", {"model": SIM, "prompt": prompt, "echo": True, **extra}), "echo"
+        )
 
 
 # --- logprobs, logit_bias (Gemma on llama.cpp) -------------------------------------------------------------------
 
+
 def test_chat_logprobs_are_the_engines_with_sorted_alternatives(client: openai.OpenAI, gemma: Any) -> None:
-    ours = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=8, temperature=0,
-                                          logprobs=True, top_logprobs=3)
-    theirs = gemma.create_chat_completion(messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+    ours = client.chat.completions.create(
+        model=GEMMA, messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
+    )
+    theirs = gemma.create_chat_completion(
+        messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
+    )
     content = ours.choices[0].logprobs.content  # was null: accepted and ignored
     expected = theirs["choices"][0]["logprobs"]["content"]
     assert ours.choices[0].message.content == theirs["choices"][0]["message"]["content"]
@@ -160,61 +201,89 @@ def test_chat_logprobs_are_the_engines_with_sorted_alternatives(client: openai.O
     for entry, engine in zip(content, expected, strict=True):
         assert entry.logprob <= 0 and abs(entry.logprob - engine["logprob"]) < 1e-3
         top = [alt.logprob for alt in entry.top_logprobs]
-        assert len(top) == 3 and top == sorted(top, reverse=True) and entry.top_logprobs[0].token == entry.token
+        assert (
+            len(top) == 3 and top == sorted(top, reverse=True) and entry.top_logprobs[0].token == entry.token
+        )
         assert bytes(entry.bytes).decode(errors="replace") == entry.token
     assert sum(entry.logprob for entry in content) <= 0
 
 
-def test_completion_logprobs_are_the_engines_in_the_completions_shape(client: openai.OpenAI, gemma: Any) -> None:
+def test_completion_logprobs_are_the_engines_in_the_completions_shape(
+    client: openai.OpenAI, gemma: Any
+) -> None:
     ours = client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2)
     theirs = gemma.create_completion(PROMPT, max_tokens=6, temperature=0, logprobs=2)["choices"][0]
     choice = ours.choices[0]
     assert choice.text == theirs["text"] and choice.logprobs.tokens == theirs["logprobs"]["tokens"]
-    assert all(abs(a - b) < 1e-3 for a, b in zip(choice.logprobs.token_logprobs,
-                                                 theirs["logprobs"]["token_logprobs"], strict=True))
+    assert all(
+        abs(a - b) < 1e-3
+        for a, b in zip(choice.logprobs.token_logprobs, theirs["logprobs"]["token_logprobs"], strict=True)
+    )
     assert "".join(choice.logprobs.tokens) == choice.text
     assert choice.logprobs.text_offset == [len("".join(choice.logprobs.tokens[:i])) for i in range(6)]
     assert all(len(top) == 2 and max(top.values()) <= 0 for top in choice.logprobs.top_logprobs)
 
 
 def test_streamed_logprobs_are_the_unary_ones(client: openai.OpenAI) -> None:
-    unary = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=6, temperature=0,
-                                           logprobs=True, top_logprobs=2)
-    streamed = [entry for chunk in client.chat.completions.create(
-        model=GEMMA, messages=HI, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2, stream=True)
-        for choice in chunk.choices if choice.logprobs for entry in choice.logprobs.content or []]
+    unary = client.chat.completions.create(
+        model=GEMMA, messages=HI, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2
+    )
+    streamed = [
+        entry
+        for chunk in client.chat.completions.create(
+            model=GEMMA, messages=HI, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2, stream=True
+        )
+        for choice in chunk.choices
+        if choice.logprobs
+        for entry in choice.logprobs.content or []
+    ]
     assert [e.token for e in streamed] == [e.token for e in unary.choices[0].logprobs.content]
-    assert all(abs(s.logprob - u.logprob) < 1e-3 for s, u in zip(streamed, unary.choices[0].logprobs.content,
-                                                                   strict=True))
-    streamed_completion = [lp for chunk in client.completions.create(
-        model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0, stream=True)
-        if chunk.choices[0].logprobs for lp in chunk.choices[0].logprobs.token_logprobs]
+    assert all(
+        abs(s.logprob - u.logprob) < 1e-3
+        for s, u in zip(streamed, unary.choices[0].logprobs.content, strict=True)
+    )
+    streamed_completion = [
+        lp
+        for chunk in client.completions.create(
+            model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0, stream=True
+        )
+        if chunk.choices[0].logprobs
+        for lp in chunk.choices[0].logprobs.token_logprobs
+    ]
     assert len(streamed_completion) == 4 and all(lp <= 0 for lp in streamed_completion)
 
 
-def test_a_logit_bias_that_bans_the_greedy_token_changes_the_output(client: openai.OpenAI, gemma: Any) -> None:
+def test_a_logit_bias_that_bans_the_greedy_token_changes_the_output(
+    client: openai.OpenAI, gemma: Any
+) -> None:
     greedy = client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0)
     first = greedy.choices[0].logprobs.tokens[0]
     [first_id] = gemma.tokenize(first.encode(), add_bos=False, special=False)
-    banned = client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0,
-                                       logit_bias={str(first_id): -100})
+    banned = client.completions.create(
+        model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0, logit_bias={str(first_id): -100}
+    )
     assert banned.choices[0].logprobs.tokens[0] != first  # accepted and ignored before
     assert banned.choices[0].text != greedy.choices[0].text
 
 
 def test_n_on_gemma_samples_n_generations_with_usage_summed(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=6, n=3, temperature=1.0,
-                                           seed=7)
+    reply = client.chat.completions.create(
+        model=GEMMA, messages=HI, max_tokens=6, n=3, temperature=1.0, seed=7
+    )
     single = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=1)
     assert [c.index for c in reply.choices] == [0, 1, 2]
-    assert reply.usage.prompt_tokens == single.usage.prompt_tokens and 3 <= reply.usage.completion_tokens <= 18
+    assert (
+        reply.usage.prompt_tokens == single.usage.prompt_tokens and 3 <= reply.usage.completion_tokens <= 18
+    )
     assert len({c.message.content for c in reply.choices}) > 1  # seeds 7, 8, 9: not one generation thrice
 
 
 # --- embeddings from token ids, dimensions (MiniLM GGUF on llama.cpp) --------------------------------------------
 
-def test_token_id_embeddings_equal_the_text_embeddings_of_the_same_tokens(client: openai.OpenAI,
-                                                                          cluster: Cluster) -> None:
+
+def test_token_id_embeddings_equal_the_text_embeddings_of_the_same_tokens(
+    client: openai.OpenAI, cluster: Cluster
+) -> None:
     from llama_cpp import Llama
 
     vocab = Llama(model_path=str(cluster.models_dir / MINILM_FILE), vocab_only=True, verbose=False)
@@ -230,15 +299,26 @@ def test_token_id_embeddings_equal_the_text_embeddings_of_the_same_tokens(client
 
 
 def test_dimensions_truncates_and_renormalises(client: openai.OpenAI, cluster: Cluster) -> None:
-    full = client.embeddings.create(model=MINILM_NAME, input="a cat sat", encoding_format="float").data[0].embedding
-    short = client.embeddings.create(model=MINILM_NAME, input="a cat sat", dimensions=64,
-                                     encoding_format="float").data[0].embedding
+    full = (
+        client.embeddings.create(model=MINILM_NAME, input="a cat sat", encoding_format="float")
+        .data[0]
+        .embedding
+    )
+    short = (
+        client.embeddings.create(model=MINILM_NAME, input="a cat sat", dimensions=64, encoding_format="float")
+        .data[0]
+        .embedding
+    )
     assert len(full) == 384 and len(short) == 64  # 384 came back before
     assert math.isclose(math.sqrt(sum(v * v for v in short)), 1.0, rel_tol=1e-5)
     norm = math.sqrt(sum(v * v for v in full[:64]))
-    assert all(math.isclose(s, f / norm, rel_tol=1e-4, abs_tol=1e-6) for s, f in zip(short, full[:64], strict=True))
-    message = _bad_request(_post(cluster, "/v1/embeddings", {"model": MINILM_NAME, "input": "x", "dimensions": 385}),
-                           "dimensions")
+    assert all(
+        math.isclose(s, f / norm, rel_tol=1e-4, abs_tol=1e-6) for s, f in zip(short, full[:64], strict=True)
+    )
+    message = _bad_request(
+        _post(cluster, "/v1/embeddings", {"model": MINILM_NAME, "input": "x", "dimensions": 385}),
+        "dimensions",
+    )
     assert "gives 384" in message
 
 
@@ -255,12 +335,22 @@ def test_gemma_gives_a_greedy_request_the_same_answer_whatever_came_before(clien
 
 
 @pytest.mark.parametrize("n", [1, 2])
-def test_a_stream_that_ends_at_once_still_counts_its_prompt(client: openai.OpenAI, gemma: Any, n: int) -> None:
+def test_a_stream_that_ends_at_once_still_counts_its_prompt(
+    client: openai.OpenAI, gemma: Any, n: int
+) -> None:
     # a bias of +100 on end-of-sequence: the model stops before its first token, and the final reply's counts
     # (0 completion tokens) were taken for a text piece, so usage said the prompt had 0 tokens
-    chunks = list(client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, n=n, stream=True,
-                                            logit_bias={str(gemma.token_eos()): 100},
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=GEMMA,
+            prompt=PROMPT,
+            max_tokens=4,
+            n=n,
+            stream=True,
+            logit_bias={str(gemma.token_eos()): 100},
+            stream_options={"include_usage": True},
+        )
+    )
     prompt_tokens = len(gemma.tokenize(PROMPT.encode(), add_bos=True, special=True))
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (prompt_tokens, 0)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == ""

@@ -33,9 +33,13 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-prefix-routing", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "chat.yaml").write_text(
-        "name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n  - \"kv_cache_tokens:100000\"\n")
-    c.frontend_env = {"LOCALAI_MODEL_SCHEDULING": json.dumps(
-        [{"model_name": "chat", "min_replicas": 2, "route_policy": "prefix_cache"}])}
+        'name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n  - "kv_cache_tokens:100000"\n'
+    )
+    c.frontend_env = {
+        "LOCALAI_MODEL_SCHEDULING": json.dumps(
+            [{"model_name": "chat", "min_replicas": 2, "route_policy": "prefix_cache"}]
+        )
+    }
     second = None
     try:
         c.start_frontend(*FAST)
@@ -43,8 +47,11 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
         c.start_worker("w1")
         c.start_worker("w2")
         for url in (c.frontend_url, b):
-            wait_for(lambda url=url: len(_explain(c, url)["routing"]["replicas"]) == 2,
-                     f"two replicas of chat routable at {url}", 60)
+            wait_for(
+                lambda url=url: len(_explain(c, url)["routing"]["replicas"]) == 2,
+                f"two replicas of chat routable at {url}",
+                60,
+            )
         yield Env(c, c.frontend_url, b)
     finally:
         if second is not None:
@@ -53,15 +60,19 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
 
 
 def _explain(c: Cluster, url: str) -> dict[str, Any]:
-    r = httpx.get(f"{url}/api/nodes/scheduling/explain", params={"model": "chat"}, headers=c.admin_headers,
-                  timeout=30)
+    r = httpx.get(
+        f"{url}/api/nodes/scheduling/explain", params={"model": "chat"}, headers=c.admin_headers, timeout=30
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def _turn(url: str, messages: list[dict[str, str]]) -> tuple[str, str]:
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "chat", "messages": messages, "max_tokens": 4},
-                   timeout=60)
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "chat", "messages": messages, "max_tokens": 4},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     return r.headers["X-Corral-Replica"], r.json()["choices"][0]["message"]["content"]
 
@@ -86,11 +97,17 @@ def test_the_second_turn_reaches_the_first_turns_replica_through_the_other_front
 
 def test_least_loaded_ignores_the_prefix(env: Env) -> None:
     """Control: with route_policy least_loaded the same workload is not pinned (the picker is per model)."""
-    r = httpx.post(f"{env.a}/api/nodes/scheduling", headers=env.cluster.admin_headers, timeout=30,
-                   json={"model_name": "chat", "min_replicas": 2, "route_policy": "least_loaded"})
+    r = httpx.post(
+        f"{env.a}/api/nodes/scheduling",
+        headers=env.cluster.admin_headers,
+        timeout=30,
+        json={"model_name": "chat", "min_replicas": 2, "route_policy": "least_loaded"},
+    )
     assert r.status_code == 200, r.text
-    messages = [{"role": "system", "content": "a fixed system prompt that is long enough. " * 30},
-                {"role": "user", "content": "same question"}]
+    messages = [
+        {"role": "system", "content": "a fixed system prompt that is long enough. " * 30},
+        {"role": "user", "content": "same question"},
+    ]
     replicas = {_turn(env.a, messages)[0] for _ in range(4)}
     assert len(replicas) == 2  # idle replicas taken in least-recently-used order: both serve it
     assert _explain(env.cluster, env.a)["routing"]["last_decision"]["picker"] == "least_loaded"

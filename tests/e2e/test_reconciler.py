@@ -25,8 +25,16 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--reconciler-interval", "0.3s", "--stale-node-threshold", "4s", "--node-heartbeat-checkpoint", "1s",
-        "--health-check-interval", "0.3s"]
+FAST = [
+    "--reconciler-interval",
+    "0.3s",
+    "--stale-node-threshold",
+    "4s",
+    "--node-heartbeat-checkpoint",
+    "1s",
+    "--health-check-interval",
+    "0.3s",
+]
 BEAT = ("--heartbeat-interval", "0.5s")
 
 
@@ -43,7 +51,8 @@ def _rows(c: Cluster, model: str) -> list[dict[str, Any]]:
             rows = await conn.fetch(
                 "SELECT n.name AS node, m.state, m.replica_index, m.address FROM node_models m "
                 "JOIN backend_nodes n ON n.id = m.node_id WHERE m.model_name = $1 ORDER BY n.name, m.replica_index",
-                model)
+                model,
+            )
             return [dict(r) for r in rows]
         finally:
             await conn.close()
@@ -53,7 +62,6 @@ def _rows(c: Cluster, model: str) -> list[dict[str, Any]]:
 
 def _loaded_on(c: Cluster, model: str) -> list[str]:
     return [r["node"] for r in _rows(c, model) if r["state"] == "loaded"]
-
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -67,7 +75,9 @@ def _rule(c: Cluster, url: str, **body: Any) -> dict[str, Any]:
 
 
 def _status(c: Cluster, model: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{c.frontend_url}/api/nodes/scheduling/{model}", headers=c.admin_headers).json()["status"])
+    return dict(
+        httpx.get(f"{c.frontend_url}/api/nodes/scheduling/{model}", headers=c.admin_headers).json()["status"]
+    )
 
 
 @pytest.fixture
@@ -86,8 +96,12 @@ def three_workers(state_root: Path, make_database: Callable[[], str], nats_url: 
 
 def test_a_replica_lost_with_its_worker_is_replaced_on_another_node(three_workers: Cluster) -> None:
     c = three_workers
-    assert httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": "prod"}).status_code == 401
-    rule = _rule(c, c.frontend_url, model_name="prod", min_replicas=2)  # keyed by the alias; no request needed
+    assert (
+        httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": "prod"}).status_code == 401
+    )
+    rule = _rule(
+        c, c.frontend_url, model_name="prod", min_replicas=2
+    )  # keyed by the alias; no request needed
     assert rule["target"] == "steady"
     _wait_for(lambda: len(_loaded_on(c, "steady")) == 2, "two replicas of steady")
     hosts = _loaded_on(c, "steady")
@@ -96,24 +110,42 @@ def test_a_replica_lost_with_its_worker_is_replaced_on_another_node(three_worker
     victim.popen.send_signal(signal.SIGKILL)
     victim.popen.wait()
     spare = ({"w1", "w2", "w3"} - set(hosts)).pop()
-    _wait_for(lambda: sorted(_loaded_on(c, "steady")) == sorted([hosts[1], spare]),
-              f"a replacement replica on {spare} after {hosts[0]} died", timeout_s=45)
-    assert _status(c, "prod") == {"state": "active", "replicas": 2, "message": "2 replica(s) of steady loaded"}
+    _wait_for(
+        lambda: sorted(_loaded_on(c, "steady")) == sorted([hosts[1], spare]),
+        f"a replacement replica on {spare} after {hosts[0]} died",
+        timeout_s=45,
+    )
+    assert _status(c, "prod") == {
+        "state": "active",
+        "replicas": 2,
+        "message": "2 replica(s) of steady loaded",
+    }
     for name in ("prod", "steady"):  # one load serves both names
-        answer = httpx.post(f"{c.frontend_url}/v1/chat/completions", timeout=30,
-                            json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        answer = httpx.post(
+            f"{c.frontend_url}/v1/chat/completions",
+            timeout=30,
+            json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        )
         assert answer.status_code == 200, answer.text
     assert len(_rows(c, "steady")) == 2 and _rows(c, "prod") == []
-    conflict = httpx.post(f"{c.frontend_url}/api/nodes/scheduling", json={"model_name": "steady", "min_replicas": 1},
-                          headers=c.admin_headers)
-    assert conflict.status_code == 409 and "governed by scheduling rule 'prod'" in conflict.json()["error"]["message"]
+    conflict = httpx.post(
+        f"{c.frontend_url}/api/nodes/scheduling",
+        json={"model_name": "steady", "min_replicas": 1},
+        headers=c.admin_headers,
+    )
+    assert (
+        conflict.status_code == 409
+        and "governed by scheduling rule 'prod'" in conflict.json()["error"]["message"]
+    )
 
 
 @pytest.fixture
 def spread_cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = _cluster(state_root, make_database, nats_url, "spread")
     write_sim_model(c.models_dir, "everywhere")
-    c.frontend_env = {"LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": "everywhere", "replicas": "all"}])}
+    c.frontend_env = {
+        "LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": "everywhere", "replicas": "all"}])
+    }
     try:
         c.start_frontend(*FAST)
         c.start_worker("s1", *BEAT)
@@ -140,8 +172,11 @@ def test_replicas_all_follows_nodes_joining_and_leaving(spread_cluster: Cluster)
 def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_cluster: Cluster) -> None:
     c = spread_cluster
     _wait_for(lambda: _loaded_on(c, "everywhere") == ["s1"], "the declared spread on s1")
-    node_id = next(n["id"] for n in httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers).json()
-                   if n["name"] == "s1")
+    node_id = next(
+        n["id"]
+        for n in httpx.get(f"{c.frontend_url}/api/nodes", headers=c.admin_headers).json()
+        if n["name"] == "s1"
+    )
     labels = f"{c.frontend_url}/api/nodes/{node_id}/labels"
     assert httpx.patch(labels, json={"zone": "a"}, headers=c.admin_headers).status_code == 200
     _rule(c, c.frontend_url, model_name="everywhere", replicas="all", node_selector={"zone": "a"})
@@ -149,7 +184,9 @@ def test_a_spread_replica_stops_exactly_when_its_node_stops_matching(spread_clus
     assert _loaded_on(c, "everywhere") == ["s1"]
     port = _rows(c, "everywhere")[0]["address"].rpartition(":")[2]
     assert httpx.delete(f"{labels}/zone", headers=c.admin_headers).status_code == 204
-    _wait_for(lambda: _rows(c, "everywhere") == [], "the replica on the node that stopped matching is stopped")
+    _wait_for(
+        lambda: _rows(c, "everywhere") == [], "the replica on the node that stopped matching is stopped"
+    )
     _wait_for(lambda: not backend_alive(port, c.workers), "its exact backend process gone")
 
 
@@ -193,7 +230,6 @@ class _Burst:
             thread.join(60)
 
 
-
 def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_cluster: Cluster) -> None:
     c = burst_cluster
     _rule(c, c.frontend_url, model_name="bursty", min_replicas=1, max_replicas=3)
@@ -212,8 +248,12 @@ def test_a_burst_scales_one_to_three_and_idle_replicas_scale_back_down(burst_clu
     time.sleep(1.0)  # more passes: never below min_replicas
     kept = _rows(c, "bursty")
     assert len(kept) == 1 and kept[0]["state"] == "loaded"
-    stopped_ports = [r["address"].rpartition(":")[2] for r in peak if r["replica_index"] != kept[0]["replica_index"]]
-    _wait_for(lambda: not any(backend_alive(p, c.workers) for p in stopped_ports), "the exact processes stopped")
+    stopped_ports = [
+        r["address"].rpartition(":")[2] for r in peak if r["replica_index"] != kept[0]["replica_index"]
+    ]
+    _wait_for(
+        lambda: not any(backend_alive(p, c.workers) for p in stopped_ports), "the exact processes stopped"
+    )
     assert backend_alive(kept[0]["address"].rpartition(":")[2], c.workers)
     assert c.frontend is not None
     decisions = [line for line in c.frontend.log().splitlines() if "replica reconciler:" in line]
@@ -238,8 +278,11 @@ def restart_cluster(state_root: Path, make_database: Callable[[], str], nats_url
 
 def test_a_restarted_frontend_scales_up_from_replay_info_alone(restart_cluster: Cluster) -> None:
     c = restart_cluster
-    first = httpx.post(f"{c.frontend_url}/v1/chat/completions", timeout=30,
-                       json={"model": "replayed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    first = httpx.post(
+        f"{c.frontend_url}/v1/chat/completions",
+        timeout=30,
+        json={"model": "replayed", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    )
     assert first.status_code == 200, first.text
     assert c.frontend is not None
     c.frontend.stop()

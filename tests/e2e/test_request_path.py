@@ -41,17 +41,21 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
 
 @pytest.fixture(scope="module")
 def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=120) as sdk:
+    with openai.OpenAI(
+        base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=120
+    ) as sdk:
         yield sdk
 
 
 async def _replica_rows(cluster: Cluster) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(cluster.database_url)
     try:
-        return list(await conn.fetch(
-            "SELECT m.model_name, m.address, m.state, n.name AS node_name FROM node_models m "
-            "JOIN backend_nodes n ON n.id = m.node_id ORDER BY m.model_name"
-        ))
+        return list(
+            await conn.fetch(
+                "SELECT m.model_name, m.address, m.state, n.name AS node_name FROM node_models m "
+                "JOIN backend_nodes n ON n.id = m.node_id ORDER BY m.model_name"
+            )
+        )
     finally:
         await conn.close()
 
@@ -70,7 +74,10 @@ def test_chat_completion_returns_text_and_usage(client: openai.OpenAI) -> None:
 
 def test_streaming_chat_yields_chunks_and_ends(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
-        model="tiny-chat", messages=[{"role": "user", "content": "count"}], max_tokens=8, stream=True,
+        model="tiny-chat",
+        messages=[{"role": "user", "content": "count"}],
+        max_tokens=8,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -107,11 +114,12 @@ async def test_staged_file_on_the_worker_has_the_source_sha256(cluster: Cluster)
     assert hashlib.sha256(staged.read_bytes()).hexdigest() == hashlib.sha256(source.read_bytes()).hexdigest()
 
 
-
 async def test_killing_a_backend_process_makes_the_next_request_reload_and_succeed(
     cluster: Cluster, client: openai.OpenAI
 ) -> None:
-    client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    client.chat.completions.create(
+        model="tiny-chat", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
     rows = {r["model_name"]: r for r in await _replica_rows(cluster)}
     pid = backend_pid(rows["tiny-chat"]["address"].rpartition(":")[2], cluster.workers)
     assert pid is not None
@@ -148,24 +156,31 @@ async def test_warm_requests_ride_the_backends_fast_lane_with_the_same_answers(
     assert over_lane.choices[0].message.content == over_grpc.choices[0].message.content
     assert over_lane.usage == over_grpc.usage
     streamed = client.chat.completions.create(**ask, stream=True)
-    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == \
-        over_grpc.choices[0].message.content
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        == over_grpc.choices[0].message.content
+    )
 
 
 def test_unknown_model_is_404_in_the_openai_envelope(cluster: Cluster) -> None:
-    response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions",
-                          json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    response = httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        json={"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "model_not_found"
     assert "nope" in response.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"model": "sim"}, "messages"),  # messages missing
-    ({"model": "sim", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
-    ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
-    ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"model": "sim"}, "messages"),  # messages missing
+        ({"model": "sim", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature"),
+    ],
+)
 def test_invalid_chat_body_is_400_naming_the_field(cluster: Cluster, body: dict, field: str) -> None:
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body)
     assert response.status_code == 400
@@ -174,8 +189,11 @@ def test_invalid_chat_body_is_400_naming_the_field(cluster: Cluster, body: dict,
 
 
 def test_non_json_body_is_400(cluster: Cluster) -> None:
-    response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", content=b"{not json",
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 400
     assert "JSON" in response.json()["error"]["message"]
 
@@ -210,7 +228,9 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("path, body", MALFORMED)
-def test_malformed_bodies_get_a_4xx_naming_the_field_never_a_500(cluster: Cluster, path: str, body: object) -> None:
+def test_malformed_bodies_get_a_4xx_naming_the_field_never_a_500(
+    cluster: Cluster, path: str, body: object
+) -> None:
     response = httpx.post(f"{cluster.frontend_url}{path}", json=body, timeout=30)
     assert 400 <= response.status_code < 500, response.text
     error = response.json()["error"]

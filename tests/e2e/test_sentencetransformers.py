@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the session builds 
 
 MODEL = MINILM_ST_NAME
 QUERY = "A man is eating food."
-DOCUMENTS = ["The weather is sunny today.", "A man is eating a piece of bread.", "Stock markets fell sharply.",
-             "Someone eats a meal."]
+DOCUMENTS = [
+    "The weather is sunny today.",
+    "A man is eating a piece of bread.",
+    "Stock markets fell sharply.",
+    "Someone eats a meal.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -66,29 +70,37 @@ def test_rerank_answers_in_the_jina_shape_best_first(cluster: Cluster) -> None:
     scores = [r["relevance_score"] for r in results]
     assert scores == sorted(scores, reverse=True) and -1 <= scores[-1] and scores[0] <= 1
 
-    top = _post(cluster, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS, "top_n": 2,
-                                        "return_documents": False}).json()
+    top = _post(
+        cluster,
+        "/v1/rerank",
+        {"model": MODEL, "query": QUERY, "documents": DOCUMENTS, "top_n": 2, "return_documents": False},
+    ).json()
     assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]
     assert all("document" not in r for r in top["results"])
     more = _post(cluster, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS, "top_n": 99})
     assert more.status_code == 200 and len(more.json()["results"]) == len(DOCUMENTS)
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"query": QUERY, "documents": []}, "documents"),
-    ({"query": QUERY, "documents": "one string"}, "documents"),
-    ({"query": QUERY, "documents": ["d"] * (RERANK_DOCUMENTS_MAX + 1)}, "documents"),
-    ({"query": QUERY, "documents": ["d", "x" * (RERANK_TEXT_MAX + 1)]}, "documents"),
-    ({"query": QUERY, "documents": ["d", 7]}, "documents"),
-    ({"query": "", "documents": DOCUMENTS}, "query"),
-    ({"query": "q" * (RERANK_TEXT_MAX + 1), "documents": DOCUMENTS}, "query"),
-    ({"documents": DOCUMENTS}, "query"),
-    ({"query": QUERY, "documents": DOCUMENTS, "top_n": -1}, "top_n"),
-    ({"query": QUERY, "documents": DOCUMENTS, "top_n": RERANK_DOCUMENTS_MAX + 1}, "top_n"),
-    ({"query": QUERY, "documents": DOCUMENTS, "top_n": 2**64}, "top_n"),
-    ({"query": QUERY, "documents": DOCUMENTS, "top_n": "two"}, "top_n"),
-])
-def test_bad_rerank_input_is_a_400_naming_the_field(cluster: Cluster, body: dict[str, Any], field: str) -> None:
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"query": QUERY, "documents": []}, "documents"),
+        ({"query": QUERY, "documents": "one string"}, "documents"),
+        ({"query": QUERY, "documents": ["d"] * (RERANK_DOCUMENTS_MAX + 1)}, "documents"),
+        ({"query": QUERY, "documents": ["d", "x" * (RERANK_TEXT_MAX + 1)]}, "documents"),
+        ({"query": QUERY, "documents": ["d", 7]}, "documents"),
+        ({"query": "", "documents": DOCUMENTS}, "query"),
+        ({"query": "q" * (RERANK_TEXT_MAX + 1), "documents": DOCUMENTS}, "query"),
+        ({"documents": DOCUMENTS}, "query"),
+        ({"query": QUERY, "documents": DOCUMENTS, "top_n": -1}, "top_n"),
+        ({"query": QUERY, "documents": DOCUMENTS, "top_n": RERANK_DOCUMENTS_MAX + 1}, "top_n"),
+        ({"query": QUERY, "documents": DOCUMENTS, "top_n": 2**64}, "top_n"),
+        ({"query": QUERY, "documents": DOCUMENTS, "top_n": "two"}, "top_n"),
+    ],
+)
+def test_bad_rerank_input_is_a_400_naming_the_field(
+    cluster: Cluster, body: dict[str, Any], field: str
+) -> None:
     response = _post(cluster, "/v1/rerank", {"model": MODEL, **body})
     assert response.status_code == 400, response.text
     error = response.json()["error"]

@@ -22,7 +22,8 @@ def _sparse_model(models_dir: Path, name: str, size_bytes: int, extra: str = "")
     with open(models_dir / f"{name}.bin", "wb") as handle:  # sparse: the size is real, the disk use is not
         handle.truncate(size_bytes)
     (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}.bin\n{extra}")
+        f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}.bin\n{extra}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,39 +81,71 @@ def test_sizing_follows_the_largest_single_node_capped_by_its_budget(cluster: Cl
 
     _register(c, "cpu-big", total_ram=512 * GIB, available_ram=512 * GIB, labels={"tier": "cpu"})
     assert _get(c, "/api/resources")["cluster"] == {
-        "enabled": True, "node_id": _get(c, "/api/resources")["cluster"]["node_id"], "node_name": "cpu-big",
-        "total_memory": 512 * GIB, "is_gpu": False, "node_count": 1}
+        "enabled": True,
+        "node_id": _get(c, "/api/resources")["cluster"]["node_id"],
+        "node_name": "cpu-big",
+        "total_memory": 512 * GIB,
+        "is_gpu": False,
+        "node_count": 1,
+    }
 
-    _register(c, "gpu-small", total_vram=16 * GIB, available_vram=16 * GIB, total_ram=64 * GIB, gpu_vendor="nvidia")
+    _register(
+        c, "gpu-small", total_vram=16 * GIB, available_vram=16 * GIB, total_ram=64 * GIB, gpu_vendor="nvidia"
+    )
     cluster_obj = _get(c, "/api/resources")["cluster"]
     assert (cluster_obj["node_name"], cluster_obj["is_gpu"], cluster_obj["total_memory"]) == (
-        "gpu-small", True, 16 * GIB)  # a GPU node wins over a CPU node with more RAM
+        "gpu-small",
+        True,
+        16 * GIB,
+    )  # a GPU node wins over a CPU node with more RAM
 
-    dgx = _register(c, "dgx-01", total_vram=80 * GIB, available_vram=80 * GIB, gpu_vendor="nvidia",
-                    capability="nvidia-cuda-12")
+    dgx = _register(
+        c,
+        "dgx-01",
+        total_vram=80 * GIB,
+        available_vram=80 * GIB,
+        gpu_vendor="nvidia",
+        capability="nvidia-cuda-12",
+    )
     body = _get(c, "/api/models")
     assert (body["cluster"]["node_name"], body["cluster"]["total_memory"], body["cluster"]["node_count"]) == (
-        "dgx-01", 80 * GIB, 3)
+        "dgx-01",
+        80 * GIB,
+        3,
+    )
     assert body["ram_total"] == local["ram"]["total"]  # the aggregate and ram fields stay the frontend's own
     models = {m["name"]: m for m in body["models"]}
     assert (models["huge"]["fits"], models["huge"]["verdict"]) == (True, "Fits on dgx-01")
     assert models["cpu-only"]["verdict"] == "Fits on cpu-big"  # its selector only allows the CPU node
     assert body["aliases"] == {"production": "llama3"}
 
-    budget = httpx.put(f"{c.frontend_url}/api/nodes/{dgx}/vram-budget", json={"value": "10GiB"},
-                       headers=c.admin_headers)
+    budget = httpx.put(
+        f"{c.frontend_url}/api/nodes/{dgx}/vram-budget", json={"value": "10GiB"}, headers=c.admin_headers
+    )
     assert budget.status_code == 200, budget.text
     models = _models(c)
-    assert _get(c, "/api/resources")["cluster"]["node_name"] == "gpu-small"  # the budget caps dgx-01 to 10 GiB
+    assert (
+        _get(c, "/api/resources")["cluster"]["node_name"] == "gpu-small"
+    )  # the budget caps dgx-01 to 10 GiB
     assert models["small"]["verdict"] == "Fits on gpu-small"
-    assert models["huge"] == {**models["huge"], "fits": False, "fits_on": None,
-                              "verdict": "Too large: needs 42.9 GB, the largest node (gpu-small) offers 17.2 GB"}
+    assert models["huge"] == {
+        **models["huge"],
+        "fits": False,
+        "fits_on": None,
+        "verdict": "Too large: needs 42.9 GB, the largest node (gpu-small) offers 17.2 GB",
+    }
 
 
 def test_variants_are_judged_against_the_capabilities_present_in_the_cluster(cluster: Cluster) -> None:
     c = cluster
-    _register(c, "dgx-01", total_vram=80 * GIB, available_vram=80 * GIB, gpu_vendor="nvidia",
-              capability="nvidia-cuda-12")
+    _register(
+        c,
+        "dgx-01",
+        total_vram=80 * GIB,
+        available_vram=80 * GIB,
+        gpu_vendor="nvidia",
+        capability="nvidia-cuda-12",
+    )
     body = _get(c, "/api/models/variants/production")  # an alias resolves to its model
     assert body["model"] == "llama3" and "nvidia-cuda-12" in body["capabilities"]
     variants = {v["name"]: v for v in body["variants"]}

@@ -31,7 +31,7 @@ class Env:
 
 
 def _yaml(models_dir: Path, name: str, *options: str, context: int = 512, selector: str = "") -> None:
-    opts = "".join(f"\n  - \"{o}\"" for o in options) or " []"
+    opts = "".join(f'\n  - "{o}"' for o in options) or " []"
     (models_dir / f"{name}.yaml").write_text(
         f"name: {name}\nbackend: simulator\ncontext_size: {context}\nparameters:\n  model: tiny.gguf\n"
         f"options:{opts}\n{selector}"
@@ -46,7 +46,7 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     _yaml(c.models_dir, "m1", "output_token_time_s:0.2")
     _yaml(c.models_dir, "m2")
     _yaml(c.models_dir, "big", context=3584)  # ~1.15 MiB: fits only once one ~0.4 MiB replica is gone
-    _yaml(c.models_dir, "not-on-gpu", selector="node_selector:\n  \"!gpu.vendor\": \"nvidia\"\n")
+    _yaml(c.models_dir, "not-on-gpu", selector='node_selector:\n  "!gpu.vendor": "nvidia"\n')
     _yaml(c.models_dir, "ghost-only", selector="node_selector:\n  node.name: ghost-full\n")
     fake_bin = c.root / "fake-bin"
     fake_bin.mkdir(parents=True, exist_ok=True)
@@ -55,12 +55,18 @@ def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
     smi.chmod(0o755)
     extra: list[Proc] = []
     try:
-        c.start_frontend("--expose-node-header", "--node-heartbeat-checkpoint", "1s")  # beats end reservations
+        c.start_frontend(
+            "--expose-node-header", "--node-heartbeat-checkpoint", "1s"
+        )  # beats end reservations
         f2, url2 = c.spawn_frontend("frontend-2")
         extra.append(f2)
         base = free_port_pair()
-        worker = spawn("gpu-w", c.worker_argv("gpu-w", base), c.root / "logs",
-                       env={"PATH": f"{fake_bin}:{os.environ['PATH']}"})
+        worker = spawn(
+            "gpu-w",
+            c.worker_argv("gpu-w", base),
+            c.root / "logs",
+            env={"PATH": f"{fake_bin}:{os.environ['PATH']}"},
+        )
         wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
         c.workers.append(worker)
         yield Env(c, c.frontend_url, url2, worker, c.admin_headers)
@@ -84,7 +90,6 @@ async def _replicas(env: Env) -> dict[str, tuple[str, str]]:
         await conn.close()
 
 
-
 async def _reserved_vram(env: Env) -> int:
     conn = await asyncpg.connect(env.cluster.database_url)
     try:
@@ -93,12 +98,19 @@ async def _reserved_vram(env: Env) -> int:
         await conn.close()
 
 
-async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_another_frontend(env: Env) -> None:
+async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_another_frontend(
+    env: Env,
+) -> None:
     first = _chat(env.f1, "m1")
     assert first.status_code == 200
     assert first.headers["X-LocalAI-Node"]  # LOCALAI_EXPOSE_NODE_HEADER on frontend 1
     async with httpx.AsyncClient(timeout=60) as client:
-        body = {"model": "m1", "messages": [{"role": "user", "content": "long"}], "max_tokens": 60, "stream": True}
+        body = {
+            "model": "m1",
+            "messages": [{"role": "user", "content": "long"}],
+            "max_tokens": 60,
+            "stream": True,
+        }
         async with client.stream("POST", f"{env.f2}/v1/chat/completions", json=body) as stream:  # busy on F2
             chunks = stream.aiter_lines()
             await chunks.__anext__()
@@ -109,12 +121,16 @@ async def test_eviction_stops_exactly_the_idle_replica_and_never_one_busy_on_ano
             deadline = time.monotonic() + 20
             while await _reserved_vram(env) and time.monotonic() < deadline:  # a beat reports the 1 MiB free
                 await asyncio.sleep(0.2)
-            big = await client.post(f"{env.f1}/v1/chat/completions", json={
-                "model": "big", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+            big = await client.post(
+                f"{env.f1}/v1/chat/completions",
+                json={"model": "big", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2},
+            )
             assert big.status_code == 200, big.text
             rows = await _replicas(env)
             assert "m1" in rows and "m2" not in rows  # the LRU replica m1 was busy elsewhere: m2 went
-            assert backend_alive(m1_port, env.cluster.workers) and not backend_alive(m2_port, env.cluster.workers)
+            assert backend_alive(m1_port, env.cluster.workers) and not backend_alive(
+                m2_port, env.cluster.workers
+            )
             rest = [line async for line in chunks]
     assert rest[-2:] == ["data: [DONE]", ""] or "data: [DONE]" in rest  # the busy stream finished intact
 
@@ -132,8 +148,13 @@ GHOST_TOKENS: dict[str, str] = {}  # ghost name -> the credential its first regi
 
 
 def _register_ghost(env: Env, name: str, **facts: object) -> str:
-    body = {"name": name, "address": "127.0.0.1:1", "http_address": "127.0.0.1:2", "token": env.cluster.token,
-            **facts}
+    body = {
+        "name": name,
+        "address": "127.0.0.1:1",
+        "http_address": "127.0.0.1:2",
+        "token": env.cluster.token,
+        **facts,
+    }
     headers = {"Authorization": f"Bearer {env.cluster.token}"}
     if name in GHOST_TOKENS:  # registering a known name again needs its own credential
         headers["X-Node-Token"] = GHOST_TOKENS[name]
@@ -145,17 +166,23 @@ def _register_ghost(env: Env, name: str, **facts: object) -> str:
 
 def test_disk_check_is_toggled_at_runtime_without_restart(env: Env) -> None:
     _register_ghost(env, "ghost-full", total_disk=100 * 1000**3, available_disk=0)
-    explain = httpx.get(f"{env.f1}/api/nodes/scheduling/explain", params={"model": "ghost-only"},
-                        headers=env.admin).json()
+    explain = httpx.get(
+        f"{env.f1}/api/nodes/scheduling/explain", params={"model": "ghost-only"}, headers=env.admin
+    ).json()
     assert explain["chosen"] is None
     assert "no node has enough free disk for the model" in explain["error"]
     assert "ghost-full has 0 B free of 100.0 GB" in explain["error"]
-    off = httpx.post(f"{env.f2}/api/settings", json={"distributed_disk_headroom_check": False}, headers=env.admin)
+    off = httpx.post(
+        f"{env.f2}/api/settings", json={"distributed_disk_headroom_check": False}, headers=env.admin
+    )
     assert off.status_code == 200 and off.json()["distributed_disk_headroom_check"] is False
-    explain = httpx.get(f"{env.f1}/api/nodes/scheduling/explain", params={"model": "ghost-only"},
-                        headers=env.admin).json()
+    explain = httpx.get(
+        f"{env.f1}/api/nodes/scheduling/explain", params={"model": "ghost-only"}, headers=env.admin
+    ).json()
     assert explain["chosen"] == "ghost-full" and "DISABLED" in explain["warnings"][0]
-    bad = httpx.post(f"{env.f1}/api/settings", json={"distributed_disk_headroom_check": "no"}, headers=env.admin)
+    bad = httpx.post(
+        f"{env.f1}/api/settings", json={"distributed_disk_headroom_check": "no"}, headers=env.admin
+    )
     assert bad.status_code == 400 and "distributed_disk_headroom_check" in bad.json()["error"]["message"]
     httpx.post(f"{env.f1}/api/settings", json={"distributed_disk_headroom_check": True}, headers=env.admin)
 
@@ -191,7 +218,9 @@ async def test_an_admin_vram_budget_is_validated_and_sticky_across_re_registrati
     _register_ghost(env, "ghost-budget", total_vram=80 << 30, available_vram=80 << 30, vram_budget="90%")
     conn = await asyncpg.connect(env.cluster.database_url)
     try:
-        row = await conn.fetchrow("SELECT vram_budget, vram_budget_bytes FROM backend_nodes WHERE id = $1", node_id)
+        row = await conn.fetchrow(
+            "SELECT vram_budget, vram_budget_bytes FROM backend_nodes WHERE id = $1", node_id
+        )
     finally:
         await conn.close()
     assert (row["vram_budget"], row["vram_budget_bytes"]) == ("10GiB", 10 << 30)

@@ -54,7 +54,9 @@ class Speech:
     models: Path
     fox: Path  # piper's WAV of SENTENCE, made once
     timings: dict[str, float]
-    stt_log: collections.deque[str]  # the faster-whisper process's last stderr lines, as the worker keeps them
+    stt_log: collections.deque[
+        str
+    ]  # the faster-whisper process's last stderr lines, as the worker keeps them
 
 
 def test_word_error_rate_counts_substitutions_insertions_and_deletions() -> None:
@@ -74,8 +76,14 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
     whisper_yaml, piper_yaml = audio.prepare_whisper(models), audio.prepare_piper_voice(models)
     timings["prepare models"] = time.perf_counter() - started
     base = free_port()
-    supervisor = Supervisor(PortAllocator(base, base + 10), bind_host="127.0.0.1", token=TOKEN, start_timeout_s=60,
-                            models_root=models, registry=BackendRegistry(audio_backends_path, None, None))
+    supervisor = Supervisor(
+        PortAllocator(base, base + 10),
+        bind_host="127.0.0.1",
+        token=TOKEN,
+        start_timeout_s=60,
+        models_root=models,
+        registry=BackendRegistry(audio_backends_path, None, None),
+    )
     channels: list[grpc.aio.Channel] = []
     try:
         stubs, identities, logs = {}, {}, {}
@@ -96,10 +104,20 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
         started = time.perf_counter()
         await stubs[audio_backends.PIPER].TTS(
             pb.TTSRequest(text=SENTENCE, dst=str(fox), ModelIdentity=identities[audio_backends.PIPER]),
-            metadata=AUTH, timeout=CALL_TIMEOUT_S)
+            metadata=AUTH,
+            timeout=CALL_TIMEOUT_S,
+        )
         timings["piper TTS"] = time.perf_counter() - started
-        yield Speech(stubs[audio_backends.PIPER], stubs[audio_backends.WHISPER], identities[audio_backends.WHISPER],
-                     staging, models, fox, timings, logs[audio_backends.WHISPER])
+        yield Speech(
+            stubs[audio_backends.PIPER],
+            stubs[audio_backends.WHISPER],
+            identities[audio_backends.WHISPER],
+            staging,
+            models,
+            fox,
+            timings,
+            logs[audio_backends.WHISPER],
+        )
     finally:
         for channel in channels:
             await channel.close()
@@ -109,7 +127,12 @@ async def speech(state_root: Path, audio_backends_path: Path) -> AsyncIterator[S
 
 def _wav_seconds(path: Path) -> tuple[float, int, int, int]:
     with wave.open(str(path), "rb") as wav:
-        return wav.getnframes() / wav.getframerate(), wav.getframerate(), wav.getnchannels(), wav.getsampwidth()
+        return (
+            wav.getnframes() / wav.getframerate(),
+            wav.getframerate(),
+            wav.getnchannels(),
+            wav.getsampwidth(),
+        )
 
 
 def _transcribe(speech: Speech, path: Path, **fields: object) -> pb.TranscriptResult:
@@ -140,7 +163,9 @@ async def test_piper_speech_is_transcribed_back_by_whisper(speech: Speech) -> No
 
 
 async def test_translate_language_prompt_and_temperature_are_honoured(speech: Speech) -> None:
-    translated = await _transcribe(speech, speech.fox, translate=True)  # Whisper's translate task: into English
+    translated = await _transcribe(
+        speech, speech.fox, translate=True
+    )  # Whisper's translate task: into English
     assert word_error_rate(SENTENCE, translated.text) <= WER_MAX, translated.text
     told = await _transcribe(speech, speech.fox, language="en", prompt="Quick Brown Fox.", temperature=0.2)
     assert told.language == "en" and word_error_rate(SENTENCE, told.text) <= WER_MAX, told.text
@@ -155,14 +180,18 @@ async def test_other_audio_formats_decode_through_pyav(speech: Speech, audio_bac
     python = audio_backends_path / audio_backends.WHISPER / "venv" / "bin" / "python"
     for suffix, codec in ((".ogg", "libopus"), (".flac", "flac")):
         target = speech.fox.with_suffix(suffix)
-        script = ("import av, sys\n"
-                  "with av.open(sys.argv[1]) as src, av.open(sys.argv[2], 'w') as dst:\n"
-                  "    out = dst.add_stream(sys.argv[3], rate=48000 if sys.argv[3] == 'libopus' else 22050)\n"
-                  "    for frame in src.decode(audio=0):\n"
-                  "        frame.pts = None\n"
-                  "        for packet in out.encode(frame): dst.mux(packet)\n"
-                  "    for packet in out.encode(None): dst.mux(packet)\n")
-        subprocess.run([str(python), "-c", script, str(speech.fox), str(target), codec], check=True, timeout=60)
+        script = (
+            "import av, sys\n"
+            "with av.open(sys.argv[1]) as src, av.open(sys.argv[2], 'w') as dst:\n"
+            "    out = dst.add_stream(sys.argv[3], rate=48000 if sys.argv[3] == 'libopus' else 22050)\n"
+            "    for frame in src.decode(audio=0):\n"
+            "        frame.pts = None\n"
+            "        for packet in out.encode(frame): dst.mux(packet)\n"
+            "    for packet in out.encode(None): dst.mux(packet)\n"
+        )
+        subprocess.run(
+            [str(python), "-c", script, str(speech.fox), str(target), codec], check=True, timeout=60
+        )
         result = await _transcribe(speech, target)
         assert word_error_rate(SENTENCE, result.text) <= WER_MAX, (suffix, result.text)
 
@@ -179,25 +208,39 @@ async def test_files_outside_the_staging_directory_are_refused(speech: Speech, t
     code, _ = await _refusal(_transcribe(speech, link))
     assert code is grpc.StatusCode.PERMISSION_DENIED
     into_models = speech.models / "spoken.wav"
-    code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text="hello", dst=str(into_models)), metadata=AUTH,
-                                                  timeout=CALL_TIMEOUT_S))
-    assert code is grpc.StatusCode.PERMISSION_DENIED and "TTSRequest.dst" in details and not into_models.exists()
+    code, details = await _refusal(
+        speech.tts.TTS(
+            pb.TTSRequest(text="hello", dst=str(into_models)), metadata=AUTH, timeout=CALL_TIMEOUT_S
+        )
+    )
+    assert (
+        code is grpc.StatusCode.PERMISSION_DENIED and "TTSRequest.dst" in details and not into_models.exists()
+    )
 
 
-@pytest.mark.parametrize("name, content, reason", [
-    ("notes.txt", b"these are words, not sound\n", "Invalid data found when processing input"),
-    ("empty.wav", b"", "Invalid data found when processing input"),
-    # a PNG signature and header: FFmpeg reads it as an image, a container without an audio stream
-    ("picture.png", bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"),
-     "it holds no audio stream"),
-])
-async def test_a_file_that_is_not_audio_is_invalid_argument(speech: Speech, name: str, content: bytes,
-                                                           reason: str) -> None:
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        ("notes.txt", b"these are words, not sound\n", "Invalid data found when processing input"),
+        ("empty.wav", b"", "Invalid data found when processing input"),
+        # a PNG signature and header: FFmpeg reads it as an image, a container without an audio stream
+        (
+            "picture.png",
+            bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"),
+            "it holds no audio stream",
+        ),
+    ],
+)
+async def test_a_file_that_is_not_audio_is_invalid_argument(
+    speech: Speech, name: str, content: bytes, reason: str
+) -> None:
     path = speech.staging / "ephemeral" / "speech" / name
     path.write_bytes(content)
     code, details = await _refusal(_transcribe(speech, path))
     assert code is grpc.StatusCode.INVALID_ARGUMENT
-    assert details.startswith(f"TranscriptRequest.dst {name!r} is not audio this backend can decode: {reason}")
+    assert details.startswith(
+        f"TranscriptRequest.dst {name!r} is not audio this backend can decode: {reason}"
+    )
 
 
 async def test_speed_voice_and_identity(speech: Speech) -> None:
@@ -205,32 +248,59 @@ async def test_speed_voice_and_identity(speech: Speech) -> None:
     # length_scale = 1/speed scales the phonemes' durations; the pauses around the sentence scale less (2x: 0.64)
     for speed, low, high in ((2.0, 0.45, 0.8), (0.5, 1.5, 2.5)):
         path = speech.fox.with_name(f"fox-{speed:g}.wav")
-        await speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(path), speed=speed, voice="en_US-joe-medium"),
-                             metadata=AUTH, timeout=CALL_TIMEOUT_S)
+        await speech.tts.TTS(
+            pb.TTSRequest(text=SENTENCE, dst=str(path), speed=speed, voice="en_US-joe-medium"),
+            metadata=AUTH,
+            timeout=CALL_TIMEOUT_S,
+        )
         assert low < _wav_seconds(path)[0] / base_s < high, speed
-    code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(speech.fox), voice="alloy"),
-                                                  metadata=AUTH, timeout=CALL_TIMEOUT_S))
-    assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("TTSRequest.voice 'alloy' is not served")
-    code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(speech.fox), speed=5),
-                                                  metadata=AUTH, timeout=CALL_TIMEOUT_S))
+    code, details = await _refusal(
+        speech.tts.TTS(
+            pb.TTSRequest(text=SENTENCE, dst=str(speech.fox), voice="alloy"),
+            metadata=AUTH,
+            timeout=CALL_TIMEOUT_S,
+        )
+    )
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith(
+        "TTSRequest.voice 'alloy' is not served"
+    )
+    code, details = await _refusal(
+        speech.tts.TTS(
+            pb.TTSRequest(text=SENTENCE, dst=str(speech.fox), speed=5), metadata=AUTH, timeout=CALL_TIMEOUT_S
+        )
+    )
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "speed 5 must be between 0.25 and 4" in details
     english = speech.fox.with_name("fox-en.wav")
-    await speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(english), language="en-US"), metadata=AUTH,
-                         timeout=CALL_TIMEOUT_S)
+    await speech.tts.TTS(
+        pb.TTSRequest(text=SENTENCE, dst=str(english), language="en-US"),
+        metadata=AUTH,
+        timeout=CALL_TIMEOUT_S,
+    )
     assert english.is_file()
-    code, details = await _refusal(speech.tts.TTS(pb.TTSRequest(text=SENTENCE, dst=str(english), language="de"),
-                                                  metadata=AUTH, timeout=CALL_TIMEOUT_S))
-    assert code is grpc.StatusCode.INVALID_ARGUMENT and details == "TTSRequest.language 'de': this voice speaks 'en-us'"
+    code, details = await _refusal(
+        speech.tts.TTS(
+            pb.TTSRequest(text=SENTENCE, dst=str(english), language="de"),
+            metadata=AUTH,
+            timeout=CALL_TIMEOUT_S,
+        )
+    )
+    assert (
+        code is grpc.StatusCode.INVALID_ARGUMENT
+        and details == "TTSRequest.language 'de': this voice speaks 'en-us'"
+    )
     code, details = await _refusal(_transcribe(speech, speech.fox, ModelIdentity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
 
 
 async def test_speech_streams_a_sentence_per_reply_and_refuses_like_tts(speech: Speech) -> None:
     text = "The quick brown fox jumps over the lazy dog. It was not amused."
-    replies = [r async for r in speech.tts.TTSStream(pb.TTSRequest(text=text), metadata=AUTH,
-                                                       timeout=CALL_TIMEOUT_S)]
+    replies = [
+        r async for r in speech.tts.TTSStream(pb.TTSRequest(text=text), metadata=AUTH, timeout=CALL_TIMEOUT_S)
+    ]
     assert len(replies) == 2 and json.loads(replies[0].message) == {"sample_rate": 22050}
-    assert [r.message for r in replies[1:]] == [b""] and all(len(r.audio) % 2 == 0 and r.audio for r in replies)
+    assert [r.message for r in replies[1:]] == [b""] and all(
+        len(r.audio) % 2 == 0 and r.audio for r in replies
+    )
     streamed = speech.fox.with_name("streamed.wav")
     with wave.open(str(streamed), "wb") as out:
         out.setnchannels(1)
@@ -238,8 +308,13 @@ async def test_speech_streams_a_sentence_per_reply_and_refuses_like_tts(speech: 
         out.setframerate(22050)
         out.writeframes(b"".join(r.audio for r in replies))
     assert word_error_rate(text, (await _transcribe(speech, streamed)).text) <= WER_MAX
-    code, details = await _refusal(_stream_all(speech.tts.TTSStream(pb.TTSRequest(text="hi", voice="alloy"),
-                                                                    metadata=AUTH, timeout=CALL_TIMEOUT_S)))
+    code, details = await _refusal(
+        _stream_all(
+            speech.tts.TTSStream(
+                pb.TTSRequest(text="hi", voice="alloy"), metadata=AUTH, timeout=CALL_TIMEOUT_S
+            )
+        )
+    )
     assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("TTSRequest.voice 'alloy'")
     code, details = await _refusal(_stream_all(speech.tts.TTSStream(pb.TTSRequest(text="hi"), timeout=30)))
     assert code is grpc.StatusCode.UNAUTHENTICATED and "bearer" in details
@@ -257,13 +332,19 @@ async def test_a_transcription_whose_caller_went_away_stops_at_the_next_segment(
         out.setparams(params)
         for _ in range(3):
             out.writeframes(frames + b"\0\0" * (30 * params.framerate - len(frames) // 2))
-    code, _ = await _refusal(speech.stt.AudioTranscription(
-        pb.TranscriptRequest(dst=str(long), ModelIdentity=speech.stt_identity), metadata=AUTH, timeout=1.0))
+    code, _ = await _refusal(
+        speech.stt.AudioTranscription(
+            pb.TranscriptRequest(dst=str(long), ModelIdentity=speech.stt_identity), metadata=AUTH, timeout=1.0
+        )
+    )
     assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+
     async def stopped() -> bool:
         return any(f"transcription of {long} stopped after" in line for line in speech.stt_log)
 
-    await wait_for_async(stopped, "the backend to log that it stopped the abandoned transcription", timeout_s=90)
+    await wait_for_async(
+        stopped, "the backend to log that it stopped the abandoned transcription", timeout_s=90
+    )
     result = await _transcribe(speech, speech.fox)  # the engine is free again
     assert word_error_rate(SENTENCE, result.text) <= WER_MAX
 
@@ -292,34 +373,63 @@ def _ephemeral(cluster: Cluster) -> list[Path]:
 
 def test_speech_and_transcription_through_corral(cluster: Cluster) -> None:
     url = cluster.frontend_url
-    spoken = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": SENTENCE,
-                                                        "voice": "en_US-joe-medium", "response_format": "wav"},
-                         timeout=300)
+    spoken = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={
+            "model": audio.PIPER_NAME,
+            "input": SENTENCE,
+            "voice": "en_US-joe-medium",
+            "response_format": "wav",
+        },
+        timeout=300,
+    )
     assert spoken.status_code == 200, spoken.text
     assert spoken.content[4:8] == b"\xff\xff\xff\xff"  # streamed as piper speaks (TTSStream): sizes unknown
     with wave.open(io.BytesIO(spoken.content)) as wav:
         assert wav.getnchannels() == 1 and wav.getframerate() == 22050 and wav.getsampwidth() == 2
-    assert 1.5 < (len(spoken.content) - 44) / 2 / 22050 < 5.0  # seconds of 16-bit mono after the 44-byte header
-    mp3 = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": SENTENCE, "voice": "joe",
-                                                     "response_format": "mp3"}, timeout=300)
+    assert (
+        1.5 < (len(spoken.content) - 44) / 2 / 22050 < 5.0
+    )  # seconds of 16-bit mono after the 44-byte header
+    mp3 = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": audio.PIPER_NAME, "input": SENTENCE, "voice": "joe", "response_format": "mp3"},
+        timeout=300,
+    )
     assert mp3.status_code == 200 and mp3.content[:2] in (b"\xff\xf3", b"\xff\xfb", b"ID"), mp3.text
 
     for audio_bytes, name in ((spoken.content, "speech.wav"), (mp3.content, "speech.mp3")):
-        heard = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (name, audio_bytes)},
-                           data={"model": audio.WHISPER_NAME, "response_format": "verbose_json"}, timeout=300)
+        heard = httpx.post(
+            f"{url}/v1/audio/transcriptions",
+            files={"file": (name, audio_bytes)},
+            data={"model": audio.WHISPER_NAME, "response_format": "verbose_json"},
+            timeout=300,
+        )
         assert heard.status_code == 200, heard.text
         body = heard.json()
         assert word_error_rate(SENTENCE, body["text"]) <= WER_MAX, (name, body["text"])
         assert body["language"] in ("en", "english") and body["segments"][0]["start"] >= 0
         assert 0 < body["segments"][-1]["end"] <= body["duration"] + 0.05
-    translated = httpx.post(f"{url}/v1/audio/translations", files={"file": ("speech.wav", spoken.content)},
-                            data={"model": audio.WHISPER_NAME}, timeout=300)
+    translated = httpx.post(
+        f"{url}/v1/audio/translations",
+        files={"file": ("speech.wav", spoken.content)},
+        data={"model": audio.WHISPER_NAME},
+        timeout=300,
+    )
     assert translated.status_code == 200 and word_error_rate(SENTENCE, translated.json()["text"]) <= WER_MAX
 
-    wrong_voice = httpx.post(f"{url}/v1/audio/speech", json={"model": audio.PIPER_NAME, "input": "hi",
-                                                             "voice": "alloy"}, timeout=300)
+    wrong_voice = httpx.post(
+        f"{url}/v1/audio/speech",
+        json={"model": audio.PIPER_NAME, "input": "hi", "voice": "alloy"},
+        timeout=300,
+    )
     assert wrong_voice.status_code == 400 and "'alloy'" in wrong_voice.text, wrong_voice.text
-    not_audio = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": ("notes.txt", b"not sound at all")},
-                           data={"model": audio.WHISPER_NAME}, timeout=300)
-    assert not_audio.status_code == 400 and "is not audio this backend can decode" in not_audio.text, not_audio.text
+    not_audio = httpx.post(
+        f"{url}/v1/audio/transcriptions",
+        files={"file": ("notes.txt", b"not sound at all")},
+        data={"model": audio.WHISPER_NAME},
+        timeout=300,
+    )
+    assert not_audio.status_code == 400 and "is not audio this backend can decode" in not_audio.text, (
+        not_audio.text
+    )
     assert _ephemeral(cluster) == []  # every upload and every speech file was released

@@ -28,16 +28,22 @@ HUB_FILES = {"sim.bin": os.urandom(3 << 20), "config.json": b'{"arch": "sim"}', 
 
 
 def _chat(cluster: Cluster, model: str) -> httpx.Response:
-    return httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=120, json={
-        "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    return httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        timeout=120,
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
 
 
 def _start_worker_behind_proxy(cluster: Cluster, name: str, *extra: str) -> tuple[Proc, CutProxy]:
     """A worker whose file server is reached only through a recording proxy (its advertised address)."""
     base = free_port_pair()
     proxy = CutProxy(base - 1).start()
-    proc = spawn(name, [*cluster.worker_argv(name, base), "--advertise-http-addr", f"127.0.0.1:{proxy.port}",
-                        *extra], cluster.root / "logs")
+    proc = spawn(
+        name,
+        [*cluster.worker_argv(name, base), "--advertise-http-addr", f"127.0.0.1:{proxy.port}", *extra],
+        cluster.root / "logs",
+    )
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", proc)
     cluster.workers.append(proc)
     cluster.worker_ports.append(base)
@@ -78,15 +84,21 @@ def hub() -> Iterator[FakeHub]:
 
 @pytest.fixture(scope="module")
 def cluster(state_root: Path, make_database, nats_url: str, hub: FakeHub) -> Iterator[Cluster]:
-    c = Cluster(root=state_root / "e2e-staging-modes", database_url=make_database(), nats_url=nats_url,
-                frontend_env={"HF_TOKEN": HF_TOKEN, "HF_ENDPOINT": hub.url})
+    c = Cluster(
+        root=state_root / "e2e-staging-modes",
+        database_url=make_database(),
+        nats_url=nats_url,
+        frontend_env={"HF_TOKEN": HF_TOKEN, "HF_ENDPOINT": hub.url},
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "hf-sim.yaml").write_text(
         f"name: hf-sim\nbackend: simulator\nhuggingface:\n  repo: {REPO}\n  revision: main\n"
-        "parameters:\n  model: sim.bin\n")
+        "parameters:\n  model: sim.bin\n"
+    )
     (c.models_dir / "big.bin").write_bytes(os.urandom(1 << 20))
     (c.models_dir / "needs-disk.yaml").write_text(
-        "name: needs-disk\nbackend: simulator\nnode_selector:\n  disk: tiny\nparameters:\n  model: big.bin\n")
+        "name: needs-disk\nbackend: simulator\nnode_selector:\n  disk: tiny\nparameters:\n  model: big.bin\n"
+    )
     try:
         c.start_frontend()
         yield c
@@ -113,10 +125,16 @@ async def test_managed_hf_model_is_downloaded_by_the_frontend_and_staged_without
         proxy.stop()
     assert answer.status_code == 200, answer.text
     # The frontend fetched every file from the hub, with the token.
-    assert sorted(r.path.rsplit("/", 1)[-1] for r in hub.file_requests()) == ["README.md", "config.json", "sim.bin"]
+    assert sorted(r.path.rsplit("/", 1)[-1] for r in hub.file_requests()) == [
+        "README.md",
+        "config.json",
+        "sim.bin",
+    ]
     assert all(r.authorization == f"Bearer {HF_TOKEN}" for r in hub.requests)
     # The worker got the whole committed snapshot over the normal stager...
-    snapshots = list((cluster.root / "hf-w1" / "models" / "hf-sim").glob(".artifacts/huggingface/*/snapshots/*"))
+    snapshots = list(
+        (cluster.root / "hf-w1" / "models" / "hf-sim").glob(".artifacts/huggingface/*/snapshots/*")
+    )
     assert len(snapshots) == 1
     assert (snapshots[0] / "sim.bin").read_bytes() == HUB_FILES["sim.bin"]
     assert (snapshots[0] / "notes" / "README.md").is_file()
@@ -159,7 +177,9 @@ def test_the_frontend_hashes_configured_model_files_at_start_before_any_request(
 
 
 async def test_worker_without_disk_room_refuses_the_upload_and_the_client_sees_why(cluster: Cluster) -> None:
-    _start_worker_behind_proxy(cluster, "tiny-disk", "--node-labels", "disk=tiny", "--staging-min-free", "1PiB")
+    _start_worker_behind_proxy(
+        cluster, "tiny-disk", "--node-labels", "disk=tiny", "--staging-min-free", "1PiB"
+    )
     answer = await asyncio.to_thread(_chat, cluster, "needs-disk")
     assert answer.status_code >= 500
     assert "not enough disk space for key 'models/needs-disk/big.bin'" in answer.text
@@ -182,5 +202,7 @@ def shared_cluster(state_root: Path, make_database, nats_url: str) -> Iterator[C
 def test_shared_models_mode_loads_from_the_frontend_path_and_stages_nothing(shared_cluster: Cluster) -> None:
     answer = _chat(shared_cluster, "tiny-shared")
     assert answer.status_code == 200, answer.text
-    assert not (shared_cluster.models_dir / "tiny-shared").exists()  # no staged copy under models/<tracking key>
+    assert not (
+        shared_cluster.models_dir / "tiny-shared"
+    ).exists()  # no staged copy under models/<tracking key>
     assert not hash_sidecar_path(shared_cluster.models_dir / "tiny-shared.gguf").exists()  # nor pre-hashed

@@ -41,7 +41,10 @@ WEATHER = {
         "description": "The current weather in a city.",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 16}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "properties": {
+                "city": {"type": "string", "maxLength": 16},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
             "required": ["city", "unit"],
             "additionalProperties": False,
         },
@@ -49,9 +52,15 @@ WEATHER = {
 }
 TIME = {
     "type": "function",
-    "function": {"name": "get_time", "description": "The time now in a timezone.",
-                 "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
-                                "required": ["zone"]}},
+    "function": {
+        "name": "get_time",
+        "description": "The time now in a timezone.",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+        },
+    },
 }
 TOOLS = [WEATHER, TIME]
 PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -66,15 +75,21 @@ def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_sim_model(c.models_dir, SIM)
     prepare_gemma(c.models_dir)
-    engine = (f"backend: llama-cpp\ncontext_size: {GEMMA_CONTEXT_TOKENS}\nparameters:\n  model: {GEMMA_FILE}\n"
-              "options:\n  - chat_format:gemma\n")
-    (c.models_dir / f"{GEMMA_MCP}.yaml").write_text(mcp_model_yaml(GEMMA_MCP, max_iterations=1, engine=engine))
+    engine = (
+        f"backend: llama-cpp\ncontext_size: {GEMMA_CONTEXT_TOKENS}\nparameters:\n  model: {GEMMA_FILE}\n"
+        "options:\n  - chat_format:gemma\n"
+    )
+    (c.models_dir / f"{GEMMA_MCP}.yaml").write_text(
+        mcp_model_yaml(GEMMA_MCP, max_iterations=1, engine=engine)
+    )
     yield from c.serving("w1")
 
 
 @pytest.fixture(scope="module")
 def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300) as sdk:
+    with openai.OpenAI(
+        base_url=f"{cluster.frontend_url}/v1", api_key="unused", max_retries=0, timeout=300
+    ) as sdk:
         yield sdk
 
 
@@ -91,31 +106,47 @@ def _valid_call(call: Any) -> dict[str, Any]:
 
 # --- response_format --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
 def test_a_json_schema_reply_validates_20_of_20(client: openai.OpenAI, temperature: float) -> None:
     subjects = ["a pirate", "my aunt", "a robot", "a baker", "a child"]
     for i in range(20):
         reply = client.chat.completions.create(
-            model=GEMMA_NAME, max_tokens=60, temperature=temperature, seed=i + 1,
+            model=GEMMA_NAME,
+            max_tokens=60,
+            temperature=temperature,
+            seed=i + 1,
             messages=[{"role": "user", "content": f"Describe {subjects[i % len(subjects)]} as JSON."}],
-            response_format=_schema_format(PERSON))
+            response_format=_schema_format(PERSON),
+        )
         choice = reply.choices[0]
         assert choice.finish_reason == "stop", (i, choice.message.content)
-        jsonschema.validate(json.loads(choice.message.content or ""), PERSON)  # was free text: the field ignored
+        jsonschema.validate(
+            json.loads(choice.message.content or ""), PERSON
+        )  # was free text: the field ignored
 
 
 def test_a_streamed_json_schema_reply_validates(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(model=GEMMA_NAME, max_tokens=60, temperature=0, stream=True,
-                                            messages=[{"role": "user", "content": "Describe a cat owner."}],
-                                            response_format=_schema_format(PERSON))
+    stream = client.chat.completions.create(
+        model=GEMMA_NAME,
+        max_tokens=60,
+        temperature=0,
+        stream=True,
+        messages=[{"role": "user", "content": "Describe a cat owner."}],
+        response_format=_schema_format(PERSON),
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     jsonschema.validate(json.loads(text), PERSON)
 
 
 def test_json_object_returns_a_json_object(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(model=GEMMA_NAME, max_tokens=40, temperature=0,
-                                           messages=[{"role": "user", "content": "Give me a JSON object."}],
-                                           response_format={"type": "json_object"})
+    reply = client.chat.completions.create(
+        model=GEMMA_NAME,
+        max_tokens=40,
+        temperature=0,
+        messages=[{"role": "user", "content": "Give me a JSON object."}],
+        response_format={"type": "json_object"},
+    )
     if reply.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(reply.choices[0].message.content or ""), dict)
     else:  # cut by max_tokens: still the start of an object, never prose
@@ -123,8 +154,12 @@ def test_json_object_returns_a_json_object(client: openai.OpenAI) -> None:
 
 
 def test_the_reference_grammar_field_constrains_the_reply(cluster: Cluster) -> None:
-    body = {"model": GEMMA_NAME, "max_tokens": 5, "messages": [{"role": "user", "content": "Do you like apples?"}],
-            "grammar": 'root ::= "yes" | "no"'}
+    body = {
+        "model": GEMMA_NAME,
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "Do you like apples?"}],
+        "grammar": 'root ::= "yes" | "no"',
+    }
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300)
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] in ("yes", "no")
@@ -145,14 +180,18 @@ def test_an_invalid_raw_grammar_is_a_400_not_a_crash(cluster: Cluster, client: o
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300)
     assert response.status_code == 400, response.text
     assert "GBNF" in response.json()["error"]["message"]
-    assert client.chat.completions.create(model=GEMMA_NAME, messages=ASK, max_tokens=3).choices  # still serving
+    assert client.chat.completions.create(
+        model=GEMMA_NAME, messages=ASK, max_tokens=3
+    ).choices  # still serving
 
 
 # --- tool calls ----------------------------------------------------------------------------------------------------
 
+
 def test_tool_choice_required_returns_a_call_whose_arguments_validate(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                                           max_tokens=60, temperature=0)
+    reply = client.chat.completions.create(
+        model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0
+    )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     [call] = choice.message.tool_calls or []  # one call: parallel_tool_calls was not asked for
@@ -160,8 +199,13 @@ def test_tool_choice_required_returns_a_call_whose_arguments_validate(client: op
 
 
 def test_a_named_function_is_the_one_called(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, max_tokens=60,
-                                           tool_choice={"type": "function", "function": {"name": "get_time"}})
+    reply = client.chat.completions.create(
+        model=GEMMA_NAME,
+        messages=ASK,
+        tools=TOOLS,
+        max_tokens=60,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+    )
     [call] = reply.choices[0].message.tool_calls or []
     assert call.function.name == "get_time"
     assert _valid_call(call)["zone"] in ("UTC", "CET")
@@ -169,8 +213,15 @@ def test_a_named_function_is_the_one_called(client: openai.OpenAI) -> None:
 
 def test_auto_gives_either_text_or_a_valid_call(client: openai.OpenAI) -> None:
     for seed in (1, 2, 3):
-        reply = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="auto",
-                                               max_tokens=40, temperature=1.0, seed=seed)
+        reply = client.chat.completions.create(
+            model=GEMMA_NAME,
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice="auto",
+            max_tokens=40,
+            temperature=1.0,
+            seed=seed,
+        )
         choice = reply.choices[0]
         if choice.message.tool_calls:
             assert choice.finish_reason in ("tool_calls", "length")
@@ -183,8 +234,15 @@ def test_auto_gives_either_text_or_a_valid_call(client: openai.OpenAI) -> None:
 
 
 def test_parallel_calls_come_as_an_array_when_asked(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                                           parallel_tool_calls=True, max_tokens=120, temperature=0)
+    reply = client.chat.completions.create(
+        model=GEMMA_NAME,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=True,
+        max_tokens=120,
+        temperature=0,
+    )
     calls = reply.choices[0].message.tool_calls or []
     assert calls
     complete = calls if reply.choices[0].finish_reason == "tool_calls" else calls[:-1]
@@ -194,8 +252,9 @@ def test_parallel_calls_come_as_an_array_when_asked(client: openai.OpenAI) -> No
 
 
 def test_a_streamed_tool_call_is_reassembled_by_the_sdk(client: openai.OpenAI) -> None:
-    with client.chat.completions.stream(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                                        max_tokens=60, temperature=0) as stream:
+    with client.chat.completions.stream(
+        model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0
+    ) as stream:
         pieces = [event for event in stream if event.type == "tool_calls.function.arguments.delta"]
         final = stream.get_final_completion()
     assert len(pieces) > 1  # the arguments arrived as deltas, as OpenAI streams them
@@ -207,8 +266,16 @@ def test_a_streamed_tool_call_is_reassembled_by_the_sdk(client: openai.OpenAI) -
 
 
 def test_each_of_n_streamed_choices_gets_its_own_call(client: openai.OpenAI) -> None:
-    with client.chat.completions.stream(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required", n=2,
-                                        max_tokens=60, temperature=1.0, seed=7) as stream:
+    with client.chat.completions.stream(
+        model=GEMMA_NAME,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        n=2,
+        max_tokens=60,
+        temperature=1.0,
+        seed=7,
+    ) as stream:
         final = stream.get_final_completion()
     assert [c.index for c in final.choices] == [0, 1]
     for choice in final.choices:
@@ -218,32 +285,53 @@ def test_each_of_n_streamed_choices_gets_its_own_call(client: openai.OpenAI) -> 
 
 
 def test_a_tool_result_goes_back_to_the_model(client: openai.OpenAI) -> None:
-    first = client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                                           max_tokens=60, temperature=0)
+    first = client.chat.completions.create(
+        model=GEMMA_NAME, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0
+    )
     [call] = first.choices[0].message.tool_calls or []
     called: list[Any] = [*ASK, first.choices[0].message.model_dump(exclude_none=True)]
     result = {"role": "tool", "tool_call_id": call.id, "content": "Sunny and 21 degrees in Paris today."}
-    answer = client.chat.completions.create(model=GEMMA_NAME, messages=[*called, result], tools=TOOLS,
-                                            tool_choice="none", max_tokens=20, temperature=0)
+    answer = client.chat.completions.create(
+        model=GEMMA_NAME,
+        messages=[*called, result],
+        tools=TOOLS,
+        tool_choice="none",
+        max_tokens=20,
+        temperature=0,
+    )
     choice = answer.choices[0]
     assert choice.message.content and not choice.message.tool_calls
-    without = client.chat.completions.create(model=GEMMA_NAME, messages=called, tools=TOOLS, tool_choice="none",
-                                             max_tokens=1, temperature=0)
+    without = client.chat.completions.create(
+        model=GEMMA_NAME, messages=called, tools=TOOLS, tool_choice="none", max_tokens=1, temperature=0
+    )
     assert answer.usage and without.usage
-    assert answer.usage.prompt_tokens > without.usage.prompt_tokens + 8  # the result is in the prompt (was dropped)
+    assert (
+        answer.usage.prompt_tokens > without.usage.prompt_tokens + 8
+    )  # the result is in the prompt (was dropped)
     assert without.usage.prompt_tokens > 20  # and so is the call (the assistant turn had no text)
 
 
 def test_a_tool_schema_the_compiler_refuses_is_a_400_naming_it(client: openai.OpenAI) -> None:
-    bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}}}}
+    bad = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}}},
+        },
+    }
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=[WEATHER, bad], tool_choice="required")
+        client.chat.completions.create(
+            model=GEMMA_NAME, messages=ASK, tools=[WEATHER, bad], tool_choice="required"
+        )
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "tools[1].function.parameters.properties.n.minimum"
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=GEMMA_NAME, messages=ASK, tools=TOOLS,
-                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+        client.chat.completions.create(
+            model=GEMMA_NAME,
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
     assert isinstance(caught.value.body, dict) and caught.value.body["param"] == "tool_choice"
 
 
@@ -258,13 +346,19 @@ def test_the_simulator_still_returns_its_scripted_calls_streamed(client: openai.
 
 def test_the_mcp_agent_loop_runs_on_gemma_with_a_constrained_call(cluster: Cluster) -> None:
     start_agent_worker(cluster, "agent-a")
-    body = {"model": GEMMA_MCP, "max_tokens": 40, "temperature": 0,
-            "messages": [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}],
-            "tool_choice": {"type": "function", "function": {"name": "add"}}}
+    body = {
+        "model": GEMMA_MCP,
+        "max_tokens": 40,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}],
+        "tool_choice": {"type": "function", "function": {"name": "add"}},
+    }
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300)
     assert response.status_code == 200, response.text
     mcp = response.json()["mcp"]
-    first = mcp["tool_calls"][0]  # the model's own call (the simulator's were scripted), run on the agent worker
+    first = mcp["tool_calls"][
+        0
+    ]  # the model's own call (the simulator's were scripted), run on the agent worker
     assert first["name"] == "add" and "error" not in first, mcp
     arguments = json.loads(first["arguments"])
     assert set(arguments) == {"a", "b"} and float(first["result"]) == arguments["a"] + arguments["b"]

@@ -30,15 +30,21 @@ MIB = 1 << 20
 STAGED_BYTES = 12 * MIB  # staged at 3 MiB/s through the proxy: a progress bar that moves for ~4 s
 UI_TIMEOUT_MS = 20_000
 MODALITY_TIMEOUT_MS = 60_000  # a cold simulator load, then the call itself
-SENTENCE = "the quick brown fox jumps over the lazy dog"  # the simulator transcribes its own speech back to this
+SENTENCE = (
+    "the quick brown fox jumps over the lazy dog"  # the simulator transcribes its own speech back to this
+)
 WIDE = """[...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > innerWidth + 1
   && ![...e.children].some((c) => c.getBoundingClientRect().right > innerWidth + 1))
   .slice(0, 5).map((e) => `${e.tagName}.${e.className} ${Math.round(e.getBoundingClientRect().right)}px`)"""
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: pip install -e '.[test]'")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is in the test extra: pip install -e '.[test]'"
+)
 if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"{CHROMIUM} is missing: install the Debian package `chromium` (scripts/install-system-deps.sh)",
-                allow_module_level=True)
+    pytest.skip(
+        f"{CHROMIUM} is missing: install the Debian package `chromium` (scripts/install-system-deps.sh)",
+        allow_module_level=True,
+    )
 
 
 @dataclass
@@ -47,16 +53,22 @@ class Env:
     shots: Path
 
     def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.request(method, f"{self.cluster.frontend_url}{path}", headers=self.cluster.admin_headers,
-                             timeout=30, **kwargs)
+        return httpx.request(
+            method,
+            f"{self.cluster.frontend_url}{path}",
+            headers=self.cluster.admin_headers,
+            timeout=30,
+            **kwargs,
+        )
 
     def node(self, name: str) -> dict[str, Any] | None:
         return next((n for n in self.admin("GET", "/api/nodes").json() if n["name"] == name), None)
 
 
 def _sim_config(models_dir: Path, name: str, *lines: str) -> None:
-    (models_dir / f"{name}.yaml").write_text("\n".join([f"name: {name}", "backend: simulator", "parameters:",
-                                                        f"  model: {name}", *lines]) + "\n")
+    (models_dir / f"{name}.yaml").write_text(
+        "\n".join([f"name: {name}", "backend: simulator", "parameters:", f"  model: {name}", *lines]) + "\n"
+    )
 
 
 def _worker(c: Cluster, name: str, *extra: str) -> tuple[Proc, int]:
@@ -69,34 +81,59 @@ def _worker(c: Cluster, name: str, *extra: str) -> tuple[Proc, int]:
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database: Callable[[], str], nats_url: str,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    state_root: Path,
+    make_database: Callable[[], str],
+    nats_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Env]:
     shots = Path(os.environ.get("CORRAL_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
-    c = Cluster(root=state_root / "e2e-web-ui", database_url=make_database(), nats_url=nats_url, auto_approve=False)
+    c = Cluster(
+        root=state_root / "e2e-web-ui", database_url=make_database(), nats_url=nats_url, auto_approve=False
+    )
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_sim_model(c.models_dir, "sim")
     write_sim_model(c.models_dir, "staged", file_bytes=STAGED_BYTES)
     write_sim_model(c.models_dir, "coldchat", "load_time_s:2.5")
     (c.models_dir / "assistant.yaml").write_text("name: assistant\nalias: sim\n")
-    _sim_config(c.models_dir, "media")  # the simulator's every modality: chat, embeddings, transcription, tts, image
+    _sim_config(
+        c.models_dir, "media"
+    )  # the simulator's every modality: chat, embeddings, transcription, tts, image
     _sim_config(c.models_dir, "embedder", "known_usecases: [embeddings]")
-    _sim_config(c.models_dir, "ranker", "reranking: true", "known_usecases: [rerank]")  # the simulator cannot rerank
+    _sim_config(
+        c.models_dir, "ranker", "reranking: true", "known_usecases: [rerank]"
+    )  # the simulator cannot rerank
     proxy: ThrottlingProxy | None = None
     try:
         c.start_frontend("--model-load-wait", "1s", "--stale-node-threshold", "30s")
-        base_a = free_port_pair()  # picked after the frontend started: its outgoing connections take ports too
+        base_a = (
+            free_port_pair()
+        )  # picked after the frontend started: its outgoing connections take ports too
         proxy = ThrottlingProxy(base_a - 1, upload_bytes_per_s=3 * MIB)  # gpu-a's file server, slowed
         proxy.__enter__()
-        proc = spawn("gpu-a", [*c.worker_argv("gpu-a", base_a), "--advertise-http-addr", f"127.0.0.1:{proxy.port}",
-                               "--node-labels", "gpu=sim"], c.root / "logs")
+        proc = spawn(
+            "gpu-a",
+            [
+                *c.worker_argv("gpu-a", base_a),
+                "--advertise-http-addr",
+                f"127.0.0.1:{proxy.port}",
+                "--node-labels",
+                "gpu=sim",
+            ],
+            c.root / "logs",
+        )
         wait_http(f"http://127.0.0.1:{base_a - 1}/readyz", proc)
         c.workers.append(proc)
         c.worker_ports.append(base_a)
         _worker(c, "gpu-b", "--node-labels", "gpu=sim,zone=us-2")
         e = Env(c, shots)
-        wait_for(lambda: e.node("gpu-a") is not None and e.node("gpu-b") is not None, "both workers register", 30)
-        assert e.admin("POST", f"/api/nodes/{e.node('gpu-a')['id']}/approve").status_code == 200  # gpu-b: in the UI
+        wait_for(
+            lambda: e.node("gpu-a") is not None and e.node("gpu-b") is not None, "both workers register", 30
+        )
+        assert (
+            e.admin("POST", f"/api/nodes/{e.node('gpu-a')['id']}/approve").status_code == 200
+        )  # gpu-b: in the UI
         yield e
     finally:
         c.stop()
@@ -188,7 +225,9 @@ def test_node_detail_edits_a_label(page: Any, env: Env) -> None:
     assert labels["zone"] == "eu-1" and labels["gpu"] == "sim"
     page.get_by_label("Max replicas per model").fill("2")
     page.locator(".field", has_text="Max replicas per model").get_by_role("button", name="Save").click()
-    sync_api.expect(page.locator(".field", has_text="Max replicas per model")).to_contain_text("set by an admin")
+    sync_api.expect(page.locator(".field", has_text="Max replicas per model")).to_contain_text(
+        "set by an admin"
+    )
     assert env.node("gpu-a")["max_replicas_per_model"] == 2
     backends_api = env.admin("GET", f"/api/nodes/{env.node('gpu-a')['id']}/backends").status_code != 404
     if backends_api:
@@ -231,9 +270,15 @@ def test_a_cold_load_progress_bar_reaches_ready_and_shows_in_activity(page: Any,
     page.get_by_role("link", name="Models").click()
     sync_api.expect(page.locator("tr[data-model=staged] [data-testid=fit]")).to_contain_text("Fits on")
     outcome: list[int] = []
-    request = threading.Thread(target=lambda: outcome.append(httpx.post(
-        f"{env.cluster.frontend_url}/v1/chat/completions", timeout=60,
-        json={"model": "staged", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).status_code))
+    request = threading.Thread(
+        target=lambda: outcome.append(
+            httpx.post(
+                f"{env.cluster.frontend_url}/v1/chat/completions",
+                timeout=60,
+                json={"model": "staged", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            ).status_code
+        )
+    )
     request.start()
     try:
         load = page.locator("tr[data-model=staged] [data-testid=load]")
@@ -248,10 +293,14 @@ def test_a_cold_load_progress_bar_reaches_ready_and_shows_in_activity(page: Any,
     assert outcome and outcome[0] in (200, 503)  # a 503 `model_loading` after the 1 s wait budget is fine
     _shot(env, page, "07-models")
     page.get_by_role("link", name="Activity").click()
-    card = page.locator("[data-testid=op][data-title=staged][data-tone=ok]").first  # a finished load of staged
+    card = page.locator(
+        "[data-testid=op][data-title=staged][data-tone=ok]"
+    ).first  # a finished load of staged
     sync_api.expect(card).to_contain_text("gpu-a")
     _shot(env, page, "08-activity")
-    assert env.admin("GET", "/api/operations/history").status_code == 200  # the activity record's API is there
+    assert (
+        env.admin("GET", "/api/operations/history").status_code == 200
+    )  # the activity record's API is there
     page.locator("[data-testid=clear-history]").click()
     page.get_by_role("dialog").get_by_role("button", name="Clear").click()
     sync_api.expect(page.get_by_text("history cleared")).to_be_visible()
@@ -298,7 +347,9 @@ def test_chat_offers_only_chat_models_and_their_aliases(page: Any, env: Env) -> 
     assert capabilities["embedder"] == ["embeddings"] and "chat" in capabilities["media"]
     page.get_by_role("link", name="Chat").click()
     page.locator("[data-testid=chat-model] option[value=media]").wait_for(state="attached")
-    offered = page.locator("[data-testid=chat-model] option").evaluate_all("(options) => options.map((o) => o.value)")
+    offered = page.locator("[data-testid=chat-model] option").evaluate_all(
+        "(options) => options.map((o) => o.value)"
+    )
     assert sorted(offered) == ["assistant", "coldchat", "media", "sim", "staged"]  # not embedder, not ranker
 
 
@@ -321,7 +372,11 @@ def test_the_models_page_speaks_a_sentence_into_an_audio_player(page: Any, env: 
     tags = page.locator("tr[data-model=media] [data-testid=capabilities] .tag")
     sync_api.expect(tags).to_have_text(["chat", "embeddings", "transcription", "tts", "image"])
     assert [f.get_attribute("data-capability") for f in panel.locator("form").all()] == [
-        "transcription", "tts", "image", "embeddings"]  # one form per capability; chat links to the Chat page
+        "transcription",
+        "tts",
+        "image",
+        "embeddings",
+    ]  # one form per capability; chat links to the Chat page
     form = panel.locator("[data-testid=try-tts]")
     form.get_by_label("Text to speak").fill(SENTENCE)
     _run(form, "Speak")
@@ -334,9 +389,14 @@ def test_the_models_page_speaks_a_sentence_into_an_audio_player(page: Any, env: 
     assert download.get_attribute("download") == "media-speech.wav"
 
 
-def test_the_models_page_transcribes_an_uploaded_wav_to_its_words(page: Any, env: Env, tmp_path: Path) -> None:
-    speech = env.admin("POST", "/v1/audio/speech",
-                       json={"model": "media", "input": SENTENCE, "voice": "default", "response_format": "wav"})
+def test_the_models_page_transcribes_an_uploaded_wav_to_its_words(
+    page: Any, env: Env, tmp_path: Path
+) -> None:
+    speech = env.admin(
+        "POST",
+        "/v1/audio/speech",
+        json={"model": "media", "input": SENTENCE, "voice": "default", "response_format": "wav"},
+    )
     assert speech.status_code == 200, speech.text
     wav = tmp_path / "sentence.wav"
     wav.write_bytes(speech.content)
@@ -374,12 +434,16 @@ def test_the_models_page_embeds_and_shows_the_servers_error(page: Any, env: Env)
     form.get_by_label("Documents, one per line").fill("a red fox\na blue whale")
     form.get_by_role("button", name="Rerank").click()
     sync_api.expect(form).to_have_attribute("data-state", "failed", timeout=MODALITY_TIMEOUT_MS)
-    sync_api.expect(form.get_by_role("alert")).to_contain_text("does not implement Rerank")  # the server's message
+    sync_api.expect(form.get_by_role("alert")).to_contain_text(
+        "does not implement Rerank"
+    )  # the server's message
     _shot(env, page, "13-models-try-error")
 
 
 def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2)
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2
+    )
     context.set_default_timeout(UI_TIMEOUT_MS)
     try:
         pg = context.new_page()
@@ -387,12 +451,14 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
         background = pg.evaluate("getComputedStyle(document.body).backgroundColor")
         assert background == "rgb(15, 19, 24)", background  # the dark palette from prefers-color-scheme
         node_id = env.node("gpu-a")["id"]
-        for name, path, ready in [("nodes", "/app", "[data-testid=node-card]"),
-                                  ("node", f"/app/nodes/{node_id}", "#labels li"),
-                                  ("models", "/app/models", "tr[data-model]"),
-                                  ("scheduling", "/app/scheduling", "tr[data-rule]"),
-                                  ("activity", "/app/activity", "[data-testid=op]"),
-                                  ("chat", "/app/chat", "[data-testid=chat-model] option")]:
+        for name, path, ready in [
+            ("nodes", "/app", "[data-testid=node-card]"),
+            ("node", f"/app/nodes/{node_id}", "#labels li"),
+            ("models", "/app/models", "tr[data-model]"),
+            ("scheduling", "/app/scheduling", "tr[data-rule]"),
+            ("activity", "/app/activity", "[data-testid=op]"),
+            ("chat", "/app/chat", "[data-testid=chat-model] option"),
+        ]:
             pg.goto(f"{env.cluster.frontend_url}{path}")  # a deep link: the server answers index.html
             pg.locator(ready).first.wait_for(state="attached")
             if name == "models":  # with a Try panel open: its forms fit too
@@ -400,8 +466,12 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
                 pg.locator("[data-testid=try][data-model=media] form").first.wait_for()
             if name == "node" and env.admin("GET", f"/api/nodes/{node_id}/backend-logs").status_code == 200:
                 sync_api.expect(pg.locator("#backend-log pre")).not_to_be_empty()  # where the logs API exists
-            overflow = pg.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-            assert overflow <= 1, f"{name}: the page scrolls sideways by {overflow}px at 390 px: {pg.evaluate(WIDE)}"
+            overflow = pg.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 1, (
+                f"{name}: the page scrolls sideways by {overflow}px at 390 px: {pg.evaluate(WIDE)}"
+            )
             _shot(env, pg, f"20-narrow-dark-{name}")
         pg.locator("[data-testid=theme]").click()  # the toggle overrides the system's preference
         assert pg.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(245, 246, 248)"

@@ -37,7 +37,9 @@ def cluster(state_root: Path, make_database, own_nats) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-lifecycle", database_url=make_database(), nats_url=own_nats.url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in ("sim-a", "sim-b"):
-        (c.models_dir / f"{name}.yaml").write_text(f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\n")
+        (c.models_dir / f"{name}.yaml").write_text(
+            f"name: {name}\nbackend: simulator\nparameters:\n  model: {name}\n"
+        )
     try:
         c.start_frontend()
         c.start_worker("w1")
@@ -47,19 +49,22 @@ def cluster(state_root: Path, make_database, own_nats) -> Iterator[Cluster]:
 
 
 def _chat(cluster: Cluster, model: str) -> httpx.Response:
-    return httpx.post(f"{cluster.frontend_url}/v1/chat/completions", timeout=60,
-                      json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    return httpx.post(
+        f"{cluster.frontend_url}/v1/chat/completions",
+        timeout=60,
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3},
+    )
 
 
 async def _rows(cluster: Cluster) -> dict[str, asyncpg.Record]:
     conn = await asyncpg.connect(cluster.database_url)
     try:
-        rows = await conn.fetch("SELECT m.*, n.id AS nid FROM node_models m JOIN backend_nodes n ON n.id = m.node_id")
+        rows = await conn.fetch(
+            "SELECT m.*, n.id AS nid FROM node_models m JOIN backend_nodes n ON n.id = m.node_id"
+        )
         return {r["model_name"]: r for r in rows}
     finally:
         await conn.close()
-
-
 
 
 async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster) -> None:
@@ -72,12 +77,15 @@ async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster)
     assert pid_a and pid_b
     nc = await nats.connect(cluster.nats_url)
     try:
-        request = ModelStopRequest(model_name="sim-a", process_key="sim-a#0", expected_address=rows["sim-a"]["address"])
+        request = ModelStopRequest(
+            model_name="sim-a", process_key="sim-a#0", expected_address=rows["sim-a"]["address"]
+        )
         msg = await nc.request(f"nodes.{rows['sim-a']['nid']}.model.stop", request.to_json(), timeout=15)
         reply = ModelStopReply.from_json(msg.data)
         assert reply.matched and reply.terminated and reply.error is None
         again = ModelStopReply.from_json(
-            (await nc.request(f"nodes.{rows['sim-a']['nid']}.model.stop", request.to_json(), timeout=15)).data)
+            (await nc.request(f"nodes.{rows['sim-a']['nid']}.model.stop", request.to_json(), timeout=15)).data
+        )
         assert again.terminated and not again.matched  # idempotent
     finally:
         await nc.close()
@@ -153,8 +161,11 @@ async def test_a_cold_load_is_served_by_the_workers_spare_process(cluster: Clust
     """--backend-prestart: the worker keeps a started backend process; the first load of a model takes it (the
     replica's address is the spare's port, its pid the spare's), and the worker's SIGTERM stops spare and all."""
     base = free_port_pair()
-    worker = spawn("w-spare", [*cluster.worker_argv("w-spare", base), "--backend-prestart=simulator"],
-                   cluster.root / "logs")
+    worker = spawn(
+        "w-spare",
+        [*cluster.worker_argv("w-spare", base), "--backend-prestart=simulator"],
+        cluster.root / "logs",
+    )
     wait_http(f"http://127.0.0.1:{base - 1}/readyz", worker)
     spare_pid = _spare_pid(_wait_log(worker, "for spare:simulator ready"), "simulator")
     assert backend_pid(await _install_simulator(cluster, "w-spare", "spare-check"), [worker]) == spare_pid

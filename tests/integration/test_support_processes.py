@@ -27,7 +27,9 @@ def _fake_worker(*children: str) -> subprocess.Popen[bytes]:
 
 def _fake_backend(port: int, *wrapper: str) -> str:
     """A process whose argv looks like `corral backend … --addr 127.0.0.1:<port>` (`wrapper` execs it)."""
-    return shlex.join([*wrapper, sys.executable, "-c", SLEEPER, "backend", "simulator", "--addr", f"127.0.0.1:{port}"])
+    return shlex.join(
+        [*wrapper, sys.executable, "-c", SLEEPER, "backend", "simulator", "--addr", f"127.0.0.1:{port}"]
+    )
 
 
 def _argv_below(worker: subprocess.Popen[bytes], port: int) -> list[int]:
@@ -61,7 +63,8 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def test_two_clusters_with_a_backend_on_the_same_port_each_find_their_own(
-        started: list[subprocess.Popen[bytes]]) -> None:
+    started: list[subprocess.Popen[bytes]],
+) -> None:
     port = free_port()
     first, second = _fake_worker(_fake_backend(port)), _fake_worker(_fake_backend(port))
     started += [first, second]
@@ -75,7 +78,8 @@ def test_two_clusters_with_a_backend_on_the_same_port_each_find_their_own(
 
 
 def test_a_process_of_another_session_or_network_namespace_under_the_worker_is_not_its_backend(
-        started: list[subprocess.Popen[bytes]]) -> None:
+    started: list[subprocess.Popen[bytes]],
+) -> None:
     port = free_port()
     worker = _fake_worker(_fake_backend(port, "env", f"{SESSION_ENV}=another-session"))
     started.append(worker)

@@ -21,9 +21,24 @@ def mcp_model_yaml(name: str, *, max_iterations: int = 0, engine: str = "backend
 
 
 def agent_worker_argv(cluster: Cluster, name: str, *extra: str) -> list[str]:
-    return ["agent-worker", "--register-to", cluster.frontend_url, "--nats-url", cluster.nats_url,
-            "--registration-token", cluster.token, "--node-name", name, "--state-dir", str(cluster.root / name),
-            "--heartbeat-interval", "2s", "--log-level", "debug", *extra]
+    return [
+        "agent-worker",
+        "--register-to",
+        cluster.frontend_url,
+        "--nats-url",
+        cluster.nats_url,
+        "--registration-token",
+        cluster.token,
+        "--node-name",
+        name,
+        "--state-dir",
+        str(cluster.root / name),
+        "--heartbeat-interval",
+        "2s",
+        "--log-level",
+        "debug",
+        *extra,
+    ]
 
 
 def start_agent_worker(cluster: Cluster, name: str, *extra: str, wait: bool = True) -> Proc:

@@ -17,7 +17,9 @@ import httpx
 from corral.runtime.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
 from corral.up.embedded import stop_process
 
-SLOW_CALLBACK_MS = 100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
+SLOW_CALLBACK_MS = (
+    100  # every frontend and worker of a test logs loop stalls over this; the test fails on one
+)
 
 
 _STRIDE = 41  # ports between two handed-out bases: a worker's backends take base, base+1, ... upward
@@ -76,9 +78,13 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None 
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as handle:  # the child keeps its own descriptor
-        popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=handle, stderr=subprocess.STDOUT,
-                                 env={**os.environ, SLOW_CALLBACK_ENV: str(SLOW_CALLBACK_MS), **(env or {})},
-                                 start_new_session=True)
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "corral", *argv],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, SLOW_CALLBACK_ENV: str(SLOW_CALLBACK_MS), **(env or {})},
+            start_new_session=True,
+        )
     return Proc(name, popen, log_path)
 
 
@@ -111,7 +117,9 @@ class Cluster:
     frontend_url: str = ""
     workers: list[Proc] = field(default_factory=list)
     worker_ports: list[int] = field(default_factory=list)
-    others: list[Proc] = field(default_factory=list)  # frontends from spawn_frontend, checked for stalls at stop
+    others: list[Proc] = field(
+        default_factory=list
+    )  # frontends from spawn_frontend, checked for stalls at stop
     fail_on_loop_stalls: bool = True  # benchmarks saturate the loop on purpose: they report, not fail
     # Workers keep no spare backend process unless a test asks (most run the simulator; a llama-cpp spare per
     # worker would only add CPU): `--backend-prestart` as the worker's default is tested on its own.
@@ -128,12 +136,26 @@ class Cluster:
         """Another frontend on the same database, NATS and models directory."""
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        proc = spawn(name, [
-            "run", "--address", f"127.0.0.1:{port}", "--nats-url", self.nats_url,
-            "--database-url", self.database_url, "--registration-token", self.token,
-            *(["--auto-approve-nodes"] if self.auto_approve else []), "--models-path", str(self.models_dir),
-            *extra,
-        ], self.root / "logs", env={"LOCALAI_BOOTSTRAP_ADMIN_KEY": self.admin_key, **self.frontend_env})
+        proc = spawn(
+            name,
+            [
+                "run",
+                "--address",
+                f"127.0.0.1:{port}",
+                "--nats-url",
+                self.nats_url,
+                "--database-url",
+                self.database_url,
+                "--registration-token",
+                self.token,
+                *(["--auto-approve-nodes"] if self.auto_approve else []),
+                "--models-path",
+                str(self.models_dir),
+                *extra,
+            ],
+            self.root / "logs",
+            env={"LOCALAI_BOOTSTRAP_ADMIN_KEY": self.admin_key, **self.frontend_env},
+        )
         self.others.append(proc)
         wait_http(f"{url}/readyz", proc)
         return proc, url
@@ -144,12 +166,30 @@ class Cluster:
 
     def worker_argv(self, name: str, base_port: int, token: str | None = None) -> list[str]:
         return [
-            "worker", "--register-to", self.frontend_url, "--nats-url", self.nats_url,
-            "--registration-token", self.token if token is None else token, "--node-name", name,
-            "--serve-addr", f"127.0.0.1:{base_port}", "--advertise-addr", f"127.0.0.1:{base_port}",
-            "--http-addr", f"127.0.0.1:{base_port - 1}", "--models-path", str(self.root / name / "models"),
-            "--backends-path", str(self.root / name / "backends"),
-            "--heartbeat-interval", "2s", "--log-level", "debug", f"--backend-prestart={self.backend_prestart}",
+            "worker",
+            "--register-to",
+            self.frontend_url,
+            "--nats-url",
+            self.nats_url,
+            "--registration-token",
+            self.token if token is None else token,
+            "--node-name",
+            name,
+            "--serve-addr",
+            f"127.0.0.1:{base_port}",
+            "--advertise-addr",
+            f"127.0.0.1:{base_port}",
+            "--http-addr",
+            f"127.0.0.1:{base_port - 1}",
+            "--models-path",
+            str(self.root / name / "models"),
+            "--backends-path",
+            str(self.root / name / "backends"),
+            "--heartbeat-interval",
+            "2s",
+            "--log-level",
+            "debug",
+            f"--backend-prestart={self.backend_prestart}",
         ]
 
     def node_token(self, name: str) -> str:
@@ -195,5 +235,7 @@ def assert_no_loop_stalls(procs: list[Proc]) -> None:
     found = {proc.name: stalls for proc in procs if (stalls := stalls_in_log(proc.log(), SLOW_CALLBACK_MS))}
     if found:
         lines = "\n".join(f"{name}: {line}" for name, stalls in found.items() for line in stalls)
-        raise AssertionError(f"event loop stalls over {SLOW_CALLBACK_MS} ms ({SLOW_CALLBACK_ENV}), each after "
-                             f"the stack that blocked when the watchdog caught it:\n{lines}")
+        raise AssertionError(
+            f"event loop stalls over {SLOW_CALLBACK_MS} ms ({SLOW_CALLBACK_ENV}), each after "
+            f"the stack that blocked when the watchdog caught it:\n{lines}"
+        )

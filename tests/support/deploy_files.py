@@ -18,10 +18,15 @@ from corral.config.worker import WORKER_SETTINGS
 REPO = Path(__file__).resolve().parents[2]
 
 # Read by the image's scripts (deploy/docker/*), by libraries or by the NVIDIA runtime, not by a Setting.
-IMAGE_ENV = frozenset({
-    "CORRAL_PREPARE_DEFAULT_MODELS", "CORRAL_RUN_DIR", "HEALTHCHECK_ENDPOINT",
-    "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES",
-})
+IMAGE_ENV = frozenset(
+    {
+        "CORRAL_PREPARE_DEFAULT_MODELS",
+        "CORRAL_RUN_DIR",
+        "HEALTHCHECK_ENDPOINT",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_VISIBLE_DEVICES",
+    }
+)
 # Kubernetes downward-API helpers the manifests expand into LOCALAI_* values.
 POD_ENV = frozenset({"POD_NAME", "POD_NAMESPACE"})
 
@@ -39,9 +44,12 @@ def setting_env_names() -> frozenset[str]:
 
 def clean_env() -> dict[str, str]:
     """The environment without this checkout on the path: what a user's shell has."""
-    return {key: value for key, value in os.environ.items()
-            if key not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
-            and (key == "CORRAL_TEST_SESSION" or not key.startswith("CORRAL_TEST"))}  # the session's leftover marker stays
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        and (key == "CORRAL_TEST_SESSION" or not key.startswith("CORRAL_TEST"))
+    }  # the session's leftover marker stays
 
 
 def build_wheel(tmp: Path) -> Path:
@@ -51,8 +59,22 @@ def build_wheel(tmp: Path) -> Path:
     shutil.copytree(REPO / "src", tree / "src", ignore=ignore)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, tree / name)
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp / "dist"),
-                    str(tree)], check=True, capture_output=True, env=clean_env(), timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(tmp / "dist"),
+            str(tree),
+        ],
+        check=True,
+        capture_output=True,
+        env=clean_env(),
+        timeout=300,
+    )
     (wheel,) = (tmp / "dist").glob("corral-*.whl")
     return wheel
 
@@ -64,14 +86,37 @@ def fresh_venv(tmp: Path, wheel: Path) -> Path:
     directory's own .pth files, such as the checkout's editable finder, are not processed), so nothing is
     downloaded and the checkout is not importable."""
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                    "-q", str(wheel)],
-                   check=True, capture_output=True, env=clean_env(), timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        env=clean_env(),
+        timeout=120,
+    )
     # after the install, so that pip never sees (nor touches) the test environment's own corral
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv

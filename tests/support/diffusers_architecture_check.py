@@ -35,15 +35,20 @@ def _written(file: Path) -> dict[str, tuple[int, ...]]:
 
 def main(directory: Path) -> int:
     failed = False
-    for part, file in (("unet", "diffusion_pytorch_model.safetensors"), ("vae", "diffusion_pytorch_model.safetensors"),
-                       ("text_encoder", "model.safetensors")):
+    for part, file in (
+        ("unet", "diffusion_pytorch_model.safetensors"),
+        ("vae", "diffusion_pytorch_model.safetensors"),
+        ("text_encoder", "model.safetensors"),
+    ):
         expected, written = _expected(directory, part), _written(directory / part / file)
         missing, extra = sorted(set(expected) - set(written)), sorted(set(written) - set(expected))
         shapes = sorted(k for k in set(expected) & set(written) if expected[k] != written[k])
         if missing or extra or shapes:
             failed = True
-            print(f"{part}: missing {missing[:5]} ({len(missing)}), unexpected {extra[:5]} ({len(extra)}), "
-                  f"other shape {[(k, written[k], expected[k]) for k in shapes[:5]]} ({len(shapes)})")
+            print(
+                f"{part}: missing {missing[:5]} ({len(missing)}), unexpected {extra[:5]} ({len(extra)}), "
+                f"other shape {[(k, written[k], expected[k]) for k in shapes[:5]]} ({len(shapes)})"
+            )
         else:
             print(f"{part}: {len(written)} tensors ok")
     return 1 if failed else 0

@@ -54,5 +54,10 @@ def install(root: Path) -> float:
 
 def check_architecture(backend_dir: Path, pipeline_dir: Path) -> subprocess.CompletedProcess[str]:
     """Run the architecture check with the backend venv's python (it has torch and diffusers; corral has not)."""
-    return subprocess.run([str(backend_dir / "venv" / "bin" / "python"), str(ARCHITECTURE_CHECK), str(pipeline_dir)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [str(backend_dir / "venv" / "bin" / "python"), str(ARCHITECTURE_CHECK), str(pipeline_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )

@@ -57,10 +57,10 @@ class FakeHub:
                     return
                 api_prefix = f"/api/models/{hub.repo}/revision/"
                 resolve_prefix = f"/{hub.repo}/resolve/{hub.commit}/"
-                if path.startswith(api_prefix) and path[len(api_prefix):] in hub.revisions:
+                if path.startswith(api_prefix) and path[len(api_prefix) :] in hub.revisions:
                     self._send(200, json.dumps(hub.listing()).encode())
-                elif path.startswith(resolve_prefix) and path[len(resolve_prefix):] in hub.files:
-                    self._send(200, hub.files[path[len(resolve_prefix):]], "application/octet-stream")
+                elif path.startswith(resolve_prefix) and path[len(resolve_prefix) :] in hub.files:
+                    self._send(200, hub.files[path[len(resolve_prefix) :]], "application/octet-stream")
                 else:
                     self._send(404, b'{"error":"Repository not found"}')
 
@@ -73,8 +73,9 @@ class FakeHub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -89,7 +90,11 @@ class FakeHub:
         for name, data in sorted(self.files.items()):
             entry: dict[str, object] = {"rfilename": name, "size": len(data)}
             if name.endswith(self.lfs_suffixes):
-                entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}
+                entry["lfs"] = {
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "pointerSize": 130,
+                }
             siblings.append(entry)
         return {"id": self.repo, "modelId": self.repo, "sha": self.commit, "siblings": siblings}
 

@@ -18,7 +18,9 @@ import orjson
 from support.waiting import wait_for
 
 CLIENT_TIMEOUT_S = 90.0  # bound on any one client call in a fault scenario (a hang fails, never blocks)
-STREAM_SILENCE_S = 60.0  # a stream silent this long counts as hung (the frontend's own idle bound is far below)
+STREAM_SILENCE_S = (
+    60.0  # a stream silent this long counts as hung (the frontend's own idle bound is far below)
+)
 
 
 @dataclass
@@ -39,17 +41,27 @@ class Reply:
 
 
 def chat_body(model: str, max_tokens: int = 3, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": max_tokens,
-            "stream": stream}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
 
 
-def chat(url: str, model: str, timeout_s: float = CLIENT_TIMEOUT_S, client: httpx.Client | None = None,
-         **extra: object) -> Reply:
+def chat(
+    url: str,
+    model: str,
+    timeout_s: float = CLIENT_TIMEOUT_S,
+    client: httpx.Client | None = None,
+    **extra: object,
+) -> Reply:
     """One bounded chat request (on `client`'s kept-alive connections if given); never raises."""
     started = time.monotonic()
     try:
-        response = (client or httpx).post(f"{url}/v1/chat/completions", json={**chat_body(model), **extra},
-                                          timeout=timeout_s)
+        response = (client or httpx).post(
+            f"{url}/v1/chat/completions", json={**chat_body(model), **extra}, timeout=timeout_s
+        )
     except httpx.HTTPError as exc:
         return Reply(started, time.monotonic(), 0, f"{type(exc).__name__}: {exc}")
     message = ""
@@ -77,14 +89,19 @@ class StreamResult:
         return f"200, {self.pieces} chunks then {end}{'' if self.done else ' (no [DONE])'}"
 
 
-def stream_chat(url: str, model: str, max_tokens: int, result: StreamResult,
-                timeout_s: float = STREAM_SILENCE_S) -> StreamResult:
+def stream_chat(
+    url: str, model: str, max_tokens: int, result: StreamResult, timeout_s: float = STREAM_SILENCE_S
+) -> StreamResult:
     """A streamed chat request, recorded into `result` as it goes (so another thread can watch it)."""
     started = time.monotonic()
     deadline = started + CLIENT_TIMEOUT_S  # overall; `timeout_s` bounds each silence
     try:
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=chat_body(model, max_tokens, stream=True),
-                          timeout=timeout_s) as response:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/chat/completions",
+            json=chat_body(model, max_tokens, stream=True),
+            timeout=timeout_s,
+        ) as response:
             result.status = response.status_code
             if response.status_code != 200:
                 response.read()
@@ -106,7 +123,7 @@ def stream_chat(url: str, model: str, max_tokens: int, result: StreamResult,
 def _stream_line(line: str, result: StreamResult) -> None:
     if not line.startswith("data: "):
         return
-    data = line[len("data: "):]
+    data = line[len("data: ") :]
     if data == "[DONE]":
         result.done = True
         return
@@ -124,14 +141,22 @@ def _stream_line(line: str, result: StreamResult) -> None:
 class Traffic:
     """Clients in threads sending bounded requests back to back until stopped; every reply is kept."""
 
-    def __init__(self, url: str | Callable[[int], str], model: str, concurrency: int = 2,
-                 timeout_s: float = 30.0, pause_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        url: str | Callable[[int], str],
+        model: str,
+        concurrency: int = 2,
+        timeout_s: float = 30.0,
+        pause_s: float = 0.05,
+    ) -> None:
         self.url = url if callable(url) else (lambda _i: url)
         self.model, self.timeout_s, self.pause_s = model, timeout_s, pause_s
         self.replies: list[Reply] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(concurrency)]
+        self._threads = [
+            threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(concurrency)
+        ]
 
     def _client(self, index: int) -> None:
         n = 0
@@ -179,8 +204,9 @@ def summarize(replies: Iterable[Reply]) -> str:
     return ", ".join(f"{k} x{n}" + (f" ({first[k]})" if k in first else "") for k, n in counts.most_common())
 
 
-def until_served(url: str, model: str, since: float, timeout_s: float = 90.0, per_call_s: float = 30.0
-                 ) -> tuple[float | None, list[Reply]]:
+def until_served(
+    url: str, model: str, since: float, timeout_s: float = 90.0, per_call_s: float = 30.0
+) -> tuple[float | None, list[Reply]]:
     """Send requests until one is served; returns (seconds from `since` to that answer, every reply)."""
     replies: list[Reply] = []
     deadline = time.monotonic() + timeout_s

@@ -42,7 +42,9 @@ def load_model_calls(procs: Iterable[Proc], model: str) -> int:
     """LoadModel calls for `model` answered by backends of these workers (from the backends' stderr,
     which a worker relays into its log at debug level as `[model#i] …`)."""
     tag = re.compile(rf"\[{re.escape(model)}#\d+\] ")
-    return sum(1 for proc in procs for line in proc.log().splitlines() if tag.search(line) and LOADED.search(line))
+    return sum(
+        1 for proc in procs for line in proc.log().splitlines() if tag.search(line) and LOADED.search(line)
+    )
 
 
 @dataclass
@@ -82,19 +84,24 @@ def write_sim_model(models_dir: Path, name: str, *options: str, file_bytes: int 
             for _ in range(0, file_bytes, 1 << 20):
                 handle.write(os.urandom(min(1 << 20, file_bytes)))
             handle.truncate(file_bytes)
-    opts = "".join(f"\n  - \"{o}\"" for o in options) or " []"
+    opts = "".join(f'\n  - "{o}"' for o in options) or " []"
     (models_dir / f"{name}.yaml").write_text(
-        f"name: {name}\nbackend: simulator\nparameters:\n  model: {model}\noptions:{opts}\n")
+        f"name: {name}\nbackend: simulator\nparameters:\n  model: {model}\noptions:{opts}\n"
+    )
 
 
 # --- the fault bed: its own PostgreSQL and NATS, a cluster on them --------------------------------
 
 FRONTEND_WINDOWS = {  # short windows (env, as an operator would set them) so faults resolve in seconds
-    "CORRAL_LOAD_ORPHAN_WINDOW": "3s", "CORRAL_LOAD_STALL_WINDOW": "5s", "LOCALAI_STALE_NODE_THRESHOLD": "4s",
-    "LOCALAI_NODE_HEARTBEAT_CHECKPOINT": "1s", "CORRAL_HEALTH_CHECK_INTERVAL": "0.5s",
+    "CORRAL_LOAD_ORPHAN_WINDOW": "3s",
+    "CORRAL_LOAD_STALL_WINDOW": "5s",
+    "LOCALAI_STALE_NODE_THRESHOLD": "4s",
+    "LOCALAI_NODE_HEARTBEAT_CHECKPOINT": "1s",
+    "CORRAL_HEALTH_CHECK_INTERVAL": "0.5s",
     "LOCALAI_MODEL_LOAD_WAIT": "30s",
     # issue 10 item 6 (no hang); ignored by a frontend without these knobs
-    "CORRAL_STREAM_IDLE_TIMEOUT": "5s", "CORRAL_BACKEND_KEEPALIVE": "5s",
+    "CORRAL_STREAM_IDLE_TIMEOUT": "5s",
+    "CORRAL_BACKEND_KEEPALIVE": "5s",
 }
 WORKER_BEAT = ("--heartbeat-interval", "0.5s")
 
@@ -116,9 +123,12 @@ def query(database_url: str, sql: str, *args: object) -> list[dict[str, object]]
 
 
 def replicas(database_url: str, model: str) -> list[dict[str, object]]:
-    return query(database_url, "SELECT n.name AS node, m.state, m.address, m.replica_index FROM node_models m "
-                               "JOIN backend_nodes n ON n.id = m.node_id WHERE m.model_name = $1 ORDER BY n.name",
-                 model)
+    return query(
+        database_url,
+        "SELECT n.name AS node, m.state, m.address, m.replica_index FROM node_models m "
+        "JOIN backend_nodes n ON n.id = m.node_id WHERE m.model_name = $1 ORDER BY n.name",
+        model,
+    )
 
 
 def loaded_on(database_url: str, model: str) -> list[str]:
@@ -137,11 +147,16 @@ class FaultBed:
     proxies: list[ThrottlingProxy] = field(default_factory=list)
 
     @classmethod
-    def start(cls, root: Path, pg: EmbeddedPostgres, nats: EmbeddedNats, name: str,
-              **frontend_env: str) -> FaultBed:
+    def start(
+        cls, root: Path, pg: EmbeddedPostgres, nats: EmbeddedNats, name: str, **frontend_env: str
+    ) -> FaultBed:
         database = pg.create_database(f"faults_{name.replace('-', '_')}")
-        cluster = Cluster(root=root / name, database_url=database, nats_url=nats.url,
-                          frontend_env={**FRONTEND_WINDOWS, **frontend_env})
+        cluster = Cluster(
+            root=root / name,
+            database_url=database,
+            nats_url=nats.url,
+            frontend_env={**FRONTEND_WINDOWS, **frontend_env},
+        )
         cluster.models_dir.mkdir(parents=True, exist_ok=True)
         return cls(root / name, cluster, pg, nats)
 
@@ -191,6 +206,7 @@ class FaultBed:
 
 # --- the faults ------------------------------------------------------------------------------------
 
+
 def worker_killed_mid_stream(bed: FaultBed, model: str) -> Outcome:
     """A replica's worker is SIGKILLed while a client reads a stream from it (its backends die with it)."""
     warm = chat(bed.url, model)
@@ -206,8 +222,14 @@ def worker_killed_mid_stream(bed: FaultBed, model: str) -> Outcome:
     assert not reader.is_alive(), f"the stream from the killed worker {host} still open"
     recover_s, after = until_served(bed.url, model, t0)
     lost = 1 + sum(not r.ok for r in after)
-    return Outcome("worker kill -9 mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
-                   lost, bed.load_calls(model) - 2, {"stream": stream, "after": after, "host": host})
+    return Outcome(
+        "worker kill -9 mid-stream",
+        f"stream: {stream.seen()}; next: {summarize(after)}",
+        recover_s,
+        lost,
+        bed.load_calls(model) - 2,
+        {"stream": stream, "after": after, "host": host},
+    )
 
 
 def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
@@ -229,9 +251,14 @@ def backend_stopped_mid_stream(bed: FaultBed, model: str) -> Outcome:
     finally:
         with contextlib.suppress(ProcessLookupError):  # the cluster may have stopped it meanwhile
             os.kill(pid, signal.SIGCONT)
-    return Outcome("backend SIGSTOP mid-stream", f"stream: {stream.seen()}; next: {summarize(after)}", recover_s,
-                   1 + sum(not r.ok for r in after), bed.load_calls(model) - 2,
-                   {"stream": stream, "after": after, "host": row["node"]})
+    return Outcome(
+        "backend SIGSTOP mid-stream",
+        f"stream: {stream.seen()}; next: {summarize(after)}",
+        recover_s,
+        1 + sum(not r.ok for r in after),
+        bed.load_calls(model) - 2,
+        {"stream": stream, "after": after, "host": row["node"]},
+    )
 
 
 def worker_killed_mid_staging(bed: FaultBed, model: str) -> Outcome:
@@ -243,8 +270,9 @@ def worker_killed_mid_staging(bed: FaultBed, model: str) -> Outcome:
 
     def staging() -> bool:
         status.update(load_status(bed.url, model) or {})
-        return (status.get("state") == "staging" and int(str(status.get("bytes_sent") or 0)) > 0) \
-            or not request.is_alive()
+        return (
+            status.get("state") == "staging" and int(str(status.get("bytes_sent") or 0)) > 0
+        ) or not request.is_alive()
 
     wait_for(staging, f"{model} staging its first bytes", 60)
     assert request.is_alive(), f"the request ended before staging: {result[0].seen() if result else '?'}"
@@ -258,9 +286,14 @@ def worker_killed_mid_staging(bed: FaultBed, model: str) -> Outcome:
     if not reply.ok:
         recover_s, after = until_served(bed.url, model, t0)
     lost = (not reply.ok) + sum(not r.ok for r in after)
-    return Outcome("worker kill -9 mid-staging", f"waiter: {reply.seen()}" + (f"; retries: {summarize(after)}"
-                   if after else ""), recover_s, lost, bed.load_calls(model) - 1,
-                   {"reply": reply, "after": after, "host": host})
+    return Outcome(
+        "worker kill -9 mid-staging",
+        f"waiter: {reply.seen()}" + (f"; retries: {summarize(after)}" if after else ""),
+        recover_s,
+        lost,
+        bed.load_calls(model) - 1,
+        {"reply": reply, "after": after, "host": host},
+    )
 
 
 def worker_killed_idle(bed: FaultBed, model: str) -> Outcome:
@@ -270,25 +303,39 @@ def worker_killed_idle(bed: FaultBed, model: str) -> Outcome:
     host = loaded_on(bed.cluster.database_url, model)[0]
     t0 = kill9(bed.worker(host))
     recover_s, after = until_served(bed.url, model, t0)
-    return Outcome("worker kill -9 idle", f"next requests: {summarize(after)}", recover_s,
-                   sum(not r.ok for r in after), bed.load_calls(model) - 2, {"after": after, "host": host})
+    return Outcome(
+        "worker kill -9 idle",
+        f"next requests: {summarize(after)}",
+        recover_s,
+        sum(not r.ok for r in after),
+        bed.load_calls(model) - 2,
+        {"after": after, "host": host},
+    )
 
 
 def frontend_killed_owning_load(bed: FaultBed, model: str) -> Outcome:
     """The frontend running a model's load job is SIGKILLed mid-load; another frontend must take it over."""
     doomed, doomed_url = bed.spawn_frontend("frontend-doomed")
     gave_up = chat(doomed_url, model, timeout_s=1.0)  # the client leaves; the load goes on
-    wait_for(lambda: (load_status(bed.url, model) or {}).get("state") == "loading",
-             f"{model} loading under frontend-doomed", 60)
+    wait_for(
+        lambda: (load_status(bed.url, model) or {}).get("state") == "loading",
+        f"{model} loading under frontend-doomed",
+        60,
+    )
     t0 = kill9(doomed)
     reply = chat(bed.url, model)
     recover_s: float | None = reply.ended - t0 if reply.ok else None
     after: list[Reply] = []
     if not reply.ok:
         recover_s, after = until_served(bed.url, model, t0)
-    return Outcome("frontend kill -9 owning a load", f"other frontend: {reply.seen()}", recover_s,
-                   (not reply.ok) + sum(not r.ok for r in after), bed.load_calls(model) - 1,
-                   {"reply": reply, "after": after, "first": gave_up})
+    return Outcome(
+        "frontend kill -9 owning a load",
+        f"other frontend: {reply.seen()}",
+        recover_s,
+        (not reply.ok) + sum(not r.ok for r in after),
+        bed.load_calls(model) - 1,
+        {"reply": reply, "after": after, "first": gave_up},
+    )
 
 
 def _heartbeats_resumed(bed: FaultBed, timeout_s: float = 30.0) -> bool:
@@ -296,8 +343,12 @@ def _heartbeats_resumed(bed: FaultBed, timeout_s: float = 30.0) -> bool:
 
     def fresh() -> bool:
         try:
-            rows = query(bed.cluster.database_url, "SELECT name FROM backend_nodes WHERE "
-                         "last_heartbeat > now() - interval '5 seconds' AND name = ANY($1::text[])", names)
+            rows = query(
+                bed.cluster.database_url,
+                "SELECT name FROM backend_nodes WHERE "
+                "last_heartbeat > now() - interval '5 seconds' AND name = ANY($1::text[])",
+                names,
+            )
         except Exception:  # noqa: BLE001 - PostgreSQL still starting
             return False
         return len(rows) == len(names)
@@ -309,8 +360,9 @@ def _heartbeats_resumed(bed: FaultBed, timeout_s: float = 30.0) -> bool:
     return True
 
 
-def dependency_restarted(bed: FaultBed, dependency: str, warm: str, cold: str, later: str,
-                         down_s: float = 10.0) -> Outcome:
+def dependency_restarted(
+    bed: FaultBed, dependency: str, warm: str, cold: str, later: str, down_s: float = 10.0
+) -> Outcome:
     """Stop PostgreSQL or NATS under warm traffic for `down_s`, ask for a cold model meanwhile, start it again.
 
     recover_s counts from the restart to the first answer for a model never loaded before (`later`):
@@ -338,10 +390,22 @@ def dependency_restarted(bed: FaultBed, dependency: str, warm: str, cold: str, l
     outside = [r for r in traffic.replies if not t0 <= r.started < t1]
     heartbeats = _heartbeats_resumed(bed)
     lost = sum(not r.ok for r in traffic.replies) + (not cold_reply.ok) + sum(not r.ok for r in after)
-    duplicates = (bed.load_calls(warm) - 1) + (bed.load_calls(later) - 1) + (bed.load_calls(cold) - cold_reply.ok)
+    duplicates = (
+        (bed.load_calls(warm) - 1) + (bed.load_calls(later) - 1) + (bed.load_calls(cold) - cold_reply.ok)
+    )
     return Outcome(
         f"{'PostgreSQL' if dependency == 'postgresql' else 'NATS'} down {down_s:g}s under traffic",
         f"warm: {summarize(during)}; cold: {cold_reply.seen()}; after the restart: {summarize(after)}",
-        recover_s, lost, duplicates,
-        {"during": during, "outside": outside, "cold": cold_reply, "after": after, "served_after": served_after,
-         "heartbeats": heartbeats, "exited": [p.name for p in procs if p.popen.poll() is not None]})
+        recover_s,
+        lost,
+        duplicates,
+        {
+            "during": during,
+            "outside": outside,
+            "cold": cold_reply,
+            "after": after,
+            "served_after": served_after,
+            "heartbeats": heartbeats,
+            "exited": [p.name for p in procs if p.popen.poll() is not None],
+        },
+    )

@@ -97,26 +97,82 @@ def start_multihost(root: Path, models_dir: Path) -> MultiHost:
             net.add_host(role, octet)
         database_url = _create_database(start_postgres(net, "pg", root / "pg"))
         nats_url = f"nats://{net.hosts['nats'].ip}:4222"
-        net.spawn("nats", "nats", [str(find_nats_server()), "-a", net.hosts["nats"].ip, "-p", "4222", "-js",
-                                   "-sd", str(root / "nats")], root / "logs", python=False)
+        net.spawn(
+            "nats",
+            "nats",
+            [
+                str(find_nats_server()),
+                "-a",
+                net.hosts["nats"].ip,
+                "-p",
+                "4222",
+                "-js",
+                "-sd",
+                str(root / "nats"),
+            ],
+            root / "logs",
+            python=False,
+        )
         url = f"http://{net.hosts['fe'].ip}:8080"
-        frontend = net.spawn("fe", "frontend", [
-            "run", "--address", f"{net.hosts['fe'].ip}:8080", "--nats-url", nats_url, "--database-url", database_url,
-            "--registration-token", TOKEN, "--auto-approve-nodes", "--models-path", str(models_dir),
-            "--expose-node-header", "--reconciler-interval", "0.5s",
-        ], root / "logs", env={**FRONTEND_WINDOWS, "LOCALAI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
-                               "LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": SPREAD_MODEL,
-                                                                        "replicas": "all"}])})
+        frontend = net.spawn(
+            "fe",
+            "frontend",
+            [
+                "run",
+                "--address",
+                f"{net.hosts['fe'].ip}:8080",
+                "--nats-url",
+                nats_url,
+                "--database-url",
+                database_url,
+                "--registration-token",
+                TOKEN,
+                "--auto-approve-nodes",
+                "--models-path",
+                str(models_dir),
+                "--expose-node-header",
+                "--reconciler-interval",
+                "0.5s",
+            ],
+            root / "logs",
+            env={
+                **FRONTEND_WINDOWS,
+                "LOCALAI_BOOTSTRAP_ADMIN_KEY": ADMIN_KEY,
+                "LOCALAI_MODEL_SCHEDULING": json.dumps([{"model_name": SPREAD_MODEL, "replicas": "all"}]),
+            },
+        )
         _wait_http(f"{url}/readyz", frontend)
         workers = {}
         for role in ("w1", "w2"):
             ip, base = net.hosts[role].ip, BASE_PORTS[role]
-            workers[role] = net.spawn(role, role, [
-                "worker", "--register-to", url, "--nats-url", nats_url, "--registration-token", TOKEN,
-                "--node-name", role, "--serve-addr", f"{ip}:{base}", "--advertise-addr", f"{ip}:{base}",
-                "--http-addr", f"{ip}:{base - 1}", "--models-path", str(root / role / "models"),
-                "--heartbeat-interval", "0.5s", "--log-level", "debug",
-            ], root / "logs")
+            workers[role] = net.spawn(
+                role,
+                role,
+                [
+                    "worker",
+                    "--register-to",
+                    url,
+                    "--nats-url",
+                    nats_url,
+                    "--registration-token",
+                    TOKEN,
+                    "--node-name",
+                    role,
+                    "--serve-addr",
+                    f"{ip}:{base}",
+                    "--advertise-addr",
+                    f"{ip}:{base}",
+                    "--http-addr",
+                    f"{ip}:{base - 1}",
+                    "--models-path",
+                    str(root / role / "models"),
+                    "--heartbeat-interval",
+                    "0.5s",
+                    "--log-level",
+                    "debug",
+                ],
+                root / "logs",
+            )
         for role, proc in workers.items():
             _wait_http(f"http://{net.hosts[role].ip}:{BASE_PORTS[role] - 1}/readyz", proc)
         cluster = MultiHost(net, url, database_url, models_dir, root, workers)
@@ -128,7 +184,10 @@ def start_multihost(root: Path, models_dir: Path) -> MultiHost:
 
 
 def spread_on(mh: MultiHost, nodes: list[str]) -> bool:
-    return sorted(str(r["node"]) for r in replicas(mh.database_url, SPREAD_MODEL) if r["state"] == "loaded") == nodes
+    return (
+        sorted(str(r["node"]) for r in replicas(mh.database_url, SPREAD_MODEL) if r["state"] == "loaded")
+        == nodes
+    )
 
 
 def host_unplugged_mid_stream(mh: MultiHost, talker: str) -> Outcome:
@@ -143,18 +202,30 @@ def host_unplugged_mid_stream(mh: MultiHost, talker: str) -> Outcome:
     with Traffic(mh.url, SPREAD_MODEL, concurrency=2, timeout_s=60) as traffic:
         traffic.wait_served(3, "before the cut")
         reader.start()
-        wait_for(lambda: stream.pieces >= 3 or not reader.is_alive(), f"three streamed chunks of {talker}", 60)
+        wait_for(
+            lambda: stream.pieces >= 3 or not reader.is_alive(), f"three streamed chunks of {talker}", 60
+        )
         t0 = time.monotonic()
         mh.net.cut(victim)  # packets to and from it vanish: no reset, no FIN
-        wait_for(lambda: spread_on(mh, [survivor]), f"{victim}'s replica dropped once its heartbeats stop", 60)
+        wait_for(
+            lambda: spread_on(mh, [survivor]), f"{victim}'s replica dropped once its heartbeats stop", 60
+        )
         traffic.wait_served(5, "after the cut", 90)
         reader.join(CLIENT_TIMEOUT_S + 10)
     after = [r for r in traffic.replies if r.started >= t0]
     recover_s, again = until_served(mh.url, talker, t0)
     slowest = max(r.ended - r.started for r in after)
-    saw = (f"stream: {stream.seen()} after {stream.elapsed_s:.0f}s; traffic: {summarize(after)}, slowest "
-           f"{slowest:.1f}s; {talker} again: {summarize(again)}")
+    saw = (
+        f"stream: {stream.seen()} after {stream.elapsed_s:.0f}s; traffic: {summarize(after)}, slowest "
+        f"{slowest:.1f}s; {talker} again: {summarize(again)}"
+    )
     lost = (stream.finish_reason is None) + sum(not r.ok for r in after) + sum(not r.ok for r in again)
     loads = load_model_calls(mh.workers.values(), talker) - 2
-    return Outcome("host unplugged mid-stream (netns)", saw, recover_s, lost, loads,
-                   {"stream": stream, "after": after, "again": again, "victim": victim, "survivor": survivor})
+    return Outcome(
+        "host unplugged mid-stream (netns)",
+        saw,
+        recover_s,
+        lost,
+        loads,
+        {"stream": stream, "after": after, "again": again, "victim": victim, "survivor": survivor},
+    )

@@ -24,9 +24,21 @@ class NatsServer:
     def start(self) -> NatsServer:
         log = self.config.with_suffix(".log")
         self.process = subprocess.Popen(
-            [str(find_nats_server()), "-c", str(self.config), "-a", "127.0.0.1", "-p", str(self.port),
-             "-l", str(log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                str(find_nats_server()),
+                "-c",
+                str(self.config),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-l",
+                str(log),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         _wait_port("127.0.0.1", self.port, "nats-server", self.process)
         return self
 
@@ -60,8 +72,9 @@ async def connect_refused(url: str, **options: object) -> Exception:
     import nats
 
     try:
-        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3,
-                                **options)  # type: ignore[arg-type]
+        nc = await nats.connect(
+            url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **options
+        )  # type: ignore[arg-type]
     except Exception as exc:  # the refusal is what we want
         error: Exception = exc
     else:
@@ -75,5 +88,10 @@ async def connect_refused(url: str, **options: object) -> Exception:
 
 def jwt_frontend_env(material: auth_setup.AuthMaterial, **extra: str) -> dict[str, str]:
     """A frontend's environment on that server: it mints worker credentials and requires them."""
-    return {"LOCALAI_NATS_ACCOUNT_SEED": material.account.seed, "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
-            "LOCALAI_NATS_SERVICE_SEED": material.service_seed, "LOCALAI_NATS_REQUIRE_AUTH": "true", **extra}
+    return {
+        "LOCALAI_NATS_ACCOUNT_SEED": material.account.seed,
+        "LOCALAI_NATS_SERVICE_JWT": material.service_jwt,
+        "LOCALAI_NATS_SERVICE_SEED": material.service_seed,
+        "LOCALAI_NATS_REQUIRE_AUTH": "true",
+        **extra,
+    }

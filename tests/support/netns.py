@@ -108,24 +108,36 @@ class Network:
         """Unplug a host: delete its veth pair (both ends go); its processes keep running, unreachable."""
         _ip("-n", self.switch, "link", "del", self.hosts[role].port)
 
-    def spawn(self, role: str, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None,
-              python: bool = True) -> Proc:
+    def spawn(
+        self,
+        role: str,
+        name: str,
+        argv: list[str],
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        python: bool = True,
+    ) -> Proc:
         """Start `python -m corral …` (or any argv) inside a host's namespace; `ip netns exec` execs, so
         the Popen pid is the process itself."""
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name}.log"
         command = [sys.executable, "-m", "corral", *argv] if python else argv
         with open(log_path, "wb") as handle:
-            popen = subprocess.Popen(["ip", "netns", "exec", self.hosts[role].ns, *command], stdout=handle,
-                                     stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                     start_new_session=True)
+            popen = subprocess.Popen(
+                ["ip", "netns", "exec", self.hosts[role].ns, *command],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
         return proc
 
     def run(self, role: str, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ip", "netns", "exec", self.hosts[role].ns, *argv], capture_output=True, text=True,
-                              timeout=60)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.hosts[role].ns, *argv], capture_output=True, text=True, timeout=60
+        )
 
     def close(self) -> None:
         """Stop everything started in this run's namespaces, then delete them (idempotent)."""
@@ -138,8 +150,9 @@ class Network:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_ip("netns", "pids", ns, check=False).stdout.strip()
-                                                  for ns in namespaces):
+        while time.monotonic() < deadline and any(
+            _ip("netns", "pids", ns, check=False).stdout.strip() for ns in namespaces
+        ):
             time.sleep(0.1)
         for ns in namespaces:
             _ip("netns", "del", ns, check=False)
@@ -159,16 +172,46 @@ def start_postgres(net: Network, role: str, data_dir: Path, port: int = 5432) ->
         user = pwd.getpwnam(pg.run_as)
         os.chown(data_dir, user.pw_uid, user.pw_gid)
     os.chmod(data_dir, 0o700)
-    initdb = subprocess.run(pg._cmd(str(pg.bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres",
-                                    "--auth=trust", "-E", "UTF8", "--no-sync"), capture_output=True, text=True)
+    initdb = subprocess.run(
+        pg._cmd(
+            str(pg.bin_dir / "initdb"),
+            "-D",
+            str(data_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ),
+        capture_output=True,
+        text=True,
+    )
     if initdb.returncode != 0:
         raise RuntimeError(f"initdb failed: {initdb.stderr[-800:]}")
     with open(data_dir / "pg_hba.conf", "a") as hba:
         hba.write(f"host all all {net.subnet} trust\n")
-    started = net.run(role, *pg._cmd(str(pg.bin_dir / "pg_ctl"), "-D", str(data_dir), "-w", "-t", "60", "-l",
-                                     str(data_dir / "server.log"), "-o",
-                                     f"-h {host.ip} -p {port} -k {data_dir} -c fsync=off", "start"))
+    started = net.run(
+        role,
+        *pg._cmd(
+            str(pg.bin_dir / "pg_ctl"),
+            "-D",
+            str(data_dir),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(data_dir / "server.log"),
+            "-o",
+            f"-h {host.ip} -p {port} -k {data_dir} -c fsync=off",
+            "start",
+        ),
+    )
     if started.returncode != 0:
-        log = (data_dir / "server.log").read_text(errors="replace")[-1500:] if (data_dir / "server.log").exists() else ""
+        log = (
+            (data_dir / "server.log").read_text(errors="replace")[-1500:]
+            if (data_dir / "server.log").exists()
+            else ""
+        )
         raise RuntimeError(f"PostgreSQL in {host.ns} failed to start: {started.stderr} {log}")
     return f"postgresql://postgres@{host.ip}:{port}"

@@ -85,9 +85,19 @@ class Collector:
                 service = _service(resource_spans.resource)
                 for scope in resource_spans.scope_spans:
                     for span in scope.spans:
-                        attributes = {a.key: str(a.value.string_value or a.value.int_value) for a in span.attributes}
-                        self.spans.append(ReceivedSpan(service, span.name, span.trace_id.hex(), span.span_id.hex(),
-                                                       span.parent_span_id.hex(), attributes))
+                        attributes = {
+                            a.key: str(a.value.string_value or a.value.int_value) for a in span.attributes
+                        }
+                        self.spans.append(
+                            ReceivedSpan(
+                                service,
+                                span.name,
+                                span.trace_id.hex(),
+                                span.span_id.hex(),
+                                span.parent_span_id.hex(),
+                                attributes,
+                            )
+                        )
 
     def _metrics(self, body: bytes) -> None:
         request = ExportMetricsServiceRequest.FromString(body)

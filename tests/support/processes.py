@@ -75,7 +75,11 @@ def backend_pid(port: str, workers: Iterable[Proc | int]) -> int | None:
         for pid in sorted(descendants([root])):
             entry = Path(f"/proc/{pid}")
             try:
-                if _is_backend_on(entry, port) and _net_namespace(pid) == namespace and _carries_session(entry):
+                if (
+                    _is_backend_on(entry, port)
+                    and _net_namespace(pid) == namespace
+                    and _carries_session(entry)
+                ):
                     return pid
             except (OSError, IndexError):
                 continue

@@ -37,7 +37,9 @@ class ThrottlingProxy:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", self.port))
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        )
         self._ready.set()
         self._loop.run_forever()
         self._server.close()
@@ -49,10 +51,15 @@ class ThrottlingProxy:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(self._pipe(reader, up_writer, upload=True), self._pipe(up_reader, writer, upload=False),
-                             return_exceptions=True)
+        await asyncio.gather(
+            self._pipe(reader, up_writer, upload=True),
+            self._pipe(up_reader, writer, upload=False),
+            return_exceptions=True,
+        )
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upload: bool) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, upload: bool
+    ) -> None:
         tail = b""
         started = time.monotonic()
         moved = 0

@@ -26,7 +26,9 @@ SOURCE = Path(corral.__file__).resolve().parent / "gallery" / "backends" / NAME
 COMMON = SOURCE.parent / "common"  # installed beside it as common/
 INSTALL_TIMEOUT_S = 600  # one stalled pip read (the installer's per-read budget)
 CACHE_ENV = "CORRAL_TEST_BACKEND_CACHE"
-REFERENCE_VECTORS = Path(__file__).resolve().parent.parent / "integration" / "gallery" / "minilm_st_reference.json"
+REFERENCE_VECTORS = (
+    Path(__file__).resolve().parent.parent / "integration" / "gallery" / "minilm_st_reference.json"
+)
 
 
 def backends_path(session_root: Path) -> tuple[Path, float | None]:

@@ -14,7 +14,9 @@ class Surprise(Exception):
     """An exception type no loop body expects."""
 
 
-@pytest.mark.parametrize("failures, delay_s", [(0, 0.0), (1, 2.0), (2, 4.0), (3, 8.0), (5, 30.0), (500, 30.0)])
+@pytest.mark.parametrize(
+    "failures, delay_s", [(0, 0.0), (1, 2.0), (2, 4.0), (3, 8.0), (5, 30.0), (500, 30.0)]
+)
 def test_backoff_doubles_from_the_first_delay_up_to_the_cap(failures: int, delay_s: float) -> None:
     assert backoff_s(failures, 2.0, 30.0) == delay_s
 
@@ -25,7 +27,8 @@ def test_backoff_jitter_only_shortens_the_pause_by_at_most_its_fraction() -> Non
 
 
 async def test_a_loop_whose_body_raises_an_unexpected_exception_type_keeps_running(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     stop, calls = asyncio.Event(), []
 
     async def body() -> None:
@@ -75,7 +78,9 @@ async def test_a_task_that_dies_ends_the_wait_naming_the_task() -> None:
 
     owned.start("steady", stop.wait())
     owned.start("fragile", dies())
-    assert await asyncio.wait_for(owned.until_stop(stop), 10) == "background task fragile died: Surprise: boom"
+    assert (
+        await asyncio.wait_for(owned.until_stop(stop), 10) == "background task fragile died: Surprise: boom"
+    )
     stop.set()
     await owned.close(1.0)
 

@@ -28,7 +28,9 @@ def _busy_ms(ms: float) -> None:
         pass
 
 
-async def test_a_callback_computing_past_the_threshold_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_callback_computing_past_the_threshold_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     watch = LoopWatch("test-busy", threshold_ms=100, stacks=False)
     watch.start()
     before = _stalls("test-busy")
@@ -47,22 +49,26 @@ async def test_a_callback_computing_past_the_threshold_is_counted_and_logged(cap
 
 
 def test_stall_lines_count_only_when_the_loop_thread_computed_past_the_threshold() -> None:
-    log = "\n".join([
-        "W worker corral.runtime.loopwatch: event loop stalled for 450 ms (loop thread on CPU 430 ms; threshold 100 ms, x)",
-        "W worker corral.runtime.loopwatch: event loop stalled for 300 ms (loop thread on CPU 4 ms; threshold 100 ms, x)",
-    ])
+    log = "\n".join(
+        [
+            "W worker corral.runtime.loopwatch: event loop stalled for 450 ms (loop thread on CPU 430 ms; threshold 100 ms, x)",
+            "W worker corral.runtime.loopwatch: event loop stalled for 300 ms (loop thread on CPU 4 ms; threshold 100 ms, x)",
+        ]
+    )
 
     assert stalls_in_log(log, 100) == [log.splitlines()[0]]
 
 
 def test_a_stall_is_reported_with_the_stack_logged_while_it_lasted() -> None:
-    log = "\n".join([
-        "W frontend corral.runtime.loopwatch: event loop blocked for over 100 ms, in:",
-        '  File "/x/vram.py", line 20, in _kv_bytes_per_token',
-        "    reader = GGUFReader(path)",
-        "I frontend corral.other: unrelated",
-        "W frontend corral.runtime.loopwatch: event loop stalled for 9000 ms (loop thread on CPU 8990 ms; threshold 100 ms, x)",
-    ])
+    log = "\n".join(
+        [
+            "W frontend corral.runtime.loopwatch: event loop blocked for over 100 ms, in:",
+            '  File "/x/vram.py", line 20, in _kv_bytes_per_token',
+            "    reader = GGUFReader(path)",
+            "I frontend corral.other: unrelated",
+            "W frontend corral.runtime.loopwatch: event loop stalled for 9000 ms (loop thread on CPU 8990 ms; threshold 100 ms, x)",
+        ]
+    )
 
     assert stalls_in_log(log, 100) == ["\n".join([*log.splitlines()[:3], log.splitlines()[4]])]
 
@@ -88,14 +94,18 @@ BLOCKING_PROCESS = textwrap.dedent("""
 def test_the_harness_fails_a_test_whose_process_blocked_its_loop(tmp_path: Path) -> None:
     log_path = tmp_path / "blocker.log"
     with open(log_path, "wb") as handle:
-        popen = subprocess.Popen([sys.executable, "-c", BLOCKING_PROCESS], stdout=handle, stderr=subprocess.STDOUT)
+        popen = subprocess.Popen(
+            [sys.executable, "-c", BLOCKING_PROCESS], stdout=handle, stderr=subprocess.STDOUT
+        )
     popen.wait(60)
     proc = Proc("blocker", popen, log_path)
 
     with pytest.raises(AssertionError) as caught:
         assert_no_loop_stalls([proc])
     message = str(caught.value)
-    assert message.startswith("event loop stalls over 100 ms (CORRAL_SLOW_CALLBACK_MS), each after the stack that "
-                              "blocked when the watchdog caught it:\nblocker: WARNING:corral.runtime.loopwatch:event loop "
-                              "blocked for over 100 ms, in:\n")
+    assert message.startswith(
+        "event loop stalls over 100 ms (CORRAL_SLOW_CALLBACK_MS), each after the stack that "
+        "blocked when the watchdog caught it:\nblocker: WARNING:corral.runtime.loopwatch:event loop "
+        "blocked for over 100 ms, in:\n"
+    )
     assert ", in main\n" in message  # the watchdog named the function that blocked

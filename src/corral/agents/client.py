@@ -20,8 +20,10 @@ from corral.bus.agent_messages import (
 from corral.models.mcp import MCPServers
 
 REPLY_MARGIN_S = 5.0  # the worker cuts a tool at the deadline; this is for its answer to travel back
-START_AGENT_WORKER = ("start one with `corral agent-worker --register-to <frontend URL> --nats-url <NATS URL> "
-                      "--registration-token <token>`")
+START_AGENT_WORKER = (
+    "start one with `corral agent-worker --register-to <frontend URL> --nats-url <NATS URL> "
+    "--registration-token <token>`"
+)
 
 
 class NoAgentWorker(Exception):
@@ -44,21 +46,37 @@ class AgentBus:
         except NoRespondersError:
             raise NoAgentWorker(f"no agent worker is connected to run {what}; {START_AGENT_WORKER}") from None
         except NatsTimeout:
-            raise AgentTimeout(f"no agent worker answered {what} within {timeout_s:g}s; raise {knob}") from None
+            raise AgentTimeout(
+                f"no agent worker answered {what} within {timeout_s:g}s; raise {knob}"
+            ) from None
         return bytes(msg.data)
 
     async def discover(self, model: str, servers: MCPServers) -> MCPDiscoveryResponse:
         req = MCPDiscoveryRequest(model_name=model, **servers.wire())
-        data = await self._request(subjects.MCP_DISCOVERY, req.to_json(), self.discovery_timeout_s,
-                                   f"the MCP discovery of model {model}",
-                                   "--mcp-discovery-timeout / CORRAL_MCP_DISCOVERY_TIMEOUT")
+        data = await self._request(
+            subjects.MCP_DISCOVERY,
+            req.to_json(),
+            self.discovery_timeout_s,
+            f"the MCP discovery of model {model}",
+            "--mcp-discovery-timeout / CORRAL_MCP_DISCOVERY_TIMEOUT",
+        )
         return MCPDiscoveryResponse.from_json(data)  # type: ignore[no-any-return]
 
-    async def execute(self, model: str, servers: MCPServers, tool: str, arguments: dict[str, object]
-                      ) -> MCPToolResponse:
-        req = MCPToolRequest(model_name=model, tool_name=tool, arguments=arguments, timeout_s=self.tool_timeout_s,
-                             **servers.wire())
-        data = await self._request(subjects.MCP_TOOLS_EXECUTE, req.to_json(), self.tool_timeout_s + REPLY_MARGIN_S,
-                                   f"MCP tool {tool!r} of model {model}",
-                                   "--mcp-tool-timeout / CORRAL_MCP_TOOL_TIMEOUT")
+    async def execute(
+        self, model: str, servers: MCPServers, tool: str, arguments: dict[str, object]
+    ) -> MCPToolResponse:
+        req = MCPToolRequest(
+            model_name=model,
+            tool_name=tool,
+            arguments=arguments,
+            timeout_s=self.tool_timeout_s,
+            **servers.wire(),
+        )
+        data = await self._request(
+            subjects.MCP_TOOLS_EXECUTE,
+            req.to_json(),
+            self.tool_timeout_s + REPLY_MARGIN_S,
+            f"MCP tool {tool!r} of model {model}",
+            "--mcp-tool-timeout / CORRAL_MCP_TOOL_TIMEOUT",
+        )
         return MCPToolResponse.from_json(data)  # type: ignore[no-any-return]

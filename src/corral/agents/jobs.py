@@ -34,19 +34,35 @@ def parse_turn(body: dict[str, Any]) -> Turn:
     """An OpenAI chat completion → Turn."""
     choice = (body.get("choices") or [{}])[0]
     message = choice.get("message") or {}
-    calls = [ToolCall(id=str(c.get("id") or f"call_{i}"), name=str((c.get("function") or {}).get("name") or ""),
-                      arguments=str((c.get("function") or {}).get("arguments") or "{}"))
-             for i, c in enumerate(message.get("tool_calls") or [])]
+    calls = [
+        ToolCall(
+            id=str(c.get("id") or f"call_{i}"),
+            name=str((c.get("function") or {}).get("name") or ""),
+            arguments=str((c.get("function") or {}).get("arguments") or "{}"),
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    ]
     usage = body.get("usage") or {}
-    return Turn(content=str(message.get("content") or ""), tool_calls=calls,
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                finish_reason=str(choice.get("finish_reason") or "stop"))
+    return Turn(
+        content=str(message.get("content") or ""),
+        tool_calls=calls,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        finish_reason=str(choice.get("finish_reason") or "stop"),
+    )
 
 
 class JobRunner:
-    def __init__(self, nc: Client, tools: ToolService, api_url: str, api_token: str, node_id: str,
-                 job_timeout_s: float, tool_timeout_s: float) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        tools: ToolService,
+        api_url: str,
+        api_token: str,
+        node_id: str,
+        job_timeout_s: float,
+        tool_timeout_s: float,
+    ) -> None:
         self.nc, self.tools, self.node_id = nc, tools, node_id
         self.api_token = api_token
         self.job_timeout_s, self.tool_timeout_s = job_timeout_s, tool_timeout_s
@@ -88,8 +104,10 @@ class JobRunner:
         """The job's result, with the number of trace entries it published (a recorder that gets the result
         before the last entry still takes that entry)."""
         count = self._traced.pop(job.job_id, 0)
-        await self._publish(subject, JobResult(job_id=job.job_id, status=status, node_id=self.node_id,
-                                               trace_count=count, **fields))
+        await self._publish(
+            subject,
+            JobResult(job_id=job.job_id, status=status, node_id=self.node_id, trace_count=count, **fields),
+        )
 
     async def _run(self, msg: Msg, *, agent: bool) -> None:
         try:
@@ -102,9 +120,18 @@ class JobRunner:
             return
         progress, result = self._subjects(job, agent)
         if msg.reply:  # the frontend asked with request-reply: tell it which worker took the job
-            await msg.respond(JobProgress(job_id=job.job_id, status="accepted", node_id=self.node_id).to_json())
-        await self._publish(progress, JobProgress(job_id=job.job_id, status="running", node_id=self.node_id,
-                                                  message="job started on agent worker"))
+            await msg.respond(
+                JobProgress(job_id=job.job_id, status="accepted", node_id=self.node_id).to_json()
+            )
+        await self._publish(
+            progress,
+            JobProgress(
+                job_id=job.job_id,
+                status="running",
+                node_id=self.node_id,
+                message="job started on agent worker",
+            ),
+        )
         task = asyncio.create_task(self._loop(job, progress))
         self._running[job.job_id] = task
         try:
@@ -117,8 +144,9 @@ class JobRunner:
             await self._finish(result, job, "cancelled", error="agent worker shutting down")
             raise
         except TimeoutError:
-            await self._finish(result, job, "failed",
-                               error=f"job ran past {self.job_timeout_s:g}s; raise {JOB_TIMEOUT_KNOB}")
+            await self._finish(
+                result, job, "failed", error=f"job ran past {self.job_timeout_s:g}s; raise {JOB_TIMEOUT_KNOB}"
+            )
             return
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the result subject
             await self._finish(result, job, "failed", error=str(exc) or type(exc).__name__)
@@ -150,17 +178,29 @@ class JobRunner:
                 arguments = call.parsed_arguments()
             except ValueError as exc:
                 return f"error: {exc}"
-            req = MCPToolRequest(model_name=job.model, tool_name=call.name, arguments=arguments,
-                                 timeout_s=self.tool_timeout_s)
+            req = MCPToolRequest(
+                model_name=job.model, tool_name=call.name, arguments=arguments, timeout_s=self.tool_timeout_s
+            )
             answer = await self.tools.execute(req, self.tool_timeout_s)
             return answer.result or "" if answer.error is None else f"error: {answer.error}"
 
         async def event(kind: str, payload: dict[str, Any]) -> None:
-            content = (f"{payload['function']['name']}({payload['function']['arguments']})" if kind == "tool_call"
-                       else f"{payload['name']}: {payload['content']}")
+            content = (
+                f"{payload['function']['name']}({payload['function']['arguments']})"
+                if kind == "tool_call"
+                else f"{payload['name']}: {payload['content']}"
+            )
             seq = self._traced[job.job_id] = self._traced.get(job.job_id, 0) + 1
-            await self._publish(progress, JobProgress(job_id=job.job_id, trace_type=kind, trace_content=content,
-                                                      node_id=self.node_id, trace_seq=seq))
+            await self._publish(
+                progress,
+                JobProgress(
+                    job_id=job.job_id,
+                    trace_type=kind,
+                    trace_content=content,
+                    node_id=self.node_id,
+                    trace_seq=seq,
+                ),
+            )
 
         iterations = min(job.max_iterations or DEFAULT_ITERATIONS, MAX_ITERATIONS)
         outcome = await run_loop(messages, model, run_tool, iterations, event)

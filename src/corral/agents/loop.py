@@ -21,7 +21,11 @@ class ToolCall:
     arguments: str  # JSON text, as OpenAI carries it
 
     def openai(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
     def parsed_arguments(self) -> dict[str, Any]:
         """The arguments as a mapping; text that is not a JSON object is refused (the tool gets nothing it
@@ -64,8 +68,13 @@ async def _no_event(_kind: str, _payload: dict[str, Any]) -> None:
     return None
 
 
-async def run_loop(messages: list[dict[str, Any]], model: ModelCall, run_tool: ToolRun, max_iterations: int,
-                   on_event: Event = _no_event) -> LoopResult:
+async def run_loop(
+    messages: list[dict[str, Any]],
+    model: ModelCall,
+    run_tool: ToolRun,
+    max_iterations: int,
+    on_event: Event = _no_event,
+) -> LoopResult:
     history = list(messages)
     prompt = completion = 0
     for iteration in range(1, max_iterations + 2):
@@ -75,8 +84,13 @@ async def run_loop(messages: list[dict[str, Any]], model: ModelCall, run_tool: T
         if not turn.tool_calls or not tools_allowed:
             turn.tool_calls = []
             return LoopResult(turn, history, iteration, prompt, completion)
-        history.append({"role": "assistant", "content": turn.content,
-                        "tool_calls": [c.openai() for c in turn.tool_calls]})
+        history.append(
+            {
+                "role": "assistant",
+                "content": turn.content,
+                "tool_calls": [c.openai() for c in turn.tool_calls],
+            }
+        )
         for call in turn.tool_calls:
             await on_event("tool_call", call.openai())
             result = await run_tool(call)

@@ -45,15 +45,25 @@ class JobRecorder:
     async def submit(self, kind: str, cfg: ModelConfig, prompt: str, max_iterations: int) -> str:
         job_id = str(uuid.uuid4())
         await agent_jobs.insert(self.pool, job_id, kind, cfg.name, prompt)
-        job = AgentJob(job_id=job_id, model=cfg.name, model_name=cfg.name, prompt=prompt,
-                       max_iterations=cfg.mcp.max_iterations or max_iterations, **cfg.mcp.wire())
+        job = AgentJob(
+            job_id=job_id,
+            model=cfg.name,
+            model_name=cfg.name,
+            prompt=prompt,
+            max_iterations=cfg.mcp.max_iterations or max_iterations,
+            **cfg.mcp.wire(),
+        )
         try:  # request-reply, so that no agent worker at all is an error now, not a job queued forever
             await self.nc.request(AGENT_SUBJECT_BY_KIND[kind], job.to_json(), timeout=ACCEPT_TIMEOUT_S)
         except NoRespondersError:
             await agent_jobs.finish(self.pool, job_id, "failed", "", "", "no agent worker was connected")
-            raise NoAgentWorker(f"no agent worker is connected to run agent jobs; {START_AGENT_WORKER}") from None
+            raise NoAgentWorker(
+                f"no agent worker is connected to run agent jobs; {START_AGENT_WORKER}"
+            ) from None
         except NatsTimeout:
-            log.warning("no agent worker acknowledged job %s within %gs; it stays queued", job_id, ACCEPT_TIMEOUT_S)
+            log.warning(
+                "no agent worker acknowledged job %s within %gs; it stays queued", job_id, ACCEPT_TIMEOUT_S
+            )
         return job_id
 
     async def cancel(self, kind: str, job_id: str) -> None:
@@ -64,15 +74,31 @@ class JobRecorder:
         try:
             result = JobResult.from_json(msg.data)
             if result.job_id and result.status in agent_jobs.FINISHED:
-                await agent_jobs.finish(self.pool, result.job_id, result.status, result.node_id or "",
-                                        result.result or "", result.error or "", result.trace_count)
+                await agent_jobs.finish(
+                    self.pool,
+                    result.job_id,
+                    result.status,
+                    result.node_id or "",
+                    result.result or "",
+                    result.error or "",
+                    result.trace_count,
+                )
                 return
             progress = JobProgress.from_json(msg.data)
             if not progress.job_id:
                 return
-            trace = ({"type": progress.trace_type, "content": progress.trace_content or ""}
-                     if progress.trace_type else None)
-            await agent_jobs.progress(self.pool, progress.job_id, progress.status or "", progress.node_id or "", trace,
-                                      progress.trace_seq or 0)
+            trace = (
+                {"type": progress.trace_type, "content": progress.trace_content or ""}
+                if progress.trace_type
+                else None
+            )
+            await agent_jobs.progress(
+                self.pool,
+                progress.job_id,
+                progress.status or "",
+                progress.node_id or "",
+                trace,
+                progress.trace_seq or 0,
+            )
         except (ValidationError, asyncpg.PostgresError) as exc:
             log.warning("could not record agent job event on %s: %s", msg.subject, exc)

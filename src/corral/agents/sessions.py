@@ -69,8 +69,10 @@ async def _transport(server: Server) -> AsyncIterator[tuple[Any, Any]]:
         async with sse_client(server.url, headers=headers) as streams:
             yield streams
         return
-    async with httpx2.AsyncClient(headers=headers) as client, \
-            streamable_http_client(server.url, http_client=client) as streams:
+    async with (
+        httpx2.AsyncClient(headers=headers) as client,
+        streamable_http_client(server.url, http_client=client) as streams,
+    ):
         yield streams
 
 
@@ -111,11 +113,14 @@ class LiveSession:
             await asyncio.wait_for(self._ready.wait(), timeout_s)
         except TimeoutError:
             await self.close()
-            raise SessionUnavailable(f"MCP server {self.server.name!r} did not initialise within {timeout_s:g}s; "
-                                     f"raise {START_TIMEOUT_KNOB} if it starts slowly") from None
+            raise SessionUnavailable(
+                f"MCP server {self.server.name!r} did not initialise within {timeout_s:g}s; "
+                f"raise {START_TIMEOUT_KNOB} if it starts slowly"
+            ) from None
         if self.session is None:
-            raise SessionUnavailable(f"MCP server {self.server.name!r} could not be started: "
-                                     f"{_describe(self._error)}")
+            raise SessionUnavailable(
+                f"MCP server {self.server.name!r} could not be started: {_describe(self._error)}"
+            )
 
     async def close(self) -> None:
         self._close.set()
@@ -152,8 +157,9 @@ class SessionPool:
                 self._live[key] = self._live.pop(key)  # most recently used last
                 return live
             if live is not None:
-                log.warning("MCP server %s session ended (%s); starting it again", server.name,
-                            _describe(live._error))
+                log.warning(
+                    "MCP server %s session ended (%s); starting it again", server.name, _describe(live._error)
+                )
                 await live.close()
             live = LiveSession(server)
             self._live[key] = live
@@ -171,8 +177,9 @@ class SessionPool:
             key = next(iter(self._live))  # least recently used first
             old = self._live.pop(key)
             self._locks.pop(key, None)
-            log.info("closing MCP server %s: more than %d sessions are open", old.server.name,
-                     self.max_sessions)
+            log.info(
+                "closing MCP server %s: more than %d sessions are open", old.server.name, self.max_sessions
+            )
             await old.close()
 
     async def drop(self, server: Server) -> None:
@@ -184,8 +191,9 @@ class SessionPool:
         lives, self._live = list(self._live.values()), {}
         await asyncio.gather(*(live.close() for live in lives), return_exceptions=True)
 
-    async def call_tool(self, server: Server, tool: str, arguments: dict[str, Any], timeout_s: float,
-                        knob: str) -> tuple[str, bool]:
+    async def call_tool(
+        self, server: Server, tool: str, arguments: dict[str, Any], timeout_s: float, knob: str
+    ) -> tuple[str, bool]:
         """(text, is_error) of one tool call. A session whose server died (connection closed, broken
         transport) is dropped and started again, and the call retried once on the new one."""
         for attempt in (1, 2):
@@ -194,12 +202,15 @@ class SessionPool:
             try:
                 if session is None:
                     raise MCPError(CONNECTION_CLOSED, "session ended")
-                result = await asyncio.wait_for(session.call_tool(tool, arguments, read_timeout_seconds=timeout_s),
-                                                timeout_s + 1.0)
+                result = await asyncio.wait_for(
+                    session.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s + 1.0
+                )
             except (TimeoutError, MCPError) as exc:
                 if isinstance(exc, TimeoutError) or exc.code == REQUEST_TIMEOUT:
-                    raise ToolTimeout(f"MCP tool {tool!r} on server {server.name!r} did not answer within "
-                                      f"{timeout_s:g}s; raise {knob} if it needs longer") from None
+                    raise ToolTimeout(
+                        f"MCP tool {tool!r} on server {server.name!r} did not answer within "
+                        f"{timeout_s:g}s; raise {knob} if it needs longer"
+                    ) from None
                 if exc.code != CONNECTION_CLOSED:
                     raise
                 why = _describe(exc)
@@ -207,10 +218,17 @@ class SessionPool:
                 why = _describe(exc)
             else:
                 return _result_text(result), bool(getattr(result, "is_error", False))
-            log.warning("MCP server %s is gone (%s) during %s (attempt %d); starting it again", server.name, why,
-                        tool, attempt)
+            log.warning(
+                "MCP server %s is gone (%s) during %s (attempt %d); starting it again",
+                server.name,
+                why,
+                tool,
+                attempt,
+            )
             await self.drop(server)
-        raise SessionUnavailable(f"MCP server {server.name!r} died twice during tool {tool!r}; check its command")
+        raise SessionUnavailable(
+            f"MCP server {server.name!r} died twice during tool {tool!r}; check its command"
+        )
 
 
 def _result_text(result: Any) -> str:

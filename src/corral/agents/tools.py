@@ -68,19 +68,35 @@ class ToolService:
     async def describe(self, servers: list[Server]) -> tuple[list[MCPServerInfo], list[MCPToolDef]]:
         infos: list[MCPServerInfo] = []
         defs: list[MCPToolDef] = []
-        for server, outcome in zip(servers, await asyncio.gather(*(self.pool.get(s) for s in servers),
-                                                                 return_exceptions=True), strict=True):
+        for server, outcome in zip(
+            servers,
+            await asyncio.gather(*(self.pool.get(s) for s in servers), return_exceptions=True),
+            strict=True,
+        ):
             if isinstance(outcome, BaseException):
-                infos.append(MCPServerInfo(name=server.name, type=server_type(server), tools=[],
-                                           error=str(outcome) or type(outcome).__name__))
+                infos.append(
+                    MCPServerInfo(
+                        name=server.name,
+                        type=server_type(server),
+                        tools=[],
+                        error=str(outcome) or type(outcome).__name__,
+                    )
+                )
                 continue
-            infos.append(MCPServerInfo(name=server.name, type=server_type(server),
-                                       tools=[t.name for t in outcome.tools]))
-            defs.extend(MCPToolDef(server_name=server.name, tool_name=t.name, function=tool_function(t))
-                        for t in outcome.tools)
+            infos.append(
+                MCPServerInfo(
+                    name=server.name, type=server_type(server), tools=[t.name for t in outcome.tools]
+                )
+            )
+            defs.extend(
+                MCPToolDef(server_name=server.name, tool_name=t.name, function=tool_function(t))
+                for t in outcome.tools
+            )
         return infos, defs
 
-    async def execute(self, req: MCPToolRequest, default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S) -> MCPToolResponse:
+    async def execute(
+        self, req: MCPToolRequest, default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    ) -> MCPToolResponse:
         servers = await self._servers(req.model_name)
         if isinstance(servers, str):
             return self._error(servers)
@@ -89,8 +105,9 @@ class ToolService:
         if isinstance(server, str):
             return self._error(server)
         try:
-            text, is_error = await self.pool.call_tool(server, req.tool_name, req.arguments or {}, timeout_s,
-                                                       TOOL_TIMEOUT_KNOB)
+            text, is_error = await self.pool.call_tool(
+                server, req.tool_name, req.arguments or {}, timeout_s, TOOL_TIMEOUT_KNOB
+            )
         except (ToolTimeout, SessionUnavailable) as exc:
             return self._error(str(exc))
         except Exception as exc:  # noqa: BLE001 - the tool's own failure is the answer

@@ -99,7 +99,9 @@ class AgentWorker:
         return await self._keep(await self.frontend.register(self._registration_body()))
 
     async def _first_registration(self) -> dict[str, Any]:
-        self.creds, reply = await first_registration(self.settings, self.creds, self._register_once, self._register)
+        self.creds, reply = await first_registration(
+            self.settings, self.creds, self._register_once, self._register
+        )
         return reply
 
     async def _refresh_nats(self) -> dict[str, Any]:
@@ -113,10 +115,12 @@ class AgentWorker:
 
     def _spawn(self, handler: Handler) -> Handler:
         """Each message in its own task, tracked so that SIGTERM waits for it (bounded)."""
+
         async def callback(msg: Msg) -> None:
             task = asyncio.create_task(self._guard(handler, msg))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
         return callback
 
     async def _guard(self, handler: Handler, msg: Msg) -> None:
@@ -133,7 +137,9 @@ class AgentWorker:
         try:
             req = MCPDiscoveryRequest.from_json(msg.data)
         except ValidationError as exc:
-            await self._reply(msg, MCPDiscoveryResponse(error=f"invalid request: {exc}", node_id=self.node_id))
+            await self._reply(
+                msg, MCPDiscoveryResponse(error=f"invalid request: {exc}", node_id=self.node_id)
+            )
             return
         await self._reply(msg, await self.tools.discover(req))
 
@@ -149,8 +155,10 @@ class AgentWorker:
     async def _subscribe(self, nc: Client, jobs: JobRunner) -> None:
         queue = self.settings.queue
         routes: dict[str, Handler] = {
-            subjects.MCP_DISCOVERY: self._discovery, subjects.MCP_TOOLS_EXECUTE: self._tool,
-            self.settings.subject: jobs.on_agent_execute, subjects.MCP_CI_JOBS_NEW: jobs.on_mcp_ci_job,
+            subjects.MCP_DISCOVERY: self._discovery,
+            subjects.MCP_TOOLS_EXECUTE: self._tool,
+            self.settings.subject: jobs.on_agent_execute,
+            subjects.MCP_CI_JOBS_NEW: jobs.on_mcp_ci_job,
         }
         for subject, handler in routes.items():
             self._queue_subs.append(await nc.subscribe(subject, queue=queue, cb=self._spawn(handler)))
@@ -168,17 +176,38 @@ class AgentWorker:
         reply = await self._first_registration()
         self.node_id = reply["id"]
         self.tools.node_id = self.node_id
-        log.info("registered as agent node %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
+        log.info(
+            "registered as agent node %s (%s), status %s", self.node_name, self.node_id, reply.get("status")
+        )
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
-        nc = await bus.connect(self.settings.nats_url, f"corral-agent-worker-{self.node_name}", self._on_nats_state,
-                               credentials=self.creds.for_connect(), tls=tls)
+        nc = await bus.connect(
+            self.settings.nats_url,
+            f"corral-agent-worker-{self.node_name}",
+            self._on_nats_state,
+            credentials=self.creds.for_connect(),
+            tls=tls,
+        )
         self.nc, self.nats_up = nc, nc.is_connected
         api_url = (self.settings.api_url or self.settings.register_to).rstrip("/")
-        self.jobs = JobRunner(nc, self.tools, api_url, self.api_token, self.node_id,
-                              self.settings.mcp_ci_job_timeout_s, self.settings.mcp_tool_timeout_s)
+        self.jobs = JobRunner(
+            nc,
+            self.tools,
+            api_url,
+            self.api_token,
+            self.node_id,
+            self.settings.mcp_ci_job_timeout_s,
+            self.settings.mcp_tool_timeout_s,
+        )
         await self._subscribe(nc, self.jobs)
-        log.info("agent worker %s ready: queue %s on %s, %s, %s, %s", self.node_name, self.settings.queue,
-                 subjects.MCP_DISCOVERY, subjects.MCP_TOOLS_EXECUTE, self.settings.subject, subjects.MCP_CI_JOBS_NEW)
+        log.info(
+            "agent worker %s ready: queue %s on %s, %s, %s, %s",
+            self.node_name,
+            self.settings.queue,
+            subjects.MCP_DISCOVERY,
+            subjects.MCP_TOOLS_EXECUTE,
+            self.settings.subject,
+            subjects.MCP_CI_JOBS_NEW,
+        )
         loops_stop = asyncio.Event()
         beat = asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat")
         refresh = asyncio.create_task(self._refresh_loop(loops_stop), name="nats-credential-refresh")
@@ -218,8 +247,12 @@ class AgentWorker:
         if self._inflight:
             _done, pending = await asyncio.wait(set(self._inflight), timeout=self.settings.drain_timeout_s)
             if pending:
-                log.warning("drain timeout (%gs, CORRAL_DRAIN_TIMEOUT) reached with %d tool calls/jobs running; "
-                            "cancelling them", self.settings.drain_timeout_s, len(pending))
+                log.warning(
+                    "drain timeout (%gs, CORRAL_DRAIN_TIMEOUT) reached with %d tool calls/jobs running; "
+                    "cancelling them",
+                    self.settings.drain_timeout_s,
+                    len(pending),
+                )
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
@@ -240,12 +273,15 @@ class AgentWorker:
         self.nats_up = up
 
     async def _heartbeat_once(self) -> None:
-        if not self.nats_up:  # as a backend worker: a node that cannot receive work does not claim to be alive
+        if (
+            not self.nats_up
+        ):  # as a backend worker: a node that cannot receive work does not claim to be alive
             return
         status, message = await self.frontend.heartbeat(self.node_id, {})
         if status in (404, 409):
-            log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status,
-                        message)
+            log.warning(
+                "heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status, message
+            )
             reply = await self._register_once()
             await self._adopt(reply)
             self.node_id = self.tools.node_id = reply["id"]
@@ -254,5 +290,6 @@ class AgentWorker:
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
-                           backoff_cap_s=interval_s)
+        await run_periodic(
+            "heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True, backoff_cap_s=interval_s
+        )

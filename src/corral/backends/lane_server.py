@@ -52,8 +52,13 @@ CONTEXT = LaneContext()
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, servicer: Any, token: bytes | None, calls: set[asyncio.Task[None]],
-                 connections: set[_Connection]) -> None:
+    def __init__(
+        self,
+        servicer: Any,
+        token: bytes | None,
+        calls: set[asyncio.Task[None]],
+        connections: set[_Connection],
+    ) -> None:
         self._servicer, self._token, self._all_calls, self._connections = servicer, token, calls, connections
         self._reader = lane.FrameReader(limit=lane.MAX_HELLO_BYTES)
         self._calls: dict[int, asyncio.Task[None]] = {}
@@ -124,7 +129,7 @@ class _Connection(asyncio.Protocol):
             self._close()
             return
         if self._token is not None and not hmac.compare_digest(payload, self._token):
-            detail = ("missing bearer token: send it in HELLO" if not payload else "invalid bearer token")
+            detail = "missing bearer token: send it in HELLO" if not payload else "invalid bearer token"
             self._send(lane.error_frame(0, grpc.StatusCode.UNAUTHENTICATED, detail))
             self._close()
             return
@@ -138,7 +143,9 @@ class _Connection(asyncio.Protocol):
             self._send(lane.error_frame(call_id, grpc.StatusCode.UNIMPLEMENTED, "unknown fast lane method"))
             return
         if call_id in self._calls:
-            self._send(lane.error_frame(call_id, grpc.StatusCode.ALREADY_EXISTS, f"call {call_id} is running"))
+            self._send(
+                lane.error_frame(call_id, grpc.StatusCode.ALREADY_EXISTS, f"call {call_id} is running")
+            )
             return
         try:
             request = pb.PredictOptions.FromString(payload[1:])
@@ -146,7 +153,11 @@ class _Connection(asyncio.Protocol):
             self._send(lane.error_frame(call_id, grpc.StatusCode.INTERNAL, "could not parse the request"))
             return
         handler = getattr(self._servicer, method.name)
-        body = self._stream(call_id, handler, request) if method.streams else self._unary(call_id, handler, request)
+        body = (
+            self._stream(call_id, handler, request)
+            if method.streams
+            else self._unary(call_id, handler, request)
+        )
         task = asyncio.ensure_future(self._run(call_id, body))
         self._calls[call_id] = task
         self._all_calls.add(task)
@@ -166,7 +177,9 @@ class _Connection(asyncio.Protocol):
             pass  # cancelled by the caller: it expects nothing more
         except Exception as exc:  # noqa: BLE001 - as grpc.aio reports a servicer bug: UNKNOWN
             log.exception("fast lane call failed")
-            self._send(lane.error_frame(call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}"))
+            self._send(
+                lane.error_frame(call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
+            )
 
     async def _unary(self, call_id: int, handler: Callable[..., Awaitable[Any]], request: Any) -> None:
         reply = await handler(request, CONTEXT)
@@ -197,9 +210,9 @@ class LaneServer:
 
     async def start(self, host: str) -> int:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self._servicer, self._token, self._calls,
-                                                                    self._connections),
-                                                host, 0)
+        self._server = await loop.create_server(
+            lambda: _Connection(self._servicer, self._token, self._calls, self._connections), host, 0
+        )
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 

@@ -109,8 +109,10 @@ def tools_preamble(functions: list[dict[str, Any]], mode: ToolMode) -> str:
         parameters = json.dumps(function.get("parameters") or {}, ensure_ascii=False, separators=(",", ":"))
         description = f" {function['description']}" if function.get("description") else ""
         lines.append(f"- {function['name']}:{description} Arguments (JSON Schema): {parameters}")
-    lines.append('To call a function, answer with only a JSON object: {"name": <function name>, '
-                 '"arguments": <its arguments>}.')
+    lines.append(
+        'To call a function, answer with only a JSON object: {"name": <function name>, '
+        '"arguments": <its arguments>}.'
+    )
     if mode.forced:
         lines.append(f"Call {mode.forced} now.")
     elif mode.choice == "required":
@@ -118,12 +120,17 @@ def tools_preamble(functions: list[dict[str, Any]], mode: ToolMode) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def tools_in_text(messages: list[dict[str, Any]], functions: list[dict[str, Any]], mode: ToolMode | None
-                  ) -> list[dict[str, Any]]:
+def tools_in_text(
+    messages: list[dict[str, Any]], functions: list[dict[str, Any]], mode: ToolMode | None
+) -> list[dict[str, Any]]:
     """Messages for a template without tools: past calls written as the model writes them, tool results as
     user turns naming the function, and (when tools are offered) the tools told in the first user turn."""
-    names = {call.get("id"): (call.get("function") or {}).get("name")
-             for m in messages for call in m.get("tool_calls") or [] if isinstance(call, dict)}
+    names = {
+        call.get("id"): (call.get("function") or {}).get("name")
+        for m in messages
+        for call in m.get("tool_calls") or []
+        if isinstance(call, dict)
+    }
     out: list[dict[str, Any]] = []
     for message in messages:
         if message["role"] == "tool":
@@ -149,7 +156,9 @@ def render_chat(formatter: ChatFormatter, req: pb.PredictOptions, mode: ToolMode
     """The prompt of a chat request; `mode`: how it may call tools (None: it may not)."""
     tools = _json_field(req.Tools, "PredictOptions.Tools") if req.Tools else None
     messages = message_dicts(list(req.Messages))
-    if not knows_tools(formatter) and (tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages)):
+    if not knows_tools(formatter) and (
+        tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages)
+    ):
         messages, tools = tools_in_text(messages, tool_functions(tools or []), mode), None
     try:
         rendered = formatter(messages=messages, tools=tools)  # type: ignore[arg-type]

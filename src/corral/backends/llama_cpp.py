@@ -112,8 +112,12 @@ def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
     "Name three colours.\n(a)"), so such a model evaluates each prompt whole."""
     window = llama_cpp.llama_model_n_swa(llm.model)
     if window > 0:
-        log.info("%s uses sliding-window attention (%d tokens): each prompt is evaluated whole, its cached prefix "
-                 "is not reused", path.name, window)
+        log.info(
+            "%s uses sliding-window attention (%d tokens): each prompt is evaluated whole, its cached prefix "
+            "is not reused",
+            path.name,
+            window,
+        )
     return window <= 0
 
 
@@ -171,7 +175,8 @@ class LlamaCppEngine:
                     n_gpu_layers=opts.NGPULayers,
                     seed=opts.Seed if opts.Seed > 0 else llama_cpp.LLAMA_DEFAULT_SEED,
                     embedding=opts.Embeddings or opts.Reranking,
-                    pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK if opts.Reranking
+                    pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK
+                    if opts.Reranking
                     else llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED,
                     use_mmap=True,
                     use_mlock=opts.MLock,
@@ -211,14 +216,17 @@ class LlamaCppEngine:
             raise NotSupportedError("llama-cpp backend: model not loaded")
         return self._llm
 
-    def _prompt(self, llm: Llama, req: pb.PredictOptions, mode: ToolMode | None
-                ) -> tuple[list[int], tuple[str, ...]]:
+    def _prompt(
+        self, llm: Llama, req: pb.PredictOptions, mode: ToolMode | None
+    ) -> tuple[list[int], tuple[str, ...]]:
         """Prompt tokens and template stop strings for a request (`mode`: how it may call tools)."""
         if req.Videos or req.Audios:
             raise InvalidRequestError("the llama-cpp backend reads no video or audio; drop Videos/Audios")
         if req.Images and self._projector is None:
-            raise InvalidRequestError(f"model {self._model_label!r} reads no images: it was loaded without a projector "
-                                      "(set mmproj: in its model config); drop Images")
+            raise InvalidRequestError(
+                f"model {self._model_label!r} reads no images: it was loaded without a projector "
+                "(set mmproj: in its model config); drop Images"
+            )
         if req.UseTokenizerTemplate and req.Messages:
             if self._formatter is None:
                 raise NotSupportedError(
@@ -231,8 +239,10 @@ class LlamaCppEngine:
             return self._tokens(llm, req.Prompt, True, req), ()
         if req.EmbeddingTokens:  # a prompt of token ids, taken as they are
             return check_token_ids(req.EmbeddingTokens, llm.n_vocab(), "the prompt (EmbeddingTokens)"), ()
-        raise InvalidRequestError("PredictOptions needs a Prompt (or its token ids in EmbeddingTokens), or Messages "
-                                  "with UseTokenizerTemplate=true")
+        raise InvalidRequestError(
+            "PredictOptions needs a Prompt (or its token ids in EmbeddingTokens), or Messages "
+            "with UseTokenizerTemplate=true"
+        )
 
     def _tokens(self, llm: Llama, text: str, add_bos: bool, req: pb.PredictOptions) -> list[int]:
         """The prompt's tokens; with images, the prompt is evaluated here (llama_vision.py)."""
@@ -243,8 +253,10 @@ class LlamaCppEngine:
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()
         if self._pair_format is not None:
-            raise NotSupportedError(f"model {self._model_label!r} was loaded for reranking: it scores (query, document) "
-                                    "pairs and generates no text; use /v1/rerank")
+            raise NotSupportedError(
+                f"model {self._model_label!r} was loaded for reranking: it scores (query, document) "
+                "pairs and generates no text; use /v1/rerank"
+            )
         mode, tool_grammar = requested_tools(req)
         prompt_tokens, template_stops = self._prompt(llm, req, mode)
         sampling = sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab())
@@ -261,13 +273,16 @@ class LlamaCppEngine:
         scanner = CallScanner(mode.text_allowed) if mode is not None else None
         return self._stream(generate_pieces(llm, generation), generation, scanner)
 
-    def _stream(self, pieces: Iterator[str], generation: GenerationRequest, scanner: CallScanner | None
-                ) -> Iterator[pb.Reply]:
+    def _stream(
+        self, pieces: Iterator[str], generation: GenerationRequest, scanner: CallScanner | None
+    ) -> Iterator[pb.Reply]:
         """Replies of the generated pieces; with tools, `scanner` turns call text into tool-call deltas."""
         recorder = generation.logprobs
         try:
             for piece in pieces:
-                for reply in call_replies(scanner.feed(piece)) if scanner is not None else [piece_reply(piece)]:
+                for reply in (
+                    call_replies(scanner.feed(piece)) if scanner is not None else [piece_reply(piece)]
+                ):
                     if recorder is not None:
                         reply.logprobs = recorder.take()
                     yield reply
@@ -283,7 +298,9 @@ class LlamaCppEngine:
             generation_time_s=stats.generation_time_s,
         )
         if recorder is not None:
-            final.logprobs = recorder.take()  # tokens whose text never came out (an unfinished UTF-8 sequence)
+            final.logprobs = (
+                recorder.take()
+            )  # tokens whose text never came out (an unfinished UTF-8 sequence)
         yield final
 
     def predict(self, req: pb.PredictOptions) -> pb.Reply:
@@ -297,8 +314,10 @@ class LlamaCppEngine:
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
         llm = self._loaded()
         if self._pair_format is not None:
-            raise NotSupportedError(f"model {self._model_label!r} was loaded for reranking: its output is a relevance "
-                                    "score, not an embedding; use /v1/rerank, or drop reranking: true")
+            raise NotSupportedError(
+                f"model {self._model_label!r} was loaded for reranking: its output is a relevance "
+                "score, not an embedding; use /v1/rerank, or drop reranking: true"
+            )
         if not self._embeddings:
             raise NotSupportedError(
                 f"model {self._model_label!r} was loaded without embeddings; set embeddings: true in its "
@@ -309,11 +328,13 @@ class LlamaCppEngine:
             _check_embedding_fits(llm, len(llm.tokenize(text.encode("utf-8"))))
             vector, n_tokens = llm.embed(text, normalize=True, return_count=True)
         elif req.EmbeddingTokens:
-            vector, n_tokens = _embed_token_ids(llm, check_token_ids(req.EmbeddingTokens, llm.n_vocab(),
-                                                                     "EmbeddingTokens"))
+            vector, n_tokens = _embed_token_ids(
+                llm, check_token_ids(req.EmbeddingTokens, llm.n_vocab(), "EmbeddingTokens")
+            )
         else:
-            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings (or its token ids in "
-                                      "EmbeddingTokens)")
+            raise InvalidRequestError(
+                "Embedding needs the text in PredictOptions.Embeddings (or its token ids in EmbeddingTokens)"
+            )
         layout = pb.EMBEDDING_LAYOUT_FINAL
         if vector and isinstance(vector[0], list):  # pooling NONE: one vector per token
             vector, layout = [value for row in vector for value in row], pb.EMBEDDING_LAYOUT_PER_TOKEN

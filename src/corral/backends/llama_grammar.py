@@ -48,6 +48,8 @@ def compile_grammar(llm: Llama, text: str, field: str) -> LlamaGrammar:
         sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
     if not sampler:
         reason = llama_log.error_summary() or "llama.cpp's grammar parser refused it"
-        raise InvalidRequestError(f"{field} is not a valid GBNF grammar with a `root` rule: {reason[:MAX_REASON_CHARS]}")
+        raise InvalidRequestError(
+            f"{field} is not a valid GBNF grammar with a `root` rule: {reason[:MAX_REASON_CHARS]}"
+        )
     llama_cpp.llama_sampler_free(sampler)
     return LlamaGrammar.from_string(text, verbose=False)

@@ -63,7 +63,7 @@ class LogprobRecorder:
     def _alternatives(self, logits: npt.NDArray[np.float32], log_total: float) -> list[dict[str, Any]]:
         if self._top == 0:
             return []
-        best = np.argpartition(logits, -self._top)[-self._top:]
+        best = np.argpartition(logits, -self._top)[-self._top :]
         best = best[np.argsort(-logits[best], kind="stable")]
         return [_entry(*self._text(int(token)), float(logits[token]) - log_total) for token in best]
 
@@ -84,8 +84,10 @@ def check_token_ids(ids: Sequence[int], n_vocab: int, field: str) -> list[int]:
     """Token ids the model has; any other is refused naming the field (llama.cpp would abort on it)."""
     for token in ids:
         if not 0 <= token < n_vocab:
-            raise InvalidRequestError(f"{field} holds token id {token}, outside this model's vocabulary "
-                                      f"(0..{n_vocab - 1}); send ids from this model's tokenizer")
+            raise InvalidRequestError(
+                f"{field} holds token id {token}, outside this model's vocabulary "
+                f"(0..{n_vocab - 1}); send ids from this model's tokenizer"
+            )
     return list(ids)
 
 
@@ -95,12 +97,16 @@ def parse_logit_bias(text: str, n_vocab: int) -> dict[int, float]:
         raw = json.loads(text)
         bias = {int(token): float(value) for token, value in raw.items()}
     except (ValueError, TypeError, AttributeError):
-        raise InvalidRequestError(f"LogitBias must be a JSON object of token id to bias, got {text[:80]!r}") from None
+        raise InvalidRequestError(
+            f"LogitBias must be a JSON object of token id to bias, got {text[:80]!r}"
+        ) from None
     check_token_ids(list(bias), n_vocab, "LogitBias")
     for token, value in bias.items():
         if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
-            raise InvalidRequestError(f"LogitBias for token {token} is {value:g}; a bias must be "
-                                      f"-{MAX_LOGIT_BIAS:g}..{MAX_LOGIT_BIAS:g}")
+            raise InvalidRequestError(
+                f"LogitBias for token {token} is {value:g}; a bias must be "
+                f"-{MAX_LOGIT_BIAS:g}..{MAX_LOGIT_BIAS:g}"
+            )
     return bias
 
 

@@ -45,8 +45,11 @@ def check_reranker_file(path: Path) -> None:
         log.debug("could not read the pooling type of %s: %s", path, exc)
         return
     if pooling is None:
-        log.warning("%s names no pooling type; reranking with llama.cpp rank pooling assumes it has a classifier "
-                    "head", path.name)
+        log.warning(
+            "%s names no pooling type; reranking with llama.cpp rank pooling assumes it has a classifier "
+            "head",
+            path.name,
+        )
     elif pooling != RANK_POOLING:
         raise LoadError(
             f"{path.name} is not a reranker: its GGUF pooling_type is {_POOLING_NAMES.get(pooling, pooling)}, "
@@ -71,15 +74,22 @@ class PairFormat:
         raw = llama_cpp.llama_model_chat_template(llm.model, b"rerank")
         template = raw.decode("utf-8") if raw else None
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        bos, eos, sep = (llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab),
-                         llama_cpp.llama_vocab_sep(vocab))
+        bos, eos, sep = (
+            llama_cpp.llama_vocab_bos(vocab),
+            llama_cpp.llama_vocab_eos(vocab),
+            llama_cpp.llama_vocab_sep(vocab),
+        )
         null = llama_cpp.LLAMA_TOKEN_NULL
         if template is None:
             if bos == null:
-                raise LoadError("the model's vocabulary has no BOS token, so llama.cpp cannot form a rerank pair")
+                raise LoadError(
+                    "the model's vocabulary has no BOS token, so llama.cpp cannot form a rerank pair"
+                )
             if eos == null and sep == null:
-                raise LoadError("the model's vocabulary has no EOS or SEP token and no rerank template, so "
-                                "llama.cpp cannot form a rerank pair")
+                raise LoadError(
+                    "the model's vocabulary has no EOS or SEP token and no rerank template, so "
+                    "llama.cpp cannot form a rerank pair"
+                )
         eos = eos if eos != null else sep  # the server's fallback
         return cls(
             template=template,
@@ -94,8 +104,14 @@ class PairFormat:
             return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)  # type: ignore[no-any-return]
         query_ids = llm.tokenize(query.encode("utf-8"), add_bos=False, special=False)
         document_ids = llm.tokenize(document.encode("utf-8"), add_bos=False, special=False)
-        return [*_present(self.bos), *query_ids, *_present(self.eos), *_present(self.sep), *document_ids,
-                *_present(self.eos)]
+        return [
+            *_present(self.bos),
+            *query_ids,
+            *_present(self.eos),
+            *_present(self.sep),
+            *document_ids,
+            *_present(self.eos),
+        ]
 
 
 def _present(token: int | None) -> list[int]:
@@ -115,10 +131,13 @@ def _check_fits(llm: Llama, fmt: PairFormat, query: str, pairs: list[list[int]])
     alone = len(fmt.tokens(llm, query, ""))
     knob = f"this model reads at most {limit} tokens per pair (its batch size and context window)"
     if alone > limit:
-        raise ContextLengthError(f"the query is {alone} tokens with the pair's special tokens but {knob}; "
-                                 "shorten the query")
-    raise ContextLengthError(f"documents[{longest}] makes a pair of {len(pairs[longest])} tokens with the query but "
-                             f"{knob}; shorten documents[{longest}] (or the query)")
+        raise ContextLengthError(
+            f"the query is {alone} tokens with the pair's special tokens but {knob}; shorten the query"
+        )
+    raise ContextLengthError(
+        f"documents[{longest}] makes a pair of {len(pairs[longest])} tokens with the query but "
+        f"{knob}; shorten documents[{longest}] (or the query)"
+    )
 
 
 def _scores(llm: Llama, pairs: list[list[int]]) -> list[float]:
@@ -169,7 +188,7 @@ def rerank(llm: Llama, fmt: PairFormat, req: pb.RerankRequest) -> pb.RerankResul
     scores = _scores(llm, pairs)
     order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))
     if req.top_n > 0:
-        order = order[:req.top_n]
+        order = order[: req.top_n]
     evaluated = sum(len(pair) for pair in pairs)
     return pb.RerankResult(
         usage=pb.Usage(total_tokens=evaluated, prompt_tokens=evaluated),

@@ -31,8 +31,10 @@ def requested_tools(req: pb.PredictOptions) -> tuple[ToolMode | None, str]:
     except (ValueError, TypeError, KeyError) as exc:  # JSON errors are ValueErrors
         raise InvalidRequestError(f"PredictOptions.Tools / ToolChoice: {exc}") from None
     if req.Grammar:
-        raise InvalidRequestError("PredictOptions.Grammar cannot be combined with Tools and a ToolChoice other "
-                                  "than none: the tool calls have their own grammar")
+        raise InvalidRequestError(
+            "PredictOptions.Grammar cannot be combined with Tools and a ToolChoice other "
+            "than none: the tool calls have their own grammar"
+        )
     return mode, grammar
 
 
@@ -42,7 +44,9 @@ def call_replies(events: list[str | CallDelta]) -> list[pb.Reply]:
     run: list[pb.ToolCallDelta] = []
     for event in events:
         if isinstance(event, CallDelta):
-            run.append(pb.ToolCallDelta(index=event.index, id=event.id, name=event.name, arguments=event.arguments))
+            run.append(
+                pb.ToolCallDelta(index=event.index, id=event.id, name=event.name, arguments=event.arguments)
+            )
             continue
         if run:
             replies.append(pb.Reply(chat_deltas=[pb.ChatDelta(tool_calls=run)]))
@@ -51,4 +55,3 @@ def call_replies(events: list[str | CallDelta]) -> list[pb.Reply]:
     if run:
         replies.append(pb.Reply(chat_deltas=[pb.ChatDelta(tool_calls=run)]))
     return replies
-

@@ -48,9 +48,13 @@ class VisionProjector:
         params.warmup = False
         self._mtmd = mtmd
         self._ctx = mtmd.mtmd_init_from_file(str(path).encode(), llm.model, params)
-        if not self._ctx:  # load_projector's caller appends llama.cpp's own reason (a size mismatch, a bad file)
-            raise LoadError(f"llama.cpp could not load the projector {path} (mmproj) for this model (a projector "
-                            "is built for one model)")
+        if (
+            not self._ctx
+        ):  # load_projector's caller appends llama.cpp's own reason (a size mismatch, a bad file)
+            raise LoadError(
+                f"llama.cpp could not load the projector {path} (mmproj) for this model (a projector "
+                "is built for one model)"
+            )
         if not mtmd.mtmd_support_vision(self._ctx):
             self.close()
             raise LoadError(f"the projector {path} (mmproj) has no vision encoder")
@@ -66,8 +70,10 @@ class VisionProjector:
         (-1 where an image is), which the token loop's prefix match then reuses whole but for its last token."""
         markers = text.count(self.marker)
         if markers != len(images):
-            raise InvalidRequestError(f"the prompt marks {markers} images ({self.marker}) but the request carries "
-                                      f"{len(images)} (PredictOptions.Images); send one marker per image")
+            raise InvalidRequestError(
+                f"the prompt marks {markers} images ({self.marker}) but the request carries "
+                f"{len(images)} (PredictOptions.Images); send one marker per image"
+            )
         bitmaps = [self._bitmap(i, image) for i, image in enumerate(images)]
         chunks = self._mtmd.mtmd_input_chunks_init()
         try:
@@ -86,10 +92,14 @@ class VisionProjector:
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         bitmap = self._mtmd.mtmd_helper_bitmap_init_from_buf(self._ctx, buffer, len(data), False)
         if not bitmap:
-            raise InvalidRequestError(f"Images[{index}] could not be decoded as an image (PNG, JPEG, GIF or BMP)")
+            raise InvalidRequestError(
+                f"Images[{index}] could not be decoded as an image (PNG, JPEG, GIF or BMP)"
+            )
         return bitmap  # type: ignore[no-any-return]
 
-    def _tokenize(self, chunks: ctypes.c_void_p, text: str, add_special: bool, bitmaps: list[ctypes.c_void_p]) -> None:
+    def _tokenize(
+        self, chunks: ctypes.c_void_p, text: str, add_special: bool, bitmaps: list[ctypes.c_void_p]
+    ) -> None:
         encoded = text.encode("utf-8")
         input_text = self._mtmd.mtmd_input_text()
         input_text.text = encoded
@@ -99,8 +109,9 @@ class VisionProjector:
         array = (self._mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
         status = self._mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(input_text), array, len(bitmaps))
         if status != 0:
-            raise InvalidRequestError(f"llama.cpp could not split the prompt into text and images (mtmd_tokenize "
-                                      f"returned {status})")
+            raise InvalidRequestError(
+                f"llama.cpp could not split the prompt into text and images (mtmd_tokenize returned {status})"
+            )
 
     def _eval_chunks(self, llm: Llama, chunks: ctypes.c_void_p) -> list[int]:
         mtmd = self._mtmd
@@ -108,12 +119,18 @@ class VisionProjector:
         n_chunks = mtmd.mtmd_input_chunks_size(chunks)
         last = mtmd.mtmd_input_chunks_get(chunks, n_chunks - 1) if n_chunks else None
         if last is None or mtmd.mtmd_input_chunk_get_type(last) != mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
-            raise InvalidRequestError("the prompt ends with an image; text must follow the last image (a chat "
-                                      "template's assistant turn does)")
-        total = sum(mtmd.mtmd_input_chunk_get_n_tokens(mtmd.mtmd_input_chunks_get(chunks, i)) for i in range(n_chunks))
+            raise InvalidRequestError(
+                "the prompt ends with an image; text must follow the last image (a chat "
+                "template's assistant turn does)"
+            )
+        total = sum(
+            mtmd.mtmd_input_chunk_get_n_tokens(mtmd.mtmd_input_chunks_get(chunks, i)) for i in range(n_chunks)
+        )
         if total >= llm.n_ctx():
-            raise ContextLengthError(f"the prompt is {total} tokens with its images but this model's context window is "
-                                     f"{llm.n_ctx()} tokens; shorten the messages, send fewer or smaller images")
+            raise ContextLengthError(
+                f"the prompt is {total} tokens with its images but this model's context window is "
+                f"{llm.n_ctx()} tokens; shorten the messages, send fewer or smaller images"
+            )
         for i in range(n_chunks):
             chunk = mtmd.mtmd_input_chunks_get(chunks, i)
             if mtmd.mtmd_input_chunk_get_type(chunk) == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
@@ -124,11 +141,18 @@ class VisionProjector:
             start = llm.n_tokens
             new_n_past = llama_cpp.llama_pos(0)
             status = mtmd.mtmd_helper_eval_chunk_single(
-                self._ctx, llm._ctx.ctx, chunk, llama_cpp.llama_pos(start), llama_cpp.llama_seq_id(0), llm.n_batch,
-                False, ctypes.byref(new_n_past))
+                self._ctx,
+                llm._ctx.ctx,
+                chunk,
+                llama_cpp.llama_pos(start),
+                llama_cpp.llama_seq_id(0),
+                llm.n_batch,
+                False,
+                ctypes.byref(new_n_past),
+            )
             if status != 0:
                 raise InvalidRequestError(f"llama.cpp could not evaluate image chunk {i} (status {status})")
-            llm.input_ids[start:new_n_past.value] = IMAGE_POSITION
+            llm.input_ids[start : new_n_past.value] = IMAGE_POSITION
             llm.n_tokens = new_n_past.value
         return llm.input_ids[: llm.n_tokens].tolist()  # type: ignore[no-any-return]
 

@@ -62,8 +62,14 @@ def _configure_logging(name: str, level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = load_typed(BackendSettings, "corral backend", "Serve one model replica over gRPC (backend.Backend).",
-                          BACKEND_SETTINGS, argv, parser_class=_ArgumentParser)
+        args = load_typed(
+            BackendSettings,
+            "corral backend",
+            "Serve one model replica over gRPC (backend.Backend).",
+            BACKEND_SETTINGS,
+            argv,
+            parser_class=_ArgumentParser,
+        )
         if args.name not in ENGINE_FACTORIES:
             raise _UsageError(f"unknown backend {args.name!r}; accepted: {', '.join(BACKEND_NAMES)}")
         address = parse_addr(args.addr)

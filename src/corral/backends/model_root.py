@@ -35,8 +35,10 @@ def outside_root(opts: pb.ModelOptions, root: Path) -> str | None:
             return f"LoadModel {field} {value!r} contains a NUL byte"
         real = os.path.realpath(_anchored(value, opts.ModelPath, field))
         if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-            return (f"LoadModel {field} {value!r} resolves to {real!r}, outside this worker's models "
-                    f"directory {real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it")
+            return (
+                f"LoadModel {field} {value!r} resolves to {real!r}, outside this worker's models "
+                f"directory {real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it"
+            )
     return None
 
 
@@ -45,8 +47,10 @@ def path_outside_root(path: Path, root: Path) -> str | None:
     real, real_root = os.path.realpath(path), os.path.realpath(root)
     if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
         return None
-    return (f"model file {str(path)!r} resolves to {real!r}, outside this worker's models directory "
-            f"{real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it")
+    return (
+        f"model file {str(path)!r} resolves to {real!r}, outside this worker's models directory "
+        f"{real_root!r} ({MODELS_ROOT_ENV}); backends only open files under it"
+    )
 
 
 def _path_fields(opts: pb.ModelOptions) -> Iterator[tuple[str, str]]:
@@ -85,7 +89,11 @@ def _anchored(value: str, model_path: str, field: str) -> str:
 
 # Issue 23: a request's own files (an audio clip to transcribe, where to write speech or an image) live in the
 # worker's staging directory, `<models>/../staging` (HTTP staging and the S3 cache; `ephemeral/` below it).
-REQUEST_FILE_FIELDS = {"TranscriptRequest": ("dst",), "TTSRequest": ("dst",), "GenerateImageRequest": ("dst", "src")}
+REQUEST_FILE_FIELDS = {
+    "TranscriptRequest": ("dst",),
+    "TTSRequest": ("dst",),
+    "GenerateImageRequest": ("dst", "src"),
+}
 
 
 def request_files_problem(request: object, root: Path) -> str | None:
@@ -98,6 +106,8 @@ def request_files_problem(request: object, root: Path) -> str | None:
             continue
         real = os.path.realpath(value) if "\x00" not in value else ""
         if not real.startswith(staging.rstrip(os.sep) + os.sep):
-            return (f"{type(request).__name__}.{field} {value!r} is outside this worker's staging directory "
-                    f"{staging!r}; a request's files are staged there by the worker (ephemeral/ inputs, temp outputs)")
+            return (
+                f"{type(request).__name__}.{field} {value!r} is outside this worker's staging directory "
+                f"{staging!r}; a request's files are staged there by the worker (ephemeral/ inputs, temp outputs)"
+            )
     return None

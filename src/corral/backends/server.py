@@ -120,8 +120,9 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
         watcher.cancel()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await asyncio.gather(server.stop(grace_s["value"]),
-                             *([lane.close(grace_s["value"])] if lane is not None else []))
+        await asyncio.gather(
+            server.stop(grace_s["value"]), *([lane.close(grace_s["value"])] if lane is not None else [])
+        )
     drain_deadline = loop.time() + THREAD_DRAIN_S
     while servicer.threads_in_flight and loop.time() < drain_deadline:
         await asyncio.sleep(0.02)  # cancelled generations stop at their next token

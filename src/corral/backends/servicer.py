@@ -94,8 +94,9 @@ class EngineProgress:
                 close()
 
 
-def collect_reply(engine: Engine, request: pb.PredictOptions, cancelled: threading.Event,
-                  progress: EngineProgress) -> pb.Reply:
+def collect_reply(
+    engine: Engine, request: pb.PredictOptions, cancelled: threading.Event, progress: EngineProgress
+) -> pb.Reply:
     """Run `engine.predict_stream` to the end and fold it into one Reply (text + final counts)."""
     stream = progress.counted(engine.predict_stream(request))
     replies: list[pb.Reply] = []
@@ -143,7 +144,11 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         return self._threads_in_flight
 
     async def _run_blocking(
-        self, fn: Callable[..., T], *args: Any, on_cancel: Callable[[], None] | None = None, inline_ok: bool = True
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        on_cancel: Callable[[], None] | None = None,
+        inline_ok: bool = True,
     ) -> T:
         """Run `fn` in a thread; if the caller is cancelled, call `on_cancel` (a hint to stop
         early) and still wait for the thread before returning, so the lock covers it.
@@ -174,8 +179,12 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     def _cancelled(self, rpc: str, replies: int | None = None) -> None:
         self.cancellations += 1
         sent = "" if replies is None else f" after {replies} replies"
-        log.info("%s cancelled by the caller%s; generation stopped (%d cancellation(s) so far)",
-                 rpc, sent, self.cancellations)
+        log.info(
+            "%s cancelled by the caller%s; generation stopped (%d cancellation(s) so far)",
+            rpc,
+            sent,
+            self.cancellations,
+        )
 
     # ---- admission -------------------------------------------------------------------------
 
@@ -237,9 +246,13 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             BackendState.READY: pb.StatusResponse.BUSY if self._lock.locked() else pb.StatusResponse.READY,
             BackendState.ERROR: pb.StatusResponse.ERROR,
         }[self._state]
-        return pb.StatusResponse(state=state, memory=pb.MemoryUsageData(total=rss_bytes()),
-                                 corral_fast_lane_port=self.fast_lane_port, corral_in_flight=self.progress.in_flight,
-                                 corral_replies_produced=self.progress.replies)
+        return pb.StatusResponse(
+            state=state,
+            memory=pb.MemoryUsageData(total=rss_bytes()),
+            corral_fast_lane_port=self.fast_lane_port,
+            corral_in_flight=self.progress.in_flight,
+            corral_replies_produced=self.progress.replies,
+        )
 
     async def LoadModel(self, request: pb.ModelOptions, context: grpc.aio.ServicerContext) -> pb.Result:
         if self.models_root is not None:
@@ -299,8 +312,10 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         cancelled = threading.Event()
         try:
             return await self._call_engine(
-                context, lambda req: collect_reply(self._engine, req, cancelled, self.progress), request,
-                on_cancel=cancelled.set
+                context,
+                lambda req: collect_reply(self._engine, req, cancelled, self.progress),
+                request,
+                on_cancel=cancelled.set,
             )
         except asyncio.CancelledError:
             self._cancelled("Predict")
@@ -319,24 +334,32 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             return fn  # type: ignore[no-any-return]
 
         def refuse(_request: Any) -> Any:
-            raise NotSupportedError(f"the {self._engine.name} backend does not implement {rpc}; serve this model "
-                                    "with a backend that does")
+            raise NotSupportedError(
+                f"the {self._engine.name} backend does not implement {rpc}; serve this model "
+                "with a backend that does"
+            )
+
         return refuse
 
-    async def _modality_call(self, context: grpc.aio.ServicerContext, method: str, rpc: str, request: Any) -> Any:
+    async def _modality_call(
+        self, context: grpc.aio.ServicerContext, method: str, rpc: str, request: Any
+    ) -> Any:
         problem = request_files_problem(request, self.models_root) if self.models_root is not None else None
         if problem is not None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
         return await self._call_engine(context, self._modality(method, rpc), request, inline_ok=False)
 
-    async def AudioTranscription(self, request: pb.TranscriptRequest,
-                                 context: grpc.aio.ServicerContext) -> pb.TranscriptResult:
+    async def AudioTranscription(
+        self, request: pb.TranscriptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TranscriptResult:
         return await self._modality_call(context, "transcribe", "AudioTranscription", request)  # type: ignore[no-any-return]
 
     async def TTS(self, request: pb.TTSRequest, context: grpc.aio.ServicerContext) -> pb.Result:
         return await self._modality_call(context, "tts", "TTS", request)  # type: ignore[no-any-return]
 
-    async def GenerateImage(self, request: pb.GenerateImageRequest, context: grpc.aio.ServicerContext) -> pb.Result:
+    async def GenerateImage(
+        self, request: pb.GenerateImageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Result:
         return await self._modality_call(context, "generate_image", "GenerateImage", request)  # type: ignore[no-any-return]
 
     async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResult:
@@ -347,30 +370,43 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     ) -> pb.TokenizationResponse:
         return await self._call_engine(context, self._engine.tokenize, request)
 
-    async def PredictStream(self, request: pb.PredictOptions,
-                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Reply]:
+    async def PredictStream(
+        self, request: pb.PredictOptions, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Reply]:
         # an async generator function itself: grpc.aio iterates a plain function's answer as a sync generator
-        async with contextlib.aclosing(self._pumped(context, request, self._engine.predict_stream, "PredictStream",
-                                                    _text_batches)) as replies:
+        async with contextlib.aclosing(
+            self._pumped(context, request, self._engine.predict_stream, "PredictStream", _text_batches)
+        ) as replies:
             async for reply in replies:
                 yield reply
 
-    async def TTSStream(self, request: pb.TTSRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Reply]:
+    async def TTSStream(
+        self, request: pb.TTSRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.Reply]:
         """Speech as the engine makes it (engines with `tts_stream`); others answer UNIMPLEMENTED naming the backend,
         so a caller falls back to TTS."""
         speak = getattr(self._engine, "tts_stream", None)
         if speak is None:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self._engine.name} backend does not implement "
-                                                               "TTSStream; use TTS")
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"the {self._engine.name} backend does not implement TTSStream; use TTS",
+            )
             raise RuntimeError("unreachable: context.abort raises")  # pragma: no cover
-        async with contextlib.aclosing(self._pumped(context, request, speak, "TTSStream", lambda batch, _sent: batch,
-                                                    inline_ok=False)) as replies:
+        async with contextlib.aclosing(
+            self._pumped(context, request, speak, "TTSStream", lambda batch, _sent: batch, inline_ok=False)
+        ) as replies:
             async for reply in replies:
                 yield reply
 
-    async def _pumped(self, context: grpc.aio.ServicerContext, request: Any, start: Callable[[Any], Iterator[pb.Reply]],
-                      rpc: str, shape: Callable[[list[pb.Reply], int], list[pb.Reply]], inline_ok: bool = True,
-                      ) -> AsyncGenerator[pb.Reply, None]:
+    async def _pumped(
+        self,
+        context: grpc.aio.ServicerContext,
+        request: Any,
+        start: Callable[[Any], Iterator[pb.Reply]],
+        rpc: str,
+        shape: Callable[[list[pb.Reply], int], list[pb.Reply]],
+        inline_ok: bool = True,
+    ) -> AsyncGenerator[pb.Reply, None]:
         """Run `start(request)`'s replies in one thread and send them as `shape(ready batch, replies sent)` orders."""
         await self._admit(request, context)
         with self.progress.call():
@@ -381,9 +417,13 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 runner: asyncio.Future[None] | None = None
                 replies = 0
                 try:
-                    pump = ReplyPump(self.progress.counted(await self._run_blocking(start, request)),
-                                     asyncio.get_running_loop())
-                    runner = asyncio.ensure_future(self._run_blocking(pump.run, inline_ok=inline_ok))  # one thread
+                    pump = ReplyPump(
+                        self.progress.counted(await self._run_blocking(start, request)),
+                        asyncio.get_running_loop(),
+                    )
+                    runner = asyncio.ensure_future(
+                        self._run_blocking(pump.run, inline_ok=inline_ok)
+                    )  # one thread
                     while (batch := await pump.take()) is not None:
                         for reply in shape(batch, replies):
                             yield reply

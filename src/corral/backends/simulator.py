@@ -58,9 +58,18 @@ from corral.proto import backend_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-KNOWN_OPTIONS = ("load_time_s", "load_fail", "prompt_token_time_s", "output_token_time_s", "embedding_dim",
-                 "kv_cache_tokens", "kv_block_tokens", "prefill_concurrency", "media_time_s",
-                 "speech_chunk_time_s")
+KNOWN_OPTIONS = (
+    "load_time_s",
+    "load_fail",
+    "prompt_token_time_s",
+    "output_token_time_s",
+    "embedding_dim",
+    "kv_cache_tokens",
+    "kv_block_tokens",
+    "prefill_concurrency",
+    "media_time_s",
+    "speech_chunk_time_s",
+)
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
 VOCAB_SIZE = 32000
@@ -105,8 +114,11 @@ class SimulatorSettings:
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
             media_time_s=option_float(options, "media_time_s", 0.0),
-            speech_chunk_time_s=(None if options.get("speech_chunk_time_s", "") == ""
-                                 else option_float(options, "speech_chunk_time_s", 0.0)),
+            speech_chunk_time_s=(
+                None
+                if options.get("speech_chunk_time_s", "") == ""
+                else option_float(options, "speech_chunk_time_s", 0.0)
+            ),
         )
 
 
@@ -211,7 +223,11 @@ class SimulatorEngine(SimulatedMedia):
     @property
     def blocks(self) -> bool:
         """Whether a call may sleep: with zero simulated time it runs inline, without a thread hop."""
-        return not self._loaded or self._settings.prompt_token_time_s > 0 or self._settings.output_token_time_s > 0
+        return (
+            not self._loaded
+            or self._settings.prompt_token_time_s > 0
+            or self._settings.output_token_time_s > 0
+        )
 
     def load(self, opts: pb.ModelOptions) -> None:
         try:
@@ -225,8 +241,12 @@ class SimulatorEngine(SimulatedMedia):
         self._model = opts.Model or opts.ModelFile
         self._context_tokens = max(opts.ContextSize, 0)
         self._settings = settings
-        self.kv_cache = KVCache(settings.kv_cache_tokens, settings.kv_block_tokens) if settings.kv_cache_tokens else None
-        self._prefill_slots = threading.Semaphore(settings.prefill_concurrency) if settings.prefill_concurrency else None
+        self.kv_cache = (
+            KVCache(settings.kv_cache_tokens, settings.kv_block_tokens) if settings.kv_cache_tokens else None
+        )
+        self._prefill_slots = (
+            threading.Semaphore(settings.prefill_concurrency) if settings.prefill_concurrency else None
+        )
         self._loaded = True
 
     def predict(self, req: pb.PredictOptions) -> pb.Reply:
@@ -240,7 +260,9 @@ class SimulatorEngine(SimulatedMedia):
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         if not req.Prompt and not req.Messages and not req.EmbeddingTokens:
-            raise InvalidRequestError("PredictOptions needs a Prompt (or its token ids in EmbeddingTokens) or Messages")
+            raise InvalidRequestError(
+                "PredictOptions needs a Prompt (or its token ids in EmbeddingTokens) or Messages"
+            )
         max_tokens = requested_max_tokens(req, DEFAULT_MAX_TOKENS_SIMULATOR)
         tokens = prompt_tokens(req)
         if self._context_tokens:
@@ -260,8 +282,12 @@ class SimulatorEngine(SimulatedMedia):
         self._prefill(tokens)
         first_token_at = time.perf_counter()
         yield pb.Reply(chat_deltas=[pb.ChatDelta(tool_calls=calls)])
-        yield final_reply(tokens=len(calls), prompt_tokens=len(tokens), prompt_time_s=first_token_at - started,
-                          generation_time_s=time.perf_counter() - first_token_at)
+        yield final_reply(
+            tokens=len(calls),
+            prompt_tokens=len(tokens),
+            prompt_time_s=first_token_at - started,
+            generation_time_s=time.perf_counter() - first_token_at,
+        )
 
     def _prefill(self, tokens: list[str]) -> None:
         cache, slots = self.kv_cache, self._prefill_slots
@@ -297,8 +323,9 @@ class SimulatorEngine(SimulatedMedia):
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
         text = req.Embeddings or req.Prompt or token_words(req.EmbeddingTokens)
         if not text:
-            raise InvalidRequestError("Embedding needs the text in PredictOptions.Embeddings (or its token ids in "
-                                      "EmbeddingTokens)")
+            raise InvalidRequestError(
+                "Embedding needs the text in PredictOptions.Embeddings (or its token ids in EmbeddingTokens)"
+            )
         n_tokens = count_words(text)
         if self._context_tokens:
             check_prompt_fits(n_tokens, self._context_tokens, generating=False)

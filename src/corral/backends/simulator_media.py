@@ -43,8 +43,9 @@ def speech_frames(text: str, speed: float = 1.0) -> bytes:
     for char in text:
         pitch = 200 + (ord(char) % 64) * 12
         n = max(1, int(step * SAMPLE_RATE))
-        frames += b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * pitch * i / SAMPLE_RATE)))
-                           for i in range(n))
+        frames += b"".join(
+            struct.pack("<h", int(8000 * math.sin(2 * math.pi * pitch * i / SAMPLE_RATE))) for i in range(n)
+        )
     return bytes(frames)
 
 
@@ -76,13 +77,13 @@ def write_speech(path: Path, text: str, speed: float = 1.0) -> float:
 def _riff_chunks(data: bytes) -> dict[bytes, bytes]:
     chunks, at = {}, 12
     while at + 8 <= len(data):
-        kind, size = data[at:at + 4], struct.unpack("<I", data[at + 4:at + 8])[0]
-        body = data[at + 8:at + 8 + size]
+        kind, size = data[at : at + 4], struct.unpack("<I", data[at + 4 : at + 8])[0]
+        body = data[at + 8 : at + 8 + size]
         if kind == b"LIST" and body[:4] == b"INFO":
             inner = 4
             while inner + 8 <= len(body):
-                sub, sub_size = body[inner:inner + 4], struct.unpack("<I", body[inner + 4:inner + 8])[0]
-                chunks[sub] = body[inner + 8:inner + 8 + sub_size]
+                sub, sub_size = body[inner : inner + 4], struct.unpack("<I", body[inner + 4 : inner + 8])[0]
+                chunks[sub] = body[inner + 8 : inner + 8 + sub_size]
                 inner += 8 + sub_size + sub_size % 2
         else:
             chunks[kind] = body
@@ -99,8 +100,11 @@ def read_speech(path: Path) -> tuple[str, float]:
     fmt = chunks.get(b"fmt ", b"")
     if len(fmt) < 16:
         raise InvalidRequestError("the WAV file has no format chunk")
-    channels, rate, bits = struct.unpack("<H", fmt[2:4])[0], struct.unpack("<I", fmt[4:8])[0], \
-        struct.unpack("<H", fmt[14:16])[0]
+    channels, rate, bits = (
+        struct.unpack("<H", fmt[2:4])[0],
+        struct.unpack("<I", fmt[4:8])[0],
+        struct.unpack("<H", fmt[14:16])[0],
+    )
     seconds = len(chunks.get(b"data", b"")) / max(1, channels * rate * bits // 8)
     text = chunks.get(b"ICMT", b"").rstrip(b"\0").decode("utf-8", errors="replace")
     return (text or f"{seconds:.1f} seconds of audio"), seconds
@@ -108,7 +112,7 @@ def read_speech(path: Path) -> tuple[str, float]:
 
 def transcript(text: str, seconds: float, language: str) -> pb.TranscriptResult:
     words = text.split()
-    groups = [" ".join(words[i:i + SEGMENT_WORDS]) for i in range(0, len(words), SEGMENT_WORDS)] or [""]
+    groups = [" ".join(words[i : i + SEGMENT_WORDS]) for i in range(0, len(words), SEGMENT_WORDS)] or [""]
     total = sum(len(g) for g in groups) or 1
     segments, start = [], 0.0
     for index, group in enumerate(groups):
@@ -126,15 +130,29 @@ def write_image(path: Path, prompt: str, seed: int, width: int, height: int) -> 
     for y in range(height):
         rows.append(0)
         for x in range(width):
-            rows += bytes(((key[0] + x * key[1] // 16) % 256, (key[2] + y * key[3] // 16) % 256,
-                           (key[4] + (x ^ y) * key[5] // 16) % 256))
+            rows += bytes(
+                (
+                    (key[0] + x * key[1] // 16) % 256,
+                    (key[2] + y * key[3] // 16) % 256,
+                    (key[4] + (x ^ y) * key[5] // 16) % 256,
+                )
+            )
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(rows)))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(bytes(rows)))
+        + chunk(b"IEND", b"")
+    )
 
 
 class SimulatedMedia:

@@ -27,8 +27,10 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = handler_call_details.method.rpartition("/")[2]  # type: ignore[attr-defined]
         parent = tracing.extract(handler_call_details.invocation_metadata)  # type: ignore[attr-defined]
-        codecs = {"request_deserializer": handler.request_deserializer,
-                  "response_serializer": handler.response_serializer}
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
         attributes = {"rpc.system": "grpc", "rpc.method": method}
         if handler.response_streaming:
             inner_stream = handler.unary_stream

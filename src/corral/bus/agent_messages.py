@@ -75,7 +75,9 @@ class JobProgress(Message):
     trace_type: str | None = None
     trace_content: str | None = None
     node_id: str | None = None
-    trace_seq: int | None = Field(default=None, ge=1, le=TRACE_MAX)  # corral: the entry's place in the trace (1, 2, …)
+    trace_seq: int | None = Field(
+        default=None, ge=1, le=TRACE_MAX
+    )  # corral: the entry's place in the trace (1, 2, …)
 
 
 class JobResult(Message):

@@ -31,8 +31,14 @@ class NoResponders(BusError):
     """Nobody listens on the subject: the worker is gone from the bus (not merely slow)."""
 
 
-async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None]] | None = None, *,
-                  credentials: NatsCredentials | None = None, tls: TlsFiles | None = None) -> Client:
+async def connect(
+    url: str,
+    name: str,
+    on_state: Callable[[bool], Awaitable[None]] | None = None,
+    *,
+    credentials: NatsCredentials | None = None,
+    tls: TlsFiles | None = None,
+) -> Client:
     async def disconnected() -> None:
         log.warning("NATS link down (%s); reconnecting", name)
         if on_state:
@@ -65,14 +71,25 @@ async def connect(url: str, name: str, on_state: Callable[[bool], Awaitable[None
     )
 
 
-async def request(nc: Client, subject: str, payload: Message, reply_type: type[M], timeout_s: float,
-                  knob: str, *, headers: dict[str, str] | None = None) -> M:
+async def request(
+    nc: Client,
+    subject: str,
+    payload: Message,
+    reply_type: type[M],
+    timeout_s: float,
+    knob: str,
+    *,
+    headers: dict[str, str] | None = None,
+) -> M:
     """`headers`: NATS message headers (the W3C trace context of the caller's span)."""
     try:
         msg = await nc.request(subject, payload.to_json(), timeout=timeout_s, headers=headers)
     except NoRespondersError:
-        raise NoResponders(f"no worker is listening on {subject} (worker offline or not connected to NATS)") from None
+        raise NoResponders(
+            f"no worker is listening on {subject} (worker offline or not connected to NATS)"
+        ) from None
     except TimeoutError:
-        raise RequestTimeout(f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow") \
-            from None
+        raise RequestTimeout(
+            f"no reply on {subject} within {timeout_s:g}s; raise {knob} if the worker is slow"
+        ) from None
     return reply_type.from_json(msg.data)

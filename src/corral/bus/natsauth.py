@@ -23,19 +23,58 @@ _HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 
 # Backend worker scope: its own control subjects and reply inboxes, nothing else (reference §3.4).
 WORKER_SUB = ("nodes.{tok}.>", "_INBOX.>")
-WORKER_PUB = ("nodes.{tok}.backend.install.*.progress", "nodes.{tok}.backend.logs.*.lines", "nodes.{tok}.files.>",
-              "_INBOX.>")
+WORKER_PUB = (
+    "nodes.{tok}.backend.install.*.progress",
+    "nodes.{tok}.backend.logs.*.lines",
+    "nodes.{tok}.files.>",
+    "_INBOX.>",
+)
 # Agent worker scope (reference §3.4): the agent-workers queue subjects, job/agent events, its own
 # backend.stop; never `nodes.<tok>.backend.install` or any other node's subjects.
-AGENT_SUB = ("agent.execute", "agent.*.cancel", "gallery.*.cancel", "gallery.*.progress", "jobs.*.cancel",
-             "jobs.*.progress", "jobs.*.result", "jobs.mcp-ci.new", "mcp.tools.execute", "mcp.discovery",
-             "nodes.{tok}.backend.stop", "staging.*.progress", "_INBOX.>")
+AGENT_SUB = (
+    "agent.execute",
+    "agent.*.cancel",
+    "gallery.*.cancel",
+    "gallery.*.progress",
+    "jobs.*.cancel",
+    "jobs.*.progress",
+    "jobs.*.result",
+    "jobs.mcp-ci.new",
+    "mcp.tools.execute",
+    "mcp.discovery",
+    "nodes.{tok}.backend.stop",
+    "staging.*.progress",
+    "_INBOX.>",
+)
 AGENT_PUB = ("agent.>", "jobs.>", "_INBOX.>")
 # Frontend service user (from `corral nats-auth-setup`).
-SERVICE_PUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
-               "prefixcache.>", "finetune.>", "corral.>", "_INBOX.>")
-SERVICE_SUB = ("nodes.>", "gallery.>", "agent.>", "staging.>", "state.>", "jobs.>", "mcp.>", "cache.>",
-               "prefixcache.>", "corral.>", "_INBOX.>")
+SERVICE_PUB = (
+    "nodes.>",
+    "gallery.>",
+    "agent.>",
+    "staging.>",
+    "state.>",
+    "jobs.>",
+    "mcp.>",
+    "cache.>",
+    "prefixcache.>",
+    "finetune.>",
+    "corral.>",
+    "_INBOX.>",
+)
+SERVICE_SUB = (
+    "nodes.>",
+    "gallery.>",
+    "agent.>",
+    "staging.>",
+    "state.>",
+    "jobs.>",
+    "mcp.>",
+    "cache.>",
+    "prefixcache.>",
+    "corral.>",
+    "_INBOX.>",
+)
 
 
 class NatsAuthError(Exception):
@@ -51,8 +90,11 @@ class KeyPair:
         return bytes(nkeys.from_seed(bytearray(self.seed.encode())).sign(data))
 
 
-_PREFIXES = {"operator": nkeys.PREFIX_BYTE_OPERATOR, "account": nkeys.PREFIX_BYTE_ACCOUNT,
-             "user": nkeys.PREFIX_BYTE_USER}
+_PREFIXES = {
+    "operator": nkeys.PREFIX_BYTE_OPERATOR,
+    "account": nkeys.PREFIX_BYTE_ACCOUNT,
+    "user": nkeys.PREFIX_BYTE_USER,
+}
 
 
 def create_pair(kind: str) -> KeyPair:
@@ -100,23 +142,58 @@ def decode_claims(jwt: str) -> dict[str, Any]:
 
 
 def operator_jwt(operator: KeyPair, system_account: str, name: str = "corral") -> str:
-    return encode({"sub": operator.public_key, "name": name,
-                   "nats": {"type": "operator", "version": 2, "system_account": system_account}}, operator)
+    return encode(
+        {
+            "sub": operator.public_key,
+            "name": name,
+            "nats": {"type": "operator", "version": 2, "system_account": system_account},
+        },
+        operator,
+    )
 
 
 def account_jwt(account: KeyPair, operator: KeyPair, name: str) -> str:
-    limits = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
-              "conn": -1, "leaf": -1}
-    return encode({"sub": account.public_key, "name": name,
-                   "nats": {"type": "account", "version": 2, "limits": limits}}, operator)
+    limits = {
+        "subs": -1,
+        "data": -1,
+        "payload": -1,
+        "imports": -1,
+        "exports": -1,
+        "wildcards": True,
+        "conn": -1,
+        "leaf": -1,
+    }
+    return encode(
+        {
+            "sub": account.public_key,
+            "name": name,
+            "nats": {"type": "account", "version": 2, "limits": limits},
+        },
+        operator,
+    )
 
 
-def user_jwt(user_public: str, account: KeyPair, *, name: str, pub: tuple[str, ...], sub: tuple[str, ...],
-             ttl_s: float | None = None) -> str:
+def user_jwt(
+    user_public: str,
+    account: KeyPair,
+    *,
+    name: str,
+    pub: tuple[str, ...],
+    sub: tuple[str, ...],
+    ttl_s: float | None = None,
+) -> str:
     claims: dict[str, Any] = {
-        "sub": user_public, "name": name,
-        "nats": {"type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1,
-                 "pub": {"allow": list(pub)}, "sub": {"allow": list(sub)}},
+        "sub": user_public,
+        "name": name,
+        "nats": {
+            "type": "user",
+            "version": 2,
+            "subs": -1,
+            "data": -1,
+            "payload": -1,
+            "pub": {"allow": list(pub)},
+            "sub": {"allow": list(sub)},
+        },
     }
     if ttl_s:
         claims["exp"] = int(time.time() + ttl_s)
@@ -129,9 +206,14 @@ def mint_worker(account: KeyPair, node_id: str, ttl_s: float, node_type: str = "
     tok = token(node_id)
     user = create_pair("user")
     pub, sub = (AGENT_PUB, AGENT_SUB) if node_type == "agent" else (WORKER_PUB, WORKER_SUB)
-    jwt = user_jwt(user.public_key, account, name=f"localai-{node_type}-{tok}",
-                   pub=tuple(p.format(tok=tok) for p in pub),
-                   sub=tuple(s.format(tok=tok) for s in sub), ttl_s=ttl_s)
+    jwt = user_jwt(
+        user.public_key,
+        account,
+        name=f"localai-{node_type}-{tok}",
+        pub=tuple(p.format(tok=tok) for p in pub),
+        sub=tuple(s.format(tok=tok) for s in sub),
+        ttl_s=ttl_s,
+    )
     return jwt, user.seed
 
 

@@ -23,8 +23,10 @@ class NatsCredentials:
         return cls(jwt=lambda: jwt, seed=lambda: seed)
 
     def connect_options(self) -> dict[str, object]:
-        return {"user_jwt_cb": lambda: self.jwt().encode(),
-                "signature_cb": lambda nonce: sign_nonce(self.seed(), nonce)}
+        return {
+            "user_jwt_cb": lambda: self.jwt().encode(),
+            "signature_cb": lambda nonce: sign_nonce(self.seed(), nonce),
+        }
 
 
 @dataclass(frozen=True)
@@ -47,5 +49,7 @@ class TlsFiles:
             try:
                 ctx.load_cert_chain(self.cert, self.key)
             except (OSError, ssl.SSLError) as exc:
-                raise NatsAuthError(f"cannot load LOCALAI_NATS_TLS_CERT/LOCALAI_NATS_TLS_KEY: {exc}") from None
+                raise NatsAuthError(
+                    f"cannot load LOCALAI_NATS_TLS_CERT/LOCALAI_NATS_TLS_KEY: {exc}"
+                ) from None
         return ctx

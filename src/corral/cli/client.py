@@ -43,18 +43,26 @@ class FrontendClient:
         try:
             return self._http.request(method, path)
         except httpx.TimeoutException:
-            raise ClientError(f"{method} {self.url}{path}: no answer within {format_duration_s(self.timeout_s)} "
-                              "(raise --timeout / $CORRAL_CLI_TIMEOUT)") from None
+            raise ClientError(
+                f"{method} {self.url}{path}: no answer within {format_duration_s(self.timeout_s)} "
+                "(raise --timeout / $CORRAL_CLI_TIMEOUT)"
+            ) from None
         except httpx.HTTPError as exc:
-            raise ClientError(f"cannot reach the frontend at {self.url} ({type(exc).__name__}: {exc}); "
-                              "point --url / $CORRAL_URL at a running `corral run`") from None
+            raise ClientError(
+                f"cannot reach the frontend at {self.url} ({type(exc).__name__}: {exc}); "
+                "point --url / $CORRAL_URL at a running `corral run`"
+            ) from None
 
     def _body(self, response: httpx.Response, path: str) -> Any:
         if response.status_code in (401, 403):
-            raise ClientError(f"the frontend refused the API key on {path} (HTTP {response.status_code}: "
-                              f"{_message(response)}); pass an admin key with --api-key / $CORRAL_API_KEY")
+            raise ClientError(
+                f"the frontend refused the API key on {path} (HTTP {response.status_code}: "
+                f"{_message(response)}); pass an admin key with --api-key / $CORRAL_API_KEY"
+            )
         if response.status_code >= 400:
-            raise ClientError(f"{response.request.method} {path}: HTTP {response.status_code}: {_message(response)}")
+            raise ClientError(
+                f"{response.request.method} {path}: HTTP {response.status_code}: {_message(response)}"
+            )
         try:
             return response.json()
         except ValueError:

@@ -34,12 +34,36 @@ def nodes(settings: ClientSettings, out: TextIO | None = None) -> int:
     if settings.json:
         _print_json(rows, out)
         return 0
-    print(table(["NAME", "STATUS", "TYPE", "ADDRESS", "MODELS", "IN-FLIGHT", "VRAM FREE/TOTAL", "RAM FREE/TOTAL",
-                 "LABELS"],
-                [[n.get("name"), n.get("status"), n.get("node_type"), n.get("address"), n.get("model_count", 0),
-                  n.get("in_flight_count", 0), f"{size(n.get('available_vram'))}/{size(n.get('total_vram'))}",
-                  f"{size(n.get('available_ram'))}/{size(n.get('total_ram'))}", labels(n.get("labels"))]
-                 for n in rows]), file=out)
+    print(
+        table(
+            [
+                "NAME",
+                "STATUS",
+                "TYPE",
+                "ADDRESS",
+                "MODELS",
+                "IN-FLIGHT",
+                "VRAM FREE/TOTAL",
+                "RAM FREE/TOTAL",
+                "LABELS",
+            ],
+            [
+                [
+                    n.get("name"),
+                    n.get("status"),
+                    n.get("node_type"),
+                    n.get("address"),
+                    n.get("model_count", 0),
+                    n.get("in_flight_count", 0),
+                    f"{size(n.get('available_vram'))}/{size(n.get('total_vram'))}",
+                    f"{size(n.get('available_ram'))}/{size(n.get('total_ram'))}",
+                    labels(n.get("labels")),
+                ]
+                for n in rows
+            ],
+        ),
+        file=out,
+    )
     return 0
 
 
@@ -63,9 +87,23 @@ def models(settings: ClientSettings, out: TextIO | None = None) -> int:
         _print_json({**sizing, "models": entries}, out)
         return 0
     fits = {True: "yes", False: "no", None: "?"}
-    print(table(["NAME", "BACKEND", "MEMORY", "FITS", "FITS ON", "LOADED ON"],
-                [[m["name"], m.get("backend"), size(m.get("memory_bytes")), fits.get(m.get("fits"), "?"),
-                  m.get("fits_on") or "-", ", ".join(m["loaded_on"]) or "-"] for m in entries]), file=out)
+    print(
+        table(
+            ["NAME", "BACKEND", "MEMORY", "FITS", "FITS ON", "LOADED ON"],
+            [
+                [
+                    m["name"],
+                    m.get("backend"),
+                    size(m.get("memory_bytes")),
+                    fits.get(m.get("fits"), "?"),
+                    m.get("fits_on") or "-",
+                    ", ".join(m["loaded_on"]) or "-",
+                ]
+                for m in entries
+            ],
+        ),
+        file=out,
+    )
     aliases = sizing.get("aliases") or {}
     if aliases:
         print("\naliases: " + ", ".join(f"{a} -> {m}" for a, m in sorted(aliases.items())), file=out)
@@ -88,12 +126,27 @@ def _operation_rows(operations: list[dict[str, Any]]) -> list[list[object]]:
     """Rows of `/api/operations` entries (live: progress; history: outcome), each followed by its nodes."""
     rows: list[list[object]] = []
     for op in operations:
-        rows.append([op.get("name") or op.get("id"), op.get("taskType"), _status(op), _percent(op.get("progress")),
-                     op.get("nodeName") or op.get("nodeID") or "-", op.get("error") or op.get("message") or ""])
+        rows.append(
+            [
+                op.get("name") or op.get("id"),
+                op.get("taskType"),
+                _status(op),
+                _percent(op.get("progress")),
+                op.get("nodeName") or op.get("nodeID") or "-",
+                op.get("error") or op.get("message") or "",
+            ]
+        )
         for node in op.get("nodes") or []:  # per-node rows of a fan-out install
-            rows.append([f"  - {node.get('node_name') or node.get('node_id')}", "", _status(node),
-                         _percent(node.get("percentage", node.get("progress"))), node.get("phase") or "",
-                         node.get("error") or node.get("message") or ""])
+            rows.append(
+                [
+                    f"  - {node.get('node_name') or node.get('node_id')}",
+                    "",
+                    _status(node),
+                    _percent(node.get("percentage", node.get("progress"))),
+                    node.get("phase") or "",
+                    node.get("error") or node.get("message") or "",
+                ]
+            )
     return rows
 
 
@@ -102,12 +155,19 @@ def activity(settings: ActivitySettings, out: TextIO | None = None) -> int:
     with client_of(settings) as client:
         live = client.get("/api/operations", missing_ok=True)
         if live is None:
-            raise ClientError(f"the frontend at {client.url} has no GET /api/operations (an older corral); "
-                              "`corral models` shows the loads it knows of")
+            raise ClientError(
+                f"the frontend at {client.url} has no GET /api/operations (an older corral); "
+                "`corral models` shows the loads it knows of"
+            )
         history = client.get("/api/operations/history", missing_ok=True) if settings.history else None
     if settings.json:
-        _print_json({"operations": live.get("operations", []),
-                     **({"history": history.get("operations", [])} if history else {})}, out)
+        _print_json(
+            {
+                "operations": live.get("operations", []),
+                **({"history": history.get("operations", [])} if history else {}),
+            },
+            out,
+        )
         return 0
     headers = ["OPERATION", "TYPE", "STATUS", "PROGRESS", "NODE", "MESSAGE"]
     operations = live.get("operations", [])
@@ -117,8 +177,14 @@ def activity(settings: ActivitySettings, out: TextIO | None = None) -> int:
     return 0
 
 
-def load(settings: ModelLoadSettings, out: TextIO | None = None, *, tty: bool | None = None,
-         clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+def load(
+    settings: ModelLoadSettings,
+    out: TextIO | None = None,
+    *,
+    tty: bool | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     out = out or sys.stdout
     with client_of(settings) as client:
         status, body = client.post(f"/api/model-configs/{quote(settings.model, safe='')}/load")
@@ -139,13 +205,17 @@ def load(settings: ModelLoadSettings, out: TextIO | None = None, *, tty: bool | 
                     view.finish(f"{name} ready on {', '.join(where)}")
                     return 0
                 if clock() - started_s > NO_JOB_GRACE_S:
-                    raise ClientError(f"no load of {name} is running and no replica is loaded: it ended without "
-                                      "loading (the frontend's log has the cause)")
+                    raise ClientError(
+                        f"no load of {name} is running and no replica is loaded: it ended without "
+                        "loading (the frontend's log has the cause)"
+                    )
             elif current.get("state") == "failed":
                 view.finish(f"{name} failed")
                 raise ClientError(f"loading {name} failed: {current.get('error') or 'see the frontend log'}")
             else:
                 view.update(current)
             sleep(POLL_S)
-    raise ClientError(f"{name} is not ready after {format_duration_s(settings.follow_timeout_s)} (raise "
-                      "--follow-timeout / $CORRAL_FOLLOW_TIMEOUT); the load goes on in the cluster")
+    raise ClientError(
+        f"{name} is not ready after {format_duration_s(settings.follow_timeout_s)} (raise "
+        "--follow-timeout / $CORRAL_FOLLOW_TIMEOUT); the load goes on in the cluster"
+    )

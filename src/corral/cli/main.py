@@ -97,7 +97,7 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     args = list(argv)
     if "--" in args:
         cut = args.index("--")
-        return args[:cut], args[cut + 1:]
+        return args[:cut], args[cut + 1 :]
     return args, []
 
 
@@ -120,14 +120,22 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
     from corral.launchers import vllm
 
     if not argv or argv[0] != "vllm":
-        raise ConfigError("usage: corral p2p-worker vllm <model> --data-parallel-size N "
-                          "--data-parallel-size-local N --start-rank N --master-addr HOST --master-port PORT")
+        raise ConfigError(
+            "usage: corral p2p-worker vllm <model> --data-parallel-size N "
+            "--data-parallel-size-local N --start-rank N --master-addr HOST --master-port PORT"
+        )
     own, passthrough = _split_passthrough(argv[1:])
-    parser = build_parser("corral p2p-worker vllm", "Run a headless vLLM data-parallel follower.",
-                          VLLM_FOLLOWER_SETTINGS)
+    parser = build_parser(
+        "corral p2p-worker vllm", "Run a headless vLLM data-parallel follower.", VLLM_FOLLOWER_SETTINGS
+    )
     parser.add_argument("model", help="Hugging Face model id or local path (must match the head)")
-    parser.add_argument("--vllm-arg", dest="vllm_args", action="append", default=[],
-                        help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)")
+    parser.add_argument(
+        "--vllm-arg",
+        dest="vllm_args",
+        action="append",
+        default=[],
+        help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)",
+    )
     namespace = vars(parser.parse_args(own))
     settings = VllmFollowerSettings(**resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ).values)
     setup_logging(settings.log_level, "vllm-follower")
@@ -150,6 +158,7 @@ def _run_worker(argv: Sequence[str]) -> int:
     setup_logging(settings.log_level, "worker")
     _preload()
     import corral.worker.files  # noqa: F401 - the agent imports it in run(), on the loop (file server, S3)
+
     return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
 
 
@@ -160,11 +169,13 @@ def _run_agent_worker(argv: Sequence[str]) -> int:
     from corral.config.settings import load_typed
     from corral.runtime.loopwatch import watched
 
-    settings = load_typed(AgentWorkerSettings, "corral agent-worker", "Start an agent worker.",
-                          AGENT_WORKER_SETTINGS, argv)
+    settings = load_typed(
+        AgentWorkerSettings, "corral agent-worker", "Start an agent worker.", AGENT_WORKER_SETTINGS, argv
+    )
     setup_logging(settings.log_level, "agent-worker")
     _preload()
     import jsonschema  # noqa: F401 - the MCP SDK imports it on the first tool result, on the loop (~0.2 s)
+
     return asyncio.run(watched(AgentWorker(settings).run(), "agent-worker", settings.slow_callback_ms))
 
 
@@ -186,8 +197,9 @@ def _run_nodes(argv: Sequence[str]) -> int:
     from corral.config.commands import ClientSettings
     from corral.config.settings import load_typed
 
-    return commands.nodes(load_typed(ClientSettings, "corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS,
-                                     argv))
+    return commands.nodes(
+        load_typed(ClientSettings, "corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS, argv)
+    )
 
 
 def _run_activity(argv: Sequence[str]) -> int:
@@ -196,8 +208,9 @@ def _run_activity(argv: Sequence[str]) -> int:
     from corral.config.commands import ActivitySettings
     from corral.config.settings import load_typed
 
-    return commands.activity(load_typed(ActivitySettings, "corral activity", "List running operations.",
-                                        ACTIVITY_SETTINGS, argv))
+    return commands.activity(
+        load_typed(ActivitySettings, "corral activity", "List running operations.", ACTIVITY_SETTINGS, argv)
+    )
 
 
 def _run_models(argv: Sequence[str]) -> int:
@@ -211,14 +224,18 @@ def _run_models(argv: Sequence[str]) -> int:
     if args[:1] == ["prepare"]:
         return models_main(args[1:])
     if args[:1] == ["load"]:
-        return commands.load(load_typed(ModelLoadSettings, "corral models load", "Load a model now.", LOAD_SETTINGS,
-                                        args[1:]))
+        return commands.load(
+            load_typed(ModelLoadSettings, "corral models load", "Load a model now.", LOAD_SETTINGS, args[1:])
+        )
     if args[:1] == ["list"]:
         args = args[1:]
-    elif len(args) == 1 and not args[0].startswith("-"):  # `corral models DIR`, as before the operator commands
+    elif len(args) == 1 and not args[0].startswith(
+        "-"
+    ):  # `corral models DIR`, as before the operator commands
         return models_main(args)
-    return commands.models(load_typed(ClientSettings, "corral models", "List the configured models.",
-                                      CLIENT_SETTINGS, args))
+    return commands.models(
+        load_typed(ClientSettings, "corral models", "List the configured models.", CLIENT_SETTINGS, args)
+    )
 
 
 def _run_nats_auth_setup(argv: Sequence[str]) -> int:

@@ -37,12 +37,19 @@ def generate(account_name: str = "corral") -> AuthMaterial:
     operator, account, system = (natsauth.create_pair(k) for k in ("operator", "account", "account"))
     service = natsauth.create_pair("user")
     return AuthMaterial(
-        operator=operator, account=account, system=system,
+        operator=operator,
+        account=account,
+        system=system,
         operator_jwt=natsauth.operator_jwt(operator, system.public_key),
         account_jwt=natsauth.account_jwt(account, operator, account_name),
         system_jwt=natsauth.account_jwt(system, operator, "SYS"),
-        service_jwt=natsauth.user_jwt(service.public_key, account, name="localai-frontend",
-                                      pub=natsauth.SERVICE_PUB, sub=natsauth.SERVICE_SUB),
+        service_jwt=natsauth.user_jwt(
+            service.public_key,
+            account,
+            name="localai-frontend",
+            pub=natsauth.SERVICE_PUB,
+            sub=natsauth.SERVICE_SUB,
+        ),
         service_seed=service.seed,
     )
 
@@ -71,24 +78,36 @@ def write(material: AuthMaterial, out: Path) -> None:
     operator_path = (out / "operator.jwt").resolve()
     _write(operator_path, material.operator_jwt + "\n", 0o644)
     _write(out / "nats-server.conf", server_config(material, operator_path), 0o644)
-    _write(out / "frontend.env",
-           f"LOCALAI_NATS_ACCOUNT_SEED={material.account.seed}\n"
-           f"LOCALAI_NATS_SERVICE_JWT={material.service_jwt}\n"
-           f"LOCALAI_NATS_SERVICE_SEED={material.service_seed}\n", 0o600)
-    _write(out / "seeds.txt",
-           f"operator {material.operator.seed}\naccount {material.account.seed}\nsystem {material.system.seed}\n",
-           0o600)
+    _write(
+        out / "frontend.env",
+        f"LOCALAI_NATS_ACCOUNT_SEED={material.account.seed}\n"
+        f"LOCALAI_NATS_SERVICE_JWT={material.service_jwt}\n"
+        f"LOCALAI_NATS_SERVICE_SEED={material.service_seed}\n",
+        0o600,
+    )
+    _write(
+        out / "seeds.txt",
+        f"operator {material.operator.seed}\naccount {material.account.seed}\nsystem {material.system.seed}\n",
+        0o600,
+    )
 
 
 def main(argv: list[str]) -> int:
-    args = load_typed(NatsAuthSetupSettings, "corral nats-auth-setup", __doc__ or "", NATS_AUTH_SETUP_SETTINGS, argv)
+    args = load_typed(
+        NatsAuthSetupSettings, "corral nats-auth-setup", __doc__ or "", NATS_AUTH_SETUP_SETTINGS, argv
+    )
     if (args.out / "seeds.txt").exists() and not args.force:
-        print(f"corral nats-auth-setup: {args.out} already holds material; pass --force to replace it "
-              "(every minted credential stops working)", file=sys.stderr)
+        print(
+            f"corral nats-auth-setup: {args.out} already holds material; pass --force to replace it "
+            "(every minted credential stops working)",
+            file=sys.stderr,
+        )
         return 2
     write(generate(args.account_name), args.out)
-    print(f"wrote {args.out}/nats-server.conf, operator.jwt, frontend.env (0600), seeds.txt (0600)\n"
-          f"start NATS:  nats-server -c {args.out}/nats-server.conf\n"
-          f"frontend:    load {args.out}/frontend.env into its environment and set LOCALAI_NATS_REQUIRE_AUTH=true\n"
-          "workers:     LOCALAI_NATS_REQUIRE_AUTH=true (credentials are minted at approval)")
+    print(
+        f"wrote {args.out}/nats-server.conf, operator.jwt, frontend.env (0600), seeds.txt (0600)\n"
+        f"start NATS:  nats-server -c {args.out}/nats-server.conf\n"
+        f"frontend:    load {args.out}/frontend.env into its environment and set LOCALAI_NATS_REQUIRE_AUTH=true\n"
+        "workers:     LOCALAI_NATS_REQUIRE_AUTH=true (credentials are minted at approval)"
+    )
     return 0

@@ -23,6 +23,11 @@ def parse_http_workers(raw: str) -> int:
 
 
 SLOW_CALLBACK_SETTING = Setting(
-    "slow_callback_ms", "--slow-callback-ms", ("CORRAL_SLOW_CALLBACK_MS",), 100, parse_slow_callback_ms,
+    "slow_callback_ms",
+    "--slow-callback-ms",
+    ("CORRAL_SLOW_CALLBACK_MS",),
+    100,
+    parse_slow_callback_ms,
     "an event-loop stall longer than this many ms is logged with the blocking stack and counted in "
-    "corral_event_loop_stalls_total")
+    "corral_event_loop_stalls_total",
+)

@@ -63,23 +63,43 @@ class Settings:
             raise AttributeError(name) from None
 
 
-def build_parser(prog: str, description: str, table: Sequence[Setting],
-                 parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser = parser_class(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(
+    prog: str,
+    description: str,
+    table: Sequence[Setting],
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    parser = parser_class(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for setting in table:
         if setting.positional:
-            parser.add_argument(setting.name, metavar=setting.flag, nargs="?", default=None, help=setting.describe())
+            parser.add_argument(
+                setting.name, metavar=setting.flag, nargs="?", default=None, help=setting.describe()
+            )
         elif setting.is_switch:
             parser.add_argument(
-                setting.flag, dest=setting.name, nargs="?", const="true", default=None, help=setting.describe()
+                setting.flag,
+                dest=setting.name,
+                nargs="?",
+                const="true",
+                default=None,
+                help=setting.describe(),
             )
         else:
-            parser.add_argument(setting.flag, dest=setting.name, default=None, help=setting.describe(),
-                                metavar=setting.flag.lstrip("-").upper().replace("-", "_"))
+            parser.add_argument(
+                setting.flag,
+                dest=setting.name,
+                default=None,
+                help=setting.describe(),
+                metavar=setting.flag.lstrip("-").upper().replace("-", "_"),
+            )
     return parser
 
 
-def resolve(table: Sequence[Setting], cli_values: Mapping[str, str | None], environ: Mapping[str, str]) -> Settings:
+def resolve(
+    table: Sequence[Setting], cli_values: Mapping[str, str | None], environ: Mapping[str, str]
+) -> Settings:
     settings = Settings()
     for setting in table:
         raw, source = cli_values.get(setting.name), setting.flag
@@ -116,8 +136,14 @@ def load(
     return resolve(table, vars(namespace), os.environ if environ is None else environ)
 
 
-def load_typed(into: type[T], prog: str, description: str, table: Sequence[Setting], argv: Sequence[str],
-               environ: Mapping[str, str] | None = None,
-               parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser) -> T:
+def load_typed(
+    into: type[T],
+    prog: str,
+    description: str,
+    table: Sequence[Setting],
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> T:
     """`load`, returned as the command's frozen, typed settings object (config/commands.py)."""
     return into(**load(prog, description, table, argv, environ, parser_class).values)

@@ -28,7 +28,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("AgentWorkerSettings", "corral agent-worker", "corral.config.agents:AGENT_WORKER_SETTINGS"),
     ("UpSettings", "corral up", "corral.config.up:UP_SETTINGS"),
     ("BackendSettings", "corral backend", "corral.config.backend:BACKEND_SETTINGS"),
-    ("NatsAuthSetupSettings", "corral nats-auth-setup", "corral.config.nats_auth_setup:NATS_AUTH_SETUP_SETTINGS"),
+    (
+        "NatsAuthSetupSettings",
+        "corral nats-auth-setup",
+        "corral.config.nats_auth_setup:NATS_AUTH_SETUP_SETTINGS",
+    ),
     ("VllmFollowerSettings", "corral p2p-worker vllm", "corral.config.launchers:VLLM_FOLLOWER_SETTINGS"),
     ("Ds4Settings", "corral worker ds4-distributed", "corral.config.launchers:DS4_SETTINGS"),
     ("ClientSettings", "corral nodes / corral models", "corral.config.client:CLIENT_SETTINGS"),
@@ -74,8 +78,11 @@ def field_type(setting: Setting) -> str:
     except (NameError, TypeError):
         hints = {}
     returned = hints.get("return")
-    rendered = _render(returned) if returned is not None else (
-        "str" if setting.default is None else _render(type(setting.default)))
+    rendered = (
+        _render(returned)
+        if returned is not None
+        else ("str" if setting.default is None else _render(type(setting.default)))
+    )
     if setting.default is None and not setting.required and "None" not in rendered.split(" | "):
         rendered += " | None"
     return rendered
@@ -85,7 +92,9 @@ def render() -> str:
     parts = []
     for class_name, command, ref in COMMANDS:
         fields = "\n".join(f"    {s.name}: {field_type(s)}" for s in table(ref))
-        parts.append(f"\n\n@dataclass(frozen=True)\nclass {class_name}:\n    \"\"\"`{command}`.\"\"\"\n\n{fields}\n")
+        parts.append(
+            f'\n\n@dataclass(frozen=True)\nclass {class_name}:\n    """`{command}`."""\n\n{fields}\n'
+        )
     body = "".join(parts)
     return HEADER + ("from pathlib import Path\n" if "Path" in body else "") + body
 

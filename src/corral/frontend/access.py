@@ -34,15 +34,27 @@ from corral.telemetry.families import API_KEY_LOOKUPS, AUTH_FAILURES
 
 log = logging.getLogger(__name__)
 
-ADMIN_PREFIXES = ("/api/nodes", "/api/settings", "/api/keys", "/api/model-configs", "/api/resources",
-                  "/api/agent-jobs", "/api/backends", "/api/operations", "/ws/nodes", "/api/events")
+ADMIN_PREFIXES = (
+    "/api/nodes",
+    "/api/settings",
+    "/api/keys",
+    "/api/model-configs",
+    "/api/resources",
+    "/api/agent-jobs",
+    "/api/backends",
+    "/api/operations",
+    "/ws/nodes",
+    "/api/events",
+)
 USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
 UI_PREFIXES = ("/app",)  # the web UI's static pages: no data; their API calls carry the admin key
 WORKER_PREFIXES = ("/api/node",)  # guarded by node_api: registration token and the node's own credential
 METRICS_PATH = "/metrics"
 POSITIVE_TTL_S = 10.0
-NEGATIVE_TTL_S = 60.0  # keys are random and made here, so a wrong key does not turn valid (bootstrap keys aside)
+NEGATIVE_TTL_S = (
+    60.0  # keys are random and made here, so a wrong key does not turn valid (bootstrap keys aside)
+)
 CACHE_MAX_ENTRIES = 10_000  # per table (good, wrong): a flood of wrong keys never evicts a good one
 
 Scope = dict[str, Any]
@@ -125,12 +137,25 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _send_json(send: Callable[[Any], Awaitable[None]], status: int, body: dict[str, Any],
-                     headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+async def _send_json(
+    send: Callable[[Any], Awaitable[None]],
+    status: int,
+    body: dict[str, Any],
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            (b"www-authenticate", b"Bearer"), *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"www-authenticate", b"Bearer"),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -149,20 +174,32 @@ def _throttled_error(path: str, exc: Throttled) -> dict[str, Any]:
 
 
 class AccessControl:
-    def __init__(self, app: ASGIApp, cache: KeyCache, *, user_auth: bool, metrics_token: str = "",
-                 throttle: AuthThrottle | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        cache: KeyCache,
+        *,
+        user_auth: bool,
+        metrics_token: str = "",
+        throttle: AuthThrottle | None = None,
+    ) -> None:
         self.app, self.cache, self.user_auth = app, cache, user_auth
         self.metrics_token = metrics_token.encode()
         self.throttle = throttle or AuthThrottle(20, 60.0)
 
-    async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
         if scope["type"] == "http":
             try:
                 refusal = await self._refusal(scope, scope["path"])
             except Throttled as exc:
-                await _send_json(send, 429, _throttled_error(scope["path"], exc),
-                                 ((b"retry-after", str(exc.retry_after_s).encode()),))
+                await _send_json(
+                    send,
+                    429,
+                    _throttled_error(scope["path"], exc),
+                    ((b"retry-after", str(exc.retry_after_s).encode()),),
+                )
                 return
             except Exception as exc:  # a key lookup with PostgreSQL down: 503 naming it, never a traceback
                 from corral.frontend.errors import dependency_or_unexpected_response
@@ -178,8 +215,13 @@ class AccessControl:
             except Throttled as exc:
                 refusal = (429, _admin_error(429, exc.message))
             if refusal is not None:  # closed before accept: the client sees HTTP 403
-                await send({"type": "websocket.close", "code": 1008,
-                            "reason": str(refusal[1]["error"]["message"])[:120]})
+                await send(
+                    {
+                        "type": "websocket.close",
+                        "code": 1008,
+                        "reason": str(refusal[1]["error"]["message"])[:120],
+                    }
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -217,8 +259,10 @@ class AccessControl:
     async def _metrics_refusal(self, scope: Scope) -> str | None:
         key = bearer(scope)
         if not key:
-            return ("metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: "
-                    "send Authorization: Bearer <token>")
+            return (
+                "metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: "
+                "send Authorization: Bearer <token>"
+            )
         if self.metrics_token and hmac.compare_digest(key.encode(), self.metrics_token):
             return None
         if await self._role(scope, key) is None:

@@ -66,8 +66,13 @@ class FrontendApp(FastAPI):
 
 def build_app(state: FrontendState, limits: RequestLimits | None = None) -> FastAPI:
     # FastAPI's native OpenTelemetry hooks cost ~10 µs per request even with no provider set; /metrics is ours.
-    app = FrontendApp(title="corral", version=__version__, docs_url="/docs", redoc_url=None,
-                      telemetry={"tracing": False, "metrics": False, "logs": False})
+    app = FrontendApp(
+        title="corral",
+        version=__version__,
+        docs_url="/docs",
+        redoc_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     install_handlers(app)
     install_node_api(app, state)
     openai_router = build_openai_router(state)
@@ -77,7 +82,9 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
-    app.include_router(build_resources_router(state))  # /api/resources, /api/models, /api/models/variants/<id>
+    app.include_router(
+        build_resources_router(state)
+    )  # /api/resources, /api/models, /api/models/variants/<id>
     app.include_router(build_vram_budget_router(state))
     if state.config_revisions is not None:
         app.include_router(build_model_configs_router(state.config_revisions))
@@ -89,13 +96,20 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     app.include_router(build_events_router(EventHub(state.nc)))  # /api/events: the web UI's live hints
     app.include_router(build_ui_router(load_assets()))  # /app: the web UI
     if state.backend_ops is not None:  # issue 11: per-node backend and model operations, activity, logs
-        for build in (build_node_backends_router, build_node_models_router, build_operations_router,
-                      build_backend_logs_router):
+        for build in (
+            build_node_backends_router,
+            build_node_models_router,
+            build_operations_router,
+            build_backend_logs_router,
+        ):
             app.include_router(build(state))
     keys = install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
-    fast = FastPath(CancelOnDisconnect(app.inner, MEDIA_PATHS), handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
-                    figures=RequestFigures(lambda model: configured_name(state, model)))
+    fast = FastPath(
+        CancelOnDisconnect(app.inner, MEDIA_PATHS),
+        handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
+        figures=RequestFigures(lambda model: configured_name(state, model)),
+    )
     app.front = RequestLimitsMiddleware(access_control(fast, state, keys), limits=limits or RequestLimits())
 
     @app.get("/healthz", response_class=PlainTextResponse)

@@ -37,8 +37,13 @@ class _Window:
 
 
 class AuthThrottle:
-    def __init__(self, limit: int, window_s: float, clock: Callable[[], float] = time.monotonic,
-                 max_sources: int = MAX_SOURCES) -> None:
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_sources: int = MAX_SOURCES,
+    ) -> None:
         self.limit, self.window_s, self._clock = limit, window_s, clock
         self._windows: SourceTable[_Window] = SourceTable(max_sources)
 
@@ -83,5 +88,8 @@ class AuthThrottle:
     def refusal(self, retry_after_s: float) -> tuple[str, int]:
         """The 429's message and its Retry-After (whole seconds, at least 1)."""
         seconds = max(1, math.ceil(retry_after_s))
-        return (f"too many unknown API keys from this address: {self.limit} in {self.window_s:g}s ({KNOB}, "
-                f"CORRAL_AUTH_FAILURE_WINDOW); retry after {seconds}s with a valid key", seconds)
+        return (
+            f"too many unknown API keys from this address: {self.limit} in {self.window_s:g}s ({KNOB}, "
+            f"CORRAL_AUTH_FAILURE_WINDOW); retry after {seconds}s with a valid key",
+            seconds,
+        )

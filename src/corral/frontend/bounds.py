@@ -34,12 +34,14 @@ PROMPTS_MAX = 256  # prompts in one batched /v1/completions call (each one a bac
 
 def _within(low: float, high: float, what: str = "") -> Callable[[Any], Any]:
     """Runs before coercion too: 1e20 for an int field is "out of range", not "cannot parse"."""
+
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return value  # the type check that follows names what is wrong
         if not low <= value <= high or (isinstance(value, float) and not math.isfinite(value)):
             raise PydanticCustomError("out_of_range", f"must be {what}between {low} and {high}")
         return value
+
     return check
 
 
@@ -63,18 +65,23 @@ _logit_bias = _within(-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX, "a finite number ")
 PositiveInt32 = Annotated[int, BeforeValidator(_tokens), AfterValidator(_tokens), _schema(1, INT32_MAX)]
 Int32 = Annotated[int, BeforeValidator(_int32), AfterValidator(_int32), _schema(INT32_MIN, INT32_MAX)]
 ByteCount = Annotated[int, BeforeValidator(_bytes), AfterValidator(_bytes), _schema(0, INT64_MAX)]
-ReplicasPerModel = Annotated[int, BeforeValidator(_replicas), AfterValidator(_replicas),
-                             _schema(0, REPLICAS_PER_MODEL_MAX)]
-ReplicasOverride = Annotated[int, BeforeValidator(_override), AfterValidator(_override),
-                             _schema(1, REPLICAS_PER_MODEL_MAX)]
+ReplicasPerModel = Annotated[
+    int, BeforeValidator(_replicas), AfterValidator(_replicas), _schema(0, REPLICAS_PER_MODEL_MAX)
+]
+ReplicasOverride = Annotated[
+    int, BeforeValidator(_override), AfterValidator(_override), _schema(1, REPLICAS_PER_MODEL_MAX)
+]
 Temperature = Annotated[float, BeforeValidator(_temperature), AfterValidator(_temperature), _schema(0, 2)]
 Probability = Annotated[float, BeforeValidator(_probability), AfterValidator(_probability), _schema(0, 1)]
 Penalty = Annotated[float, BeforeValidator(_penalty), AfterValidator(_penalty), _schema(-2, 2)]
 RerankTopN = Annotated[int, BeforeValidator(_top_n), AfterValidator(_top_n), _schema(0, RERANK_DOCUMENTS_MAX)]
 TokenId = Annotated[int, BeforeValidator(_token_id), AfterValidator(_token_id), _schema(0, INT32_MAX)]
-TopLogprobs = Annotated[int, BeforeValidator(_top_logprobs), AfterValidator(_top_logprobs), _schema(0, TOP_LOGPROBS_MAX)]
-LogitBias = Annotated[float, BeforeValidator(_logit_bias), AfterValidator(_logit_bias),
-                      _schema(-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX)]
+TopLogprobs = Annotated[
+    int, BeforeValidator(_top_logprobs), AfterValidator(_top_logprobs), _schema(0, TOP_LOGPROBS_MAX)
+]
+LogitBias = Annotated[
+    float, BeforeValidator(_logit_bias), AfterValidator(_logit_bias), _schema(-LOGIT_BIAS_MAX, LOGIT_BIAS_MAX)
+]
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX)]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=LABEL_KEY_MAX)]

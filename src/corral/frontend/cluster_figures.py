@@ -49,31 +49,43 @@ class ClusterFigures:
                 nodes = await cluster_store.nodes_by_status(self.pool)
                 jobs = await cluster_store.load_jobs_by_state(self.pool)
         except Exception as exc:  # noqa: BLE001 - the scrape is served whatever the database does
-            log.warning("metrics: node and load-job counts not read (PostgreSQL: %s)", exc or type(exc).__name__)
+            log.warning(
+                "metrics: node and load-job counts not read (PostgreSQL: %s)", exc or type(exc).__name__
+            )
             families.append(_single("corral_cluster_figures_ok", "1 when the last scrape read PostgreSQL", 0))
         else:
-            families += [_counts("corral_nodes", "Registered nodes by status", "status", NODE_STATUSES, nodes),
-                         _counts("corral_load_jobs", "Load jobs in the cluster by state", "state", JOB_STATES, jobs),
-                         _single("corral_cluster_figures_ok", "1 when the last scrape read PostgreSQL", 1)]
+            families += [
+                _counts("corral_nodes", "Registered nodes by status", "status", NODE_STATUSES, nodes),
+                _counts("corral_load_jobs", "Load jobs in the cluster by state", "state", JOB_STATES, jobs),
+                _single("corral_cluster_figures_ok", "1 when the last scrape read PostgreSQL", 1),
+            ]
         self.families = families
 
     def _pool_family(self) -> GaugeMetricFamily:
         size, idle = self.pool.get_size(), self.pool.get_idle_size()
-        family = GaugeMetricFamily("corral_db_pool_connections", "PostgreSQL pool connections of this frontend",
-                                   labels=["state"])
+        family = GaugeMetricFamily(
+            "corral_db_pool_connections", "PostgreSQL pool connections of this frontend", labels=["state"]
+        )
         for state, value in (("in_use", size - idle), ("idle", idle), ("max", self.pool.get_max_size())):
             family.add_metric([state], value)
         return family
 
     def _in_flight_family(self) -> GaugeMetricFamily:
-        family = GaugeMetricFamily("corral_replica_in_flight", "Requests in flight on each replica from this "
-                                   "frontend", labels=["model", "node", "replica"])
+        family = GaugeMetricFamily(
+            "corral_replica_in_flight",
+            "Requests in flight on each replica from this frontend",
+            labels=["model", "node", "replica"],
+        )
         for replica in self.replicas():
-            family.add_metric([replica.model, replica.node_name, str(replica.replica_index)], replica.in_flight)
+            family.add_metric(
+                [replica.model, replica.node_name, str(replica.replica_index)], replica.in_flight
+            )
         return family
 
 
-def _counts(name: str, help_text: str, label: str, known: tuple[str, ...], found: dict[str, int]) -> GaugeMetricFamily:
+def _counts(
+    name: str, help_text: str, label: str, known: tuple[str, ...], found: dict[str, int]
+) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, help_text, labels=[label])
     for key in sorted({*known, *found}):
         family.add_metric([key], found.get(key, 0))

@@ -18,16 +18,25 @@ log = logging.getLogger(__name__)
 class APIError(Exception):
     """An error answered to the client in the OpenAI envelope."""
 
-    def __init__(self, status: int, message: str, type_: str, code: str | int | None = None,
-                 param: str | None = None, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str | int | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.code, self.param = status, message, type_, code, param
         self.headers = headers or {}
         self.extra = extra or {}  # additive top-level fields, e.g. the `loading` object
 
 
-def envelope(message: str, type_: str, code: str | int | None = None, param: str | None = None) -> dict[str, Any]:
+def envelope(
+    message: str, type_: str, code: str | int | None = None, param: str | None = None
+) -> dict[str, Any]:
     error: dict[str, Any] = {"message": message, "type": type_, "code": code}
     if param is not None:
         error["param"] = param
@@ -35,7 +44,11 @@ def envelope(message: str, type_: str, code: str | int | None = None, param: str
 
 
 # OpenAI's codes for a refused request field (`request_fields` raises pydantic errors of these types)
-UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE = "unknown_parameter", "unsupported_parameter", "unsupported_value"
+UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE = (
+    "unknown_parameter",
+    "unsupported_parameter",
+    "unsupported_value",
+)
 FIELD_CODES = frozenset({UNKNOWN_PARAMETER, UNSUPPORTED_PARAMETER, UNSUPPORTED_VALUE})
 
 LOCATIONS = ("body", "path", "query", "header", "cookie")  # where FastAPI found the field, not its name
@@ -46,7 +59,11 @@ def _union_tag(part: Any) -> bool:
     """Whether a location part names the member of a union that was tried (`str`, `literal['a','b']`,
     `list[…]`), not a field: `messages.0.content.str` is the field `messages.0.content`."""
     return isinstance(part, str) and (part in UNION_TAGS or "[" in part[1:])  # not `[key]`: a dict's bad key
-PART_MAX = 40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
+
+
+PART_MAX = (
+    40  # a field path quotes at most this much of one part (a 10 kB label key stays out of the message)
+)
 
 
 def clip(part: Any) -> str:
@@ -88,13 +105,18 @@ def validation_message(exc: RequestValidationError | ValidationError) -> tuple[s
 def validation_response(exc: RequestValidationError | ValidationError) -> JSONResponse:
     field, message = validation_message(exc)
     kind = _first_error(exc).get("type")
-    code = kind if kind in FIELD_CODES else "invalid_value"  # OpenAI's codes for refused fields, as clients branch on them
+    code = (
+        kind if kind in FIELD_CODES else "invalid_value"
+    )  # OpenAI's codes for refused fields, as clients branch on them
     return JSONResponse(envelope(message, "invalid_request_error", code, field), status_code=400)
 
 
 def api_error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse({**envelope(exc.message, exc.type, exc.code, exc.param), **exc.extra},
-                        status_code=exc.status, headers=exc.headers)
+    return JSONResponse(
+        {**envelope(exc.message, exc.type, exc.code, exc.param), **exc.extra},
+        status_code=exc.status,
+        headers=exc.headers,
+    )
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -127,7 +149,9 @@ def install_handlers(app: FastAPI) -> None:
 def unexpected_response(exc: BaseException) -> JSONResponse:
     """A bug reached the client: log the traceback here, answer only the exception's type name."""
     log.error("unexpected error", exc_info=exc)
-    return JSONResponse(envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500)
+    return JSONResponse(
+        envelope(f"internal error: {type(exc).__name__}", "server_error", 500), status_code=500
+    )
 
 
 def dependency_or_unexpected_response(exc: BaseException) -> Response:

@@ -37,7 +37,9 @@ def child_index() -> int | None:
 
 
 def _spawn(index: int, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "corral", "run", *argv], env={**os.environ, CHILD_ENV: str(index)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral", "run", *argv], env={**os.environ, CHILD_ENV: str(index)}
+    )
 
 
 def _wait_listening(host: str, port: int, child: subprocess.Popen[bytes], stop: threading.Event) -> bool:
@@ -54,22 +56,33 @@ def run_http_workers(settings: FrontendSettings, argv: Sequence[str]) -> int:
     host, port = settings.address
     count = int(settings.http_workers)
     if port == 0:
-        raise ConfigError(f"--http-workers {count} needs a fixed port in --address (got {host}:0): "
-                          "each process binds the same port")
+        raise ConfigError(
+            f"--http-workers {count} needs a fixed port in --address (got {host}:0): "
+            "each process binds the same port"
+        )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     children = [_spawn(0, argv)]
     try:
-        if _wait_listening(host if host not in ("", "0.0.0.0", "::") else "127.0.0.1", port, children[0], stop):
+        if _wait_listening(
+            host if host not in ("", "0.0.0.0", "::") else "127.0.0.1", port, children[0], stop
+        ):
             children += [_spawn(i, argv) for i in range(1, count)]
-            log.info("%d frontend processes serve port %d (pids %s)", count, port,
-                     ", ".join(str(c.pid) for c in children))
+            log.info(
+                "%d frontend processes serve port %d (pids %s)",
+                count,
+                port,
+                ", ".join(str(c.pid) for c in children),
+            )
         while not stop.is_set():
             exited = next((c for c in children if c.poll() is not None), None)
             if exited is not None:
-                log.error("frontend process %d exited with code %s; stopping the others", exited.pid,
-                          exited.returncode)
+                log.error(
+                    "frontend process %d exited with code %s; stopping the others",
+                    exited.pid,
+                    exited.returncode,
+                )
                 return exited.returncode or 1
             stop.wait(POLL_S)
         return 0

@@ -40,8 +40,10 @@ class BodyLimit:
     knob: str
 
     def message(self) -> str:
-        return (f"request body too large: {self.what} accept at most {self.max_bytes} bytes; "
-                f"raise {self.knob} to allow more")
+        return (
+            f"request body too large: {self.what} accept at most {self.max_bytes} bytes; "
+            f"raise {self.knob} to allow more"
+        )
 
 
 @dataclass(frozen=True)
@@ -54,18 +56,39 @@ class RequestLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> RequestLimits:
-        return cls(settings.inference_max_body_bytes, settings.node_api_max_body_bytes,
-                   settings.model_config_max_body_bytes, settings.admin_max_body_bytes,
-                   settings.max_concurrent_requests)
+        return cls(
+            settings.inference_max_body_bytes,
+            settings.node_api_max_body_bytes,
+            settings.model_config_max_body_bytes,
+            settings.admin_max_body_bytes,
+            settings.max_concurrent_requests,
+        )
 
     def classes(self) -> tuple[tuple[str, BodyLimit], ...]:
         """(path prefix, limit), first match wins; the last entry (prefix "") covers every other route."""
         return (
-            ("/v1/", BodyLimit("inference requests (/v1/*)", self.inference_body_bytes, "CORRAL_INFERENCE_MAX_BODY")),
-            ("/api/node/", BodyLimit("worker node API requests (/api/node/*)", self.node_api_body_bytes,
-                                     "CORRAL_NODE_API_MAX_BODY")),
-            ("/api/model-configs", BodyLimit("model config edits (/api/model-configs/*)",
-                                             self.model_config_body_bytes, "CORRAL_MODEL_CONFIG_MAX_BODY")),
+            (
+                "/v1/",
+                BodyLimit(
+                    "inference requests (/v1/*)", self.inference_body_bytes, "CORRAL_INFERENCE_MAX_BODY"
+                ),
+            ),
+            (
+                "/api/node/",
+                BodyLimit(
+                    "worker node API requests (/api/node/*)",
+                    self.node_api_body_bytes,
+                    "CORRAL_NODE_API_MAX_BODY",
+                ),
+            ),
+            (
+                "/api/model-configs",
+                BodyLimit(
+                    "model config edits (/api/model-configs/*)",
+                    self.model_config_body_bytes,
+                    "CORRAL_MODEL_CONFIG_MAX_BODY",
+                ),
+            ),
             ("", BodyLimit("admin and other requests", self.admin_body_bytes, "CORRAL_ADMIN_MAX_BODY")),
         )
 
@@ -114,18 +137,29 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _answer(send: Send, status: int, message: str, type_: str, code: str,
-                  headers: list[tuple[bytes, bytes]]) -> None:
+async def _answer(
+    send: Send, status: int, message: str, type_: str, code: str, headers: list[tuple[bytes, bytes]]
+) -> None:
     payload = json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
 async def _too_large(send: Send, limit: BodyLimit) -> None:
     # Connection: close — the server drops the connection instead of draining the rest of the body.
-    await _answer(send, 413, limit.message(), "invalid_request_error", "body_too_large",
-                  [(b"connection", b"close")])
+    await _answer(
+        send, 413, limit.message(), "invalid_request_error", "body_too_large", [(b"connection", b"close")]
+    )
 
 
 class RequestLimitsMiddleware:
@@ -173,6 +207,12 @@ class RequestLimitsMiddleware:
 
     async def _busy(self, send: Send) -> None:
         limit = self.limits.max_concurrent_requests
-        await _answer(send, 429, f"this frontend is serving its limit of {limit} concurrent requests; retry "
-                                 f"after {RETRY_AFTER_S} s, or raise {CONCURRENCY_KNOB}", "rate_limit_error",
-                      "frontend_busy", [(b"retry-after", str(RETRY_AFTER_S).encode())])
+        await _answer(
+            send,
+            429,
+            f"this frontend is serving its limit of {limit} concurrent requests; retry "
+            f"after {RETRY_AFTER_S} s, or raise {CONCURRENCY_KNOB}",
+            "rate_limit_error",
+            "frontend_busy",
+            [(b"retry-after", str(RETRY_AFTER_S).encode())],
+        )

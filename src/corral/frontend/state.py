@@ -27,10 +27,14 @@ class FrontendState:
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
     lifecycle: Any = None  # corral.nodes.lifecycle.NodeLifecycle (heartbeats, health, minting)
     figures: Any = None  # corral.frontend.cluster_figures.ClusterFigures (read at scrape / OTLP export time)
-    agents: Any = None  # corral.frontend.inference.agent_chat.AgentChat: models with `mcp:` servers (issue 13)
+    agents: Any = (
+        None  # corral.frontend.inference.agent_chat.AgentChat: models with `mcp:` servers (issue 13)
+    )
     agent_jobs: Any = None  # corral.agents.recorder.JobRecorder: agent jobs on the agent workers (issue 13)
     mcp_max_iterations: int = 10
-    aliases: dict[str, str] = field(default_factory=dict)  # alias -> model (models/aliases.py), shared with the router
+    aliases: dict[str, str] = field(
+        default_factory=dict
+    )  # alias -> model (models/aliases.py), shared with the router
     backend_ops: Any = None  # corral.nodes.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
     max_n: int = 8  # CORRAL_MAX_N: most choices (`n`) one generation request may ask for

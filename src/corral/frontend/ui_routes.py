@@ -17,12 +17,18 @@ from fastapi import APIRouter
 from fastapi.responses import RedirectResponse, Response
 
 UI_DIR = resources.files("corral.frontend").joinpath("ui")  # package data: found in a wheel too
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 # The page runs only its own scripts and styles and talks only to this origin. It plays speech it fetched itself
 # (the Models page's Try panel): an object URL of the answer's bytes, hence `media-src blob:`.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self' blob:; "
-       "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self' blob:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
 
 
 def load_assets(root: Traversable = UI_DIR) -> dict[str, bytes]:
@@ -40,8 +46,11 @@ def load_assets(root: Traversable = UI_DIR) -> dict[str, bytes]:
 
 
 def _answer(name: str, body: bytes, cache: str) -> Response:
-    return Response(body, media_type=CONTENT_TYPES[PurePosixPath(name).suffix], headers={
-        "Cache-Control": cache, "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"})
+    return Response(
+        body,
+        media_type=CONTENT_TYPES[PurePosixPath(name).suffix],
+        headers={"Cache-Control": cache, "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"},
+    )
 
 
 def build_ui_router(assets: dict[str, bytes]) -> APIRouter:

@@ -33,8 +33,13 @@ _NATS_DOWN: tuple[type[BaseException], ...] = (
 )
 
 # What may signal a dependency that is down (the frontend's exception handlers are keyed by these).
-DEPENDENCY_ERRORS: tuple[type[Exception], ...] = (OSError, TimeoutError, asyncpg.PostgresError,
-                                                  asyncpg.InterfaceError, nats.errors.Error)
+DEPENDENCY_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    nats.errors.Error,
+)
 
 
 def _raised_in(exc: BaseException, package: str) -> bool:
@@ -69,5 +74,9 @@ def unavailable_response(exc: BaseException) -> Response | None:
     detail = (str(exc) or type(exc).__name__).removeprefix("nats: ")
     message = f"{role} unavailable: {server}: {detail} ({setting}); retry shortly"
     body = {"error": {"message": message, "type": "service_unavailable", "code": 503}}
-    return Response(orjson.dumps(body), status_code=503, media_type="application/json",
-                    headers={"Retry-After": str(RETRY_AFTER_S)})
+    return Response(
+        orjson.dumps(body),
+        status_code=503,
+        media_type="application/json",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )

@@ -46,7 +46,9 @@ def _extract_tar(archive: Path, target: Path, progress: ItemProgress | None) -> 
             raise ArchiveError(f"archive has {len(members)} members; at most {MAX_MEMBERS}")
         for i, member in enumerate(members, 1):
             if member.name.startswith("/") or ".." in Path(member.name).parts:
-                raise ArchiveError(f"archive member {member.name!r} would be written outside the backend directory")
+                raise ArchiveError(
+                    f"archive member {member.name!r} would be written outside the backend directory"
+                )
             tar.extract(member, target, filter="data")
             if progress:
                 progress(member.name, i, len(members))

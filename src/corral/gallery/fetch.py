@@ -46,8 +46,9 @@ def read_bytes(location: str, max_bytes: int, timeout_s: float) -> bytes:
     return b"".join(chunks)
 
 
-def download(location: str, out: BinaryIO, timeout_s: float, max_bytes: int,
-             progress: ByteProgress | None = None) -> str:
+def download(
+    location: str, out: BinaryIO, timeout_s: float, max_bytes: int, progress: ByteProgress | None = None
+) -> str:
     """Copy `location` into `out`; returns the SHA-256 hex digest of what was written."""
     digest = hashlib.sha256()
 
@@ -60,8 +61,13 @@ def download(location: str, out: BinaryIO, timeout_s: float, max_bytes: int,
     return digest.hexdigest()
 
 
-def _stream(location: str, sink: Callable[[bytes], None], timeout_s: float, max_bytes: int,
-            progress: ByteProgress | None) -> None:
+def _stream(
+    location: str,
+    sink: Callable[[bytes], None],
+    timeout_s: float,
+    max_bytes: int,
+    progress: ByteProgress | None,
+) -> None:
     if _is_http(location):
         _stream_http(location, sink, timeout_s, max_bytes, progress)
     else:
@@ -72,8 +78,9 @@ def _too_large(location: str, max_bytes: int) -> FetchError:
     return FetchError(f"{location} is larger than {max_bytes} bytes; refused")
 
 
-def _stream_file(path: Path, sink: Callable[[bytes], None], max_bytes: int,
-                 progress: ByteProgress | None) -> None:
+def _stream_file(
+    path: Path, sink: Callable[[bytes], None], max_bytes: int, progress: ByteProgress | None
+) -> None:
     try:
         with open(path, "rb") as fh:
             total = os.fstat(fh.fileno()).st_size
@@ -91,11 +98,14 @@ def _stream_file(path: Path, sink: Callable[[bytes], None], max_bytes: int,
         raise FetchError(f"{path}: {exc.strerror or exc}") from None
 
 
-def _stream_http(url: str, sink: Callable[[bytes], None], timeout_s: float, max_bytes: int,
-                 progress: ByteProgress | None) -> None:
+def _stream_http(
+    url: str, sink: Callable[[bytes], None], timeout_s: float, max_bytes: int, progress: ByteProgress | None
+) -> None:
     try:
-        with httpx.Client(timeout=timeout_s, follow_redirects=True) as client, \
-                client.stream("GET", url) as response:
+        with (
+            httpx.Client(timeout=timeout_s, follow_redirects=True) as client,
+            client.stream("GET", url) as response,
+        ):
             if response.status_code != 200:
                 raise FetchError(f"{url}: HTTP {response.status_code}")
             total = int(response.headers.get("content-length") or 0)
@@ -110,6 +120,8 @@ def _stream_http(url: str, sink: Callable[[bytes], None], timeout_s: float, max_
                 if progress:
                     progress(done, total)
     except httpx.TimeoutException:
-        raise FetchError(f"{url}: no answer within {format_duration_s(timeout_s)}; raise {TIMEOUT_KNOB}") from None
+        raise FetchError(
+            f"{url}: no answer within {format_duration_s(timeout_s)}; raise {TIMEOUT_KNOB}"
+        ) from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{url}: {exc}") from None

@@ -39,8 +39,10 @@ class BackendNotFound(GalleryError):
 
     def __init__(self, backend: str, galleries: list[GalleryRef]) -> None:
         searched = ", ".join(f"{g.name} ({g.url})" for g in galleries) or "none configured"
-        super().__init__(f"backend {backend!r} {NOT_FOUND_MARK}; galleries searched: "
-                         f"{searched} (set LOCALAI_BACKEND_GALLERIES or the request's backend_galleries)")
+        super().__init__(
+            f"backend {backend!r} {NOT_FOUND_MARK}; galleries searched: "
+            f"{searched} (set LOCALAI_BACKEND_GALLERIES or the request's backend_galleries)"
+        )
         self.backend = backend
         self.galleries = galleries
 
@@ -169,7 +171,9 @@ def parse_index(data: bytes, source: str) -> list[GalleryEntry]:
     if isinstance(doc, dict):
         doc = doc.get("backends")
     if not isinstance(doc, list):
-        raise GalleryError(f"gallery index {source} must be a list of backend entries (or {{backends: [...]}})")
+        raise GalleryError(
+            f"gallery index {source} must be a list of backend entries (or {{backends: [...]}})"
+        )
     if len(doc) > INDEX_MAX_ENTRIES:
         raise GalleryError(f"gallery index {source} lists {len(doc)} entries; at most {INDEX_MAX_ENTRIES}")
     entries = []
@@ -210,6 +214,8 @@ def find_entry(name: str, galleries: list[GalleryRef], timeout_s: float) -> tupl
                 return entry, ref
     if problems:
         searched = ", ".join(f"{g.name} ({g.url})" for g in galleries)
-        raise GalleryError(f"backend {name!r} is not installed and no readable gallery lists it; galleries "
-                           f"searched: {searched}; " + "; ".join(problems))
+        raise GalleryError(
+            f"backend {name!r} is not installed and no readable gallery lists it; galleries "
+            f"searched: {searched}; " + "; ".join(problems)
+        )
     raise BackendNotFound(name, galleries)

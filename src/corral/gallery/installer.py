@@ -54,8 +54,9 @@ def _describe_os_error(exc: OSError, where: Path) -> str:
 
 
 class BackendInstaller:
-    def __init__(self, backends_path: Path, *, require_integrity: bool, timeout_s: float,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self, backends_path: Path, *, require_integrity: bool, timeout_s: float, python: str = sys.executable
+    ) -> None:
         self.backends_path = backends_path
         self.require_integrity = require_integrity
         self.timeout_s = timeout_s
@@ -79,29 +80,42 @@ class BackendInstaller:
         location = resolve_location(gallery.url, entry.uri)
         progress("resolving", entry.name, 0, 0, False)
         if entry.sha256 is None and self.require_integrity:
-            raise InstallError(f"backend {entry.name!r} in gallery {gallery.name!r} has no sha256 digest and "
-                               f"{INTEGRITY_KNOB} is on; add the digest to the gallery or turn the setting off")
+            raise InstallError(
+                f"backend {entry.name!r} in gallery {gallery.name!r} has no sha256 digest and "
+                f"{INTEGRITY_KNOB} is on; add the digest to the gallery or turn the setting off"
+            )
         target = self.backends_path / entry.name
         try:
             self.backends_path.mkdir(parents=True, exist_ok=True)
             stage = Path(tempfile.mkdtemp(prefix=f"{INSTALL_PREFIX}{entry.name}-", dir=self.backends_path))
         except OSError as exc:
-            raise InstallError(f"cannot install backend {entry.name!r}: "
-                               f"{_describe_os_error(exc, self.backends_path)}") from None
+            raise InstallError(
+                f"cannot install backend {entry.name!r}: {_describe_os_error(exc, self.backends_path)}"
+            ) from None
         try:
             root, digest = self._unpack(entry, location, stage, progress)
             if entry.python is not None:
                 if entry.python.common is not None:
-                    self._copy_common(entry, resolve_location(gallery.url, entry.python.common), root, progress)
+                    self._copy_common(
+                        entry, resolve_location(gallery.url, entry.python.common), root, progress
+                    )
                 self._python(entry.python, root, target, progress)
-            meta = BackendMetadata(name=entry.name, alias=entry.alias, description=entry.description or None,
-                                   installed_at=datetime.now(UTC).isoformat(), gallery_url=gallery.url,
-                                   version=entry.version, uri=location, digest=digest)
+            meta = BackendMetadata(
+                name=entry.name,
+                alias=entry.alias,
+                description=entry.description or None,
+                installed_at=datetime.now(UTC).isoformat(),
+                gallery_url=gallery.url,
+                version=entry.version,
+                uri=location,
+                digest=digest,
+            )
             write_metadata(root, meta)
             self._publish(root, target)
         except OSError as exc:
-            raise InstallError(f"install of backend {entry.name!r} failed: {_describe_os_error(exc, stage)}") \
-                from None
+            raise InstallError(
+                f"install of backend {entry.name!r} failed: {_describe_os_error(exc, stage)}"
+            ) from None
         except (FetchError, ArchiveError) as exc:
             raise InstallError(f"install of backend {entry.name!r} failed: {exc}") from None
         finally:
@@ -128,21 +142,25 @@ class BackendInstaller:
         os.rename(root, target)
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _unpack(self, entry: GalleryEntry, location: str, stage: Path,
-                progress: Progress) -> tuple[Path, str | None]:
+    def _unpack(
+        self, entry: GalleryEntry, location: str, stage: Path, progress: Progress
+    ) -> tuple[Path, str | None]:
         unpacked = stage / "root"
         unpacked.mkdir()
         if is_archive(location):
             digest: str | None = self._fetch_archive(entry, location, stage, unpacked, progress)
         elif is_url(location):
-            raise InstallError(f"backend {entry.name!r}: uri {location} must be a .tar.gz/.tgz/.tar/.zip archive "
-                               "(a URL cannot name a directory)")
+            raise InstallError(
+                f"backend {entry.name!r}: uri {location} must be a .tar.gz/.tgz/.tar/.zip archive "
+                "(a URL cannot name a directory)"
+            )
         else:
             digest = self._copy_directory(entry, Path(location), unpacked, progress)
         return self._backend_root(entry, unpacked), digest
 
-    def _fetch_archive(self, entry: GalleryEntry, location: str, stage: Path, unpacked: Path,
-                       progress: Progress) -> str:
+    def _fetch_archive(
+        self, entry: GalleryEntry, location: str, stage: Path, unpacked: Path, progress: Progress
+    ) -> str:
         archive = stage / "archive"
         file_name = location.rsplit("/", 1)[-1]
 
@@ -152,8 +170,10 @@ class BackendInstaller:
         with open(archive, "wb") as out:
             digest = download(location, out, self.timeout_s, ARCHIVE_MAX_BYTES, on_bytes)
         if entry.sha256 is not None and digest != entry.sha256:
-            raise InstallError(f"backend {entry.name!r}: digest mismatch for {location}: gallery says sha256 "
-                               f"{entry.sha256}, downloaded file has {digest}; refusing to install")
+            raise InstallError(
+                f"backend {entry.name!r}: digest mismatch for {location}: gallery says sha256 "
+                f"{entry.sha256}, downloaded file has {digest}; refusing to install"
+            )
 
         def on_member(member: str, done: int, total: int) -> None:
             progress("extracting", member, done, total, False)
@@ -162,15 +182,21 @@ class BackendInstaller:
         archive.unlink()
         return digest
 
-    def _copy_directory(self, entry: GalleryEntry, source: Path, unpacked: Path, progress: Progress) -> str | None:
+    def _copy_directory(
+        self, entry: GalleryEntry, source: Path, unpacked: Path, progress: Progress
+    ) -> str | None:
         if not source.is_dir():
-            raise InstallError(f"backend {entry.name!r}: uri {source} is neither a directory nor a "
-                               ".tar.gz/.tgz/.tar/.zip archive")
+            raise InstallError(
+                f"backend {entry.name!r}: uri {source} is neither a directory nor a "
+                ".tar.gz/.tgz/.tar/.zip archive"
+            )
         _copy_tree(source, unpacked, progress)
         digest = tree_digest(unpacked) if entry.sha256 is not None or self.require_integrity else None
         if entry.sha256 is not None and digest != entry.sha256:
-            raise InstallError(f"backend {entry.name!r}: digest mismatch for directory {source}: gallery says "
-                               f"sha256 {entry.sha256}, its files hash to {digest}; refusing to install")
+            raise InstallError(
+                f"backend {entry.name!r}: digest mismatch for directory {source}: gallery says "
+                f"sha256 {entry.sha256}, its files hash to {digest}; refusing to install"
+            )
         return digest
 
     @staticmethod
@@ -178,11 +204,15 @@ class BackendInstaller:
         """The gallery's shared backend code (`python.common`) into `<backend>/common`, beside backend.py."""
         source = Path(location)
         if is_url(location) or not source.is_dir():
-            raise InstallError(f"backend {entry.name!r}: python.common {location} is not a directory (the shared "
-                               "code is copied from the gallery's own directory; an archive ships its common/)")
+            raise InstallError(
+                f"backend {entry.name!r}: python.common {location} is not a directory (the shared "
+                "code is copied from the gallery's own directory; an archive ships its common/)"
+            )
         if (root / COMMON_DIR).exists():
-            raise InstallError(f"backend {entry.name!r} ships its own {COMMON_DIR}/ and its entry names "
-                               f"python.common {location} too; drop one of them")
+            raise InstallError(
+                f"backend {entry.name!r} ships its own {COMMON_DIR}/ and its entry names "
+                f"python.common {location} too; drop one of them"
+            )
         (root / COMMON_DIR).mkdir()
         _copy_tree(source, root / COMMON_DIR, progress)
 
@@ -194,8 +224,10 @@ class BackendInstaller:
         else:
             children = [p for p in unpacked.iterdir()]
             if len(children) != 1 or not (children[0] / RUN_FILE).is_file():
-                raise InstallError(f"backend {entry.name!r} has no {RUN_FILE} at its top level (nor in a single "
-                                   "top-level directory); a backend directory needs run.sh")
+                raise InstallError(
+                    f"backend {entry.name!r} has no {RUN_FILE} at its top level (nor in a single "
+                    "top-level directory); a backend directory needs run.sh"
+                )
             root = children[0]
         run_file = root / RUN_FILE
         if run_file.is_symlink():
@@ -209,13 +241,28 @@ class BackendInstaller:
             raise InstallError(f"python.requirements {section.requirements!r} is not a file in the backend")
         venv = root / VENV_DIR
         progress("downloading", "venv", 0, 0, False)
-        self._run([self.python, "-m", "venv", "--without-pip", str(venv)], root, "create the virtual environment")
+        self._run(
+            [self.python, "-m", "venv", "--without-pip", str(venv)], root, "create the virtual environment"
+        )
         venv_python = venv / "bin" / "python"
         if section.inherit_worker_packages:
             self._inherit(venv)
-        argv = [self.python, "-m", "pip", "--python", str(venv_python), "install", "--no-input",
-                "--disable-pip-version-check", "--progress-bar", "off", "--timeout", f"{self.timeout_s:g}",
-                "-r", str(requirements)]
+        argv = [
+            self.python,
+            "-m",
+            "pip",
+            "--python",
+            str(venv_python),
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "--timeout",
+            f"{self.timeout_s:g}",
+            "-r",
+            str(requirements),
+        ]
         for link in section.find_links:
             argv += ["--find-links", link if is_url(link) else str((root / link).resolve())]
         if section.no_index:
@@ -233,20 +280,32 @@ class BackendInstaller:
     def _run(self, argv: list[str], cwd: Path, what: str, progress: Progress | None = None) -> None:
         tail: deque[str] = deque(maxlen=PIP_TAIL_LINES)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        with subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, env=env, text=True, errors="replace") as proc:
+        with subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            text=True,
+            errors="replace",
+        ) as proc:
             assert proc.stdout is not None
             step = 0
             for line in proc.stdout:
                 line = line.rstrip()
                 tail.append(line)
-                if progress and line.startswith(("Collecting ", "Downloading ", "Processing ", "Installing ")):
+                if progress and line.startswith(
+                    ("Collecting ", "Downloading ", "Processing ", "Installing ")
+                ):
                     step += 1
                     progress("downloading", line.split(" ", 2)[1], step, 0, False)
         if proc.returncode != 0:
             lines = "\n".join(tail)
             if "No space left on device" in lines:
-                raise InstallError(f"disk full while trying to {what} in {cwd}; free space and retry:\n{lines}")
+                raise InstallError(
+                    f"disk full while trying to {what} in {cwd}; free space and retry:\n{lines}"
+                )
             raise InstallError(f"could not {what} (exit code {proc.returncode}); last lines:\n{lines}")
 
 

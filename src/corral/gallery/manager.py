@@ -34,8 +34,14 @@ class _SharedInstall:
 
 
 class BackendManager:
-    def __init__(self, registry: BackendRegistry, installer: BackendInstaller, galleries: list[GalleryRef],
-                 *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        registry: BackendRegistry,
+        installer: BackendInstaller,
+        galleries: list[GalleryRef],
+        *,
+        timeout_s: float,
+    ) -> None:
         self.registry = registry
         self.installer = installer
         self.galleries = galleries
@@ -63,9 +69,13 @@ class BackendManager:
     async def installed(self) -> list[InstalledBackend]:
         return await asyncio.to_thread(self.registry.installed)
 
-    async def ensure(self, name: str, galleries: list[GalleryRef] | None = None,
-                     progress: ProgressListener | None = None,
-                     direct: tuple[GalleryEntry, GalleryRef] | None = None) -> InstalledBackend:
+    async def ensure(
+        self,
+        name: str,
+        galleries: list[GalleryRef] | None = None,
+        progress: ProgressListener | None = None,
+        direct: tuple[GalleryEntry, GalleryRef] | None = None,
+    ) -> InstalledBackend:
         """The installed backend `name` (or alias), installing it from the galleries first when missing
         (or from `direct`: an entry a request gave, the reference's external install by `uri`).
 
@@ -81,15 +91,18 @@ class BackendManager:
         entry, ref = direct
         shared = self._installs.get(entry.name)
         if shared is None:
-            shared = _SharedInstall(asyncio.create_task(self._install_once(entry, ref), name=f"install:{entry.name}"))
+            shared = _SharedInstall(
+                asyncio.create_task(self._install_once(entry, ref), name=f"install:{entry.name}")
+            )
             self._installs[entry.name] = shared
             shared.task.add_done_callback(lambda _t: self._installs.pop(entry.name, None))
         if progress is not None:
             shared.listeners.append(progress)
         return await asyncio.shield(shared.task)
 
-    async def reinstall(self, name: str, galleries: list[GalleryRef] | None = None,
-                        progress: ProgressListener | None = None) -> InstalledBackend:
+    async def reinstall(
+        self, name: str, galleries: list[GalleryRef] | None = None, progress: ProgressListener | None = None
+    ) -> InstalledBackend:
         """Install `name` again from its gallery (upgrade); the caller holds `lock()` of its canonical name
         and stopped its processes."""
         validate_backend_name(name)
@@ -109,8 +122,9 @@ class BackendManager:
             shared = self._installs.get(entry.name)
             return await self._install(entry, ref, shared.listeners if shared else [])
 
-    async def _install(self, entry: GalleryEntry, ref: GalleryRef,
-                       listeners: list[ProgressListener]) -> InstalledBackend:
+    async def _install(
+        self, entry: GalleryEntry, ref: GalleryRef, listeners: list[ProgressListener]
+    ) -> InstalledBackend:
         def fan_out(phase: str, file_name: str, current: int, total: int, is_bytes: bool) -> None:
             for listener in list(listeners):
                 listener(phase, file_name, current, total, is_bytes)
@@ -119,8 +133,10 @@ class BackendManager:
             self.installer.install(entry, ref, fan_out)
             installed = self.registry.find(entry.name)
             if installed is None:
-                raise InstallError(f"backend {entry.name!r} was installed but is not found under "
-                                   f"{self.registry.backends_path}")
+                raise InstallError(
+                    f"backend {entry.name!r} was installed but is not found under "
+                    f"{self.registry.backends_path}"
+                )
             return installed
 
         log.info("installing backend %s from gallery %s (%s)", entry.name, ref.name, ref.url)

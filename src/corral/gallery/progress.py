@@ -20,24 +20,40 @@ log = logging.getLogger(__name__)
 DEBOUNCE_INTERVAL_S = 0.25
 
 
-def progress_event(op_id: str, node_id: str, backend: str, phase: str, file_name: str, current: int,
-                   total: int, is_bytes: bool) -> BackendInstallProgressEvent:
+def progress_event(
+    op_id: str,
+    node_id: str,
+    backend: str,
+    phase: str,
+    file_name: str,
+    current: int,
+    total: int,
+    is_bytes: bool,
+) -> BackendInstallProgressEvent:
     def shown(n: int) -> str:
         return format_size(n) if is_bytes else str(n)
 
     percentage = round(min(100.0, 100.0 * current / total), 1) if total > 0 else 0.0
     return BackendInstallProgressEvent(
-        op_id=op_id, node_id=node_id, backend=backend, phase=phase, file_name=file_name or None,
-        current=shown(current) if current or total else None, total=shown(total) if total else None,
+        op_id=op_id,
+        node_id=node_id,
+        backend=backend,
+        phase=phase,
+        file_name=file_name or None,
+        current=shown(current) if current or total else None,
+        total=shown(total) if total else None,
         percentage=percentage,
     )
 
 
 class ProgressDebouncer:
-    def __init__(self, loop: asyncio.AbstractEventLoop,
-                 publish: Callable[[BackendInstallProgressEvent], Awaitable[None]],
-                 make_event: Callable[[str, str, int, int, bool], BackendInstallProgressEvent],
-                 interval_s: float = DEBOUNCE_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        publish: Callable[[BackendInstallProgressEvent], Awaitable[None]],
+        make_event: Callable[[str, str, int, int, bool], BackendInstallProgressEvent],
+        interval_s: float = DEBOUNCE_INTERVAL_S,
+    ) -> None:
         self.loop = loop
         self.publish = publish
         self.make_event = make_event

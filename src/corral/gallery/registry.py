@@ -58,8 +58,12 @@ def _load(directory: Path, is_system: bool) -> InstalledBackend | None:
 class BackendRegistry:
     """Reads the backend directories on every call: an install or delete is visible at once."""
 
-    def __init__(self, backends_path: Path, system_path: Path | None = None,
-                 builtin_path: Path | None = BUILTIN_BACKENDS_DIR) -> None:
+    def __init__(
+        self,
+        backends_path: Path,
+        system_path: Path | None = None,
+        builtin_path: Path | None = BUILTIN_BACKENDS_DIR,
+    ) -> None:
         self.backends_path = backends_path
         self.roots: list[tuple[Path, bool]] = [(backends_path, False)]
         if system_path is not None:

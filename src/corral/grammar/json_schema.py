@@ -30,10 +30,31 @@ MAX_GRAMMAR_CHARS = 200_000
 MAX_BOUNDED_REPEAT = 1_000
 
 _REFUSED_KEYWORDS = (
-    "pattern", "patternProperties", "propertyNames", "minProperties", "maxProperties", "dependentRequired",
-    "dependentSchemas", "dependencies", "if", "then", "else", "not", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems",
-    "unevaluatedProperties", "unevaluatedItems", "contentSchema",
+    "pattern",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "if",
+    "then",
+    "else",
+    "not",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "prefixItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "contentSchema",
 )
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 
@@ -51,20 +72,33 @@ _PRIMITIVES = {
     "null": '"null" ws',
     "date": '[0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )',
     "time": '( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? '
-            '( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )',
+    '( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )',
     "date-string": r'"\"" date "\"" ws',
     "time-string": r'"\"" time "\"" ws',
     "date-time-string": r'"\"" date "T" time "\"" ws',
     "uuid-string": r'"\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
-                   r'[0-9a-fA-F]{12} "\"" ws',
+    r'[0-9a-fA-F]{12} "\"" ws',
 }
 _DEPENDS = {  # primitive -> the primitives its body names
-    "value": ("object", "array", "string", "number", "boolean", "null"), "object": ("ws", "string", "value"),
-    "array": ("ws", "value"), "string": ("char", "ws"), "integer": ("integer-part", "ws"),
-    "number": ("integer-part", "ws"), "boolean": ("ws",), "null": ("ws",), "date-string": ("date", "ws"),
-    "time-string": ("time", "ws"), "date-time-string": ("date", "time", "ws"), "uuid-string": ("ws",),
+    "value": ("object", "array", "string", "number", "boolean", "null"),
+    "object": ("ws", "string", "value"),
+    "array": ("ws", "value"),
+    "string": ("char", "ws"),
+    "integer": ("integer-part", "ws"),
+    "number": ("integer-part", "ws"),
+    "boolean": ("ws",),
+    "null": ("ws",),
+    "date-string": ("date", "ws"),
+    "time-string": ("time", "ws"),
+    "date-time-string": ("date", "time", "ws"),
+    "uuid-string": ("ws",),
 }
-_FORMATS = {"date": "date-string", "time": "time-string", "date-time": "date-time-string", "uuid": "uuid-string"}
+_FORMATS = {
+    "date": "date-string",
+    "time": "time-string",
+    "date-time": "date-time-string",
+    "uuid": "uuid-string",
+}
 
 
 class SchemaError(ValueError):
@@ -144,8 +178,11 @@ class Grammar:
         lines = [f"root ::= {root}"] + [f"{name} ::= {body}" for name, body in self.rules.items()]
         text = "\n".join(lines) + "\n"
         if len(text) > MAX_GRAMMAR_CHARS:
-            raise SchemaError((), f"the schema's grammar is {len(text)} characters, more than {MAX_GRAMMAR_CHARS}; "
-                                  "simplify the schema (fewer enum values, smaller maxItems / maxLength)")
+            raise SchemaError(
+                (),
+                f"the schema's grammar is {len(text)} characters, more than {MAX_GRAMMAR_CHARS}; "
+                "simplify the schema (fewer enum values, smaller maxItems / maxLength)",
+            )
         return text
 
 
@@ -172,8 +209,11 @@ class SchemaCompiler:
             raise SchemaError(path, "a schema must be a JSON object or true (false accepts nothing)")
         for keyword in _REFUSED_KEYWORDS:
             if keyword in schema:
-                raise SchemaError((*path, keyword), f"`{keyword}` is not supported by the grammar compiler; "
-                                                    "leave it out of the schema (or check it after the reply)")
+                raise SchemaError(
+                    (*path, keyword),
+                    f"`{keyword}` is not supported by the grammar compiler; "
+                    "leave it out of the schema (or check it after the reply)",
+                )
 
         def sub(child: Any, *where: str | int) -> str:
             return self._visit(child, (*path, *where), doc, f"{hint}-{where[-1]}", depth + 1)
@@ -190,7 +230,9 @@ class SchemaCompiler:
             raise SchemaError((*path, "type"), f"unknown type {kind!r}; use one of {', '.join(_TYPES)}")
         return _BUILDERS[kind](self, schema, path, hint, sub)
 
-    def _combined(self, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub) -> str | None:
+    def _combined(
+        self, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub
+    ) -> str | None:
         """The rule of a schema made of alternatives or fixed values (anyOf, allOf, const, enum, a type list)."""
         g = self.grammar
         for key in ("anyOf", "oneOf"):
@@ -199,12 +241,16 @@ class SchemaCompiler:
                 if not isinstance(options, list) or not options:
                     raise SchemaError((*path, key), f"`{key}` must be a non-empty list of schemas")
                 rest = {k: v for k, v in schema.items() if k != key}
-                merged = [{**rest, **o} if isinstance(o, dict) and _has_type_words(rest) else o for o in options]
+                merged = [
+                    {**rest, **o} if isinstance(o, dict) and _has_type_words(rest) else o for o in options
+                ]
                 return g.add(hint, " | ".join(sub(o, key, i) for i, o in enumerate(merged)))
         if "allOf" in schema:
             parts = schema["allOf"]
             if not isinstance(parts, list) or len(parts) != 1:
-                raise SchemaError((*path, "allOf"), "`allOf` is supported with exactly one schema; merge the others")
+                raise SchemaError(
+                    (*path, "allOf"), "`allOf` is supported with exactly one schema; merge the others"
+                )
             return sub(parts[0], "allOf", 0)
         if "const" in schema:
             return g.add(hint, json_literal(schema["const"]))
@@ -230,14 +276,19 @@ class SchemaCompiler:
         if target is _UNRESOLVED:
             raise SchemaError((*path, "$ref"), f"reference {ref} does not resolve in this schema")
         if (cycle := _reference_cycle(doc, ref, target)) is not None:
-            raise SchemaError((*path, "$ref"), f"references {' -> '.join(cycle)} name each other before any value: "
-                                               "llama.cpp refuses such a grammar (left recursion); put the recursion "
-                                               "inside an object or array")
+            raise SchemaError(
+                (*path, "$ref"),
+                f"references {' -> '.join(cycle)} name each other before any value: "
+                "llama.cpp refuses such a grammar (left recursion); put the recursion "
+                "inside an object or array",
+            )
         name = self.grammar.reserve("ref-" + ref.rsplit("/", 1)[-1])
         self._refs[key] = name
         body = self._visit(target, tuple(p for p in ref[2:].split("/")), doc, name, depth + 1)
         if body == name:
-            raise SchemaError((*path, "$ref"), f"reference {ref} only refers to itself: it describes no value")
+            raise SchemaError(
+                (*path, "$ref"), f"reference {ref} only refers to itself: it describes no value"
+            )
         self.grammar.define(name, body)
         return name
 
@@ -307,7 +358,9 @@ def _count(schema: dict[str, Any], key: str, path: tuple[str | int, ...], defaul
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise SchemaError((*path, key), f"`{key}` must be a non-negative integer")
     if value > MAX_BOUNDED_REPEAT:
-        raise SchemaError((*path, key), f"`{key}` above {MAX_BOUNDED_REPEAT} is not supported by the grammar compiler")
+        raise SchemaError(
+            (*path, key), f"`{key}` above {MAX_BOUNDED_REPEAT} is not supported by the grammar compiler"
+        )
     return value
 
 
@@ -334,7 +387,9 @@ def _bound(low: int, high: int | None) -> str:
 Sub = Callable[..., str]
 
 
-def _object(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub) -> str:
+def _object(
+    c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub
+) -> str:
     g = c.grammar
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
@@ -344,22 +399,32 @@ def _object(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ..
         raise SchemaError((*path, "required"), "`required` must be a list of property names")
     if missing := [r for r in required if r not in properties]:
         if schema.get("additionalProperties") is False or properties:
-            raise SchemaError((*path, "required"), f"required properties {missing} have no schema in `properties`")
+            raise SchemaError(
+                (*path, "required"), f"required properties {missing} have no schema in `properties`"
+            )
     extra = schema.get("additionalProperties")
     if "additionalProperties" in schema and not isinstance(extra, (bool, dict)):
-        raise SchemaError((*path, "additionalProperties"), "`additionalProperties` must be true, false or a schema")
+        raise SchemaError(
+            (*path, "additionalProperties"), "`additionalProperties` must be true, false or a schema"
+        )
     if not properties:
-        if extra is False or (not required and "additionalProperties" not in schema and "properties" in schema):
+        if extra is False or (
+            not required and "additionalProperties" not in schema and "properties" in schema
+        ):
             return g.add(hint, '"{" ws "}" ws')
         if isinstance(extra, dict) and extra:
             value = sub(extra, "additionalProperties")
             g.primitive("string")
-            return g.add(hint, f'"{{" ws ( string ":" ws {value} ( "," ws string ":" ws {value} )* )? "}}" ws')
+            return g.add(
+                hint, f'"{{" ws ( string ":" ws {value} ( "," ws string ":" ws {value} )* )? "}}" ws'
+            )
         return g.primitive("object")
     pairs = []
     for name, prop in properties.items():
         value = sub(prop, "properties", name)
-        pairs.append((name, g.add(f"{hint}-{name}-kv", f'{json_literal(name)} ":" ws {value}'), name in required))
+        pairs.append(
+            (name, g.add(f"{hint}-{name}-kv", f'{json_literal(name)} ":" ws {value}'), name in required)
+        )
     return g.add(hint, f'"{{" ws {_members(g, hint, pairs)} "}}" ws')
 
 
@@ -380,7 +445,9 @@ def _members(g: Grammar, hint: str, pairs: list[tuple[str, str, bool]]) -> str:
     return choice if pairs[leading - 1][2] else f"{choice}?"
 
 
-def _array(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub) -> str:
+def _array(
+    c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub
+) -> str:
     items = schema.get("items", True)
     item = sub(items, "items") if items is not True and items != {} else c.grammar.primitive("value")
     low = _count(schema, "minItems", path, 0) or 0
@@ -390,13 +457,18 @@ def _array(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...
     return c.grammar.add(hint, f'"[" ws {_repeat(item, low, high, chr(34) + "," + chr(34) + " ws")} "]" ws')
 
 
-def _string(c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub) -> str:
+def _string(
+    c: SchemaCompiler, schema: dict[str, Any], path: tuple[str | int, ...], hint: str, sub: Sub
+) -> str:
     g = c.grammar
     fmt = schema.get("format")
     if fmt is not None:
         if fmt not in _FORMATS:
-            raise SchemaError((*path, "format"), f"string format {fmt!r} is not supported by the grammar compiler; "
-                                                 f"use one of {', '.join(_FORMATS)} or leave `format` out")
+            raise SchemaError(
+                (*path, "format"),
+                f"string format {fmt!r} is not supported by the grammar compiler; "
+                f"use one of {', '.join(_FORMATS)} or leave `format` out",
+            )
         return g.primitive(_FORMATS[fmt])
     low = _count(schema, "minLength", path, 0) or 0
     high = _count(schema, "maxLength", path, None)
@@ -418,9 +490,24 @@ _BUILDERS: dict[str, Callable[[SchemaCompiler, dict[str, Any], tuple[str | int, 
     "null": lambda c, s, p, h, sub: c.grammar.primitive("null"),
 }
 
-JSON_OBJECT_GRAMMAR = 'root ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws\n' + "".join(
-    f"{name} ::= {_PRIMITIVES[name]}\n"
-    for name in ("ws", "value", "object", "array", "char", "string", "integer-part", "number", "boolean", "null"))
+JSON_OBJECT_GRAMMAR = (
+    'root ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}" ws\n'
+    + "".join(
+        f"{name} ::= {_PRIMITIVES[name]}\n"
+        for name in (
+            "ws",
+            "value",
+            "object",
+            "array",
+            "char",
+            "string",
+            "integer-part",
+            "number",
+            "boolean",
+            "null",
+        )
+    )
+)
 
 
 @lru_cache(maxsize=256)

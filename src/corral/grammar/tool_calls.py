@@ -54,8 +54,10 @@ def tool_mode(tool_choice: str, parallel: bool = True) -> ToolMode | None:
         named = json.loads(choice)
         name = named["function"]["name"]
     except (ValueError, TypeError, KeyError):
-        raise ValueError(f"tool_choice must be none, auto, required or "
-                         f'{{"type": "function", "function": {{"name": ...}}}}, not {choice[:80]!r}') from None
+        raise ValueError(
+            f"tool_choice must be none, auto, required or "
+            f'{{"type": "function", "function": {{"name": ...}}}}, not {choice[:80]!r}'
+        ) from None
     if not isinstance(name, str) or not name:
         raise ValueError("tool_choice.function.name must be a tool's name")
     return ToolMode("function", forced=name, parallel=False)
@@ -91,8 +93,13 @@ def call_grammar(functions: list[dict[str, Any]], mode: ToolMode) -> str:
         except SchemaError as exc:
             raise SchemaError((index, "function", "parameters", *exc.path), exc.message) from None
         name = literal(json.dumps(function["name"], ensure_ascii=False))
-        calls.append(g.add(f"call-{index}", f'"{{" ws "\\"name\\"" ws ":" ws {name} ws "," ws '
-                                            f'"\\"arguments\\"" ws ":" ws {arguments} "}}" ws'))
+        calls.append(
+            g.add(
+                f"call-{index}",
+                f'"{{" ws "\\"name\\"" ws ":" ws {name} ws "," ws '
+                f'"\\"arguments\\"" ws ":" ws {arguments} "}}" ws',
+            )
+        )
     call = g.add("call", " | ".join(calls))
     alternatives = [call]
     if mode.parallel and not mode.forced:

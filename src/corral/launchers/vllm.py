@@ -36,14 +36,20 @@ class TopologyError(ValueError):
 
 def check_topology(s: VllmFollowerSettings) -> None:
     if s.headless and s.start_rank == 0:
-        raise TopologyError("--start-rank 0 is the head, which serves the API and cannot be --headless; "
-                            "give a follower's first rank (>0) or --headless=false")
+        raise TopologyError(
+            "--start-rank 0 is the head, which serves the API and cannot be --headless; "
+            "give a follower's first rank (>0) or --headless=false"
+        )
     if s.data_parallel_size_local > s.data_parallel_size:
-        raise TopologyError(f"--data-parallel-size-local {s.data_parallel_size_local} exceeds "
-                            f"--data-parallel-size {s.data_parallel_size}")
+        raise TopologyError(
+            f"--data-parallel-size-local {s.data_parallel_size_local} exceeds "
+            f"--data-parallel-size {s.data_parallel_size}"
+        )
     if s.start_rank + s.data_parallel_size_local > s.data_parallel_size:
-        raise TopologyError(f"ranks {s.start_rank}..{s.start_rank + s.data_parallel_size_local - 1} of this node "
-                            f"exceed --data-parallel-size {s.data_parallel_size} (ranks 0..{s.data_parallel_size - 1})")
+        raise TopologyError(
+            f"ranks {s.start_rank}..{s.start_rank + s.data_parallel_size_local - 1} of this node "
+            f"exceed --data-parallel-size {s.data_parallel_size} (ranks 0..{s.data_parallel_size - 1})"
+        )
 
 
 def vllm_args(model: str, s: VllmFollowerSettings, extra: Sequence[str]) -> list[str]:
@@ -51,19 +57,30 @@ def vllm_args(model: str, s: VllmFollowerSettings, extra: Sequence[str]) -> list
     args = ["serve", model]
     if s.headless:
         args.append("--headless")
-    args += ["--data-parallel-size", str(s.data_parallel_size),
-             "--data-parallel-size-local", str(s.data_parallel_size_local),
-             "--data-parallel-start-rank", str(s.start_rank),
-             "--data-parallel-address", s.master_addr,
-             "--data-parallel-rpc-port", str(s.master_port)]
+    args += [
+        "--data-parallel-size",
+        str(s.data_parallel_size),
+        "--data-parallel-size-local",
+        str(s.data_parallel_size_local),
+        "--data-parallel-start-rank",
+        str(s.start_rank),
+        "--data-parallel-address",
+        s.master_addr,
+        "--data-parallel-rpc-port",
+        str(s.master_port),
+    ]
     return args + list(extra)
 
 
 def vllm_env(s: VllmFollowerSettings) -> dict[str, str]:
     """vLLM reads the topology from these too (vllm/envs.py); set both, as the reference does."""
-    return {"VLLM_DP_MASTER_IP": s.master_addr, "VLLM_DP_MASTER_PORT": str(s.master_port),
-            "VLLM_DP_SIZE": str(s.data_parallel_size), "VLLM_DP_RANK": str(s.start_rank),
-            "VLLM_DP_RANK_LOCAL": "0"}
+    return {
+        "VLLM_DP_MASTER_IP": s.master_addr,
+        "VLLM_DP_MASTER_PORT": str(s.master_port),
+        "VLLM_DP_SIZE": str(s.data_parallel_size),
+        "VLLM_DP_RANK": str(s.start_rank),
+        "VLLM_DP_RANK_LOCAL": "0",
+    }
 
 
 def vllm_executable(s: VllmFollowerSettings) -> list[str]:
@@ -74,17 +91,25 @@ def vllm_executable(s: VllmFollowerSettings) -> list[str]:
     on_path = shutil.which("vllm")
     if on_path:
         return [on_path]
-    raise EngineMissing(f"vLLM is not installed: install the vllm backend into {s.backends_path} "
-                        f"(--backends-path; or {s.backends_system_path}), or `pip install vllm` so that `vllm` is "
-                        "on PATH")
+    raise EngineMissing(
+        f"vLLM is not installed: install the vllm backend into {s.backends_path} "
+        f"(--backends-path; or {s.backends_system_path}), or `pip install vllm` so that `vllm` is "
+        "on PATH"
+    )
 
 
 def registration_body(s: VllmFollowerSettings, facts: hardware.HardwareFacts) -> dict[str, Any]:
     name = s.node_name or f"vllm-{socket.gethostname()}"
-    return {"name": name, "node_type": "agent", "total_vram": facts.total_vram,
-            "available_vram": facts.total_vram, "gpu_vendor": facts.gpu_vendor,
-            "total_ram": facts.total_ram, "available_ram": facts.available_ram,
-            "labels": {**s.node_labels, ROLE_LABEL: FOLLOWER_ROLE}}
+    return {
+        "name": name,
+        "node_type": "agent",
+        "total_vram": facts.total_vram,
+        "available_vram": facts.total_vram,
+        "gpu_vendor": facts.gpu_vendor,
+        "total_ram": facts.total_ram,
+        "available_ram": facts.available_ram,
+        "labels": {**s.node_labels, ROLE_LABEL: FOLLOWER_ROLE},
+    }
 
 
 async def _run_vllm(argv: list[str], env: dict[str, str]) -> int:
@@ -105,8 +130,14 @@ async def _run_vllm(argv: list[str], env: dict[str, str]) -> int:
 async def run(model: str, s: VllmFollowerSettings, extra: Sequence[str]) -> int:
     check_topology(s)
     argv = vllm_executable(s) + vllm_args(model, s, extra)
-    log.info("starting vLLM follower: ranks %d..%d of %d, head %s:%d", s.start_rank,
-             s.start_rank + s.data_parallel_size_local - 1, s.data_parallel_size, s.master_addr, s.master_port)
+    log.info(
+        "starting vLLM follower: ranks %d..%d of %d, head %s:%d",
+        s.start_rank,
+        s.start_rank + s.data_parallel_size_local - 1,
+        s.data_parallel_size,
+        s.master_addr,
+        s.master_port,
+    )
     if not s.register_to:
         return await _run_vllm(argv, vllm_env(s))
     state_dir = Path(s.state_dir) if s.state_dir else Path.cwd() / ".corral-worker"

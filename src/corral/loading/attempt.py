@@ -44,8 +44,14 @@ _stopping: set[asyncio.Task[None]] = set()  # exact stops in flight (a reference
 def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
     """LoadModel options with frontend-local paths; staging rewrites them for the worker."""
     opts = backend_pb2.ModelOptions(
-        Model=cfg.model, ContextSize=cfg.context_size, Embeddings=cfg.embeddings, Reranking=cfg.reranking,
-        Threads=cfg.threads, Seed=cfg.seed, NGPULayers=cfg.gpu_layers, Options=list(cfg.options),
+        Model=cfg.model,
+        ContextSize=cfg.context_size,
+        Embeddings=cfg.embeddings,
+        Reranking=cfg.reranking,
+        Threads=cfg.threads,
+        Seed=cfg.seed,
+        NGPULayers=cfg.gpu_layers,
+        Options=list(cfg.options),
         ModelPath=str(cfg.models_dir),
     )
     if cfg.model_file is not None:
@@ -53,28 +59,34 @@ def model_options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
     return opts
 
 
-async def call_load_model(ctx: LoadContext, node: NodeSnapshot, address: str, cfg: ModelConfig,
-                          opts: backend_pb2.ModelOptions) -> None:
+async def call_load_model(
+    ctx: LoadContext, node: NodeSnapshot, address: str, cfg: ModelConfig, opts: backend_pb2.ModelOptions
+) -> None:
     size_bytes = cfg.checkpoint_bytes()
     budget_s = load_budget_s(size_bytes, ctx.load_timeout_override_s)
     stub = ctx.channels.stub(address)
     try:
         with tracing.span("backend LoadModel", {"corral.node": node.name}, kind=SpanKind.CLIENT):
-            result = await stub.LoadModel(opts, timeout=budget_s, metadata=tracing.grpc_metadata(ctx.channels.metadata))
+            result = await stub.LoadModel(
+                opts, timeout=budget_s, metadata=tracing.grpc_metadata(ctx.channels.metadata)
+            )
     except grpc.aio.AioRpcError as exc:
         if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             raise LoadDeadlineExceeded(
                 deadline_message(cfg.name, budget_s, size_bytes, ctx.load_timeout_override_s is not None)
             ) from None
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
-            raise NodeLost(node.name, f"backend at {address} unavailable during LoadModel: {exc.details()}") from None
+            raise NodeLost(
+                node.name, f"backend at {address} unavailable during LoadModel: {exc.details()}"
+            ) from None
         raise LoadModelFailed(f"loading model {cfg.name}: backend at {address}: {exc.details()}") from None
     if not result.success:
         raise LoadModelFailed(f"loading model {cfg.name}: {result.message}")
 
 
-async def stop_backend(ctx: LoadContext, node_id: str, node_name: str, model: str, replica_index: int,
-                       address: str = "") -> None:
+async def stop_backend(
+    ctx: LoadContext, node_id: str, node_name: str, model: str, replica_index: int, address: str = ""
+) -> None:
     """Reap an abandoned backend process without waiting on the node (it may be the one that is lost).
 
     Once the install answered, exactly the process at `address` is stopped, so a later attempt that
@@ -84,9 +96,12 @@ async def stop_backend(ctx: LoadContext, node_id: str, node_name: str, model: st
         payload = BackendStopRequest(backend=f"{model}#{replica_index}", force=True)
         await ctx.nc.publish(subjects.backend_stop(node_id), payload.to_json())
         return
-    request = ModelStopRequest(model_name=model, process_key=f"{model}#{replica_index}", expected_address=address,
-                               force=True)
-    task = asyncio.create_task(_stop_exact(ctx, node_id, node_name, request), name=f"stop:{request.process_key}")
+    request = ModelStopRequest(
+        model_name=model, process_key=f"{model}#{replica_index}", expected_address=address, force=True
+    )
+    task = asyncio.create_task(
+        _stop_exact(ctx, node_id, node_name, request), name=f"stop:{request.process_key}"
+    )
     _stopping.add(task)
     task.add_done_callback(_stopping.discard)
 
@@ -100,19 +115,35 @@ async def reclaim_leftovers(ctx: LoadContext, model: str) -> None:
     """
     for row in await replica_store.reclaim_model_loads(ctx.pool, model):
         index, address = int(row["replica_index"]), str(row["address"])
-        log.info("reclaiming a half-done load of %s (replica %d at %r) left by a dead owner", model, index, address)
-        request = ModelStopRequest(model_name=model, process_key=f"{model}#{index}", expected_address=address,
-                                   force=True)
-        await _stop_exact(ctx, row["node_id"], row["node_id"], request)  # gone before this load installs again
+        log.info(
+            "reclaiming a half-done load of %s (replica %d at %r) left by a dead owner", model, index, address
+        )
+        request = ModelStopRequest(
+            model_name=model, process_key=f"{model}#{index}", expected_address=address, force=True
+        )
+        await _stop_exact(
+            ctx, row["node_id"], row["node_id"], request
+        )  # gone before this load installs again
 
 
 async def _stop_exact(ctx: LoadContext, node_id: str, node_name: str, request: ModelStopRequest) -> None:
     try:
-        await bus.request(ctx.nc, subjects.model_stop(node_id), request, ModelStopReply, STOP_TIMEOUT_S,
-                          "the worker's NATS link")
+        await bus.request(
+            ctx.nc,
+            subjects.model_stop(node_id),
+            request,
+            ModelStopReply,
+            STOP_TIMEOUT_S,
+            "the worker's NATS link",
+        )
     except bus.BusError as exc:
-        log.info("abandoned backend %s at %s on node %s not stopped (%s); the worker reaps it when it is back",
-                 request.process_key, request.expected_address, node_name, exc)
+        log.info(
+            "abandoned backend %s at %s on node %s not stopped (%s); the worker reaps it when it is back",
+            request.process_key,
+            request.expected_address,
+            node_name,
+            exc,
+        )
 
 
 def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
@@ -126,23 +157,31 @@ def node_lost_cause(node: NodeSnapshot, exc: BaseException) -> NodeLost | None:
     return None
 
 
-async def _staged(ctx: LoadContext, target: StagingTarget, cfg: ModelConfig,
-                  progress: LoadProgress) -> backend_pb2.ModelOptions:
+async def _staged(
+    ctx: LoadContext, target: StagingTarget, cfg: ModelConfig, progress: LoadProgress
+) -> backend_pb2.ModelOptions:
     with tracing.span("corral.staging", {"corral.node": target.node_name}):
         return await stage_model(ctx.staging.with_bus(ctx.nc), target, cfg, model_options(cfg), progress)
 
 
 async def _install_and_stage(
-    ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, replica_index: int, progress: LoadProgress,
+    ctx: LoadContext,
+    cfg: ModelConfig,
+    node: NodeSnapshot,
+    replica_index: int,
+    progress: LoadProgress,
     started: list[str],
 ) -> tuple[Installed, backend_pb2.ModelOptions]:
     """Start the backend and stage the files at once; the first failure cancels the other.
 
     `started` receives the backend's address as soon as the install answers (for an exact stop).
     """
-    installing = asyncio.create_task(install(ctx, node, cfg, replica_index, progress), name=f"install:{cfg.name}")
+    installing = asyncio.create_task(
+        install(ctx, node, cfg, replica_index, progress), name=f"install:{cfg.name}"
+    )
     installing.add_done_callback(
-        lambda t: started.append(t.result().address) if not t.cancelled() and t.exception() is None else None)
+        lambda t: started.append(t.result().address) if not t.cancelled() and t.exception() is None else None
+    )
     target = StagingTarget(node.name, node.http_address, node.id)
     progress.phase(STAGING)
     staging = asyncio.create_task(_staged(ctx, target, cfg, progress), name=f"stage:{cfg.name}")
@@ -161,15 +200,23 @@ async def _install_and_stage(
         await asyncio.gather(installing, staging, return_exceptions=True)
 
 
-async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int,
-                       progress: LoadProgress) -> LoadedReplica:
+async def load_on_node(
+    ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int, progress: LoadProgress
+) -> LoadedReplica:
     replica_index = node.free_replica_index(cfg.name) or 0
     progress.on_node(node.id, node.name, replica_index)
     progress.phase(INSTALLING)
     log.info("loading %s on node %s (replica %d)", cfg.name, node.name, replica_index)
     reserved = vram_bytes if await placement_store.reserve_vram(ctx.pool, node.id, vram_bytes) else 0
-    row: dict[str, Any] = dict(node_id=node.id, model=cfg.name, replica_index=replica_index, address="",
-                               backend=cfg.backend, config_revision=cfg.revision, vram_bytes=vram_bytes)
+    row: dict[str, Any] = dict(
+        node_id=node.id,
+        model=cfg.name,
+        replica_index=replica_index,
+        address="",
+        backend=cfg.backend,
+        config_revision=cfg.revision,
+        vram_bytes=vram_bytes,
+    )
     started: list[str] = []
     try:
         await replica_store.upsert(ctx.pool, state=replica_store.STAGING, **row)  # holds the slot meanwhile
@@ -183,8 +230,9 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
         await check_revision(ctx, cfg, quarantine=True)  # an edit during the load: never route the old one
     except BaseException as exc:
         await placement_store.release_vram(ctx.pool, node.id, reserved)
-        await replica_store.delete(ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index,
-                                   address=row["address"])
+        await replica_store.delete(
+            ctx.pool, node_id=node.id, model=cfg.name, replica_index=replica_index, address=row["address"]
+        )
         await stop_backend(ctx, node.id, node.name, cfg.name, replica_index, started[0] if started else "")
         lost = node_lost_cause(node, exc) if isinstance(exc, Exception) else None
         if lost is not None and lost is not exc:
@@ -193,5 +241,10 @@ async def load_on_node(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, v
             raise LoadError(f"loading model {cfg.name} on node {node.name}: {exc}") from exc
         raise
     log.info("model %s loaded on node %s at %s", cfg.name, node.name, row["address"])
-    return LoadedReplica(model=cfg.name, node_id=node.id, node_name=node.name, address=row["address"],
-                         replica_index=replica_index)
+    return LoadedReplica(
+        model=cfg.name,
+        node_id=node.id,
+        node_name=node.name,
+        address=row["address"],
+        replica_index=replica_index,
+    )

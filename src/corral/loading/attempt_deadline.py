@@ -21,7 +21,8 @@ def load_budget_s(checkpoint_bytes: int, override_s: float | None = None) -> flo
 
 def deadline_message(model: str, budget_s: float, checkpoint_bytes: int, overridden: bool) -> str:
     origin = (
-        f"set by {LOAD_TIMEOUT_KNOB}" if overridden
+        f"set by {LOAD_TIMEOUT_KNOB}"
+        if overridden
         else f"derived from a {format_size(checkpoint_bytes, binary=True)} checkpoint (5m + 20s/GiB)"
     )
     return (

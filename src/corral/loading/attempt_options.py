@@ -23,7 +23,9 @@ from corral.proto import backend_pb2
 MODEL_DIR = "$MODEL_DIR"  # stands for the model's directory on the worker (ModelPath) in the hashed copy
 
 
-def with_node_defaults(opts: backend_pb2.ModelOptions, defaults: LoadDefaults | None) -> backend_pb2.ModelOptions:
+def with_node_defaults(
+    opts: backend_pb2.ModelOptions, defaults: LoadDefaults | None
+) -> backend_pb2.ModelOptions:
     """A copy of `opts` where each field the model leaves at 0 takes the node's default, if it has one."""
     final = backend_pb2.ModelOptions()
     final.CopyFrom(opts)

@@ -67,15 +67,16 @@ class FleetView:
         """The placeable nodes as of the last refresh, by name (the linear pipeline's input order)."""
         return sorted(self.index.nodes.values(), key=lambda n: n.name)
 
-    async def decide(self, pool: asyncpg.Pool, request: PlacementRequest, excluded: Collection[str] = ()
-                     ) -> Decision:
+    async def decide(
+        self, pool: asyncpg.Pool, request: PlacementRequest, excluded: Collection[str] = ()
+    ) -> Decision:
         """The placement decision over the current fleet minus `excluded` (nodes this load already tried)."""
         await self.refresh(pool)
         if excluded:  # a retry after a failed node: rare, the linear pipeline over the rest is fine
             return decide(request, [n for n in self.nodes() if n.id not in excluded])
         decision = decide_indexed(request, self.index)
-        if decision.needs_eviction:  # eviction names every node it may not use: the linear pipeline's rejections
+        if (
+            decision.needs_eviction
+        ):  # eviction names every node it may not use: the linear pipeline's rejections
             return decide(request, self.nodes())
         return decision
-
-

@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 1.0
 PLACEMENT = "placement"
 LOST = "lost"  # this frontend no longer owns the job: its waiters follow the job row, not this attempt
-LOST_JOB = ("this frontend no longer owns the load job (another frontend took it over after its heartbeat "
-            "went silent, or it was failed or removed elsewhere)")
+LOST_JOB = (
+    "this frontend no longer owns the load job (another frontend took it over after its heartbeat "
+    "went silent, or it was failed or removed elsewhere)"
+)
 FAILED_GRACE_S = 15.0
 
 
@@ -46,8 +48,13 @@ class JobSettings:
 
 
 class LoadJobRunner:
-    def __init__(self, ctx: LoadContext, settings: JobSettings, waiters: Waiters,
-                 on_loaded: Callable[[LoadedReplica], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        ctx: LoadContext,
+        settings: JobSettings,
+        waiters: Waiters,
+        on_loaded: Callable[[LoadedReplica], Awaitable[None]],
+    ) -> None:
         self.ctx, self.settings, self.waiters, self.on_loaded = ctx, settings, waiters, on_loaded
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -99,19 +106,25 @@ class LoadJobRunner:
         activity = await self._activity_start(key)
         load = asyncio.create_task(cold_load(self.ctx, cfg, progress), name=f"cold-load:{key}")
         why_stopped: list[str] = []
-        helpers = [asyncio.create_task(self._heartbeat(key, progress, load, why_stopped, phase_changed),
-                                       name=f"job-beat:{key}"),
-                   asyncio.create_task(self._watchdog(hold, progress, load, why_stopped),
-                                       name=f"job-hold:{key}")]
+        helpers = [
+            asyncio.create_task(
+                self._heartbeat(key, progress, load, why_stopped, phase_changed), name=f"job-beat:{key}"
+            ),
+            asyncio.create_task(self._watchdog(hold, progress, load, why_stopped), name=f"job-hold:{key}"),
+        ]
         try:
             replica = await load
         except asyncio.CancelledError:
             if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
                 raise
-            if why_stopped[0] == LOST_JOB:  # not this attempt's failure to announce: the job goes on elsewhere
+            if (
+                why_stopped[0] == LOST_JOB
+            ):  # not this attempt's failure to announce: the job goes on elsewhere
                 log.warning("loading model %s: %s; its waiters here follow the job", key, LOST_JOB)
                 await self._activity_end(activity, operations.FAILED, f"loading model {key}: {LOST_JOB}")
-                self.waiters.notify(key, HINT)  # they read the job row: still running, failed, or gone (claim anew)
+                self.waiters.notify(
+                    key, HINT
+                )  # they read the job row: still running, failed, or gone (claim anew)
                 return LOST
             await self._failed(key, f"loading model {key}: {why_stopped[0]}", activity=activity)
         except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
@@ -121,8 +134,12 @@ class LoadJobRunner:
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
             await self._failed(key, message, activity=activity)
         else:
-            await self._activity_end(activity, operations.COMPLETED, "",
-                                     f"loaded on {replica.node_name} (replica {replica.replica_index})")
+            await self._activity_end(
+                activity,
+                operations.COMPLETED,
+                "",
+                f"loaded on {replica.node_name} (replica {replica.replica_index})",
+            )
             await self.on_loaded(replica)
             await load_jobs.delete(self.ctx.pool, key, owner)
             await self.waiters.announce(key, Outcome(ok=True))
@@ -137,9 +154,13 @@ class LoadJobRunner:
         """The activity record's row of this load (best effort: a record that cannot be written never
         holds a load up)."""
         try:
-            row = await operations.insert(self.ctx.pool, operations.NewOperation(
-                key, operations.MODEL_LOAD, frontend_id=self.settings.owner, message=f"loading {key}"),
-                status=operations.PROCESSING)
+            row = await operations.insert(
+                self.ctx.pool,
+                operations.NewOperation(
+                    key, operations.MODEL_LOAD, frontend_id=self.settings.owner, message=f"loading {key}"
+                ),
+                status=operations.PROCESSING,
+            )
         except Exception as exc:
             log.debug("activity record of the load of %s not written: %s", key, exc)
             return ""
@@ -158,19 +179,33 @@ class LoadJobRunner:
         await load_jobs.fail(self.ctx.pool, key, self.settings.owner, message, kind)
         await self.waiters.announce(key, Outcome(ok=False, error=message, kind=kind))
 
-    async def _heartbeat(self, key: str, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
-                         why_stopped: list[str], phase_changed: asyncio.Event) -> None:
+    async def _heartbeat(
+        self,
+        key: str,
+        progress: LoadProgress,
+        load: asyncio.Task[LoadedReplica],
+        why_stopped: list[str],
+        phase_changed: asyncio.Event,
+    ) -> None:
         while not load.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(phase_changed.wait(), self.settings.heartbeat_s)
             phase_changed.clear()
             try:
                 owned = await load_jobs.heartbeat(
-                    self.ctx.pool, key, self.settings.owner, state=progress.state, node_id=progress.node_id,
-                    node_name=progress.node_name, replica_index=progress.replica_index,
-                    bytes_sent=progress.bytes_sent, total_bytes=progress.total_bytes,
-                    file_index=progress.file_index, total_files=progress.total_files,
-                    moving=progress.started_at_s is not None, install=progress.install_json(),
+                    self.ctx.pool,
+                    key,
+                    self.settings.owner,
+                    state=progress.state,
+                    node_id=progress.node_id,
+                    node_name=progress.node_name,
+                    replica_index=progress.replica_index,
+                    bytes_sent=progress.bytes_sent,
+                    total_bytes=progress.total_bytes,
+                    file_index=progress.file_index,
+                    total_files=progress.total_files,
+                    moving=progress.started_at_s is not None,
+                    install=progress.install_json(),
                 )
             except Exception as exc:  # a database blip must not kill the load; the next beat retries
                 log.warning("load job heartbeat for %s failed: %s", key, exc)
@@ -179,8 +214,13 @@ class LoadJobRunner:
                 why_stopped.append(LOST_JOB)
                 load.cancel()
 
-    async def _watchdog(self, hold: LoadHold, progress: LoadProgress, load: asyncio.Task[LoadedReplica],
-                        why_stopped: list[str]) -> None:
+    async def _watchdog(
+        self,
+        hold: LoadHold,
+        progress: LoadProgress,
+        load: asyncio.Task[LoadedReplica],
+        why_stopped: list[str],
+    ) -> None:
         tick_s = max(0.05, min(1.0, hold.stall_s / 20))
         while not load.done():
             await asyncio.sleep(tick_s)

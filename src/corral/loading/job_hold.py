@@ -62,10 +62,16 @@ class LoadHold:
         if now < self.deadline_s:
             return None
         if self.phase == STAGING:
-            return (f"staging made no progress for {format_duration_s(self.stall_s)} (stall window, "
-                    "CORRAL_LOAD_STALL_WINDOW): the worker stopped accepting data")
+            return (
+                f"staging made no progress for {format_duration_s(self.stall_s)} (stall window, "
+                "CORRAL_LOAD_STALL_WINDOW): the worker stopped accepting data"
+            )
         if self.phase == LOADING:
-            return (f"LoadModel did not finish within {format_duration_s(self._load_budget_s + SLACK_S)} "
-                    "(load budget + 5m; raise LOCALAI_NATS_MODEL_LOAD_TIMEOUT)")
-        return (f"no result within the cold-load budget of {format_duration_s(self.base_s)} (max("
-                "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT + LOCALAI_NATS_MODEL_LOAD_TIMEOUT + 5m, 25m))")
+            return (
+                f"LoadModel did not finish within {format_duration_s(self._load_budget_s + SLACK_S)} "
+                "(load budget + 5m; raise LOCALAI_NATS_MODEL_LOAD_TIMEOUT)"
+            )
+        return (
+            f"no result within the cold-load budget of {format_duration_s(self.base_s)} (max("
+            "LOCALAI_NATS_BACKEND_INSTALL_TIMEOUT + LOCALAI_NATS_MODEL_LOAD_TIMEOUT + 5m, 25m))"
+        )

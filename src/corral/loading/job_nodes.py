@@ -37,8 +37,9 @@ def nodes_exhausted(model: str, tried: list[NodeLost], last: str) -> str:
     return f"loading model {model}: {len(tried)} node(s) stopped answering ({nodes}); {last}"
 
 
-async def _attempt(ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int,
-                   progress: LoadProgress) -> LoadedReplica:
+async def _attempt(
+    ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int, progress: LoadProgress
+) -> LoadedReplica:
     """One node attempt as its own task, so the hold can abandon this node (not the load) on a stall."""
     task = asyncio.create_task(load_on_node(ctx, cfg, node, vram_bytes, progress), name=f"attempt:{cfg.name}")
     abandoned: list[str] = []
@@ -87,7 +88,9 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
             tried.append(NodeLost(lost.node_name, lost.why, node.id))
             log.warning("loading %s: %s; trying the next eligible node", cfg.name, lost)
             if len(tried) >= MAX_NODES_TRIED:
-                raise LoadError(nodes_exhausted(cfg.name, tried, f"gave up after {MAX_NODES_TRIED} nodes")) from None
+                raise LoadError(
+                    nodes_exhausted(cfg.name, tried, f"gave up after {MAX_NODES_TRIED} nodes")
+                ) from None
         except LoadError as exc:
             stale = await still_current(ctx, cfg)
             if stale is not None and not isinstance(exc, StaleRevision):
@@ -95,7 +98,9 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
             raise
 
 
-async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None) -> LoadedReplica:
+async def cold_load(
+    ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None
+) -> LoadedReplica:
     progress = progress or LoadProgress()
     await reclaim_leftovers(ctx, cfg.name)
     attempt = 1
@@ -105,10 +110,16 @@ async def cold_load(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress |
             break
         except StaleRevision as stale:
             if attempt >= MAX_REVISION_ATTEMPTS:
-                raise LoadError(f"{stale}; the configuration changed {attempt} times during this load, "
-                                "retry the request") from None
+                raise LoadError(
+                    f"{stale}; the configuration changed {attempt} times during this load, retry the request"
+                ) from None
             cfg, attempt = current_config(cfg, stale), attempt + 1
-            log.info("loading %s again under its current revision %s (attempt %d of %d)", cfg.name,
-                     cfg.revision[:12], attempt, MAX_REVISION_ATTEMPTS)
+            log.info(
+                "loading %s again under its current revision %s (attempt %d of %d)",
+                cfg.name,
+                cfg.revision[:12],
+                attempt,
+                MAX_REVISION_ATTEMPTS,
+            )
     await replay.record(ctx.pool, cfg, model_options(cfg))  # the reconciler can load it again from this alone
     return loaded

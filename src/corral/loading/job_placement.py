@@ -57,7 +57,8 @@ async def effective_selector(ctx: LoadContext, cfg: ModelConfig) -> dict[str, st
 
 async def placement_request(ctx: LoadContext, cfg: ModelConfig) -> PlacementRequest:
     return PlacementRequest(
-        model=cfg.name, disk_bytes=cfg.checkpoint_bytes(),
+        model=cfg.name,
+        disk_bytes=cfg.checkpoint_bytes(),
         vram_bytes=await estimate_vram_bytes_off_loop(cfg.model_file, cfg.context_size),
         selector=await effective_selector(ctx, cfg),
         disk_check=bool(await settings_store.get(ctx.pool, DISK_CHECK_SETTING, True)),
@@ -70,7 +71,9 @@ async def plan(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = (
     return await ctx.fleet.decide(ctx.pool, await placement_request(ctx, cfg), excluded)
 
 
-async def choose_node(ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()) -> tuple[NodeSnapshot, int]:
+async def choose_node(
+    ctx: LoadContext, cfg: ModelConfig, excluded: Collection[str] = ()
+) -> tuple[NodeSnapshot, int]:
     """The node to load on and the VRAM to reserve there; eviction frees one when nothing has room."""
     decision = await plan(ctx, cfg, excluded)
     if decision.needs_eviction and ctx.evictor is not None:
@@ -123,13 +126,19 @@ class Installed:
     load_defaults: LoadDefaults | None = None
 
 
-async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replica_index: int,
-                  progress: LoadProgress | None = None) -> Installed:
+async def install(
+    ctx: LoadContext,
+    node: NodeSnapshot,
+    cfg: ModelConfig,
+    replica_index: int,
+    progress: LoadProgress | None = None,
+) -> Installed:
     """Start the backend process on `node` (installing the backend there first if it is missing). NodeLost
     when the node does not answer; InstallFailed with the worker's error otherwise."""
     op_id = uuid.uuid4().hex
-    request = BackendInstallRequest(backend=cfg.backend, model_id=cfg.name, replica_index=replica_index,
-                                    op_id=op_id)
+    request = BackendInstallRequest(
+        backend=cfg.backend, model_id=cfg.name, replica_index=replica_index, op_id=op_id
+    )
     events = InstallEvents(progress)
     sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
@@ -146,28 +155,53 @@ async def install(ctx: LoadContext, node: NodeSnapshot, cfg: ModelConfig, replic
     return Installed(reply.address or node.address, reply.load_defaults)
 
 
-async def _ask_until_answered(ctx: LoadContext, node: NodeSnapshot, request: BackendInstallRequest,
-                              events: InstallEvents, progress: LoadProgress | None) -> BackendInstallReply:
+async def _ask_until_answered(
+    ctx: LoadContext,
+    node: NodeSnapshot,
+    request: BackendInstallRequest,
+    events: InstallEvents,
+    progress: LoadProgress | None,
+) -> BackendInstallReply:
     absent = 0
     while True:
         try:
-            return await bus.request(ctx.nc, subjects.backend_install(node.id), request, BackendInstallReply,
-                                     ctx.install_timeout_s, INSTALL_TIMEOUT_KNOB, headers=tracing.headers())
+            return await bus.request(
+                ctx.nc,
+                subjects.backend_install(node.id),
+                request,
+                BackendInstallReply,
+                ctx.install_timeout_s,
+                INSTALL_TIMEOUT_KNOB,
+                headers=tracing.headers(),
+            )
         except bus.NoResponders:
             if absent < len(NO_RESPONDERS_RETRY_S):  # a worker subscribes just after registering; a reconnect
-                await asyncio.sleep(NO_RESPONDERS_RETRY_S[absent])  # blips: absence must last before it counts
+                await asyncio.sleep(
+                    NO_RESPONDERS_RETRY_S[absent]
+                )  # blips: absence must last before it counts
                 absent += 1
                 continue
-            log.warning("Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
-                        "trying the next node", node.name, node.id)
+            log.warning(
+                "Scheduled node is not answering on the bus: node=%s id=%s; marking it unhealthy and "
+                "trying the next node",
+                node.name,
+                node.id,
+            )
             await placement_store.mark_unhealthy(ctx.pool, node.id)
-            raise NodeLost(node.name, "not answering on the bus (NATS no responders); marked unhealthy") from None
+            raise NodeLost(
+                node.name, "not answering on the bus (NATS no responders); marked unhealthy"
+            ) from None
         except bus.RequestTimeout as exc:
             if not events.heard_within(max(ctx.install_timeout_s, BUSY_WINDOW_MIN_S)):
                 raise NodeLost(node.name, f"backend install: {exc}") from None
-            log.info("worker %s is still installing backend %s for %s (no reply within %gs, progress seen); "
-                     "worker busy, asking again", node.name, request.backend, request.model_id,
-                     ctx.install_timeout_s)
+            log.info(
+                "worker %s is still installing backend %s for %s (no reply within %gs, progress seen); "
+                "worker busy, asking again",
+                node.name,
+                request.backend,
+                request.model_id,
+                ctx.install_timeout_s,
+            )
             if progress is not None:
                 progress.on_worker_busy(True)
         except bus.BusError as exc:

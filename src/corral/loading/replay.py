@@ -38,8 +38,11 @@ async def record(pool: asyncpg.Pool, cfg: ModelConfig, opts: backend_pb2.ModelOp
     try:
         await load_infos.record(pool, LoadInfo(cfg.name, cfg.backend, blob, cfg.revision))
     except (OSError, asyncpg.PostgresError) as exc:
-        log.warning("could not record replay info of %s (the reconciler needs a request to learn it): %s",
-                    cfg.name, exc)
+        log.warning(
+            "could not record replay info of %s (the reconciler needs a request to learn it): %s",
+            cfg.name,
+            exc,
+        )
 
 
 def config_from_replay(info: LoadInfo) -> ModelConfig:
@@ -47,9 +50,16 @@ def config_from_replay(info: LoadInfo) -> ModelConfig:
     opts = backend_pb2.ModelOptions.FromString(info.options_blob)
     scalars = tuple((f, getattr(opts, f)) for f in SCALAR_FIELDS.values() if getattr(opts, f))
     return ModelConfig(
-        name=info.model, backend=info.backend, model=opts.ModelFile or opts.Model,
-        models_dir=Path(opts.ModelPath or "."), context_size=opts.ContextSize, embeddings=opts.Embeddings,
-        reranking=opts.Reranking, threads=opts.Threads, seed=opts.Seed, gpu_layers=opts.NGPULayers,
+        name=info.model,
+        backend=info.backend,
+        model=opts.ModelFile or opts.Model,
+        models_dir=Path(opts.ModelPath or "."),
+        context_size=opts.ContextSize,
+        embeddings=opts.Embeddings,
+        reranking=opts.Reranking,
+        threads=opts.Threads,
+        seed=opts.Seed,
+        gpu_layers=opts.NGPULayers,
         options=tuple(opts.Options),
         artifacts=ArtifactPaths(scalars, tuple(getattr(opts, REPEATED_FIELD))),
         revision=info.config_revision if info.revision_established else "",

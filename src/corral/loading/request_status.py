@@ -35,8 +35,12 @@ def eta_s(job: JobSnapshot) -> float | None:
 
 def loading_object(job: JobSnapshot) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": job.tracking_key, "state": job.state, "progress": round(progress_pct(job), 2),
-        "bytes_sent": job.bytes_sent, "total_bytes": job.total_bytes, "file_index": job.file_index,
+        "model": job.tracking_key,
+        "state": job.state,
+        "progress": round(progress_pct(job), 2),
+        "bytes_sent": job.bytes_sent,
+        "total_bytes": job.total_bytes,
+        "file_index": job.file_index,
         "total_files": job.total_files,
     }
     if job.node_name:

@@ -37,7 +37,9 @@ def raise_failure(key: str, error: str, kind: str) -> None:
 
 
 class ColdLoads:
-    def __init__(self, runner: LoadJobRunner, waiters: Waiters, jobs: JobSettings, *, wait_budget_s: float) -> None:
+    def __init__(
+        self, runner: LoadJobRunner, waiters: Waiters, jobs: JobSettings, *, wait_budget_s: float
+    ) -> None:
         self.runner, self.waiters, self.jobs, self.wait_budget_s = runner, waiters, jobs, wait_budget_s
         self.pool = runner.ctx.pool
 
@@ -54,8 +56,13 @@ class ColdLoads:
         deadline = None if self.wait_budget_s <= 0 else loop.time() + self.wait_budget_s
         for _round in range(MAX_ROUNDS):
             with self.waiters.register(key) as woken:
-                claimed, job = await load_jobs.claim(self.pool, key, self.jobs.owner, orphan_s=self.jobs.orphan_s,
-                                                     failed_grace_s=self.jobs.failed_grace_s)
+                claimed, job = await load_jobs.claim(
+                    self.pool,
+                    key,
+                    self.jobs.owner,
+                    orphan_s=self.jobs.orphan_s,
+                    failed_grace_s=self.jobs.failed_grace_s,
+                )
                 if claimed:
                     found = await find()  # it may have loaded meanwhile
                     if found is not None:
@@ -82,8 +89,13 @@ class ColdLoads:
         """
         key = cfg.name
         with self.waiters.register(key) as woken:
-            claimed, _job = await load_jobs.claim(self.pool, key, self.jobs.owner, orphan_s=self.jobs.orphan_s,
-                                                  failed_grace_s=self.jobs.failed_grace_s)
+            claimed, _job = await load_jobs.claim(
+                self.pool,
+                key,
+                self.jobs.owner,
+                orphan_s=self.jobs.orphan_s,
+                failed_grace_s=self.jobs.failed_grace_s,
+            )
             if not claimed:
                 raise JobBusy(key)
             self.runner.start(cfg)
@@ -98,6 +110,10 @@ class ColdLoads:
         except TimeoutError:
             job = None
         if job is None:
-            raise LoadError(f"timed out waiting for model {key} to load after {self.wait_budget_s:g}s "
-                            "(LOCALAI_MODEL_LOAD_WAIT)")
-        raise ModelStillLoading(loading_message(job), loading_object(job), retry_after_s(job, self.wait_budget_s))
+            raise LoadError(
+                f"timed out waiting for model {key} to load after {self.wait_budget_s:g}s "
+                "(LOCALAI_MODEL_LOAD_WAIT)"
+            )
+        raise ModelStillLoading(
+            loading_message(job), loading_object(job), retry_after_s(job, self.wait_budget_s)
+        )

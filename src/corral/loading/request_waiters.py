@@ -47,7 +47,9 @@ HINT = Outcome(ok=False, hint=True)
 
 
 class Waiters:
-    def __init__(self, pool: asyncpg.Pool, nc: Client, *, orphan_s: float, poll_s: float = POLL_INTERVAL_S) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, nc: Client, *, orphan_s: float, poll_s: float = POLL_INTERVAL_S
+    ) -> None:
         self.pool, self.nc, self.orphan_s, self.poll_s = pool, nc, orphan_s, poll_s
         self._waiting: dict[str, set[asyncio.Future[Outcome]]] = defaultdict(set)
 
@@ -64,7 +66,12 @@ class Waiters:
     async def announce(self, key: str, outcome: Outcome) -> None:
         """Wake local waiters at once and every other frontend's through NATS."""
         self.notify(key, outcome)
-        payload = {"tracking_key": key, "ok": outcome.ok, "error": outcome.error or None, "kind": outcome.kind}
+        payload = {
+            "tracking_key": key,
+            "ok": outcome.ok,
+            "error": outcome.error or None,
+            "kind": outcome.kind,
+        }
         with contextlib.suppress(Exception):  # peers fall back to polling the job row
             await self.nc.publish(event_subject(key), json.dumps(payload).encode())
 

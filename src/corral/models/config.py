@@ -1,14 +1,14 @@
 """Model configuration: one YAML per model in the frontend's models directory.
 
-    name: gemma-3-270m          # the model id clients ask for (tracking key)
-    backend: llama-cpp          # the backend the worker starts: llama-cpp, simulator, or any backend
-                                # installed on the worker or listed by its galleries (corral.gallery)
-    context_size: 2048
-    embeddings: false           # serves /v1/embeddings
-    reranking: false            # serves /v1/rerank
-    parameters:
-      model: gemma-3-270m.gguf  # file relative to the models dir (or absolute, inside a root: models/roots.py)
-    options: ["chat_format:gemma"]
+name: gemma-3-270m          # the model id clients ask for (tracking key)
+backend: llama-cpp          # the backend the worker starts: llama-cpp, simulator, or any backend
+                            # installed on the worker or listed by its galleries (corral.gallery)
+context_size: 2048
+embeddings: false           # serves /v1/embeddings
+reranking: false            # serves /v1/rerank
+parameters:
+  model: gemma-3-270m.gguf  # file relative to the models dir (or absolute, inside a root: models/roots.py)
+options: ["chat_format:gemma"]
 """
 
 from __future__ import annotations
@@ -148,8 +148,10 @@ class ModelConfig:
         named = [NamedPath("parameters.model", self.model, roots)] if self.model else []
         yaml_keys = {proto: key for key, proto in SCALAR_FIELDS.items()}
         named += [NamedPath(yaml_keys[proto], value, roots) for proto, value in self.artifacts.scalars]
-        named += [NamedPath(f"lora_adapters[{index}]", value, roots)
-                  for index, value in enumerate(self.artifacts.lora_adapters)]
+        named += [
+            NamedPath(f"lora_adapters[{index}]", value, roots)
+            for index, value in enumerate(self.artifacts.lora_adapters)
+        ]
         main_dir = self.model_file.parent if self.model_file is not None else None
         option_roots = (self.models_dir, *([main_dir] if main_dir else []), *roots)
         for index, option in enumerate(self.options):
@@ -177,8 +179,12 @@ def _field(data: dict[str, Any], key: str, kind: type, source: Path, default: An
         raise ModelConfigError(f"{source}: field {key!r} must be an integer, got {value!r}")
     if not isinstance(value, kind):
         raise ModelConfigError(f"{source}: field {key!r} must be {kind.__name__}, got {value!r}")
-    if isinstance(value, int) and kind is int and not INT32_MIN <= value <= INT32_MAX:  # every int option is a protobuf int32 field
-        raise ModelConfigError(f"{source}: field {key!r} must be between {INT32_MIN} and {INT32_MAX}, got {value}")
+    if (
+        isinstance(value, int) and kind is int and not INT32_MIN <= value <= INT32_MAX
+    ):  # every int option is a protobuf int32 field
+        raise ModelConfigError(
+            f"{source}: field {key!r} must be between {INT32_MIN} and {INT32_MAX}, got {value}"
+        )
     return value
 
 
@@ -192,14 +198,17 @@ def check_paths(cfg: ModelConfig) -> None:
             raise ModelConfigError(f"{cfg.source}: {exc}", exc.field) from None
 
 
-def parse_model_config(data: Any, source: Path, models_dir: Path,
-                       extra_roots: tuple[Path, ...] = ()) -> ModelConfig:
+def parse_model_config(
+    data: Any, source: Path, models_dir: Path, extra_roots: tuple[Path, ...] = ()
+) -> ModelConfig:
     """The model config of a YAML mapping; ModelConfigError names the file, the field and the fix.
 
     Every file it names must resolve under `models_dir` or one of `extra_roots` (models/roots.py)."""
     if not isinstance(data, dict):
         raise ModelConfigError(f"{source}: expected a mapping with name, backend and parameters.model")
-    if (bad_text := invalid_text(data)) is not None:  # neither a file nor PostgreSQL (nor the revision hash) takes it
+    if (
+        bad_text := invalid_text(data)
+    ) is not None:  # neither a file nor PostgreSQL (nor the revision hash) takes it
         raise ModelConfigError(f"{source}: {text_problem(bad_text)}", bad_text)
     name = _field(data, "name", str, source, "").strip()
     if not name:
@@ -229,18 +238,28 @@ def parse_model_config(data: Any, source: Path, models_dir: Path,
     if (problem := usecase_problem(data.get("known_usecases"))) is not None:
         raise ModelConfigError(f"{source}: field 'known_usecases' {problem}", "known_usecases")
     cfg = ModelConfig(
-        name=name, backend=backend, model=model, models_dir=models_dir,
+        name=name,
+        backend=backend,
+        model=model,
+        models_dir=models_dir,
         context_size=_field(data, "context_size", int, source, 0),
         embeddings=_field(data, "embeddings", bool, source, False),
         reranking=_field(data, "reranking", bool, source, False),
         threads=_field(data, "threads", int, source, 0),
         seed=_field(params, "seed", int, source, 0),
         gpu_layers=_field(data, "gpu_layers", int, source, 0),
-        options=tuple(str(o) for o in options), source=source,
-        node_selector={str(k): "" if v is None else str(v)
-                       for k, v in _field(data, "node_selector", dict, source, {}).items()},
-        artifacts=artifacts, huggingface=huggingface, mcp=mcp,
-        disabled=_field(data, "disabled", bool, source, False), revision=config_revision(data), raw=dict(data),
+        options=tuple(str(o) for o in options),
+        source=source,
+        node_selector={
+            str(k): "" if v is None else str(v)
+            for k, v in _field(data, "node_selector", dict, source, {}).items()
+        },
+        artifacts=artifacts,
+        huggingface=huggingface,
+        mcp=mcp,
+        disabled=_field(data, "disabled", bool, source, False),
+        revision=config_revision(data),
+        raw=dict(data),
         extra_roots=tuple(extra_roots),
     )
     check_paths(cfg)
@@ -264,8 +283,12 @@ def load_model_configs(models_dir: Path, extra_roots: tuple[Path, ...] = ()) -> 
             log.error("skipping model config %s: %s", path, exc)
             continue
         if config.name in configs:
-            log.error("skipping %s: model %r is already defined in %s", path, config.name,
-                      configs[config.name].source)
+            log.error(
+                "skipping %s: model %r is already defined in %s",
+                path,
+                config.name,
+                configs[config.name].source,
+            )
             continue
         configs[config.name] = config
     return configs

@@ -170,8 +170,14 @@ def prepare_minilm_sentence_transformers(models_dir: Path) -> Path:
         destination.parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(destination, lambda tmp, file=file: shutil.copyfile(file, tmp))  # type: ignore[misc]
     yaml_path = Path(models_dir) / f"{MINILM_ST_NAME}.yaml"
-    text = model_yaml(MINILM_ST_NAME, MINILM_ST_NAME, backend=MINILM_ST_BACKEND, context_size=MINILM_ST_MAX_TOKENS,
-                      embeddings=True, reranking=True)
+    text = model_yaml(
+        MINILM_ST_NAME,
+        MINILM_ST_NAME,
+        backend=MINILM_ST_BACKEND,
+        context_size=MINILM_ST_MAX_TOKENS,
+        embeddings=True,
+        reranking=True,
+    )
     _write_text_if_changed(yaml_path, text)
     return yaml_path
 
@@ -180,8 +186,9 @@ def prepare_tiny_reranker(models_dir: Path) -> Path:
     """Write the generated cross-encoder (`tiny-reranker.gguf`, llama.cpp rank pooling) and its config."""
     write_tiny_reranker(Path(models_dir) / TINY_RERANKER_FILE)
     yaml_path = Path(models_dir) / f"{TINY_RERANKER_NAME}.yaml"
-    _write_text_if_changed(yaml_path, model_yaml(TINY_RERANKER_NAME, TINY_RERANKER_FILE, context_size=512,
-                                                 reranking=True))
+    _write_text_if_changed(
+        yaml_path, model_yaml(TINY_RERANKER_NAME, TINY_RERANKER_FILE, context_size=512, reranking=True)
+    )
     return yaml_path
 
 
@@ -189,9 +196,14 @@ def prepare_default_models(models_dir: Path) -> list[Path]:
     """Write the default model files and configs into `models_dir`; return the config paths."""
     models_dir = Path(models_dir)
     models_dir.mkdir(parents=True, exist_ok=True)
-    return [prepare_gemma(models_dir), prepare_minilm(models_dir), prepare_tiny_reranker(models_dir),
-            audio.prepare_whisper(models_dir), audio.prepare_piper_voice(models_dir),
-            prepare_tiny_diffusion(models_dir)]
+    return [
+        prepare_gemma(models_dir),
+        prepare_minilm(models_dir),
+        prepare_tiny_reranker(models_dir),
+        audio.prepare_whisper(models_dir),
+        audio.prepare_piper_voice(models_dir),
+        prepare_tiny_diffusion(models_dir),
+    ]
 
 
 def write_tiny_model_config(

@@ -23,8 +23,19 @@ MAX_KEY_BYTES = 1 << 16  # llama.cpp refuses longer keys too; a bigger length me
 MAX_KV_COUNT = 1 << 20
 
 # GGUFValueType: code → struct format of one scalar
-_SCALARS: dict[int, str] = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                            10: "<Q", 11: "<q", 12: "<d"}
+_SCALARS: dict[int, str] = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 STRING, ARRAY = 8, 9
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
@@ -80,17 +91,19 @@ class _Cursor:
     def _fill(self, n: int) -> None:
         if len(self._buf) - self._pos >= n:
             return
-        rest = self._buf[self._pos:]
+        rest = self._buf[self._pos :]
         self._base += self._pos
         self._buf = rest + self._handle.read(max(n - len(rest), CHUNK_BYTES))
         self._pos = 0
         if len(self._buf) < n:
-            raise GGUFHeaderError(f"{self._path}: truncated GGUF header at byte {self.offset} "
-                                  f"(needed {n} more bytes, file ends first)")
+            raise GGUFHeaderError(
+                f"{self._path}: truncated GGUF header at byte {self.offset} "
+                f"(needed {n} more bytes, file ends first)"
+            )
 
     def take(self, n: int) -> bytes:
         self._fill(n)
-        out = self._buf[self._pos:self._pos + n]
+        out = self._buf[self._pos : self._pos + n]
         self._pos += n
         return out
 
@@ -148,13 +161,17 @@ def _parse(cur: _Cursor, want: set[str] | None) -> GGUFHeader:
     count = _U32 if version == 1 else _U64  # v1 used 32-bit counts and lengths
     tensor_count, kv_count = cur.unpack(count), cur.unpack(count)
     if kv_count > MAX_KV_COUNT:
-        raise GGUFHeaderError(f"{cur._path}: {kv_count} key-value pairs is more than {MAX_KV_COUNT} (corrupt header)")
+        raise GGUFHeaderError(
+            f"{cur._path}: {kv_count} key-value pairs is more than {MAX_KV_COUNT} (corrupt header)"
+        )
     fields: dict[str, Value | ArrayValue] = {}
     for _ in range(kv_count):
         key_len = cur.unpack(count)
         if key_len > MAX_KEY_BYTES:
-            raise GGUFHeaderError(f"{cur._path}: key length {key_len} at byte {cur.offset} is over "
-                                  f"{MAX_KEY_BYTES} (corrupt header)")
+            raise GGUFHeaderError(
+                f"{cur._path}: key length {key_len} at byte {cur.offset} is over "
+                f"{MAX_KEY_BYTES} (corrupt header)"
+            )
         key = cur.take(key_len).decode("utf-8", errors="replace")
         fields[key] = _read_value(cur, cur.unpack(_U32), count)
         if want is not None and want.issubset(fields):
@@ -178,8 +195,9 @@ def _read_value(cur: _Cursor, value_type: int, count: struct.Struct) -> Value | 
         elif item_type == STRING:
             cur.skip_strings(n, count)
         else:  # arrays of arrays: no GGUF writer produces them; llama.cpp rejects them too
-            raise GGUFHeaderError(f"{cur._path}: array of value type {item_type} at byte {cur.offset} "
-                                  "is not supported")
+            raise GGUFHeaderError(
+                f"{cur._path}: array of value type {item_type} at byte {cur.offset} is not supported"
+            )
         return ArrayValue(item_type, n)
     raise GGUFHeaderError(f"{cur._path}: unknown GGUF value type {value_type} at byte {cur.offset}")
 

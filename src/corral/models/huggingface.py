@@ -67,18 +67,19 @@ def parse_huggingface(value: Any) -> HuggingFaceSource | None:
         raise HuggingFaceConfigError("field 'huggingface' must be a mapping with repo, revision and include")
     repo = value.get("repo")
     if not isinstance(repo, str) or not _REPO_RE.match(repo.strip()) or ".." in repo:
-        raise HuggingFaceConfigError(
-            f"field 'huggingface.repo' must look like 'org/name', got {repo!r}")
+        raise HuggingFaceConfigError(f"field 'huggingface.repo' must look like 'org/name', got {repo!r}")
     revision = value.get("revision", DEFAULT_REVISION)
     if not isinstance(revision, str) or not revision.strip() or ".." in revision or "\x00" in revision:
         raise HuggingFaceConfigError(
-            f"field 'huggingface.revision' must be a branch, tag or commit, got {revision!r}")
+            f"field 'huggingface.revision' must be a branch, tag or commit, got {revision!r}"
+        )
     include = value.get("include", [])
     if isinstance(include, str):
         include = [include]
     if not isinstance(include, list) or not all(isinstance(p, str) and p.strip() for p in include):
         raise HuggingFaceConfigError(
-            f"field 'huggingface.include' must be a list of glob patterns, got {include!r}")
+            f"field 'huggingface.include' must be a list of glob patterns, got {include!r}"
+        )
     return HuggingFaceSource(repo.strip(), revision.strip(), tuple(p.strip() for p in include))
 
 

@@ -62,8 +62,10 @@ class MCPServers:
 
     def wire(self) -> dict[str, Any]:
         """The reference's `stdio_servers` / `remote_servers` payload fields (MCPGenericConfig)."""
-        return {"stdio_servers": {"mcpServers": {s.name: s.wire() for s in self.stdio}},
-                "remote_servers": {"mcpServers": {s.name: s.wire() for s in self.remote}}}
+        return {
+            "stdio_servers": {"mcpServers": {s.name: s.wire() for s in self.stdio}},
+            "remote_servers": {"mcpServers": {s.name: s.wire() for s in self.remote}},
+        }
 
 
 def _document(value: Any, field_name: str) -> dict[str, Any]:
@@ -81,11 +83,15 @@ def _document(value: Any, field_name: str) -> dict[str, Any]:
     if not isinstance(servers, dict):
         raise MCPConfigError(f"field '{field_name}.mcpServers' must map server names to their settings")
     if len(servers) > MAX_SERVERS:
-        raise MCPConfigError(f"field '{field_name}.mcpServers' lists {len(servers)} servers; at most {MAX_SERVERS}")
+        raise MCPConfigError(
+            f"field '{field_name}.mcpServers' lists {len(servers)} servers; at most {MAX_SERVERS}"
+        )
     for name, spec in servers.items():
         if not isinstance(name, str) or not SERVER_NAME.match(name):
-            raise MCPConfigError(f"field '{field_name}.mcpServers': server name {name!r} must be 1-64 letters, "
-                                 "digits, '.', '_' or '-' (no '/')")
+            raise MCPConfigError(
+                f"field '{field_name}.mcpServers': server name {name!r} must be 1-64 letters, "
+                "digits, '.', '_' or '-' (no '/')"
+            )
         if not isinstance(spec, dict):
             raise MCPConfigError(f"field '{field_name}.mcpServers.{name}' must be a mapping")
     return servers
@@ -109,8 +115,12 @@ def _stdio(name: str, spec: dict[str, Any]) -> StdioServer:
     env = spec.get("env") or {}
     if not isinstance(env, dict):
         raise MCPConfigError(f"field '{where}.env' must map variable names to values")
-    return StdioServer(name=name, command=command, args=_strings(spec.get("args"), f"{where}.args"),
-                       env=tuple(sorted((str(k), str(v)) for k, v in env.items())))
+    return StdioServer(
+        name=name,
+        command=command,
+        args=_strings(spec.get("args"), f"{where}.args"),
+        env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
+    )
 
 
 def _remote(name: str, spec: dict[str, Any]) -> RemoteServer:
@@ -137,7 +147,9 @@ def parse_mcp(mcp: Any, agent: Any) -> MCPServers:
     remote = [_remote(n, s) for n, s in _document(mcp.get("remote"), "mcp.remote").items()]
     clash = {s.name for s in stdio} & {r.name for r in remote}
     if clash:
-        raise MCPConfigError(f"MCP server names {sorted(clash)} are both stdio and remote; give each a unique name")
+        raise MCPConfigError(
+            f"MCP server names {sorted(clash)} are both stdio and remote; give each a unique name"
+        )
     return MCPServers(stdio=tuple(stdio), remote=tuple(remote), max_iterations=_max_iterations(agent))
 
 
@@ -148,8 +160,9 @@ def _max_iterations(agent: Any) -> int:
         raise MCPConfigError("field 'agent' must be a mapping (max_iterations)")
     value = agent.get("max_iterations", 0) or 0
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ITERATIONS_CAP:
-        raise MCPConfigError(f"field 'agent.max_iterations' must be an integer from 0 to {MAX_ITERATIONS_CAP}, "
-                             f"got {value!r}")
+        raise MCPConfigError(
+            f"field 'agent.max_iterations' must be an integer from 0 to {MAX_ITERATIONS_CAP}, got {value!r}"
+        )
     return value
 
 

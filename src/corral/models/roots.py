@@ -96,8 +96,11 @@ class ModelRoots:
         return text
 
     def outside(self, what: str, value: str, real: str, field: str = "") -> PathOutsideRoots:
-        return PathOutsideRoots(field, f"{what}: {value!r} resolves to {real}, outside {self.describe()}; keep "
-                                       f"model files under it, or list the directory in {PATH_ROOTS_SETTING}")
+        return PathOutsideRoots(
+            field,
+            f"{what}: {value!r} resolves to {real}, outside {self.describe()}; keep "
+            f"model files under it, or list the directory in {PATH_ROOTS_SETTING}",
+        )
 
     def require(self, what: str, path: Path) -> None:
         """Raise :class:`PathOutsideRoots` unless ``path`` (already resolved from a config) is inside."""
@@ -113,16 +116,20 @@ class ModelRoots:
         file: an absolute path, a ``..`` path, or one that exists.
         """
         # strings, not Paths: a config may hold thousands of options, and pathlib costs ~10 µs a path here
-        candidates = [value] if os.path.isabs(value) else [os.path.join(base, value) for base in dict.fromkeys(bases)]
+        candidates = (
+            [value] if os.path.isabs(value) else [os.path.join(base, value) for base in dict.fromkeys(bases)]
+        )
         existing = [c for c in candidates if os.path.exists(c)]  # False for a name the system refuses
         if not always_path and not existing and not looks_like_path(value):
             return
         problem = malformed(value)
         if problem is not None:
-            raise PathOutsideRoots(field, f"field {field!r}: {value[:64]!r}{'…' if len(value) > 64 else ''} "
-                                          f"{problem}; name a file under {self.describe()}")
+            raise PathOutsideRoots(
+                field,
+                f"field {field!r}: {value[:64]!r}{'…' if len(value) > 64 else ''} "
+                f"{problem}; name a file under {self.describe()}",
+            )
         for candidate in existing[:1] or candidates:
             real = os.path.realpath(candidate)
             if not any(_under(real, root) for root in self.real_roots):
                 raise self.outside(f"field {field!r}", value, real, field)
-

@@ -42,11 +42,15 @@ def invalid_text(value: Any) -> str | None:
                     return where
                 todo.append((child, where))
         elif isinstance(item, list | tuple):
-            todo.extend((child, f"{path}.{index}" if path else str(index)) for index, child in enumerate(item))
+            todo.extend(
+                (child, f"{path}.{index}" if path else str(index)) for index, child in enumerate(item)
+            )
     return None
 
 
 def text_problem(field: str) -> str:
     """The sentence for a field `invalid_text` found (the caller says which field, e.g. `description`)."""
-    return (f"field '{field}' is not valid text: it holds a lone UTF-16 surrogate (an escape like \\ud800 "
-            "without its pair), which UTF-8 cannot store; send the character itself or a complete surrogate pair")
+    return (
+        f"field '{field}' is not valid text: it holds a lone UTF-16 surrogate (an escape like \\ud800 "
+        "without its pair), which UTF-8 cannot store; send the character itself or a complete surrogate pair"
+    )

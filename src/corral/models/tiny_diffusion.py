@@ -60,7 +60,10 @@ def _resnet(t: Shapes, name: str, channels_in: int, channels_out: int, time_dim:
     t[f"{name}.norm1.weight"] = t[f"{name}.norm1.bias"] = (channels_in,)
     t[f"{name}.conv1.weight"], t[f"{name}.conv1.bias"] = (channels_out, channels_in, 3, 3), (channels_out,)
     if time_dim:
-        t[f"{name}.time_emb_proj.weight"], t[f"{name}.time_emb_proj.bias"] = (channels_out, time_dim), (channels_out,)
+        t[f"{name}.time_emb_proj.weight"], t[f"{name}.time_emb_proj.bias"] = (
+            (channels_out, time_dim),
+            (channels_out,),
+        )
     t[f"{name}.norm2.weight"] = t[f"{name}.norm2.bias"] = (channels_out,)
     t[f"{name}.conv2.weight"], t[f"{name}.conv2.bias"] = (channels_out, channels_out, 3, 3), (channels_out,)
     if channels_in != channels_out:
@@ -119,7 +122,9 @@ def unet_shapes() -> Shapes:
         skip_in = reversed_channels[min(i + 1, len(UNET_CHANNELS) - 1)]
         for j in range(2):  # layers_per_block + 1 resnets, each fed a skip connection
             skip = skip_in if j == 1 else channels
-            _resnet(t, f"up_blocks.{i}.resnets.{j}", (previous if j == 0 else channels) + skip, channels, time_dim)
+            _resnet(
+                t, f"up_blocks.{i}.resnets.{j}", (previous if j == 0 else channels) + skip, channels, time_dim
+            )
             if kind.startswith("CrossAttn"):
                 _transformer(t, f"up_blocks.{i}.attentions.{j}", channels, TEXT_DIM)
         if i < len(UNET_CHANNELS) - 1:
@@ -169,16 +174,24 @@ def vae_shapes() -> Shapes:
 
 def text_encoder_shapes(vocabulary: int) -> Shapes:
     """`CLIPTextModel` tensors, with the `text_model.` prefix hub checkpoints carry."""
-    t: Shapes = {"text_model.embeddings.token_embedding.weight": (vocabulary, TEXT_DIM),
-                 "text_model.embeddings.position_embedding.weight": (TEXT_POSITIONS, TEXT_DIM)}
+    t: Shapes = {
+        "text_model.embeddings.token_embedding.weight": (vocabulary, TEXT_DIM),
+        "text_model.embeddings.position_embedding.weight": (TEXT_POSITIONS, TEXT_DIM),
+    }
     for i in range(TEXT_LAYERS):
         layer = f"text_model.encoder.layers.{i}"
         for projection in ("k_proj", "v_proj", "q_proj", "out_proj"):
             t[f"{layer}.self_attn.{projection}.weight"] = (TEXT_DIM, TEXT_DIM)
             t[f"{layer}.self_attn.{projection}.bias"] = (TEXT_DIM,)
         t[f"{layer}.layer_norm1.weight"] = t[f"{layer}.layer_norm1.bias"] = (TEXT_DIM,)
-        t[f"{layer}.mlp.fc1.weight"], t[f"{layer}.mlp.fc1.bias"] = (TEXT_FEED_FORWARD_DIM, TEXT_DIM), (TEXT_FEED_FORWARD_DIM,)
-        t[f"{layer}.mlp.fc2.weight"], t[f"{layer}.mlp.fc2.bias"] = (TEXT_DIM, TEXT_FEED_FORWARD_DIM), (TEXT_DIM,)
+        t[f"{layer}.mlp.fc1.weight"], t[f"{layer}.mlp.fc1.bias"] = (
+            (TEXT_FEED_FORWARD_DIM, TEXT_DIM),
+            (TEXT_FEED_FORWARD_DIM,),
+        )
+        t[f"{layer}.mlp.fc2.weight"], t[f"{layer}.mlp.fc2.bias"] = (
+            (TEXT_DIM, TEXT_FEED_FORWARD_DIM),
+            (TEXT_DIM,),
+        )
         t[f"{layer}.layer_norm2.weight"] = t[f"{layer}.layer_norm2.bias"] = (TEXT_DIM,)
     t["text_model.final_layer_norm.weight"] = t["text_model.final_layer_norm.bias"] = (TEXT_DIM,)
     return t
@@ -186,9 +199,14 @@ def text_encoder_shapes(vocabulary: int) -> Shapes:
 
 # --- the tokenizer ---------------------------------------------------------------------------------
 
+
 def _byte_symbols() -> list[str]:
     """GPT-2/CLIP's printable stand-in for each of the 256 bytes (`bytes_to_unicode`), in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     extra = iter(range(256, 512))
     return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
 
@@ -202,49 +220,113 @@ def tokenizer_vocabulary() -> dict[str, int]:
 
 # --- configs ---------------------------------------------------------------------------------------
 
+
 def _configs(vocabulary: dict[str, int]) -> dict[str, object]:
     """Every JSON file of the pipeline directory, by relative path."""
     eos = vocabulary[EOS]
     return {
         "model_index.json": {
-            "_class_name": "StableDiffusionPipeline", "_diffusers_version": DIFFUSERS_VERSION,
-            "feature_extractor": [None, None], "image_encoder": [None, None], "requires_safety_checker": False,
-            "safety_checker": [None, None], "scheduler": ["diffusers", "DDIMScheduler"],
-            "text_encoder": ["transformers", "CLIPTextModel"], "tokenizer": ["transformers", "CLIPTokenizer"],
-            "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]},
+            "_class_name": "StableDiffusionPipeline",
+            "_diffusers_version": DIFFUSERS_VERSION,
+            "feature_extractor": [None, None],
+            "image_encoder": [None, None],
+            "requires_safety_checker": False,
+            "safety_checker": [None, None],
+            "scheduler": ["diffusers", "DDIMScheduler"],
+            "text_encoder": ["transformers", "CLIPTextModel"],
+            "tokenizer": ["transformers", "CLIPTokenizer"],
+            "unet": ["diffusers", "UNet2DConditionModel"],
+            "vae": ["diffusers", "AutoencoderKL"],
+        },
         "scheduler/scheduler_config.json": {  # SD 1.5's noise schedule
-            "_class_name": "DDIMScheduler", "_diffusers_version": DIFFUSERS_VERSION, "beta_end": 0.012,
-            "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False,
-            "num_train_timesteps": 1000, "prediction_type": "epsilon", "set_alpha_to_one": False, "steps_offset": 1},
+            "_class_name": "DDIMScheduler",
+            "_diffusers_version": DIFFUSERS_VERSION,
+            "beta_end": 0.012,
+            "beta_schedule": "scaled_linear",
+            "beta_start": 0.00085,
+            "clip_sample": False,
+            "num_train_timesteps": 1000,
+            "prediction_type": "epsilon",
+            "set_alpha_to_one": False,
+            "steps_offset": 1,
+        },
         "unet/config.json": {
-            "_class_name": "UNet2DConditionModel", "_diffusers_version": DIFFUSERS_VERSION,
-            "act_fn": "silu", "attention_head_dim": UNET_HEADS, "block_out_channels": list(UNET_CHANNELS),
-            "center_input_sample": False, "cross_attention_dim": TEXT_DIM, "down_block_types": list(UNET_DOWN),
-            "downsample_padding": 1, "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": LATENT_CHANNELS,
-            "layers_per_block": 1, "mid_block_scale_factor": 1, "norm_eps": 1e-5, "norm_num_groups": NORM_GROUPS,
-            "out_channels": LATENT_CHANNELS, "sample_size": UNET_SAMPLE_SIZE, "up_block_types": list(UNET_UP)},
+            "_class_name": "UNet2DConditionModel",
+            "_diffusers_version": DIFFUSERS_VERSION,
+            "act_fn": "silu",
+            "attention_head_dim": UNET_HEADS,
+            "block_out_channels": list(UNET_CHANNELS),
+            "center_input_sample": False,
+            "cross_attention_dim": TEXT_DIM,
+            "down_block_types": list(UNET_DOWN),
+            "downsample_padding": 1,
+            "flip_sin_to_cos": True,
+            "freq_shift": 0,
+            "in_channels": LATENT_CHANNELS,
+            "layers_per_block": 1,
+            "mid_block_scale_factor": 1,
+            "norm_eps": 1e-5,
+            "norm_num_groups": NORM_GROUPS,
+            "out_channels": LATENT_CHANNELS,
+            "sample_size": UNET_SAMPLE_SIZE,
+            "up_block_types": list(UNET_UP),
+        },
         "vae/config.json": {
-            "_class_name": "AutoencoderKL", "_diffusers_version": DIFFUSERS_VERSION, "act_fn": "silu",
-            "block_out_channels": list(VAE_CHANNELS), "down_block_types": ["DownEncoderBlock2D"] * len(VAE_CHANNELS),
-            "in_channels": 3, "latent_channels": LATENT_CHANNELS, "layers_per_block": 1,
-            "norm_num_groups": NORM_GROUPS, "out_channels": 3, "sample_size": DEFAULT_IMAGE_SIDE_PX,
-            "scaling_factor": 0.18215, "up_block_types": ["UpDecoderBlock2D"] * len(VAE_CHANNELS)},
+            "_class_name": "AutoencoderKL",
+            "_diffusers_version": DIFFUSERS_VERSION,
+            "act_fn": "silu",
+            "block_out_channels": list(VAE_CHANNELS),
+            "down_block_types": ["DownEncoderBlock2D"] * len(VAE_CHANNELS),
+            "in_channels": 3,
+            "latent_channels": LATENT_CHANNELS,
+            "layers_per_block": 1,
+            "norm_num_groups": NORM_GROUPS,
+            "out_channels": 3,
+            "sample_size": DEFAULT_IMAGE_SIDE_PX,
+            "scaling_factor": 0.18215,
+            "up_block_types": ["UpDecoderBlock2D"] * len(VAE_CHANNELS),
+        },
         "text_encoder/config.json": {
-            "architectures": ["CLIPTextModel"], "model_type": "clip_text_model", "hidden_act": "quick_gelu",
-            "hidden_size": TEXT_DIM, "intermediate_size": TEXT_FEED_FORWARD_DIM, "layer_norm_eps": 1e-5,
-            "max_position_embeddings": TEXT_POSITIONS, "num_attention_heads": TEXT_HEADS,
-            "num_hidden_layers": TEXT_LAYERS, "projection_dim": TEXT_DIM, "vocab_size": len(vocabulary),
-            "bos_token_id": vocabulary[BOS], "eos_token_id": eos, "pad_token_id": eos, "torch_dtype": "float32"},
+            "architectures": ["CLIPTextModel"],
+            "model_type": "clip_text_model",
+            "hidden_act": "quick_gelu",
+            "hidden_size": TEXT_DIM,
+            "intermediate_size": TEXT_FEED_FORWARD_DIM,
+            "layer_norm_eps": 1e-5,
+            "max_position_embeddings": TEXT_POSITIONS,
+            "num_attention_heads": TEXT_HEADS,
+            "num_hidden_layers": TEXT_LAYERS,
+            "projection_dim": TEXT_DIM,
+            "vocab_size": len(vocabulary),
+            "bos_token_id": vocabulary[BOS],
+            "eos_token_id": eos,
+            "pad_token_id": eos,
+            "torch_dtype": "float32",
+        },
         "tokenizer/vocab.json": vocabulary,
         "tokenizer/tokenizer_config.json": {
-            "tokenizer_class": "CLIPTokenizer", "model_max_length": TEXT_POSITIONS, "do_lower_case": True,
-            "bos_token": BOS, "eos_token": EOS, "unk_token": EOS, "pad_token": EOS, "errors": "replace",
-            "add_prefix_space": False, "clean_up_tokenization_spaces": True},
-        "tokenizer/special_tokens_map.json": {"bos_token": BOS, "eos_token": EOS, "unk_token": EOS, "pad_token": EOS},
+            "tokenizer_class": "CLIPTokenizer",
+            "model_max_length": TEXT_POSITIONS,
+            "do_lower_case": True,
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "unk_token": EOS,
+            "pad_token": EOS,
+            "errors": "replace",
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": True,
+        },
+        "tokenizer/special_tokens_map.json": {
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "unk_token": EOS,
+            "pad_token": EOS,
+        },
     }
 
 
 # --- weights ---------------------------------------------------------------------------------------
+
 
 def random_tensors(shapes: Shapes, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """float32 tensors: weights normal / sqrt(fan-in), embeddings normal * 0.02, norm scales 1, biases 0."""
@@ -261,8 +343,11 @@ def random_tensors(shapes: Shapes, rng: np.random.Generator) -> dict[str, np.nda
     return tensors
 
 
-WEIGHT_FILES = {"unet": "diffusion_pytorch_model.safetensors", "vae": "diffusion_pytorch_model.safetensors",
-                "text_encoder": "model.safetensors"}
+WEIGHT_FILES = {
+    "unet": "diffusion_pytorch_model.safetensors",
+    "vae": "diffusion_pytorch_model.safetensors",
+    "text_encoder": "model.safetensors",
+}
 
 
 def write_pipeline(directory: Path, seed: int = SEED) -> Path:
@@ -270,17 +355,26 @@ def write_pipeline(directory: Path, seed: int = SEED) -> Path:
     directory = Path(directory)
     vocabulary = tokenizer_vocabulary()
     rng = np.random.default_rng(seed)
-    shapes = {"unet": unet_shapes(), "vae": vae_shapes(), "text_encoder": text_encoder_shapes(len(vocabulary))}
+    shapes = {
+        "unet": unet_shapes(),
+        "vae": vae_shapes(),
+        "text_encoder": text_encoder_shapes(len(vocabulary)),
+    }
     directory.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         for relative, content in _configs(vocabulary).items():
             (build / relative).parent.mkdir(parents=True, exist_ok=True)
-            (build / relative).write_text(json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            (build / relative).write_text(
+                json.dumps(content, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
         (build / "tokenizer" / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
         for part, part_shapes in shapes.items():
-            save_file(random_tensors(part_shapes, rng), str(build / part / WEIGHT_FILES[part]),
-                      metadata={"format": "pt"})
+            save_file(
+                random_tensors(part_shapes, rng),
+                str(build / part / WEIGHT_FILES[part]),
+                metadata={"format": "pt"},
+            )
         for path in build.rglob("*"):  # mkdtemp's 0700 and safetensors' 0600 -> what save_pretrained leaves
             path.chmod(0o755 if path.is_dir() else 0o644)
         build.chmod(0o755)
@@ -295,8 +389,10 @@ def write_pipeline(directory: Path, seed: int = SEED) -> Path:
 
 def model_yaml(name: str = NAME) -> str:
     """The model config: backend `diffusers`, the pipeline directory as the model file, DEFAULT_STEPS steps."""
-    return (f"name: {name}\nbackend: {BACKEND}\nknown_usecases:\n  - image\n"
-            f"parameters:\n  model: {name}\noptions:\n  - steps:{DEFAULT_STEPS}\n")
+    return (
+        f"name: {name}\nbackend: {BACKEND}\nknown_usecases:\n  - image\n"
+        f"parameters:\n  model: {name}\noptions:\n  - steps:{DEFAULT_STEPS}\n"
+    )
 
 
 def prepare_tiny_diffusion(models_dir: Path, name: str = NAME) -> Path:

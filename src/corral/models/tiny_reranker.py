@@ -79,7 +79,9 @@ def _random_tensors(seed: int, n_vocab: int, dtype: type) -> dict[str, np.ndarra
     dim, ff = EMBEDDING_DIM, FEED_FORWARD_DIM
     tensors = {
         "token_embd.weight": matrix(n_vocab, dim),
-        "token_types.weight": matrix(TOKEN_TYPES, dim, np.float32),  # f32, as llama.cpp's converter keeps them
+        "token_types.weight": matrix(
+            TOKEN_TYPES, dim, np.float32
+        ),  # f32, as llama.cpp's converter keeps them
         "position_embd.weight": matrix(CONTEXT_TOKENS, dim, np.float32),
         "token_embd_norm.weight": vector(dim, 1.0),
         "token_embd_norm.bias": vector(dim, 0.0),
@@ -148,8 +150,9 @@ def _write_gguf(path: Path, seed: int, dtype: str, rerank_template: str | None) 
     writer.close()
 
 
-def write_tiny_reranker(path: Path, *, seed: int = 0, dtype: str = "f32",
-                        rerank_template: str | None = None) -> Path:
+def write_tiny_reranker(
+    path: Path, *, seed: int = 0, dtype: str = "f32", rerank_template: str | None = None
+) -> Path:
     """Write the tiny reranker to `path` ("f32" or "f16" matrices); an identical existing file is kept."""
     if dtype not in _FILE_TYPES:
         raise ValueError(f"tiny reranker dtype must be one of {sorted(_FILE_TYPES)}, got {dtype!r}")

@@ -20,8 +20,12 @@ ARCH_KEY = "general.architecture"
 
 
 def arch_keys(arch: str) -> tuple[str, ...]:
-    return (f"{arch}.block_count", f"{arch}.embedding_length", f"{arch}.attention.head_count",
-            f"{arch}.attention.head_count_kv")
+    return (
+        f"{arch}.block_count",
+        f"{arch}.embedding_length",
+        f"{arch}.attention.head_count",
+        f"{arch}.attention.head_count_kv",
+    )
 
 
 def kv_bytes_per_token(header: GGUFHeader) -> int:
@@ -30,9 +34,19 @@ def kv_bytes_per_token(header: GGUFHeader) -> int:
     if arch is None:
         return 0
     layers_key, embd_key, heads_key, heads_kv_key = arch_keys(arch)
-    layers, embd, heads = header.int_field(layers_key), header.int_field(embd_key), header.int_field(heads_key)
+    layers, embd, heads = (
+        header.int_field(layers_key),
+        header.int_field(embd_key),
+        header.int_field(heads_key),
+    )
     heads_kv = header.int_field(heads_kv_key) or heads
-    if layers is None or embd is None or heads is None or heads_kv is None or min(layers, embd, heads, heads_kv) <= 0:
+    if (
+        layers is None
+        or embd is None
+        or heads is None
+        or heads_kv is None
+        or min(layers, embd, heads, heads_kv) <= 0
+    ):
         return 0
     return 2 * layers * heads_kv * (embd // heads) * KV_BYTES_PER_ELEMENT
 

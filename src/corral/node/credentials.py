@@ -65,8 +65,12 @@ class WorkerCredentials:
         return float(claims.get("iat") or time.time()), float(claims["exp"])
 
 
-async def register_until_credentialed(register: Register, creds: WorkerCredentials, max_attempts: int,
-                                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> dict[str, Any]:
+async def register_until_credentialed(
+    register: Register,
+    creds: WorkerCredentials,
+    max_attempts: int,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> dict[str, Any]:
     """Register until the node is approved and credentials are minted (LOCALAI_NATS_REQUIRE_AUTH)."""
     last = "no answer"
     for attempt in range(1, max_attempts + 1):
@@ -79,13 +83,16 @@ async def register_until_credentialed(register: Register, creds: WorkerCredentia
             continue
         if reply.get("status") != "pending" and creds.adopt(reply):
             return reply
-        last = (f"node {reply.get('id')} is {reply.get('status')}" +
-                (" and awaits approval (POST /api/nodes/<id>/approve)" if reply.get("status") == "pending"
-                 else " but the frontend minted no NATS credentials (set LOCALAI_NATS_ACCOUNT_SEED there)"))
+        last = f"node {reply.get('id')} is {reply.get('status')}" + (
+            " and awaits approval (POST /api/nodes/<id>/approve)"
+            if reply.get("status") == "pending"
+            else " but the frontend minted no NATS credentials (set LOCALAI_NATS_ACCOUNT_SEED there)"
+        )
         log.info("registration %d/%d: %s; retrying", attempt, max_attempts, last)
     raise CredentialsUnavailable(
         f"no NATS credentials after {max_attempts} registrations: {last}; the bus requires them "
-        "(LOCALAI_NATS_REQUIRE_AUTH=true); raise CORRAL_REGISTER_MAX_ATTEMPTS to wait longer")
+        "(LOCALAI_NATS_REQUIRE_AUTH=true); raise CORRAL_REGISTER_MAX_ATTEMPTS to wait longer"
+    )
 
 
 class CredentialSettings(Protocol):
@@ -101,8 +108,9 @@ class CredentialSettings(Protocol):
     def register_max_attempts(self) -> int: ...
 
 
-async def first_registration(settings: CredentialSettings, creds: WorkerCredentials, register_once: Register,
-                             register: Register) -> tuple[WorkerCredentials, dict[str, Any]]:
+async def first_registration(
+    settings: CredentialSettings, creds: WorkerCredentials, register_once: Register, register: Register
+) -> tuple[WorkerCredentials, dict[str, Any]]:
     """The first registration of a worker or agent worker, and the NATS credentials it connects with: static
     ones (LOCALAI_NATS_JWT with LOCALAI_NATS_USER_SEED), minted ones awaited until approval
     (LOCALAI_NATS_REQUIRE_AUTH: `register_once` until then), or those the reply of `register` carries."""
@@ -117,8 +125,12 @@ async def first_registration(settings: CredentialSettings, creds: WorkerCredenti
     return creds, reply
 
 
-async def refresh_loop(register: Register, creds: WorkerCredentials, on_new: Callable[[dict[str, Any]],
-                       Awaitable[None]], stop: asyncio.Event) -> None:
+async def refresh_loop(
+    register: Register,
+    creds: WorkerCredentials,
+    on_new: Callable[[dict[str, Any]], Awaitable[None]],
+    stop: asyncio.Event,
+) -> None:
     """Fetch fresh credentials at 75% of the JWT lifetime; raise CredentialsUnavailable when refresh keeps failing."""
     while not stop.is_set():
         span = creds.lifetime_s()
@@ -144,8 +156,10 @@ async def refresh_loop(register: Register, creds: WorkerCredentials, on_new: Cal
                 why = str(exc)
             failures += 1
             if failures >= REFRESH_MAX_FAILURES or time.time() >= expires_s:
-                raise CredentialsUnavailable(f"cannot refresh NATS credentials ({failures} attempts, JWT "
-                                             f"{'expired' if time.time() >= expires_s else 'expiring'}): {why}")
+                raise CredentialsUnavailable(
+                    f"cannot refresh NATS credentials ({failures} attempts, JWT "
+                    f"{'expired' if time.time() >= expires_s else 'expiring'}): {why}"
+                )
             log.warning("NATS credential refresh failed (%d): %s; retrying in %.1fs", failures, why, retry_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), retry_s)

@@ -97,11 +97,19 @@ def _nvidia_smi(*args: str) -> str | None:
     if binary is None:
         return None
     try:
-        result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [binary, *args],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("nvidia-smi failed (%s); GPU facts unknown this time (containers need "
-                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility and an init process)", exc)
+        log.warning(
+            "nvidia-smi failed (%s); GPU facts unknown this time (containers need "
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility and an init process)",
+            exc,
+        )
         return None
     if result.returncode != 0:
         log.warning("nvidia-smi exited with %d: %s", result.returncode, result.stderr.strip()[:200])
@@ -135,7 +143,9 @@ def capability(facts: HardwareFacts, forced: str = "") -> str:
     return f"{family}-cuda-{major}" if major is not None else family
 
 
-def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo"), sysfs_root: Path = Path("/sys")) -> HardwareFacts:
+def probe(
+    models_dir: Path, meminfo: Path = Path("/proc/meminfo"), sysfs_root: Path = Path("/sys")
+) -> HardwareFacts:
     total_ram, available_ram = _meminfo_bytes(meminfo)
     try:
         os.makedirs(models_dir, exist_ok=True)
@@ -145,10 +155,25 @@ def probe(models_dir: Path, meminfo: Path = Path("/proc/meminfo"), sysfs_root: P
         total_disk = available_disk = 0
     facts = HardwareFacts(total_ram, available_ram, total_disk, available_disk)
     if is_unified_memory_soc(sysfs_root):
-        return HardwareFacts(total_ram, available_ram, total_disk, available_disk, total_vram=total_ram,
-                             available_vram=available_ram, gpu_vendor="nvidia", unified_memory=True)
+        return HardwareFacts(
+            total_ram,
+            available_ram,
+            total_disk,
+            available_disk,
+            total_vram=total_ram,
+            available_vram=available_ram,
+            gpu_vendor="nvidia",
+            unified_memory=True,
+        )
     vram = nvidia_vram()
     if vram is not None:
-        return HardwareFacts(total_ram, available_ram, total_disk, available_disk, total_vram=vram[0],
-                             available_vram=vram[1], gpu_vendor="nvidia")
+        return HardwareFacts(
+            total_ram,
+            available_ram,
+            total_disk,
+            available_disk,
+            total_vram=vram[0],
+            available_vram=vram[1],
+            gpu_vendor="nvidia",
+        )
     return facts

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 class NodePresence:
     """`async with NodePresence(...)`: registered (and heartbeating) inside, deregistered on the way out."""
 
-    def __init__(self, register_to: str, token: str, body: dict[str, Any], state_dir: Path,
-                 heartbeat_interval_s: float) -> None:
+    def __init__(
+        self, register_to: str, token: str, body: dict[str, Any], state_dir: Path, heartbeat_interval_s: float
+    ) -> None:
         self.frontend = FrontendClient(register_to, token)
         self.body = {**body, **({"token": token} if token else {})}
         self.credential_file = NodeCredentialFile(state_dir, str(body["name"]))
@@ -43,8 +44,16 @@ class NodePresence:
             await asyncio.to_thread(self.credential_file.save, self.node_id, token)
         log.info("registered as %s (%s), status %s", self.body["name"], self.node_id, reply.get("status"))
         self._beats = asyncio.create_task(
-            run_periodic("heartbeat", self._beat, self.interval_s, self._stop, delay_first=True,
-                         backoff_cap_s=self.interval_s), name="follower-heartbeat")
+            run_periodic(
+                "heartbeat",
+                self._beat,
+                self.interval_s,
+                self._stop,
+                delay_first=True,
+                backoff_cap_s=self.interval_s,
+            ),
+            name="follower-heartbeat",
+        )
         return self
 
     async def _beat(self) -> None:

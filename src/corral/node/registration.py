@@ -53,8 +53,13 @@ class FrontendClient:
                 response = await self._http.post("/api/node/register", json=body)
             except httpx.HTTPError as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("registration attempt %d/%d to %s failed: %s", attempt, attempts, self.base_url,
-                            last_error)
+                log.warning(
+                    "registration attempt %d/%d to %s failed: %s",
+                    attempt,
+                    attempts,
+                    self.base_url,
+                    last_error,
+                )
                 continue
             if response.status_code == 201:
                 return dict(response.json())
@@ -62,8 +67,11 @@ class FrontendClient:
             if response.status_code in (400, 401, 403, 409):  # 409: the name is another credential's node
                 raise RegistrationRefused(
                     f"frontend {self.base_url} refused registration (HTTP {response.status_code}): {message}"
-                    + ("; check --registration-token / LOCALAI_REGISTRATION_TOKEN"
-                       if response.status_code == 401 else "")
+                    + (
+                        "; check --registration-token / LOCALAI_REGISTRATION_TOKEN"
+                        if response.status_code == 401
+                        else ""
+                    )
                 )
             last_error = f"HTTP {response.status_code}: {message}"
         raise FrontendUnreachable(
@@ -81,11 +89,13 @@ class FrontendClient:
         try:
             response = await self._http.post(f"/api/node/{node_id}/nats-credentials")
         except httpx.HTTPError as exc:
-            raise FrontendUnreachable(f"NATS credential refresh at {self.base_url} failed: "
-                                      f"{type(exc).__name__}: {exc}") from None
+            raise FrontendUnreachable(
+                f"NATS credential refresh at {self.base_url} failed: {type(exc).__name__}: {exc}"
+            ) from None
         if response.status_code != 200:
-            raise FrontendUnreachable(f"NATS credential refresh refused (HTTP {response.status_code}): "
-                                      f"{_error_text(response)}")
+            raise FrontendUnreachable(
+                f"NATS credential refresh refused (HTTP {response.status_code}): {_error_text(response)}"
+            )
         return dict(response.json())
 
     async def mcp_servers(self, node_id: str, model: str) -> dict[str, Any]:
@@ -93,11 +103,14 @@ class FrontendClient:
         try:
             response = await self._http.get(f"/api/node/{node_id}/mcp-servers/{quote(model, safe='')}")
         except httpx.HTTPError as exc:
-            raise FrontendUnreachable(f"reading the MCP servers of {model} from {self.base_url} failed: "
-                                      f"{type(exc).__name__}: {exc}") from None
+            raise FrontendUnreachable(
+                f"reading the MCP servers of {model} from {self.base_url} failed: {type(exc).__name__}: {exc}"
+            ) from None
         if response.status_code != 200:
-            raise RegistrationRefused(f"the frontend gave no MCP servers for {model} "
-                                      f"(HTTP {response.status_code}): {_error_text(response)}")
+            raise RegistrationRefused(
+                f"the frontend gave no MCP servers for {model} "
+                f"(HTTP {response.status_code}): {_error_text(response)}"
+            )
         return dict(response.json())
 
     async def deregister(self, node_id: str) -> None:

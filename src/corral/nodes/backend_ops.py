@@ -89,12 +89,21 @@ async def forget_processes(pool: asyncpg.Pool, nc: Client, node: asyncpg.Record,
         model, _, replica = key.rpartition("#")
         if not model or not replica.isdigit():
             continue
-        rows = await pool.fetch("DELETE FROM node_models WHERE node_id = $1 AND model_name = $2 "
-                                "AND replica_index = $3 RETURNING address", node["id"], model, int(replica))
+        rows = await pool.fetch(
+            "DELETE FROM node_models WHERE node_id = $1 AND model_name = $2 "
+            "AND replica_index = $3 RETURNING address",
+            node["id"],
+            model,
+            int(replica),
+        )
         for row in rows:
             forgotten += 1
-            await events.publish(nc, events.ReplicaEvent(events.REMOVED, model, node["id"], node["name"],
-                                                         int(replica), row["address"]))
+            await events.publish(
+                nc,
+                events.ReplicaEvent(
+                    events.REMOVED, model, node["id"], node["name"], int(replica), row["address"]
+                ),
+            )
     return forgotten
 
 
@@ -116,10 +125,18 @@ class ProgressRelay:
         if now - self._last < PROGRESS_WRITE_S and event.percentage < 100:
             return
         self._last = now
-        fraction = min(max(event.percentage / 100.0, 0.0), 1.0) if event.percentage == event.percentage else 0.0
-        await operations.progress(self.pool, self.op_id, phase=(event.phase or "downloading")[:32],
-                                  fraction=fraction, file_name=(event.file_name or "")[:1024],
-                                  current=(event.current or "")[:64], total=(event.total or "")[:64])
+        fraction = (
+            min(max(event.percentage / 100.0, 0.0), 1.0) if event.percentage == event.percentage else 0.0
+        )
+        await operations.progress(
+            self.pool,
+            self.op_id,
+            phase=(event.phase or "downloading")[:32],
+            fraction=fraction,
+            file_name=(event.file_name or "")[:1024],
+            current=(event.current or "")[:64],
+            total=(event.total or "")[:64],
+        )
 
 
 class BackendOpsDriver:
@@ -156,10 +173,15 @@ class BackendOpsDriver:
         """Drop intents of draining or long-dead nodes, and fail rows nothing drives any more."""
         for row in await backend_ops.prune(self.pool, PRUNE_STALE_S):
             if row["operation_id"]:
-                await operations.finish(self.pool, row["operation_id"], operations.FAILED,
-                                        f"node {row['node_id']} is {row['status']}: the intent was dropped")
-        await operations.reap_stale(self.pool, STALE_OPERATION_S,
-                                    "abandoned: no frontend drove this operation for 30 minutes")
+                await operations.finish(
+                    self.pool,
+                    row["operation_id"],
+                    operations.FAILED,
+                    f"node {row['node_id']} is {row['status']}: the intent was dropped",
+                )
+        await operations.reap_stale(
+            self.pool, STALE_OPERATION_S, "abandoned: no frontend drove this operation for 30 minutes"
+        )
 
     async def _drive(self, intent: backend_ops.Intent) -> None:
         try:
@@ -170,11 +192,17 @@ class BackendOpsDriver:
                 await asyncio.shield(backend_ops.later(self.pool, intent.id, "frontend stopped", 0))
             raise
         except Exception:
-            log.exception("backend %s of %s on node %s failed unexpectedly", intent.op, intent.backend,
-                          intent.node_id)
+            log.exception(
+                "backend %s of %s on node %s failed unexpectedly", intent.op, intent.backend, intent.node_id
+            )
             with contextlib.suppress(Exception):  # else its lease runs out and the next pass retries
-                await backend_ops.retry(self.pool, intent.id, intent.attempts + 1, "internal error",
-                                        retry_delay_s(intent.attempts + 1))
+                await backend_ops.retry(
+                    self.pool,
+                    intent.id,
+                    intent.attempts + 1,
+                    "internal error",
+                    retry_delay_s(intent.attempts + 1),
+                )
 
     async def _drive_leased(self, intent: backend_ops.Intent) -> None:
         op_id = intent.operation_id or ""
@@ -186,9 +214,13 @@ class BackendOpsDriver:
                 await operations.finish(self.pool, op_id, operations.FAILED, f"node {intent.node_id} {why}")
             return
         if op_id:
-            await operations.start(self.pool, op_id, self.frontend_id,
-                                   f"{intent.op} of {intent.backend} on {node['name']} "
-                                   f"(attempt {intent.attempts + 1} of {DEAD_LETTER_ATTEMPTS})")
+            await operations.start(
+                self.pool,
+                op_id,
+                self.frontend_id,
+                f"{intent.op} of {intent.backend} on {node['name']} "
+                f"(attempt {intent.attempts + 1} of {DEAD_LETTER_ATTEMPTS})",
+            )
         renewer = asyncio.create_task(self._renew(intent.id), name=f"lease:{intent.id}")
         try:
             message = await self._attempt(intent, node, op_id)
@@ -212,40 +244,68 @@ class BackendOpsDriver:
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("could not renew the lease of backend intent %d: %s", intent_id, exc)
 
-    async def _after_failure(self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str,
-                             outcome: Outcome) -> None:
+    async def _after_failure(
+        self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str, outcome: Outcome
+    ) -> None:
         if outcome.busy:
             delay_s = self._timeout(intent)
             await backend_ops.later(self.pool, intent.id, str(outcome), delay_s)
             if op_id:
                 await operations.busy(self.pool, op_id, f"worker busy: {outcome}")
-            log.warning("backend %s of %s on %s: worker busy (%s)", intent.op, intent.backend, node["name"], outcome)
+            log.warning(
+                "backend %s of %s on %s: worker busy (%s)", intent.op, intent.backend, node["name"], outcome
+            )
             return
         attempts = intent.attempts + 1
         if attempts >= DEAD_LETTER_ATTEMPTS:
             await backend_ops.done(self.pool, intent.id)
             if op_id:
-                await operations.finish(self.pool, op_id, operations.FAILED, str(outcome),
-                                        f"gave up after {attempts} attempts")
-            log.warning("backend %s of %s on %s dropped after %d attempts: %s", intent.op, intent.backend,
-                        node["name"], attempts, outcome)
+                await operations.finish(
+                    self.pool, op_id, operations.FAILED, str(outcome), f"gave up after {attempts} attempts"
+                )
+            log.warning(
+                "backend %s of %s on %s dropped after %d attempts: %s",
+                intent.op,
+                intent.backend,
+                node["name"],
+                attempts,
+                outcome,
+            )
             return
         delay_s = retry_delay_s(attempts)
         await backend_ops.retry(self.pool, intent.id, attempts, str(outcome), delay_s)
         if op_id:
-            await operations.retrying(self.pool, op_id, str(outcome), attempts,
-                                      f"attempt {attempts} of {DEAD_LETTER_ATTEMPTS} failed; "
-                                      f"next in {delay_s:.0f}s")
-        log.warning("backend %s of %s on %s failed (attempt %d, next in %.0fs): %s", intent.op, intent.backend,
-                    node["name"], attempts, delay_s, outcome)
+            await operations.retrying(
+                self.pool,
+                op_id,
+                str(outcome),
+                attempts,
+                f"attempt {attempts} of {DEAD_LETTER_ATTEMPTS} failed; next in {delay_s:.0f}s",
+            )
+        log.warning(
+            "backend %s of %s on %s failed (attempt %d, next in %.0fs): %s",
+            intent.op,
+            intent.backend,
+            node["name"],
+            attempts,
+            delay_s,
+            outcome,
+        )
 
     def _timeout(self, intent: backend_ops.Intent) -> float:
-        return self.settings.upgrade_timeout_s if intent.op == backend_ops.UPGRADE else self.settings.install_timeout_s
+        return (
+            self.settings.upgrade_timeout_s
+            if intent.op == backend_ops.UPGRADE
+            else self.settings.install_timeout_s
+        )
 
     async def _attempt(self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str) -> str:
         relay = ProgressRelay(self.pool, op_id, node["id"])
-        sub = await self.nc.subscribe(subjects.backend_install_progress(node["id"], op_id), cb=relay.on_msg) \
-            if op_id else None
+        sub = (
+            await self.nc.subscribe(subjects.backend_install_progress(node["id"], op_id), cb=relay.on_msg)
+            if op_id
+            else None
+        )
         try:
             if intent.op == backend_ops.UPGRADE:
                 return await self._upgrade(intent, node, op_id)
@@ -255,8 +315,7 @@ class BackendOpsDriver:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
 
-    async def _request(self, call: Callable[[], Awaitable[BackendInstallReply]]
-                       ) -> BackendInstallReply:
+    async def _request(self, call: Callable[[], Awaitable[BackendInstallReply]]) -> BackendInstallReply:
         try:
             return await call()
         except bus.RequestTimeout as exc:
@@ -264,24 +323,50 @@ class BackendOpsDriver:
         except bus.BusError as exc:
             raise Outcome(str(exc)) from None
 
-    async def _install(self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str, *, force: bool) -> str:
-        req = BackendInstallRequest(backend=intent.backend, backend_galleries=intent.galleries,
-                                    uri=intent.request.get("uri"), name=intent.request.get("name"),
-                                    alias=intent.request.get("alias"), op_id=op_id or None, force=force or None)
-        reply = await self._request(lambda: bus.request(
-            self.nc, subjects.backend_install(node["id"]), req, BackendInstallReply, self.settings.install_timeout_s,
-            INSTALL_KNOB))
+    async def _install(
+        self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str, *, force: bool
+    ) -> str:
+        req = BackendInstallRequest(
+            backend=intent.backend,
+            backend_galleries=intent.galleries,
+            uri=intent.request.get("uri"),
+            name=intent.request.get("name"),
+            alias=intent.request.get("alias"),
+            op_id=op_id or None,
+            force=force or None,
+        )
+        reply = await self._request(
+            lambda: bus.request(
+                self.nc,
+                subjects.backend_install(node["id"]),
+                req,
+                BackendInstallReply,
+                self.settings.install_timeout_s,
+                INSTALL_KNOB,
+            )
+        )
         if not reply.success:
             raise Outcome(reply.error or "the worker refused the install without saying why")
         return f"{intent.backend} installed on {node['name']}"
 
     async def _upgrade(self, intent: backend_ops.Intent, node: asyncpg.Record, op_id: str) -> str:
-        req = BackendUpgradeRequest(backend=intent.backend, backend_galleries=intent.galleries,
-                                    uri=intent.request.get("uri"), name=intent.request.get("name"),
-                                    alias=intent.request.get("alias"), op_id=op_id or None)
+        req = BackendUpgradeRequest(
+            backend=intent.backend,
+            backend_galleries=intent.galleries,
+            uri=intent.request.get("uri"),
+            name=intent.request.get("name"),
+            alias=intent.request.get("alias"),
+            op_id=op_id or None,
+        )
         try:
-            reply = await bus.request(self.nc, subjects.backend_upgrade(node["id"]), req, BackendUpgradeReply,
-                                      self.settings.upgrade_timeout_s, UPGRADE_KNOB)
+            reply = await bus.request(
+                self.nc,
+                subjects.backend_upgrade(node["id"]),
+                req,
+                BackendUpgradeReply,
+                self.settings.upgrade_timeout_s,
+                UPGRADE_KNOB,
+            )
         except bus.NoResponders:
             # Reference behaviour for workers without backend.upgrade: a forced install.
             return await self._install(intent, node, op_id, force=True)
@@ -293,5 +378,7 @@ class BackendOpsDriver:
             raise Outcome(reply.error or "the worker refused the upgrade without saying why")
         stopped = reply.stopped_process_keys or []
         forgotten = await forget_processes(self.pool, self.nc, node, stopped)
-        return (f"{intent.backend} upgraded on {node['name']}; stopped {len(stopped)} process(es)"
-                f"{': ' + ', '.join(stopped) if stopped else ''}; {forgotten} replica row(s) removed")
+        return (
+            f"{intent.backend} upgraded on {node['name']}; stopped {len(stopped)} process(es)"
+            f"{': ' + ', '.join(stopped) if stopped else ''}; {forgotten} replica row(s) removed"
+        )

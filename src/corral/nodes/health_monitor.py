@@ -31,9 +31,17 @@ class StatusChange:
 
 
 class HealthMonitor:
-    def __init__(self, pool: asyncpg.Pool, held: HeldBeats, *, stale_threshold_s: float, interval_s: float,
-                 on_change: Callable[[StatusChange], object] | None = None,
-                 clock: Callable[[], float] = time.time, pending_expiry_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        held: HeldBeats,
+        *,
+        stale_threshold_s: float,
+        interval_s: float,
+        on_change: Callable[[StatusChange], object] | None = None,
+        clock: Callable[[], float] = time.time,
+        pending_expiry_s: float = 3600.0,
+    ) -> None:
         self.pool, self.held = pool, held
         self.stale_threshold_s, self.interval_s = stale_threshold_s, interval_s
         self.pending_expiry_s = pending_expiry_s
@@ -81,23 +89,41 @@ class HealthMonitor:
         gone = await node_store.expire_pending(conn, row["id"], self.pending_expiry_s)
         if gone is None:
             return None  # it registered again meanwhile
-        log.warning("node %s (%s) never approved and silent for %.0fs: deleted (CORRAL_PENDING_NODE_EXPIRY %.0fs)",
-                    row["name"], row["id"], silent_s, self.pending_expiry_s)
+        log.warning(
+            "node %s (%s) never approved and silent for %.0fs: deleted (CORRAL_PENDING_NODE_EXPIRY %.0fs)",
+            row["name"],
+            row["id"],
+            silent_s,
+            self.pending_expiry_s,
+        )
         return StatusChange(row["id"], row["name"], row["status"], "deleted")
 
     async def _judge(self, row: asyncpg.Record) -> StatusChange | None:
         last_beat_s = self._last_beat_s(row)
-        new = next_status(row["status"], approved=row["approved"], last_beat_s=last_beat_s,
-                          status_changed_s=row["status_changed_at"].timestamp(), now_s=self._clock(),
-                          stale_threshold_s=self.stale_threshold_s, watching_since_s=self.watching_since_s,
-                          admin_drained=row["drained_by"] == node_store.ADMIN)
+        new = next_status(
+            row["status"],
+            approved=row["approved"],
+            last_beat_s=last_beat_s,
+            status_changed_s=row["status_changed_at"].timestamp(),
+            now_s=self._clock(),
+            stale_threshold_s=self.stale_threshold_s,
+            watching_since_s=self.watching_since_s,
+            admin_drained=row["drained_by"] == node_store.ADMIN,
+        )
         if new is None or new == row["status"]:
             return None
         dropped = new == node_store.OFFLINE
         if not await node_store.swap_status(self.pool, row["id"], row["status"], new, drop_replicas=dropped):
             return None  # it re-registered or was drained meanwhile; the next pass looks again
         age_s = self._clock() - last_beat_s
-        log.warning("node %s (%s): %s -> %s (last heartbeat %.0fs ago, stale threshold %.0fs; "
-                    "LOCALAI_STALE_NODE_THRESHOLD)", row["name"], row["id"], row["status"], new, age_s,
-                    self.stale_threshold_s)
+        log.warning(
+            "node %s (%s): %s -> %s (last heartbeat %.0fs ago, stale threshold %.0fs; "
+            "LOCALAI_STALE_NODE_THRESHOLD)",
+            row["name"],
+            row["id"],
+            row["status"],
+            new,
+            age_s,
+            self.stale_threshold_s,
+        )
         return StatusChange(row["id"], row["name"], row["status"], new)

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class HeartbeatCheckpointer:
-    def __init__(self, pool: asyncpg.Pool, held: HeldBeats, checkpoint_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, held: HeldBeats, checkpoint_s: float, clock: Callable[[], float] = time.time
+    ) -> None:
         self.pool, self.held, self.checkpoint_s, self._clock = pool, held, checkpoint_s, clock
         self._written: dict[str, Written] = {}
         self.durable_writes = 0
@@ -45,7 +46,9 @@ class HeartbeatCheckpointer:
             return False
         self.durable_writes += 1
         HEARTBEAT_WRITES.inc()
-        self._written[node_id] = Written(now_s, row["status"], merge(written.figures if written else None, beat))
+        self._written[node_id] = Written(
+            now_s, row["status"], merge(written.figures if written else None, beat)
+        )
         log.debug("heartbeat of %s written: %s", node_id, reason)
         return True
 

@@ -51,7 +51,9 @@ class NodeLifecycle:
     monitor: HealthMonitor
     xmin: XminAgeSampler
     minter: Minter | None = None
-    user_auth: bool = False  # LOCALAI_AUTH: API keys required on every route but health checks and /api/node/*
+    user_auth: bool = (
+        False  # LOCALAI_AUTH: API keys required on every route but health checks and /api/node/*
+    )
     metrics_token: str = ""  # CORRAL_METRICS_TOKEN: scrape token for /metrics
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -62,18 +64,28 @@ class NodeLifecycle:
         minter = None
         if settings.nats_account_seed:
             try:
-                account = natsauth.pair_from_seed(settings.nats_account_seed, kind="account",
-                                                  setting="LOCALAI_NATS_ACCOUNT_SEED")
+                account = natsauth.pair_from_seed(
+                    settings.nats_account_seed, kind="account", setting="LOCALAI_NATS_ACCOUNT_SEED"
+                )
             except natsauth.NatsAuthError as exc:
                 raise ConfigError(str(exc)) from None
             minter = Minter(account, settings.nats_worker_jwt_ttl_s)
         lifecycle = cls(
-            pool=pool, nc=nc, held=held, events=NodeEvents(),
+            pool=pool,
+            nc=nc,
+            held=held,
+            events=NodeEvents(),
             checkpointer=HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s),
-            monitor=HealthMonitor(pool, held, stale_threshold_s=settings.stale_node_threshold_s,
-                                  interval_s=settings.health_check_interval_s,
-                                  pending_expiry_s=settings.pending_node_expiry_s),
-            xmin=XminAgeSampler(pool), minter=minter, user_auth=bool(settings.auth),
+            monitor=HealthMonitor(
+                pool,
+                held,
+                stale_threshold_s=settings.stale_node_threshold_s,
+                interval_s=settings.health_check_interval_s,
+                pending_expiry_s=settings.pending_node_expiry_s,
+            ),
+            xmin=XminAgeSampler(pool),
+            minter=minter,
+            user_auth=bool(settings.auth),
             metrics_token=settings.metrics_token,
         )
         lifecycle.monitor.on_change = lifecycle._announce
@@ -93,8 +105,10 @@ class NodeLifecycle:
             await self.events.subscribe(self.nc)
             await self.held.start()
         register_gauge(self.xmin)
-        self._tasks = [asyncio.create_task(self.monitor.run(self._stop), name="health-monitor"),
-                       asyncio.create_task(self.xmin.run(self._stop), name="xmin-age")]
+        self._tasks = [
+            asyncio.create_task(self.monitor.run(self._stop), name="health-monitor"),
+            asyncio.create_task(self.xmin.run(self._stop), name="xmin-age"),
+        ]
         for task in self._tasks:
             task.add_done_callback(self._on_task_done)
 

@@ -11,8 +11,17 @@ from corral.store.nodes import DRAINING, HEALTHY, OFFLINE, PENDING, UNHEALTHY
 GOES_OFFLINE_WHEN_STALE = frozenset({HEALTHY, UNHEALTHY, DRAINING, PENDING})
 
 
-def next_status(status: str, *, approved: bool, last_beat_s: float, status_changed_s: float, now_s: float,
-                stale_threshold_s: float, watching_since_s: float = 0.0, admin_drained: bool = False) -> str | None:
+def next_status(
+    status: str,
+    *,
+    approved: bool,
+    last_beat_s: float,
+    status_changed_s: float,
+    now_s: float,
+    stale_threshold_s: float,
+    watching_since_s: float = 0.0,
+    admin_drained: bool = False,
+) -> str | None:
     """The status a node should move to, or None to leave it.
 
     `last_beat_s` is the freshest heartbeat known anywhere (durable or held by any frontend).

@@ -51,11 +51,19 @@ class ClusterBudget:
     node_count: int
 
     def as_json(self) -> dict[str, Any]:
-        return {"enabled": True, "node_id": self.node_id, "node_name": self.node_name,
-                "total_memory": self.total_memory, "is_gpu": self.is_gpu, "node_count": self.node_count}
+        return {
+            "enabled": True,
+            "node_id": self.node_id,
+            "node_name": self.node_name,
+            "total_memory": self.total_memory,
+            "is_gpu": self.is_gpu,
+            "node_count": self.node_count,
+        }
 
 
-def cluster_budget(nodes: Sequence[NodeMemory], selector: dict[str, str] | None = None) -> ClusterBudget | None:
+def cluster_budget(
+    nodes: Sequence[NodeMemory], selector: dict[str, str] | None = None
+) -> ClusterBudget | None:
     """The node a model is sized against (among those matching `selector`); None when there is none."""
     eligible = [n for n in nodes if not selector or selector_matches(selector, n.labels) is None]
     if not eligible:
@@ -71,9 +79,12 @@ def verdict(need_bytes: int, budget: ClusterBudget | None, local_bytes: int) -> 
         return {"fits": None, "fits_on": None, "verdict": "size unknown"}
     if need_bytes <= room:
         return {"fits": True, "fits_on": where, "verdict": f"Fits on {where}"}
-    return {"fits": False, "fits_on": None,
-            "verdict": f"Too large: needs {format_size(need_bytes)}, the largest node ({where}) offers "
-                       f"{format_size(room)}"}
+    return {
+        "fits": False,
+        "fits_on": None,
+        "verdict": f"Too large: needs {format_size(need_bytes)}, the largest node ({where}) offers "
+        f"{format_size(room)}",
+    }
 
 
 def capabilities(nodes: Iterable[NodeMemory]) -> set[str]:

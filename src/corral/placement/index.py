@@ -35,8 +35,11 @@ LoadKey = tuple[float, float, str]
 
 def _load_key(node: NodeSnapshot) -> LoadKey:
     """The ranking key after VRAM fit: idle first, then least loaded, then name (as the pipeline sorts)."""
-    return (-round(_IDLE.score(PlacementRequest(""), node), 2), -round(_LOAD.score(PlacementRequest(""), node), 2),
-            node.name)
+    return (
+        -round(_IDLE.score(PlacementRequest(""), node), 2),
+        -round(_LOAD.score(PlacementRequest(""), node), 2),
+        node.name,
+    )
 
 
 class PlacementIndex:
@@ -111,8 +114,11 @@ class PlacementIndex:
         excluded: list[Iterable[str]] = []
         for key, value in selector.items():
             if key.startswith("!"):
-                excluded.append(self._by_key.get(key[1:], _NO_IDS) if value in ("", None)
-                                else self._by_label.get((key[1:], value), _NO_IDS))
+                excluded.append(
+                    self._by_key.get(key[1:], _NO_IDS)
+                    if value in ("", None)
+                    else self._by_label.get((key[1:], value), _NO_IDS)
+                )
             else:
                 matching = self._by_label.get((key, value), _NO_IDS)
                 ids = set(matching) if ids is None else ids & matching
@@ -129,9 +135,14 @@ class PlacementIndex:
             return
         yield from self._fitting(req, passed)
         nodes = self.nodes
-        yield from (nodes[i] for _, i in self._by_load if i in passed and nodes[i].total_vram <= 0)  # unknown: 50
-        yield from (nodes[i] for _, i in self._by_load  # known but too little: 0
-                    if i in passed and nodes[i].total_vram > 0 and nodes[i].free_vram < req.vram_bytes)
+        yield from (
+            nodes[i] for _, i in self._by_load if i in passed and nodes[i].total_vram <= 0
+        )  # unknown: 50
+        yield from (
+            nodes[i]
+            for _, i in self._by_load  # known but too little: 0
+            if i in passed and nodes[i].total_vram > 0 and nodes[i].free_vram < req.vram_bytes
+        )
 
     def _fitting(self, req: PlacementRequest, passed: set[str]) -> Iterator[NodeSnapshot]:
         """Nodes with room for the model, by rounded VRAM score (free VRAM descending), ties by load."""

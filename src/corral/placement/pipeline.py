@@ -60,12 +60,24 @@ class Decision:
     def explain(self) -> dict[str, Any]:
         nodes = []
         for name, rejection in sorted(self.rejections.items()):
-            nodes.append({"node": name, "fits": False, "filter": rejection.filter, "reason": rejection.reason,
-                          "detail": rejection.detail})
+            nodes.append(
+                {
+                    "node": name,
+                    "fits": False,
+                    "filter": rejection.filter,
+                    "reason": rejection.reason,
+                    "detail": rejection.detail,
+                }
+            )
         for node in self.ranked:
             nodes.append({"node": node.name, "fits": True, "scores": self.scores[node.name]})
-        return {"model": self.request.model, "chosen": self.ranked[0].name if self.ranked else None,
-                "needs_eviction": self.needs_eviction, "warnings": self.warnings, "nodes": nodes}
+        return {
+            "model": self.request.model,
+            "chosen": self.ranked[0].name if self.ranked else None,
+            "needs_eviction": self.needs_eviction,
+            "warnings": self.warnings,
+            "nodes": nodes,
+        }
 
 
 def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Decision) -> list[NodeSnapshot]:  # noqa: C901
@@ -85,9 +97,11 @@ def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Deci
     message = disk_message(req.model, required_disk_bytes(req.disk_bytes), disk_rejections)
     if req.disk_check:  # every node that could otherwise take the model lacks disk: the spec's message
         raise NoNodeFits(message, decision.rejections)
-    warning = (f"No node has room to store this model, but the disk-headroom check is DISABLED; scheduling "
-               f"anyway — staging will most likely fail with ENOSPC model={req.model} "
-               "knob=distributed-disk-headroom-check")
+    warning = (
+        f"No node has room to store this model, but the disk-headroom check is DISABLED; scheduling "
+        f"anyway — staging will most likely fail with ENOSPC model={req.model} "
+        "knob=distributed-disk-headroom-check"
+    )
     log.warning("%s (%s)", warning, message)
     decision.warnings.append(warning)
     for node in disk_only:
@@ -109,7 +123,9 @@ def decide(req: PlacementRequest, nodes: Sequence[NodeSnapshot]) -> Decision:
     for node in passed:
         decision.scores[node.name] = {s.name: round(s.score(req, node), 2) for s in SCORERS}
     order = [s.name for s in SCORERS]
-    decision.ranked = sorted(passed, key=lambda n: (tuple(-decision.scores[n.name][k] for k in order), n.name))
+    decision.ranked = sorted(
+        passed, key=lambda n: (tuple(-decision.scores[n.name][k] for k in order), n.name)
+    )
     best = decision.scores[decision.ranked[0].name]
     decision.needs_eviction = best[VramFitScorer.name] == 0.0 and best[IdleScorer.name] == 0.0
     return decision

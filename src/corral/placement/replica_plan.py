@@ -67,20 +67,37 @@ def free_slots(model: str, nodes: Sequence[NodeSnapshot]) -> int:
     return sum(max(0, max(1, n.max_replicas_per_model) - len(n.replica_indexes(model))) for n in nodes)
 
 
-def _unsatisfiable(model: str, need: int, selector: dict[str, str], nodes: Sequence[NodeSnapshot],
-                   matching: Sequence[NodeSnapshot]) -> str:
+def _unsatisfiable(
+    model: str,
+    need: int,
+    selector: dict[str, str],
+    nodes: Sequence[NodeSnapshot],
+    matching: Sequence[NodeSnapshot],
+) -> str:
     wanted = f"{model} needs {need} more replica(s)"
     if not nodes:
         return f"{wanted} but no healthy worker node is registered"
     if not matching:
-        return (f"{wanted} but node_selector {json.dumps(selector, sort_keys=True)} matches none of the "
-                f"{len(nodes)} healthy node(s); label a node or change the rule")
-    return (f"{wanted} but every matching node ({len(matching)}) already runs its maximum replicas of it "
-            "(max_replicas_per_model); add nodes or raise LOCALAI_MAX_REPLICAS_PER_MODEL")
+        return (
+            f"{wanted} but node_selector {json.dumps(selector, sort_keys=True)} matches none of the "
+            f"{len(nodes)} healthy node(s); label a node or change the rule"
+        )
+    return (
+        f"{wanted} but every matching node ({len(matching)}) already runs its maximum replicas of it "
+        "(max_replicas_per_model); add nodes or raise LOCALAI_MAX_REPLICAS_PER_MODEL"
+    )
 
 
-def plan_replicas(rule: SchedulingRule, model: str, selector: dict[str, str], nodes: Sequence[NodeSnapshot], *,
-                  in_flight: ReplicaFn, idle_s: ReplicaFn, idle_window_s: float) -> Plan:
+def plan_replicas(
+    rule: SchedulingRule,
+    model: str,
+    selector: dict[str, str],
+    nodes: Sequence[NodeSnapshot],
+    *,
+    in_flight: ReplicaFn,
+    idle_s: ReplicaFn,
+    idle_window_s: float,
+) -> Plan:
     matching = matching_nodes(selector, nodes)
     matching_ids = {n.id for n in matching}
     low, high = bounds(rule, len(matching))
@@ -92,27 +109,47 @@ def plan_replicas(rule: SchedulingRule, model: str, selector: dict[str, str], no
     need = low - len(placed) - pending
     if need > 0:
         if capacity == 0:
-            return Plan(low, high, len(placed), pending,
-                        unsatisfiable=_unsatisfiable(model, need, selector, nodes, matching))
+            return Plan(
+                low,
+                high,
+                len(placed),
+                pending,
+                unsatisfiable=_unsatisfiable(model, need, selector, nodes, matching),
+            )
         return Plan(low, high, len(placed), pending, load=min(need, capacity))
     below_high = high is None or len(placed) < high
     if placed and not pending and below_high and capacity and all(in_flight(n, r) > 0 for n, r in loaded):
         return Plan(low, high, len(placed), pending, load=1)
     if pending:
         return base
-    return Plan(low, high, len(placed), pending, stop=_shrink(base, loaded, placed, matching_ids,
-                                                               in_flight, idle_s, idle_window_s))
+    return Plan(
+        low,
+        high,
+        len(placed),
+        pending,
+        stop=_shrink(base, loaded, placed, matching_ids, in_flight, idle_s, idle_window_s),
+    )
 
 
-def _shrink(plan: Plan, loaded: list[tuple[NodeSnapshot, ReplicaSnapshot]],
-            placed: list[tuple[NodeSnapshot, ReplicaSnapshot]], matching_ids: set[str],
-            in_flight: ReplicaFn, idle_s: ReplicaFn, idle_window_s: float) -> tuple[ReplicaRef, ...]:
+def _shrink(
+    plan: Plan,
+    loaded: list[tuple[NodeSnapshot, ReplicaSnapshot]],
+    placed: list[tuple[NodeSnapshot, ReplicaSnapshot]],
+    matching_ids: set[str],
+    in_flight: ReplicaFn,
+    idle_s: ReplicaFn,
+    idle_window_s: float,
+) -> tuple[ReplicaRef, ...]:
     stops: list[ReplicaRef] = []
     if plan.current >= plan.low:  # the replacements exist: move off nodes the selector no longer matches
-        stops += [ReplicaRef(n, r, "misplaced") for n, r in loaded
-                  if n.id not in matching_ids and in_flight(n, r) == 0]
-    idle_first = sorted((p for p in placed if in_flight(*p) == 0),
-                        key=lambda p: (-p[1].replica_index, -idle_s(*p)))
+        stops += [
+            ReplicaRef(n, r, "misplaced")
+            for n, r in loaded
+            if n.id not in matching_ids and in_flight(n, r) == 0
+        ]
+    idle_first = sorted(
+        (p for p in placed if in_flight(*p) == 0), key=lambda p: (-p[1].replica_index, -idle_s(*p))
+    )
     keep = plan.current
     if plan.high is not None:
         while keep > plan.high and idle_first:
@@ -131,6 +168,8 @@ def _shrink(plan: Plan, loaded: list[tuple[NodeSnapshot, ReplicaSnapshot]],
 
 def registry_fingerprint(nodes: Sequence[NodeSnapshot]) -> str:
     """Changes when a node joins, leaves, is approved, relabelled or re-budgeted (not on heartbeats)."""
-    facts = sorted((n.id, sorted(n.labels.items()), n.vram_budget_bytes, n.max_replicas_per_model, n.total_vram)
-                   for n in nodes)
+    facts = sorted(
+        (n.id, sorted(n.labels.items()), n.vram_budget_bytes, n.max_replicas_per_model, n.total_vram)
+        for n in nodes
+    )
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]

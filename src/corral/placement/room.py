@@ -45,8 +45,14 @@ def _candidates(req: PlacementRequest, node: NodeSnapshot, recency: ReplicaRecen
     return sorted(found, key=lambda r: recency(node, r))
 
 
-def _plan_node(req: PlacementRequest, node: NodeSnapshot, loaded: Counter[str], floors: Mapping[str, int],
-               usable: ReplicaTest, recency: ReplicaRecency) -> RoomPlan | None:
+def _plan_node(
+    req: PlacementRequest,
+    node: NodeSnapshot,
+    loaded: Counter[str],
+    floors: Mapping[str, int],
+    usable: ReplicaTest,
+    recency: ReplicaRecency,
+) -> RoomPlan | None:
     if node.total_vram <= 0 or req.vram_bytes <= 0:
         return None  # nothing to measure the fit against
     left = Counter(loaded)
@@ -69,8 +75,14 @@ def loaded_counts(nodes: Sequence[NodeSnapshot]) -> Counter[str]:
     return Counter(r.model for n in nodes for r in n.replicas if r.state == LOADED)
 
 
-def plan_room(req: PlacementRequest, allowed: Sequence[NodeSnapshot], loaded: Counter[str],
-              floors: Mapping[str, int], usable: ReplicaTest, recency: ReplicaRecency) -> RoomPlan | None:
+def plan_room(
+    req: PlacementRequest,
+    allowed: Sequence[NodeSnapshot],
+    loaded: Counter[str],
+    floors: Mapping[str, int],
+    usable: ReplicaTest,
+    recency: ReplicaRecency,
+) -> RoomPlan | None:
     """The allowed node needing the fewest stops (then the staler victims, then rank); None if none fits."""
     best: tuple[tuple[int, float, int], RoomPlan] | None = None
     for rank, node in enumerate(allowed):
@@ -84,18 +96,30 @@ def plan_room(req: PlacementRequest, allowed: Sequence[NodeSnapshot], loaded: Co
     return None if best is None else best[1]
 
 
-def room_shortfall(req: PlacementRequest, allowed: Sequence[NodeSnapshot], loaded: Counter[str],
-                   floors: Mapping[str, int], rejected: Mapping[str, str]) -> str:
+def room_shortfall(
+    req: PlacementRequest,
+    allowed: Sequence[NodeSnapshot],
+    loaded: Counter[str],
+    floors: Mapping[str, int],
+    rejected: Mapping[str, str],
+) -> str:
     """Why no allowed node can be freed enough: each node's need, free VRAM and what eviction could add."""
     parts = []
     for node in allowed:
-        evictable = [r for r in _candidates(req, node, lambda _n, r: r.last_used_s)
-                     if loaded[r.model] > floors.get(r.model, 0)]
+        evictable = [
+            r
+            for r in _candidates(req, node, lambda _n, r: r.last_used_s)
+            if loaded[r.model] > floors.get(r.model, 0)
+        ]
         could = sum(r.vram_bytes for r in evictable)
-        parts.append(f"{node.name} has {format_size(node.free_vram)} free and {format_size(could)} in "
-                     f"{len(evictable)} evictable replica(s) (total {format_size(free_after(node, could))})")
-    text = (f"scheduling {req.model}: no node it may use can be freed enough by eviction: it needs "
-            f"{format_size(req.vram_bytes)} of VRAM, but " + "; ".join(parts))
+        parts.append(
+            f"{node.name} has {format_size(node.free_vram)} free and {format_size(could)} in "
+            f"{len(evictable)} evictable replica(s) (total {format_size(free_after(node, could))})"
+        )
+    text = (
+        f"scheduling {req.model}: no node it may use can be freed enough by eviction: it needs "
+        f"{format_size(req.vram_bytes)} of VRAM, but " + "; ".join(parts)
+    )
     if rejected:
         reasons = Counter(rejected.values())
         text += "; not allowed: " + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())

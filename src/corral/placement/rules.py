@@ -21,8 +21,18 @@ MODEL_NAME_MAX = 255
 LABEL_KEY_MAX = 128
 LABEL_VALUE_MAX = 255
 REPLICAS_MAX = 10_000
-FIELDS = ("model_name", "node_selector", "min_replicas", "max_replicas", "replicas", "spread_all", "route_policy",
-          "balance_abs_threshold", "balance_rel_threshold", "min_prefix_match")
+FIELDS = (
+    "model_name",
+    "node_selector",
+    "min_replicas",
+    "max_replicas",
+    "replicas",
+    "spread_all",
+    "route_policy",
+    "balance_abs_threshold",
+    "balance_rel_threshold",
+    "min_prefix_match",
+)
 
 
 class RuleInvalid(ValueError):
@@ -77,8 +87,11 @@ class SchedulingRule:
 
     def cooling_down(self, now_s: float, fingerprint: str) -> bool:
         """In its back-off window, unless the registry changed since the window began."""
-        return (self.unsatisfiable_until_s is not None and self.unsatisfiable_until_s > now_s
-                and self.unsatisfiable_fingerprint == fingerprint)
+        return (
+            self.unsatisfiable_until_s is not None
+            and self.unsatisfiable_until_s > now_s
+            and self.unsatisfiable_fingerprint == fingerprint
+        )
 
 
 def _int(body: Mapping[str, Any], key: str, *, low: int = 0, high: int = REPLICAS_MAX) -> int | None:
@@ -119,7 +132,9 @@ def parse_selector(raw: Any, key: str = "node_selector") -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise RuleInvalid(key, f'must be an object of label → value, e.g. {{"gpu.vendor": "nvidia"}}, got {raw!r}')
+        raise RuleInvalid(
+            key, f'must be an object of label → value, e.g. {{"gpu.vendor": "nvidia"}}, got {raw!r}'
+        )
     selector = {}
     for label, value in raw.items():
         if not isinstance(label, str) or not label.lstrip("!") or len(label) > LABEL_KEY_MAX + 1:
@@ -143,23 +158,32 @@ def _spread(body: Mapping[str, Any]) -> bool:
         return bool(spread)
     if replicas is True or (isinstance(replicas, str) and replicas.strip().lower() == "all"):
         return True
-    raise RuleInvalid("replicas", f'must be "all" (one replica on every matching node) or omitted, got {replicas!r}; '
-                                  "use min_replicas/max_replicas for elastic scaling")
+    raise RuleInvalid(
+        "replicas",
+        f'must be "all" (one replica on every matching node) or omitted, got {replicas!r}; '
+        "use min_replicas/max_replicas for elastic scaling",
+    )
 
 
 def _routing(body: Mapping[str, Any]) -> dict[str, Any]:
     policy = body.get("route_policy")
     if policy is not None and policy not in ROUTE_POLICIES:
-        raise RuleInvalid("route_policy", f"must be one of \"\", round_robin, least_loaded, prefix_cache, power_of_two; "
-                                             f"got {policy!r}")
+        raise RuleInvalid(
+            "route_policy",
+            f'must be one of "", round_robin, least_loaded, prefix_cache, power_of_two; got {policy!r}',
+        )
     rel = _number(body, "balance_rel_threshold")
     if rel is not None and rel != 0 and rel < 1:
         raise RuleInvalid("balance_rel_threshold", f"must be 0 (inherit) or at least 1, got {rel:g}")
     match = _number(body, "min_prefix_match")
     if match is not None and not 0 <= match <= 1:
         raise RuleInvalid("min_prefix_match", f"must be between 0 and 1, got {match:g}")
-    return {"route_policy": policy, "balance_abs_threshold": _int(body, "balance_abs_threshold", high=1 << 31),
-            "balance_rel_threshold": rel, "min_prefix_match": match}
+    return {
+        "route_policy": policy,
+        "balance_abs_threshold": _int(body, "balance_abs_threshold", high=1 << 31),
+        "balance_rel_threshold": rel,
+        "min_prefix_match": match,
+    }
 
 
 def parse_rule(body: Any, *, declarative: bool = False) -> RuleSpec:
@@ -175,19 +199,35 @@ def parse_rule(body: Any, *, declarative: bool = False) -> RuleSpec:
     spread = _spread(body)
     if spread and (low or high):
         key = "min_replicas" if low else "max_replicas"
-        raise RuleInvalid(key, "replicas: all (one replica on every matching node) and min_replicas/max_replicas "
-                               "are mutually exclusive; choose one mode")
+        raise RuleInvalid(
+            key,
+            "replicas: all (one replica on every matching node) and min_replicas/max_replicas "
+            "are mutually exclusive; choose one mode",
+        )
     if high and low > high:
-        raise RuleInvalid("min_replicas", f"must not exceed max_replicas ({low} > {high}); "
-                                          "max_replicas 0 means no upper bound")
+        raise RuleInvalid(
+            "min_replicas",
+            f"must not exceed max_replicas ({low} > {high}); max_replicas 0 means no upper bound",
+        )
     if declarative and "max_replicas" in body and not (low or high or spread):
-        raise RuleInvalid("max_replicas", "an entry with only max_replicas: 0 does nothing; set min_replicas >= 1 "
-                                          "(0 = no upper bound then), max_replicas >= 1, or replicas: all")
+        raise RuleInvalid(
+            "max_replicas",
+            "an entry with only max_replicas: 0 does nothing; set min_replicas >= 1 "
+            "(0 = no upper bound then), max_replicas >= 1, or replicas: all",
+        )
     routing = _routing(body)
     if declarative:  # authoritative: the whole row is replaced, unset overrides go back to their defaults
-        routing = {"route_policy": routing["route_policy"] or "",
-                   "balance_abs_threshold": routing["balance_abs_threshold"] or 0,
-                   "balance_rel_threshold": routing["balance_rel_threshold"] or 0.0,
-                   "min_prefix_match": routing["min_prefix_match"] or 0.0}
-    return RuleSpec(model_name=name, node_selector=selector, min_replicas=low, max_replicas=high, spread_all=spread,
-                    **routing)
+        routing = {
+            "route_policy": routing["route_policy"] or "",
+            "balance_abs_threshold": routing["balance_abs_threshold"] or 0,
+            "balance_rel_threshold": routing["balance_rel_threshold"] or 0.0,
+            "min_prefix_match": routing["min_prefix_match"] or 0.0,
+        }
+    return RuleSpec(
+        model_name=name,
+        node_selector=selector,
+        min_replicas=low,
+        max_replicas=high,
+        spread_all=spread,
+        **routing,
+    )

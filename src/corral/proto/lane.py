@@ -49,12 +49,15 @@ class Method:
     reply_type: Any  # the reply message class (FromString)
 
 
-METHODS = {m.name: m for m in (
-    Method("Predict", 1, False, pb.Reply),
-    Method("PredictStream", 2, True, pb.Reply),
-    Method("Embedding", 3, False, pb.EmbeddingResult),
-    Method("TokenizeString", 4, False, pb.TokenizationResponse),
-)}
+METHODS = {
+    m.name: m
+    for m in (
+        Method("Predict", 1, False, pb.Reply),
+        Method("PredictStream", 2, True, pb.Reply),
+        Method("Embedding", 3, False, pb.EmbeddingResult),
+        Method("TokenizeString", 4, False, pb.TokenizationResponse),
+    )
+}
 METHODS_BY_CODE = {m.code: m for m in METHODS.values()}
 STATUS_BY_CODE = {status.value[0]: status for status in grpc.StatusCode}
 
@@ -96,7 +99,7 @@ class FrameReader:
             if end - start - size < length:
                 break
             body = start + size
-            frames.append((kind, call_id, bytes(buffer[body:body + length])))
+            frames.append((kind, call_id, bytes(buffer[body : body + length])))
             start = body + length
         if start:
             del buffer[:start]

@@ -45,8 +45,14 @@ class ReconcilerSettings:
 
 
 class ReplicaReconciler:
-    def __init__(self, router: Router, configs: Mapping[str, ModelConfig], aliases: Mapping[str, str],
-                 settings: ReconcilerSettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        router: Router,
+        configs: Mapping[str, ModelConfig],
+        aliases: Mapping[str, str],
+        settings: ReconcilerSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.router, self.pool = router, router.ctx.pool
         self.configs, self.aliases, self.settings, self._clock = configs, aliases, settings, clock
         self.started_s = clock()  # idleness is only trusted from the moment this frontend watches
@@ -57,7 +63,9 @@ class ReplicaReconciler:
         self._registry_changed = True
 
     async def run(self, stop: asyncio.Event) -> None:
-        await run_periodic("replica reconciler", lambda: self._pass_until(stop), self.settings.interval_s, stop)
+        await run_periodic(
+            "replica reconciler", lambda: self._pass_until(stop), self.settings.interval_s, stop
+        )
 
     async def _pass_until(self, stop: asyncio.Event) -> None:
         """One pass, abandoned at once on shutdown (its load job is left to be reclaimed)."""
@@ -103,7 +111,9 @@ class ReplicaReconciler:
         return float(self.router.evictor.in_flight(self._key(node, replica)))
 
     def _idle_s(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> float:
-        last_s = max(replica.last_used_s, self.router.inflight.last_used_s(self._key(node, replica)), self.started_s)
+        last_s = max(
+            replica.last_used_s, self.router.inflight.last_used_s(self._key(node, replica)), self.started_s
+        )
         return max(0.0, self._clock() - last_s)
 
     async def reconcile(self, rule: SchedulingRule, model: str) -> Plan | None:
@@ -113,19 +123,35 @@ class ReplicaReconciler:
             return None
         cfg = self.configs.get(model) or await replay_config(self.pool, model)
         if cfg is not None and cfg.disabled:  # its replicas are being stopped: never fight the edit
-            await scheduling_store.note(self.pool, rule.model_name, f"{model} is disabled; enable it to scale it")
+            await scheduling_store.note(
+                self.pool, rule.model_name, f"{model} is disabled; enable it to scale it"
+            )
             return None
         selector = {**(cfg.node_selector if cfg else {}), **rule.node_selector}
-        plan = plan_replicas(rule, model, selector, nodes, in_flight=self._in_flight, idle_s=self._idle_s,
-                             idle_window_s=self.settings.idle_window_s)
+        plan = plan_replicas(
+            rule,
+            model,
+            selector,
+            nodes,
+            in_flight=self._in_flight,
+            idle_s=self._idle_s,
+            idle_window_s=self.settings.idle_window_s,
+        )
         if plan.unsatisfiable:
             await self._unsatisfied(rule, plan.unsatisfiable, fingerprint)
             return plan
         if plan.load and cfg is None:
-            await scheduling_store.satisfied(self.pool, rule.model_name)  # not a capacity problem: no back-off
-            await scheduling_store.note(self.pool, rule.model_name, (
-                f"{model} has no configuration on this frontend and no replay info yet; it is loaded on its "
-                "first request, after which the reconciler can scale it"))
+            await scheduling_store.satisfied(
+                self.pool, rule.model_name
+            )  # not a capacity problem: no back-off
+            await scheduling_store.note(
+                self.pool,
+                rule.model_name,
+                (
+                    f"{model} has no configuration on this frontend and no replay info yet; it is loaded on its "
+                    "first request, after which the reconciler can scale it"
+                ),
+            )
             return plan
         if plan.load and cfg is not None and not await self._scale_up(rule, cfg, plan, fingerprint):
             return plan
@@ -133,8 +159,14 @@ class ReplicaReconciler:
         for ref in plan.stop:
             why = f"by the replica reconciler ({ref.why}; rule {rule.model_name!r})"
             if await self.router.evictor.stop_replica(ref.node, ref.replica, why):
-                log.info("replica reconciler: stopped %s#%d on %s (%s) for rule %r", model,
-                         ref.replica.replica_index, ref.node.name, ref.why, rule.model_name)
+                log.info(
+                    "replica reconciler: stopped %s#%d on %s (%s) for rule %r",
+                    model,
+                    ref.replica.replica_index,
+                    ref.node.name,
+                    ref.why,
+                    rule.model_name,
+                )
         return plan
 
     async def _scale_up(self, rule: SchedulingRule, cfg: ModelConfig, plan: Plan, fingerprint: str) -> bool:
@@ -146,8 +178,14 @@ class ReplicaReconciler:
             if error:
                 await self._unsatisfied(rule, error, fingerprint)
                 return False
-            log.info("replica reconciler: loaded a replica of %s for rule %r (%d/%d this pass; %s)", cfg.name,
-                     rule.model_name, number, plan.load, plan.summary())
+            log.info(
+                "replica reconciler: loaded a replica of %s for rule %r (%d/%d this pass; %s)",
+                cfg.name,
+                rule.model_name,
+                number,
+                plan.load,
+                plan.summary(),
+            )
         return True
 
     async def _load_one(self, cfg: ModelConfig) -> str:
@@ -156,8 +194,14 @@ class ReplicaReconciler:
         return "" if outcome.ok else (outcome.error or f"loading model {cfg.name} failed")
 
     async def _unsatisfied(self, rule: SchedulingRule, reason: str, fingerprint: str) -> None:
-        ticks = await scheduling_store.unsatisfied(self.pool, rule.model_name, reason, fingerprint,
-                                                   self.settings.cooldown_s)
+        ticks = await scheduling_store.unsatisfied(
+            self.pool, rule.model_name, reason, fingerprint, self.settings.cooldown_s
+        )
         cooling = ticks >= scheduling_store.UNSATISFIABLE_TICKS
-        log.warning("replica reconciler: rule %r cannot be satisfied (pass %d%s): %s", rule.model_name, ticks,
-                    f"; cooling down for {self.settings.cooldown_s:g}s" if cooling else "", reason)
+        log.warning(
+            "replica reconciler: rule %r cannot be satisfied (pass %d%s): %s",
+            rule.model_name,
+            ticks,
+            f"; cooling down for {self.settings.cooldown_s:g}s" if cooling else "",
+            reason,
+        )

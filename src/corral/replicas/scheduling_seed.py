@@ -30,8 +30,10 @@ def parse_entries(entries: Any, source: str) -> list[RuleSpec]:
     if entries is None:
         return []
     if not isinstance(entries, list):
-        raise ConfigError(f"{source}: expected a list of rules like "
-                          '[{"model_name": "m", "replicas": "all"}], got ' + type(entries).__name__)
+        raise ConfigError(
+            f"{source}: expected a list of rules like "
+            '[{"model_name": "m", "replicas": "all"}], got ' + type(entries).__name__
+        )
     specs: list[RuleSpec] = []
     for number, entry in enumerate(entries, start=1):
         name = entry.get("model_name") if isinstance(entry, dict) else None
@@ -60,8 +62,10 @@ def _read_inline(text: str) -> list[RuleSpec]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{INLINE_SETTING}: not valid JSON ({exc}); send a list like "
-                          '[{"model_name":"m","replicas":"all"}]') from None
+        raise ConfigError(
+            f"{INLINE_SETTING}: not valid JSON ({exc}); send a list like "
+            '[{"model_name":"m","replicas":"all"}]'
+        ) from None
     return parse_entries(data, INLINE_SETTING)
 
 
@@ -75,8 +79,10 @@ def declared_rules(settings: Any) -> list[RuleSpec]:
     seen: set[str] = set()
     for spec in specs:
         if spec.model_name in seen:
-            raise ConfigError(f"model_name {spec.model_name!r} is listed twice in {FILE_SETTING} / {INLINE_SETTING}; "
-                              "list each model once")
+            raise ConfigError(
+                f"model_name {spec.model_name!r} is listed twice in {FILE_SETTING} / {INLINE_SETTING}; "
+                "list each model once"
+            )
         seen.add(spec.model_name)
     return specs
 
@@ -85,4 +91,6 @@ async def apply(pool: asyncpg.Pool, specs: list[RuleSpec]) -> None:
     if not specs:
         return
     await scheduling_store.seed(pool, specs)
-    log.info("applied %d declarative scheduling rule(s): %s", len(specs), ", ".join(s.model_name for s in specs))
+    log.info(
+        "applied %d declarative scheduling rule(s): %s", len(specs), ", ".join(s.model_name for s in specs)
+    )

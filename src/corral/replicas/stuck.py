@@ -26,12 +26,20 @@ async def sweep_once(pool: asyncpg.Pool, nc: Client, orphan_s: float) -> int:
     rows = await replica_store.reclaim_stuck(pool, orphan_s)
     for row in rows:
         key = f"{row['model_name']}#{row['replica_index']}"
-        log.warning("reclaimed replica row %s on node %s at %s: stuck in %s with no live load job",
-                    key, row["node_id"], row["address"], row["state"])
-        await nc.publish(subjects.backend_stop(row["node_id"]), BackendStopRequest(backend=key, force=True).to_json())
+        log.warning(
+            "reclaimed replica row %s on node %s at %s: stuck in %s with no live load job",
+            key,
+            row["node_id"],
+            row["address"],
+            row["state"],
+        )
+        await nc.publish(
+            subjects.backend_stop(row["node_id"]), BackendStopRequest(backend=key, force=True).to_json()
+        )
     return len(rows)
 
 
-async def run(pool: asyncpg.Pool, nc: Client, orphan_s: float, stop: asyncio.Event,
-              interval_s: float = SWEEP_INTERVAL_S) -> None:
+async def run(
+    pool: asyncpg.Pool, nc: Client, orphan_s: float, stop: asyncio.Event, interval_s: float = SWEEP_INTERVAL_S
+) -> None:
     await run_periodic("stuck replica sweep", lambda: sweep_once(pool, nc, orphan_s), interval_s, stop)

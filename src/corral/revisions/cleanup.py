@@ -46,11 +46,18 @@ class RevisionCleanup:
             await revisions.cleanup_later(self.pool, row["id"], BUSY_RECHECK_S)
             return True
         process_key = f"{row['model_name']}#{row['replica_index']}"
-        request = ModelStopRequest(model_name=row["model_name"], process_key=process_key,
-                                   expected_address=row["address"])
+        request = ModelStopRequest(
+            model_name=row["model_name"], process_key=process_key, expected_address=row["address"]
+        )
         try:
-            reply = await bus.request(self.nc, subjects.model_stop(row["node_id"]), request, ModelStopReply,
-                                      STOP_TIMEOUT_S, "the worker's NATS link")
+            reply = await bus.request(
+                self.nc,
+                subjects.model_stop(row["node_id"]),
+                request,
+                ModelStopReply,
+                STOP_TIMEOUT_S,
+                "the worker's NATS link",
+            )
         except bus.BusError as exc:
             await revisions.cleanup_failed(self.pool, row["id"], f"exact stop of {process_key}: {exc}")
             return True
@@ -58,7 +65,9 @@ class RevisionCleanup:
             await revisions.cleanup_done(self.pool, row["id"])
             log.info("stopped %s at %s (old revision)", process_key, row["address"])
         else:
-            await revisions.cleanup_failed(self.pool, row["id"], reply.error or "worker did not stop the process")
+            await revisions.cleanup_failed(
+                self.pool, row["id"], reply.error or "worker did not stop the process"
+            )
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

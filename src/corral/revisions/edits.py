@@ -61,11 +61,15 @@ class StaleBase(Exception):
 
     def __init__(self, name: str, current: str | None) -> None:
         if current:
-            message = (f"model {name!r} changed since the revision in If-Match: its current revision is {current}; "
-                       f"GET /api/model-configs/{name}, apply your change to it and send If-Match: \"{current}\"")
+            message = (
+                f"model {name!r} changed since the revision in If-Match: its current revision is {current}; "
+                f'GET /api/model-configs/{name}, apply your change to it and send If-Match: "{current}"'
+            )
         else:
-            message = (f"model {name!r} has no committed configuration for If-Match to match; send the edit "
-                       "without If-Match to create it")
+            message = (
+                f"model {name!r} has no committed configuration for If-Match to match; send the edit "
+                "without If-Match to create it"
+            )
         super().__init__(message)
         self.current = current
 
@@ -90,7 +94,11 @@ def _committed_revision(row: asyncpg.Record | None) -> str | None:
 
 def _committed_model(row: asyncpg.Record) -> dict[str, Any] | None:
     """The committed model config of a row; None for a removed model or an alias."""
-    if _committed_revision(row) is None or row["config_revision"].startswith(ALIAS_PREFIX) or not row["config_yaml"]:
+    if (
+        _committed_revision(row) is None
+        or row["config_revision"].startswith(ALIAS_PREFIX)
+        or not row["config_yaml"]
+    ):
         return None
     data = yaml.safe_load(row["config_yaml"])
     return data if isinstance(data, dict) and not is_alias_document(data) else None
@@ -104,12 +112,24 @@ def _unchanged(committed: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class ConfigRevisions:
-    def __init__(self, pool: asyncpg.Pool, nc: Client, router: Router, configs: dict[str, ModelConfig],
-                 models_dir: Path, aliases: dict[str, str] | None = None, *,
-                 extra_roots: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        nc: Client,
+        router: Router,
+        configs: dict[str, ModelConfig],
+        models_dir: Path,
+        aliases: dict[str, str] | None = None,
+        *,
+        extra_roots: tuple[Path, ...] = (),
+    ) -> None:
         self.pool, self.nc, self.router, self.configs, self.models_dir = pool, nc, router, configs, models_dir
-        self.extra_roots = extra_roots  # CORRAL_MODEL_PATH_ROOTS: where configs may name files besides models_dir
-        self.aliases = aliases if aliases is not None else {}  # shared in place with routing and the reconciler
+        self.extra_roots = (
+            extra_roots  # CORRAL_MODEL_PATH_ROOTS: where configs may name files besides models_dir
+        )
+        self.aliases = (
+            aliases if aliases is not None else {}
+        )  # shared in place with routing and the reconciler
         self.cleanup_kick: Callable[[], Awaitable[None]] | None = None
         self.on_config: Callable[[ModelConfig], None] | None = None  # a config became current (pre-hashing)
         self.held: dict[str, int] = {}  # model -> commit number its file and memory here reflect
@@ -126,7 +146,9 @@ class ConfigRevisions:
     async def resync(self) -> None:
         for name, seq in (await revisions.all_seqs(self.pool)).items():
             if seq > self.held.get(name, 0) and name_problem(name) is None:
-                log.info("config of %s: edit #%d committed without its event reaching here; applying it", name, seq)
+                log.info(
+                    "config of %s: edit #%d committed without its event reaching here; applying it", name, seq
+                )
                 await self._follow_database(name)
                 self._drop_view(name)
 
@@ -155,9 +177,14 @@ class ConfigRevisions:
         try:
             replace_file(path, text.encode())
         except OSError as exc:
-            log.error("could not write %s, the committed configuration of %s: %s; this frontend serves it from "
-                      "memory and writes the file again at its next start (check the models directory's space "
-                      "and permissions)", path, name, exc)
+            log.error(
+                "could not write %s, the committed configuration of %s: %s; this frontend serves it from "
+                "memory and writes the file again at its next start (check the models directory's space "
+                "and permissions)",
+                path,
+                name,
+                exc,
+            )
 
     # ---- applying committed rows, in commit order ----------------------------------------------
 
@@ -174,7 +201,12 @@ class ConfigRevisions:
         try:
             self._apply_row(name, state)
         except (ModelConfigError, AliasConfigError, yaml.YAMLError) as exc:
-            log.error("not adopting the cluster's configuration of %r (edit #%d): %s", name, state["config_seq"], exc)
+            log.error(
+                "not adopting the cluster's configuration of %r (edit #%d): %s",
+                name,
+                state["config_seq"],
+                exc,
+            )
         self.held[name] = int(state["config_seq"])
 
     def _apply_row(self, name: str, state: asyncpg.Record) -> None:
@@ -198,8 +230,13 @@ class ConfigRevisions:
         self._write(name, path, text)
         self.aliases.pop(name, None)
         self._current(cfg)
-        log.info("took the committed configuration of %s (revision %s, edit #%d; held here: %s)", name,
-                 revision[:12], state["config_seq"], held.revision[:12] if held else "none")
+        log.info(
+            "took the committed configuration of %s (revision %s, edit #%d; held here: %s)",
+            name,
+            revision[:12],
+            state["config_seq"],
+            held.revision[:12] if held else "none",
+        )
 
     def _adopt_alias(self, name: str, data: dict[str, Any]) -> None:
         alias, target = parse_alias(data, Path(f"{name}.yaml"))
@@ -237,7 +274,9 @@ class ConfigRevisions:
             if name not in states:
                 text = dump_yaml({"name": name, "alias": target})
                 await revisions.establish(self.pool, name, alias_revision(text), text)
-        for name, state in (await revisions.all_states(self.pool)).items():  # again: a peer may have established first
+        for name, state in (
+            await revisions.all_states(self.pool)
+        ).items():  # again: a peer may have established first
             if name_problem(name) is not None:
                 continue
             async with self._applying:
@@ -253,16 +292,30 @@ class ConfigRevisions:
         self.held[name] = int(state["config_seq"])
         cfg = self.configs.pop(name, None)
         if cfg is not None:
-            log.warning("not serving %s from %s: the cluster retired model %s (renamed or removed, edit #%d); to "
-                        "serve it again, PUT it to /api/model-configs/%s, or delete the file", name, cfg.source, name,
-                        state["config_seq"], name)
+            log.warning(
+                "not serving %s from %s: the cluster retired model %s (renamed or removed, edit #%d); to "
+                "serve it again, PUT it to /api/model-configs/%s, or delete the file",
+                name,
+                cfg.source,
+                name,
+                state["config_seq"],
+                name,
+            )
 
     async def _heal_stored_revision(self, name: str, state: asyncpg.Record) -> None:
         cfg = self.configs.get(name)
-        if cfg is None or self.held.get(name) != state["config_seq"] or cfg.revision == state["config_revision"]:
+        if (
+            cfg is None
+            or self.held.get(name) != state["config_seq"]
+            or cfg.revision == state["config_revision"]
+        ):
             return
-        log.info("model %s: stored revision %s is not the hash of its stored configuration; republishing it as %s",
-                 name, str(state["config_revision"])[:12], cfg.revision[:12])
+        log.info(
+            "model %s: stored revision %s is not the hash of its stored configuration; republishing it as %s",
+            name,
+            str(state["config_revision"])[:12],
+            cfg.revision[:12],
+        )
         try:  # based on the row read above: an edit committed meanwhile carries its own revision and wins
             await self._commit(name, _unchanged, "edit", {str(state["config_revision"])})
         except (StaleBase, ModelMissing, ModelConfigError) as exc:
@@ -270,32 +323,47 @@ class ConfigRevisions:
 
     # ---- edits --------------------------------------------------------------------------------
 
-    async def apply(self, name: str, edit: Edit, expected: Collection[str] | None = None) -> tuple[ModelConfig, int]:
+    async def apply(
+        self, name: str, edit: Edit, expected: Collection[str] | None = None
+    ) -> tuple[ModelConfig, int]:
         """Commit `edit` of the committed config (StaleBase when `expected` revisions do not include the committed
         one; ModelConfigError when invalid), then apply it here; returns (config, pending_cleanup)."""
         cfg = await self._commit(name, edit, "edit", expected)
         return cfg, await revisions.pending_cleanup(self.pool, name)
 
-    async def _commit(self, name: str, edit: Edit, op: str, expected: Collection[str] | None = None) -> ModelConfig:
+    async def _commit(
+        self, name: str, edit: Edit, op: str, expected: Collection[str] | None = None
+    ) -> ModelConfig:
         path = self._path(name)
         async with revisions.locked(self.pool, name) as (conn, row):
             self._check_base(name, row, expected)
-            base = _committed_model(row) if row is not None else \
-                (dict(self.configs[name].raw) if name in self.configs else None)
+            base = (
+                _committed_model(row)
+                if row is not None
+                else (dict(self.configs[name].raw) if name in self.configs else None)
+            )
             raw = edit(base)
             # off the loop: path checks stat every file-naming option (a 1 MiB body can name 40,000 of them)
             cfg = await asyncio.to_thread(parse_model_config, raw, path, self.models_dir, self.extra_roots)
             seq, quarantined = await revisions.advance_on(conn, name, cfg.revision, dump_yaml(raw))
         await self._after_commit(name, op, cfg.revision, seq)
-        log.info("model %s is at revision %s (edit #%d); %d old replica(s) to stop", name, cfg.revision[:12], seq,
-                 len(quarantined))
+        log.info(
+            "model %s is at revision %s (edit #%d); %d old replica(s) to stop",
+            name,
+            cfg.revision[:12],
+            seq,
+            len(quarantined),
+        )
         return cfg
 
     def _check_base(self, name: str, row: asyncpg.Record | None, expected: Collection[str] | None) -> None:
         if expected is None:
             return
-        current = _committed_revision(row) if row is not None else \
-            (self.configs[name].revision if name in self.configs else None)
+        current = (
+            _committed_revision(row)
+            if row is not None
+            else (self.configs[name].revision if name in self.configs else None)
+        )
         if current is None or (current not in expected and ANY_REVISION not in expected):
             raise StaleBase(name, current)
 
@@ -306,7 +374,9 @@ class ConfigRevisions:
             if problem is not None:
                 raise ModelConfigError(f"field {field!r} {problem}")
         if target not in self.configs:
-            raise ModelConfigError(f"field 'alias': {target!r} is not a configured model (aliases point at models)")
+            raise ModelConfigError(
+                f"field 'alias': {target!r} is not a configured model (aliases point at models)"
+            )
         text = dump_yaml({"name": name, "alias": target})
         self._path(name)
         async with revisions.locked(self.pool, name) as (conn, row):

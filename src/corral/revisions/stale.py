@@ -30,9 +30,12 @@ async def check_revision(ctx: LoadContext, cfg: ModelConfig, *, quarantine: bool
         return
     if quarantine:
         await revisions.advance(ctx.pool, cfg.name, state["config_revision"], state["config_yaml"])
-    raise StaleRevision(f"loading model {cfg.name}: its configuration changed (revision {cfg.revision[:12]} is "
-                        f"stale, current {state['config_revision'][:12]})", state["config_revision"],
-                        state["config_yaml"] or "")
+    raise StaleRevision(
+        f"loading model {cfg.name}: its configuration changed (revision {cfg.revision[:12]} is "
+        f"stale, current {state['config_revision'][:12]})",
+        state["config_revision"],
+        state["config_yaml"] or "",
+    )
 
 
 async def still_current(ctx: LoadContext, cfg: ModelConfig) -> StaleRevision | None:
@@ -50,9 +53,13 @@ def current_config(cfg: ModelConfig, stale: StaleRevision) -> ModelConfig:
         raise LoadError(f"loading model {cfg.name}: the model was removed while it loaded")
     source = cfg.source or cfg.models_dir / f"{cfg.name}.yaml"
     try:
-        fresh = parse_model_config(yaml.safe_load(stale.current_yaml), source, cfg.models_dir, cfg.extra_roots)
+        fresh = parse_model_config(
+            yaml.safe_load(stale.current_yaml), source, cfg.models_dir, cfg.extra_roots
+        )
     except (ModelConfigError, yaml.YAMLError) as exc:
-        raise LoadError(f"loading model {cfg.name}: its current configuration does not parse: {exc}") from None
+        raise LoadError(
+            f"loading model {cfg.name}: its current configuration does not parse: {exc}"
+        ) from None
     if fresh.disabled:
         raise LoadError(f"loading model {cfg.name}: the model was disabled while it loaded")
     return fresh

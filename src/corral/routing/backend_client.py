@@ -46,16 +46,20 @@ class BackendBudgets:
     idle_timeout_s: float = 60.0  # CORRAL_STREAM_IDLE_TIMEOUT: silence between two replies of a stream
     probe_timeout_s: float = 2.0  # CORRAL_BACKEND_PROBE_TIMEOUT: Health probe after a timeout
     keepalive_s: float = 20.0  # CORRAL_BACKEND_KEEPALIVE: ping interval while calls are in flight
-    keepalive_timeout_s: float = 60.0  # CORRAL_BACKEND_KEEPALIVE_TIMEOUT: silence after a ping that fails the calls
+    keepalive_timeout_s: float = (
+        60.0  # CORRAL_BACKEND_KEEPALIVE_TIMEOUT: silence after a ping that fails the calls
+    )
 
     @classmethod
     def from_settings(cls, settings: Any) -> BackendBudgets:
-        return cls(call_timeout_s=settings.backend_call_timeout_s,
-                   first_token_timeout_s=settings.stream_first_token_timeout_s,
-                   idle_timeout_s=settings.stream_idle_timeout_s,
-                   probe_timeout_s=settings.backend_probe_timeout_s,
-                   keepalive_s=settings.backend_keepalive_s,
-                   keepalive_timeout_s=settings.backend_keepalive_timeout_s)
+        return cls(
+            call_timeout_s=settings.backend_call_timeout_s,
+            first_token_timeout_s=settings.stream_first_token_timeout_s,
+            idle_timeout_s=settings.stream_idle_timeout_s,
+            probe_timeout_s=settings.backend_probe_timeout_s,
+            keepalive_s=settings.backend_keepalive_s,
+            keepalive_timeout_s=settings.backend_keepalive_timeout_s,
+        )
 
     @property
     def keepalive(self) -> Keepalive:
@@ -101,10 +105,14 @@ class BackendChannels:
         lane = self._lanes.get(address)
         if lane is not None:
             return lane
-        if (self._fast_lane and address not in self._probes
-                and time.monotonic() >= self._no_lane_until.get(address, 0.0)):
-            self._probes[address] = asyncio.get_running_loop().create_task(self._find_lane(address),
-                                                                           name=f"fast-lane {address}")
+        if (
+            self._fast_lane
+            and address not in self._probes
+            and time.monotonic() >= self._no_lane_until.get(address, 0.0)
+        ):
+            self._probes[address] = asyncio.get_running_loop().create_task(
+                self._find_lane(address), name=f"fast-lane {address}"
+            )
         return self.stub(address)
 
     def lane(self, address: str) -> LaneConnection | None:
@@ -113,15 +121,20 @@ class BackendChannels:
     async def _find_lane(self, address: str) -> None:
         timeout_s = self.budgets.probe_timeout_s
         try:
-            status = await self.stub(address).Status(backend_pb2.HealthMessage(), metadata=self.metadata,
-                                                     timeout=timeout_s)
+            status = await self.stub(address).Status(
+                backend_pb2.HealthMessage(), metadata=self.metadata, timeout=timeout_s
+            )
             port = int(status.corral_fast_lane_port)
             if not port:
                 self._no_lane_until[address] = math.inf
                 return
-            lane = await open_lane(address, port, self._token, self.budgets.keepalive, timeout_s, self._lane_lost)
+            lane = await open_lane(
+                address, port, self._token, self.budgets.keepalive, timeout_s, self._lane_lost
+            )
         except (grpc.aio.AioRpcError, LaneRefused) as exc:
-            detail = f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            detail = (
+                f"{exc.code().name}: {exc.details()}" if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            )
             log.info("no fast lane to %s (%s); using gRPC, retrying in %.0fs", address, detail, LANE_RETRY_S)
             self._no_lane_until[address] = time.monotonic() + LANE_RETRY_S
             return
@@ -150,8 +163,9 @@ class BackendChannels:
     async def healthy(self, address: str) -> bool:
         """The backend's Health RPC answered OK within CORRAL_BACKEND_PROBE_TIMEOUT."""
         try:
-            reply = await self.stub(address).Health(backend_pb2.HealthMessage(), metadata=self.metadata,
-                                                    timeout=self.budgets.probe_timeout_s)
+            reply = await self.stub(address).Health(
+                backend_pb2.HealthMessage(), metadata=self.metadata, timeout=self.budgets.probe_timeout_s
+            )
         except grpc.aio.AioRpcError:
             return False
         return bool(reply.message == b"OK")

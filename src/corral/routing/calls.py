@@ -46,31 +46,45 @@ EOF = grpc.aio.EOF
 
 def _refused(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> BackendRefused:
     code, details = exc.code().name, exc.details() or ""
-    message = (f"model {cfg.name}: {details}" if code in CLIENT_CODES else
-               f"model {cfg.name} on node {replica.node_name}: backend error {code}: {details}")
+    message = (
+        f"model {cfg.name}: {details}"
+        if code in CLIENT_CODES
+        else f"model {cfg.name} on node {replica.node_name}: backend error {code}: {details}"
+    )
     return BackendRefused(message, model=cfg.name, node_name=replica.node_name, code=code, details=details)
 
 
-async def _timed_out(router: Router, cfg: ModelConfig, replica: Replica, what: str, budget_s: float,
-                     knob: str) -> BackendTimeout:
+async def _timed_out(
+    router: Router, cfg: ModelConfig, replica: Replica, what: str, budget_s: float, knob: str
+) -> BackendTimeout:
     """Probe the replica that ran out of time: forget it only when it does not answer Health either."""
     alive = await router.channels.healthy(replica.address)
     if not alive:
-        await router.forget(replica, f"{what} within {format_duration_s(budget_s)} ({knob}) "
-                                     "and no answer to a health probe")
-    verdict = ("the replica answered a health probe and is kept" if alive
-               else "the replica did not answer a health probe and was dropped")
-    return BackendTimeout(f"model {cfg.name} on node {replica.node_name}: {what} within "
-                          f"{format_duration_s(budget_s)} (raise {knob}); {verdict}",
-                          model=cfg.name, node_name=replica.node_name, budget_s=budget_s, knob=knob,
-                          dropped=not alive)
+        await router.forget(
+            replica, f"{what} within {format_duration_s(budget_s)} ({knob}) and no answer to a health probe"
+        )
+    verdict = (
+        "the replica answered a health probe and is kept"
+        if alive
+        else "the replica did not answer a health probe and was dropped"
+    )
+    return BackendTimeout(
+        f"model {cfg.name} on node {replica.node_name}: {what} within "
+        f"{format_duration_s(budget_s)} (raise {knob}); {verdict}",
+        model=cfg.name,
+        node_name=replica.node_name,
+        budget_s=budget_s,
+        knob=knob,
+        dropped=not alive,
+    )
 
 
 Staged = Callable[[Replica], AbstractAsyncContextManager[Any]]
 
 
-async def unary(router: Router, cfg: ModelConfig, method: str, request: Any, *,
-                staged: Staged | None = None) -> tuple[Any, Replica]:
+async def unary(
+    router: Router, cfg: ModelConfig, method: str, request: Any, *, staged: Staged | None = None
+) -> tuple[Any, Replica]:
     """One unary call (`Predict`, `Embedding`, `AudioTranscription`, …) on whichever replica the router picks.
 
     `staged`: for a request that carries files, entered with the picked replica before the call; it stages the
@@ -92,7 +106,8 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any, *,
                     call = rpc(sent, metadata=channels.metadata, timeout=budget_s)
                 else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
                     call = getattr(channels.stub(replica.address), method)(
-                        sent, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s)
+                        sent, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s
+                    )
                 try:
                     return await call, replica
                 except asyncio.CancelledError:  # the client went away: stop the generation
@@ -102,7 +117,9 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any, *,
             tracing.finish(span, exc)
             span = None
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB) from None
+                raise await _timed_out(
+                    router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB
+                ) from None
             if replica_gone(exc):
                 await router.forget(replica, f"{exc.code().name}: {exc.details()}")
                 if attempt + 1 < ATTEMPTS:
@@ -115,9 +132,16 @@ async def unary(router: Router, cfg: ModelConfig, method: str, request: Any, *,
 
 
 def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:
-    return tracing.start_client_span(f"backend {method}", {
-        "rpc.system": "grpc", "rpc.method": method, "corral.model": cfg.name, "corral.node": replica.node_name,
-        "server.address": replica.address})
+    return tracing.start_client_span(
+        f"backend {method}",
+        {
+            "rpc.system": "grpc",
+            "rpc.method": method,
+            "corral.model": cfg.name,
+            "corral.node": replica.node_name,
+            "server.address": replica.address,
+        },
+    )
 
 
 class ReplyStream:
@@ -128,16 +152,24 @@ class ReplyStream:
     waiting raises `BackendTimeout` naming the knob. Per reply the cost is one clock read.
     """
 
-    def __init__(self, router: Router, cfg: ModelConfig, replica: Replica, call: Any, span: Any = None) -> None:
+    def __init__(
+        self, router: Router, cfg: ModelConfig, replica: Replica, call: Any, span: Any = None
+    ) -> None:
         """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`); `span`: the
         call's client span when tracing, ended with the stream."""
         self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
-        self._budget_s, self._knob, self._what = budgets.first_token_timeout_s, FIRST_TOKEN_TIMEOUT_KNOB, "no first token"
+        self._budget_s, self._knob, self._what = (
+            budgets.first_token_timeout_s,
+            FIRST_TOKEN_TIMEOUT_KNOB,
+            "no first token",
+        )
         self._loop = asyncio.get_running_loop()
         self._last_s = self._loop.time()
-        self._timer: asyncio.TimerHandle | None = self._loop.call_at(self._last_s + self._budget_s, self._watch)
+        self._timer: asyncio.TimerHandle | None = self._loop.call_at(
+            self._last_s + self._budget_s, self._watch
+        )
         self._expired = False
         self._closed = False
 
@@ -163,8 +195,9 @@ class ReplyStream:
         except asyncio.CancelledError:
             if not self._expired:
                 raise
-            raise await _timed_out(self.router, self.cfg, self.replica, self._what, self._budget_s,
-                                   self._knob) from None
+            raise await _timed_out(
+                self.router, self.cfg, self.replica, self._what, self._budget_s, self._knob
+            ) from None
         self._last_s = self._loop.time()
         return reply
 
@@ -189,8 +222,9 @@ class ReplyStream:
         tracing.finish(self._span)
 
 
-async def open_stream(router: Router, cfg: ModelConfig, request: Any, method: str = "PredictStream"
-                      ) -> tuple[Any, ReplyStream]:
+async def open_stream(
+    router: Router, cfg: ModelConfig, request: Any, method: str = "PredictStream"
+) -> tuple[Any, ReplyStream]:
     """Start a stream (`PredictStream`, `TTSStream`) and read its first reply, so a dead replica is retried before
     any byte is sent. Only PredictStream is routed by the prompt's prefix (the KV cache it may reuse).
 
@@ -206,7 +240,8 @@ async def open_stream(router: Router, cfg: ModelConfig, request: Any, method: st
             call = rpc(request, metadata=channels.metadata)
         else:  # traced: gRPC carries the trace context
             call = getattr(channels.stub(replica.address), method)(
-                request, metadata=tracing.metadata_for(span, channels.metadata))
+                request, metadata=tracing.metadata_for(span, channels.metadata)
+            )
         stream = ReplyStream(router, cfg, replica, call, span)
         try:
             return await stream.first(), stream

@@ -37,7 +37,8 @@ class BackendTimeout(BackendCallError):
     The replica was health-probed: `dropped` says whether it failed the probe and was forgotten.
     """
 
-    def __init__(self, message: str, *, model: str, node_name: str, budget_s: float, knob: str,
-                 dropped: bool) -> None:
+    def __init__(
+        self, message: str, *, model: str, node_name: str, budget_s: float, knob: str, dropped: bool
+    ) -> None:
         super().__init__(message, model=model, node_name=node_name)
         self.budget_s, self.knob, self.dropped = budget_s, knob, dropped

@@ -45,8 +45,13 @@ async def subscribe(nc: Client, handler: Callable[[ReplicaEvent], Awaitable[None
         except (ValueError, TypeError):
             log.debug("ignoring malformed replica event")
             return
-        if event.op not in OPS or not is_valid_name(event.model) or not isinstance(event.replica_index, int) \
-                or not isinstance(event.node_id, str) or not isinstance(event.mark, str):
+        if (
+            event.op not in OPS
+            or not is_valid_name(event.model)
+            or not isinstance(event.replica_index, int)
+            or not isinstance(event.node_id, str)
+            or not isinstance(event.mark, str)
+        ):
             log.debug("ignoring invalid replica event %r", event)
             return
         await handler(event)

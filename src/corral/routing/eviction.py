@@ -65,9 +65,16 @@ class _Candidate:
 
 
 class Evictor:
-    def __init__(self, pool: asyncpg.Pool, nc: Client, inflight: ClusterInFlight,
-                 local_in_flight: Callable[[str], int], *, wait_s: float,
-                 aliases: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        nc: Client,
+        inflight: ClusterInFlight,
+        local_in_flight: Callable[[str], int],
+        *,
+        wait_s: float,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
         self.pool, self.nc, self.inflight = pool, nc, inflight
         self._local_in_flight = local_in_flight
         self.wait_s = wait_s
@@ -111,7 +118,10 @@ class Evictor:
             if plan is not None and await self._evict_all(plan):
                 return plan.node
             # a victim got busy or changed meanwhile (plan again), or the fit needs busy replicas (wait)
-            if plan is None and plan_room(req, allowed, loaded, floors, lambda _n, _r: True, self._recency) is None:
+            if (
+                plan is None
+                and plan_room(req, allowed, loaded, floors, lambda _n, _r: True, self._recency) is None
+            ):
                 raise PlacementError(room_shortfall(req, allowed, loaded, floors, rejected))
             if loop.time() >= deadline:
                 raise EvictionBusy(
@@ -137,24 +147,38 @@ class Evictor:
 
     async def _evict(self, c: _Candidate, why: str = "to make room") -> bool:
         r, node = c.replica, c.node
-        row: dict[str, Any] = dict(node_id=node.id, model=r.model, replica_index=r.replica_index, address=r.address)
+        row: dict[str, Any] = dict(
+            node_id=node.id, model=r.model, replica_index=r.replica_index, address=r.address
+        )
         if not await replica_store.mark_unloading(self.pool, **row):
             return False
         mark = uuid.uuid4().hex
-        await events.publish(self.nc, events.ReplicaEvent(events.UNLOADING, r.model, node.id, node.name,
-                                                          r.replica_index, r.address, mark))
+        await events.publish(
+            self.nc,
+            events.ReplicaEvent(
+                events.UNLOADING, r.model, node.id, node.name, r.replica_index, r.address, mark
+            ),
+        )
         if not await self._drained(c.key, mark):
-            log.info("eviction of %s on %s abandoned: still busy after %s", c.key, node.name,
-                     format_duration_s(DRAIN_TIMEOUT_S))
+            log.info(
+                "eviction of %s on %s abandoned: still busy after %s",
+                c.key,
+                node.name,
+                format_duration_s(DRAIN_TIMEOUT_S),
+            )
             await replica_store.unmark_unloading(self.pool, **row)
-            await events.publish(self.nc, events.ReplicaEvent(events.LOADED, r.model, node.id, node.name,
-                                                              r.replica_index, r.address))
+            await events.publish(
+                self.nc,
+                events.ReplicaEvent(events.LOADED, r.model, node.id, node.name, r.replica_index, r.address),
+            )
             return False
         await self._stop_exact(node, r)
         await replica_store.delete(self.pool, **row)
         await placement_store.credit_vram(self.pool, node.id, r.vram_bytes)
-        await events.publish(self.nc, events.ReplicaEvent(events.REMOVED, r.model, node.id, node.name,
-                                                          r.replica_index, r.address))
+        await events.publish(
+            self.nc,
+            events.ReplicaEvent(events.REMOVED, r.model, node.id, node.name, r.replica_index, r.address),
+        )
         ROUTING_DECISIONS.labels(r.model, "evict").inc()
         log.info("evicted %s (replica %d) from node %s %s", r.model, r.replica_index, node.name, why)
         return True
@@ -170,11 +194,21 @@ class Evictor:
         return False
 
     async def _stop_exact(self, node: NodeSnapshot, r: ReplicaSnapshot) -> None:
-        request = ModelStopRequest(model_name=r.model, process_key=f"{r.model}#{r.replica_index}",
-                                   expected_address=r.address, force=False)
+        request = ModelStopRequest(
+            model_name=r.model,
+            process_key=f"{r.model}#{r.replica_index}",
+            expected_address=r.address,
+            force=False,
+        )
         try:
-            reply = await bus.request(self.nc, subjects.model_stop(node.id), request, ModelStopReply,
-                                      STOP_TIMEOUT_S, "the worker's NATS link")
+            reply = await bus.request(
+                self.nc,
+                subjects.model_stop(node.id),
+                request,
+                ModelStopReply,
+                STOP_TIMEOUT_S,
+                "the worker's NATS link",
+            )
         except bus.BusError as exc:
             log.warning("exact stop of %s#%d on %s failed: %s", r.model, r.replica_index, node.name, exc)
             return

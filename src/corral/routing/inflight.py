@@ -63,8 +63,14 @@ class _Report:
 
 
 class ClusterInFlight:
-    def __init__(self, nc: Client, frontend_id: str, local: Callable[[], list[Replica]],
-                 interval_s: float = REPORT_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        frontend_id: str,
+        local: Callable[[], list[Replica]],
+        interval_s: float = REPORT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.nc, self.frontend_id, self._local, self.interval_s = nc, frontend_id, local, interval_s
         self._clock = clock
         self._remote: dict[str, _Report] = {}
@@ -96,7 +102,9 @@ class ClusterInFlight:
             body = json.loads(msg.data)
             if body["frontend"] == self.frontend_id:
                 return
-            report = _Report(self._clock(), dict(body["counts"]), set(body["acks"]), dict(body.get("used", {})))
+            report = _Report(
+                self._clock(), dict(body["counts"]), set(body["acks"]), dict(body.get("used", {}))
+            )
             self._remote[body["frontend"]] = report
             self._forget_silent_peers(report.received_s)
             for key, used_s in report.last_used_s.items():
@@ -127,5 +135,6 @@ class ClusterInFlight:
 
     async def run(self, stop: asyncio.Event) -> None:
         # a NATS blip: the next report heals it; never slower than the interval peers judge liveness by
-        await run_periodic("in-flight reports", self.publish_once, self.interval_s, stop,
-                           backoff_cap_s=self.interval_s)
+        await run_periodic(
+            "in-flight reports", self.publish_once, self.interval_s, stop, backoff_cap_s=self.interval_s
+        )

@@ -37,7 +37,9 @@ from corral.proto import lane
 from corral.proto.replies import merge_text_runs
 
 KEEPALIVE_TIMEOUT_KNOB = "CORRAL_BACKEND_KEEPALIVE_TIMEOUT"
-LATE_SLACK_S = 0.5  # a ping timer this late means this loop did not run: that time is not the backend's silence
+LATE_SLACK_S = (
+    0.5  # a ping timer this late means this loop did not run: that time is not the backend's silence
+)
 BUFFER_HIGH_BYTES = 8 << 20
 BUFFER_LOW_BYTES = 1 << 20
 MERGE_MAX_PIECES = 1024
@@ -63,7 +65,9 @@ class LaneRefused(Exception):
 class _UnaryCall:
     __slots__ = ("_conn", "_id", "_future", "_timer", "_parse")
 
-    def __init__(self, conn: LaneConnection, method: lane.Method, request: Any, timeout: float | None) -> None:
+    def __init__(
+        self, conn: LaneConnection, method: lane.Method, request: Any, timeout: float | None
+    ) -> None:
         loop = conn.loop
         self._conn, self._parse = conn, method.reply_type.FromString
         self._future: asyncio.Future[Any] = loop.create_future()
@@ -100,7 +104,17 @@ class _UnaryCall:
 
 
 class _StreamCall:
-    __slots__ = ("_conn", "_id", "_replies", "_ready", "_waiter", "_end", "_cancelled", "_buffered", "_started")
+    __slots__ = (
+        "_conn",
+        "_id",
+        "_replies",
+        "_ready",
+        "_waiter",
+        "_end",
+        "_cancelled",
+        "_buffered",
+        "_started",
+    )
 
     def __init__(self, conn: LaneConnection, method: lane.Method, request: Any) -> None:
         self._conn = conn
@@ -110,7 +124,9 @@ class _StreamCall:
         self._end: BaseException | object | None = None  # EOF or the AioRpcError that ended the stream
         self._cancelled = False
         self._buffered = 0
-        self._started = False  # the first reply is read alone, as the backend sends it: the stream starts at once
+        self._started = (
+            False  # the first reply is read alone, as the backend sends it: the stream starts at once
+        )
         self._id = conn.start(self, method, request)
 
     def deliver(self, kind: int, payload: bytes) -> None:
@@ -210,8 +226,13 @@ class LaneConnection(asyncio.Protocol):
     def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:  # noqa: N802
         return _UnaryCall(self, lane.METHODS["Embedding"], request, timeout)
 
-    def TokenizeString(self, request: Any, *, metadata: Any = None,  # noqa: N802
-                       timeout: float | None = None) -> _UnaryCall:
+    def TokenizeString(
+        self,
+        request: Any,
+        *,
+        metadata: Any = None,  # noqa: N802
+        timeout: float | None = None,
+    ) -> _UnaryCall:
         return _UnaryCall(self, lane.METHODS["TokenizeString"], request, timeout)
 
     def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:  # noqa: N802
@@ -293,7 +314,9 @@ class LaneConnection(asyncio.Protocol):
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
         call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
         self._calls[call_id] = call
-        self._writer.write(lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString()))
+        self._writer.write(
+            lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString())
+        )
         if self._ping_timer is None:
             self._next_ping(self.loop.time())
         return call_id
@@ -320,8 +343,10 @@ class LaneConnection(asyncio.Protocol):
             if late_s > LATE_SLACK_S:  # our loop did not run (its answer may be waiting in the socket)
                 silent_since_s = self._silent_since_s = silent_since_s + late_s
             if now_s - silent_since_s >= self._keepalive.timeout_s:
-                self._lost(f"fast lane to {self.address}: no answer to a keepalive ping within "
-                           f"{format_duration_s(self._keepalive.timeout_s)} (raise {KEEPALIVE_TIMEOUT_KNOB})")
+                self._lost(
+                    f"fast lane to {self.address}: no answer to a keepalive ping within "
+                    f"{format_duration_s(self._keepalive.timeout_s)} (raise {KEEPALIVE_TIMEOUT_KNOB})"
+                )
                 return
         if self._writer is not None:
             self._writer.write(lane.frame(lane.PING, 0))
@@ -345,14 +370,21 @@ def _host(address: str) -> str:
     return host[1:-1] if host.startswith("[") else host
 
 
-async def open_lane(address: str, port: int, token: str, keepalive: Keepalive, timeout_s: float,
-                    on_lost: Callable[[LaneConnection], None]) -> LaneConnection:
+async def open_lane(
+    address: str,
+    port: int,
+    token: str,
+    keepalive: Keepalive,
+    timeout_s: float,
+    on_lost: Callable[[LaneConnection], None],
+) -> LaneConnection:
     """Connect to the lane a backend at `address` (its gRPC HOST:PORT) advertised on `port`, and say HELLO."""
     loop = asyncio.get_running_loop()
     try:
         _, conn = await asyncio.wait_for(
             loop.create_connection(lambda: LaneConnection(address, keepalive, on_lost), _host(address), port),
-            timeout_s)
+            timeout_s,
+        )
     except (OSError, TimeoutError) as exc:
         raise LaneRefused(f"cannot connect to port {port}: {exc or type(exc).__name__}") from None
     await conn.hello(token, timeout_s)

@@ -34,7 +34,23 @@ class LocalReplicas:
 
     async def loaded(self, loaded: LoadedReplica) -> None:
         """A load job of this frontend finished: route to it at once, and tell every other frontend."""
-        self.view.add(Replica(model=loaded.model, node_id=loaded.node_id, node_name=loaded.node_name,
-                              address=loaded.address, replica_index=loaded.replica_index))
-        await events.publish(self.nc, events.ReplicaEvent(
-            events.LOADED, loaded.model, loaded.node_id, loaded.node_name, loaded.replica_index, loaded.address))
+        self.view.add(
+            Replica(
+                model=loaded.model,
+                node_id=loaded.node_id,
+                node_name=loaded.node_name,
+                address=loaded.address,
+                replica_index=loaded.replica_index,
+            )
+        )
+        await events.publish(
+            self.nc,
+            events.ReplicaEvent(
+                events.LOADED,
+                loaded.model,
+                loaded.node_id,
+                loaded.node_name,
+                loaded.replica_index,
+                loaded.address,
+            ),
+        )

@@ -47,8 +47,12 @@ def message_text(prompt: str, messages: Sequence[tuple[str, str]]) -> str:
 
 
 class PrefixIndex:
-    def __init__(self, ttl_s: float = DEFAULT_TTL_S, max_blocks: int = DEFAULT_MAX_BLOCKS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_blocks: int = DEFAULT_MAX_BLOCKS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl_s, self.max_blocks, self._clock = ttl_s, max_blocks, clock
         self._blocks: OrderedDict[int, dict[str, float]] = OrderedDict()  # hash → replica key → last seen
         self._dropped_s: dict[str, float] = {}  # replica key → when it left the view

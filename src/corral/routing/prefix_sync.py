@@ -25,10 +25,16 @@ SUBJECT = "prefixcache.observe"
 _U64 = (1 << 64) - 1
 
 
-async def publish(nc: Client, frontend_id: str, model: str, chain: Sequence[int], node_id: str,
-                  replica_index: int) -> None:
-    body = {"model": model, "chain": list(chain), "node_id": node_id, "replica": replica_index,
-            "frontend": frontend_id}
+async def publish(
+    nc: Client, frontend_id: str, model: str, chain: Sequence[int], node_id: str, replica_index: int
+) -> None:
+    body = {
+        "model": model,
+        "chain": list(chain),
+        "node_id": node_id,
+        "replica": replica_index,
+        "frontend": frontend_id,
+    }
     await nc.publish(SUBJECT, json.dumps(body).encode())
 
 
@@ -39,9 +45,16 @@ def apply(index: PrefixIndex, frontend_id: str, data: bytes) -> bool:
         model, chain, node_id, replica = body["model"], body["chain"], body["node_id"], body["replica"]
     except (ValueError, TypeError, KeyError):
         return False
-    if body.get("frontend") == frontend_id or not isinstance(model, str) or not is_valid_name(model) \
-            or not isinstance(node_id, str) or not isinstance(replica, int) or not isinstance(chain, list) \
-            or len(chain) > MAX_DEPTH or not all(isinstance(h, int) and 0 <= h <= _U64 for h in chain):
+    if (
+        body.get("frontend") == frontend_id
+        or not isinstance(model, str)
+        or not is_valid_name(model)
+        or not isinstance(node_id, str)
+        or not isinstance(replica, int)
+        or not isinstance(chain, list)
+        or len(chain) > MAX_DEPTH
+        or not all(isinstance(h, int) and 0 <= h <= _U64 for h in chain)
+    ):
         return False
     index.observe(chain, replica_key(node_id, model, replica))
     return True

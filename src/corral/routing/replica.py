@@ -36,8 +36,9 @@ class ReplicaView:
     A replica that leaves the view, or comes back at another address, is dropped from the prefix index.
     """
 
-    def __init__(self, cluster_in_flight: Callable[[Replica], int] | None = None,
-                 policies: RoutePolicies | None = None) -> None:
+    def __init__(
+        self, cluster_in_flight: Callable[[Replica], int] | None = None, policies: RoutePolicies | None = None
+    ) -> None:
         self._by_model: dict[str, list[Replica]] = {}
         self._cluster_in_flight = cluster_in_flight or (lambda r: r.in_flight)
         self.policies = policies or RoutePolicies(prefix_cache_default=False)

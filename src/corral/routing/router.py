@@ -42,7 +42,10 @@ class Router:
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._warm, self._cold_routes = PerModel(ROUTING_DECISIONS, "warm"), PerModel(ROUTING_DECISIONS, "cold")
+        self._warm, self._cold_routes = (
+            PerModel(ROUTING_DECISIONS, "warm"),
+            PerModel(ROUTING_DECISIONS, "cold"),
+        )
 
     @property
     def channels(self) -> BackendChannels:
@@ -58,15 +61,25 @@ class Router:
         await events.subscribe(self.ctx.nc, self._on_event)
         await prefix_sync.subscribe(self.ctx.nc, self.view.policies.index, self.replicas.frontend_id)
         await self.refresh()
-        self._tasks = [asyncio.create_task(self.inflight.run(self._stop), name="inflight-reports"),
-                       asyncio.create_task(self._refresh_loop(), name="replica-view-refresh")]
+        self._tasks = [
+            asyncio.create_task(self.inflight.run(self._stop), name="inflight-reports"),
+            asyncio.create_task(self._refresh_loop(), name="replica-view-refresh"),
+        ]
 
     async def refresh(self) -> None:
         """Re-read every routable replica and the routing policies: a missed event heals within one interval."""
         self.view.policies.replace_rules(await scheduling_store.all_rules(self.ctx.pool), self.ctx.aliases)
         rows = await replica_store.all_routable(self.ctx.pool)
-        self.view.replace_all(Replica(model=r["model_name"], node_id=r["node_id"], node_name=r["node_name"],
-                                      address=r["address"], replica_index=int(r["replica_index"])) for r in rows)
+        self.view.replace_all(
+            Replica(
+                model=r["model_name"],
+                node_id=r["node_id"],
+                node_name=r["node_name"],
+                address=r["address"],
+                replica_index=int(r["replica_index"]),
+            )
+            for r in rows
+        )
 
     async def _refresh_loop(self) -> None:
         await run_periodic("replica view refresh", self.refresh, VIEW_REFRESH_S, self._stop, delay_first=True)
@@ -86,8 +99,12 @@ class Router:
             try:
                 await self._adopt_routable(event.model)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("replica event for %s not applied (PostgreSQL unavailable: %s); the next view "
-                            "refresh catches up", event.model, exc)
+                log.warning(
+                    "replica event for %s not applied (PostgreSQL unavailable: %s); the next view "
+                    "refresh catches up",
+                    event.model,
+                    exc,
+                )
         else:
             self.view.remove_key(event.model, replica_key(event.node_id, event.model, event.replica_index))
         if event.mark:
@@ -100,8 +117,15 @@ class Router:
         for known in [r for r in self.view.all() if r.model == model and r.key not in fresh]:
             self.view.remove(known)
         for row in rows:
-            self.view.add(Replica(model=model, node_id=row["node_id"], node_name=row["node_name"],
-                                  address=row["address"], replica_index=int(row["replica_index"])))
+            self.view.add(
+                Replica(
+                    model=model,
+                    node_id=row["node_id"],
+                    node_name=row["node_name"],
+                    address=row["address"],
+                    replica_index=int(row["replica_index"]),
+                )
+            )
 
     def apply_route_rule(self, rule: SchedulingRule) -> None:
         self.view.policies.set_rule(rule, self.ctx.aliases)
@@ -133,15 +157,28 @@ class Router:
         """Remember where this prompt went, and tell the other frontends when that is news."""
         if self.view.policies.index.observe(chain, replica.key):
             try:
-                await prefix_sync.publish(self.ctx.nc, self.replicas.frontend_id, cfg.name, chain,
-                                          replica.node_id, replica.replica_index)
+                await prefix_sync.publish(
+                    self.ctx.nc,
+                    self.replicas.frontend_id,
+                    cfg.name,
+                    chain,
+                    replica.node_id,
+                    replica.replica_index,
+                )
             except (nats.errors.Error, OSError) as exc:  # a lost observation costs peers a cache miss
                 log.debug("prefix observation not shared: %s", exc)
 
     async def _warm_from_db(self, cfg: ModelConfig) -> Replica | None:
         for row in await replica_store.routable(self.ctx.pool, cfg.name):
-            self.view.add(Replica(model=cfg.name, node_id=row["node_id"], node_name=row["node_name"],
-                                  address=row["address"], replica_index=int(row["replica_index"])))
+            self.view.add(
+                Replica(
+                    model=cfg.name,
+                    node_id=row["node_id"],
+                    node_name=row["node_name"],
+                    address=row["address"],
+                    replica_index=int(row["replica_index"]),
+                )
+            )
         return self.view.pick(cfg.name)
 
     async def _cold(self, cfg: ModelConfig) -> Replica:
@@ -173,15 +210,33 @@ class Router:
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""
-        log.warning("dropping replica of %s on %s at %s: %s", replica.model, replica.node_name,
-                    replica.address, reason)
+        log.warning(
+            "dropping replica of %s on %s at %s: %s",
+            replica.model,
+            replica.node_name,
+            replica.address,
+            reason,
+        )
         self.view.remove(replica)
         await self.ctx.channels.discard(replica.address)
-        await replica_store.delete(self.ctx.pool, node_id=replica.node_id, model=replica.model,
-                                   replica_index=replica.replica_index, address=replica.address)
-        await events.publish(self.ctx.nc, events.ReplicaEvent(
-            events.REMOVED, replica.model, replica.node_id, replica.node_name, replica.replica_index,
-            replica.address))
+        await replica_store.delete(
+            self.ctx.pool,
+            node_id=replica.node_id,
+            model=replica.model,
+            replica_index=replica.replica_index,
+            address=replica.address,
+        )
+        await events.publish(
+            self.ctx.nc,
+            events.ReplicaEvent(
+                events.REMOVED,
+                replica.model,
+                replica.node_id,
+                replica.node_name,
+                replica.replica_index,
+                replica.address,
+            ),
+        )
 
     async def close(self) -> None:
         self._stop.set()

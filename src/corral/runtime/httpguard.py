@@ -57,8 +57,12 @@ class ConnectionLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> ConnectionLimits:
-        return cls(settings.http_header_timeout_s, settings.http_body_timeout_s, settings.max_connections,
-                   settings.http_max_header_bytes)
+        return cls(
+            settings.http_header_timeout_s,
+            settings.http_body_timeout_s,
+            settings.max_connections,
+            settings.http_max_header_bytes,
+        )
 
     def within_open_files(self) -> ConnectionLimits:
         """The cap, raised into or lowered to what this process's open-file limit allows (like Go's runtime,
@@ -75,9 +79,16 @@ class ConnectionLimits:
         if soft == resource.RLIM_INFINITY or soft >= wanted:
             return self
         capped = max(1, soft - FD_RESERVE)
-        log.warning("HTTP connection cap %d (%s) needs %d open files, but this process may open %d: capping at "
-                    "%d connections; raise the open-file limit (ulimit -n) or lower %s", self.max_connections,
-                    CONNECTIONS_KNOB, wanted, soft, capped, CONNECTIONS_KNOB)
+        log.warning(
+            "HTTP connection cap %d (%s) needs %d open files, but this process may open %d: capping at "
+            "%d connections; raise the open-file limit (ulimit -n) or lower %s",
+            self.max_connections,
+            CONNECTIONS_KNOB,
+            wanted,
+            soft,
+            capped,
+            CONNECTIONS_KNOB,
+        )
         return replace(self, max_connections=capped)
 
 
@@ -95,10 +106,25 @@ class Phase(Enum):
 
 
 def _answer(status: bytes, message: str, code: str, extra: bytes = b"") -> bytes:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error" if status.startswith(b"4")
-                                 else "server_error", "code": code}}).encode()
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\n" + extra + b"connection: close\r\n\r\n" + body)
+    body = json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error" if status.startswith(b"4") else "server_error",
+                "code": code,
+            }
+        }
+    ).encode()
+    return (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n"
+        + extra
+        + b"connection: close\r\n\r\n"
+        + body
+    )
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -155,9 +181,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().send_400_response(msg)
             return
         HTTP_HEADERS_TOO_LARGE.inc()
-        self.transport.write(_answer(b"431 Request Header Fields Too Large", f"the request's line and headers "
-                                     f"exceed {self.limits.max_header_bytes} bytes; send fewer or shorter "
-                                     f"headers, or raise {HEADER_BYTES_KNOB}", "request_header_fields_too_large"))
+        self.transport.write(
+            _answer(
+                b"431 Request Header Fields Too Large",
+                f"the request's line and headers "
+                f"exceed {self.limits.max_header_bytes} bytes; send fewer or shorter "
+                f"headers, or raise {HEADER_BYTES_KNOB}",
+                "request_header_fields_too_large",
+            )
+        )
         self.transport.close()
 
     def on_headers_complete(self) -> None:
@@ -200,26 +232,44 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         answering = cycle is not None and cycle.response_started and not cycle.response_complete
         if self._phase is Phase.HEADERS and answering:
-            self._watch(now + self.limits.header_timeout_s)  # a pipelined request: its deadline follows this answer
+            self._watch(
+                now + self.limits.header_timeout_s
+            )  # a pipelined request: its deadline follows this answer
             return
         self._time_out(answered=cycle is not None and cycle.response_started and self._phase is Phase.BODY)
 
     def _time_out(self, *, answered: bool) -> None:
         HTTP_REQUEST_TIMEOUTS.labels(self._phase.value).inc()
         if self._phase is Phase.HEADERS:
-            self.transport.write(_answer(b"408 Request Timeout", f"the request's headers did not arrive within "
-                                         f"{self.limits.header_timeout_s:g}s; send them at once, or raise "
-                                         f"{HEADER_KNOB}", "request_timeout"))
+            self.transport.write(
+                _answer(
+                    b"408 Request Timeout",
+                    f"the request's headers did not arrive within "
+                    f"{self.limits.header_timeout_s:g}s; send them at once, or raise "
+                    f"{HEADER_KNOB}",
+                    "request_timeout",
+                )
+            )
         elif self._phase is Phase.BODY and not answered:
-            self.transport.write(_answer(b"408 Request Timeout", f"the request's body did not arrive within "
-                                         f"{self.limits.body_timeout_s:g}s of its headers; raise {BODY_KNOB} "
-                                         f"for slow uploads", "request_timeout"))
+            self.transport.write(
+                _answer(
+                    b"408 Request Timeout",
+                    f"the request's body did not arrive within "
+                    f"{self.limits.body_timeout_s:g}s of its headers; raise {BODY_KNOB} "
+                    f"for slow uploads",
+                    "request_timeout",
+                )
+            )
         self.transport.close()
 
     def _busy_answer(self) -> bytes:
-        return _answer(b"503 Service Unavailable", f"this frontend process holds its limit of "
-                       f"{self.limits.max_connections} open connections; retry shortly, or raise {CONNECTIONS_KNOB}",
-                       "too_many_connections", b"retry-after: %d\r\n" % RETRY_AFTER_S)
+        return _answer(
+            b"503 Service Unavailable",
+            f"this frontend process holds its limit of "
+            f"{self.limits.max_connections} open connections; retry shortly, or raise {CONNECTIONS_KNOB}",
+            "too_many_connections",
+            b"retry-after: %d\r\n" % RETRY_AFTER_S,
+        )
 
 
 def guarded(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:

@@ -27,8 +27,16 @@ class _Server(uvicorn.Server):
 
 
 class EmbeddedHTTPServer:
-    def __init__(self, app: Any, host: str, port: int, *, name: str, reuse_port: bool = False,
-                 limits: ConnectionLimits | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        *,
+        name: str,
+        reuse_port: bool = False,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
         """`reuse_port`: share the port with other processes (SO_REUSEPORT; the kernel spreads connections).
         `limits`: deadlines to receive a request and the connection cap (httpguard.py)."""
         self.host, self.port, self.name, self.reuse_port = host, port, name, reuse_port
@@ -36,8 +44,15 @@ class EmbeddedHTTPServer:
         # (uvloop: cli._run_fast); no access log; no X-Forwarded-For rewriting (the client address is the peer's:
         # the auth throttle counts failures by it).
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
-            timeout_graceful_shutdown=5, loop="none", http=guarded((limits or ConnectionLimits()).within_open_files()),
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            loop="none",
+            http=guarded((limits or ConnectionLimits()).within_open_files()),
             proxy_headers=False,
         )
         self._server = _Server(config)
@@ -94,8 +109,19 @@ def warm_up(app: Any) -> int:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-             "path": WARM_UP_PATH, "raw_path": WARM_UP_PATH.encode(), "root_path": "", "query_string": b"",
-             "headers": [], "server": ("127.0.0.1", 0), "client": ("127.0.0.1", 0)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": WARM_UP_PATH,
+        "raw_path": WARM_UP_PATH.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "server": ("127.0.0.1", 0),
+        "client": ("127.0.0.1", 0),
+    }
     asyncio.run(app(scope, receive, send))
     return int(sent[0]["status"]) if sent else 0

@@ -22,8 +22,14 @@ BACKOFF_CAP_S = 30.0  # the longest pause after repeated failures of a loop's bo
 STOP_TIMEOUT_S = 5.0
 
 
-def backoff_s(failures: int, first_s: float, max_s: float, *, jitter: float = 0.0,
-              rand: Callable[[], float] = random.random) -> float:
+def backoff_s(
+    failures: int,
+    first_s: float,
+    max_s: float,
+    *,
+    jitter: float = 0.0,
+    rand: Callable[[], float] = random.random,
+) -> float:
     """The pause after `failures` consecutive failures: `first_s` doubling up to `max_s` (0 for none).
 
     `jitter` (0–1) takes a random fraction up to that much off the pause, so a fleet that failed
@@ -57,9 +63,16 @@ async def done_before_stop(future: asyncio.Future[Any], stop: asyncio.Event) -> 
     return future.done()
 
 
-async def run_periodic(name: str, body: Callable[[], Awaitable[object]], interval_s: float, stop: asyncio.Event,
-                       *, wake: asyncio.Event | None = None, delay_first: bool = False,
-                       backoff_cap_s: float = BACKOFF_CAP_S) -> None:
+async def run_periodic(
+    name: str,
+    body: Callable[[], Awaitable[object]],
+    interval_s: float,
+    stop: asyncio.Event,
+    *,
+    wake: asyncio.Event | None = None,
+    delay_first: bool = False,
+    backoff_cap_s: float = BACKOFF_CAP_S,
+) -> None:
     """Run `body` every `interval_s` until `stop`; on any exception log it, back off and continue.
 
     `wake` (set by anyone) starts the next run at once; `delay_first` waits one interval before the
@@ -76,8 +89,15 @@ async def run_periodic(name: str, body: Callable[[], Awaitable[object]], interva
         except Exception as exc:  # any type: the loop must outlive what its body did not foresee
             failures += 1
             pause_s = backoff_s(failures, interval_s, max(interval_s, backoff_cap_s), jitter=0.2)
-            log.warning("%s: pass failed (%d in a row; next try in %.1fs): %s: %s", name, failures, pause_s,
-                        type(exc).__name__, exc, exc_info=failures == 1)
+            log.warning(
+                "%s: pass failed (%d in a row; next try in %.1fs): %s: %s",
+                name,
+                failures,
+                pause_s,
+                type(exc).__name__,
+                exc,
+                exc_info=failures == 1,
+            )
         else:
             if failures:
                 log.info("%s: recovered after %d failed pass(es)", name, failures)
@@ -91,7 +111,9 @@ class OwnedTasks:
 
     def __init__(self) -> None:
         self.tasks: list[asyncio.Task[Any]] = []  # every task watched
-        self._started: list[asyncio.Task[Any]] = []  # the ones `close` ends (adopted ones end with their owner)
+        self._started: list[
+            asyncio.Task[Any]
+        ] = []  # the ones `close` ends (adopted ones end with their owner)
 
     def start(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)

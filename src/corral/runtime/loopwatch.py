@@ -37,10 +37,14 @@ STACK_FRAMES = 40  # innermost frames logged (import machinery left out): enough
 BLOCKED_MARKER = "event loop blocked for over"
 STALL_LINE = re.compile(r"event loop stalled for (\d+) ms \(loop thread on CPU (\d+) ms")
 
-STALLS = Counter("corral_event_loop_stalls", "Event-loop stalls longer than the slow-callback threshold "
-                 f"(${SLOW_CALLBACK_ENV})", ["process"])
-MAX_STALL = Gauge("corral_event_loop_max_stall_seconds", "Longest event-loop stall since the process started",
-                  ["process"])
+STALLS = Counter(
+    "corral_event_loop_stalls",
+    f"Event-loop stalls longer than the slow-callback threshold (${SLOW_CALLBACK_ENV})",
+    ["process"],
+)
+MAX_STALL = Gauge(
+    "corral_event_loop_max_stall_seconds", "Longest event-loop stall since the process started", ["process"]
+)
 
 T = TypeVar("T")
 
@@ -54,7 +58,9 @@ class StallStats:
 class LoopWatch:
     """One per event loop: `start()` on the loop, `stop()` before it closes."""
 
-    def __init__(self, process: str, threshold_ms: int = DEFAULT_SLOW_CALLBACK_MS, *, stacks: bool = True) -> None:
+    def __init__(
+        self, process: str, threshold_ms: int = DEFAULT_SLOW_CALLBACK_MS, *, stacks: bool = True
+    ) -> None:
         self.process = process
         self.threshold_s = threshold_ms / 1000
         self.interval_s = min(0.025, self.threshold_s / 4)
@@ -102,8 +108,13 @@ class LoopWatch:
         self.stats.max_s = max(self.stats.max_s, late_s)
         STALLS.labels(self.process).inc()
         MAX_STALL.labels(self.process).set(self.stats.max_s)
-        log.warning("event loop stalled for %d ms (loop thread on CPU %d ms; threshold %d ms, %s)",
-                    late_s * 1000, cpu_s * 1000, self.threshold_s * 1000, SLOW_CALLBACK_ENV)
+        log.warning(
+            "event loop stalled for %d ms (loop thread on CPU %d ms; threshold %d ms, %s)",
+            late_s * 1000,
+            cpu_s * 1000,
+            self.threshold_s * 1000,
+            SLOW_CALLBACK_ENV,
+        )
 
     def _watchdog(self) -> None:
         reported_tick = 0.0
@@ -136,7 +147,7 @@ def stalls_in_log(text: str, cpu_threshold_ms: int = DEFAULT_SLOW_CALLBACK_MS) -
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if BLOCKED_MARKER in line:
-            frames = itertools.takewhile(lambda x: x.startswith("  "), lines[i + 1:])
+            frames = itertools.takewhile(lambda x: x.startswith("  "), lines[i + 1 :])
             stack = "\n".join([line, *frames])
         elif (m := STALL_LINE.search(line)) is not None:
             if int(m.group(2)) >= cpu_threshold_ms:

@@ -27,8 +27,14 @@ BUFFER_COUNT = 4
 class BufferHasher:
     """Hashes, in order, the buffers the receiver gives back; :meth:`finish` returns the hex digest."""
 
-    def __init__(self, *, buffer_bytes: int = BUFFER_BYTES, buffer_count: int = BUFFER_COUNT,
-                 prefix: hashlib._Hash | None = None, prefix_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        buffer_bytes: int = BUFFER_BYTES,
+        buffer_count: int = BUFFER_COUNT,
+        prefix: hashlib._Hash | None = None,
+        prefix_bytes: int = 0,
+    ) -> None:
         """``prefix``: the running digest of the first ``prefix_bytes`` of the file, continued here."""
         self._buffers = [memoryview(bytearray(buffer_bytes)) for _ in range(buffer_count)]
         self._free: queue.SimpleQueue[int] = queue.SimpleQueue()

@@ -22,7 +22,7 @@ def parse_content_range(value: str) -> ContentRange:
     text = value.strip()
     if not text.startswith("bytes "):
         raise ValueError(f"invalid Content-Range {value!r}: missing 'bytes' prefix")
-    range_part, slash, total_part = text[len("bytes "):].strip().partition("/")
+    range_part, slash, total_part = text[len("bytes ") :].strip().partition("/")
     start_part, dash, end_part = range_part.partition("-")
     if not slash or not dash:
         raise ValueError(f"invalid Content-Range {value!r}: expected 'bytes <start>-<end>/<total>'")
@@ -40,5 +40,5 @@ def parse_status_query(value: str) -> int | None:
     text = value.strip()
     if not text.startswith("bytes */"):
         return None
-    total = text[len("bytes */"):].strip()
+    total = text[len("bytes */") :].strip()
     return int(total) if total.isdigit() else None

@@ -42,8 +42,9 @@ class DiskBudget:
     (:meth:`DiskReservation.admit`), so it is refused with the same message when it gets there.
     """
 
-    def __init__(self, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES,
-                 free_bytes: FreeBytesProbe = statvfs_free_bytes) -> None:
+    def __init__(
+        self, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES, free_bytes: FreeBytesProbe = statvfs_free_bytes
+    ) -> None:
         self.min_free_bytes = max(0, min_free_bytes)
         self._free_bytes = free_bytes
         self._lock = threading.Lock()
@@ -67,9 +68,16 @@ class DiskBudget:
             free = self._free_bytes(reservation.directory)
             reserved = self._reserved_bytes.get(reservation.device, 0)
             if free - reserved - self.min_free_bytes < size_bytes:
-                raise NotEnoughDisk(_refusal(reservation.what, reservation.directory,
-                                             reservation.written_bytes + reservation.outstanding_bytes + size_bytes,
-                                             free, reserved, self.min_free_bytes))
+                raise NotEnoughDisk(
+                    _refusal(
+                        reservation.what,
+                        reservation.directory,
+                        reservation.written_bytes + reservation.outstanding_bytes + size_bytes,
+                        free,
+                        reserved,
+                        self.min_free_bytes,
+                    )
+                )
             self._reserved_bytes[reservation.device] = reserved + size_bytes
 
     def _shrink(self, device: int, size_bytes: int) -> None:

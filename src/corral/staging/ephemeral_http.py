@@ -43,7 +43,9 @@ MAX_RELEASE_KEYS = 1000
 INPUT_FULL_RETRY_AFTER_S = 5
 
 
-def reserve_input(ledger: EphemeralLedger, key: str, content_range: str, content_length: int | None) -> Answer | None:
+def reserve_input(
+    ledger: EphemeralLedger, key: str, content_range: str, content_length: int | None
+) -> Answer | None:
     """Reserve a request input's declared size; None when accepted, else the answer refusing it."""
     size_bytes = content_length
     if content_range:
@@ -60,18 +62,26 @@ def reserve_input(ledger: EphemeralLedger, key: str, content_range: str, content
             return None
         size_bytes = total
     if size_bytes is None:
-        return Answer.error(411, f"request input {key!r} has no Content-Length; an ephemeral input must declare "
-                                 "its size so the worker can reserve it before writing")
+        return Answer.error(
+            411,
+            f"request input {key!r} has no Content-Length; an ephemeral input must declare "
+            "its size so the worker can reserve it before writing",
+        )
     try:
         ledger.reserve(key, size_bytes)
     except InputStorageFull as exc:
         log.warning("%s", exc.message)
-        return Answer.json(507, {"error": exc.message, "setting": exc.setting},
-                           {"Retry-After": str(INPUT_FULL_RETRY_AFTER_S)})
+        return Answer.json(
+            507,
+            {"error": exc.message, "setting": exc.setting},
+            {"Retry-After": str(INPUT_FULL_RETRY_AFTER_S)},
+        )
     return None
 
 
-def release_inputs(body: RequestBody, models_dir: Path, ledger: EphemeralLedger, upload_locks: PathLocks) -> Answer:
+def release_inputs(
+    body: RequestBody, models_dir: Path, ledger: EphemeralLedger, upload_locks: PathLocks
+) -> Answer:
     """Parse a release body and release its keys (see the module docstring)."""
     try:
         keys = _keys(_read_json(body))
@@ -90,7 +100,9 @@ def release_inputs(body: RequestBody, models_dir: Path, ledger: EphemeralLedger,
         (released if removed_bytes is not None else missing).append(key)
         _remove_empty(path.parent)
     if released:
-        log.info("released %d ephemeral input(s) (%d bytes): %s", len(released), freed_bytes, ", ".join(released))
+        log.info(
+            "released %d ephemeral input(s) (%d bytes): %s", len(released), freed_bytes, ", ".join(released)
+        )
     return Answer.json(200, {"released": released, "missing": missing, "freed_bytes": freed_bytes})
 
 
@@ -108,7 +120,7 @@ def _read_json(body: RequestBody) -> object:
     try:
         return json.loads(bytes(buffer[:size]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"body is not JSON ({exc}); send {{\"keys\": [...]}}") from None
+        raise ValueError(f'body is not JSON ({exc}); send {{"keys": [...]}}') from None
 
 
 def _keys(payload: object) -> list[str]:
@@ -119,8 +131,9 @@ def _keys(payload: object) -> list[str]:
         raise ValueError(f"'keys' lists {len(keys)} keys; the limit is {MAX_RELEASE_KEYS} per call")
     for key in keys:
         if not is_ephemeral_key(key):
-            raise ValueError(f"key {key!r} is not an ephemeral request input; only 'ephemeral/...' keys are "
-                             "released")
+            raise ValueError(
+                f"key {key!r} is not an ephemeral request input; only 'ephemeral/...' keys are released"
+            )
     return list(dict.fromkeys(keys))
 
 

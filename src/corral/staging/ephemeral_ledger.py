@@ -89,8 +89,11 @@ def resolve_ephemeral_key(key: str, models_dir: Path) -> Path:
     path = resolve_key(key, models_dir)
     real_root = os.path.realpath(ephemeral_root(models_dir))
     if not os.path.realpath(path).startswith(real_root.rstrip(os.sep) + os.sep):
-        raise KeyEscapesDirectory(key, f"resolves to {os.path.realpath(path)!r}, outside the ephemeral root "
-                                       f"{real_root!r} (a symlink points out of it)")
+        raise KeyEscapesDirectory(
+            key,
+            f"resolves to {os.path.realpath(path)!r}, outside the ephemeral root "
+            f"{real_root!r} (a symlink points out of it)",
+        )
     return path
 
 
@@ -102,8 +105,13 @@ class EphemeralLimits:
     min_free_bytes: int
 
     @classmethod
-    def resolve(cls, byte_limit: int, min_free_bytes: int, root: Path,
-                total_bytes: TotalBytesProbe = statvfs_total_bytes) -> EphemeralLimits:
+    def resolve(
+        cls,
+        byte_limit: int,
+        min_free_bytes: int,
+        root: Path,
+        total_bytes: TotalBytesProbe = statvfs_total_bytes,
+    ) -> EphemeralLimits:
         """Positive settings as they are; 0 (or less) selects the filesystem-based default for ``root``."""
         if byte_limit > 0 and min_free_bytes > 0:
             return cls(byte_limit, min_free_bytes)
@@ -111,13 +119,17 @@ class EphemeralLimits:
         if byte_limit <= 0:
             byte_limit = max(DEFAULT_BYTE_LIMIT_FLOOR_BYTES, int(size * DEFAULT_BYTE_LIMIT_FRACTION))
         if min_free_bytes <= 0:
-            min_free_bytes = min(DEFAULT_MIN_FREE_CAP_BYTES,
-                                 max(DEFAULT_MIN_FREE_FLOOR_BYTES, int(size * DEFAULT_MIN_FREE_FRACTION)))
+            min_free_bytes = min(
+                DEFAULT_MIN_FREE_CAP_BYTES,
+                max(DEFAULT_MIN_FREE_FLOOR_BYTES, int(size * DEFAULT_MIN_FREE_FRACTION)),
+            )
         return cls(byte_limit, min_free_bytes)
 
     def describe(self) -> str:
-        return (f"{BYTE_LIMIT_SETTING}={self.byte_limit} ({format_size(self.byte_limit)}), "
-                f"{MIN_FREE_SETTING}={self.min_free_bytes} ({format_size(self.min_free_bytes)})")
+        return (
+            f"{BYTE_LIMIT_SETTING}={self.byte_limit} ({format_size(self.byte_limit)}), "
+            f"{MIN_FREE_SETTING}={self.min_free_bytes} ({format_size(self.min_free_bytes)})"
+        )
 
 
 @dataclass
@@ -132,8 +144,14 @@ class EphemeralLedger:
     """Reservations of ephemeral inputs by exact key; thread-safe (the file server's threads and the worker's
     event loop both use it)."""
 
-    def __init__(self, root: Path, limits: EphemeralLimits, *, free_bytes: FreeBytesProbe = statvfs_free_bytes,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        root: Path,
+        limits: EphemeralLimits,
+        *,
+        free_bytes: FreeBytesProbe = statvfs_free_bytes,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = root
         self.limits = limits
         self._free_bytes = free_bytes
@@ -150,15 +168,21 @@ class EphemeralLedger:
             previous = self._holds.get(key)
             held = self._held_bytes_locked() - (previous.size_bytes if previous else 0)
             if held + size_bytes > self.limits.byte_limit:
-                raise InputStorageFull(_over_limit(key, size_bytes, held, self._request_count_locked(),
-                                                   self.limits.byte_limit),
-                                       setting=BYTE_LIMIT_SETTING, key=key)
+                raise InputStorageFull(
+                    _over_limit(key, size_bytes, held, self._request_count_locked(), self.limits.byte_limit),
+                    setting=BYTE_LIMIT_SETTING,
+                    key=key,
+                )
             free = self._free_bytes(_existing_ancestor(self.root))
-            pending = sum(hold.size_bytes for name, hold in self._holds.items() if not hold.landed and name != key)
+            pending = sum(
+                hold.size_bytes for name, hold in self._holds.items() if not hold.landed and name != key
+            )
             if free - pending - size_bytes < self.limits.min_free_bytes:
-                raise InputStorageFull(_under_headroom(key, size_bytes, free, pending, self.limits.min_free_bytes,
-                                                       self.root),
-                                       setting=MIN_FREE_SETTING, key=key)
+                raise InputStorageFull(
+                    _under_headroom(key, size_bytes, free, pending, self.limits.min_free_bytes, self.root),
+                    setting=MIN_FREE_SETTING,
+                    key=key,
+                )
             self._holds[key] = _Hold(size_bytes, request_dir, self._clock())
 
     def settle(self, key: str, on_disk: bool) -> None:
@@ -208,8 +232,9 @@ class EphemeralLedger:
         """What the sweep found on disk and kept without a reservation (inputs of an earlier run)."""
         with self._lock:
             held = {hold.request_dir for hold in self._holds.values()}
-            self._unreserved = {name: size for name, size in bytes_by_request_dir.items()
-                                if size > 0 and name not in held}
+            self._unreserved = {
+                name: size for name, size in bytes_by_request_dir.items() if size > 0 and name not in held
+            }
 
     def held_bytes(self) -> int:
         with self._lock:
@@ -231,15 +256,19 @@ def _existing_ancestor(path: Path) -> Path:
 
 
 def _over_limit(key: str, size: int, held: int, requests: int, limit: int) -> str:
-    return (f"request input {key!r} ({size} bytes) refused before it was written: the worker's ephemeral "
-            f"request inputs would reach {held + size} bytes ({held} held by {requests} request(s) not yet "
-            f"released), over {BYTE_LIMIT_SETTING}={limit} ({format_size(limit)}); retry when requests finish, "
-            f"raise {BYTE_LIMIT_SETTING} on the worker, or add workers")
+    return (
+        f"request input {key!r} ({size} bytes) refused before it was written: the worker's ephemeral "
+        f"request inputs would reach {held + size} bytes ({held} held by {requests} request(s) not yet "
+        f"released), over {BYTE_LIMIT_SETTING}={limit} ({format_size(limit)}); retry when requests finish, "
+        f"raise {BYTE_LIMIT_SETTING} on the worker, or add workers"
+    )
 
 
 def _under_headroom(key: str, size: int, free: int, pending: int, keep_free: int, root: Path) -> str:
     left = free - pending - size
-    return (f"request input {key!r} ({size} bytes) refused before it was written: it would leave {left} bytes "
-            f"free on the filesystem of {str(root)!r} ({free} free now, {pending} still to be written by accepted "
-            f"inputs), below {MIN_FREE_SETTING}={keep_free} ({format_size(keep_free)}); free space on the "
-            f"worker or lower {MIN_FREE_SETTING}")
+    return (
+        f"request input {key!r} ({size} bytes) refused before it was written: it would leave {left} bytes "
+        f"free on the filesystem of {str(root)!r} ({free} free now, {pending} still to be written by accepted "
+        f"inputs), below {MIN_FREE_SETTING}={keep_free} ({format_size(keep_free)}); free space on the "
+        f"worker or lower {MIN_FREE_SETTING}"
+    )

@@ -36,12 +36,20 @@ class SweepReport:
     kept_bytes: dict[str, int] = field(default_factory=dict)  # request dirs kept, by their bytes on disk
 
 
-def sweep_ephemeral(roots: Sequence[Path], ledger: EphemeralLedger, *, max_age_s: float = ABANDONED_AFTER_S,
-                    now: Callable[[], float] = time.time) -> SweepReport:
+def sweep_ephemeral(
+    roots: Sequence[Path],
+    ledger: EphemeralLedger,
+    *,
+    max_age_s: float = ABANDONED_AFTER_S,
+    now: Callable[[], float] = time.time,
+) -> SweepReport:
     """Remove abandoned request directories below ``roots`` (blocking: run it in a thread)."""
     for key in ledger.drop_abandoned():
-        log.warning("ephemeral input %s was reserved but never released for hours; its frontend is gone, so "
-                    "its reservation no longer protects it from the sweep", key)
+        log.warning(
+            "ephemeral input %s was reserved but never released for hours; its frontend is gone, so "
+            "its reservation no longer protects it from the sweep",
+            key,
+        )
     active = ledger.active_request_dirs()
     report = SweepReport()
     cutoff = now() - max_age_s
@@ -60,8 +68,12 @@ def sweep_ephemeral(roots: Sequence[Path], ledger: EphemeralLedger, *, max_age_s
                 shutil.rmtree(request, ignore_errors=True)
                 report.removed.append(name)
                 report.removed_bytes += size_bytes
-                log.info("ephemeral sweep: removed %s (%d bytes; newest file %.0f min old, no active request)",
-                         request, size_bytes, (now() - newest_s) / 60)
+                log.info(
+                    "ephemeral sweep: removed %s (%d bytes; newest file %.0f min old, no active request)",
+                    request,
+                    size_bytes,
+                    (now() - newest_s) / 60,
+                )
     ledger.count_unreserved(report.kept_bytes)
     return report
 
@@ -70,17 +82,28 @@ async def sweep_once(roots: Sequence[Path], ledger: EphemeralLedger) -> SweepRep
     """One pass off the event loop, with a summary line when it removed anything."""
     report = await asyncio.to_thread(sweep_ephemeral, roots, ledger)
     if report.removed:
-        log.info("ephemeral sweep: removed %d abandoned request director%s (%d bytes)", len(report.removed),
-                 "y" if len(report.removed) == 1 else "ies", report.removed_bytes)
+        log.info(
+            "ephemeral sweep: removed %d abandoned request director%s (%d bytes)",
+            len(report.removed),
+            "y" if len(report.removed) == 1 else "ies",
+            report.removed_bytes,
+        )
     return report
 
 
-async def run_sweeps(roots: Sequence[Path], ledger: EphemeralLedger, stop: asyncio.Event, *,
-                     interval_s: float = SWEEP_INTERVAL_S, delay_first: bool = False) -> None:
+async def run_sweeps(
+    roots: Sequence[Path],
+    ledger: EphemeralLedger,
+    stop: asyncio.Event,
+    *,
+    interval_s: float = SWEEP_INTERVAL_S,
+    delay_first: bool = False,
+) -> None:
     """The worker's sweep loop: a pass every ``interval_s`` until ``stop`` (the first at once unless
     ``delay_first``: the worker runs its start-up pass itself, before its file server accepts inputs)."""
-    await run_periodic("ephemeral-sweep", lambda: sweep_once(roots, ledger), interval_s, stop,
-                       delay_first=delay_first)
+    await run_periodic(
+        "ephemeral-sweep", lambda: sweep_once(roots, ledger), interval_s, stop, delay_first=delay_first
+    )
 
 
 def _subdirectories(directory: Path) -> list[Path]:

@@ -39,9 +39,13 @@ from corral.telemetry import tracing
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONNECTIONS = 64
-DEFAULT_HEADER_TIMEOUT_S = 30.0  # like the reference's ReadHeaderTimeout; also ends idle keep-alive connections
+DEFAULT_HEADER_TIMEOUT_S = (
+    30.0  # like the reference's ReadHeaderTimeout; also ends idle keep-alive connections
+)
 DEFAULT_IDLE_TIMEOUT_S = 300.0  # a body that sends nothing for this long is treated as cut (bytes kept)
-DRAIN_LIMIT_BYTES = 1 << 20  # after an early answer, read at most this much of the body to keep the connection
+DRAIN_LIMIT_BYTES = (
+    1 << 20
+)  # after an early answer, read at most this much of the body to keep the connection
 STOP_JOIN_TIMEOUT_S = 10.0
 LINGER_S = 2.0  # after answering early, how long to swallow the rest of a body before closing
 LINGER_MAX_BYTES = 64 << 20
@@ -58,8 +62,10 @@ class ServerLimits:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S  # CORRAL_FILE_SERVER_IDLE_TIMEOUT
 
     def busy_message(self) -> str:
-        return (f"the worker's file server already serves {self.max_connections} connections "
-                f"(CORRAL_FILE_SERVER_MAX_CONNECTIONS); retry shortly")
+        return (
+            f"the worker's file server already serves {self.max_connections} connections "
+            f"(CORRAL_FILE_SERVER_MAX_CONNECTIONS); retry shortly"
+        )
 
 
 @dataclass
@@ -76,7 +82,9 @@ class Answer:
     @classmethod
     def json(cls, status: int, payload: Any, headers: dict[str, str] | None = None) -> Answer:
         # A path that was not UTF-8 (percent-escaped bytes) is quoted back escaped, not a 500.
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8", "backslashreplace"
+        )
         return cls(status, body, headers or {})
 
     @classmethod
@@ -140,8 +148,14 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], dispatch: Any, auth: BearerAuth, stats: TransferStats,
-                 limits: ServerLimits) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        dispatch: Any,
+        auth: BearerAuth,
+        stats: TransferStats,
+        limits: ServerLimits,
+    ) -> None:
         self.dispatch, self.auth, self.stats, self.limits = dispatch, auth, stats, limits
         self.connections: set[socket.socket] = set()
         self.header_deadlines: dict[socket.socket, float] = {}  # connections waiting for a request header
@@ -193,8 +207,11 @@ class _Server(ThreadingHTTPServer):
                     del self.header_deadlines[connection]
             for connection in overdue:
                 self.stats.count_header_timeout()
-                log.debug("file server: no complete request header within %.1fs; connection dropped "
-                          "(CORRAL_FILE_SERVER_HEADER_TIMEOUT)", self.limits.header_timeout_s)
+                log.debug(
+                    "file server: no complete request header within %.1fs; connection dropped "
+                    "(CORRAL_FILE_SERVER_HEADER_TIMEOUT)",
+                    self.limits.header_timeout_s,
+                )
                 try:
                     connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -204,8 +221,10 @@ class _Server(ThreadingHTTPServer):
 def _refuse_busy(connection: socket.socket, message: str) -> None:
     """Best-effort 503 on a fresh connection, never blocking the accept loop."""
     body = json.dumps({"error": message}).encode()
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    ).encode()
     try:
         connection.setblocking(False)
         connection.send(head + body)
@@ -328,12 +347,17 @@ class _Handler(BaseHTTPRequestHandler):
             if tracing.tracer is None or method != "PUT":
                 answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
             else:  # an upload joins the trace of the load that sent it
-                with tracing.span("worker.receive_file", {"corral.file": path}, kind=SpanKind.SERVER,
-                                  context=tracing.extract(self.headers.items())):
+                with tracing.span(
+                    "worker.receive_file",
+                    {"corral.file": path},
+                    kind=SpanKind.SERVER,
+                    context=tracing.extract(self.headers.items()),
+                ):
                     answer = self.server.dispatch(FileRequest(method, path, self.headers, body))
         except BadBody as exc:  # a route that read the body itself: the client's framing, not our bug
-            answer = Answer.error(400, f"malformed request body ({exc}); send a valid chunked body or a "
-                                       "Content-Length")
+            answer = Answer.error(
+                400, f"malformed request body ({exc}); send a valid chunked body or a Content-Length"
+            )
         except Exception as exc:  # a bug must answer 500, not kill the connection silently
             log.exception("%s %s failed", method, path)
             answer = Answer.error(500, f"{method} {path} failed on the worker: {exc}")
@@ -404,8 +428,9 @@ class _Handler(BaseHTTPRequestHandler):
 class ThreadedFileServer:
     """Runs a dispatch function ``FileRequest -> Answer`` on a threaded HTTP server."""
 
-    def __init__(self, dispatch: Any, *, token: str, allow_unauthenticated: bool,
-                 limits: ServerLimits | None = None) -> None:
+    def __init__(
+        self, dispatch: Any, *, token: str, allow_unauthenticated: bool, limits: ServerLimits | None = None
+    ) -> None:
         if not token and allow_unauthenticated:
             log.warning(
                 "worker file server runs WITHOUT a registration token: anyone who can reach it can read "
@@ -431,12 +456,17 @@ class ThreadedFileServer:
             self._server = _Server((host, port), self.dispatch, self.auth, self.stats, self.limits)
         except OSError as exc:
             raise OSError(f"file-server: cannot listen on {host}:{port}: {exc.strerror}") from None
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="file-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="file-server", daemon=True
+        )
         self._thread.start()
         self._stop_watchdog.clear()
-        self._watchdog = threading.Thread(target=self._server.watch_headers, args=(self._stop_watchdog,),
-                                          name="file-server-headers", daemon=True)
+        self._watchdog = threading.Thread(
+            target=self._server.watch_headers,
+            args=(self._stop_watchdog,),
+            name="file-server-headers",
+            daemon=True,
+        )
         self._watchdog.start()
 
     def stop_sync(self) -> None:

@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 HUB_TIMEOUT = httpx.Timeout(connect=30.0, read=300.0, write=60.0, pool=60.0)
 DOWNLOAD_CHUNK_BYTES = 1 << 20
 PROGRESS_EVERY_BYTES = 8 << 20
-COMMIT_RE = re.compile(r"[0-9a-fA-F]{7,64}")  # the hub's commit id names the snapshot directory: nothing else may
+COMMIT_RE = re.compile(
+    r"[0-9a-fA-F]{7,64}"
+)  # the hub's commit id names the snapshot directory: nothing else may
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,12 @@ class HubClient:
         try:
             response = await http.get(url, params={"blobs": "true"}, headers=self._headers())
         except httpx.HTTPError as exc:
-            raise HubDownloadFailed(source.repo, None, f"cannot reach the hub at {self.endpoint}: {exc!r}; "
-                                    "check HF_ENDPOINT and the frontend's network") from None
+            raise HubDownloadFailed(
+                source.repo,
+                None,
+                f"cannot reach the hub at {self.endpoint}: {exc!r}; "
+                "check HF_ENDPOINT and the frontend's network",
+            ) from None
         if response.status_code != 200:
             raise HubDownloadFailed(source.repo, response.status_code, _status_hint(response, source))
         try:
@@ -94,19 +100,35 @@ class HubClient:
             commit = str(payload["sha"])
             siblings = payload.get("siblings") or []
         except (ValueError, KeyError, TypeError):
-            raise HubDownloadFailed(source.repo, 200, f"unexpected answer from {url}: {response.text[:200]!r}") \
-                from None
+            raise HubDownloadFailed(
+                source.repo, 200, f"unexpected answer from {url}: {response.text[:200]!r}"
+            ) from None
         if not COMMIT_RE.fullmatch(commit):  # '../..' would put the snapshot outside the models directory
-            raise HubDownloadFailed(source.repo, 200, f"the hub at {self.endpoint} answered commit {commit[:80]!r}, "
-                                    "not a hex commit id; nothing was downloaded (check HF_ENDPOINT)")
+            raise HubDownloadFailed(
+                source.repo,
+                200,
+                f"the hub at {self.endpoint} answered commit {commit[:80]!r}, "
+                "not a hex commit id; nothing was downloaded (check HF_ENDPOINT)",
+            )
         files = [f for f in (_hub_file(s) for s in siblings) if f is not None and _selected(f.path, source)]
         if not files:
-            raise HubDownloadFailed(source.repo, 200, f"no file of revision {source.revision!r} matches "
-                                    f"huggingface.include {list(source.include)!r}")
+            raise HubDownloadFailed(
+                source.repo,
+                200,
+                f"no file of revision {source.revision!r} matches "
+                f"huggingface.include {list(source.include)!r}",
+            )
         return commit, files
 
-    async def _download_all(self, http: httpx.AsyncClient, source: HuggingFaceSource, commit: str,
-                            files: list[HubFile], final: Path, progress) -> None:  # type: ignore[no-untyped-def]
+    async def _download_all(
+        self,
+        http: httpx.AsyncClient,
+        source: HuggingFaceSource,
+        commit: str,
+        files: list[HubFile],
+        final: Path,
+        progress,
+    ) -> None:  # type: ignore[no-untyped-def]
         incomplete = final.with_name(f".incomplete-{final.name}")
         incomplete.mkdir(parents=True, exist_ok=True)
         lock_file = await asyncio.to_thread(_lock_exclusive, incomplete.with_name(f".{final.name}.lock"))
@@ -117,13 +139,25 @@ class HubClient:
                 progress.on_file(index, len(files), hub_file.size_bytes or 0)
                 await self._download(http, source, commit, hub_file, incomplete, progress)
             os.replace(incomplete, final)
-            log.info("committed Hugging Face snapshot %s@%s (%d files) at %s", source.repo, commit, len(files),
-                     final)
+            log.info(
+                "committed Hugging Face snapshot %s@%s (%d files) at %s",
+                source.repo,
+                commit,
+                len(files),
+                final,
+            )
         finally:
             lock_file.close()
 
-    async def _download(self, http: httpx.AsyncClient, source: HuggingFaceSource, commit: str,
-                        hub_file: HubFile, into: Path, progress) -> None:  # type: ignore[no-untyped-def]
+    async def _download(
+        self,
+        http: httpx.AsyncClient,
+        source: HuggingFaceSource,
+        commit: str,
+        hub_file: HubFile,
+        into: Path,
+        progress,
+    ) -> None:  # type: ignore[no-untyped-def]
         target = into.joinpath(*hub_file.path.split("/"))
         if target.is_file() and hub_file.size_bytes in (None, target.stat().st_size):
             progress.on_bytes(target.stat().st_size, target.stat().st_size)
@@ -136,13 +170,17 @@ class HubClient:
             async with http.stream("GET", url, headers=self._headers()) as response:
                 if response.status_code != 200:
                     await response.aread()
-                    raise HubDownloadFailed(source.repo, response.status_code,
-                                            f"GET {hub_file.path}: {_status_hint(response, source)}")
+                    raise HubDownloadFailed(
+                        source.repo,
+                        response.status_code,
+                        f"GET {hub_file.path}: {_status_hint(response, source)}",
+                    )
                 total = hub_file.size_bytes or int(response.headers.get("content-length") or 0)
                 received = await _save(response, part, digest, total, progress)
         except httpx.HTTPError as exc:
-            raise HubDownloadFailed(source.repo, None, f"downloading {hub_file.path} from {self.endpoint}: "
-                                    f"{exc!r}") from None
+            raise HubDownloadFailed(
+                source.repo, None, f"downloading {hub_file.path} from {self.endpoint}: {exc!r}"
+            ) from None
         _verify(source, hub_file, received, digest.hexdigest(), part)
         os.replace(part, target)
         try:
@@ -204,8 +242,10 @@ def _selected(path: str, source: HuggingFaceSource) -> bool:
 
 def _status_hint(response: httpx.Response, source: HuggingFaceSource) -> str:
     if response.status_code in (401, 403):
-        return (f"HTTP {response.status_code}: repo {source.repo!r} is gated or private; set HF_TOKEN on the "
-                "frontend (workers never need it)")
+        return (
+            f"HTTP {response.status_code}: repo {source.repo!r} is gated or private; set HF_TOKEN on the "
+            "frontend (workers never need it)"
+        )
     if response.status_code == 404:
         return f"HTTP 404: repo {source.repo!r} or revision {source.revision!r} not found on the hub"
     return f"HTTP {response.status_code}: {response.text[:200]!r}"
@@ -222,4 +262,3 @@ def _write_ref(path: Path, selection: str) -> None:
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(selection, encoding="utf-8")
     os.replace(temp, path)
-

@@ -122,8 +122,9 @@ def _reject_malformed(key: str) -> None:
     if not key:
         raise KeyEscapesDirectory(key, "key is empty")
     if len(key) > MAX_KEY_CHARS:
-        raise KeyEscapesDirectory(key[:64] + "...", f"key is {len(key)} characters long; the limit is "
-                                                    f"{MAX_KEY_CHARS}")
+        raise KeyEscapesDirectory(
+            key[:64] + "...", f"key is {len(key)} characters long; the limit is {MAX_KEY_CHARS}"
+        )
     if "\x00" in key:
         raise KeyEscapesDirectory(key, "key contains a NUL byte")
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in key):
@@ -142,9 +143,15 @@ def _reject_malformed_segments(key: str, relative: str) -> None:
             raise KeyEscapesDirectory(key, f"key has a {segment!r} path segment")
         size_bytes = len(segment.encode("utf-8", errors="surrogateescape"))
         if size_bytes > MAX_SEGMENT_BYTES:
-            raise KeyEscapesDirectory(key, f"a path segment is {size_bytes} bytes long; the limit is "
-                                           f"{MAX_SEGMENT_BYTES} (the filesystem's longest name)")
+            raise KeyEscapesDirectory(
+                key,
+                f"a path segment is {size_bytes} bytes long; the limit is "
+                f"{MAX_SEGMENT_BYTES} (the filesystem's longest name)",
+            )
         if is_reserved_name(segment):
-            raise ReservedKey(key, f"{segment!r} is a name reserved for the worker's own metadata (hash "
-                                   "sidecars '*.sha256', '*.sha256.target' and hidden '.*.upload' / '.*.tmp' "
-                                   "files of uploads in progress); clients can neither write nor read it")
+            raise ReservedKey(
+                key,
+                f"{segment!r} is a name reserved for the worker's own metadata (hash "
+                "sidecars '*.sha256', '*.sha256.target' and hidden '.*.upload' / '.*.tmp' "
+                "files of uploads in progress); clients can neither write nor read it",
+            )

@@ -19,8 +19,13 @@ from corral.staging.hashing import ProgressCallback, cached_sha256
 _running: dict[str, asyncio.Future[str]] = {}
 
 
-def local_sha256(path: Path, report: ProgressCallback | None = None, *, executor: Executor | None = None,
-                 record: bool = True) -> asyncio.Future[str]:
+def local_sha256(
+    path: Path,
+    report: ProgressCallback | None = None,
+    *,
+    executor: Executor | None = None,
+    record: bool = True,
+) -> asyncio.Future[str]:
     """A future of `path`'s hash: the computation already running for it, or a new one in `executor` (the
     loop's default when None). `report` gets the progress of a new computation only; `record=False` writes no
     sidecar (a file outside the models directory). Never cancel the future: others may be waiting on it (stop

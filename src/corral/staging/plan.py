@@ -62,8 +62,13 @@ def build_plan(cfg: ModelConfig) -> StagingPlan:
             if file in planned:
                 continue
             relative = key_relative(file, model_roots, root.path)
-            planned[file] = PlannedFile(file, f"{MODELS_KEY_PREFIX}{cfg.name}/{relative}", relative,
-                                        os.stat(file).st_size, model_roots.owns(file))
+            planned[file] = PlannedFile(
+                file,
+                f"{MODELS_KEY_PREFIX}{cfg.name}/{relative}",
+                relative,
+                os.stat(file).st_size,
+                model_roots.owns(file),
+            )
     return StagingPlan(cfg.name, cfg.models_dir, roots, tuple(planned.values()), model_roots)
 
 
@@ -76,8 +81,9 @@ def remote_base(plan: StagingPlan, staged: dict[str, str]) -> str:
     raise ValueError(f"cannot derive the worker directory of model {plan.tracking_key} from {staged!r}")
 
 
-def rewrite_for_worker(opts: backend_pb2.ModelOptions, cfg: ModelConfig, plan: StagingPlan,
-                       base: str) -> backend_pb2.ModelOptions:
+def rewrite_for_worker(
+    opts: backend_pb2.ModelOptions, cfg: ModelConfig, plan: StagingPlan, base: str
+) -> backend_pb2.ModelOptions:
     """A copy of ``opts`` whose paths point at the worker's copies under ``base``."""
 
     def remote(path: Path) -> str:

@@ -63,8 +63,12 @@ def _unrecorded_files(configs: Iterable[ModelConfig]) -> list[tuple[Path, int]]:
             continue
         for planned in files:
             path = planned.local_path
-            if path in found or not planned.record_hash or not os.access(path.parent, os.W_OK) or \
-                    read_trusted_hash(path) is not None:
+            if (
+                path in found
+                or not planned.record_hash
+                or not os.access(path.parent, os.W_OK)
+                or read_trusted_hash(path) is not None
+            ):
                 continue
             found[path] = planned.size_bytes
     return list(found.items())
@@ -74,7 +78,9 @@ class ModelPrehasher:
     """One background thread that hashes configured model files; `submit` queues configs to look at."""
 
     def __init__(self) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prehash", initializer=_lower_priority)
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="prehash", initializer=_lower_priority
+        )
         self._queue: asyncio.Queue[list[ModelConfig]] = asyncio.Queue()
         self._stopping = threading.Event()  # read by the hashing thread at every chunk
 

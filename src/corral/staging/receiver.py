@@ -97,8 +97,9 @@ def build_file_server(
         root = ephemeral_root(Path(models_dir))
         ephemeral = EphemeralLedger(root, EphemeralLimits.resolve(0, 0, root))
     store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget(), ephemeral)
-    server = ThreadedFileServer(store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated,
-                                limits=limits)
+    server = ThreadedFileServer(
+        store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated, limits=limits
+    )
     store.on_body_bytes = server.stats.count_body_bytes
     store.on_hash_read = server.stats.count_hash_read_bytes
     return server
@@ -107,8 +108,14 @@ def build_file_server(
 class FileStore:
     """The routes over one models directory."""
 
-    def __init__(self, models_dir: Path, readiness: Readiness, max_upload_bytes: int,
-                 disk_budget: DiskBudget, ephemeral: EphemeralLedger) -> None:
+    def __init__(
+        self,
+        models_dir: Path,
+        readiness: Readiness,
+        max_upload_bytes: int,
+        disk_budget: DiskBudget,
+        ephemeral: EphemeralLedger,
+    ) -> None:
         self.models_dir = models_dir
         self.ephemeral = ephemeral
         self.readiness = readiness
@@ -132,9 +139,9 @@ class FileStore:
             return release_inputs(request.body, self.models_dir, self.ephemeral, self.upload_locks)
         try:
             if path.startswith(FILES_PREFIX) and method in ("GET", "HEAD", "PUT"):
-                return self._file(request, path[len(FILES_PREFIX):])
+                return self._file(request, path[len(FILES_PREFIX) :])
             if path.startswith(LIST_PREFIX) and method == "GET":
-                return self._list(path[len(LIST_PREFIX):])
+                return self._list(path[len(LIST_PREFIX) :])
         except ReservedKey as exc:
             return Answer.error(403, str(exc))
         except KeyEscapesDirectory as exc:
@@ -169,8 +176,11 @@ class FileStore:
 
     def _head(self, key: str, path: Path) -> Answer:
         size_bytes = _file_size(key, path)
-        headers = {HEADER_FILE_SIZE: str(size_bytes), HEADER_LOCAL_PATH: _header_text(str(path)),
-                   "Accept-Ranges": "bytes"}
+        headers = {
+            HEADER_FILE_SIZE: str(size_bytes),
+            HEADER_LOCAL_PATH: _header_text(str(path)),
+            "Accept-Ranges": "bytes",
+        }
         target = hashing.read_target_hash(path)
         if target is not None:
             headers[HEADER_TARGET_SHA256] = target
@@ -210,8 +220,9 @@ class FileStore:
 
         return count
 
-    def _range_hasher(self, path: Path, content_range: ContentRange,
-                      completes: bool) -> BufferHasher | FollowingHasher | None:
+    def _range_hasher(
+        self, path: Path, content_range: ContentRange, completes: bool
+    ) -> BufferHasher | FollowingHasher | None:
         """Hash a range from the receive buffers when the digest of everything before it is known (a
         range from byte 0, or one continuing a partial this receiver hashed); a completing range of a
         prefix it did not hash (a restart since) follows the file from byte 0 instead."""
@@ -228,7 +239,9 @@ class FileStore:
                 return self._put_locked(request, key, path)
         resolve_ephemeral_key(key, self.models_dir)
         with self.upload_locks.hold(path):
-            refusal = reserve_input(self.ephemeral, key, request.header("Content-Range"), _content_length(request))
+            refusal = reserve_input(
+                self.ephemeral, key, request.header("Content-Range"), _content_length(request)
+            )
             if refusal is not None:  # decided before the directory or any byte is written
                 return refusal
             try:
@@ -263,14 +276,21 @@ class FileStore:
         fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".upload")
         temp = Path(temp_name)
         try:
-            with self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}") as reservation, \
-                    os.fdopen(fd, "wb", buffering=0) as file:
+            with (
+                self.disk_budget.reserve(path.parent, length or 0, f"key {key!r}") as reservation,
+                os.fdopen(fd, "wb", buffering=0) as file,
+            ):
                 os.fchmod(file.fileno(), UPLOAD_FILE_MODE)
                 hasher = BufferHasher()
                 try:
-                    received, cut = write_body(request.body, file, limit_bytes=self.max_upload_bytes,
-                                               hasher=hasher, on_bytes=self.on_body_bytes,
-                                               reservation=reservation)
+                    received, cut = write_body(
+                        request.body,
+                        file,
+                        limit_bytes=self.max_upload_bytes,
+                        hasher=hasher,
+                        on_bytes=self.on_body_bytes,
+                        reservation=reservation,
+                    )
                 except BodyTooLong:
                     raise _too_large(None, self.max_upload_bytes) from None
                 finally:
@@ -295,14 +315,17 @@ class FileStore:
         log.info("received %s (%d bytes, sha256 %s)", path, received, actual)
         return Answer.json(200, {"local_path": str(path)})
 
-    def _put_range(self, request: FileRequest, key: str, path: Path, content_range: ContentRange,
-                   declared: str | None) -> Answer:
+    def _put_range(
+        self, request: FileRequest, key: str, path: Path, content_range: ContentRange, declared: str | None
+    ) -> Answer:
         if content_range.total > self.max_upload_bytes:
             raise _too_large(content_range.total, self.max_upload_bytes)
         length = _content_length(request)
         if length is not None and length != content_range.length_bytes:
-            raise Reject(400, f"Content-Length {length} does not match Content-Range "
-                              f"{request.header('Content-Range')!r}")
+            raise Reject(
+                400,
+                f"Content-Length {length} does not match Content-Range {request.header('Content-Range')!r}",
+            )
         current = _size_or_zero(path)
         if content_range.start == 0 and current > 0:
             if declared is not None and _stored_hash_equals(path, declared):
@@ -317,20 +340,33 @@ class FileStore:
             previous = hashing.read_target_hash(path)
             if previous is not None and previous != declared:
                 _remove_with_sidecars(path)
-                raise Reject(409, f"X-Content-SHA256 mismatch with in-progress upload (was {previous}, "
-                                  f"now {declared}); restart from byte 0")
+                raise Reject(
+                    409,
+                    f"X-Content-SHA256 mismatch with in-progress upload (was {previous}, "
+                    f"now {declared}); restart from byte 0",
+                )
         if content_range.start != current:
-            raise Reject(416, f"Content-Range start {content_range.start} does not match current file "
-                              f"size {current}",
-                         {"Content-Range": f"bytes */{content_range.total}", HEADER_FILE_SIZE: str(current)})
+            raise Reject(
+                416,
+                f"Content-Range start {content_range.start} does not match current file size {current}",
+                {"Content-Range": f"bytes */{content_range.total}", HEADER_FILE_SIZE: str(current)},
+            )
         try:
-            with self.disk_budget.reserve(path.parent, content_range.length_bytes, f"key {key!r}") as reservation:
+            with self.disk_budget.reserve(
+                path.parent, content_range.length_bytes, f"key {key!r}"
+            ) as reservation:
                 return self._append_range(request, path, content_range, declared, reservation)
         except NotEnoughDisk as exc:
             raise Reject(507, exc.message) from None
 
-    def _append_range(self, request: FileRequest, path: Path, content_range: ContentRange,
-                      declared: str | None, reservation: DiskReservation) -> Answer:
+    def _append_range(
+        self,
+        request: FileRequest,
+        path: Path,
+        content_range: ContentRange,
+        declared: str | None,
+        reservation: DiskReservation,
+    ) -> Answer:
         if declared is not None:
             hashing.write_sidecar(hashing.target_sidecar_path(path), declared)
         _unlink_if_present(hashing.hash_sidecar_path(path))
@@ -342,12 +378,19 @@ class FileStore:
             # leaves unfinished (308, a cut) keeps its running digest for the range that continues it.
             hasher = self._range_hasher(path, content_range, completes)
             try:
-                received, cut = write_body(request.body, file, limit_bytes=expected,
-                                         base_size_bytes=content_range.start, hasher=hasher,
-                                         on_bytes=self.on_body_bytes, reservation=reservation)
+                received, cut = write_body(
+                    request.body,
+                    file,
+                    limit_bytes=expected,
+                    base_size_bytes=content_range.start,
+                    hasher=hasher,
+                    on_bytes=self.on_body_bytes,
+                    reservation=reservation,
+                )
             except BodyTooLong:
-                raise Reject(400, f"body is longer than the {expected} bytes its Content-Range declares") \
-                    from None
+                raise Reject(
+                    400, f"body is longer than the {expected} bytes its Content-Range declares"
+                ) from None
             finally:
                 if isinstance(hasher, BufferHasher):
                     self.partial_digests.keep(path, hasher.settle(), hasher.hashed_bytes)
@@ -373,8 +416,11 @@ class FileStore:
         if declared is None:
             raise Reject(400, f"Content-Range 'bytes */{total}' needs {HEADER_CONTENT_SHA256}")
         current = _size_or_zero(path)
-        if current == total and hashing.read_target_hash(path) is None \
-                and hashing.read_trusted_hash(path) == declared:
+        if (
+            current == total
+            and hashing.read_target_hash(path) is None
+            and hashing.read_trusted_hash(path) == declared
+        ):
             return Answer.json(200, {"local_path": str(path)})
         if current == total and hashing.read_target_hash(path) == declared:
             if self._verify_and_commit(path, declared):
@@ -383,15 +429,19 @@ class FileStore:
         elif hashing.read_target_hash(path) != declared:
             _remove_with_sidecars(path)
             current = 0
-        return Answer.error(416, f"file holds {current} of {total} bytes; continue from byte {current}",
-                            {"Content-Range": f"bytes */{total}", HEADER_FILE_SIZE: str(current)})
+        return Answer.error(
+            416,
+            f"file holds {current} of {total} bytes; continue from byte {current}",
+            {"Content-Range": f"bytes */{total}", HEADER_FILE_SIZE: str(current)},
+        )
 
     def _verify_and_commit(self, path: Path, declared: str) -> bool:
         """Finalise a full-size unfinished file if its content matches, else delete it (False)."""
         actual = self._full_hash(path)
         if actual != declared:
-            log.warning("unfinished upload %s is corrupt (sha256 %s, expected %s): removed", path, actual,
-                        declared)
+            log.warning(
+                "unfinished upload %s is corrupt (sha256 %s, expected %s): removed", path, actual, declared
+            )
             _remove_with_sidecars(path)
             return False
         self._commit_in_place(path, actual)
@@ -415,8 +465,11 @@ class FileStore:
         directory = resolve_key(key.rstrip("/"), self.models_dir)
         if not directory.is_dir():
             return Answer.error(404, "directory not found")
-        files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                       if p.is_file() and not is_reserved_name(p.name))
+        files = sorted(
+            p.relative_to(directory).as_posix()
+            for p in directory.rglob("*")
+            if p.is_file() and not is_reserved_name(p.name)
+        )
         return Answer.json(200, {"files": files or None})
 
 
@@ -491,4 +544,3 @@ def _unlink_if_present(path: Path) -> None:
 def _header_text(value: str) -> str:
     """Header values go out as latin-1; send UTF-8 bytes as the reference (Go) does."""
     return value.encode("utf-8", errors="surrogateescape").decode("latin-1")
-

@@ -75,8 +75,9 @@ class RequestInputs:
     async def __aenter__(self) -> RequestInputs:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if not self.keys:
             self.released = True
             return
@@ -112,33 +113,51 @@ class RequestInputs:
             raise RuntimeError(f"request {self.request_id}'s inputs were already released")
         key = self.key_for(category, filename)
         self.keys.append(key)  # before the PUT: a cut upload is released too
-        digest = (await asyncio.to_thread(_sha256, data)) if len(data) > HASH_IN_THREAD_BYTES else _sha256(data)
-        headers = {"Authorization": f"Bearer {self.token}", HEADER_CONTENT_SHA256: digest,
-                   "Content-Type": "application/octet-stream"}
+        digest = (
+            (await asyncio.to_thread(_sha256, data)) if len(data) > HASH_IN_THREAD_BYTES else _sha256(data)
+        )
+        headers = {
+            "Authorization": f"Bearer {self.token}",
+            HEADER_CONTENT_SHA256: digest,
+            "Content-Type": "application/octet-stream",
+        }
         try:
-            answer = await self.http.put(f"{self.worker_url}/v1/files/{quote(key)}", content=data, headers=headers,
-                                         timeout=PUT_TIMEOUT)
+            answer = await self.http.put(
+                f"{self.worker_url}/v1/files/{quote(key)}", content=data, headers=headers, timeout=PUT_TIMEOUT
+            )
         except httpx.HTTPError as exc:
-            raise RequestInputFailed(key=key, worker_url=self.worker_url, status=None,
-                                     message=f"{type(exc).__name__}: {exc}") from None
+            raise RequestInputFailed(
+                key=key, worker_url=self.worker_url, status=None, message=f"{type(exc).__name__}: {exc}"
+            ) from None
         if answer.status_code == 507:
             message, setting = _error_fields(answer)
             raise InputStorageFull(message, setting=setting, key=key)
         local_path = _local_path(answer)
         if answer.status_code != 200 or local_path is None:
-            raise RequestInputFailed(key=key, worker_url=self.worker_url, status=answer.status_code,
-                                     message=_error_fields(answer)[0])
+            raise RequestInputFailed(
+                key=key,
+                worker_url=self.worker_url,
+                status=answer.status_code,
+                message=_error_fields(answer)[0],
+            )
         log.debug("staged request input %s (%d bytes) on %s", key, len(data), self.worker_http_address)
         return local_path
 
     async def read(self, key: str, max_bytes: int) -> bytes:
         """The bytes of one of this request's files on the worker (a backend's output written into a staged key);
         raises :class:`RequestInputFailed` when the worker does not answer it whole within ``max_bytes``."""
-        answer = await self.http.get(f"{self.worker_url}/v1/files/{quote(key)}",
-                                     headers={"Authorization": f"Bearer {self.token}"}, timeout=PUT_TIMEOUT)
+        answer = await self.http.get(
+            f"{self.worker_url}/v1/files/{quote(key)}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=PUT_TIMEOUT,
+        )
         if answer.status_code != 200 or len(answer.content) > max_bytes:
-            raise RequestInputFailed(key=key, worker_url=self.worker_url, status=answer.status_code,
-                                     message=f"{len(answer.content)} bytes (at most {max_bytes} are read back)")
+            raise RequestInputFailed(
+                key=key,
+                worker_url=self.worker_url,
+                status=answer.status_code,
+                message=f"{len(answer.content)} bytes (at most {max_bytes} are read back)",
+            )
         return answer.content
 
     async def release(self) -> None:
@@ -151,21 +170,37 @@ class RequestInputs:
         self.released = True
         try:
             answer = await asyncio.wait_for(
-                self.http.post(f"{self.worker_url}{RELEASE_PATH}", json={"keys": self.keys},
-                               headers={"Authorization": f"Bearer {self.token}"}),
-                RELEASE_TIMEOUT_S)
+                self.http.post(
+                    f"{self.worker_url}{RELEASE_PATH}",
+                    json={"keys": self.keys},
+                    headers={"Authorization": f"Bearer {self.token}"},
+                ),
+                RELEASE_TIMEOUT_S,
+            )
         except Exception as exc:  # a cleanup: it must not replace the request's own outcome
-            log.warning("could not release request %s's inputs on %s (%s: %s); the worker's recovery sweep "
-                        "removes them within the hour", self.request_id, self.worker_http_address,
-                        type(exc).__name__, exc)
+            log.warning(
+                "could not release request %s's inputs on %s (%s: %s); the worker's recovery sweep "
+                "removes them within the hour",
+                self.request_id,
+                self.worker_http_address,
+                type(exc).__name__,
+                exc,
+            )
             return
         if answer.status_code != 200:
-            log.warning("worker %s refused to release request %s's inputs (HTTP %d: %s); its recovery sweep "
-                        "removes them within the hour", self.worker_http_address, self.request_id,
-                        answer.status_code, _error_fields(answer)[0])
+            log.warning(
+                "worker %s refused to release request %s's inputs (HTTP %d: %s); its recovery sweep "
+                "removes them within the hour",
+                self.worker_http_address,
+                self.request_id,
+                answer.status_code,
+                _error_fields(answer)[0],
+            )
 
 
-def request_inputs(ctx: StagingContext, target: StagingTarget, request_id: str | None = None) -> RequestInputs:
+def request_inputs(
+    ctx: StagingContext, target: StagingTarget, request_id: str | None = None
+) -> RequestInputs:
     """The inputs of one request bound for ``target`` (the node of the chosen replica), over ``ctx``'s
     HTTP client and token. ``request_id`` defaults to 8 random hex characters."""
     inputs = RequestInputs(ctx.http, target.http_address, ctx.token)
@@ -183,7 +218,9 @@ def safe_input_name(filename: str) -> str:
     if len(name) > MAX_NAME_CHARS:
         stem, dot, suffix = name.rpartition(".")
         suffix = suffix[:16] if dot else ""
-        name = f"{(stem if dot else name)[:MAX_NAME_CHARS - len(suffix) - 1]}{'.' + suffix if suffix else ''}"
+        name = (
+            f"{(stem if dot else name)[: MAX_NAME_CHARS - len(suffix) - 1]}{'.' + suffix if suffix else ''}"
+        )
     if not name or name in (".", ".."):
         name = "input"
     if is_reserved_name(name):

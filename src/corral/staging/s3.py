@@ -43,8 +43,10 @@ class StorageConfig:
             return None
         access, secret = settings.storage_access_key or "", settings.storage_secret_key or ""
         if bool(access) != bool(secret):
-            raise ConfigError("LOCALAI_STORAGE_ACCESS_KEY and LOCALAI_STORAGE_SECRET_KEY must be set together "
-                              "(or both left empty to use the environment's AWS credentials)")
+            raise ConfigError(
+                "LOCALAI_STORAGE_ACCESS_KEY and LOCALAI_STORAGE_SECRET_KEY must be set together "
+                "(or both left empty to use the environment's AWS credentials)"
+            )
         if not settings.storage_bucket:
             raise ConfigError("LOCALAI_STORAGE_BUCKET is empty; name the bucket staged files go to")
         return cls(url, settings.storage_bucket, settings.storage_region or "us-east-1", access, secret)
@@ -68,18 +70,28 @@ class ObjectStore:
         self.bucket = config.bucket
         credentials = (
             {"aws_access_key_id": config.access_key, "aws_secret_access_key": config.secret_key}
-            if config.access_key else {}
+            if config.access_key
+            else {}
         )
         self._client = boto3.session.Session().client(
-            "s3", endpoint_url=config.url, region_name=config.region, **credentials,
-            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"},
-                          request_checksum_calculation="when_required",
-                          response_checksum_validation="when_required",
-                          max_pool_connections=TRANSFER_THREADS * 2),
+            "s3",
+            endpoint_url=config.url,
+            region_name=config.region,
+            **credentials,
+            config=Config(
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 5, "mode": "standard"},
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+                max_pool_connections=TRANSFER_THREADS * 2,
+            ),
         )
-        self._transfer = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD_BYTES,
-                                        multipart_chunksize=MULTIPART_CHUNK_BYTES,
-                                        max_concurrency=TRANSFER_THREADS, use_threads=True)
+        self._transfer = TransferConfig(
+            multipart_threshold=MULTIPART_THRESHOLD_BYTES,
+            multipart_chunksize=MULTIPART_CHUNK_BYTES,
+            max_concurrency=TRANSFER_THREADS,
+            use_threads=True,
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -112,9 +124,14 @@ class ObjectStore:
 
     def upload(self, local_path: Path, key: str, sha256: str, on_bytes: BytesCallback | None = None) -> None:
         try:
-            self._client.upload_file(str(local_path), self.bucket, key,
-                                     ExtraArgs={"Metadata": {SHA256_METADATA_KEY: sha256}},
-                                     Callback=on_bytes, Config=self._transfer)
+            self._client.upload_file(
+                str(local_path),
+                self.bucket,
+                key,
+                ExtraArgs={"Metadata": {SHA256_METADATA_KEY: sha256}},
+                Callback=on_bytes,
+                Config=self._transfer,
+            )
         except Exception as exc:
             raise self._failed(key, f"uploading {str(local_path)!r} failed", exc) from None
 
@@ -133,8 +150,10 @@ class ObjectStore:
                 os.unlink(temp_name)
 
     def _failed(self, key: str, what: str, exc: BaseException) -> ObjectStoreFailed:
-        return ObjectStoreFailed(f"S3 key {key!r} in bucket {self.bucket!r} at {self.config.url}: {what}: {exc}; "
-                                 "check LOCALAI_STORAGE_URL/_BUCKET/_ACCESS_KEY/_SECRET_KEY")
+        return ObjectStoreFailed(
+            f"S3 key {key!r} in bucket {self.bucket!r} at {self.config.url}: {what}: {exc}; "
+            "check LOCALAI_STORAGE_URL/_BUCKET/_ACCESS_KEY/_SECRET_KEY"
+        )
 
 
 def _status(exc: Any) -> int:

@@ -41,13 +41,16 @@ class S3Target:
     stall_s: float
 
 
-async def upload_to_bucket(store: ObjectStore, planned: PlannedFile, local_hash: str, on_bytes: Report) -> int:
+async def upload_to_bucket(
+    store: ObjectStore, planned: PlannedFile, local_hash: str, on_bytes: Report
+) -> int:
     """Make the bucket hold ``planned`` under its key; returns the bytes uploaded (0 when skipped)."""
     existing = await asyncio.to_thread(store.head, planned.key)
     if existing is not None and existing.sha256 == local_hash and existing.size_bytes == planned.size_bytes:
         on_bytes(planned.size_bytes, planned.size_bytes)
-        log.info("bucket %s already holds %s with sha256 %s; upload skipped", store.bucket, planned.key,
-                 local_hash)
+        log.info(
+            "bucket %s already holds %s with sha256 %s; upload skipped", store.bucket, planned.key, local_hash
+        )
         return 0
     loop = asyncio.get_running_loop()
     sent = [0]
@@ -61,8 +64,9 @@ async def upload_to_bucket(store: ObjectStore, planned: PlannedFile, local_hash:
     return planned.size_bytes
 
 
-async def ensure_on_worker(target: S3Target, planned: PlannedFile, local_hash: str,
-                           on_bytes: Report) -> FileEnsureReply:
+async def ensure_on_worker(
+    target: S3Target, planned: PlannedFile, local_hash: str, on_bytes: Report
+) -> FileEnsureReply:
     """Ask the worker to fetch ``planned.key`` from the bucket; returns its reply (``local_path`` set)."""
     last_progress_s = [time.monotonic()]
     progress_subject = target.nc.new_inbox()
@@ -78,19 +82,29 @@ async def ensure_on_worker(target: S3Target, planned: PlannedFile, local_hash: s
     subscription = await target.nc.subscribe(progress_subject, cb=on_progress)
     request = FileEnsureRequest(key=planned.key, sha256=local_hash, progress_subject=progress_subject)
     subject = subjects.node_subject(target.node_id, FILES_ENSURE)
-    call = asyncio.create_task(target.nc.request(subject, request.to_json(), timeout=ENSURE_REQUEST_TIMEOUT_S))
+    call = asyncio.create_task(
+        target.nc.request(subject, request.to_json(), timeout=ENSURE_REQUEST_TIMEOUT_S)
+    )
     try:
         while not call.done():
             await asyncio.wait({call}, timeout=STALL_POLL_S)
             if not call.done() and time.monotonic() - last_progress_s[0] > target.stall_s:
-                raise _failed(target, planned, f"the worker reported no progress for {target.stall_s:g}s; "
-                                               "raise CORRAL_LOAD_STALL_WINDOW if its link to the bucket is slow")
+                raise _failed(
+                    target,
+                    planned,
+                    f"the worker reported no progress for {target.stall_s:g}s; "
+                    "raise CORRAL_LOAD_STALL_WINDOW if its link to the bucket is slow",
+                )
         try:
             msg = call.result()
         except NoRespondersError:
-            raise _failed(target, planned, f"nobody answers {subject}: the worker is offline or not in S3 mode "
-                                           "(set LOCALAI_STORAGE_URL and the other LOCALAI_STORAGE_* on the "
-                                           "worker too)") from None
+            raise _failed(
+                target,
+                planned,
+                f"nobody answers {subject}: the worker is offline or not in S3 mode "
+                "(set LOCALAI_STORAGE_URL and the other LOCALAI_STORAGE_* on the "
+                "worker too)",
+            ) from None
         except NatsTimeout:
             raise _failed(target, planned, f"no reply on {subject}") from None
         reply = FileEnsureReply.from_json(msg.data)
@@ -104,5 +118,7 @@ async def ensure_on_worker(target: S3Target, planned: PlannedFile, local_hash: s
 
 
 def _failed(target: S3Target, planned: PlannedFile, message: str) -> ObjectStoreFailed:
-    return ObjectStoreFailed(f"S3 staging of {str(planned.local_path)!r} (key {planned.key!r}) to node "
-                             f"{target.node_name}: {message}")
+    return ObjectStoreFailed(
+        f"S3 staging of {str(planned.local_path)!r} (key {planned.key!r}) to node "
+        f"{target.node_name}: {message}"
+    )

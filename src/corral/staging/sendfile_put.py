@@ -84,16 +84,29 @@ def put_file_range(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(SEND_IDLE_TIMEOUT_S)
         try:
-            return _exchange(sock, parts.netloc, target, headers, local_path, offset_bytes, count_bytes,
-                             on_sent)
+            return _exchange(
+                sock, parts.netloc, target, headers, local_path, offset_bytes, count_bytes, on_sent
+            )
         except (OSError, http.client.HTTPException) as exc:
             raise SendCut(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
 
 
-def _exchange(sock: socket.socket, netloc: str, target: str, headers: dict[str, str], local_path: Path,
-              offset_bytes: int, count_bytes: int, on_sent: Callable[[int], None] | None) -> PutAnswer:
-    lines = [f"PUT {target} HTTP/1.1", f"Host: {netloc}", f"Content-Length: {count_bytes}",
-             "Connection: close"]
+def _exchange(
+    sock: socket.socket,
+    netloc: str,
+    target: str,
+    headers: dict[str, str],
+    local_path: Path,
+    offset_bytes: int,
+    count_bytes: int,
+    on_sent: Callable[[int], None] | None,
+) -> PutAnswer:
+    lines = [
+        f"PUT {target} HTTP/1.1",
+        f"Host: {netloc}",
+        f"Content-Length: {count_bytes}",
+        "Connection: close",
+    ]
     if count_bytes > 0:
         lines.append("Expect: 100-continue")
     lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() != "content-length"]
@@ -147,4 +160,3 @@ def _read_answer(sock: socket.socket) -> PutAnswer:
         response.close()
     headers = {name.lower(): value for name, value in response.getheaders()}
     return PutAnswer(response.status, response.reason, headers, body)
-

@@ -71,34 +71,54 @@ class StagingContext:
     stall_s: float = DEFAULT_STALL_S
 
     @classmethod
-    def from_settings(cls, settings: Any, http: httpx.AsyncClient, nc: Client | None = None) -> StagingContext:
+    def from_settings(
+        cls, settings: Any, http: httpx.AsyncClient, nc: Client | None = None
+    ) -> StagingContext:
         storage = StorageConfig.from_settings(settings)
         store = ObjectStore(storage) if storage is not None else None
         if store is not None:
             store.ensure_bucket()
-        hub = HubClient(getattr(settings, "hf_endpoint", "https://huggingface.co"),
-                        getattr(settings, "hf_token", "") or "")
-        return cls(http=http, token=settings.registration_token,
-                   shared_models=bool(getattr(settings, "distributed_shared_models", False)),
-                   object_store=store, hub=hub, nc=nc,
-                   stall_s=float(getattr(settings, "load_stall_window_s", DEFAULT_STALL_S)))
+        hub = HubClient(
+            getattr(settings, "hf_endpoint", "https://huggingface.co"),
+            getattr(settings, "hf_token", "") or "",
+        )
+        return cls(
+            http=http,
+            token=settings.registration_token,
+            shared_models=bool(getattr(settings, "distributed_shared_models", False)),
+            object_store=store,
+            hub=hub,
+            nc=nc,
+            stall_s=float(getattr(settings, "load_stall_window_s", DEFAULT_STALL_S)),
+        )
 
     def with_bus(self, nc: Client) -> StagingContext:
         """This context with the frontend's NATS connection (S3 mode asks workers over it)."""
         return self if nc is self.nc else dataclasses.replace(self, nc=nc)
 
 
-async def stage_model(ctx: StagingContext, target: StagingTarget, cfg: ModelConfig,
-                      opts: backend_pb2.ModelOptions, progress: StagingProgress) -> backend_pb2.ModelOptions:
+async def stage_model(
+    ctx: StagingContext,
+    target: StagingTarget,
+    cfg: ModelConfig,
+    opts: backend_pb2.ModelOptions,
+    progress: StagingProgress,
+) -> backend_pb2.ModelOptions:
     """Stage every local file of the model; return a copy of `opts` with the worker's paths."""
     if cfg.huggingface is not None:
         if ctx.hub is None:
-            raise ValueError(f"model {cfg.name} names a Hugging Face repo but this frontend has no hub client")
+            raise ValueError(
+                f"model {cfg.name} names a Hugging Face repo but this frontend has no hub client"
+            )
         await ctx.hub.ensure_snapshot(cfg.models_dir, cfg.huggingface, progress)
     plan = build_plan(cfg)  # refuses a file outside the model's roots (PathOutsideRoots), in every mode
     if ctx.shared_models:
-        log.info("shared models: %s loads from %s on node %s (no staging)", cfg.name, cfg.model_file,
-                 target.node_name)
+        log.info(
+            "shared models: %s loads from %s on node %s (no staging)",
+            cfg.name,
+            cfg.model_file,
+            target.node_name,
+        )
         return local_paths_for_shared(opts, cfg)
     if not plan.files:
         staged = backend_pb2.ModelOptions()
@@ -111,35 +131,50 @@ async def stage_model(ctx: StagingContext, target: StagingTarget, cfg: ModelConf
     return rewrite_for_worker(opts, cfg, plan, remote_base(plan, remote))
 
 
-async def _stage_via_http(ctx: StagingContext, target: StagingTarget, plan: StagingPlan,
-                          progress: StagingProgress) -> dict[str, str]:
+async def _stage_via_http(
+    ctx: StagingContext, target: StagingTarget, plan: StagingPlan, progress: StagingProgress
+) -> dict[str, str]:
     base_url = f"http://{target.http_address}"
     remote: dict[str, str] = {}
     for index, planned in enumerate(plan.files, start=1):
         progress.on_file(index, len(plan.files), planned.size_bytes)
-        remote[planned.key] = await stage_file(ctx.http, base_url, planned.key, planned.local_path, ctx.token,
-                                               on_progress=progress.on_bytes, on_hash=progress.on_hash,
-                                               record_hash=planned.record_hash)
-    log.info("staged %d file(s) of %s (%d bytes) to node %s", len(plan.files), plan.tracking_key,
-             plan.total_bytes, target.node_name)
+        remote[planned.key] = await stage_file(
+            ctx.http,
+            base_url,
+            planned.key,
+            planned.local_path,
+            ctx.token,
+            on_progress=progress.on_bytes,
+            on_hash=progress.on_hash,
+            record_hash=planned.record_hash,
+        )
+    log.info(
+        "staged %d file(s) of %s (%d bytes) to node %s",
+        len(plan.files),
+        plan.tracking_key,
+        plan.total_bytes,
+        target.node_name,
+    )
     return remote
 
 
-async def _stage_via_s3(ctx: StagingContext, target: StagingTarget, plan: StagingPlan,
-                        progress: StagingProgress) -> dict[str, str]:
+async def _stage_via_s3(
+    ctx: StagingContext, target: StagingTarget, plan: StagingPlan, progress: StagingProgress
+) -> dict[str, str]:
     if ctx.nc is None or not target.node_id or ctx.object_store is None:
         raise ValueError("S3 staging needs the frontend's NATS connection and the target node id")
     s3_target = S3Target(ctx.nc, target.node_id, target.node_name, ctx.stall_s)
     remote: dict[str, str] = {}
     for index, planned in enumerate(plan.files, start=1):
         progress.on_file(index, len(plan.files), planned.size_bytes)
-        local_hash = await local_sha256(planned.local_path,
-                                        threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES),
-                                        record=planned.record_hash)
+        local_hash = await local_sha256(
+            planned.local_path,
+            threadsafe_progress(progress.on_hash, HASH_REPORT_EVERY_BYTES),
+            record=planned.record_hash,
+        )
         await upload_to_bucket(ctx.object_store, planned, local_hash, progress.on_bytes)
         progress.on_file(index, len(plan.files), planned.size_bytes)  # now the worker's fetch
         reply = await ensure_on_worker(s3_target, planned, local_hash, progress.on_bytes)
         progress.on_bytes(planned.size_bytes, planned.size_bytes)
         remote[planned.key] = reply.local_path
     return remote
-

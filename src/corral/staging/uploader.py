@@ -169,8 +169,9 @@ async def stage_file(
     return staged
 
 
-async def _stage(upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_policy: RetryPolicy,
-                 resumable: bool) -> str:
+async def _stage(
+    upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_policy: RetryPolicy, resumable: bool
+) -> str:
     started_s = time.monotonic()
     failures = 0
     last_failure = _Retryable(None, "no attempt was made")
@@ -187,16 +188,21 @@ async def _stage(upload: _FileUpload, size_bytes: int, local: _LocalHash, retry_
                 return remote.local_path
             if resumable and _is_full_partial(remote, local_hash, size_bytes):
                 return await upload.finalize(size_bytes, local_hash)
-            offset_bytes = _resume_offset(remote, local_hash, size_bytes, upload.sent_unhashed) if resumable else 0
+            offset_bytes = (
+                _resume_offset(remote, local_hash, size_bytes, upload.sent_unhashed) if resumable else 0
+            )
             return await upload.put(size_bytes, local_hash, offset_bytes, resumable=resumable)
         except _Retryable as failure:
             failures = 1 if upload.moved_forward() else failures + 1
             last_failure = failure
-            log.warning("staging %s to %s: attempt failed (%d in a row): %s", key, base_url, failures,
-                        failure.message)
+            log.warning(
+                "staging %s to %s: attempt failed (%d in a row): %s", key, base_url, failures, failure.message
+            )
         elapsed_s = time.monotonic() - started_s
-        if failures >= retry_policy.max_attempts or elapsed_s + retry_policy.backoff_s(failures) > \
-                retry_policy.budget_s:
+        if (
+            failures >= retry_policy.max_attempts
+            or elapsed_s + retry_policy.backoff_s(failures) > retry_policy.budget_s
+        ):
             break
         await asyncio.sleep(retry_policy.backoff_s(failures))
     raise upload.failed(last_failure.status, f"gave up after {failures} attempts: {last_failure.message}")
@@ -233,7 +239,9 @@ async def stage_files(
     return staged
 
 
-def _resume_offset(remote: RemoteFile | None, local_hash: str, size_bytes: int, sent_unhashed: bool = False) -> int:
+def _resume_offset(
+    remote: RemoteFile | None, local_hash: str, size_bytes: int, sent_unhashed: bool = False
+) -> int:
     """Continue a partial upload of the same content, else start from byte 0.
 
     A partial without a declared hash is continued only when this upload sent it (its first range
@@ -255,8 +263,12 @@ def _nothing_to_match(remote: RemoteFile | None, size_bytes: int, sent_unhashed:
 
 
 def _is_full_partial(remote: RemoteFile | None, local_hash: str, size_bytes: int) -> bool:
-    return (remote is not None and remote.target_sha256 == local_hash and size_bytes > 0
-            and remote.size_bytes == size_bytes)
+    return (
+        remote is not None
+        and remote.target_sha256 == local_hash
+        and size_bytes > 0
+        and remote.size_bytes == size_bytes
+    )
 
 
 def _local_size(path: Path) -> int:
@@ -269,8 +281,15 @@ def _local_size(path: Path) -> int:
 class _FileUpload:
     """The HTTP conversation about one file with one worker."""
 
-    def __init__(self, client: httpx.AsyncClient, base_url: str, key: str, local_path: Path, token: str,
-                 on_progress: ProgressCallback | None) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        key: str,
+        local_path: Path,
+        token: str,
+        on_progress: ProgressCallback | None,
+    ) -> None:
         self.client = client
         self.base_url = base_url
         self.key = key
@@ -298,8 +317,9 @@ class _FileUpload:
             local_path=self.local_path, key=self.key, worker_url=self.base_url, status=status, message=message
         )
 
-    async def describe_local_file(self, on_hash: ProgressCallback | None,
-                                  record_hash: bool = True) -> tuple[int, _LocalHash]:
+    async def describe_local_file(
+        self, on_hash: ProgressCallback | None, record_hash: bool = True
+    ) -> tuple[int, _LocalHash]:
         """The file's size, and its hash: recorded, or being computed in a thread from now on."""
         try:
             size_bytes = os.stat(self.local_path).st_size
@@ -321,14 +341,20 @@ class _FileUpload:
 
     async def put_before_hash(self, size_bytes: int, local: _LocalHash) -> str:
         """All but the last byte while the local hash runs (308), then the last byte with the hash."""
-        headers = {**self.auth_headers, "Content-Type": "application/octet-stream",
-                   "Content-Range": f"bytes 0-{size_bytes - 2}/{size_bytes}"}
+        headers = {
+            **self.auth_headers,
+            "Content-Type": "application/octet-stream",
+            "Content-Range": f"bytes 0-{size_bytes - 2}/{size_bytes}",
+        }
         self.sent_unhashed = True
         self.report(0, size_bytes)
         answer = await self._send(headers, 0, size_bytes - 1, size_bytes)
         if answer.status == 200:  # a server that ignored Content-Range kept a file one byte short, unverified
-            raise self.failed(200, f"PUT {self.url}: the worker answered 200 to a partial range "
-                                   f"(bytes 0-{size_bytes - 2}/{size_bytes}); it does not support resumable uploads")
+            raise self.failed(
+                200,
+                f"PUT {self.url}: the worker answered 200 to a partial range "
+                f"(bytes 0-{size_bytes - 2}/{size_bytes}); it does not support resumable uploads",
+            )
         if answer.status != 308:
             return self._answer(answer)  # raises: a refusal, or a resume-protocol answer to retry
         self.best_offset_bytes = max(self.best_offset_bytes, size_bytes - 1)
@@ -344,8 +370,10 @@ class _FileUpload:
             return None
         if response.status_code != 200:
             # HEAD answers carry no body; say what the status usually means.
-            raise self.failed(response.status_code, f"HEAD {self.url} refused: "
-                                                    f"{_status_hint(response.status_code, response.reason_phrase)}")
+            raise self.failed(
+                response.status_code,
+                f"HEAD {self.url} refused: {_status_hint(response.status_code, response.reason_phrase)}",
+            )
         remote = RemoteFile(
             size_bytes=_int_header(response.headers.get(HEADER_FILE_SIZE, "")),
             local_path=response.headers.get(HEADER_LOCAL_PATH, ""),
@@ -358,23 +386,34 @@ class _FileUpload:
 
     async def finalize(self, size_bytes: int, local_hash: str) -> str:
         """Ask the worker to verify and finalise a full-size unfinished copy (no body is sent)."""
-        headers = {**self.auth_headers, HEADER_CONTENT_SHA256: local_hash,
-                   "Content-Range": f"bytes */{size_bytes}"}
-        log.info("worker %s holds all %d bytes of %s unfinished; asking it to verify and finalise",
-                 self.base_url, size_bytes, self.key)
+        headers = {
+            **self.auth_headers,
+            HEADER_CONTENT_SHA256: local_hash,
+            "Content-Range": f"bytes */{size_bytes}",
+        }
+        log.info(
+            "worker %s holds all %d bytes of %s unfinished; asking it to verify and finalise",
+            self.base_url,
+            size_bytes,
+            self.key,
+        )
         return self._answer(await self._send(headers, 0, 0, size_bytes))
 
     async def put(self, size_bytes: int, local_hash: str, offset_bytes: int, *, resumable: bool) -> str:
-        headers = {**self.auth_headers, "Content-Type": "application/octet-stream",
-                   HEADER_CONTENT_SHA256: local_hash}
+        headers = {
+            **self.auth_headers,
+            "Content-Type": "application/octet-stream",
+            HEADER_CONTENT_SHA256: local_hash,
+        }
         if resumable and size_bytes > 0:
             headers["Content-Range"] = f"bytes {offset_bytes}-{size_bytes - 1}/{size_bytes}"
         self.report(offset_bytes, size_bytes)
         answer = await self._send(headers, offset_bytes, size_bytes - offset_bytes, size_bytes)
         return self._answer(answer)
 
-    async def _send(self, headers: dict[str, str], offset_bytes: int, count_bytes: int,
-                    size_bytes: int) -> PutAnswer:
+    async def _send(
+        self, headers: dict[str, str], offset_bytes: int, count_bytes: int, size_bytes: int
+    ) -> PutAnswer:
         loop = asyncio.get_running_loop()
         cancel = Cancel()
 
@@ -383,8 +422,16 @@ class _FileUpload:
 
         started_s = time.monotonic()
         try:
-            answer = await asyncio.to_thread(put_file_range, self.url, headers, self.local_path, offset_bytes,
-                                             count_bytes, on_sent=sent, cancel=cancel)
+            answer = await asyncio.to_thread(
+                put_file_range,
+                self.url,
+                headers,
+                self.local_path,
+                offset_bytes,
+                count_bytes,
+                on_sent=sent,
+                cancel=cancel,
+            )
         except asyncio.CancelledError:
             cancel.cancel()  # wakes the thread; the worker keeps what arrived for a later resume
             raise

@@ -25,14 +25,28 @@ async def listing(pool: asyncpg.Pool, limit: int = 100) -> list[asyncpg.Record]:
     return list(await pool.fetch(q("agent_jobs_list"), limit))
 
 
-async def progress(pool: asyncpg.Pool, job_id: str, status: str, node_id: str,
-                   trace: dict[str, Any] | None, seq: int = 0) -> None:
+async def progress(
+    pool: asyncpg.Pool, job_id: str, status: str, node_id: str, trace: dict[str, Any] | None, seq: int = 0
+) -> None:
     """Record a progress event; a trace entry with its `seq` (1, 2, …) is kept once, in seq order."""
     entry = {**trace, "seq": seq} if trace is not None and seq else trace
-    await pool.execute(q("agent_job_progress"), job_id, status, node_id,
-                       json.dumps(entry) if entry is not None else None, seq)
+    await pool.execute(
+        q("agent_job_progress"),
+        job_id,
+        status,
+        node_id,
+        json.dumps(entry) if entry is not None else None,
+        seq,
+    )
 
 
-async def finish(pool: asyncpg.Pool, job_id: str, status: str, node_id: str, result: str, error: str,
-                 trace_count: int | None = None) -> None:
+async def finish(
+    pool: asyncpg.Pool,
+    job_id: str,
+    status: str,
+    node_id: str,
+    result: str,
+    error: str,
+    trace_count: int | None = None,
+) -> None:
     await pool.execute(q("agent_job_finish"), job_id, status, node_id, result, error, trace_count)

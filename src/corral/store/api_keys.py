@@ -31,8 +31,9 @@ def display_prefix(key: str) -> str:
 
 async def insert(pool: asyncpg.Pool, key: str, *, name: str, role: str) -> asyncpg.Record | None:
     """Store a key's hash; None when that hash is already stored (a bootstrap key seen before)."""
-    return await pool.fetchrow(q("api_key_insert"), str(uuid.uuid4()), name, role, key_hash(key),
-                               display_prefix(key))
+    return await pool.fetchrow(
+        q("api_key_insert"), str(uuid.uuid4()), name, role, key_hash(key), display_prefix(key)
+    )
 
 
 async def role_of(pool: asyncpg.Pool, hashed: str) -> str | None:
@@ -56,8 +57,14 @@ async def provision_node_key(pool: asyncpg.Pool, node_id: str, node_name: str) -
     """A fresh user key for an agent node, replacing (revoking) the one it held: returned once, stored hashed."""
     key = new_key()
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(q("api_key_insert"), str(uuid.uuid4()), f"agent node {node_name}", USER,
-                                  key_hash(key), display_prefix(key))
+        row = await conn.fetchrow(
+            q("api_key_insert"),
+            str(uuid.uuid4()),
+            f"agent node {node_name}",
+            USER,
+            key_hash(key),
+            display_prefix(key),
+        )
         old = await conn.fetchval(q("node_api_key_swap"), node_id, row["id"])
         if old:
             await conn.fetchval(q("api_key_revoke"), old)

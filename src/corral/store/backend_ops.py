@@ -33,22 +33,43 @@ class Intent:
     def from_row(cls, row: asyncpg.Record) -> Intent:
         galleries = bytes(row["galleries"]).decode() if row["galleries"] is not None else None
         request = row["request"]
-        return cls(int(row["id"]), row["node_id"], row["backend"], row["op"], galleries,
-                   json.loads(request) if isinstance(request, str) else dict(request or {}),
-                   row["operation_id"], int(row["attempts"]))
+        return cls(
+            int(row["id"]),
+            row["node_id"],
+            row["backend"],
+            row["op"],
+            galleries,
+            json.loads(request) if isinstance(request, str) else dict(request or {}),
+            row["operation_id"],
+            int(row["attempts"]),
+        )
 
 
-async def record(pool: asyncpg.Pool, node_id: str, backend: str, op: str, operation: operations.NewOperation, *,
-                 galleries: str | None = None, request: dict[str, Any] | None = None,
-                 take_over: bool = False) -> tuple[str, bool]:
+async def record(
+    pool: asyncpg.Pool,
+    node_id: str,
+    backend: str,
+    op: str,
+    operation: operations.NewOperation,
+    *,
+    galleries: str | None = None,
+    request: dict[str, Any] | None = None,
+    take_over: bool = False,
+) -> tuple[str, bool]:
     """Store the intent and its activity row; returns (operation id, whether it is new). A request for an
     intent already queued joins it: the caller gets the queued operation's id — unless `take_over` (a
     fan-out job's per-node row), which moves the intent to the new row and closes the old one."""
     async with pool.acquire() as conn, conn.transaction():
         row = await operations.insert(conn, operation)
-        op_id = await conn.fetchval(q("backend_op_upsert"), node_id, backend, op,
-                                    galleries.encode() if galleries is not None else None,
-                                    json.dumps(request or {}), row["id"])
+        op_id = await conn.fetchval(
+            q("backend_op_upsert"),
+            node_id,
+            backend,
+            op,
+            galleries.encode() if galleries is not None else None,
+            json.dumps(request or {}),
+            row["id"],
+        )
         if op_id == row["id"]:
             return str(op_id), True
         if not take_over:

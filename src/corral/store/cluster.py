@@ -11,10 +11,19 @@ from corral.store.queries import q
 
 
 async def node_memory(pool: asyncpg.Pool) -> list[NodeMemory]:
-    return [NodeMemory(id=r["id"], name=r["name"], total_vram=int(r["total_vram"]),
-                       vram_budget_bytes=int(r["vram_budget_bytes"]), total_ram=int(r["total_ram"]),
-                       gpu_vendor=r["gpu_vendor"], capability=r["capability"], labels=json.loads(r["labels"]))
-            for r in await pool.fetch(q("cluster_nodes"))]
+    return [
+        NodeMemory(
+            id=r["id"],
+            name=r["name"],
+            total_vram=int(r["total_vram"]),
+            vram_budget_bytes=int(r["vram_budget_bytes"]),
+            total_ram=int(r["total_ram"]),
+            gpu_vendor=r["gpu_vendor"],
+            capability=r["capability"],
+            labels=json.loads(r["labels"]),
+        )
+        for r in await pool.fetch(q("cluster_nodes"))
+    ]
 
 
 async def nodes_by_status(pool: asyncpg.Pool) -> dict[str, int]:

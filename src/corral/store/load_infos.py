@@ -20,7 +20,9 @@ class LoadInfo:
 
 
 async def record(pool: asyncpg.Pool, info: LoadInfo) -> None:
-    await pool.execute(q("load_info_upsert"), info.model, info.backend, info.options_blob, info.config_revision)
+    await pool.execute(
+        q("load_info_upsert"), info.model, info.backend, info.options_blob, info.config_revision
+    )
 
 
 async def replayable(pool: asyncpg.Pool, model: str) -> LoadInfo | None:
@@ -28,5 +30,10 @@ async def replayable(pool: asyncpg.Pool, model: str) -> LoadInfo | None:
     row = await pool.fetchrow(q("load_info_replayable"), model)
     if row is None:
         return None
-    return LoadInfo(row["model_name"], row["backend_type"], bytes(row["model_opts_blob"]), row["config_revision"],
-                    row["current_revision"] is not None)
+    return LoadInfo(
+        row["model_name"],
+        row["backend_type"],
+        bytes(row["model_opts_blob"]),
+        row["config_revision"],
+        row["current_revision"] is not None,
+    )

@@ -31,11 +31,19 @@ class JobSnapshot:
     @classmethod
     def from_row(cls, row: asyncpg.Record) -> JobSnapshot:
         return cls(
-            tracking_key=row["tracking_key"], state=row["state"], owner_replica=row["owner_replica"],
-            node_id=row["node_id"], node_name=row["node_name"], bytes_sent=int(row["bytes_sent"]),
-            total_bytes=int(row["total_bytes"]), file_index=int(row["file_index"]),
-            total_files=int(row["total_files"]), last_error=row["last_error"], error_kind=row.get("error_kind") or "",
-            silent_s=float(row.get("silent_s") or 0.0), moving_s=row.get("moving_s"),
+            tracking_key=row["tracking_key"],
+            state=row["state"],
+            owner_replica=row["owner_replica"],
+            node_id=row["node_id"],
+            node_name=row["node_name"],
+            bytes_sent=int(row["bytes_sent"]),
+            total_bytes=int(row["total_bytes"]),
+            file_index=int(row["file_index"]),
+            total_files=int(row["total_files"]),
+            last_error=row["last_error"],
+            error_kind=row.get("error_kind") or "",
+            silent_s=float(row.get("silent_s") or 0.0),
+            moving_s=row.get("moving_s"),
             install=_install(row.get("install_progress")),
         )
 
@@ -47,8 +55,9 @@ def _install(raw: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, dict) else None
 
 
-async def claim(pool: asyncpg.Pool, key: str, owner: str, *, orphan_s: float, failed_grace_s: float
-                ) -> tuple[bool, JobSnapshot | None]:
+async def claim(
+    pool: asyncpg.Pool, key: str, owner: str, *, orphan_s: float, failed_grace_s: float
+) -> tuple[bool, JobSnapshot | None]:
     """One statement. (True, job) when this frontend now owns the load; else (False, the existing job).
 
     (False, None) means the existing job vanished between the two reads: the caller claims again.
@@ -64,13 +73,38 @@ async def get(pool: asyncpg.Pool, key: str) -> JobSnapshot | None:
     return JobSnapshot.from_row(row) if row else None
 
 
-async def heartbeat(pool: asyncpg.Pool, key: str, owner: str, *, state: str, node_id: str, node_name: str,
-                    replica_index: int, bytes_sent: int, total_bytes: int, file_index: int, total_files: int,
-                    moving: bool, install: dict[str, Any] | None = None) -> bool:
+async def heartbeat(
+    pool: asyncpg.Pool,
+    key: str,
+    owner: str,
+    *,
+    state: str,
+    node_id: str,
+    node_name: str,
+    replica_index: int,
+    bytes_sent: int,
+    total_bytes: int,
+    file_index: int,
+    total_files: int,
+    moving: bool,
+    install: dict[str, Any] | None = None,
+) -> bool:
     """False when this frontend no longer owns the job (it was taken over)."""
-    row = await pool.fetchrow(q("load_job_heartbeat"), key, owner, state, node_id, node_name, replica_index,
-                              bytes_sent, total_bytes, file_index, total_files, moving,
-                              None if install is None else json.dumps(install))
+    row = await pool.fetchrow(
+        q("load_job_heartbeat"),
+        key,
+        owner,
+        state,
+        node_id,
+        node_name,
+        replica_index,
+        bytes_sent,
+        total_bytes,
+        file_index,
+        total_files,
+        moving,
+        None if install is None else json.dumps(install),
+    )
     return row is not None
 
 
@@ -80,7 +114,6 @@ async def fail(pool: asyncpg.Pool, key: str, owner: str, error: str, kind: str =
 
 async def delete(pool: asyncpg.Pool, key: str, owner: str) -> None:
     await pool.execute(q("load_job_delete"), key, owner)
-
 
 
 async def listing(pool: asyncpg.Pool, limit: int) -> list[JobSnapshot]:

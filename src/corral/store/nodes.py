@@ -53,10 +53,23 @@ def vram_bucket(total_vram: int) -> str:
 def _columns(facts: NodeFacts, token: str, approved: bool) -> tuple[Any, ...]:
     """The registration's column values, in the order node_insert and node_reregister take them."""
     return (
-        facts.node_type, facts.address, facts.http_address, HEALTHY if approved else PENDING, token_hash(token),
-        approved, facts.total_vram, facts.available_vram, facts.total_ram, facts.available_ram,
-        facts.total_disk, facts.available_disk, facts.gpu_vendor, facts.gpu_compute_capability,
-        facts.capability, max(1, facts.max_replicas_per_model), facts.vram_budget,
+        facts.node_type,
+        facts.address,
+        facts.http_address,
+        HEALTHY if approved else PENDING,
+        token_hash(token),
+        approved,
+        facts.total_vram,
+        facts.available_vram,
+        facts.total_ram,
+        facts.available_ram,
+        facts.total_disk,
+        facts.available_disk,
+        facts.gpu_vendor,
+        facts.gpu_compute_capability,
+        facts.capability,
+        max(1, facts.max_replicas_per_model),
+        facts.vram_budget,
     )
 
 
@@ -77,8 +90,15 @@ class CredentialMismatch(Exception):
 
 
 async def register(
-    pool: asyncpg.Pool, facts: NodeFacts, token: str, labels: dict[str, str], *, auto_approve: bool,
-    credential_hash: str = "", new_credential_hash: str = "", max_pending: int | None = None,
+    pool: asyncpg.Pool,
+    facts: NodeFacts,
+    token: str,
+    labels: dict[str, str],
+    *,
+    auto_approve: bool,
+    credential_hash: str = "",
+    new_credential_hash: str = "",
+    max_pending: int | None = None,
 ) -> asyncpg.Record:
     """Insert or refresh a node. A node keeps its id; it is healthy only if auto-approve or approved once.
 
@@ -95,13 +115,23 @@ async def register(
             if await conn.fetchval(q("nodes_pending_count")) >= max_pending:
                 raise PendingCapReached(max_pending)
         if existing is None:
-            row = await conn.fetchrow(q("node_insert"), str(uuid.uuid4()), facts.name,
-                                      *_columns(facts, token, auto_approve), new_credential_hash)
+            row = await conn.fetchrow(
+                q("node_insert"),
+                str(uuid.uuid4()),
+                facts.name,
+                *_columns(facts, token, auto_approve),
+                new_credential_hash,
+            )
         if row is None:  # known, or registered by a concurrent call since we looked
             existing = await conn.fetchrow(q("node_by_name_locked"), facts.name)
             approved = auto_approve or bool(existing["approved"])
-            row = await conn.fetchrow(q("node_reregister"), existing["id"], *_columns(facts, token, approved),
-                                      new_credential_hash, credential_hash)
+            row = await conn.fetchrow(
+                q("node_reregister"),
+                existing["id"],
+                *_columns(facts, token, approved),
+                new_credential_hash,
+                credential_hash,
+            )
             if row is None:
                 raise CredentialMismatch(existing)
             await conn.execute(q("replicas_delete_for_node"), existing["id"])
@@ -117,8 +147,13 @@ async def register(
 async def heartbeat(pool: asyncpg.Pool, node_id: str, update: dict[str, Any]) -> asyncpg.Record | None:
     """A durable heartbeat write; None when the node is unknown (deleted: the worker must register again)."""
     return await pool.fetchrow(
-        q("node_heartbeat"), node_id, update.get("available_vram"), update.get("available_ram"),
-        update.get("total_disk"), update.get("available_disk"), update.get("total_vram"),
+        q("node_heartbeat"),
+        node_id,
+        update.get("available_vram"),
+        update.get("available_ram"),
+        update.get("total_disk"),
+        update.get("available_disk"),
+        update.get("total_vram"),
         update.get("gpu_vendor"),
     )
 
@@ -156,8 +191,9 @@ async def credential_of(pool: asyncpg.Pool, node_id: str) -> str | None:
     return None if value is None else str(value)
 
 
-async def swap_status(pool: asyncpg.Pool, node_id: str, expected: str, status: str, *,
-                      drop_replicas: bool = False) -> bool:
+async def swap_status(
+    pool: asyncpg.Pool, node_id: str, expected: str, status: str, *, drop_replicas: bool = False
+) -> bool:
     """Compare-and-set a status: no change when someone else changed it since the caller looked."""
     async with pool.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(q("node_swap_status"), node_id, expected, status)
@@ -175,7 +211,9 @@ async def delete(pool: asyncpg.Pool, node_id: str) -> bool:
     return await pool.fetchrow(q("node_delete"), node_id) is not None
 
 
-async def expire_pending(conn: asyncpg.Connection, node_id: str, older_than_s: float) -> asyncpg.Record | None:
+async def expire_pending(
+    conn: asyncpg.Connection, node_id: str, older_than_s: float
+) -> asyncpg.Record | None:
     """Delete a never-approved node not heard of for `older_than_s` (durably); None when it is not (any more)."""
     return await conn.fetchrow(q("node_expire_pending"), node_id, older_than_s)
 

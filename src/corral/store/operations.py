@@ -40,11 +40,24 @@ class NewOperation:
         return f"node:{self.node_id}:{self.element}" if self.node_id else self.element
 
 
-async def insert(conn: asyncpg.Pool | asyncpg.Connection, op: NewOperation, status: str = PENDING,
-                 op_id: str | None = None) -> asyncpg.Record:
+async def insert(
+    conn: asyncpg.Pool | asyncpg.Connection, op: NewOperation, status: str = PENDING, op_id: str | None = None
+) -> asyncpg.Record:
     return await conn.fetchrow(
-        q("operation_insert"), op_id or str(uuid.uuid4()), op.parent_id, op.element, op.cache_key, op.is_backend,
-        op.op_type, status, op.node_id, op.node_name, op.frontend_id, op.message, op.user_id)
+        q("operation_insert"),
+        op_id or str(uuid.uuid4()),
+        op.parent_id,
+        op.element,
+        op.cache_key,
+        op.is_backend,
+        op.op_type,
+        status,
+        op.node_id,
+        op.node_name,
+        op.frontend_id,
+        op.message,
+        op.user_id,
+    )
 
 
 async def record_done(pool: asyncpg.Pool, op: NewOperation) -> None:
@@ -61,8 +74,9 @@ async def start(pool: asyncpg.Pool, op_id: str, frontend_id: str, message: str) 
     await pool.execute(q("operation_start"), op_id, frontend_id, message)
 
 
-async def progress(pool: asyncpg.Pool, op_id: str, *, phase: str, fraction: float, file_name: str,
-                   current: str, total: str) -> None:
+async def progress(
+    pool: asyncpg.Pool, op_id: str, *, phase: str, fraction: float, file_name: str, current: str, total: str
+) -> None:
     await pool.execute(q("operation_progress"), op_id, phase, fraction, file_name, current, total)
 
 

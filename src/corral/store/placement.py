@@ -54,24 +54,45 @@ async def prune_changes(pool: asyncpg.Pool, retention_s: float) -> None:
     await pool.execute(q("placement_changes_prune"), retention_s)
 
 
-def _snapshots(node_rows: Sequence[asyncpg.Record], label_rows: Sequence[asyncpg.Record],
-               replica_rows: Sequence[asyncpg.Record]) -> list[NodeSnapshot]:
+def _snapshots(
+    node_rows: Sequence[asyncpg.Record],
+    label_rows: Sequence[asyncpg.Record],
+    replica_rows: Sequence[asyncpg.Record],
+) -> list[NodeSnapshot]:
     labels: dict[str, dict[str, str]] = {}
     for node_id, key, value in label_rows:
         labels.setdefault(node_id, {})[key] = value
     replicas: dict[str, list[ReplicaSnapshot]] = {}
     for node_id, model, index, state, address, in_flight, last_used_s, vram_bytes in replica_rows:
-        replicas.setdefault(node_id, []).append(ReplicaSnapshot(
-            model=model, replica_index=int(index), state=state, address=address, in_flight=int(in_flight),
-            last_used_s=float(last_used_s), vram_bytes=int(vram_bytes or 0)))
-    return [NodeSnapshot(
-        id=row["id"], name=row["name"], address=row["address"], http_address=row["http_address"],
-        total_vram=int(row["total_vram"]), available_vram=int(row["available_vram"]),
-        reserved_vram=int(row["reserved_vram"]), vram_budget_bytes=int(row["vram_budget_bytes"]),
-        total_disk=int(row["total_disk"]), available_disk=int(row["available_disk"]),
-        max_replicas_per_model=int(row["max_replicas_per_model"]), labels=labels.get(row["id"], {}),
-        replicas=tuple(replicas.get(row["id"], ())),
-    ) for row in node_rows]
+        replicas.setdefault(node_id, []).append(
+            ReplicaSnapshot(
+                model=model,
+                replica_index=int(index),
+                state=state,
+                address=address,
+                in_flight=int(in_flight),
+                last_used_s=float(last_used_s),
+                vram_bytes=int(vram_bytes or 0),
+            )
+        )
+    return [
+        NodeSnapshot(
+            id=row["id"],
+            name=row["name"],
+            address=row["address"],
+            http_address=row["http_address"],
+            total_vram=int(row["total_vram"]),
+            available_vram=int(row["available_vram"]),
+            reserved_vram=int(row["reserved_vram"]),
+            vram_budget_bytes=int(row["vram_budget_bytes"]),
+            total_disk=int(row["total_disk"]),
+            available_disk=int(row["available_disk"]),
+            max_replicas_per_model=int(row["max_replicas_per_model"]),
+            labels=labels.get(row["id"], {}),
+            replicas=tuple(replicas.get(row["id"], ())),
+        )
+        for row in node_rows
+    ]
 
 
 async def reserve_vram(pool: asyncpg.Pool, node_id: str, vram_bytes: int) -> bool:

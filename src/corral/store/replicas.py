@@ -12,12 +12,30 @@ STAGING, LOADING, LOADED, UNLOADING = "staging", "loading", "loaded", "unloading
 
 
 async def upsert(
-    pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, state: str,
-    backend: str, config_revision: str = "", vram_bytes: int = 0, effective_options_hash: str = "",
+    pool: asyncpg.Pool,
+    *,
+    node_id: str,
+    model: str,
+    replica_index: int,
+    address: str,
+    state: str,
+    backend: str,
+    config_revision: str = "",
+    vram_bytes: int = 0,
+    effective_options_hash: str = "",
 ) -> asyncpg.Record:
     return await pool.fetchrow(
-        q("replica_upsert"), str(uuid.uuid4()), node_id, model, replica_index, address, state, backend,
-        config_revision, vram_bytes, effective_options_hash,
+        q("replica_upsert"),
+        str(uuid.uuid4()),
+        node_id,
+        model,
+        replica_index,
+        address,
+        state,
+        backend,
+        config_revision,
+        vram_bytes,
+        effective_options_hash,
     )
 
 
@@ -37,13 +55,16 @@ async def reclaim_stuck(pool: asyncpg.Pool, orphan_s: float) -> list[asyncpg.Rec
     return list(await pool.fetch(q("replicas_reclaim_stuck"), orphan_s))
 
 
-async def mark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str,
-                         lease_s: float = 60.0) -> bool:
+async def mark_unloading(
+    pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str, lease_s: float = 60.0
+) -> bool:
     row = await pool.fetchrow(q("replica_mark_unloading"), node_id, model, replica_index, address, lease_s)
     return row is not None
 
 
-async def unmark_unloading(pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str) -> None:
+async def unmark_unloading(
+    pool: asyncpg.Pool, *, node_id: str, model: str, replica_index: int, address: str
+) -> None:
     await pool.execute(q("replica_unmark_unloading"), node_id, model, replica_index, address)
 
 

@@ -17,8 +17,9 @@ def sweep_interval_s(ttl_s: float) -> float:
     return min(60.0, max(1.0, ttl_s / 2))
 
 
-async def insert(pool: asyncpg.Pool, response_id: str, owner: str, body: str, input_items: str, messages: str,
-                 ttl_s: float) -> None:
+async def insert(
+    pool: asyncpg.Pool, response_id: str, owner: str, body: str, input_items: str, messages: str, ttl_s: float
+) -> None:
     await pool.execute(q("response_insert"), response_id, owner, body, input_items, messages, ttl_s)
 
 

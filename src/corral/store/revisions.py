@@ -28,22 +28,28 @@ async def all_seqs(pool: asyncpg.Pool) -> dict[str, int]:
 
 
 @asynccontextmanager
-async def locked(pool: asyncpg.Pool, model: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Record | None]]:
+async def locked(
+    pool: asyncpg.Pool, model: str
+) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Record | None]]:
     """A transaction holding `model`'s committed row (None when there is none) locked until it ends: edits to
     one model, on any frontend, serialise here. Write with `advance_on(conn, …)`; an exception rolls back."""
     async with pool.acquire() as conn, conn.transaction():
         yield conn, await conn.fetchrow(q("revision_lock"), model)
 
 
-async def advance_on(conn: asyncpg.Connection, model: str, revision: str,
-                     yaml_text: str) -> tuple[int, list[asyncpg.Record]]:
+async def advance_on(
+    conn: asyncpg.Connection, model: str, revision: str, yaml_text: str
+) -> tuple[int, list[asyncpg.Record]]:
     """Inside a transaction: make `revision` current and quarantine every replica of another revision;
     returns (the row's commit number, the quarantined replica rows)."""
     seq = int(await conn.fetchval(q("revision_advance"), model, revision, yaml_text))
     rows = list(await conn.fetch(q("revision_quarantine"), model, revision))
     if await conn.fetchval("SELECT to_regclass('model_load_infos') IS NOT NULL"):
-        await conn.execute("DELETE FROM model_load_infos WHERE model_name = $1 AND "
-                           "config_revision IS DISTINCT FROM $2", model, revision)
+        await conn.execute(
+            "DELETE FROM model_load_infos WHERE model_name = $1 AND config_revision IS DISTINCT FROM $2",
+            model,
+            revision,
+        )
     return seq, rows
 
 

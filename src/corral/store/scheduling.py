@@ -32,14 +32,23 @@ def selector_text(selector: dict[str, str]) -> str:
 
 def from_row(row: asyncpg.Record) -> SchedulingRule:
     return SchedulingRule(
-        id=row["id"], model_name=row["model_name"], node_selector=_selector(row["node_selector"]),
-        min_replicas=int(row["min_replicas"]), max_replicas=int(row["max_replicas"]),
-        spread_all=bool(row["spread_all"]), route_policy=row["route_policy"],
+        id=row["id"],
+        model_name=row["model_name"],
+        node_selector=_selector(row["node_selector"]),
+        min_replicas=int(row["min_replicas"]),
+        max_replicas=int(row["max_replicas"]),
+        spread_all=bool(row["spread_all"]),
+        route_policy=row["route_policy"],
         balance_abs_threshold=int(row["balance_abs_threshold"]),
-        balance_rel_threshold=float(row["balance_rel_threshold"]), min_prefix_match=float(row["min_prefix_match"]),
-        unsatisfiable_until_s=row["unsatisfiable_until_s"], unsatisfiable_ticks=int(row["unsatisfiable_ticks"]),
-        unsatisfiable_reason=row["unsatisfiable_reason"], unsatisfiable_fingerprint=row["unsatisfiable_fingerprint"],
-        declared=bool(row["declared"]), created_s=float(row["created_s"]), updated_s=float(row["updated_s"]),
+        balance_rel_threshold=float(row["balance_rel_threshold"]),
+        min_prefix_match=float(row["min_prefix_match"]),
+        unsatisfiable_until_s=row["unsatisfiable_until_s"],
+        unsatisfiable_ticks=int(row["unsatisfiable_ticks"]),
+        unsatisfiable_reason=row["unsatisfiable_reason"],
+        unsatisfiable_fingerprint=row["unsatisfiable_fingerprint"],
+        declared=bool(row["declared"]),
+        created_s=float(row["created_s"]),
+        updated_s=float(row["updated_s"]),
     )
 
 
@@ -52,12 +61,22 @@ async def get(pool: asyncpg.Pool, name: str) -> SchedulingRule | None:
     return from_row(row) if row else None
 
 
-async def upsert(pool: asyncpg.Pool | asyncpg.Connection, spec: RuleSpec, *, declared: bool = False
-                 ) -> SchedulingRule:
+async def upsert(
+    pool: asyncpg.Pool | asyncpg.Connection, spec: RuleSpec, *, declared: bool = False
+) -> SchedulingRule:
     row = await pool.fetchrow(
-        q("rule_upsert"), str(uuid.uuid4()), spec.model_name, selector_text(spec.node_selector), spec.min_replicas,
-        spec.max_replicas, spec.spread_all, spec.route_policy, spec.balance_abs_threshold,
-        spec.balance_rel_threshold, spec.min_prefix_match, declared,
+        q("rule_upsert"),
+        str(uuid.uuid4()),
+        spec.model_name,
+        selector_text(spec.node_selector),
+        spec.min_replicas,
+        spec.max_replicas,
+        spec.spread_all,
+        spec.route_policy,
+        spec.balance_abs_threshold,
+        spec.balance_rel_threshold,
+        spec.min_prefix_match,
+        declared,
     )
     return from_row(row)
 
@@ -70,8 +89,9 @@ class RuleConflict(Exception):
         self.rule = rule
 
 
-async def upsert_unless_governed(pool: asyncpg.Pool, spec: RuleSpec,
-                                 conflict: Callable[[list[SchedulingRule]], str | None]) -> SchedulingRule:
+async def upsert_unless_governed(
+    pool: asyncpg.Pool, spec: RuleSpec, conflict: Callable[[list[SchedulingRule]], str | None]
+) -> SchedulingRule:
     """Upsert unless `conflict(rules)` names another rule governing the target (RuleConflict).
 
     Serialised by a transaction-scoped advisory lock, so two admins cannot both take one model.
@@ -101,8 +121,9 @@ async def delete(pool: asyncpg.Pool, name: str) -> bool:
 
 async def unsatisfied(pool: asyncpg.Pool, name: str, reason: str, fingerprint: str, cooldown_s: float) -> int:
     """Count a failed pass; returns the tick count (the cooldown starts at UNSATISFIABLE_TICKS)."""
-    ticks = await pool.fetchval(q("rule_unsatisfied"), name, reason[:2000], fingerprint, UNSATISFIABLE_TICKS,
-                                cooldown_s)
+    ticks = await pool.fetchval(
+        q("rule_unsatisfied"), name, reason[:2000], fingerprint, UNSATISFIABLE_TICKS, cooldown_s
+    )
     return int(ticks or 0)
 
 

@@ -56,14 +56,17 @@ def register_gauge(sampler: XminAgeSampler) -> None:
     _samplers.append(sampler)
     if _registered:
         return
+
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(s.value) for s in _samplers[-1:] if s.value is not None]
 
     provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
     meter = provider.get_meter("corral.nodes")
-    meter.create_observable_gauge(GAUGE_NAME, callbacks=[observe],
-                                  description="transactions since the oldest snapshot held open in the "
-                                              "control-plane database")
+    meter.create_observable_gauge(
+        GAUGE_NAME,
+        callbacks=[observe],
+        description="transactions since the oldest snapshot held open in the control-plane database",
+    )
     _registered = True
 
 
@@ -73,4 +76,7 @@ def same_database(url_a: str, url_b: str) -> bool:
         return False
     a, b = urlparse(url_a), urlparse(url_b)
     return ((a.hostname or "localhost"), a.port or 5432, a.path.strip("/")) == (
-        (b.hostname or "localhost"), b.port or 5432, b.path.strip("/"))
+        (b.hostname or "localhost"),
+        b.port or 5432,
+        b.path.strip("/"),
+    )

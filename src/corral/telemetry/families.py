@@ -15,56 +15,106 @@ disable_created_metrics()  # no `*_created` twin of every counter and histogram:
 OTHER_MODEL = "other"  # the `model` label of a request naming no configured model
 
 # Request latency: a warm tiny request is ~1 ms through the frontend, a long generation minutes.
-LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                     60.0, 120.0, 300.0)
+LATENCY_BUCKETS_S = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
 # A load: seconds for a tiny model already on the node, many minutes for a large checkpoint.
 LOAD_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 THROUGHPUT_BUCKETS_BPS = tuple(float(1 << p) for p in range(20, 36, 2))  # 1 MiB/s … 32 GiB/s
 
-REQUESTS = Counter("corral_requests", "Inference requests (/v1) answered, by model and HTTP status",
-                   ["model", "status"])
-REQUEST_SECONDS = Histogram("corral_request_duration_seconds",
-                            "Inference request latency (/v1), from the body read to the last byte sent",
-                            ["model", "status"], buckets=LATENCY_BUCKETS_S)
-FIRST_TOKEN_SECONDS = Histogram("corral_time_to_first_token_seconds",
-                                "Streamed requests: time from routing to the first reply of the backend",
-                                ["model"], buckets=LATENCY_BUCKETS_S)
-STREAMED_TOKENS = Counter("corral_streamed_tokens", "Completion tokens relayed in streamed responses", ["model"])
-ROUTING_DECISIONS = Counter("corral_routing_decisions",
-                            "Routing decisions: warm (a loaded replica), cold (a load was waited for), "
-                            "evict (a replica stopped to make room)", ["model", "decision"])
+REQUESTS = Counter(
+    "corral_requests", "Inference requests (/v1) answered, by model and HTTP status", ["model", "status"]
+)
+REQUEST_SECONDS = Histogram(
+    "corral_request_duration_seconds",
+    "Inference request latency (/v1), from the body read to the last byte sent",
+    ["model", "status"],
+    buckets=LATENCY_BUCKETS_S,
+)
+FIRST_TOKEN_SECONDS = Histogram(
+    "corral_time_to_first_token_seconds",
+    "Streamed requests: time from routing to the first reply of the backend",
+    ["model"],
+    buckets=LATENCY_BUCKETS_S,
+)
+STREAMED_TOKENS = Counter(
+    "corral_streamed_tokens", "Completion tokens relayed in streamed responses", ["model"]
+)
+ROUTING_DECISIONS = Counter(
+    "corral_routing_decisions",
+    "Routing decisions: warm (a loaded replica), cold (a load was waited for), "
+    "evict (a replica stopped to make room)",
+    ["model", "decision"],
+)
 
-LOAD_SECONDS = Histogram("corral_load_duration_seconds", "Load jobs run by this frontend, start to outcome",
-                         ["model", "outcome"], buckets=LOAD_BUCKETS_S)
-LOAD_PHASE_SECONDS = Histogram("corral_load_phase_duration_seconds",
-                               "Time load jobs spent in each phase (pending, installing, staging, loading)",
-                               ["phase"], buckets=LOAD_BUCKETS_S)
+LOAD_SECONDS = Histogram(
+    "corral_load_duration_seconds",
+    "Load jobs run by this frontend, start to outcome",
+    ["model", "outcome"],
+    buckets=LOAD_BUCKETS_S,
+)
+LOAD_PHASE_SECONDS = Histogram(
+    "corral_load_phase_duration_seconds",
+    "Time load jobs spent in each phase (pending, installing, staging, loading)",
+    ["phase"],
+    buckets=LOAD_BUCKETS_S,
+)
 
 STAGING_BYTES = Counter("corral_staging_bytes", "Model file bytes sent to workers' file servers")
-STAGING_THROUGHPUT = Histogram("corral_staging_throughput_bytes_per_second",
-                               "Throughput of each file staged to a worker (bytes sent / seconds spent sending)",
-                               buckets=THROUGHPUT_BUCKETS_BPS)
+STAGING_THROUGHPUT = Histogram(
+    "corral_staging_throughput_bytes_per_second",
+    "Throughput of each file staged to a worker (bytes sent / seconds spent sending)",
+    buckets=THROUGHPUT_BUCKETS_BPS,
+)
 
-HEARTBEAT_WRITES = Counter("corral_heartbeat_writes", "Worker heartbeats written to PostgreSQL by this frontend")
+HEARTBEAT_WRITES = Counter(
+    "corral_heartbeat_writes", "Worker heartbeats written to PostgreSQL by this frontend"
+)
 NATS_RECONNECTS = Counter("corral_nats_reconnects", "NATS connections restored after a loss", ["client"])
 
 # Slow and hostile clients (issue 21): counted where they are shed, never per request.
-HTTP_CONNECTIONS_REFUSED = Counter("corral_http_connections_refused",
-                                   "HTTP connections answered 503 and closed at once: the process held "
-                                   "CORRAL_MAX_CONNECTIONS")
-HTTP_HEADERS_TOO_LARGE = Counter("corral_http_headers_too_large",
-                                 "HTTP requests answered 431 and closed: their line and headers passed "
-                                 "CORRAL_HTTP_MAX_HEADER_BYTES")
-HTTP_REQUEST_TIMEOUTS = Counter("corral_http_request_timeouts",
-                                "HTTP connections closed because a request did not arrive in time, by phase: "
-                                "first_byte (nothing sent), headers (408, CORRAL_HTTP_HEADER_TIMEOUT), body (408, "
-                                "CORRAL_HTTP_BODY_TIMEOUT)", ["phase"])
-AUTH_FAILURES = Counter("corral_auth_failures",
-                        "Requests refused for their API key, by outcome: unknown (a new key, looked up: not found), "
-                        "known_wrong (a key already known wrong, answered from memory), throttled (429: the "
-                        "source presented CORRAL_AUTH_FAILURE_LIMIT unknown keys in its window; nothing looked up)",
-                        ["outcome"])
+HTTP_CONNECTIONS_REFUSED = Counter(
+    "corral_http_connections_refused",
+    "HTTP connections answered 503 and closed at once: the process held CORRAL_MAX_CONNECTIONS",
+)
+HTTP_HEADERS_TOO_LARGE = Counter(
+    "corral_http_headers_too_large",
+    "HTTP requests answered 431 and closed: their line and headers passed CORRAL_HTTP_MAX_HEADER_BYTES",
+)
+HTTP_REQUEST_TIMEOUTS = Counter(
+    "corral_http_request_timeouts",
+    "HTTP connections closed because a request did not arrive in time, by phase: "
+    "first_byte (nothing sent), headers (408, CORRAL_HTTP_HEADER_TIMEOUT), body (408, "
+    "CORRAL_HTTP_BODY_TIMEOUT)",
+    ["phase"],
+)
+AUTH_FAILURES = Counter(
+    "corral_auth_failures",
+    "Requests refused for their API key, by outcome: unknown (a new key, looked up: not found), "
+    "known_wrong (a key already known wrong, answered from memory), throttled (429: the "
+    "source presented CORRAL_AUTH_FAILURE_LIMIT unknown keys in its window; nothing looked up)",
+    ["outcome"],
+)
 API_KEY_LOOKUPS = Counter("corral_api_key_lookups", "API keys looked up in PostgreSQL (a key not in memory)")
-NODE_REGISTRATIONS_REFUSED = Counter("corral_node_registrations_refused",
-                                     "Node registrations answered 429, by reason: rate (CORRAL_NODE_REGISTER_RATE "
-                                     "from one source), pending_cap (CORRAL_MAX_PENDING_NODES)", ["reason"])
+NODE_REGISTRATIONS_REFUSED = Counter(
+    "corral_node_registrations_refused",
+    "Node registrations answered 429, by reason: rate (CORRAL_NODE_REGISTER_RATE "
+    "from one source), pending_cap (CORRAL_MAX_PENDING_NODES)",
+    ["reason"],
+)

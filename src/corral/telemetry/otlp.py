@@ -67,6 +67,9 @@ def configure(service: str, *, metrics: bool = False) -> Telemetry | None:
         from corral.telemetry.otlp_metrics import MetricsBridge
 
         telemetry.bridge = MetricsBridge(OTLPMetricExporter(), resource)
-    log.info("OpenTelemetry: exporting %s over OTLP as %s", "traces and metrics" if telemetry.bridge else "traces",
-             resource.attributes.get("service.name"))
+    log.info(
+        "OpenTelemetry: exporting %s over OTLP as %s",
+        "traces and metrics" if telemetry.bridge else "traces",
+        resource.attributes.get("service.name"),
+    )
     return telemetry

@@ -50,8 +50,11 @@ def export_interval_s() -> float:
 
 
 def _counter(family: PromMetric, start_ns: int, now_ns: int) -> Sum:
-    points = [NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value) for s in family.samples
-              if s.name.endswith("_total") or s.name == family.name]
+    points = [
+        NumberDataPoint(dict(s.labels), start_ns, now_ns, s.value)
+        for s in family.samples
+        if s.name.endswith("_total") or s.name == family.name
+    ]
     return Sum(points, CUMULATIVE, is_monotonic=True)
 
 
@@ -71,10 +74,17 @@ class _Series:
         buckets = sorted(self.buckets)
         cumulative = [int(v) for _, v in buckets]
         counts = [c - p for c, p in zip(cumulative, [0, *cumulative[:-1]], strict=True)]
-        return HistogramDataPoint(attributes=self.labels, start_time_unix_nano=start_ns, time_unix_nano=now_ns,
-                                  count=self.count, sum=self.total, bucket_counts=counts,
-                                  explicit_bounds=[le for le, _ in buckets if le != float("inf")],
-                                  min=None, max=None)  # type: ignore[arg-type]  # unknown: left unset in OTLP
+        return HistogramDataPoint(
+            attributes=self.labels,
+            start_time_unix_nano=start_ns,
+            time_unix_nano=now_ns,
+            count=self.count,
+            sum=self.total,
+            bucket_counts=counts,
+            explicit_bounds=[le for le, _ in buckets if le != float("inf")],
+            min=None,  # type: ignore[arg-type]  # unknown: left unset in OTLP
+            max=None,  # type: ignore[arg-type]
+        )
 
 
 def _histogram(family: PromMetric, start_ns: int, now_ns: int) -> Histogram:
@@ -91,8 +101,9 @@ def _histogram(family: PromMetric, start_ns: int, now_ns: int) -> Histogram:
     return Histogram([one.point(start_ns, now_ns) for one in series.values()], CUMULATIVE)
 
 
-def registry_metrics(families: Iterable[PromMetric], resource: Resource, start_ns: int,
-                     now_ns: int | None = None) -> MetricsData:
+def registry_metrics(
+    families: Iterable[PromMetric], resource: Resource, start_ns: int, now_ns: int | None = None
+) -> MetricsData:
     """The families of a Prometheus registry as OTLP metrics data (summaries and info are left out)."""
     now_ns = now_ns or time.time_ns()
     metrics = []
@@ -107,15 +118,22 @@ def registry_metrics(families: Iterable[PromMetric], resource: Resource, start_n
         else:
             continue
         if data.data_points:
-            metrics.append(Metric(name=family.name, description=family.documentation, unit=family.unit, data=data))
+            metrics.append(
+                Metric(name=family.name, description=family.documentation, unit=family.unit, data=data)
+            )
     return MetricsData([ResourceMetrics(resource, [ScopeMetrics(SCOPE, metrics, "")], "")])
 
 
 class MetricsBridge:
     """Every interval: `before()` on the loop (figures read at scrape time), then collect and export in a thread."""
 
-    def __init__(self, exporter: MetricExporter, resource: Resource, registry: CollectorRegistry = REGISTRY,
-                 before: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        resource: Resource,
+        registry: CollectorRegistry = REGISTRY,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.exporter, self.resource, self.registry, self.before = exporter, resource, registry, before
         self.start_ns = time.time_ns()
 
@@ -130,8 +148,9 @@ class MetricsBridge:
         await asyncio.to_thread(self.export_now)
 
     async def run(self, stop: asyncio.Event, interval_s: float | None = None) -> None:
-        await run_periodic("OTLP metrics export", self.export_once, interval_s or export_interval_s(), stop,
-                           delay_first=True)
+        await run_periodic(
+            "OTLP metrics export", self.export_once, interval_s or export_interval_s(), stop, delay_first=True
+        )
 
     def shutdown(self) -> None:
         self.exporter.shutdown()

@@ -36,8 +36,13 @@ def enable(active: Tracer | None) -> None:
 
 
 @contextlib.contextmanager
-def span(name: str, attributes: dict[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL,
-         context: Context | None = None) -> Iterator[Span | None]:
+def span(
+    name: str,
+    attributes: dict[str, Any] | None = None,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    context: Context | None = None,
+) -> Iterator[Span | None]:
     """A span around the block (the current span while it runs), or nothing when tracing is off."""
     if tracer is None:
         yield None

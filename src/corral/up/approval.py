@@ -26,8 +26,10 @@ class NodeApprover:
     def _nodes(self) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.frontend_url}/api/nodes", headers=self._headers, timeout=5.0)
         if response.status_code != 200:
-            raise ApprovalError(f"GET /api/nodes answered HTTP {response.status_code}: the admin key in the "
-                                "data dir does not match the frontend's")
+            raise ApprovalError(
+                f"GET /api/nodes answered HTTP {response.status_code}: the admin key in the "
+                "data dir does not match the frontend's"
+            )
         return list(response.json())
 
     def approve_own(self, child: Any, name: str, address: str, stopping: Callable[[], bool]) -> None:
@@ -42,8 +44,11 @@ class NodeApprover:
                         continue
                     if node["approved"]:
                         return
-                    response = httpx.post(f"{self.frontend_url}/api/nodes/{node['id']}/approve",
-                                          headers=self._headers, timeout=5.0)
+                    response = httpx.post(
+                        f"{self.frontend_url}/api/nodes/{node['id']}/approve",
+                        headers=self._headers,
+                        timeout=5.0,
+                    )
                     if response.status_code in (200, 400):  # 400: someone approved it meanwhile
                         return
             time.sleep(POLL_S)

@@ -98,7 +98,9 @@ def _wait_port(host: str, port: int, what: str, proc: subprocess.Popen[bytes] | 
         if proc is not None and proc.poll() is not None:
             raise EmbeddedServiceError(f"{what} exited with code {proc.returncode} while starting")
         time.sleep(0.05)
-    raise EmbeddedServiceError(f"{what} did not accept connections on {host}:{port} within {START_TIMEOUT_S:g}s")
+    raise EmbeddedServiceError(
+        f"{what} did not accept connections on {host}:{port} within {START_TIMEOUT_S:g}s"
+    )
 
 
 def find_pg_bin() -> Path:
@@ -144,8 +146,9 @@ class EmbeddedPostgres:
     def _check_access(self) -> None:
         if not self.run_as:
             return
-        probe = subprocess.run(["runuser", "-u", self.run_as, "--", "test", "-x", str(self.data_dir.parent)],
-                               capture_output=True)
+        probe = subprocess.run(
+            ["runuser", "-u", self.run_as, "--", "test", "-x", str(self.data_dir.parent)], capture_output=True
+        )
         if probe.returncode != 0:
             raise EmbeddedServiceError(
                 f"the {self.run_as!r} OS user cannot reach {self.data_dir.parent}; PostgreSQL must run as "
@@ -156,14 +159,24 @@ class EmbeddedPostgres:
     def _hba(self) -> str:
         """Client authentication: the Unix socket (in the 0700 data dir) trusts; TCP needs the password."""
         method = "scram-sha-256" if self.password else "trust"
-        return ("# written by corral at every start\n"
-                "local all all trust\n"
-                f"host all all 0.0.0.0/0 {method}\n"
-                f"host all all ::/0 {method}\n")
+        return (
+            "# written by corral at every start\n"
+            "local all all trust\n"
+            f"host all all 0.0.0.0/0 {method}\n"
+            f"host all all ::/0 {method}\n"
+        )
 
     def _initdb(self) -> None:
-        argv = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
-                "-E", "UTF8"]
+        argv = [
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+        ]
         if not self.fsync:
             argv.append("--no-sync")
         result = subprocess.run(self._cmd(*argv), capture_output=True, text=True)
@@ -185,9 +198,21 @@ class EmbeddedPostgres:
         self.stop(quiet=True)  # a stale server from a crashed run
         options = f"-h 127.0.0.1 -p {self.port} -k {self.data_dir}" + ("" if self.fsync else " -c fsync=off")
         result = subprocess.run(
-            self._cmd(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "30", "-l",
-                      str(self.data_dir / "server.log"), "-o", options, "start"),
-            capture_output=True, text=True,
+            self._cmd(
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-w",
+                "-t",
+                "30",
+                "-l",
+                str(self.data_dir / "server.log"),
+                "-o",
+                options,
+                "start",
+            ),
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             log_tail = ""
@@ -203,8 +228,9 @@ class EmbeddedPostgres:
         import asyncpg
 
         async def run() -> None:
-            conn = await asyncpg.connect(host=str(self.data_dir), port=self.port, user="postgres",
-                                         database="postgres")
+            conn = await asyncpg.connect(
+                host=str(self.data_dir), port=self.port, user="postgres", database="postgres"
+            )
             try:
                 await conn.execute(sql)
             finally:
@@ -232,12 +258,14 @@ class EmbeddedPostgres:
             return
         subprocess.run(
             self._cmd(str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"),
-            capture_output=True, check=not quiet,
+            capture_output=True,
+            check=not quiet,
         )
 
 
-def embedded_postgres(data_dir: Path, port: int | None = None, *, password: str | None = None,
-                      fsync: bool = True) -> EmbeddedPostgres:
+def embedded_postgres(
+    data_dir: Path, port: int | None = None, *, password: str | None = None, fsync: bool = True
+) -> EmbeddedPostgres:
     """A PostgreSQL in `data_dir`. `password`: required on TCP (None trusts TCP: tests only).
     `fsync=False` only for throwaway data (the test suite): a power loss can corrupt the cluster."""
     run_as = "postgres" if os.geteuid() == 0 else None
@@ -249,8 +277,14 @@ def embedded_postgres(data_dir: Path, port: int | None = None, *, password: str 
                 "running as root needs the 'postgres' OS user to run PostgreSQL (initdb refuses root); "
                 "install the postgresql package or pass --database-url"
             ) from None
-    return EmbeddedPostgres(data_dir=data_dir, port=port or free_port(), run_as=run_as, bin_dir=find_pg_bin(),
-                            password=password, fsync=fsync)
+    return EmbeddedPostgres(
+        data_dir=data_dir,
+        port=port or free_port(),
+        run_as=run_as,
+        bin_dir=find_pg_bin(),
+        password=password,
+        fsync=fsync,
+    )
 
 
 @dataclass
@@ -272,14 +306,26 @@ class EmbeddedNats:
 
     def start(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        argv = [str(find_nats_server()), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        argv = [
+            str(find_nats_server()),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.store_dir),
+        ]
         if self.password is not None:
             _check_secret(self.password, "NATS password")
             config = self.store_dir / "auth.conf"  # the password never appears on a command line
-            write_private(config, f'authorization {{\n  user: "{NATS_USER}"\n  password: "{self.password}"\n}}\n')
+            write_private(
+                config, f'authorization {{\n  user: "{NATS_USER}"\n  password: "{self.password}"\n}}\n'
+            )
             argv += ["-c", str(config)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         _wait_port("127.0.0.1", self.port, "nats-server", self.process)
 
     def stop(self) -> None:

@@ -77,19 +77,31 @@ class Stack:
     children: list[Child] = field(default_factory=list)
     stopping: bool = False
 
-    def _spawn(self, name: str, address: str, argv: list[str], token: str,
-               extra_env: dict[str, str] | None = None) -> Child:
+    def _spawn(
+        self, name: str, address: str, argv: list[str], token: str, extra_env: dict[str, str] | None = None
+    ) -> Child:
         log_path = self.data_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Secrets go through the environment, never argv: command lines are world-readable.
-        env = {**os.environ, "CORRAL_UP_ID": self.marker, "LOCALAI_REGISTRATION_TOKEN": token, **(extra_env or {})}
+        env = {
+            **os.environ,
+            "CORRAL_UP_ID": self.marker,
+            "LOCALAI_REGISTRATION_TOKEN": token,
+            **(extra_env or {}),
+        }
         if argv[0] == "worker":  # hub credentials stay with the frontend (controller); workers never see them
             for secret in WORKER_WITHHELD_ENV:
                 env.pop(secret, None)
         with open(log_path, "ab") as log:
-            popen = subprocess.Popen([sys.executable, "-m", "corral", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                     preexec_fn=_pdeathsig_term)
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "corral", *argv],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_pdeathsig_term,
+            )
         child = Child(name, address, popen, log_path)
         self.children.append(child)
         return child
@@ -99,15 +111,18 @@ class Stack:
         while time.monotonic() < deadline and not self.stopping:
             if child.popen.poll() is not None:
                 tail = child.log_path.read_text(errors="replace").strip().splitlines()[-5:]
-                raise EmbeddedServiceError(f"{child.name} exited with code {child.popen.returncode}; "
-                                           f"see {child.log_path}:\n  " + "\n  ".join(tail))
+                raise EmbeddedServiceError(
+                    f"{child.name} exited with code {child.popen.returncode}; "
+                    f"see {child.log_path}:\n  " + "\n  ".join(tail)
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url, timeout=1.0).status_code == 200:
                     return
             time.sleep(0.1)
         if not self.stopping:
-            raise EmbeddedServiceError(f"{child.name} was not ready at {url} within {READY_TIMEOUT_S:g}s; "
-                                       f"see {child.log_path}")
+            raise EmbeddedServiceError(
+                f"{child.name} was not ready at {url} within {READY_TIMEOUT_S:g}s; see {child.log_path}"
+            )
 
     def _token(self) -> str:
         return _secret(self.data_dir / "registration-token")
@@ -120,14 +135,17 @@ class Stack:
         admin_key, admin_key_is_new = _admin_key(self.data_dir / "admin-key")
         database_url = args.database_url or os.environ.get("LOCALAI_AUTH_DATABASE_URL")
         if not database_url:
-            self.pg = embedded_postgres(self.data_dir / "postgres",
-                                        password=_secret(self.data_dir / "postgres-password"))
+            self.pg = embedded_postgres(
+                self.data_dir / "postgres", password=_secret(self.data_dir / "postgres-password")
+            )
             self.pg.start()
             database_url = self.pg.create_database("corral")
         print(f"postgres   {_redact(database_url)}", flush=True)
         nats_url = args.nats_url or os.environ.get("LOCALAI_NATS_URL")
         if not nats_url:
-            self.nats = embedded_nats(self.data_dir / "nats", password=_secret(self.data_dir / "nats-password"))
+            self.nats = embedded_nats(
+                self.data_dir / "nats", password=_secret(self.data_dir / "nats-password")
+            )
             self.nats.start()
             nats_url = self.nats.url
         print(f"nats       {_redact(nats_url)}", flush=True)
@@ -142,37 +160,78 @@ class Stack:
         frontend_url = f"http://{args.host}:{args.port}"
         if port_open(args.host, args.port):
             raise EmbeddedServiceError(f"port {args.port} is already in use; pass --port to choose another")
-        frontend = self._spawn("frontend", frontend_url, [
-            "run", "--address", f"{args.host}:{args.port}", "--models-path", str(models),
-        ], token, {"LOCALAI_BOOTSTRAP_ADMIN_KEY": admin_key, **services})
+        frontend = self._spawn(
+            "frontend",
+            frontend_url,
+            [
+                "run",
+                "--address",
+                f"{args.host}:{args.port}",
+                "--models-path",
+                str(models),
+            ],
+            token,
+            {"LOCALAI_BOOTSTRAP_ADMIN_KEY": admin_key, **services},
+        )
         self._wait_ready(frontend, f"{frontend_url}/readyz")
         print(f"frontend   {frontend_url}   (log {frontend.log_path})", flush=True)
         if admin_key_is_new:
-            print(f"admin key  {admin_key}   (shown once; kept in {self.data_dir / 'admin-key'}, mode 0600)",
-                  flush=True)
+            print(
+                f"admin key  {admin_key}   (shown once; kept in {self.data_dir / 'admin-key'}, mode 0600)",
+                flush=True,
+            )
         else:
             print(f"admin key  in {self.data_dir / 'admin-key'}", flush=True)
         approver = NodeApprover(frontend_url.replace("0.0.0.0", "127.0.0.1"), admin_key)
         for index in range(args.workers):
             base = args.worker_base_port + index * WORKER_PORT_STRIDE
             name = f"worker-{index + 1}"
-            worker = self._spawn(name, f"127.0.0.1:{base}", [
-                "worker", "--register-to", frontend_url.replace("0.0.0.0", "127.0.0.1"),
-                "--node-name", f"{os.uname().nodename}-{name}",
-                "--serve-addr", f"127.0.0.1:{base}", "--advertise-addr", f"127.0.0.1:{base}",
-                "--grpc-max-port", str(base + WORKER_PORT_STRIDE - 2), "--http-addr", f"127.0.0.1:{base - 1}",
-                "--models-path", str(self.data_dir / name / "models"),
-                "--backends-path", str(self.data_dir / name / "backends"),  # gallery installs stay in the data dir
-            ], token, {"LOCALAI_NATS_URL": nats_url})
-            approver.approve_own(worker, f"{os.uname().nodename}-{name}", f"127.0.0.1:{base}",
-                                 lambda: self.stopping)
+            worker = self._spawn(
+                name,
+                f"127.0.0.1:{base}",
+                [
+                    "worker",
+                    "--register-to",
+                    frontend_url.replace("0.0.0.0", "127.0.0.1"),
+                    "--node-name",
+                    f"{os.uname().nodename}-{name}",
+                    "--serve-addr",
+                    f"127.0.0.1:{base}",
+                    "--advertise-addr",
+                    f"127.0.0.1:{base}",
+                    "--grpc-max-port",
+                    str(base + WORKER_PORT_STRIDE - 2),
+                    "--http-addr",
+                    f"127.0.0.1:{base - 1}",
+                    "--models-path",
+                    str(self.data_dir / name / "models"),
+                    "--backends-path",
+                    str(self.data_dir / name / "backends"),  # gallery installs stay in the data dir
+                ],
+                token,
+                {"LOCALAI_NATS_URL": nats_url},
+            )
+            approver.approve_own(
+                worker, f"{os.uname().nodename}-{name}", f"127.0.0.1:{base}", lambda: self.stopping
+            )
             self._wait_ready(worker, f"http://127.0.0.1:{base - 1}/readyz")
-            print(f"{name:<10} grpc 127.0.0.1:{base}+  files 127.0.0.1:{base - 1}   (log {worker.log_path})",
-                  flush=True)
-        body = json.dumps({"model": DEFAULT_CHAT_MODEL, "messages": [{"role": "user", "content": "Hello!"}],
-                           "max_tokens": 32}, separators=(",", ":"))
-        print(f"\nready. try:\n  curl {frontend_url}/v1/chat/completions -H 'Content-Type: application/json' "
-              f"-d '{body}'\n(Ctrl-C stops everything)", flush=True)
+            print(
+                f"{name:<10} grpc 127.0.0.1:{base}+  files 127.0.0.1:{base - 1}   (log {worker.log_path})",
+                flush=True,
+            )
+        body = json.dumps(
+            {
+                "model": DEFAULT_CHAT_MODEL,
+                "messages": [{"role": "user", "content": "Hello!"}],
+                "max_tokens": 32,
+            },
+            separators=(",", ":"),
+        )
+        print(
+            f"\nready. try:\n  curl {frontend_url}/v1/chat/completions -H 'Content-Type: application/json' "
+            f"-d '{body}'\n(Ctrl-C stops everything)",
+            flush=True,
+        )
 
     def first_dead_child(self) -> Child | None:
         return next((c for c in self.children if c.popen.poll() is not None), None)
@@ -233,8 +292,11 @@ def main(argv: list[str]) -> int:
         while not stop_requested:
             dead = stack.first_dead_child()
             if dead is not None:
-                print(f"corral up: {dead.name} exited with code {dead.popen.returncode}; see {dead.log_path}; "
-                      "stopping everything", file=sys.stderr)
+                print(
+                    f"corral up: {dead.name} exited with code {dead.popen.returncode}; see {dead.log_path}; "
+                    "stopping everything",
+                    file=sys.stderr,
+                )
                 code = 1
                 break
             time.sleep(0.2)

@@ -46,8 +46,11 @@ class Worker:
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self.addresses: WorkerAddresses = resolve_addresses(
-            addr=settings.addr, serve_addr=settings.serve_addr, grpc_max_port=settings.grpc_max_port,
-            http_addr=settings.http_addr, advertise_addr=settings.advertise_addr,
+            addr=settings.addr,
+            serve_addr=settings.serve_addr,
+            grpc_max_port=settings.grpc_max_port,
+            http_addr=settings.http_addr,
+            advertise_addr=settings.advertise_addr,
             advertise_http_addr=settings.advertise_http_addr,
         )
         self.models_dir = Path(settings.models_path).resolve()
@@ -61,10 +64,13 @@ class Worker:
         self.backends = _backend_manager(settings)
         self.supervisor = Supervisor(
             PortAllocator(self.addresses.base_port, self.addresses.max_port),
-            bind_host=self.addresses.serve_host, token=settings.registration_token,
-            start_timeout_s=settings.backend_start_timeout_s, models_root=self.models_dir,
+            bind_host=self.addresses.serve_host,
+            token=settings.registration_token,
+            start_timeout_s=settings.backend_start_timeout_s,
+            models_root=self.models_dir,
             logs=self.backend_logs,
-            registry=self.backends.registry, prestart=settings.backend_prestart,
+            registry=self.backends.registry,
+            prestart=settings.backend_prestart,
             stall_window_s=settings.backend_stall_window_s,
         )
         self.log_handlers = LogHandlers(self.backend_logs, lambda: (self.nc, self.node_id))
@@ -88,7 +94,9 @@ class Worker:
         return self.prober.reason()
 
     async def _probe(self) -> hardware.HardwareFacts:
-        return await asyncio.to_thread(hardware.probe, self.models_dir, sysfs_root=Path(self.settings.sysfs_root))
+        return await asyncio.to_thread(
+            hardware.probe, self.models_dir, sysfs_root=Path(self.settings.sysfs_root)
+        )
 
     async def _registration(self) -> dict[str, Any]:
         facts = await self._probe()
@@ -100,10 +108,15 @@ class Worker:
     def _registration_body(self, facts: hardware.HardwareFacts, capability: str) -> dict[str, Any]:
         slots = max(1, self.settings.max_replicas_per_model)
         body: dict[str, Any] = {
-            "name": self.node_name, "address": self.addresses.advertise_grpc,
-            "http_address": self.addresses.advertise_http, "total_vram": facts.total_vram,
-            "available_vram": facts.total_vram, "gpu_vendor": facts.gpu_vendor, "capability": capability,
-            "max_replicas_per_model": slots, "total_ram": facts.total_ram,
+            "name": self.node_name,
+            "address": self.addresses.advertise_grpc,
+            "http_address": self.addresses.advertise_http,
+            "total_vram": facts.total_vram,
+            "available_vram": facts.total_vram,
+            "gpu_vendor": facts.gpu_vendor,
+            "capability": capability,
+            "max_replicas_per_model": slots,
+            "total_ram": facts.total_ram,
             "available_ram": facts.available_ram,
             "labels": {**self.settings.node_labels, "node.replica-slots": str(slots)},
         }
@@ -118,8 +131,9 @@ class Worker:
     def _heartbeat_body(self, facts: hardware.HardwareFacts) -> dict[str, Any]:
         body: dict[str, Any] = {"available_ram": facts.available_ram}
         if facts.gpu_known:  # omitted without GPU info, so the frontend keeps the last value
-            body.update(available_vram=facts.available_vram, total_vram=facts.total_vram,
-                        gpu_vendor=facts.gpu_vendor)
+            body.update(
+                available_vram=facts.available_vram, total_vram=facts.total_vram, gpu_vendor=facts.gpu_vendor
+            )
         if facts.total_disk:
             body.update(total_disk=facts.total_disk, available_disk=facts.available_disk)
         return body
@@ -142,7 +156,9 @@ class Worker:
             return
         await asyncio.to_thread(self.credential_file.save, str(reply["id"]), token)
         self.frontend.use_node_token(token)
-        log.info("node credential for %s (%s) kept in %s", self.node_name, reply["id"], self.credential_file.path)
+        log.info(
+            "node credential for %s (%s) kept in %s", self.node_name, reply["id"], self.credential_file.path
+        )
 
     async def _refresh_nats(self) -> dict[str, Any]:
         return await self.frontend.nats_credentials(self.node_id)
@@ -153,7 +169,9 @@ class Worker:
         return reply
 
     async def _first_registration(self) -> dict[str, Any]:
-        self.creds, reply = await first_registration(self.settings, self.creds, self._register_once, self._register)
+        self.creds, reply = await first_registration(
+            self.settings, self.creds, self._register_once, self._register
+        )
         return reply
 
     async def _adopt(self, reply: dict[str, Any]) -> None:
@@ -176,8 +194,12 @@ class Worker:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         leftovers = await asyncio.to_thread(self.backends.clean_leftovers)
         if leftovers:
-            log.warning("removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers))
-        telemetry = await asyncio.to_thread(otlp.configure, "corral-worker")  # backends inherit the OTEL_* env
+            log.warning(
+                "removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers)
+            )
+        telemetry = await asyncio.to_thread(
+            otlp.configure, "corral-worker"
+        )  # backends inherit the OTEL_* env
         try:
             return await self._run()
         finally:
@@ -207,30 +229,55 @@ class Worker:
         host, port = self.addresses.http_bind
         await http.start(host, port)
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
-        nc = await bus.connect(self.settings.nats_url, f"corral-worker-{self.node_name}", self._on_nats_state,
-                               credentials=self.creds.for_connect(), tls=tls)
+        nc = await bus.connect(
+            self.settings.nats_url,
+            f"corral-worker-{self.node_name}",
+            self._on_nats_state,
+            credentials=self.creds.for_connect(),
+            tls=tls,
+        )
         self.nc, self.nats_up = nc, nc.is_connected
-        self.handlers = NodeHandlers(nc, self.node_id, self.supervisor, self.addresses.advertise_host,
-                                     self.request_stop, self.backends,
-                                     LoadDefaults(threads=self.settings.threads,
-                                                  context_size=self.settings.context_size))
-        self.handlers.route_providers += [ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes]
+        self.handlers = NodeHandlers(
+            nc,
+            self.node_id,
+            self.supervisor,
+            self.addresses.advertise_host,
+            self.request_stop,
+            self.backends,
+            LoadDefaults(threads=self.settings.threads, context_size=self.settings.context_size),
+        )
+        self.handlers.route_providers += [
+            ModelOps(self.supervisor, self.models_dir).routes,
+            self.log_handlers.routes,
+        ]
         await self.handlers.subscribe()
-        self.s3_files = await start_s3_file_handlers(self.settings, nc, self.node_id, self.models_dir, store,
-                                                     ephemeral)
+        self.s3_files = await start_s3_file_handlers(
+            self.settings, nc, self.node_id, self.models_dir, store, ephemeral
+        )
         self.subscribed = True
         self.supervisor.keep_spares()
-        log.info("worker %s ready: gRPC base %d-%d, files on %s:%d", self.node_name, self.addresses.base_port,
-                 self.addresses.max_port, host, port)
+        log.info(
+            "worker %s ready: gRPC base %d-%d, files on %s:%d",
+            self.node_name,
+            self.addresses.base_port,
+            self.addresses.max_port,
+            host,
+            port,
+        )
         loops_stop = asyncio.Event()
-        tasks = [asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
-                 asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
-                 asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
-                 asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
-                 asyncio.create_task(run_sweeps([ephemeral.root], ephemeral, loops_stop, delay_first=True),
-                                     name="ephemeral-sweep")]
-        refresh = asyncio.create_task(refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
-                                      name="nats-credential-refresh")
+        tasks = [
+            asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
+            asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
+            asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
+            asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
+            asyncio.create_task(
+                run_sweeps([ephemeral.root], ephemeral, loops_stop, delay_first=True), name="ephemeral-sweep"
+            ),
+        ]
+        refresh = asyncio.create_task(
+            refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
+            name="nats-credential-refresh",
+        )
         code = 0
         try:
             code = await self._wait_for_stop(refresh, tasks)
@@ -241,9 +288,12 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*tasks, refresh, return_exceptions=True)
             try:
-                await asyncio.wait_for(graceful_deregister(self.frontend, self.node_id, self.supervisor,
-                                                           self.settings.drain_timeout_s),
-                                       self.settings.drain_timeout_s + DEREGISTER_TIMEOUT_S)
+                await asyncio.wait_for(
+                    graceful_deregister(
+                        self.frontend, self.node_id, self.supervisor, self.settings.drain_timeout_s
+                    ),
+                    self.settings.drain_timeout_s + DEREGISTER_TIMEOUT_S,
+                )
             except Exception as exc:  # the frontend may be gone already; shutdown continues
                 log.warning("deregistration failed: %s", exc or type(exc).__name__)
             await self.supervisor.stop_all()
@@ -275,18 +325,22 @@ class Worker:
     async def _heartbeat_once(self) -> None:
         if not self.nats_up:
             return
-        status, message = await self.frontend.heartbeat(self.node_id, self._heartbeat_body(await self._probe()))
+        status, message = await self.frontend.heartbeat(
+            self.node_id, self._heartbeat_body(await self._probe())
+        )
         if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
-            log.warning("heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id,
-                        status, message)
+            log.warning(
+                "heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status, message
+            )
             await self._adopt(await self._register_once())
         elif status != 200:
             log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        await run_periodic("heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True,
-                           backoff_cap_s=interval_s)
+        await run_periodic(
+            "heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True, backoff_cap_s=interval_s
+        )
 
 
 def _backend_manager(settings: WorkerSettings) -> BackendManager:
@@ -294,11 +348,21 @@ def _backend_manager(settings: WorkerSettings) -> BackendManager:
     backends_path = Path(settings.backends_path).expanduser().resolve()
     system_path = Path(settings.backends_system_path).expanduser() if settings.backends_system_path else None
     try:
-        galleries = (parse_galleries(settings.backend_galleries) if settings.backend_galleries.strip()
-                     else [GalleryRef("corral", str(DEFAULT_INDEX))])
+        galleries = (
+            parse_galleries(settings.backend_galleries)
+            if settings.backend_galleries.strip()
+            else [GalleryRef("corral", str(DEFAULT_INDEX))]
+        )
     except GalleryError as exc:
         raise ConfigError(str(exc)) from None
-    installer = BackendInstaller(backends_path, require_integrity=settings.require_backend_integrity,
-                                 timeout_s=settings.backend_gallery_timeout_s)
-    return BackendManager(BackendRegistry(backends_path, system_path), installer, galleries,
-                          timeout_s=settings.backend_gallery_timeout_s)
+    installer = BackendInstaller(
+        backends_path,
+        require_integrity=settings.require_backend_integrity,
+        timeout_s=settings.backend_gallery_timeout_s,
+    )
+    return BackendManager(
+        BackendRegistry(backends_path, system_path),
+        installer,
+        galleries,
+        timeout_s=settings.backend_gallery_timeout_s,
+    )

@@ -34,8 +34,13 @@ class LogLine:
     text: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"seq": self.seq, "process_key": self.process_key, "timestamp": self.timestamp,
-                "stream": self.stream, "text": self.text}
+        return {
+            "seq": self.seq,
+            "process_key": self.process_key,
+            "timestamp": self.timestamp,
+            "stream": self.stream,
+            "text": self.text,
+        }
 
 
 @dataclass
@@ -56,8 +61,13 @@ Listener = Callable[[str, LogLine], None]  # (model_id, line)
 
 
 class BackendLogs:
-    def __init__(self, max_lines: int = MAX_LINES, max_line_chars: int = MAX_LINE_CHARS,
-                 max_keys: int = MAX_KEYS, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        max_lines: int = MAX_LINES,
+        max_line_chars: int = MAX_LINE_CHARS,
+        max_keys: int = MAX_KEYS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.max_lines, self.max_line_chars, self.max_keys = max_lines, max_line_chars, max_keys
         self._clock = clock
         self._logs: collections.OrderedDict[str, KeyLog] = collections.OrderedDict()
@@ -117,8 +127,16 @@ class BackendLogs:
         """One entry per model id: its process keys, backend, whether one runs, how many lines are kept."""
         out: dict[str, dict[str, object]] = {}
         for log in self._logs.values():
-            entry = out.setdefault(log.model_id, {"model_id": log.model_id, "backend": log.backend,
-                                                  "process_keys": [], "running": False, "lines": 0})
+            entry = out.setdefault(
+                log.model_id,
+                {
+                    "model_id": log.model_id,
+                    "backend": log.backend,
+                    "process_keys": [],
+                    "running": False,
+                    "lines": 0,
+                },
+            )
             keys = entry["process_keys"]
             assert isinstance(keys, list)
             keys.append(log.process_key)

@@ -24,12 +24,15 @@ IDLE_READINGS = 2
 
 async def _busy(address: str, token: str) -> bool:
     reply = await read_status(address, token, STATUS_TIMEOUT_S)
-    return reply is not None and reply.state == backend_pb2.StatusResponse.BUSY  # no answer: it serves nothing
+    return (
+        reply is not None and reply.state == backend_pb2.StatusResponse.BUSY
+    )  # no answer: it serves nothing
 
 
 async def busy_backends(supervisor: Supervisor) -> list[str]:
-    ready = [(k, p) for k, p in list(supervisor.processes.items())
-             if p.state is BackendState.READY and p.alive()]
+    ready = [
+        (k, p) for k, p in list(supervisor.processes.items()) if p.state is BackendState.READY and p.alive()
+    ]
     flags = await asyncio.gather(*(_busy(p.local_address, supervisor.token) for _k, p in ready))
     return [key for (key, _p), busy in zip(ready, flags, strict=True) if busy]
 
@@ -48,14 +51,18 @@ async def wait_idle(supervisor: Supervisor, timeout_s: float) -> list[str]:
         await asyncio.sleep(POLL_S)
 
 
-async def graceful_deregister(frontend: FrontendClient, node_id: str, supervisor: Supervisor,
-                              drain_timeout_s: float) -> None:
+async def graceful_deregister(
+    frontend: FrontendClient, node_id: str, supervisor: Supervisor, drain_timeout_s: float
+) -> None:
     try:
         await frontend.drain(node_id)
     except Exception as exc:  # the frontend may be gone; still wait for our own backends
         log.warning("could not mark node draining: %s", exc)
     still_busy = await wait_idle(supervisor, drain_timeout_s)
     if still_busy:
-        log.warning("drain timeout (%gs, CORRAL_DRAIN_TIMEOUT) reached with busy backends: %s",
-                    drain_timeout_s, ", ".join(still_busy))
+        log.warning(
+            "drain timeout (%gs, CORRAL_DRAIN_TIMEOUT) reached with busy backends: %s",
+            drain_timeout_s,
+            ", ".join(still_busy),
+        )
     await frontend.deregister(node_id)

@@ -62,32 +62,43 @@ def build_ephemeral_ledger(settings: Any, models_dir: Path) -> EphemeralLedger:
     """The worker's one ledger of request inputs (file server and S3 ``files.ensure`` share it); 0 in either
     capacity setting selects its filesystem-based default."""
     root = ephemeral_root(models_dir)
-    limits = EphemeralLimits.resolve(settings.ephemeral_staging_byte_limit,
-                                     settings.ephemeral_staging_min_free_bytes, root)
+    limits = EphemeralLimits.resolve(
+        settings.ephemeral_staging_byte_limit, settings.ephemeral_staging_min_free_bytes, root
+    )
     log.info("ephemeral request inputs below %s: %s", root, limits.describe())
     return EphemeralLedger(root, limits)
 
 
-def build_worker_file_server(settings: Any, models_dir: Path, readiness: Callable[[], str | None],
-                             ephemeral: EphemeralLedger) -> ThreadedFileServer:
+def build_worker_file_server(
+    settings: Any, models_dir: Path, readiness: Callable[[], str | None], ephemeral: EphemeralLedger
+) -> ThreadedFileServer:
     """The file server with this worker's token, upload cap, disk admission and connection limits."""
-    limits = ServerLimits(max_connections=settings.file_server_max_connections,
-                          header_timeout_s=settings.file_server_header_timeout_s,
-                          idle_timeout_s=settings.file_server_idle_timeout_s)
-    return build_file_server(models_dir, settings.registration_token, readiness=readiness,
-                             allow_unauthenticated=settings.allow_unauthenticated,
-                             max_upload_bytes=settings.max_upload_bytes,
-                             disk_budget=DiskBudget(settings.staging_min_free_bytes), limits=limits,
-                             ephemeral=ephemeral)
+    limits = ServerLimits(
+        max_connections=settings.file_server_max_connections,
+        header_timeout_s=settings.file_server_header_timeout_s,
+        idle_timeout_s=settings.file_server_idle_timeout_s,
+    )
+    return build_file_server(
+        models_dir,
+        settings.registration_token,
+        readiness=readiness,
+        allow_unauthenticated=settings.allow_unauthenticated,
+        max_upload_bytes=settings.max_upload_bytes,
+        disk_budget=DiskBudget(settings.staging_min_free_bytes),
+        limits=limits,
+        ephemeral=ephemeral,
+    )
 
 
 def drop_hub_token() -> None:
     """Workers never use HF_TOKEN (the frontend downloads managed artifacts); keep it from backends."""
     for name in HUB_TOKEN_VARS:
         if os.environ.pop(name, None) is not None:
-            log.warning("%s is set in the worker's environment; workers never need it (the frontend "
-                        "downloads Hugging Face artifacts). Removed it so backend processes do not inherit it",
-                        name)
+            log.warning(
+                "%s is set in the worker's environment; workers never need it (the frontend "
+                "downloads Hugging Face artifacts). Removed it so backend processes do not inherit it",
+                name,
+            )
 
 
 async def open_object_store(settings: Any) -> ObjectStore | None:
@@ -101,9 +112,14 @@ async def open_object_store(settings: Any) -> ObjectStore | None:
     return store
 
 
-async def start_s3_file_handlers(settings: Any, nc: Client, node_id: str, models_dir: Path,
-                                 store: ObjectStore | None, ephemeral: EphemeralLedger | None = None,
-                                 ) -> S3FileHandlers | None:
+async def start_s3_file_handlers(
+    settings: Any,
+    nc: Client,
+    node_id: str,
+    models_dir: Path,
+    store: ObjectStore | None,
+    ephemeral: EphemeralLedger | None = None,
+) -> S3FileHandlers | None:
     """Subscribe ``nodes.<id>.files.*`` with the store `open_object_store` gave; None in HTTP mode.
 
     ``ephemeral`` is the worker's ledger (the one its file server uses); without one, a ledger with the
@@ -113,15 +129,23 @@ async def start_s3_file_handlers(settings: Any, nc: Client, node_id: str, models
     if ephemeral is None:
         root = ephemeral_root(models_dir)
         ephemeral = EphemeralLedger(root, EphemeralLimits.resolve(0, 0, root))
-    handlers = S3FileHandlers(nc, node_id, store, models_dir, DiskBudget(settings.staging_min_free_bytes),
-                              ephemeral)
+    handlers = S3FileHandlers(
+        nc, node_id, store, models_dir, DiskBudget(settings.staging_min_free_bytes), ephemeral
+    )
     await handlers.subscribe()
     return handlers
 
 
 class S3FileHandlers:
-    def __init__(self, nc: Client, node_id: str, store: ObjectStore, models_dir: Path, budget: DiskBudget,
-                 ephemeral: EphemeralLedger) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        node_id: str,
+        store: ObjectStore,
+        models_dir: Path,
+        budget: DiskBudget,
+        ephemeral: EphemeralLedger,
+    ) -> None:
         self.nc, self.node_id, self.store = nc, node_id, store
         self.models_dir, self.budget, self.ephemeral = models_dir, budget, ephemeral
         self.fetched_bytes = 0
@@ -131,7 +155,9 @@ class S3FileHandlers:
 
     async def subscribe(self) -> None:
         routes: dict[str, Callable[[Msg], Awaitable[Message]]] = {
-            FILES_ENSURE: self._ensure, FILES_STAGE: self._stage, FILES_TEMP: self._temp,
+            FILES_ENSURE: self._ensure,
+            FILES_STAGE: self._stage,
+            FILES_TEMP: self._temp,
             FILES_LISTDIR: self._listdir,
         }
         for suffix, handler in routes.items():
@@ -155,6 +181,7 @@ class S3FileHandlers:
             task = asyncio.create_task(self._answer(handler, msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
         return callback
 
     async def _answer(self, handler: Callable[[Msg], Awaitable[Message]], msg: Msg) -> None:
@@ -180,17 +207,25 @@ class S3FileHandlers:
             finally:
                 self.ephemeral.settle(request.key, await asyncio.to_thread(path.is_file))
 
-    async def _ensure_locked(self, request: FileEnsureRequest, path: Path, reserve: EphemeralLedger | None,
-                             ) -> Message:
+    async def _ensure_locked(
+        self,
+        request: FileEnsureRequest,
+        path: Path,
+        reserve: EphemeralLedger | None,
+    ) -> Message:
         stored = await asyncio.to_thread(self.store.head, request.key)
         if stored is None:
             return FileEnsureReply(error=f"key {request.key!r} is not in bucket {self.store.bucket!r}")
-        if reserve is not None and not reserve.holds(request.key):  # a request input: reserved before a byte lands
+        if reserve is not None and not reserve.holds(
+            request.key
+        ):  # a request input: reserved before a byte lands
             reserve.reserve(request.key, stored.size_bytes)
         wanted = request.sha256 or stored.sha256
         if stored.sha256 and request.sha256 and stored.sha256 != request.sha256:
-            return FileEnsureReply(error=f"bucket object {request.key!r} has sha256 {stored.sha256}, the frontend "
-                                         f"expected {request.sha256}; stage it again")
+            return FileEnsureReply(
+                error=f"bucket object {request.key!r} has sha256 {stored.sha256}, the frontend "
+                f"expected {request.sha256}; stage it again"
+            )
         if await asyncio.to_thread(_cached_copy_matches, path, stored.size_bytes, wanted):
             log.info("files.ensure %s: cached copy at %s is current; nothing fetched", request.key, path)
             return FileEnsureReply(local_path=str(path), fetched_bytes=0)
@@ -200,8 +235,10 @@ class S3FileHandlers:
         actual = await asyncio.to_thread(hashing.sha256_file, path)
         if wanted and actual != wanted:
             await asyncio.to_thread(_remove, path)
-            return FileEnsureReply(error=f"fetched {request.key!r} has sha256 {actual}, expected {wanted}; "
-                                         "the bucket object is corrupt: stage it again")
+            return FileEnsureReply(
+                error=f"fetched {request.key!r} has sha256 {actual}, expected {wanted}; "
+                "the bucket object is corrupt: stage it again"
+            )
         await asyncio.to_thread(hashing.record_hash, path, actual)
         self.fetched_bytes += stored.size_bytes
         log.info("files.ensure %s: fetched %d bytes into %s", request.key, stored.size_bytes, path)
@@ -233,7 +270,9 @@ class S3FileHandlers:
         request = FileStageRequest.from_json(msg.data)
         local = Path(request.local_path)
         if not _inside_worker_dirs(local, self.models_dir):
-            return FileStageReply(error=f"local_path {request.local_path!r} is outside the worker's directories")
+            return FileStageReply(
+                error=f"local_path {request.local_path!r} is outside the worker's directories"
+            )
         sha = await asyncio.to_thread(hashing.cached_sha256, local)
         await asyncio.to_thread(self.store.upload, local, request.key, sha, None)
         return FileStageReply(key=request.key)
@@ -241,8 +280,9 @@ class S3FileHandlers:
     async def _temp(self, msg: Msg) -> Message:
         directory = staging_dir(self.models_dir)
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-        fd, name = await asyncio.to_thread(tempfile.mkstemp, dir=directory, prefix="localai-output-",
-                                           suffix=".tmp")
+        fd, name = await asyncio.to_thread(
+            tempfile.mkstemp, dir=directory, prefix="localai-output-", suffix=".tmp"
+        )
         os.close(fd)
         return FileTempReply(local_path=name)
 
@@ -273,4 +313,3 @@ def _inside_worker_dirs(path: Path, models_dir: Path) -> bool:
 def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
     hashing.remove_sidecars(path)
-

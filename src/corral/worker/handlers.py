@@ -36,13 +36,21 @@ def _port_of(address: str) -> str:
 
 
 class NodeHandlers:
-    def __init__(self, nc: Client, node_id: str, supervisor: Supervisor, advertise_host: str,
-                 on_stop_node: Callable[[], Awaitable[None]], backends: BackendManager,
-                 load_defaults: LoadDefaults | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        node_id: str,
+        supervisor: Supervisor,
+        advertise_host: str,
+        on_stop_node: Callable[[], Awaitable[None]],
+        backends: BackendManager,
+        load_defaults: LoadDefaults | None = None,
+    ) -> None:
         self.nc, self.node_id, self.supervisor = nc, node_id, supervisor
         self.advertise_host = advertise_host
-        self.backend_ops = BackendOps(backends, supervisor, advertise_host, lambda: (self.nc, self.node_id),
-                                      load_defaults)
+        self.backend_ops = BackendOps(
+            backends, supervisor, advertise_host, lambda: (self.nc, self.node_id), load_defaults
+        )
         self._on_stop_node = on_stop_node
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
@@ -76,10 +84,12 @@ class NodeHandlers:
 
     def _spawn(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
         """Each message runs in its own task: a slow install must not block a stop."""
+
         async def callback(msg: Msg) -> None:
             task = asyncio.create_task(self._guard(handler, msg))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
         return callback
 
     async def _guard(self, handler: Callable[[Msg], Awaitable[None]], msg: Msg) -> None:
@@ -109,18 +119,29 @@ class NodeHandlers:
             return
         # Compare ports, not host strings: the worker dials 127.0.0.1, the frontend the advertised host.
         if req.expected_address and _port_of(req.expected_address) != str(proc.port):
-            reply = ModelStopReply(matched=True, process_key=req.process_key, address=proc.local_address,
-                                   error=f"address mismatch: process runs on port {proc.port}, "
-                                         f"expected {req.expected_address}")
+            reply = ModelStopReply(
+                matched=True,
+                process_key=req.process_key,
+                address=proc.local_address,
+                error=f"address mismatch: process runs on port {proc.port}, expected {req.expected_address}",
+            )
             await msg.respond(reply.to_json())
             return
         if proc.state is BackendState.STOPPING:
-            await msg.respond(ModelStopReply(matched=True, process_key=req.process_key,
-                                             error="process is already stopping").to_json())
+            await msg.respond(
+                ModelStopReply(
+                    matched=True, process_key=req.process_key, error="process is already stopping"
+                ).to_json()
+            )
             return
         matched, freed = await self.supervisor.stop_key(req.process_key, force=bool(req.force))
-        reply = ModelStopReply(matched=matched, freed=freed, terminated=True, process_key=req.process_key,
-                               address=f"{self.advertise_host}:{proc.port}")
+        reply = ModelStopReply(
+            matched=matched,
+            freed=freed,
+            terminated=True,
+            process_key=req.process_key,
+            address=f"{self.advertise_host}:{proc.port}",
+        )
         await msg.respond(reply.to_json())
 
     async def _models_running(self, msg: Msg) -> None:
@@ -129,8 +150,9 @@ class NodeHandlers:
             if proc.state is not BackendState.READY or not proc.alive():
                 continue
             model_id, _, replica = key.rpartition("#")
-            models.append(RunningModel(model_id=model_id, replica_index=int(replica or 0),
-                                       address=proc.local_address))
+            models.append(
+                RunningModel(model_id=model_id, replica_index=int(replica or 0), address=proc.local_address)
+            )
         await msg.respond(ModelsRunningReply(models=models).to_json())
 
     async def _node_stop(self, msg: Msg) -> None:

@@ -41,8 +41,14 @@ SAMPLE_S = 1.0  # CPU time is sampled this often while a silent backend is judge
 RETRY_S = 0.2  # a Health call refused at once (connection reset) is tried again after this
 SLOW_ANSWER_S = 1.0  # an answer later than this is logged with the evidence
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-STATE_NAMES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped",
-               "t": "stopped by a tracer", "Z": "exited (zombie)"}
+STATE_NAMES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible I/O",
+    "T": "stopped",
+    "t": "stopped by a tracer",
+    "Z": "exited (zombie)",
+}
 
 
 class Verdict(enum.Enum):
@@ -82,9 +88,11 @@ class Liveness:
 
     def evidence(self, now_s: float) -> str:
         state = ", ".join(STATE_NAMES.get(letter, letter) for letter in self.states) or "unknown"
-        return (f"last Health answer {now_s - self.answered_s:.1f}s ago, last progress {now_s - self.progress_s:.1f}s "
-                f"ago (replies produced {self.replies}, CPU {max(self.cpu_ticks, 0) / CLOCK_TICKS_PER_S:.1f}s), "
-                f"{self.in_flight} call(s) in flight at its last answer, process {state}")
+        return (
+            f"last Health answer {now_s - self.answered_s:.1f}s ago, last progress {now_s - self.progress_s:.1f}s "
+            f"ago (replies produced {self.replies}, CPU {max(self.cpu_ticks, 0) / CLOCK_TICKS_PER_S:.1f}s), "
+            f"{self.in_flight} call(s) in flight at its last answer, process {state}"
+        )
 
 
 class Watched(Protocol):
@@ -132,7 +140,8 @@ async def read_status(address: str, token: str, timeout_s: float) -> backend_pb2
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             return await backend_pb2_grpc.BackendStub(channel).Status(
-                backend_pb2.HealthMessage(), timeout=timeout_s, metadata=_metadata(token))
+                backend_pb2.HealthMessage(), timeout=timeout_s, metadata=_metadata(token)
+            )
     except grpc.aio.AioRpcError:
         return None
 
@@ -143,7 +152,9 @@ async def answers_health(address: str, token: str, deadline_s: float) -> bool:
         stub = backend_pb2_grpc.BackendStub(channel)
         while (left_s := deadline_s - time.monotonic()) > 0:
             try:
-                reply = await stub.Health(backend_pb2.HealthMessage(), timeout=left_s, metadata=_metadata(token))
+                reply = await stub.Health(
+                    backend_pb2.HealthMessage(), timeout=left_s, metadata=_metadata(token)
+                )
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(min(RETRY_S, max(0.0, deadline_s - time.monotonic())))
                 continue
@@ -190,16 +201,19 @@ async def judge(proc: Watched, token: str, window_s: float) -> Judgement:
 
 
 def busy_message(name: str, key: str, pid: int, window_s: float, judgement: Judgement) -> str:
-    return (f"backend {name} for {key} (pid {pid}) answered no Health within {format_duration_s(window_s)} but "
-            f"makes progress ({judgement.evidence}); it is busy, not wedged, so it was kept: try again later, "
-            f"or raise {STALL_WINDOW_KNOB}")
+    return (
+        f"backend {name} for {key} (pid {pid}) answered no Health within {format_duration_s(window_s)} but "
+        f"makes progress ({judgement.evidence}); it is busy, not wedged, so it was kept: try again later, "
+        f"or raise {STALL_WINDOW_KNOB}"
+    )
 
 
 class LivenessWatch:
     """Every WATCH_INTERVAL_S, one Status and one CPU sample per READY backend: the evidence a judgement logs."""
 
-    def __init__(self, processes: Callable[[], Iterable[Watched]], token: str,
-                 interval_s: float = WATCH_INTERVAL_S) -> None:
+    def __init__(
+        self, processes: Callable[[], Iterable[Watched]], token: str, interval_s: float = WATCH_INTERVAL_S
+    ) -> None:
         self._processes, self._token, self.interval_s = processes, token, interval_s
 
     async def observe(self, proc: Watched) -> None:
@@ -212,5 +226,6 @@ class LivenessWatch:
         await asyncio.gather(*(self.observe(proc) for proc in self._processes() if proc.alive()))
 
     async def run(self, stop: asyncio.Event) -> None:
-        await run_periodic("backend liveness watch", self.observe_all, self.interval_s, stop,
-                           backoff_cap_s=self.interval_s)
+        await run_periodic(
+            "backend liveness watch", self.observe_all, self.interval_s, stop, backoff_cap_s=self.interval_s
+        )

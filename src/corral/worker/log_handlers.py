@@ -105,9 +105,11 @@ class LogHandlers:
             return  # nobody can follow without NATS; the snapshot still has the lines
         for model_id, lines in batches.items():
             for start in range(0, len(lines), 200):
-                payload = {"model_id": model_id, "lines": fit(lines[start:start + 200])}
+                payload = {"model_id": model_id, "lines": fit(lines[start : start + 200])}
                 try:
-                    await nc.publish(subjects.backend_log_lines(node_id, model_id), json.dumps(payload).encode())
+                    await nc.publish(
+                        subjects.backend_log_lines(node_id, model_id), json.dumps(payload).encode()
+                    )
                 except Exception as exc:  # a reconnecting client: live lines are best-effort
                     log.debug("backend log lines not published: %s", exc)
                     return

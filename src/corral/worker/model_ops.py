@@ -37,8 +37,11 @@ class PathEscape(ValueError):
 def model_keys(supervisor: Supervisor, model_name: str, address: str | None = None) -> list[str]:
     """The process keys of `model_name` (`<model>#<replica>`), narrowed to `address`'s port when given."""
     port = (address or "").rpartition(":")[2]
-    return [key for key, proc in supervisor.processes.items()
-            if key.rpartition("#")[0] == model_name and (not port or str(proc.port) == port)]
+    return [
+        key
+        for key, proc in supervisor.processes.items()
+        if key.rpartition("#")[0] == model_name and (not port or str(proc.port) == port)
+    ]
 
 
 def model_paths(models_dir: Path, model_name: str) -> list[Path]:
@@ -108,5 +111,7 @@ class ModelOps:
             log.warning("model.delete %s refused: %s", req.model_name, exc)
             await msg.respond(ModelOpReply(error=str(exc), stopped_process_keys=stopped).to_json())
             return
-        log.info("model.delete %s: removed %s", req.model_name, ", ".join(p.name for p in paths) or "no files")
+        log.info(
+            "model.delete %s: removed %s", req.model_name, ", ".join(p.name for p in paths) or "no files"
+        )
         await msg.respond(ModelOpReply(success=True, stopped_process_keys=stopped).to_json())

@@ -51,7 +51,9 @@ class BackendProber:
         self._failures = failures
 
     async def run(self, stop: asyncio.Event) -> None:
-        await run_periodic("backend probe", self.probe_once, self.interval_s, stop, backoff_cap_s=self.interval_s)
+        await run_periodic(
+            "backend probe", self.probe_once, self.interval_s, stop, backoff_cap_s=self.interval_s
+        )
 
     def reason(self) -> str | None:
         """Why the worker cannot serve what it believes it serves, or None."""

@@ -82,7 +82,9 @@ WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # bind 
 
 
 BUSY_PORT_ATTEMPTS = 3
-PORT_IN_USE_MARK = "is the port already in use?"  # what `corral backend` prints when it cannot bind (server.py)
+PORT_IN_USE_MARK = (
+    "is the port already in use?"  # what `corral backend` prints when it cannot bind (server.py)
+)
 
 
 class BackendBusy(BackendStartFailed):
@@ -201,10 +203,19 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
 
 
 class Supervisor:
-    def __init__(self, ports: PortAllocator, *, bind_host: str, token: str, start_timeout_s: float,
-                 models_root: Path | None = None, registry: BackendRegistry | None = None,
-                 logs: BackendLogs | None = None, prestart: tuple[str, ...] = (),
-                 stall_window_s: float = STALL_WINDOW_S) -> None:
+    def __init__(
+        self,
+        ports: PortAllocator,
+        *,
+        bind_host: str,
+        token: str,
+        start_timeout_s: float,
+        models_root: Path | None = None,
+        registry: BackendRegistry | None = None,
+        logs: BackendLogs | None = None,
+        prestart: tuple[str, ...] = (),
+        stall_window_s: float = STALL_WINDOW_S,
+    ) -> None:
         self.ports = ports
         self.registry = registry or BackendRegistry(Path("backends").resolve())
         self.logs = logs if logs is not None else BackendLogs()
@@ -228,8 +239,10 @@ class Supervisor:
             return backend
         found = await asyncio.to_thread(self.registry.find, backend)
         if found is None:
-            raise BackendStartFailed(f"backend {backend!r} is not installed under {self.registry.backends_path} "
-                                     "(nor the system or built-in backends)")
+            raise BackendStartFailed(
+                f"backend {backend!r} is not installed under {self.registry.backends_path} "
+                "(nor the system or built-in backends)"
+            )
         return found
 
     @staticmethod
@@ -245,8 +258,13 @@ class Supervisor:
         installed = await self._installed(backend)
         async with self._locks[key]:
             current = self.processes.get(key)
-            if (current and current.alive() and installed.answers_to(current.backend)
-                    and self._same_install(current, installed) and current.state is BackendState.READY):
+            if (
+                current
+                and current.alive()
+                and installed.answers_to(current.backend)
+                and self._same_install(current, installed)
+                and current.state is BackendState.READY
+            ):
                 if await self._still_serves(current, installed.name):
                     return current
                 await self._stop(current, force=True, kill=True)  # a wedged process would not heed SIGTERM
@@ -261,16 +279,28 @@ class Supervisor:
         judgement = await judge(proc, self.token, self.stall_window_s)
         if judgement.verdict is Verdict.ALIVE:
             if judgement.waited_s >= liveness.SLOW_ANSWER_S:
-                log.info("backend %s for %s (pid %d) answered Health after %.1fs: busy, not wedged; reused (%s)",
-                         name, proc.key, proc.pid, judgement.waited_s, judgement.evidence)
+                log.info(
+                    "backend %s for %s (pid %d) answered Health after %.1fs: busy, not wedged; reused (%s)",
+                    name,
+                    proc.key,
+                    proc.pid,
+                    judgement.waited_s,
+                    judgement.evidence,
+                )
             return True
         if judgement.verdict is Verdict.BUSY:
             message = busy_message(name, proc.key, proc.pid, self.stall_window_s, judgement)
             log.warning("%s", message)
             raise BackendBusy(message)
-        log.warning("backend %s for %s (pid %d) does not answer Health and made no progress for %s (%s); "
-                    "replacing it", name, proc.key, proc.pid, format_duration_s(judgement.waited_s),
-                    judgement.evidence)
+        log.warning(
+            "backend %s for %s (pid %d) does not answer Health and made no progress for %s (%s); "
+            "replacing it",
+            name,
+            proc.key,
+            proc.pid,
+            format_duration_s(judgement.waited_s),
+            judgement.evidence,
+        )
         return False
 
     async def _start(self, key: str, backend: InstalledBackend) -> BackendProcess:
@@ -279,13 +309,19 @@ class Supervisor:
             try:
                 return await self._start_on(key, backend, self.ports.allocate(key))
             except PortBusy as busy:
-                log.warning("backend %s for %s could not listen on port %d (held by another process); "
-                            "trying another port", backend.name, key, busy.port)
+                log.warning(
+                    "backend %s for %s could not listen on port %d (held by another process); "
+                    "trying another port",
+                    backend.name,
+                    key,
+                    busy.port,
+                )
                 self.ports.set_aside_busy(key, busy.port)
         return await self._start_on(key, backend, self.ports.allocate(key))
 
-    async def _start_on(self, key: str, backend: InstalledBackend, port: int, *,
-                        spare_of: str | None = None) -> BackendProcess:
+    async def _start_on(
+        self, key: str, backend: InstalledBackend, port: int, *, spare_of: str | None = None
+    ) -> BackendProcess:
         env = dict(os.environ)
         env[PYTHON_ENV] = sys.executable
         if self.token:
@@ -298,18 +334,27 @@ class Supervisor:
         try:
             identity = backend.identity()
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=env, cwd=backend.directory, preexec_fn=_set_pdeathsig,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=backend.directory,
+                preexec_fn=_set_pdeathsig,
                 start_new_session=True,  # its own process group: a run.sh that does not exec is stopped whole
             )
         except OSError as exc:
             self.ports.release(key, port)
             raise BackendStartFailed(f"cannot start backend {backend.name!r} for {key}: {exc}") from None
-        proc = BackendProcess(key, backend.name, port, process, self.bind_host, directory=backend.directory,
-                              identity=identity)
+        proc = BackendProcess(
+            key, backend.name, port, process, self.bind_host, directory=backend.directory, identity=identity
+        )
         self.logs.started(key, backend.name)
-        self.logs.append(key, "stderr", f"[corral worker] starting backend {backend.name!r} on port {port} "
-                                        f"(pid {process.pid})")
+        self.logs.append(
+            key,
+            "stderr",
+            f"[corral worker] starting backend {backend.name!r} on port {port} (pid {process.pid})",
+        )
         proc._reader = asyncio.create_task(self._read_stream(proc, "stderr"), name=f"stderr:{key}")
         proc._out_reader = asyncio.create_task(self._read_stream(proc, "stdout"), name=f"stdout:{key}")
         if spare_of is None:
@@ -367,12 +412,22 @@ class Supervisor:
             return
         deaths = self._spare_deaths[name] = self._spare_deaths.get(name, 0) + 1
         if deaths >= SPARE_MAX_DEATHS:
-            log.error("the spare process of backend %r exited on its own %d times in a row (last code %s); no more "
-                      "spares of it (loads start their own); see its log under %s, or drop it from "
-                      "--backend-prestart", name, deaths, proc.process.returncode, proc.key)
+            log.error(
+                "the spare process of backend %r exited on its own %d times in a row (last code %s); no more "
+                "spares of it (loads start their own); see its log under %s, or drop it from "
+                "--backend-prestart",
+                name,
+                deaths,
+                proc.process.returncode,
+                proc.key,
+            )
             return
-        log.warning("the spare process of backend %r exited on its own (code %s); another starts after %gs",
-                    name, proc.process.returncode, SPARE_REFILL_DELAY_S)
+        log.warning(
+            "the spare process of backend %r exited on its own (code %s); another starts after %gs",
+            name,
+            proc.process.returncode,
+            SPARE_REFILL_DELAY_S,
+        )
         self._refill(name, delay_s=SPARE_REFILL_DELAY_S)
 
     async def _take_spare(self, key: str, installed: InstalledBackend) -> BackendProcess | None:
@@ -389,8 +444,12 @@ class Supervisor:
                 continue
             del self.spares[name]
             self._refill(name, delay_s=SPARE_REFILL_DELAY_S)
-            if not (spare.alive() and spare.state is BackendState.READY and self._same_install(spare, installed)
-                    and await _probe_health(spare.local_address, self.token, READINESS_PROBE_TIMEOUT_S)):
+            if not (
+                spare.alive()
+                and spare.state is BackendState.READY
+                and self._same_install(spare, installed)
+                and await _probe_health(spare.local_address, self.token, READINESS_PROBE_TIMEOUT_S)
+            ):
                 await self._stop(spare, force=True, kill=True)
                 continue
             self._spare_deaths.pop(name, None)
@@ -398,8 +457,13 @@ class Supervisor:
             self.logs.rename(spare.key, key)
             spare.key = key
             self.processes[key] = spare
-            log.info("backend %s for %s: took the spare process on port %d (pid %d)", spare.backend, key,
-                     spare.port, spare.process.pid)
+            log.info(
+                "backend %s for %s: took the spare process on port %d (pid %d)",
+                spare.backend,
+                key,
+                spare.port,
+                spare.process.pid,
+            )
             return spare
         return None
 
@@ -428,10 +492,14 @@ class Supervisor:
             except ValueError:  # a line over the stream limit (64 KiB): keep what was read, go on
                 line = await stream.read(STREAM_CHUNK_BYTES)
             if not line:
-                if name == "stderr" and (self.processes.get(proc.key) is proc or proc in self.spares.values()):
+                if name == "stderr" and (
+                    self.processes.get(proc.key) is proc or proc in self.spares.values()
+                ):
                     self.logs.ended(proc.key)
                     if proc.state is BackendState.READY and proc in self.spares.values():
-                        task = asyncio.create_task(self._replace_dead_spare(proc), name=f"spare-died:{proc.backend}")
+                        task = asyncio.create_task(
+                            self._replace_dead_spare(proc), name=f"spare-died:{proc.backend}"
+                        )
                         self._spare_reaps.add(task)
                         task.add_done_callback(self._spare_reaps.discard)
                 return
@@ -453,11 +521,17 @@ class Supervisor:
                 if not proc.alive():
                     await self._raise_start_failed(proc)
                 try:
-                    reply = await stub.Health(backend_pb2.HealthMessage(), timeout=min(left, READINESS_WAIT_S),
-                                              metadata=metadata, wait_for_ready=True)
+                    reply = await stub.Health(
+                        backend_pb2.HealthMessage(),
+                        timeout=min(left, READINESS_WAIT_S),
+                        metadata=metadata,
+                        wait_for_ready=True,
+                    )
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:
-                        await asyncio.sleep(READINESS_POLL_S)  # answered, but not OK (still starting, or auth)
+                        await asyncio.sleep(
+                            READINESS_POLL_S
+                        )  # answered, but not OK (still starting, or auth)
                     continue
                 if reply.message == b"OK":
                     proc.liveness.answered(time.monotonic())
@@ -512,7 +586,9 @@ class Supervisor:
         readers = {task for task in (proc._reader, proc._out_reader) if task is not None}
         if readers:
             await asyncio.wait(readers, timeout=1.0)
-        self.logs.append(proc.key, "stderr", f"[corral worker] backend exited with code {proc.process.returncode}")
+        self.logs.append(
+            proc.key, "stderr", f"[corral worker] backend exited with code {proc.process.returncode}"
+        )
         self.logs.ended(proc.key)
         proc.state = BackendState.STOPPED
         self.ports.release(proc.key, proc.port)
@@ -546,7 +622,8 @@ class Supervisor:
         if name in self.processes:
             return [name]
         return [
-            key for key, proc in self.processes.items()
+            key
+            for key, proc in self.processes.items()
             if key.rpartition("#")[0] == name or proc.backend == name
         ]
 
@@ -556,5 +633,7 @@ class Supervisor:
         for task in starts:
             task.cancel()
         await asyncio.gather(*starts, return_exceptions=True)
-        await asyncio.gather(*(self.stop_key(key, force=force) for key in list(self.processes)),
-                             *(self._stop(spare, force=True) for spare in list(self.spares.values())))
+        await asyncio.gather(
+            *(self.stop_key(key, force=force) for key in list(self.processes)),
+            *(self._stop(spare, force=True) for spare in list(self.spares.values())),
+        )

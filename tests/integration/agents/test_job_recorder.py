@@ -65,11 +65,14 @@ async def _row(pool: asyncpg.Pool, job_id: str) -> dict[str, Any]:
 
 
 def _entry(job_id: str, seq: int, kind: str) -> JobProgress:
-    return JobProgress(job_id=job_id, trace_type=kind, trace_content=f"{kind} {seq}", node_id=NODE, trace_seq=seq)
+    return JobProgress(
+        job_id=job_id, trace_type=kind, trace_content=f"{kind} {seq}", node_id=NODE, trace_seq=seq
+    )
 
 
-async def test_the_last_trace_entry_delivered_after_the_result_is_kept(pool: asyncpg.Pool, bus: Client,
-                                                                      recorders: list[JobRecorder]) -> None:
+async def test_the_last_trace_entry_delivered_after_the_result_is_kept(
+    pool: asyncpg.Pool, bus: Client, recorders: list[JobRecorder]
+) -> None:
     job_id = await _job(pool)
     await _send(bus, subjects.job_progress(job_id), _entry(job_id, 1, "tool_call"))
     await wait_for_async(lambda: _traced(pool, job_id, 1), "the first entry recorded", 10)
@@ -79,19 +82,31 @@ async def test_the_last_trace_entry_delivered_after_the_result_is_kept(pool: asy
     await _send(bus, subjects.job_progress(job_id), _entry(job_id, 2, "tool_result"))
     await wait_for_async(lambda: _traced(pool, job_id, 2), "the late last entry recorded", 10)
     row = await _row(pool, job_id)
-    assert [(t["seq"], t["type"]) for t in row["trace"]] == [(1, "tool_call"), (2, "tool_result")]  # once each
+    assert [(t["seq"], t["type"]) for t in row["trace"]] == [
+        (1, "tool_call"),
+        (2, "tool_result"),
+    ]  # once each
     assert row["status"] == "completed" and row["result"] == "42" and row["trace_count"] == 2
 
 
 async def test_entries_out_of_order_take_their_place_and_none_beyond_the_count_is_taken(
-        pool: asyncpg.Pool, bus: Client, recorders: list[JobRecorder]) -> None:
+    pool: asyncpg.Pool, bus: Client, recorders: list[JobRecorder]
+) -> None:
     job_id = await _job(pool)
     result = JobResult(job_id=job_id, status="failed", error="tool crashed", node_id=NODE, trace_count=3)
     await _send(bus, subjects.job_result(job_id), result)
     await wait_for_async(lambda: _status(pool, job_id, "failed"), "the result recorded", 10)
-    for seq, kind in ((3, "tool_call"), (1, "tool_call"), (4, "tool_result"), (2, "tool_result"), (1, "tool_call")):
+    for seq, kind in (
+        (3, "tool_call"),
+        (1, "tool_call"),
+        (4, "tool_result"),
+        (2, "tool_result"),
+        (1, "tool_call"),
+    ):
         await _send(bus, subjects.job_progress(job_id), _entry(job_id, seq, kind))
-    await _send(bus, subjects.job_progress(job_id), JobProgress(job_id=job_id, status="running", node_id=NODE))
+    await _send(
+        bus, subjects.job_progress(job_id), JobProgress(job_id=job_id, status="running", node_id=NODE)
+    )
     await _drained(pool, bus, len(recorders))
     row = await _row(pool, job_id)
     assert [t["seq"] for t in row["trace"]] == [1, 2, 3]  # seq 4 was never counted; seq 1 twice is kept once
@@ -99,7 +114,8 @@ async def test_entries_out_of_order_take_their_place_and_none_beyond_the_count_i
 
 
 async def test_a_trace_without_sequence_numbers_is_kept_in_arrival_order_until_the_result(
-        pool: asyncpg.Pool, bus: Client, recorders: list[JobRecorder]) -> None:
+    pool: asyncpg.Pool, bus: Client, recorders: list[JobRecorder]
+) -> None:
     """A worker that numbers nothing (an older one): entries append as they come, as before."""
     job_id = await _job(pool)
     await agent_jobs.progress(pool, job_id, "running", NODE, {"type": "tool_call", "content": "a"})
@@ -113,7 +129,9 @@ async def _drained(pool: asyncpg.Pool, bus: Client, recorders: int) -> None:
     """Every recorder has handled what was sent before: each appends an unnumbered entry of a marker job,
     and a recorder handles its progress events in the order they were sent."""
     marker = await _job(pool)
-    await _send(bus, subjects.job_progress(marker), JobProgress(job_id=marker, trace_type="marker", node_id=NODE))
+    await _send(
+        bus, subjects.job_progress(marker), JobProgress(job_id=marker, trace_type="marker", node_id=NODE)
+    )
     await wait_for_async(lambda: _traced(pool, marker, recorders), "every recorder past the events sent", 10)
 
 

@@ -76,7 +76,9 @@ async def test_a_hanging_tool_is_cut_at_its_deadline_and_the_session_serves_on()
     try:
         await pool.get(STDIO)  # started already: the deadline is the tool's, not the server's start
         started = time.monotonic()
-        with pytest.raises(ToolTimeout, match=r"'sleep' on server 'tools' did not answer within 0\.5s; raise KNOB"):
+        with pytest.raises(
+            ToolTimeout, match=r"'sleep' on server 'tools' did not answer within 0\.5s; raise KNOB"
+        ):
             await pool.call_tool(STDIO, "sleep", {"seconds": 30}, 0.5, "KNOB")
         assert time.monotonic() - started < 15  # the tool sleeps 30 s
         assert await pool.call_tool(STDIO, "add", {"a": 2, "b": 2}, 10, "knob") == ("4", False)
@@ -86,10 +88,12 @@ async def test_a_hanging_tool_is_cut_at_its_deadline_and_the_session_serves_on()
 
 def authority(**by_model: dict[str, Any]) -> Callable[[str], Awaitable[MCPServers]]:
     """What the frontend would answer for each model (agents/authority.py), as wire payloads."""
+
     async def servers(model: str) -> MCPServers:
         if model not in by_model:
             raise LookupError(f"model {model!r} has no MCP servers")
         return from_wire(by_model[model].get("stdio_servers"), by_model[model].get("remote_servers"))
+
     return servers
 
 
@@ -97,14 +101,21 @@ WIRE = {"stdio_servers": {"mcpServers": {"tools": STDIO.wire()}}}
 
 
 async def test_tool_service_answers_failures_as_errors() -> None:
-    service = ToolService(SessionPool(), authority(m=WIRE, bad={"stdio_servers": {"mcpServers": {"a/b": {}}}},
-                                                   gone={"stdio_servers": {"mcpServers": {"gone": {
-                                                       "command": "/nonexistent/mcp-server"}}}}), node_id="n1")
+    service = ToolService(
+        SessionPool(),
+        authority(
+            m=WIRE,
+            bad={"stdio_servers": {"mcpServers": {"a/b": {}}}},
+            gone={"stdio_servers": {"mcpServers": {"gone": {"command": "/nonexistent/mcp-server"}}}},
+        ),
+        node_id="n1",
+    )
     try:
         unknown = await service.execute(MCPToolRequest(model_name="m", tool_name="nope"))
         assert "no MCP server of this model offers tool 'nope'" in (unknown.error or "")
-        failed = await service.execute(MCPToolRequest(model_name="m", tool_name="read_file",
-                                                      arguments={"path": "/nonexistent/x"}))
+        failed = await service.execute(
+            MCPToolRequest(model_name="m", tool_name="read_file", arguments={"path": "/nonexistent/x"})
+        )
         assert "returned an error" in (failed.error or "") and failed.node_id == "n1"
         bad = await service.execute(MCPToolRequest(model_name="bad", tool_name="add"))
         assert "invalid MCP config" in (bad.error or "")
@@ -119,11 +130,14 @@ async def test_tool_service_answers_failures_as_errors() -> None:
 async def test_a_server_config_in_the_payload_is_never_run(tmp_path: Path) -> None:
     """The bus names a model; what runs is that model's configured servers, not a command in the payload."""
     marker = tmp_path / "ran"
-    forged = {"stdio_servers": {"mcpServers": {"tools": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}}
+    forged = {
+        "stdio_servers": {"mcpServers": {"tools": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}
+    }
     service = ToolService(SessionPool(), authority(m=WIRE))
     try:
-        answer = await service.execute(MCPToolRequest(model_name="m", tool_name="add", arguments={"a": 1, "b": 2},
-                                                      **forged))
+        answer = await service.execute(
+            MCPToolRequest(model_name="m", tool_name="add", arguments={"a": 1, "b": 2}, **forged)
+        )
         assert answer.result == "3", answer
         refused = await service.discover(MCPDiscoveryRequest(model_name="unconfigured", **forged))
         assert "has no MCP servers" in (refused.error or "")
@@ -135,8 +149,12 @@ async def test_a_server_config_in_the_payload_is_never_run(tmp_path: Path) -> No
 @pytest.fixture(params=["streamable-http", "sse"])
 def remote(request: pytest.FixtureRequest) -> Iterator[RemoteServer]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(TOOLS_SERVER), request.param, str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TOOLS_SERVER), request.param, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     path = "/mcp" if request.param == "streamable-http" else "/sse"
     url = f"http://127.0.0.1:{port}{path}"
     deadline = time.monotonic() + 30
@@ -154,11 +172,19 @@ def remote(request: pytest.FixtureRequest) -> Iterator[RemoteServer]:
 
 
 async def test_remote_servers_are_reached_over_streamable_http_and_sse(remote: RemoteServer) -> None:
-    service = ToolService(SessionPool(), authority(r={"remote_servers": {"mcpServers": {"remote": remote.wire()}}}))
+    service = ToolService(
+        SessionPool(), authority(r={"remote_servers": {"mcpServers": {"remote": remote.wire()}}})
+    )
     try:
         found = await service.discover(MCPDiscoveryRequest(model_name="r"))
-        assert found.servers is not None and found.servers[0].type == "remote" and "add" in found.servers[0].tools
-        answer = await service.execute(MCPToolRequest(model_name="r", tool_name="add", arguments={"a": 5, "b": 6}))
+        assert (
+            found.servers is not None
+            and found.servers[0].type == "remote"
+            and "add" in found.servers[0].tools
+        )
+        answer = await service.execute(
+            MCPToolRequest(model_name="r", tool_name="add", arguments={"a": 5, "b": 6})
+        )
         assert answer.result == "11", answer
     finally:
         await service.pool.close_all()

@@ -43,16 +43,21 @@ def test_speech_written_by_tts_transcribes_back_to_its_words(simulator: Backend,
     assert simulator.stub.TTS(pb.TTSRequest(text=SENTENCE, dst=str(speech)), timeout=30).success
     with wave.open(str(speech)) as audio:
         assert audio.getframerate() == 16000 and audio.getnframes() > 0
-    result = simulator.stub.AudioTranscription(pb.TranscriptRequest(dst=str(speech), language="en"), timeout=30)
+    result = simulator.stub.AudioTranscription(
+        pb.TranscriptRequest(dst=str(speech), language="en"), timeout=30
+    )
     assert result.text == SENTENCE and result.language == "en" and result.duration > 0
     assert [s.text for s in result.segments] == ["the quick brown fox jumps", "over the lazy dog"]
-    assert result.segments[0].start == 0 and result.segments[-1].end == pytest.approx(result.duration * 1e9, rel=1e-3)
+    assert result.segments[0].start == 0 and result.segments[-1].end == pytest.approx(
+        result.duration * 1e9, rel=1e-3
+    )
 
 
 def test_an_image_is_written_where_asked(simulator: Backend, root: Path) -> None:
     out = root / "staging" / "localai-output-2.tmp"
-    assert simulator.stub.GenerateImage(pb.GenerateImageRequest(positive_prompt="a cat", width=32, height=16,
-                                                                dst=str(out)), timeout=30).success
+    assert simulator.stub.GenerateImage(
+        pb.GenerateImageRequest(positive_prompt="a cat", width=32, height=16, dst=str(out)), timeout=30
+    ).success
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -300,14 +300,20 @@ def _vocab(tiny_model: Path):  # noqa: ANN202 - llama_cpp.Llama: the model's tok
     return Llama(model_path=str(tiny_model), vocab_only=True, verbose=False)
 
 
-def test_llama_replies_carry_each_tokens_logprob_and_sorted_alternatives_streamed_and_unary(llama, tiny_model):
+def test_llama_replies_carry_each_tokens_logprob_and_sorted_alternatives_streamed_and_unary(
+    llama, tiny_model
+):
     assert load(llama, "tiny-lp", ModelFile=str(tiny_model), Options=["cache_prompt:false"]).success
-    req = pb.PredictOptions(Prompt="hello world", Tokens=10, Temperature=0, IgnoreEOS=True, Logprobs=1, TopLogprobs=3)
+    req = pb.PredictOptions(
+        Prompt="hello world", Tokens=10, Temperature=0, IgnoreEOS=True, Logprobs=1, TopLogprobs=3
+    )
     unary = _logprob_entries([llama.stub.Predict(req, timeout=30)])
     streamed = _logprob_entries(list(llama.stub.PredictStream(req, timeout=30)))
     assert len(unary) == 10  # one entry per generated token
     assert [e["token"] for e in streamed] == [e["token"] for e in unary]
-    assert all(math.isclose(s["logprob"], u["logprob"], abs_tol=1e-4) for s, u in zip(streamed, unary, strict=True))
+    assert all(
+        math.isclose(s["logprob"], u["logprob"], abs_tol=1e-4) for s, u in zip(streamed, unary, strict=True)
+    )
     for entry in unary:
         top = [alt["logprob"] for alt in entry["top_logprobs"]]
         assert entry["logprob"] <= 0 and len(top) == 3 and top == sorted(top, reverse=True)
@@ -326,13 +332,19 @@ def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy
     assert (by_ids.message, by_ids.prompt_tokens) == (by_text.message, by_text.prompt_tokens)
     first = json.loads(by_text.logprobs)["content"][0]
     vocab = _vocab(tiny_model)
-    same_text = [i for i in range(vocab.n_vocab()) if vocab.detokenize([i]) == bytes(first["bytes"])]  # + byte pieces
+    same_text = [
+        i for i in range(vocab.n_vocab()) if vocab.detokenize([i]) == bytes(first["bytes"])
+    ]  # + byte pieces
     bias = json.dumps({str(token): -100 for token in same_text})
     banned = pb.PredictOptions(Prompt="hello world", LogitBias=bias, **greedy)
-    assert json.loads(llama.stub.Predict(banned, timeout=30).logprobs)["content"][0]["token"] != first["token"]
+    assert (
+        json.loads(llama.stub.Predict(banned, timeout=30).logprobs)["content"][0]["token"] != first["token"]
+    )
     for field, value in (("EmbeddingTokens", [1, 10**6]), ("LogitBias", '{"1": 250}'), ("LogitBias", "[1]")):
-        error = rpc_error(llama.stub.Predict, pb.PredictOptions(Prompt="hi" if field != "EmbeddingTokens" else "",
-                                                                 Tokens=2, **{field: value}))
+        error = rpc_error(
+            llama.stub.Predict,
+            pb.PredictOptions(Prompt="hi" if field != "EmbeddingTokens" else "", Tokens=2, **{field: value}),
+        )
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and field in error.details(), error.details()
     assert llama.process.poll() is None
 

@@ -24,8 +24,9 @@ PROMPT = "one two three"
 
 
 def _load(backend: Backend, model: str, *options: str) -> None:
-    result = backend.stub.LoadModel(pb.ModelOptions(Model=model, Options=list(options)), timeout=60,
-                                    metadata=backend.auth())
+    result = backend.stub.LoadModel(
+        pb.ModelOptions(Model=model, Options=list(options)), timeout=60, metadata=backend.auth()
+    )
     assert result.success, result.message
 
 
@@ -59,14 +60,18 @@ async def _lane_of(channels: BackendChannels, address: str) -> LaneConnection:
     raise AssertionError(f"no fast lane to {address} after 4s")
 
 
-async def test_the_frontend_uses_the_lane_a_backend_advertises_and_gets_grpcs_answers(backend: Backend) -> None:
+async def test_the_frontend_uses_the_lane_a_backend_advertises_and_gets_grpcs_answers(
+    backend: Backend,
+) -> None:
     assert _lane_port(backend) > 0
     channels = BackendChannels(TOKEN)
     try:
         address = _address(backend)
         first = channels.caller(address)
         assert not isinstance(first, LaneConnection)  # gRPC until the lane is found
-        over_grpc = await first.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=4), metadata=channels.metadata)
+        over_grpc = await first.Predict(
+            pb.PredictOptions(Prompt=PROMPT, Tokens=4), metadata=channels.metadata
+        )
         fast = await _lane_of(channels, address)
         assert channels.caller(address) is fast
         over_lane = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=4), timeout=10)
@@ -151,7 +156,9 @@ async def _closed_by_peer(port: int, *frames: bytes) -> bool:
         await writer.wait_closed()
 
 
-async def test_a_hostile_frame_length_closes_the_connection_and_the_backend_keeps_serving(backend: Backend) -> None:
+async def test_a_hostile_frame_length_closes_the_connection_and_the_backend_keeps_serving(
+    backend: Backend,
+) -> None:
     port = _lane_port(backend)
     huge = lane.HEADER.pack(0xFFFFFFF0, lane.CALL, 1)
     assert await _closed_by_peer(port, huge)  # before HELLO: over the 4 KiB hello bound
@@ -175,7 +182,9 @@ async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path) -> None:
             for _ in range(3):
                 caller = channels.caller(address)
                 assert not isinstance(caller, LaneConnection)
-                reply = await caller.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=3), metadata=channels.metadata)
+                reply = await caller.Predict(
+                    pb.PredictOptions(Prompt=PROMPT, Tokens=3), metadata=channels.metadata
+                )
                 assert reply.tokens == 3
                 await asyncio.sleep(0.05)
             assert channels.lane(address) is None
@@ -207,7 +216,8 @@ async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_kee
 
 @pytest.mark.slow
 async def test_a_backend_silent_for_longer_than_the_ping_interval_but_within_the_timeout_keeps_its_stream(
-        tmp_path) -> None:
+    tmp_path,
+) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN) as starved:
         _load(starved, "sim", "output_token_time_s:0.02")
         fast = await _lane(starved, Keepalive(0.5, 10.0))  # pinged often, a generous bound

@@ -54,7 +54,9 @@ def engine(files: Path) -> Iterator[LlamaCppEngine]:
     engine.free()
 
 
-def _rerank(engine: LlamaCppEngine, documents: list[str], top_n: int = 0, query: str = QUERY) -> pb.RerankResult:
+def _rerank(
+    engine: LlamaCppEngine, documents: list[str], top_n: int = 0, query: str = QUERY
+) -> pb.RerankResult:
     return engine.rerank(pb.RerankRequest(query=query, documents=documents, top_n=top_n))
 
 
@@ -79,13 +81,17 @@ def test_top_n_keeps_the_best_and_usage_counts_every_pair_token(engine: LlamaCpp
     assert list(top.results) == list(full.results)[:2]
     llm = engine._llm
     assert llm is not None
-    words = sum(len(llm.tokenize(text.encode(), add_bos=False, special=False)) for text in [QUERY, *DOCUMENTS])
+    words = sum(
+        len(llm.tokenize(text.encode(), add_bos=False, special=False)) for text in [QUERY, *DOCUMENTS]
+    )
     n_query = len(llm.tokenize(QUERY.encode(), add_bos=False, special=False))
     pair_tokens = words + (len(DOCUMENTS) - 1) * n_query + 3 * len(DOCUMENTS)  # [CLS] q [SEP] d [SEP] each
     assert top.usage.prompt_tokens == top.usage.total_tokens == pair_tokens
 
 
-def test_a_rerank_template_is_used_and_gives_the_layout_it_spells(files: Path, engine: LlamaCppEngine) -> None:
+def test_a_rerank_template_is_used_and_gives_the_layout_it_spells(
+    files: Path, engine: LlamaCppEngine
+) -> None:
     templated = _engine(files / "rr-template.gguf", Reranking=True)
     try:
         assert templated._pair_format is not None and templated._pair_format.template is not None
@@ -95,7 +101,8 @@ def test_a_rerank_template_is_used_and_gives_the_layout_it_spells(files: Path, e
     built_in = _rerank(engine, DOCUMENTS)
     assert [i.index for i in with_template.results] == [i.index for i in built_in.results]
     assert [i.relevance_score for i in with_template.results] == pytest.approx(
-        [i.relevance_score for i in built_in.results], abs=1e-5)
+        [i.relevance_score for i in built_in.results], abs=1e-5
+    )
     assert with_template.usage == built_in.usage
 
 
@@ -110,25 +117,32 @@ def test_a_pair_too_long_for_the_model_is_refused_by_name(engine: LlamaCppEngine
 def test_a_batch_size_above_llamas_default_micro_batch_scores_a_pair_that_long(files: Path) -> None:
     wide = _engine(files / "rr.gguf", Reranking=True, ContextSize=1024, NBatch=1024)
     try:
-        result = _rerank(wide, ["a dog", "fox " * 700])  # a pair of 709 tokens: one micro-batch of more than 512
+        result = _rerank(
+            wide, ["a dog", "fox " * 700]
+        )  # a pair of 709 tokens: one micro-batch of more than 512
     finally:
         wide.free()
     assert sorted(item.index for item in result.results) == [0, 1] and result.usage.total_tokens == 709 + 11
 
 
-@pytest.mark.parametrize(("request_fields", "words"), [
-    ({"query": "", "documents": ["a"]}, "Rerank needs a non-empty query"),
-    ({"query": "q", "documents": []}, "Rerank needs at least one document"),
-    ({"query": "q", "documents": ["a"], "top_n": -1}, "Rerank top_n must be >= 0"),
-])
-def test_a_malformed_request_is_refused(engine: LlamaCppEngine, request_fields: dict[str, object],
-                                        words: str) -> None:
+@pytest.mark.parametrize(
+    ("request_fields", "words"),
+    [
+        ({"query": "", "documents": ["a"]}, "Rerank needs a non-empty query"),
+        ({"query": "q", "documents": []}, "Rerank needs at least one document"),
+        ({"query": "q", "documents": ["a"], "top_n": -1}, "Rerank top_n must be >= 0"),
+    ],
+)
+def test_a_malformed_request_is_refused(
+    engine: LlamaCppEngine, request_fields: dict[str, object], words: str
+) -> None:
     with pytest.raises(InvalidRequestError, match=words):
         engine.rerank(pb.RerankRequest(**request_fields))  # type: ignore[arg-type]
 
 
 def test_rerank_needs_the_model_loaded_for_reranking_and_a_reranker_only_reranks(
-        files: Path, engine: LlamaCppEngine) -> None:
+    files: Path, engine: LlamaCppEngine
+) -> None:
     plain = _engine(files / "llama.gguf", Embeddings=True)
     try:
         with pytest.raises(NotSupportedError, match="loaded without reranking; set reranking: true"):
@@ -146,16 +160,18 @@ def test_reranking_a_model_without_a_classifier_head_fails_the_load(files: Path)
         _engine(files / "llama.gguf", Reranking=True)
 
 
-def test_the_rerank_rpc_serves_the_engines_order_and_an_engine_without_it_names_it(files: Path,
-                                                                                     engine: LlamaCppEngine) -> None:
+def test_the_rerank_rpc_serves_the_engines_order_and_an_engine_without_it_names_it(
+    files: Path, engine: LlamaCppEngine
+) -> None:
     request = pb.RerankRequest(query=QUERY, documents=DOCUMENTS, top_n=3)
     with running_backend("llama-cpp", files) as backend:
         assert load(backend, "rr", ModelFile=str(files / "rr.gguf"), ContextSize=512, Reranking=True).success
         served = backend.stub.Rerank(request, timeout=30)
     alone = engine.rerank(request)
     assert [i.index for i in served.results] == [i.index for i in alone.results] and len(alone.results) == 3
-    assert [i.relevance_score for i in served.results] == pytest.approx([i.relevance_score for i in alone.results],
-                                                                        abs=1e-4)
+    assert [i.relevance_score for i in served.results] == pytest.approx(
+        [i.relevance_score for i in alone.results], abs=1e-4
+    )
     assert served.usage == alone.usage
     with running_backend("simulator", files) as backend:
         assert load(backend, "sim").success

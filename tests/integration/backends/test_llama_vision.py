@@ -35,8 +35,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _engine(files: Path, projector: str = "proj.gguf") -> LlamaCppEngine:
     engine = LlamaCppEngine()
-    engine.load(pb.ModelOptions(ModelFile=str(files / "tiny.gguf"), ContextSize=512,
-                                MMProj=str(files / projector) if projector else ""))
+    engine.load(
+        pb.ModelOptions(
+            ModelFile=str(files / "tiny.gguf"),
+            ContextSize=512,
+            MMProj=str(files / projector) if projector else "",
+        )
+    )
     return engine
 
 
@@ -51,13 +56,17 @@ def _ask(engine: LlamaCppEngine, images: list[str], prompt: str = "look <__media
     return engine.predict(pb.PredictOptions(Prompt=prompt, Images=images, Tokens=4, Logprobs=1))
 
 
-@pytest.mark.parametrize(("projector", "words"), [
-    ("proj-32.gguf", "mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)"),
-    ("junk.gguf", "could not load the projector"),
-    ("missing.gguf", "does not exist"),
-])
-def test_a_projector_that_does_not_fit_fails_the_load_with_llama_cpps_reason(files: Path, projector: str,
-                                                                             words: str) -> None:
+@pytest.mark.parametrize(
+    ("projector", "words"),
+    [
+        ("proj-32.gguf", "mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)"),
+        ("junk.gguf", "could not load the projector"),
+        ("missing.gguf", "does not exist"),
+    ],
+)
+def test_a_projector_that_does_not_fit_fails_the_load_with_llama_cpps_reason(
+    files: Path, projector: str, words: str
+) -> None:
     with pytest.raises(LoadError, match="projector") as caught:
         _engine(files, projector)
     assert words in str(caught.value)
@@ -66,19 +75,26 @@ def test_a_projector_that_does_not_fit_fails_the_load_with_llama_cpps_reason(fil
 def test_images_are_evaluated_and_the_cache_never_reuses_an_images_positions(engine: LlamaCppEngine) -> None:
     red = _ask(engine, [RED])
     text = _ask(engine, [], "look  now")
-    blue = _ask(engine, [BLUE])  # the same text around another image: the image's positions are evaluated again
+    blue = _ask(
+        engine, [BLUE]
+    )  # the same text around another image: the image's positions are evaluated again
     assert red.prompt_tokens - text.prompt_tokens in (IMAGE_TOKENS - 1, IMAGE_TOKENS, IMAGE_TOKENS + 1)
     assert red.logprobs != blue.logprobs
     assert _ask(engine, [RED]).logprobs == red.logprobs
 
 
-@pytest.mark.parametrize(("images", "prompt", "words"), [
-    (["!!"], "a <__media__> b", "Images[0] is not base64"),
-    (["aGk="], "a <__media__> b", "Images[0] could not be decoded"),
-    ([RED, RED], "a <__media__> b", "marks 1 images"),
-    ([RED], "a <__media__>", "ends with an image"),
-])
-def test_bad_images_are_invalid_requests(engine: LlamaCppEngine, images: list[str], prompt: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("images", "prompt", "words"),
+    [
+        (["!!"], "a <__media__> b", "Images[0] is not base64"),
+        (["aGk="], "a <__media__> b", "Images[0] could not be decoded"),
+        ([RED, RED], "a <__media__> b", "marks 1 images"),
+        ([RED], "a <__media__>", "ends with an image"),
+    ],
+)
+def test_bad_images_are_invalid_requests(
+    engine: LlamaCppEngine, images: list[str], prompt: str, words: str
+) -> None:
     with pytest.raises(InvalidRequestError, match=words.replace("[", r"\[").replace("]", r"\]")):
         _ask(engine, images, prompt)
     assert _ask(engine, [RED]).prompt_tokens > 0  # the engine still serves

@@ -20,7 +20,9 @@ def test_setup_writes_secrets_readable_by_the_owner_only(jwt_server: NatsServer)
     assert (out / "frontend.env").stat().st_mode & 0o777 == 0o600
     assert (out / "seeds.txt").stat().st_mode & 0o777 == 0o600
     env = dict(line.split("=", 1) for line in (out / "frontend.env").read_text().split())
-    assert env["LOCALAI_NATS_ACCOUNT_SEED"].startswith("SA") and env["LOCALAI_NATS_SERVICE_SEED"].startswith("SU")
+    assert env["LOCALAI_NATS_ACCOUNT_SEED"].startswith("SA") and env["LOCALAI_NATS_SERVICE_SEED"].startswith(
+        "SU"
+    )
 
 
 async def _request_when_subscribed(nc: Client, subject: str) -> Msg:
@@ -34,9 +36,13 @@ async def _request_when_subscribed(nc: Client, subject: str) -> Msg:
 
 
 async def test_a_minted_worker_uses_its_own_subjects_and_is_denied_another_nodes_install(
-        jwt_server: NatsServer, material: auth_setup.AuthMaterial) -> None:
-    service = await bus.connect(jwt_server.url, "frontend",
-                                credentials=NatsCredentials.static(material.service_jwt, material.service_seed))
+    jwt_server: NatsServer, material: auth_setup.AuthMaterial
+) -> None:
+    service = await bus.connect(
+        jwt_server.url,
+        "frontend",
+        credentials=NatsCredentials.static(material.service_jwt, material.service_seed),
+    )
     jwt, seed = natsauth.mint_worker(material.account, "node-a", ttl_s=300)
     worker = await bus.connect(jwt_server.url, "worker-a", credentials=NatsCredentials.static(jwt, seed))
     errors: list[Exception] = []
@@ -46,6 +52,7 @@ async def test_a_minted_worker_uses_its_own_subjects_and_is_denied_another_nodes
 
     worker._error_cb = on_error
     try:
+
         async def answer(msg: Msg) -> None:
             await msg.respond(b'{"success":true}')
 
@@ -59,7 +66,9 @@ async def test_a_minted_worker_uses_its_own_subjects_and_is_denied_another_nodes
             if errors:
                 break
             await asyncio.sleep(0.05)
-        assert any('permissions violation for publish to "nodes.node-b.backend.install"' in str(e) for e in errors)
+        assert any(
+            'permissions violation for publish to "nodes.node-b.backend.install"' in str(e) for e in errors
+        )
     finally:
         await worker.close()
         await service.close()

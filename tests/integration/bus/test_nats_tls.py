@@ -20,8 +20,10 @@ def ca(state_root: Path) -> TlsFilesOnDisk:
 
 
 def _server(state_root: Path, name: str, ca: TlsFilesOnDisk, verify: bool) -> NatsServer:
-    config = (f'tls {{\n  cert_file: "{ca.server_cert}"\n  key_file: "{ca.server_key}"\n'
-              f'  ca_file: "{ca.ca}"\n  verify: {"true" if verify else "false"}\n  timeout: 2\n}}\n')
+    config = (
+        f'tls {{\n  cert_file: "{ca.server_cert}"\n  key_file: "{ca.server_key}"\n'
+        f'  ca_file: "{ca.ca}"\n  verify: {"true" if verify else "false"}\n  timeout: 2\n}}\n'
+    )
     return nats_server(state_root / name, config, scheme="tls").start()
 
 
@@ -58,10 +60,14 @@ async def test_mtls_with_a_client_certificate(mtls_server: NatsServer, ca: TlsFi
     assert await _round_trip(mtls_server.url, tls) == b"hello"
 
 
-async def test_mtls_without_a_client_certificate_is_refused(mtls_server: NatsServer, ca: TlsFilesOnDisk) -> None:
+async def test_mtls_without_a_client_certificate_is_refused(
+    mtls_server: NatsServer, ca: TlsFilesOnDisk
+) -> None:
     await connect_refused(mtls_server.url, tls=TlsFiles(ca=str(ca.ca)).context(mtls_server.url))
 
 
 def test_a_cert_without_its_key_is_a_named_configuration_error() -> None:
-    with pytest.raises(NatsAuthError, match="LOCALAI_NATS_TLS_CERT and LOCALAI_NATS_TLS_KEY must be set together"):
+    with pytest.raises(
+        NatsAuthError, match="LOCALAI_NATS_TLS_CERT and LOCALAI_NATS_TLS_KEY must be set together"
+    ):
         TlsFiles(cert="/x.pem").context("tls://h:4222")

@@ -17,15 +17,34 @@ async def test_bus_hints_reach_a_client_with_only_their_routing_fields(nats_url:
         hub = EventHub(nc)
         async with hub.client() as queue:
             await publish_node_event(nc, "node-1", "draining")
-            await nc.publish("corral.replicas", json.dumps({
-                "op": "loaded", "model": "m", "node_id": "n", "node_name": "w", "replica_index": 0,
-                "address": "10.0.0.1:5000", "mark": "secret-ish"}).encode())
+            await nc.publish(
+                "corral.replicas",
+                json.dumps(
+                    {
+                        "op": "loaded",
+                        "model": "m",
+                        "node_id": "n",
+                        "node_name": "w",
+                        "replica_index": 0,
+                        "address": "10.0.0.1:5000",
+                        "mark": "secret-ish",
+                    }
+                ).encode(),
+            )
             await nc.publish("corral.load.m", b"not json")  # dropped
-            await nc.publish("corral.load.m", json.dumps({"tracking_key": "m", "ok": True, "error": None}).encode())
+            await nc.publish(
+                "corral.load.m", json.dumps({"tracking_key": "m", "ok": True, "error": None}).encode()
+            )
             got = [await asyncio.wait_for(queue.get(), 5) for _ in range(3)]
         assert got[0] == {"kind": "node", "node_id": "node-1", "status": "draining"}
-        assert got[1] == {"kind": "replica", "op": "loaded", "model": "m", "node_id": "n", "node_name": "w",
-                          "replica_index": 0}  # no address, no mark
+        assert got[1] == {
+            "kind": "replica",
+            "op": "loaded",
+            "model": "m",
+            "node_id": "n",
+            "node_name": "w",
+            "replica_index": 0,
+        }  # no address, no mark
         assert got[2]["kind"] == "load" and got[2]["ok"] is True
         assert hub.client_count == 0
     finally:

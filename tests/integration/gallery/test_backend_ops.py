@@ -37,8 +37,13 @@ async def worker(nats_url: str, tmp_path: Path, gallery_index: Path) -> AsyncIte
     backends = tmp_path / "backends"
     manager = make_manager(backends, [GalleryRef("test", str(gallery_index))], builtins=True)
     base = free_port()
-    supervisor = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token="tok",
-                            start_timeout_s=30, registry=manager.registry)
+    supervisor = Supervisor(
+        PortAllocator(base, base + 20),
+        bind_host="127.0.0.1",
+        token="tok",
+        start_timeout_s=30,
+        registry=manager.registry,
+    )
     nc = await nats.connect(nats_url)
 
     async def stop_node() -> None:
@@ -53,15 +58,17 @@ async def worker(nats_url: str, tmp_path: Path, gallery_index: Path) -> AsyncIte
 
 @pytest.mark.slow
 async def test_install_streams_progress_then_serves_and_upgrade_and_delete_report_stopped_keys(
-        worker: Worker) -> None:
+    worker: Worker,
+) -> None:
     events: list[dict[str, object]] = []
 
     async def on_progress(msg: Msg) -> None:
         events.append(json.loads(msg.data))
 
     sub = await worker.nc.subscribe(subjects.backend_install_progress(NODE, "op1"), cb=on_progress)
-    reply = await worker.ask(subjects.backend_install(NODE), {"backend": "refbackend", "model_id": "m1",
-                                                              "op_id": "op1"})
+    reply = await worker.ask(
+        subjects.backend_install(NODE), {"backend": "refbackend", "model_id": "m1", "op_id": "op1"}
+    )
     assert reply["success"] is True and str(reply["address"]).startswith("127.0.0.1:")
     await worker.nc.flush()
     await sub.unsubscribe()
@@ -89,21 +96,25 @@ async def test_install_streams_progress_then_serves_and_upgrade_and_delete_repor
     assert not (worker.backends / "refbackend").exists() and list(worker.supervisor.processes) == ["s1#0"]
 
 
-@pytest.mark.parametrize("body, needle", [
-    ({"backend": "../etc"}, "field 'backend'"),
-    ({"backend": "a/b"}, "field 'backend'"),
-    ({"backend": "a\u0000b"}, "field 'backend'"),
-    ({"backend": ""}, "field 'backend' is required"),
-    ({"backend": "x" * 5000}, "field 'backend' must be at most"),
-    ({"backend": "nope"}, "galleries searched: test"),
-    ({"backend": "simulator", "model_id": "../m"}, "field 'model_id'"),
-    ({"backend": "simulator", "replica_index": -1}, "field 'replica_index'"),
-    ({"backend": "simulator", "replica_index": 1 << 40}, "field 'replica_index'"),
-    ({"backend": "simulator", "op_id": "x" * 10_000}, "field 'op_id'"),
-    ({"backend": "x", "backend_galleries": "[not json"}, "backend_galleries"),
-])
-async def test_bad_install_requests_get_an_error_naming_the_field(worker: Worker, body: dict[str, object],
-                                                                  needle: str) -> None:
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ({"backend": "../etc"}, "field 'backend'"),
+        ({"backend": "a/b"}, "field 'backend'"),
+        ({"backend": "a\u0000b"}, "field 'backend'"),
+        ({"backend": ""}, "field 'backend' is required"),
+        ({"backend": "x" * 5000}, "field 'backend' must be at most"),
+        ({"backend": "nope"}, "galleries searched: test"),
+        ({"backend": "simulator", "model_id": "../m"}, "field 'model_id'"),
+        ({"backend": "simulator", "replica_index": -1}, "field 'replica_index'"),
+        ({"backend": "simulator", "replica_index": 1 << 40}, "field 'replica_index'"),
+        ({"backend": "simulator", "op_id": "x" * 10_000}, "field 'op_id'"),
+        ({"backend": "x", "backend_galleries": "[not json"}, "backend_galleries"),
+    ],
+)
+async def test_bad_install_requests_get_an_error_naming_the_field(
+    worker: Worker, body: dict[str, object], needle: str
+) -> None:
     reply = await worker.ask(subjects.backend_install(NODE), body, timeout_s=30)
     assert reply["success"] is False and needle in str(reply["error"])
     assert not worker.backends.exists() or [p.name for p in worker.backends.iterdir()] == []
@@ -114,19 +125,24 @@ async def test_system_backends_cannot_be_deleted(worker: Worker) -> None:
     assert reply["success"] is False and "system backend" in str(reply["error"])
 
 
-async def test_an_install_by_uri_installs_that_directory_under_the_given_name(worker: Worker,
-                                                                             gallery_index: Path) -> None:
+async def test_an_install_by_uri_installs_that_directory_under_the_given_name(
+    worker: Worker, gallery_index: Path
+) -> None:
     """The reference's external install: `uri` (+ `name`/`alias`) instead of a gallery entry."""
     tiny = gallery_index.parent / "tiny-external"
     tiny.mkdir(exist_ok=True)
     (tiny / "run.sh").write_text("#!/bin/sh\nexec sleep 60\n")
-    reply = await worker.ask(subjects.backend_upgrade(NODE), {"backend": "x"})  # nothing installed: clear error
+    reply = await worker.ask(
+        subjects.backend_upgrade(NODE), {"backend": "x"}
+    )  # nothing installed: clear error
     assert reply["success"] is False and "galleries searched" in str(reply["error"])
     bad = await worker.ask(subjects.backend_install(NODE), {"backend": "ext", "uri": "relative/dir"})
     assert bad["success"] is False and "field 'uri'" in str(bad["error"])
     listed_before = await worker.ask(subjects.backend_list(NODE), {})
     assert "ext" not in {b["name"] for b in listed_before["backends"]}  # type: ignore[union-attr]
-    await worker.handlers.backend_ops.manager.ensure("ext", direct=external_entry("ext", str(tiny), None, None))
+    await worker.handlers.backend_ops.manager.ensure(
+        "ext", direct=external_entry("ext", str(tiny), None, None)
+    )
     listed = await worker.ask(subjects.backend_list(NODE), {})
     ext = {b["name"]: b for b in listed["backends"]}["ext"]  # type: ignore[union-attr]
     assert ext["uri"] == str(tiny) and ext["gallery_url"] == str(tiny)

@@ -34,8 +34,9 @@ class CountingInstaller(BackendInstaller):
 
 
 @slow
-async def test_install_into_an_empty_path_is_complete_and_survives_a_restart(tmp_path: Path,
-                                                                         gallery_index: Path) -> None:
+async def test_install_into_an_empty_path_is_complete_and_survives_a_restart(
+    tmp_path: Path, gallery_index: Path
+) -> None:
     backends = tmp_path / "backends"
     galleries = [GalleryRef("test", str(gallery_index))]
     manager = make_manager(backends, galleries)
@@ -52,8 +53,12 @@ async def test_install_into_an_empty_path_is_complete_and_survives_a_restart(tmp
     installed = first.directory
     assert (installed / "metadata.json").is_file() and (installed / "venv" / "bin" / "python").exists()
     assert {"resolving", "extracting", "downloading"} <= {phase for phase, _ in seen}
-    site = subprocess.run([str(installed / "venv" / "bin" / "python"), "-c", "import refdep; print(refdep.__file__)"],
-                          capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    site = subprocess.run(
+        [str(installed / "venv" / "bin" / "python"), "-c", "import refdep; print(refdep.__file__)"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert str(installed / "venv") in site.stdout  # refdep is in the backend's own venv
     activate = (installed / "venv" / "bin" / "activate").read_text()
     assert f'VIRTUAL_ENV="{installed}/venv"' in activate  # relocated before publishing
@@ -66,22 +71,34 @@ async def test_install_into_an_empty_path_is_complete_and_survives_a_restart(tmp
 
 
 @slow
-async def test_an_archive_with_its_digest_installs_and_a_mismatch_leaves_nothing(tmp_path: Path,
-                                                                               gallery_index: Path) -> None:
+async def test_an_archive_with_its_digest_installs_and_a_mismatch_leaves_nothing(
+    tmp_path: Path, gallery_index: Path
+) -> None:
     backends = tmp_path / "backends"
     manager = make_manager(backends, [GalleryRef("test", str(gallery_index))], require_integrity=True)
     installed = await manager.ensure("refarchive")
     assert installed.metadata.digest and installed.metadata.uri and installed.metadata.uri.endswith(".tar.gz")
 
-    bad = write_index(tmp_path / "bad.yaml", [{"name": "tampered", "uri": str(gallery_index.parent / "refarchive.tar.gz"),
-                                               "sha256": "0" * 64, "python": PYTHON_SECTION}])
+    bad = write_index(
+        tmp_path / "bad.yaml",
+        [
+            {
+                "name": "tampered",
+                "uri": str(gallery_index.parent / "refarchive.tar.gz"),
+                "sha256": "0" * 64,
+                "python": PYTHON_SECTION,
+            }
+        ],
+    )
     manager = make_manager(backends, [GalleryRef("bad", str(bad))], require_integrity=True)
     with pytest.raises(InstallError, match="digest mismatch"):
         await manager.ensure("tampered")
     assert _names(backends) == ["refarchive"]
 
 
-async def test_integrity_required_refuses_an_entry_without_a_digest(tmp_path: Path, gallery_index: Path) -> None:
+async def test_integrity_required_refuses_an_entry_without_a_digest(
+    tmp_path: Path, gallery_index: Path
+) -> None:
     manager = make_manager(tmp_path / "b", [GalleryRef("test", str(gallery_index))], require_integrity=True)
     with pytest.raises(InstallError, match="LOCALAI_REQUIRE_BACKEND_INTEGRITY"):
         await manager.ensure("refbackend")
@@ -96,7 +113,8 @@ async def test_an_unknown_backend_names_the_galleries_searched(tmp_path: Path, g
 
 @slow
 async def test_an_unpack_that_fails_half_way_leaves_nothing_and_other_backends_keep_working(
-        tmp_path: Path, gallery_index: Path) -> None:
+    tmp_path: Path, gallery_index: Path
+) -> None:
     backends = tmp_path / "backends"
     source = gallery_index.parent / "refbackend"
     big = tmp_path / "big"
@@ -108,8 +126,13 @@ async def test_an_unpack_that_fails_half_way_leaves_nothing_and_other_backends_k
     tar_gz(big, good)
     cut = tmp_path / "cut.tar.gz"
     cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # fails half-way through extraction
-    index = write_index(tmp_path / "i.yaml", [{"name": "cut", "uri": str(cut)},
-                                               {"name": "refbackend", "uri": str(source), "python": PYTHON_SECTION}])
+    index = write_index(
+        tmp_path / "i.yaml",
+        [
+            {"name": "cut", "uri": str(cut)},
+            {"name": "refbackend", "uri": str(source), "python": PYTHON_SECTION},
+        ],
+    )
     manager = make_manager(backends, [GalleryRef("i", str(index))])
     await manager.ensure("refbackend")
     with pytest.raises(InstallError, match="archive"):
@@ -152,30 +175,43 @@ def test_leftovers_of_a_crashed_install_are_invisible_and_cleaned(tmp_path: Path
     (backends / "y" / "run.sh").write_text("#!/bin/sh\n")  # no metadata.json: an install cut short
     registry = BackendRegistry(backends, None, None)
     assert registry.installed() == [] and registry.find("y") is None
-    assert BackendInstaller(backends, require_integrity=False, timeout_s=5).clean_leftovers() == [".install-x-123"]
+    assert BackendInstaller(backends, require_integrity=False, timeout_s=5).clean_leftovers() == [
+        ".install-x-123"
+    ]
     assert _names(backends) == ["y"]
 
 
 @slow
-async def test_an_installed_reference_layout_backend_runs_unmodified(tmp_path: Path, gallery_index: Path) -> None:
+async def test_an_installed_reference_layout_backend_runs_unmodified(
+    tmp_path: Path, gallery_index: Path
+) -> None:
     """backend.py generated from backend.proto + the reference's run.sh (source venv/bin/activate; python ...)."""
     import grpc
 
     from corral.proto import backend_pb2, backend_pb2_grpc
+
     backends = tmp_path / "backends"
     manager = make_manager(backends, [GalleryRef("test", str(gallery_index))])
     installed = await manager.ensure("refbackend")
     base = free_port()
-    supervisor = Supervisor(PortAllocator(base, base + 10), bind_host="127.0.0.1", token="tok",
-                            start_timeout_s=30, registry=manager.registry)
+    supervisor = Supervisor(
+        PortAllocator(base, base + 10),
+        bind_host="127.0.0.1",
+        token="tok",
+        start_timeout_s=30,
+        registry=manager.registry,
+    )
     try:
         proc = await supervisor.ensure("m#0", installed)
         assert await _probe_health(proc.local_address, "tok", 2.0)
         assert not await _probe_health(proc.local_address, "wrong", 2.0)  # its own bearer check, from our env
         async with grpc.aio.insecure_channel(proc.local_address) as channel:
             stub = backend_pb2_grpc.BackendStub(channel)
-            reply = await stub.Predict(backend_pb2.PredictOptions(Prompt="hi"), timeout=5,
-                                       metadata=(("authorization", "Bearer tok"),))
+            reply = await stub.Predict(
+                backend_pb2.PredictOptions(Prompt="hi"),
+                timeout=5,
+                metadata=(("authorization", "Bearer tok"),),
+            )
         assert reply.message == b"refbackend says: hi"
         assert await supervisor.ensure("m#0", "ref") is proc  # reused by alias: same directory, same inode
     finally:
@@ -183,15 +219,20 @@ async def test_an_installed_reference_layout_backend_runs_unmodified(tmp_path: P
 
 
 @slow
-def test_python_common_is_copied_in_as_common_and_a_missing_one_leaves_nothing(tmp_path: Path,
-                                                                              gallery_index: Path) -> None:
+def test_python_common_is_copied_in_as_common_and_a_missing_one_leaves_nothing(
+    tmp_path: Path, gallery_index: Path
+) -> None:
     shared = tmp_path / "gallery" / "shared"
     shared.mkdir(parents=True)
     (shared / "corral_backend.py").write_text("SHARED = True\n")
     source = gallery_index.parent / "refbackend"
-    index = write_index(tmp_path / "gallery" / "index.yaml", [
-        {"name": "withcommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "shared"}},
-        {"name": "nocommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "absent"}}])
+    index = write_index(
+        tmp_path / "gallery" / "index.yaml",
+        [
+            {"name": "withcommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "shared"}},
+            {"name": "nocommon", "uri": str(source), "python": {**PYTHON_SECTION, "common": "absent"}},
+        ],
+    )
     ref = GalleryRef("test", str(index))
     backends = tmp_path / "backends"
     installer = BackendInstaller(backends, require_integrity=False, timeout_s=30)

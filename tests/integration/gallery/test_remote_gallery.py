@@ -42,8 +42,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     thread.join(5)
 
 
-def test_an_archive_listed_by_an_http_index_installs_relative_to_the_index(tmp_path: Path,
-                                                                          served: tuple[str, Path]) -> None:
+def test_an_archive_listed_by_an_http_index_installs_relative_to_the_index(
+    tmp_path: Path, served: tuple[str, Path]
+) -> None:
     base, www = served
     src = tmp_path / "tiny"
     src.mkdir()
@@ -55,7 +56,8 @@ def test_an_archive_listed_by_an_http_index_installs_relative_to_the_index(tmp_p
     entry, _ = find_entry("tiny", [ref], timeout_s=5)
     seen: list[str] = []
     target = BackendInstaller(tmp_path / "backends", require_integrity=True, timeout_s=5).install(
-        entry, ref, lambda phase, *_: seen.append(phase))
+        entry, ref, lambda phase, *_: seen.append(phase)
+    )
     assert (target / "run.sh").stat().st_mode & 0o111 and (target / "metadata.json").is_file()
     assert "downloading" in seen and "extracting" in seen
 

@@ -60,10 +60,19 @@ def models_dir(state_root: Path) -> Path:
 def _start(directory: Path, models_root: Path, argv_prefix: tuple[str, ...] = ()) -> Running:
     port = _free_port()
     stderr = tempfile.TemporaryFile()
-    env = {**os.environ, "LOCALAI_GRPC_AUTH_TOKEN": TOKEN, "CORRAL_BACKEND_MODELS_ROOT": str(models_root),
-           "LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "200ms"}
-    process = subprocess.Popen([*argv_prefix, str(directory / "run.sh"), "--addr", f"127.0.0.1:{port}"],
-                               cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    env = {
+        **os.environ,
+        "LOCALAI_GRPC_AUTH_TOKEN": TOKEN,
+        "CORRAL_BACKEND_MODELS_ROOT": str(models_root),
+        "LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "200ms",
+    }
+    process = subprocess.Popen(
+        [*argv_prefix, str(directory / "run.sh"), "--addr", f"127.0.0.1:{port}"],
+        cwd=directory,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     running = Running(process, backend_pb2_grpc.BackendStub(channel), channel, stderr)
     deadline = time.monotonic() + HEALTH_DEADLINE_S
@@ -100,15 +109,19 @@ def backend(st_backends_path: Path, models_dir: Path) -> Iterator[Running]:
 
 @pytest.fixture(scope="module")
 def loaded(backend: Running, models_dir: Path) -> Running:
-    result = backend.stub.LoadModel(pb.ModelOptions(Model=IDENTITY, ModelFile=str(models_dir / IDENTITY),
-                                                    ModelPath=str(models_dir)), metadata=AUTH, timeout=120)
+    result = backend.stub.LoadModel(
+        pb.ModelOptions(Model=IDENTITY, ModelFile=str(models_dir / IDENTITY), ModelPath=str(models_dir)),
+        metadata=AUTH,
+        timeout=120,
+    )
     assert result.success, f"{result.message}\n{backend.log()}"
     return backend
 
 
 def _embed(running: Running, text: str, identity: str = IDENTITY) -> pb.EmbeddingResult:
-    return running.stub.Embedding(pb.PredictOptions(Embeddings=text, ModelIdentity=identity), metadata=AUTH,
-                                  timeout=60)
+    return running.stub.Embedding(
+        pb.PredictOptions(Embeddings=text, ModelIdentity=identity), metadata=AUTH, timeout=60
+    )
 
 
 def _code(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
@@ -133,13 +146,18 @@ def test_auth_refusals_and_an_unloaded_backend(st_backends_path: Path, models_di
         status = running.stub.Status(pb.HealthMessage(), metadata=AUTH, timeout=5)
         assert status.state == pb.StatusResponse.UNINITIALIZED
 
-        outside = running.stub.LoadModel(pb.ModelOptions(Model="x", ModelFile="/etc"), metadata=AUTH, timeout=30)
+        outside = running.stub.LoadModel(
+            pb.ModelOptions(Model="x", ModelFile="/etc"), metadata=AUTH, timeout=30
+        )
         assert not outside.success and "outside this worker's models directory" in outside.message
         escape = str(models_dir / ".." / "st-backends")
-        dotdot = running.stub.LoadModel(pb.ModelOptions(Model="x", ModelFile=escape), metadata=AUTH, timeout=30)
+        dotdot = running.stub.LoadModel(
+            pb.ModelOptions(Model="x", ModelFile=escape), metadata=AUTH, timeout=30
+        )
         assert not dotdot.success and "ModelFile" in dotdot.message and "outside" in dotdot.message
-        missing = running.stub.LoadModel(pb.ModelOptions(Model="x", ModelFile=str(models_dir / "no-such-model")),
-                                         metadata=AUTH, timeout=30)
+        missing = running.stub.LoadModel(
+            pb.ModelOptions(Model="x", ModelFile=str(models_dir / "no-such-model")), metadata=AUTH, timeout=30
+        )
         assert not missing.success and "not a sentence-transformers model directory" in missing.message
         assert running.process.poll() is None  # refusals leave the backend serving
     finally:
@@ -159,10 +177,15 @@ def test_embeddings_match_sentence_transformers_reference_vectors(loaded: Runnin
 
 def test_rerank_scores_are_cosine_similarities_best_first(loaded: Running) -> None:
     query = "A man is eating food."
-    documents = ["The weather is sunny today.", "A man is eating a piece of bread.",
-                 "Stock markets fell sharply.", "Someone eats a meal."]
-    result = loaded.stub.Rerank(pb.RerankRequest(query=query, documents=documents, ModelIdentity=IDENTITY),
-                                metadata=AUTH, timeout=60)
+    documents = [
+        "The weather is sunny today.",
+        "A man is eating a piece of bread.",
+        "Stock markets fell sharply.",
+        "Someone eats a meal.",
+    ]
+    result = loaded.stub.Rerank(
+        pb.RerankRequest(query=query, documents=documents, ModelIdentity=IDENTITY), metadata=AUTH, timeout=60
+    )
     order = [r.index for r in result.results]
     assert sorted(order) == [0, 1, 2, 3]
     assert set(order[:2]) == {1, 3}  # the two about eating outrank weather and markets
@@ -175,8 +198,11 @@ def test_rerank_scores_are_cosine_similarities_best_first(loaded: Running) -> No
         assert abs(r.relevance_score - expected) < 1e-4
     assert 0 < result.usage.prompt_tokens < result.usage.total_tokens
 
-    top = loaded.stub.Rerank(pb.RerankRequest(query=query, documents=documents, top_n=2, ModelIdentity=IDENTITY),
-                             metadata=AUTH, timeout=60)
+    top = loaded.stub.Rerank(
+        pb.RerankRequest(query=query, documents=documents, top_n=2, ModelIdentity=IDENTITY),
+        metadata=AUTH,
+        timeout=60,
+    )
     assert [r.index for r in top.results] == order[:2]
 
 
@@ -184,27 +210,36 @@ def test_bad_calls_are_refused_with_their_reason(loaded: Running) -> None:
     code, details = _code(lambda: _embed(loaded, "hello", identity="another-model"))
     assert code is grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
     rerank = loaded.stub.Rerank
-    code, details = _code(lambda: rerank(pb.RerankRequest(query="q", ModelIdentity=IDENTITY), metadata=AUTH,
-                                         timeout=30))
+    code, details = _code(
+        lambda: rerank(pb.RerankRequest(query="q", ModelIdentity=IDENTITY), metadata=AUTH, timeout=30)
+    )
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "document" in details
-    code, details = _code(lambda: rerank(pb.RerankRequest(query="q", documents=["d"], top_n=-1), metadata=AUTH,
-                                         timeout=30))
+    code, details = _code(
+        lambda: rerank(pb.RerankRequest(query="q", documents=["d"], top_n=-1), metadata=AUTH, timeout=30)
+    )
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "top_n" in details
-    code, _ = _code(lambda: rerank(pb.RerankRequest(query="q", documents=["d"], ModelIdentity="other"),
-                                   metadata=AUTH, timeout=30))
+    code, _ = _code(
+        lambda: rerank(
+            pb.RerankRequest(query="q", documents=["d"], ModelIdentity="other"), metadata=AUTH, timeout=30
+        )
+    )
     assert code is grpc.StatusCode.NOT_FOUND
 
 
 def test_token_ids_embed_as_the_text_they_come_from(loaded: Running) -> None:
     vocab = {word: i for i, word in enumerate((source_dir() / "vocab.txt").read_text().splitlines())}
-    ids = [vocab[word] for word in "[CLS] a cat sat on the mat [SEP]".split()]  # the tokenizer's ids for the text
+    ids = [
+        vocab[word] for word in "[CLS] a cat sat on the mat [SEP]".split()
+    ]  # the tokenizer's ids for the text
     by_text = _embed(loaded, "a cat sat on the mat")
-    by_ids = loaded.stub.Embedding(pb.PredictOptions(EmbeddingTokens=ids, ModelIdentity=IDENTITY), metadata=AUTH,
-                                   timeout=60)  # refused before: "Embedding needs the text"
+    by_ids = loaded.stub.Embedding(
+        pb.PredictOptions(EmbeddingTokens=ids, ModelIdentity=IDENTITY), metadata=AUTH, timeout=60
+    )  # refused before: "Embedding needs the text"
     assert by_ids.prompt_tokens == by_text.prompt_tokens == len(ids) and by_ids.dim == 384
     assert st_backend.cosine(list(by_ids.embeddings), list(by_text.embeddings)) > 0.99999
-    code, details = _code(lambda: loaded.stub.Embedding(pb.PredictOptions(EmbeddingTokens=[10**6]), metadata=AUTH,
-                                                        timeout=60))
+    code, details = _code(
+        lambda: loaded.stub.Embedding(pb.PredictOptions(EmbeddingTokens=[10**6]), metadata=AUTH, timeout=60)
+    )
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "EmbeddingTokens" in details
 
 
@@ -212,7 +247,10 @@ def test_status_free_and_sigterm(loaded: Running) -> None:
     status = loaded.stub.Status(pb.HealthMessage(), metadata=AUTH, timeout=5)
     assert status.state == pb.StatusResponse.READY and status.memory.total > 0
     assert loaded.stub.Free(pb.HealthMessage(), metadata=AUTH, timeout=30).success
-    assert loaded.stub.Status(pb.HealthMessage(), metadata=AUTH, timeout=5).state == pb.StatusResponse.UNINITIALIZED
+    assert (
+        loaded.stub.Status(pb.HealthMessage(), metadata=AUTH, timeout=5).state
+        == pb.StatusResponse.UNINITIALIZED
+    )
     code, _ = _code(lambda: _embed(loaded, "hello"))
     assert code is grpc.StatusCode.FAILED_PRECONDITION
     log = loaded.log()
@@ -223,11 +261,25 @@ def test_status_free_and_sigterm(loaded: Running) -> None:
 def test_the_backend_exits_when_its_parent_goes_away(st_backends_path: Path, models_dir: Path) -> None:
     """Started by a shell that is then killed: reparented, the backend notices within its watch interval."""
     port = _free_port()
-    env = {**os.environ, "LOCALAI_GRPC_AUTH_TOKEN": TOKEN, "CORRAL_BACKEND_MODELS_ROOT": str(models_dir),
-           "LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "200ms"}
+    env = {
+        **os.environ,
+        "LOCALAI_GRPC_AUTH_TOKEN": TOKEN,
+        "CORRAL_BACKEND_MODELS_ROOT": str(models_dir),
+        "LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "200ms",
+    }
     run_sh = st_backends_path / st_backend.NAME / "run.sh"
-    shell = subprocess.Popen(["/bin/sh", "-c", '"$0" --addr "$1" >/dev/null 2>&1 & echo $!; wait', str(run_sh),
-                              f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, text=True)
+    shell = subprocess.Popen(
+        [
+            "/bin/sh",
+            "-c",
+            '"$0" --addr "$1" >/dev/null 2>&1 & echo $!; wait',
+            str(run_sh),
+            f"127.0.0.1:{port}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert shell.stdout is not None
     pid = int(shell.stdout.readline())
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")

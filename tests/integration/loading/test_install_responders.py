@@ -31,15 +31,25 @@ async def _node(pool: asyncpg.Pool, name: str) -> NodeSnapshot:
 
 def _ctx(pool: asyncpg.Pool, nc: Any) -> LoadContext:
     unused = cast(Any, None)  # install() uses the bus, the pool and its timeout only
-    return LoadContext(pool=pool, nc=nc, http=unused, channels=unused, staging=unused, token="",
-                       install_timeout_s=5.0, load_timeout_override_s=None)
+    return LoadContext(
+        pool=pool,
+        nc=nc,
+        http=unused,
+        channels=unused,
+        staging=unused,
+        token="",
+        install_timeout_s=5.0,
+        load_timeout_override_s=None,
+    )
 
 
-async def test_a_worker_that_subscribes_just_after_the_request_is_asked_again(pool: asyncpg.Pool,
-                                                                               nats_url: str) -> None:
+async def test_a_worker_that_subscribes_just_after_the_request_is_asked_again(
+    pool: asyncpg.Pool, nats_url: str
+) -> None:
     node = await _node(pool, "late-subscriber")
     nc, worker = await nats.connect(nats_url), await nats.connect(nats_url)
     try:
+
         async def answer(msg: Any) -> None:
             await msg.respond(BackendInstallReply(success=True, address="10.0.0.9:40000").to_json())
 

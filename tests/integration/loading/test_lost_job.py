@@ -30,10 +30,14 @@ async def waiters(pool: asyncpg.Pool, nats_url: str):  # noqa: ANN201
 
 
 async def test_a_load_taken_over_elsewhere_leaves_its_waiters_waiting_for_the_new_owner(
-        pool: asyncpg.Pool, waiters: Waiters, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool: asyncpg.Pool, waiters: Waiters, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = f"m-{uuid.uuid4().hex[:8]}"
-    cfg = parse_model_config({"name": key, "backend": "simulator", "parameters": {"model": key}},
-                             tmp_path / f"{key}.yaml", tmp_path)
+    cfg = parse_model_config(
+        {"name": key, "backend": "simulator", "parameters": {"model": key}},
+        tmp_path / f"{key}.yaml",
+        tmp_path,
+    )
     attempt_cancelled = asyncio.Event()
 
     async def a_long_load(*_args: object) -> None:  # the attempt itself: placement, staging, LoadModel
@@ -44,15 +48,21 @@ async def test_a_load_taken_over_elsewhere_leaves_its_waiters_waiting_for_the_ne
 
     monkeypatch.setattr(runner_module, "cold_load", a_long_load)
     ctx = SimpleNamespace(pool=pool, load_timeout_override_s=0.0, install_timeout_s=900.0)
-    runner = LoadJobRunner(ctx, JobSettings(owner="frontend-a", stall_s=600.0, orphan_s=600.0, heartbeat_s=0.1),
-                           waiters, on_loaded=lambda _replica: asyncio.sleep(0))  # type: ignore[arg-type]
+    runner = LoadJobRunner(
+        ctx,
+        JobSettings(owner="frontend-a", stall_s=600.0, orphan_s=600.0, heartbeat_s=0.1),
+        waiters,
+        on_loaded=lambda _replica: asyncio.sleep(0),
+    )  # type: ignore[arg-type]
     claimed, _ = await load_jobs.claim(pool, key, "frontend-a", orphan_s=600.0, failed_grace_s=15.0)
     assert claimed
     with waiters.register(key) as woken:
         runner.start(cfg)
         waiting = asyncio.create_task(waiters.wait(woken, key, budget_s=3.0))
         await asyncio.sleep(0.3)
-        await pool.execute("UPDATE model_load_jobs SET owner_replica = 'frontend-b' WHERE tracking_key = $1", key)
+        await pool.execute(
+            "UPDATE model_load_jobs SET owner_replica = 'frontend-b' WHERE tracking_key = $1", key
+        )
         await asyncio.wait_for(attempt_cancelled.wait(), 10)  # this frontend's attempt ended at its next beat
         outcome = await waiting
     assert outcome is None  # not failed: the job still runs (under frontend-b); the budget ran out

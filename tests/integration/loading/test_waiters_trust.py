@@ -62,7 +62,9 @@ async def test_a_forged_success_event_does_not_end_a_wait_while_the_job_still_ru
         assert await waiting is None
 
 
-async def test_a_real_failure_reaches_the_waiter_at_once_with_the_cause_from_the_job_row(pool, waiters) -> None:
+async def test_a_real_failure_reaches_the_waiter_at_once_with_the_cause_from_the_job_row(
+    pool, waiters
+) -> None:
     w, forger = waiters
     key = _key()
     await load_jobs.claim(pool, key, "owner-1", orphan_s=600.0, failed_grace_s=15.0)

@@ -30,11 +30,18 @@ def test_speech_models_are_written_once_and_their_configs_parse(tmp_path: Path) 
     model_bin = tmp_path / audio.WHISPER_NAME / audio.WHISPER_MODEL_FILE
     assert model_bin.stat().st_size == WHISPER_MODEL_BIN_BYTES and _md5(model_bin) == WHISPER_MODEL_BIN_MD5
     assert sorted(p.name for p in model_bin.parent.iterdir()) == [
-        "config.json", "model.bin", "tokenizer.json", "vocabulary.txt"]
+        "config.json",
+        "model.bin",
+        "tokenizer.json",
+        "vocabulary.txt",
+    ]
     assert (tmp_path / "en_US-joe-medium.onnx.json").is_file()
     written = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
 
-    assert (audio.prepare_whisper(tmp_path), audio.prepare_piper_voice(tmp_path)) == (whisper_yaml, piper_yaml)
+    assert (audio.prepare_whisper(tmp_path), audio.prepare_piper_voice(tmp_path)) == (
+        whisper_yaml,
+        piper_yaml,
+    )
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == written  # all kept
 
     for path, backend in ((whisper_yaml, "faster-whisper"), (piper_yaml, "piper")):

@@ -262,8 +262,21 @@ def test_default_models_are_prepared_once_and_reused_quickly(tmp_path: Path) -> 
     second = prepare_default_models(tmp_path)
     second_run_s = time.perf_counter() - started_s
 
-    assert first == second == [tmp_path / f"{name}.yaml" for name in (
-        "gemma-3-270m", "all-minilm-l6-v2", "tiny-reranker", "whisper-base", "piper-joe", "tiny-diffusion")]
+    assert (
+        first
+        == second
+        == [
+            tmp_path / f"{name}.yaml"
+            for name in (
+                "gemma-3-270m",
+                "all-minilm-l6-v2",
+                "tiny-reranker",
+                "whisper-base",
+                "piper-joe",
+                "tiny-diffusion",
+            )
+        ]
+    )
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == mtimes_ns
     assert second_run_s < 2.0
     for yaml_path in first:

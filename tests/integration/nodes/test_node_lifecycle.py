@@ -21,8 +21,12 @@ def facts(name: str) -> node_store.NodeFacts:
 
 
 async def _age_heartbeat(pool: asyncpg.Pool, node_id: str, seconds: float) -> None:
-    await pool.execute("UPDATE backend_nodes SET last_heartbeat = now() - make_interval(secs => $2), "
-                       "status_changed_at = now() - make_interval(secs => $2) WHERE id = $1", node_id, seconds)
+    await pool.execute(
+        "UPDATE backend_nodes SET last_heartbeat = now() - make_interval(secs => $2), "
+        "status_changed_at = now() - make_interval(secs => $2) WHERE id = $1",
+        node_id,
+        seconds,
+    )
 
 
 async def test_a_pending_node_is_never_schedulable_until_approved(pool: asyncpg.Pool) -> None:
@@ -47,7 +51,9 @@ async def test_a_pending_node_that_went_stale_and_beats_again_is_still_pending(p
     assert not await placement_store.snapshot(pool)
 
 
-async def test_an_approved_node_recovers_only_on_a_beat_newer_than_its_offline_mark(pool: asyncpg.Pool) -> None:
+async def test_an_approved_node_recovers_only_on_a_beat_newer_than_its_offline_mark(
+    pool: asyncpg.Pool,
+) -> None:
     row = await node_store.register(pool, facts("a1"), "", {}, auto_approve=True)
     monitor = HealthMonitor(pool, HeldBeats(), stale_threshold_s=60.0, interval_s=1.0)
     await node_store.set_status(pool, row["id"], "offline", drop_replicas=True)  # it deregistered
@@ -69,12 +75,20 @@ async def test_beats_held_by_any_frontend_keep_a_node_fresh(pool: asyncpg.Pool) 
 
 
 async def test_twenty_nodes_beating_every_second_with_a_5s_checkpoint_write_once_per_checkpoint(
-        pool: asyncpg.Pool) -> None:
+    pool: asyncpg.Pool,
+) -> None:
     await pool.execute("CREATE TABLE hb_updates (node_id varchar(36), at timestamptz DEFAULT now())")
-    await pool.execute("CREATE FUNCTION hb_count() RETURNS trigger AS $$ BEGIN "
-                       "INSERT INTO hb_updates (node_id) VALUES (NEW.id); RETURN NEW; END $$ LANGUAGE plpgsql")
-    ids = [(await node_store.register(pool, facts(f"n{i:02d}"), "", {}, auto_approve=True))["id"] for i in range(20)]
-    await pool.execute("CREATE TRIGGER hb_count AFTER UPDATE ON backend_nodes FOR EACH ROW EXECUTE FUNCTION hb_count()")
+    await pool.execute(
+        "CREATE FUNCTION hb_count() RETURNS trigger AS $$ BEGIN "
+        "INSERT INTO hb_updates (node_id) VALUES (NEW.id); RETURN NEW; END $$ LANGUAGE plpgsql"
+    )
+    ids = [
+        (await node_store.register(pool, facts(f"n{i:02d}"), "", {}, auto_approve=True))["id"]
+        for i in range(20)
+    ]
+    await pool.execute(
+        "CREATE TRIGGER hb_count AFTER UPDATE ON backend_nodes FOR EACH ROW EXECUTE FUNCTION hb_count()"
+    )
     now = [1_000.0]
     checkpointer = HeartbeatCheckpointer(pool, HeldBeats(), checkpoint_s=5.0, clock=lambda: now[0])
     for _second in range(30):  # 30 beats per node at 1 s
@@ -86,7 +100,9 @@ async def test_twenty_nodes_beating_every_second_with_a_5s_checkpoint_write_once
     assert checkpointer.held_beats == 20 * 30 - updates
 
 
-async def test_a_beat_for_a_deleted_node_reports_unknown_so_the_worker_registers_again(pool: asyncpg.Pool) -> None:
+async def test_a_beat_for_a_deleted_node_reports_unknown_so_the_worker_registers_again(
+    pool: asyncpg.Pool,
+) -> None:
     row = await node_store.register(pool, facts("d1"), "", {}, auto_approve=True)
     checkpointer = HeartbeatCheckpointer(pool, HeldBeats(), checkpoint_s=60.0)
     assert await checkpointer.beat(row["id"], Beat())

@@ -21,9 +21,16 @@ GIB = 1 << 30
 
 
 async def _node(pool: asyncpg.Pool, name: str, vram_gib: int, zone: str) -> str:
-    facts = node_store.NodeFacts(name=name, address=f"{name}:50051", total_vram=80 * GIB,
-                                 available_vram=vram_gib * GIB, gpu_vendor="nvidia", total_disk=500 * GIB,
-                                 available_disk=400 * GIB, max_replicas_per_model=2)
+    facts = node_store.NodeFacts(
+        name=name,
+        address=f"{name}:50051",
+        total_vram=80 * GIB,
+        available_vram=vram_gib * GIB,
+        gpu_vendor="nvidia",
+        total_disk=500 * GIB,
+        available_disk=400 * GIB,
+        max_replicas_per_model=2,
+    )
     return str((await node_store.register(pool, facts, "tok", {"zone": zone}, auto_approve=True))["id"])
 
 
@@ -46,11 +53,20 @@ async def test_the_view_equals_a_whole_snapshot_after_random_writes(pool: asyncp
         elif action == 1:
             await label_store.merge(pool, node, {"zone": f"z{rng.randrange(3)}", f"k{step}": "v"})
         elif action == 2:
-            await replica_store.upsert(pool, node_id=node, model=f"m{rng.randrange(4)}", replica_index=0,
-                                       address=f"{node}:6000{step}", state="loaded", backend="simulator")
+            await replica_store.upsert(
+                pool,
+                node_id=node,
+                model=f"m{rng.randrange(4)}",
+                replica_index=0,
+                address=f"{node}:6000{step}",
+                state="loaded",
+                backend="simulator",
+            )
         elif action == 3:
-            await pool.execute("DELETE FROM node_models WHERE id = (SELECT id FROM node_models WHERE node_id = $1 "
-                               "LIMIT 1)", node)
+            await pool.execute(
+                "DELETE FROM node_models WHERE id = (SELECT id FROM node_models WHERE node_id = $1 LIMIT 1)",
+                node,
+            )
         elif action == 4:
             await node_store.set_status(pool, node, rng.choice([node_store.OFFLINE, "healthy"]))
         elif action == 5:
@@ -85,14 +101,17 @@ async def test_a_read_with_nothing_changed_reads_no_node(pool: asyncpg.Pool) -> 
     assert changes.changed == frozenset() and changes.nodes == []
     node = view.nodes()[0]
     await pool.execute("UPDATE backend_nodes SET last_heartbeat = now() WHERE id = $1", node.id)
-    assert (await placement_store.changes_since(pool, changes.watermark)).changed == frozenset(), \
+    assert (await placement_store.changes_since(pool, changes.watermark)).changed == frozenset(), (
         "a heartbeat that changes nothing placement reads logs nothing"
+    )
     await node_store.heartbeat(pool, node.id, {"available_vram": 7 * GIB})
     changed = await placement_store.changes_since(pool, changes.watermark)
     assert changed.changed == {node.id} and [n.available_vram for n in changed.nodes] == [7 * GIB]
 
 
-async def test_a_transaction_that_commits_after_a_read_it_began_before_is_not_missed(pool: asyncpg.Pool) -> None:
+async def test_a_transaction_that_commits_after_a_read_it_began_before_is_not_missed(
+    pool: asyncpg.Pool,
+) -> None:
     node = await _node(pool, "slow-writer", 40, "z0")
     view = FleetView()
     await view.refresh(pool)

@@ -33,8 +33,16 @@ async def _node_with_two_replicas(pool: asyncpg.Pool) -> str:
     facts = node_store.NodeFacts(name="w", address="w:1", total_vram=16 * MIB, available_vram=2 * MIB)
     node = await node_store.register(pool, facts, "", {}, auto_approve=True)
     for model in ("a", "b"):
-        await replica_store.upsert(pool, node_id=node["id"], model=model, replica_index=0, address=f"w:{ord(model)}",
-                                   state="loaded", backend="simulator", vram_bytes=4 * MIB)
+        await replica_store.upsert(
+            pool,
+            node_id=node["id"],
+            model=model,
+            replica_index=0,
+            address=f"w:{ord(model)}",
+            state="loaded",
+            backend="simulator",
+            vram_bytes=4 * MIB,
+        )
     return str(node["id"])
 
 
@@ -61,6 +69,7 @@ async def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(pool: async
         await evictor.make_room(await _decision(pool, 11 * MIB))
     assert str(info.value) == (
         "scheduling big: no node it may use can be freed enough by eviction: it needs 11.5 MB of VRAM, but "
-        "w has 2.1 MB free and 8.4 MB in 2 evictable replica(s) (total 10.5 MB)")
+        "w has 2.1 MB free and 8.4 MB in 2 evictable replica(s) (total 10.5 MB)"
+    )
     rows = await replica_store.of_node(pool, node_id)
     assert sorted(r["state"] for r in rows) == ["loaded", "loaded"]

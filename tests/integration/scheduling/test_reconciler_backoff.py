@@ -15,7 +15,9 @@ from corral.store import scheduling as scheduling_store
 
 
 def _reconciler(pool: asyncpg.Pool) -> ReplicaReconciler:
-    router = SimpleNamespace(ctx=SimpleNamespace(pool=pool))  # no replica exists: nothing is loaded or stopped
+    router = SimpleNamespace(
+        ctx=SimpleNamespace(pool=pool)
+    )  # no replica exists: nothing is loaded or stopped
     return ReplicaReconciler(router, {}, {}, ReconcilerSettings(cooldown_s=300.0))  # type: ignore[arg-type]
 
 
@@ -42,8 +44,9 @@ async def test_an_unsatisfiable_rule_backs_off_until_a_node_registers(pool: asyn
 
 
 async def test_a_label_change_ends_the_cooldown_without_any_event(pool: asyncpg.Pool) -> None:
-    node = await node_store.register(pool, node_store.NodeFacts(name="w", address="w:1"), "", {},
-                                     auto_approve=True)
+    node = await node_store.register(
+        pool, node_store.NodeFacts(name="w", address="w:1"), "", {}, auto_approve=True
+    )
     await scheduling_store.upsert(pool, RuleSpec("m", min_replicas=1, node_selector={"tier": "gpu"}))
     reconciler = _reconciler(pool)
     for _ in range(3):
@@ -54,7 +57,10 @@ async def test_a_label_change_ends_the_cooldown_without_any_event(pool: asyncpg.
     await label_store.merge(pool, node["id"], {"tier": "gpu"})  # now it matches: retried at once
     await reconciler.tick()
     ticks, cooling, reason = await _rule(pool)
-    assert (ticks, cooling) == (0, False) and "has no configuration on this frontend and no replay info yet" in reason
+    assert (ticks, cooling) == (
+        0,
+        False,
+    ) and "has no configuration on this frontend and no replay info yet" in reason
 
 
 async def test_only_one_frontend_reconciles_at_a_time(pool: asyncpg.Pool) -> None:

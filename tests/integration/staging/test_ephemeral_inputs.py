@@ -22,8 +22,12 @@ KiB = 1 << 10
 KEY = "ephemeral/audio/abcd1234/clip.wav"
 
 
-def _ledger(models_dir: Path, byte_limit: int = 100 * KiB, min_free: int = 1, free: int | None = None,
-            ) -> EphemeralLedger:
+def _ledger(
+    models_dir: Path,
+    byte_limit: int = 100 * KiB,
+    min_free: int = 1,
+    free: int | None = None,
+) -> EphemeralLedger:
     root = ephemeral_root(models_dir)
     if free is None:
         return EphemeralLedger(root, EphemeralLimits(byte_limit, min_free))
@@ -37,6 +41,7 @@ def _put_headers(data: bytes) -> dict[str, str]:
 def _async(predicate: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return predicate()
+
     return check
 
 
@@ -47,7 +52,9 @@ def _files_below(directory: Path) -> list[str]:
 async def _put(server: WorkerFiles, key: str, data: bytes) -> httpx.Response:
     """PUT ``key`` as it is: percent-encoded whole, so no client normalises '..' or '//' away before the worker."""
     async with httpx.AsyncClient() as http:
-        return await http.put(f"{server.url}/v1/files/{quote(key, safe='')}", content=data, headers=_put_headers(data))
+        return await http.put(
+            f"{server.url}/v1/files/{quote(key, safe='')}", content=data, headers=_put_headers(data)
+        )
 
 
 async def _release(server: WorkerFiles, keys: list[str]) -> httpx.Response:
@@ -68,14 +75,17 @@ async def test_an_input_past_the_byte_limit_is_refused_before_any_byte_is_writte
         assert refused.json() == {
             "setting": "LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT",
             "error": "request input 'ephemeral/audio/ffff0000/big.wav' (61440 bytes) refused before it was written: "
-                     "the worker's ephemeral request inputs would reach 122880 bytes (61440 held by 1 request(s) not "
-                     "yet released), over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=102400 (102.4 kB); retry when requests "
-                     "finish, raise LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT on the worker, or add workers"}
+            "the worker's ephemeral request inputs would reach 122880 bytes (61440 held by 1 request(s) not "
+            "yet released), over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=102400 (102.4 kB); retry when requests "
+            "finish, raise LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT on the worker, or add workers",
+        }
         assert server.body_bytes == received  # not one byte of the refused body was read
         assert not (ephemeral_root(models) / "audio" / "ffff0000").exists()  # nor a directory made for it
 
 
-async def test_an_input_that_would_eat_the_free_space_headroom_is_refused_before_any_byte_is_written(tmp_path):
+async def test_an_input_that_would_eat_the_free_space_headroom_is_refused_before_any_byte_is_written(
+    tmp_path,
+):
     models = tmp_path / "models"
     ledger = _ledger(models, byte_limit=1 << 30, min_free=1 << 20, free=(1 << 20) + 10 * KiB)
     async with running_file_server(models, ephemeral=ledger) as server:
@@ -105,26 +115,41 @@ async def test_release_deletes_the_exact_keys_and_frees_their_reservation(tmp_pa
     async with running_file_server(models, ephemeral=ledger) as server:
         for key in (KEY, other):
             assert (await _put(server, key, os.urandom(40 * KiB))).status_code == 200
-        assert (await _put(server, "ephemeral/image/ffff0000/dog.png", os.urandom(40 * KiB))).status_code == 507
+        assert (
+            await _put(server, "ephemeral/image/ffff0000/dog.png", os.urandom(40 * KiB))
+        ).status_code == 507
 
         answer = await _release(server, [KEY, other, "ephemeral/audio/abcd1234/never-staged.wav"])
 
         assert answer.status_code == 200
-        assert answer.json() == {"released": [KEY, other], "missing": ["ephemeral/audio/abcd1234/never-staged.wav"],
-                                 "freed_bytes": 80 * KiB}
+        assert answer.json() == {
+            "released": [KEY, other],
+            "missing": ["ephemeral/audio/abcd1234/never-staged.wav"],
+            "freed_bytes": 80 * KiB,
+        }
         assert ledger.held_bytes() == 0 and ledger.active_request_dirs() == set()
-        assert _files_below(ephemeral_root(models)) == ["audio", "image"]  # sidecars and request dirs gone too
+        assert _files_below(ephemeral_root(models)) == [
+            "audio",
+            "image",
+        ]  # sidecars and request dirs gone too
         assert (await _release(server, [KEY, other])).json()["missing"] == [KEY, other]  # idempotent
-        assert (await _put(server, "ephemeral/image/ffff0000/dog.png", os.urandom(40 * KiB))).status_code == 200
+        assert (
+            await _put(server, "ephemeral/image/ffff0000/dog.png", os.urandom(40 * KiB))
+        ).status_code == 200
 
 
-@pytest.mark.parametrize("keys, message", [
-    (["models/llama/model.gguf"], "key 'models/llama/model.gguf' is not an ephemeral request input"),
-    (["data/x.json"], "key 'data/x.json' is not an ephemeral request input"),
-    (["ephemeral/../models/llama/model.gguf"], "key has a '..' path segment"),
-    (["ephemeral/audio/abcd1234"], "an ephemeral key must be 'ephemeral/<category>/<request id>/<name>'"),
-])
-async def test_release_refuses_anything_but_ephemeral_input_keys_and_releases_nothing(tmp_path, keys, message):
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (["models/llama/model.gguf"], "key 'models/llama/model.gguf' is not an ephemeral request input"),
+        (["data/x.json"], "key 'data/x.json' is not an ephemeral request input"),
+        (["ephemeral/../models/llama/model.gguf"], "key has a '..' path segment"),
+        (["ephemeral/audio/abcd1234"], "an ephemeral key must be 'ephemeral/<category>/<request id>/<name>'"),
+    ],
+)
+async def test_release_refuses_anything_but_ephemeral_input_keys_and_releases_nothing(
+    tmp_path, keys, message
+):
     models = tmp_path / "models"
     (models / "llama").mkdir(parents=True)
     (models / "llama" / "model.gguf").write_bytes(b"weights")
@@ -136,12 +161,18 @@ async def test_release_refuses_anything_but_ephemeral_input_keys_and_releases_no
     assert (ephemeral_root(models) / "audio" / "abcd1234" / "clip.wav").exists()
 
 
-@pytest.mark.parametrize("key, status", [
-    ("ephemeral/../models/llama/evil.gguf", 400),  # '..' segment
-    ("ephemeral/audio/abcd1234/../../../models/llama/evil.gguf", 400),
-    ("ephemeral/audio/linked00/evil.gguf", 400),  # its request directory is a symlink into the models tree
-    ("ephemeral/escape/abcd1234/evil.gguf", 400),  # its category directory is a symlink out of the root
-])
+@pytest.mark.parametrize(
+    "key, status",
+    [
+        ("ephemeral/../models/llama/evil.gguf", 400),  # '..' segment
+        ("ephemeral/audio/abcd1234/../../../models/llama/evil.gguf", 400),
+        (
+            "ephemeral/audio/linked00/evil.gguf",
+            400,
+        ),  # its request directory is a symlink into the models tree
+        ("ephemeral/escape/abcd1234/evil.gguf", 400),  # its category directory is a symlink out of the root
+    ],
+)
 async def test_an_input_never_lands_in_the_models_tree(tmp_path, key, status):
     models = tmp_path / "models"
     (models / "llama").mkdir(parents=True)
@@ -221,15 +252,20 @@ async def test_request_inputs_release_an_upload_cancelled_while_it_was_sent(tmp_
         with pytest.raises(asyncio.CancelledError):
             await request
         assert inputs.released
-        await wait_for_async(_async(lambda: ledger.held_bytes() == 0), "the cut upload's reservation to be dropped",
-                             timeout_s=30)
+        await wait_for_async(
+            _async(lambda: ledger.held_bytes() == 0),
+            "the cut upload's reservation to be dropped",
+            timeout_s=30,
+        )
         assert _files_below(ephemeral_root(models) / "video") == []
 
 
 async def test_request_inputs_turn_a_full_worker_into_input_storage_full(tmp_path):
     models = tmp_path / "models"
-    async with running_file_server(models, ephemeral=_ledger(models, byte_limit=KiB)) as server, \
-            httpx.AsyncClient() as http:
+    async with (
+        running_file_server(models, ephemeral=_ledger(models, byte_limit=KiB)) as server,
+        httpx.AsyncClient() as http,
+    ):
         with pytest.raises(InputStorageFull) as refused:
             async with RequestInputs(http, f"127.0.0.1:{server.port}", TOKEN) as inputs:
                 await inputs.stage("audio", "clip.wav", os.urandom(2 * KiB))

@@ -229,8 +229,9 @@ async def test_uploaded_file_is_reported_by_head_with_the_source_sha256_size_and
     assert head.headers["Accept-Ranges"] == "bytes"
     assert "X-Target-SHA256" not in head.headers
     stat = target.stat()  # the worker's record: its own hash, bound to the file's size, mtime and inode
-    assert (target.parent / "model.gguf.sha256").read_text() == \
-        f"{_sha256(data)} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}"
+    assert (
+        target.parent / "model.gguf.sha256"
+    ).read_text() == f"{_sha256(data)} {stat.st_size} {stat.st_mtime_ns} {stat.st_ino}"
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
 
 

@@ -26,10 +26,14 @@ from support.file_servers import AUTH, TOKEN, running_file_server
 from support.waiting import wait_for
 
 MiB = 1 << 20
-GUARD_S = 20.0  # a socket read that takes this long means the server did not drop/answer (never asserted as timing)
-RESERVED_RULE = ("is a name reserved for the worker's own metadata (hash sidecars '*.sha256', '*.sha256.target' "
-                 "and hidden '.*.upload' / '.*.tmp' files of uploads in progress); clients can neither write "
-                 "nor read it")
+GUARD_S = (
+    20.0  # a socket read that takes this long means the server did not drop/answer (never asserted as timing)
+)
+RESERVED_RULE = (
+    "is a name reserved for the worker's own metadata (hash sidecars '*.sha256', '*.sha256.target' "
+    "and hidden '.*.upload' / '.*.tmp' files of uploads in progress); clients can neither write "
+    "nor read it"
+)
 
 
 def _sha256(data: bytes) -> str:
@@ -96,11 +100,14 @@ async def test_a_client_cannot_put_or_get_a_sidecar_and_head_keeps_the_hash_of_t
 
 async def test_hidden_upload_temp_files_cannot_be_named_by_clients(tmp_path, client):
     async with running_file_server(tmp_path / "models") as server:
-        answer = await client.put(f"{server.url}/v1/files/models/m/.x.gguf.abc123.upload", content=b"x",
-                                  headers=AUTH)
+        answer = await client.put(
+            f"{server.url}/v1/files/models/m/.x.gguf.abc123.upload", content=b"x", headers=AUTH
+        )
     assert answer.status_code == 403
-    assert answer.json() == {"error": f"invalid storage key 'models/m/.x.gguf.abc123.upload': "
-                                      f"'.x.gguf.abc123.upload' {RESERVED_RULE}"}
+    assert answer.json() == {
+        "error": f"invalid storage key 'models/m/.x.gguf.abc123.upload': "
+        f"'.x.gguf.abc123.upload' {RESERVED_RULE}"
+    }
 
 
 async def test_the_file_list_does_not_show_sidecars(tmp_path, client):
@@ -124,8 +131,9 @@ async def test_a_hash_planted_on_disk_in_the_bare_hex_form_is_not_believed(tmp_p
 # --- hashes are bound to size + mtime + inode ---------------------------------------------------------
 
 
-async def test_a_byte_flipped_file_with_the_same_size_and_a_new_mtime_is_hashed_again(tmp_path, client,
-                                                                                       hash_calls):
+async def test_a_byte_flipped_file_with_the_same_size_and_a_new_mtime_is_hashed_again(
+    tmp_path, client, hash_calls
+):
     data = bytearray(os.urandom(2 * MiB))
     async with running_file_server(tmp_path / "models") as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
@@ -175,8 +183,10 @@ async def test_a_wrong_token_with_a_huge_body_gets_401_at_once_and_the_connectio
     async with running_file_server(tmp_path / "models") as server:
         sock = _connect(server.port)
         with sock:
-            sock.sendall(b"PUT /v1/files/models/m/big.bin HTTP/1.1\r\nHost: w\r\n"
-                         b"Authorization: Bearer wrong\r\nContent-Length: 100000000000\r\n\r\n")
+            sock.sendall(
+                b"PUT /v1/files/models/m/big.bin HTTP/1.1\r\nHost: w\r\n"
+                b"Authorization: Bearer wrong\r\nContent-Length: 100000000000\r\n\r\n"
+            )
             answer = await _read_all(sock)  # EOF comes without one body byte sent
         stats = server.server.stats
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -207,8 +217,10 @@ async def test_connections_past_the_cap_get_503_at_once_and_served_ones_keep_wor
     head, _, body = refused.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ")
     assert b"\r\nRetry-After: 1" in head
-    assert body == (b'{"error": "the worker\'s file server already serves 2 connections '
-                    b'(CORRAL_FILE_SERVER_MAX_CONNECTIONS); retry shortly"}')
+    assert body == (
+        b'{"error": "the worker\'s file server already serves 2 connections '
+        b'(CORRAL_FILE_SERVER_MAX_CONNECTIONS); retry shortly"}'
+    )
     assert server.server.stats.connections_refused == 1
     assert health.status_code == 200
 
@@ -254,13 +266,18 @@ async def test_a_body_that_stops_is_cut_after_the_idle_timeout(tmp_path):
     async with running_file_server(tmp_path / "models", limits=ServerLimits(idle_timeout_s=0.3)) as server:
         sock = _connect(server.port)
         with sock:
-            sock.sendall(f"PUT /v1/files/models/m/x.bin HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n"
-                         f"Content-Length: 1000\r\n\r\n".encode() + b"x" * 10)
+            sock.sendall(
+                f"PUT /v1/files/models/m/x.bin HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Content-Length: 1000\r\n\r\n".encode()
+                + b"x" * 10
+            )
             answer = await _read_all(sock)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ")
-    assert body == (b'{"error":"short body: no body byte arrived for 0.3s (CORRAL_FILE_SERVER_IDLE_TIMEOUT); '
-                    b'10 bytes received"}')
+    assert body == (
+        b'{"error":"short body: no body byte arrived for 0.3s (CORRAL_FILE_SERVER_IDLE_TIMEOUT); '
+        b'10 bytes received"}'
+    )
     assert not (server.models_dir / "m" / "x.bin").exists()
 
 
@@ -283,8 +300,10 @@ async def test_a_chunked_upload_that_outgrows_free_disk_is_refused_with_507_when
     async with running_file_server(models, disk_budget=budget) as server:
         sock = _connect(server.port)
         with sock:
-            sock.sendall(f"PUT /v1/files/models/c/big.bin HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n"
-                         f"Transfer-Encoding: chunked\r\n\r\n".encode())
+            sock.sendall(
+                f"PUT /v1/files/models/c/big.bin HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Transfer-Encoding: chunked\r\n\r\n".encode()
+            )
             sent, answer = await asyncio.to_thread(_send_chunks_until_answered, sock, 64)
         stats = server.server.stats
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -292,8 +311,10 @@ async def test_a_chunked_upload_that_outgrows_free_disk_is_refused_with_507_when
     assert re.fullmatch(
         rb'\{"error":"not enough disk space for key \'models/c/big.bin\': it needs \d+ bytes but the filesystem '
         rb"of '.*' has \d+ bytes free \(\d+ reserved by uploads in progress, 1048576 kept free by "
-        rb'CORRAL_STAGING_MIN_FREE_BYTES\); free space on the worker, move LOCALAI_MODELS_PATH to a larger '
-        rb'volume, or schedule the model on another node"\}', body), body
+        rb"CORRAL_STAGING_MIN_FREE_BYTES\); free space on the worker, move LOCALAI_MODELS_PATH to a larger "
+        rb'volume, or schedule the model on another node"\}',
+        body,
+    ), body
     assert 6 * MiB <= stats.body_bytes_received <= 7 * MiB  # stopped at capacity minus what is kept free
     assert sent < 64
     assert [p for p in models.rglob("*") if p.is_file()] == []  # the partial temp file is gone
@@ -315,7 +336,7 @@ async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation
 
     async def body():  # type: ignore[no-untyped-def]
         for start in range(0, len(data), MiB):
-            yield data[start:start + MiB]
+            yield data[start : start + MiB]
 
     async with running_file_server(tmp_path / "models", disk_budget=budget) as server:
         answer = await client.put(f"{server.url}/v1/files/models/c/ok.bin", content=body(), headers=AUTH)
@@ -329,8 +350,12 @@ async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_p
     ranged = "Content-Range: bytes 0-9/10\r\n" if key.endswith("range.bin") else ""
     async with running_file_server(tmp_path / "models") as server:
         sock = _connect(server.port)
-        sock.sendall((f"PUT /v1/files/{key} HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n{ranged}"
-                      "Transfer-Encoding: chunked\r\n\r\nzz\r\n0123456789\r\n").encode())
+        sock.sendall(
+            (
+                f"PUT /v1/files/{key} HTTP/1.1\r\nHost: w\r\nAuthorization: Bearer {TOKEN}\r\n{ranged}"
+                "Transfer-Encoding: chunked\r\n\r\nzz\r\n0123456789\r\n"
+            ).encode()
+        )
         answer = await _read_all(sock)
         sock.close()
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
@@ -344,8 +369,11 @@ async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_p
 
 async def test_an_empty_file_is_served_as_an_empty_body(tmp_path, client):
     async with running_file_server(tmp_path / "models") as server:
-        put = await client.put(f"{server.url}/v1/files/models/c/empty.bin", content=b"",
-                               headers={**AUTH, "X-Content-SHA256": _sha256(b"")})
+        put = await client.put(
+            f"{server.url}/v1/files/models/c/empty.bin",
+            content=b"",
+            headers={**AUTH, "X-Content-SHA256": _sha256(b"")},
+        )
         got = await client.get(f"{server.url}/v1/files/models/c/empty.bin", headers=AUTH)
         again = await client.get(f"{server.url}/healthz")  # the same server still answers
     assert put.status_code == 200, put.text
@@ -356,22 +384,52 @@ async def test_an_empty_file_is_served_as_an_empty_body(tmp_path, client):
 # --- keys ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw_key, status, message", [
-    ("models/a/%2e%2e/%2e%2e/%2e%2e/etc/passwd", 400,
-     "invalid storage key 'models/a/../../../etc/passwd': key has a '..' path segment"),
-    ("%2Fetc%2Fpasswd", 400, "invalid storage key '/etc/passwd': key is an absolute path; keys are relative to the worker's dirs"),
-    ("models/a%00b", 400, "invalid storage key 'models/a\\x00b': key contains a NUL byte"),
-    ("models/a%0D%0AX-Evil:%201", 400, "invalid storage key 'models/a\\r\\nX-Evil: 1': key contains a control character"),
-    ("models/" + "n" * 256, 400, f"invalid storage key 'models/{'n' * 256}': a path segment is 256 bytes long; "
-                                 "the limit is 255 (the filesystem's longest name)"),
-    ("models/" + "a/" * 600 + "b", 400, f"invalid storage key '{('models/' + 'a/' * 600)[:64]}...': key is 1208 "
-                                        "characters long; the limit is 1024"),
-])  # traversal, absolute, NUL, header injection, NAME_MAX, path length
-async def test_malformed_keys_are_refused_with_4xx_naming_the_rule(tmp_path, client, raw_key, status, message):
+@pytest.mark.parametrize(
+    "raw_key, status, message",
+    [
+        (
+            "models/a/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+            400,
+            "invalid storage key 'models/a/../../../etc/passwd': key has a '..' path segment",
+        ),
+        (
+            "%2Fetc%2Fpasswd",
+            400,
+            "invalid storage key '/etc/passwd': key is an absolute path; keys are relative to the worker's dirs",
+        ),
+        ("models/a%00b", 400, "invalid storage key 'models/a\\x00b': key contains a NUL byte"),
+        (
+            "models/a%0D%0AX-Evil:%201",
+            400,
+            "invalid storage key 'models/a\\r\\nX-Evil: 1': key contains a control character",
+        ),
+        (
+            "models/" + "n" * 256,
+            400,
+            f"invalid storage key 'models/{'n' * 256}': a path segment is 256 bytes long; "
+            "the limit is 255 (the filesystem's longest name)",
+        ),
+        (
+            "models/" + "a/" * 600 + "b",
+            400,
+            f"invalid storage key '{('models/' + 'a/' * 600)[:64]}...': key is 1208 "
+            "characters long; the limit is 1024",
+        ),
+    ],
+)  # traversal, absolute, NUL, header injection, NAME_MAX, path length
+async def test_malformed_keys_are_refused_with_4xx_naming_the_rule(
+    tmp_path, client, raw_key, status, message
+):
     async with running_file_server(tmp_path / "models") as server:
-        answers = [await client.request(method, f"{server.url}/v1/files/{raw_key}", headers=AUTH,
-                                        content=b"x" if method == "PUT" else None)
-                   for method in ("PUT", "GET")]
+        answers = [
+            await client.request(
+                method,
+                f"{server.url}/v1/files/{raw_key}",
+                headers=AUTH,
+                content=b"x" if method == "PUT" else None,
+            )
+            for method in ("PUT", "GET")
+        ]
     for answer in answers:
         assert (answer.status_code, answer.json()) == (status, {"error": message})
     assert not (tmp_path / "etc").exists()

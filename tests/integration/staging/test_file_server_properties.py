@@ -22,10 +22,37 @@ TOKEN = "s3cret-registration-token"
 LIMITS = ServerLimits(max_connections=16, header_timeout_s=2.0, idle_timeout_s=0.3)
 READ_GUARD_S = 20.0
 
-ROUTES = ["/v1/files/", "/v1/files/models/", "/v1/files/data/", "/v1/files/ephemeral/", "/v1/files-list/",
-          "/v1/files/temp", "/healthz", "/readyz", "/", "/v1", "/v2/"]
-SEGMENT_PIECES = ["..", ".", "", "m", "x.gguf", "x.gguf.sha256", ".x.upload", "%00", "%2F", "%2e%2e", "%0d%0a",
-                  "%ff", "\u00e9", "a" * 300, "sub", "model.bin"]
+ROUTES = [
+    "/v1/files/",
+    "/v1/files/models/",
+    "/v1/files/data/",
+    "/v1/files/ephemeral/",
+    "/v1/files-list/",
+    "/v1/files/temp",
+    "/healthz",
+    "/readyz",
+    "/",
+    "/v1",
+    "/v2/",
+]
+SEGMENT_PIECES = [
+    "..",
+    ".",
+    "",
+    "m",
+    "x.gguf",
+    "x.gguf.sha256",
+    ".x.upload",
+    "%00",
+    "%2F",
+    "%2e%2e",
+    "%0d%0a",
+    "%ff",
+    "\u00e9",
+    "a" * 300,
+    "sub",
+    "model.bin",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +62,9 @@ def server(tmp_path_factory) -> Iterator[ThreadedFileServer]:
     (models / "m").mkdir()
     (models / "m" / "model.bin").write_bytes(b"0123456789")
     (models / "afile").write_bytes(b"x")  # a key below a file must be a 4xx, not an OSError
-    file_server = build_file_server(models, TOKEN, readiness=lambda: None, limits=LIMITS,
-                                    max_upload_bytes=1 << 20)
+    file_server = build_file_server(
+        models, TOKEN, readiness=lambda: None, limits=LIMITS, max_upload_bytes=1 << 20
+    )
     file_server.start_sync("127.0.0.1", 0)
     yield file_server
     file_server.stop_sync()
@@ -45,33 +73,52 @@ def server(tmp_path_factory) -> Iterator[ThreadedFileServer]:
 @st.composite
 def requests(draw: st.DrawFn) -> bytes:
     method = draw(st.sampled_from(["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH", "OPTIONS", "BREW"]))
-    segments = draw(st.lists(st.one_of(st.sampled_from(SEGMENT_PIECES),
-                                       st.text(alphabet="abc./%09AF-_~", max_size=12)), max_size=5))
+    segments = draw(
+        st.lists(
+            st.one_of(st.sampled_from(SEGMENT_PIECES), st.text(alphabet="abc./%09AF-_~", max_size=12)),
+            max_size=5,
+        )
+    )
     path = draw(st.sampled_from(ROUTES)) + "/".join(segments)
     if draw(st.booleans()):
         path += "?" + draw(st.text(alphabet="ab=&%", max_size=8))
     headers = {"Host": "w"}
     auth = draw(st.sampled_from(["right", "wrong", "none", "scheme"]))
     if auth != "none":
-        headers["Authorization"] = {"right": f"Bearer {TOKEN}", "wrong": "Bearer nope",
-                                    "scheme": f"Basic {TOKEN}"}[auth]
+        headers["Authorization"] = {
+            "right": f"Bearer {TOKEN}",
+            "wrong": "Bearer nope",
+            "scheme": f"Basic {TOKEN}",
+        }[auth]
     if draw(st.booleans()):
-        headers["Content-Range"] = draw(st.one_of(
-            st.builds(lambda a, b, t: f"bytes {a}-{b}/{t}", st.integers(-5, 40), st.integers(-5, 40),
-                      st.integers(-5, 2**70)),
-            st.builds(lambda t: f"bytes */{t}", st.integers(-5, 2**70)),
-            st.text(alphabet="bytes */-0123456789x", max_size=20)))
+        headers["Content-Range"] = draw(
+            st.one_of(
+                st.builds(
+                    lambda a, b, t: f"bytes {a}-{b}/{t}",
+                    st.integers(-5, 40),
+                    st.integers(-5, 40),
+                    st.integers(-5, 2**70),
+                ),
+                st.builds(lambda t: f"bytes */{t}", st.integers(-5, 2**70)),
+                st.text(alphabet="bytes */-0123456789x", max_size=20),
+            )
+        )
     if draw(st.booleans()):
-        headers["X-Content-SHA256"] = draw(st.one_of(st.just("0" * 64), st.text(alphabet="0123456789abcdefg",
-                                                                                   max_size=70)))
+        headers["X-Content-SHA256"] = draw(
+            st.one_of(st.just("0" * 64), st.text(alphabet="0123456789abcdefg", max_size=70))
+        )
     body = draw(st.binary(max_size=64))
-    framing = draw(st.sampled_from(["length", "chunked", "broken-chunked", "short", "garbage-length", "none"]))
+    framing = draw(
+        st.sampled_from(["length", "chunked", "broken-chunked", "short", "garbage-length", "none"])
+    )
     if framing == "length":
         headers["Content-Length"] = str(len(body))
     elif framing == "short":
         headers["Content-Length"] = str(len(body) + draw(st.integers(1, 100)))
     elif framing == "garbage-length":
-        headers["Content-Length"] = draw(st.sampled_from(["-1", "abc", "1e3", " ", "99999999999999999999999"]))
+        headers["Content-Length"] = draw(
+            st.sampled_from(["-1", "abc", "1e3", " ", "99999999999999999999999"])
+        )
     elif framing in ("chunked", "broken-chunked"):
         headers["Transfer-Encoding"] = "chunked"
         body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if framing == "chunked" else b"zz\r\n" + body
@@ -99,13 +146,17 @@ def _exchange(port: int, request: bytes) -> bytes:
         return answer
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(request=requests())
 def test_no_request_gets_a_5xx_or_a_traceback(server: ThreadedFileServer, request: bytes) -> None:
     answer = _exchange(server.port, request)
     while answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"):  # the interim answer, then the real one
-        answer = answer[len(b"HTTP/1.1 100 Continue\r\n\r\n"):]
+        answer = answer[len(b"HTTP/1.1 100 Continue\r\n\r\n") :]
     assert answer.startswith(b"HTTP/1."), (request[:300], answer[:300])
     status = int(answer.split(b" ", 2)[1])
     assert status < 500, (request[:300], answer[:600])

@@ -32,8 +32,13 @@ async def backend(tmp_path):
     models = tmp_path / "worker" / "models"
     (models / "m").mkdir(parents=True)
     base = _free_base()
-    supervisor = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token=TOKEN,
-                            start_timeout_s=30, models_root=models)
+    supervisor = Supervisor(
+        PortAllocator(base, base + 20),
+        bind_host="127.0.0.1",
+        token=TOKEN,
+        start_timeout_s=30,
+        models_root=models,
+    )
     proc = await supervisor.ensure("m#0", "simulator")
     try:
         async with grpc.aio.insecure_channel(proc.local_address) as channel:
@@ -43,8 +48,9 @@ async def backend(tmp_path):
 
 
 async def _load(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> pb.Result:
-    return await stub.LoadModel(pb.ModelOptions(Model="m", **fields), timeout=30,
-                                metadata=(("authorization", f"Bearer {TOKEN}"),))
+    return await stub.LoadModel(
+        pb.ModelOptions(Model="m", **fields), timeout=30, metadata=(("authorization", f"Bearer {TOKEN}"),)
+    )
 
 
 async def _refused(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> str:
@@ -55,11 +61,14 @@ async def _refused(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> str:
     return str(info.value.details())
 
 
-@pytest.mark.parametrize("field, value", [
-    ("ModelFile", "/etc/passwd"),  # absolute, elsewhere
-    ("ModelFile", "m/../../../../etc/passwd"),  # relative, climbing out of ModelPath
-    ("MMProj", "/etc/hostname"),  # a companion file
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("ModelFile", "/etc/passwd"),  # absolute, elsewhere
+        ("ModelFile", "m/../../../../etc/passwd"),  # relative, climbing out of ModelPath
+        ("MMProj", "/etc/hostname"),  # a companion file
+    ],
+)
 async def test_load_model_refuses_a_path_outside_the_models_directory(backend, field, value):
     stub, models = backend
     details = await _refused(stub, ModelPath=str(models), **{field: value})
@@ -69,21 +78,34 @@ async def test_load_model_refuses_a_path_outside_the_models_directory(backend, f
     )
 
 
-@pytest.mark.parametrize("fields, shown", [
-    ({"ModelFile": "{models}/m/link.gguf"}, "ModelFile '{models}/m/link.gguf'"),
-    ({"ModelPath": "{models}/m", "Options": ["vae:link.gguf"]}, "Options[0] 'link.gguf'"),  # an option naming it
-])
-async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(backend, tmp_path, fields,
-                                                                                         shown):
+@pytest.mark.parametrize(
+    "fields, shown",
+    [
+        ({"ModelFile": "{models}/m/link.gguf"}, "ModelFile '{models}/m/link.gguf'"),
+        (
+            {"ModelPath": "{models}/m", "Options": ["vae:link.gguf"]},
+            "Options[0] 'link.gguf'",
+        ),  # an option naming it
+    ],
+)
+async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(
+    backend, tmp_path, fields, shown
+):
     stub, models = backend
     outside = tmp_path / "secret.gguf"
     outside.write_bytes(b"GGUF")
     (models / "m" / "link.gguf").symlink_to(outside)
-    fields = {key: [v.format(models=models) for v in value] if isinstance(value, list) else value.format(models=models)
-              for key, value in fields.items()}
+    fields = {
+        key: [v.format(models=models) for v in value]
+        if isinstance(value, list)
+        else value.format(models=models)
+        for key, value in fields.items()
+    }
     details = await _refused(stub, **fields)
-    assert f"LoadModel {shown.format(models=models)} resolves to {str(outside)!r}, outside this worker's models " \
-           "directory" in details
+    assert (
+        f"LoadModel {shown.format(models=models)} resolves to {str(outside)!r}, outside this worker's models "
+        "directory" in details
+    )
 
 
 async def test_load_model_accepts_a_file_under_the_models_directory(backend):
@@ -94,27 +116,40 @@ async def test_load_model_accepts_a_file_under_the_models_directory(backend):
     assert result.success, result.message
 
 
-@pytest.mark.parametrize("fields, field, value, resolved", [
-    # a relative companion read below a ModelPath that is not the worker's
-    ({"ModelPath": "/etc", "MMProj": "passwd"}, "MMProj", "passwd", "/etc/passwd"),
-    ({"ModelPath": "/etc", "LoraAdapters": ["hostname"]}, "LoraAdapters", "hostname", "/etc/hostname"),
-    # an option whose value names a file (gallery engines open such files)
-    ({"Options": ["chat_format:gemma", "vae:/etc/passwd"]}, "Options[1]", "/etc/passwd", "/etc/passwd"),
-    ({"Overrides": ["mmproj:" + "../" * 12 + "etc/passwd"]}, "Overrides[0]", "../" * 12 + "etc/passwd",
-     "/etc/passwd"),
-])
-async def test_load_model_refuses_companions_and_options_that_name_files_outside(backend, fields, field, value,
-                                                                                  resolved):
+@pytest.mark.parametrize(
+    "fields, field, value, resolved",
+    [
+        # a relative companion read below a ModelPath that is not the worker's
+        ({"ModelPath": "/etc", "MMProj": "passwd"}, "MMProj", "passwd", "/etc/passwd"),
+        ({"ModelPath": "/etc", "LoraAdapters": ["hostname"]}, "LoraAdapters", "hostname", "/etc/hostname"),
+        # an option whose value names a file (gallery engines open such files)
+        ({"Options": ["chat_format:gemma", "vae:/etc/passwd"]}, "Options[1]", "/etc/passwd", "/etc/passwd"),
+        (
+            {"Overrides": ["mmproj:" + "../" * 12 + "etc/passwd"]},
+            "Overrides[0]",
+            "../" * 12 + "etc/passwd",
+            "/etc/passwd",
+        ),
+    ],
+)
+async def test_load_model_refuses_companions_and_options_that_name_files_outside(
+    backend, fields, field, value, resolved
+):
     stub, models = backend
     details = await _refused(stub, **{"ModelPath": str(models / "m"), **fields})
     assert details == (
         f"LoadModel {field} {value!r} resolves to {resolved!r}, outside this worker's models directory "
-        f"{str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it")
+        f"{str(models.resolve())!r} (CORRAL_BACKEND_MODELS_ROOT); backends only open files under it"
+    )
 
 
 async def test_load_model_accepts_options_that_name_no_file_or_one_inside(backend):
     stub, models = backend
     (models / "m" / "vae.bin").write_bytes(b"x")
-    result = await _load(stub, ModelPath=str(models / "m"), MMProj="org/projector",
-                         Options=["chat_format:gemma", "vae:vae.bin", f"x:{models}/m"])
+    result = await _load(
+        stub,
+        ModelPath=str(models / "m"),
+        MMProj="org/projector",
+        Options=["chat_format:gemma", "vae:vae.bin", f"x:{models}/m"],
+    )
     assert result.success, result.message

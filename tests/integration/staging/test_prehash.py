@@ -26,8 +26,11 @@ def _config(models_dir: Path, name: str, files: dict[str, int]) -> ModelConfig:
         (models_dir / relative).parent.mkdir(parents=True, exist_ok=True)
         (models_dir / relative).write_bytes(os.urandom(size))
     first = next(iter(files))
-    return parse_model_config({"name": name, "backend": "llama-cpp", "parameters": {"model": first}},
-                              models_dir / f"{name}.yaml", models_dir)
+    return parse_model_config(
+        {"name": name, "backend": "llama-cpp", "parameters": {"model": first}},
+        models_dir / f"{name}.yaml",
+        models_dir,
+    )
 
 
 async def _run_until_recorded(prehasher: ModelPrehasher, paths: list[Path], timeout_s: float = 30.0) -> None:
@@ -55,14 +58,18 @@ async def test_configured_files_without_a_recorded_hash_are_hashed_and_recorded(
 
 
 async def test_a_config_edited_later_has_its_new_file_hashed_and_a_missing_file_is_left_to_its_load(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     models = tmp_path / "models"
     prehasher = ModelPrehasher()
     stop = asyncio.Event()
     runner = asyncio.create_task(prehasher.run(stop))
     try:
-        missing = parse_model_config({"name": "gone", "backend": "llama-cpp", "parameters": {"model": "no.gguf"}},
-                                     models / "gone.yaml", models)
+        missing = parse_model_config(
+            {"name": "gone", "backend": "llama-cpp", "parameters": {"model": "no.gguf"}},
+            models / "gone.yaml",
+            models,
+        )
         prehasher.submit([missing])  # nothing to hash, nothing raised: the load names the missing file
         prehasher.submit([_config(models, "late", {"late.gguf": MiB})])
         async with asyncio.timeout(30):
@@ -91,8 +98,9 @@ async def test_a_file_with_a_recorded_hash_is_not_read_again(tmp_path: Path) -> 
     assert hash_sidecar_path(path).stat().st_mtime_ns == stamp  # trusted: not hashed, not rewritten
 
 
-async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "big.bin"
     path.write_bytes(os.urandom(8 * MiB))
     calls: list[Path] = []
@@ -146,14 +154,20 @@ async def test_files_outside_the_models_dir_are_never_hashed_nor_given_a_sidecar
     shared.mkdir()
     (shared / "big.gguf").write_bytes(os.urandom(MiB))
     (tmp_path / "secret").write_bytes(os.urandom(MiB))
-    in_root = parse_model_config({"name": "s", "backend": "llama-cpp", "parameters": {"model": str(shared / "big.gguf")}},
-                                 models / "s.yaml", models, (shared,))
+    in_root = parse_model_config(
+        {"name": "s", "backend": "llama-cpp", "parameters": {"model": str(shared / "big.gguf")}},
+        models / "s.yaml",
+        models,
+        (shared,),
+    )
     linked = _config(models, "l", {"l.gguf": MiB})
     (models / "l.gguf").unlink()
     (models / "l.gguf").symlink_to(tmp_path / "secret")  # points out since the config was accepted
     marker = _config(models, "m", {"m.gguf": MiB})
     prehasher = ModelPrehasher()
-    prehasher.submit([in_root, linked, marker])  # in order: once m.gguf is recorded, the others were looked at
+    prehasher.submit(
+        [in_root, linked, marker]
+    )  # in order: once m.gguf is recorded, the others were looked at
     await _run_until_recorded(prehasher, [models / "m.gguf"])
     assert not hash_sidecar_path(shared / "big.gguf").exists()
     assert not hash_sidecar_path(tmp_path / "secret").exists()

@@ -61,9 +61,14 @@ def s3_url(state_root: Path) -> Iterator[str]:
 
 
 def _settings(url: str, bucket: str, min_free_bytes: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(storage_url=url, storage_bucket=bucket, storage_region="us-east-1",
-                           storage_access_key=ACCESS_KEY, storage_secret_key=SECRET_KEY,
-                           staging_min_free_bytes=min_free_bytes)
+    return SimpleNamespace(
+        storage_url=url,
+        storage_bucket=bucket,
+        storage_region="us-east-1",
+        storage_access_key=ACCESS_KEY,
+        storage_secret_key=SECRET_KEY,
+        staging_min_free_bytes=min_free_bytes,
+    )
 
 
 @pytest.fixture
@@ -76,14 +81,23 @@ async def env(s3_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Simpl
     worker_nc = await bus.connect(nats_url, "test-worker")
     node_id = f"node-{uuid.uuid4().hex[:8]}"
     models_dir = tmp_path / "worker" / "models"
-    handlers = await start_s3_file_handlers(settings, worker_nc, node_id, models_dir,
-                                            await open_object_store(settings))
+    handlers = await start_s3_file_handlers(
+        settings, worker_nc, node_id, models_dir, await open_object_store(settings)
+    )
     async with httpx.AsyncClient() as http:
         ctx = StagingContext(http=http, token="t", object_store=store, nc=front_nc, stall_s=10.0)
         try:
-            yield SimpleNamespace(ctx=ctx, store=store, handlers=handlers, node_id=node_id, models_dir=models_dir,
-                                  target=StagingTarget("w1", "127.0.0.1:9", node_id), worker_nc=worker_nc,
-                                  front_nc=front_nc, settings=settings)
+            yield SimpleNamespace(
+                ctx=ctx,
+                store=store,
+                handlers=handlers,
+                node_id=node_id,
+                models_dir=models_dir,
+                target=StagingTarget("w1", "127.0.0.1:9", node_id),
+                worker_nc=worker_nc,
+                front_nc=front_nc,
+                settings=settings,
+            )
         finally:
             handlers.close()
             store.close()
@@ -95,12 +109,22 @@ def _model(models_dir: Path, size_bytes: int = 70 * MiB) -> ModelConfig:
     (models_dir / "weights").mkdir(parents=True)
     (models_dir / "weights" / "big.gguf").write_bytes(os.urandom(size_bytes))  # 70 MiB: a multipart upload
     (models_dir / "weights" / "tok.json").write_bytes(b'{"a": 1}')
-    return parse_model_config({"name": "s3m", "backend": "llama-cpp", "parameters": {"model": "weights/big.gguf"},
-                               "tokenizer": "weights/tok.json"}, models_dir / "s3m.yaml", models_dir)
+    return parse_model_config(
+        {
+            "name": "s3m",
+            "backend": "llama-cpp",
+            "parameters": {"model": "weights/big.gguf"},
+            "tokenizer": "weights/tok.json",
+        },
+        models_dir / "s3m.yaml",
+        models_dir,
+    )
 
 
 def _opts(cfg: ModelConfig) -> backend_pb2.ModelOptions:
-    return backend_pb2.ModelOptions(Model=cfg.model, ModelFile=str(cfg.model_file), ModelPath=str(cfg.models_dir))
+    return backend_pb2.ModelOptions(
+        Model=cfg.model, ModelFile=str(cfg.model_file), ModelPath=str(cfg.models_dir)
+    )
 
 
 @pytest.mark.slow
@@ -112,7 +136,9 @@ async def test_s3_mode_uploads_once_and_the_worker_fetches_once(env, tmp_path):
     assert staged.ModelFile == str(base / "weights" / "big.gguf")
     assert staged.Tokenizer == str(base / "weights" / "tok.json")
     assert staged.ModelPath == str(base)
-    assert (base / "weights" / "big.gguf").read_bytes() == (cfg.models_dir / "weights" / "big.gguf").read_bytes()
+    assert (base / "weights" / "big.gguf").read_bytes() == (
+        cfg.models_dir / "weights" / "big.gguf"
+    ).read_bytes()
     total = cfg.checkpoint_bytes()
     assert env.store.uploaded_bytes == total
     assert env.handlers.fetched_bytes == total
@@ -128,8 +154,11 @@ async def test_worker_replaces_a_cached_copy_whose_content_changed(env, tmp_path
     models_dir = tmp_path / "frontend" / "models"
     models_dir.mkdir(parents=True)
     (models_dir / "m.gguf").write_bytes(b"version one")
-    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
-                             models_dir / "m.yaml", models_dir)
+    cfg = parse_model_config(
+        {"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
+        models_dir / "m.yaml",
+        models_dir,
+    )
     await stage_model(env.ctx, env.target, cfg, _opts(cfg), Recorder())
     (models_dir / "m.gguf").write_bytes(b"version two!")
     staged = await stage_model(env.ctx, env.target, cfg, _opts(cfg), Recorder())
@@ -138,27 +167,39 @@ async def test_worker_replaces_a_cached_copy_whose_content_changed(env, tmp_path
 
 async def test_ensure_of_a_key_missing_from_the_bucket_names_key_and_bucket(env):
     request = FileEnsureRequest(key="models/x/none.gguf")
-    msg = await env.front_nc.request(subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10)
+    msg = await env.front_nc.request(
+        subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10
+    )
     reply = FileEnsureReply.from_json(msg.data)
     assert reply.error == f"key 'models/x/none.gguf' is not in bucket {env.store.bucket!r}"
 
 
 async def test_ensure_of_a_traversal_key_is_refused(env):
     request = FileEnsureRequest(key="models/../../etc/passwd")
-    msg = await env.front_nc.request(subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10)
+    msg = await env.front_nc.request(
+        subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10
+    )
     assert "key has a '..' path segment" in FileEnsureReply.from_json(msg.data).error
 
 
 async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_path, nats_url):
-    handlers = await start_s3_file_handlers(env.settings, env.worker_nc, "tiny-disk-node", tmp_path / "tiny",
-                                            await open_object_store(env.settings))
+    handlers = await start_s3_file_handlers(
+        env.settings,
+        env.worker_nc,
+        "tiny-disk-node",
+        tmp_path / "tiny",
+        await open_object_store(env.settings),
+    )
     handlers.budget = DiskBudget(min_free_bytes=0, free_bytes=lambda _path: 10)
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100)
     env.store.upload(path, "models/t/f.bin", "0" * 64)
     try:
-        msg = await env.front_nc.request(subjects.node_subject("tiny-disk-node", "files.ensure"),
-                                         FileEnsureRequest(key="models/t/f.bin").to_json(), timeout=10)
+        msg = await env.front_nc.request(
+            subjects.node_subject("tiny-disk-node", "files.ensure"),
+            FileEnsureRequest(key="models/t/f.bin").to_json(),
+            timeout=10,
+        )
     finally:
         handlers.close()
     error = FileEnsureReply.from_json(msg.data).error
@@ -166,28 +207,37 @@ async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_pa
 
 
 async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_byte_limit_before_fetching(
-        env, tmp_path):
+    env, tmp_path
+):
     models = tmp_path / "s3-inputs" / "models"
     ledger = EphemeralLedger(ephemeral_root(models), EphemeralLimits(150, 1))
-    handlers = await start_s3_file_handlers(env.settings, env.worker_nc, "s3-inputs-node", models,
-                                            await open_object_store(env.settings), ledger)
+    handlers = await start_s3_file_handlers(
+        env.settings, env.worker_nc, "s3-inputs-node", models, await open_object_store(env.settings), ledger
+    )
     path = tmp_path / "clip.wav"
     path.write_bytes(b"x" * 100)
     for request_id in ("abcd1234", "ffff0000"):
-        env.store.upload(path, f"ephemeral/audio/{request_id}/clip.wav", hashlib.sha256(b"x" * 100).hexdigest())
+        env.store.upload(
+            path, f"ephemeral/audio/{request_id}/clip.wav", hashlib.sha256(b"x" * 100).hexdigest()
+        )
     subject = subjects.node_subject("s3-inputs-node", "files.ensure")
     try:
-        first = await env.front_nc.request(subject, FileEnsureRequest(key="ephemeral/audio/abcd1234/clip.wav")
-                                           .to_json(), timeout=10)
-        second = await env.front_nc.request(subject, FileEnsureRequest(key="ephemeral/audio/ffff0000/clip.wav")
-                                            .to_json(), timeout=10)
+        first = await env.front_nc.request(
+            subject, FileEnsureRequest(key="ephemeral/audio/abcd1234/clip.wav").to_json(), timeout=10
+        )
+        second = await env.front_nc.request(
+            subject, FileEnsureRequest(key="ephemeral/audio/ffff0000/clip.wav").to_json(), timeout=10
+        )
     finally:
         handlers.close()
-    assert FileEnsureReply.from_json(first.data).local_path == str(ephemeral_root(models) / "audio" / "abcd1234" /
-                                                                   "clip.wav")
+    assert FileEnsureReply.from_json(first.data).local_path == str(
+        ephemeral_root(models) / "audio" / "abcd1234" / "clip.wav"
+    )
     assert ledger.active_request_dirs() == {"audio/abcd1234"}  # held until the request releases it
     error = FileEnsureReply.from_json(second.data).error
-    assert "request input 'ephemeral/audio/ffff0000/clip.wav' (100 bytes) refused before it was written" in error
+    assert (
+        "request input 'ephemeral/audio/ffff0000/clip.wav' (100 bytes) refused before it was written" in error
+    )
     assert "over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=150" in error
     assert not (ephemeral_root(models) / "audio" / "ffff0000").exists()
 
@@ -195,8 +245,11 @@ async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_by
 async def test_listdir_lists_the_workers_files_under_a_key_prefix(env, tmp_path):
     cfg = _model(tmp_path / "frontend" / "models", MiB)
     await stage_model(env.ctx, env.target, cfg, _opts(cfg), Recorder())
-    msg = await env.front_nc.request(subjects.node_subject(env.node_id, "files.listdir"),
-                                     FileListRequest(key_prefix="models/s3m/weights").to_json(), timeout=10)
+    msg = await env.front_nc.request(
+        subjects.node_subject(env.node_id, "files.listdir"),
+        FileListRequest(key_prefix="models/s3m/weights").to_json(),
+        timeout=10,
+    )
     listed = FileListReply.from_json(msg.data).files
     assert [f for f in listed if not f.endswith(".sha256")] == ["big.gguf", "tok.json"]
 
@@ -205,8 +258,13 @@ async def test_staging_to_a_worker_that_is_not_in_s3_mode_fails_naming_the_setti
     models_dir = tmp_path / "frontend" / "models"
     models_dir.mkdir(parents=True)
     (models_dir / "m.gguf").write_bytes(b"data")
-    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
-                             models_dir / "m.yaml", models_dir)
+    cfg = parse_model_config(
+        {"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}},
+        models_dir / "m.yaml",
+        models_dir,
+    )
     with pytest.raises(ObjectStoreFailed) as raised:
-        await stage_model(env.ctx, StagingTarget("w9", "127.0.0.1:9", "no-such-node"), cfg, _opts(cfg), Recorder())
+        await stage_model(
+            env.ctx, StagingTarget("w9", "127.0.0.1:9", "no-such-node"), cfg, _opts(cfg), Recorder()
+        )
     assert "node w9" in str(raised.value) and "LOCALAI_STORAGE_URL" in str(raised.value)

@@ -63,23 +63,31 @@ def _model(models_dir: Path, outside: Path) -> ModelConfig:
     _write(models_dir / "voices" / "en.onnx", 500)
     _write(models_dir / "voices" / "en.onnx.json", 50)
     _write(models_dir / "llm" / "vocab.json", 70)  # option relative to the model's own dir
-    _write(outside / "extra" / "table.bin", 30)  # option: an absolute path in a listed root, outside the models dir
+    _write(
+        outside / "extra" / "table.bin", 30
+    )  # option: an absolute path in a listed root, outside the models dir
     _write(models_dir / "unrelated.bin", 10)  # not referenced: must not be staged
     data = {
-        "name": "vision", "backend": "llama-cpp",
+        "name": "vision",
+        "backend": "llama-cpp",
         "parameters": {"model": "llm/main.gguf"},
         "mmproj": "llm/mmproj.gguf",
         "lora_adapters": ["loras/style", "hub-org/remote-lora"],  # the second does not exist locally
         "audio_path": "voices/en.onnx",
         "options": ["vocab:vocab.json", f"table:{outside / 'extra'}", "chat_format:gemma", "root:."],
     }
-    return parse_model_config(yaml.safe_load(yaml.safe_dump(data)), models_dir / "vision.yaml", models_dir,
-                              (outside,))  # CORRAL_MODEL_PATH_ROOTS
+    return parse_model_config(
+        yaml.safe_load(yaml.safe_dump(data)), models_dir / "vision.yaml", models_dir, (outside,)
+    )  # CORRAL_MODEL_PATH_ROOTS
 
 
 def _options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
-    return backend_pb2.ModelOptions(Model=cfg.model, ModelFile=str(cfg.model_file), ModelPath=str(cfg.models_dir),
-                                    Options=list(cfg.options))
+    return backend_pb2.ModelOptions(
+        Model=cfg.model,
+        ModelFile=str(cfg.model_file),
+        ModelPath=str(cfg.models_dir),
+        Options=list(cfg.options),
+    )
 
 
 async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_worker(tmp_path, http):
@@ -87,17 +95,30 @@ async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_w
     cfg = _model(models_dir, outside)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         ctx = StagingContext(http=http, token=TOKEN)
-        staged = await stage_model(ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg),
-                                   Recorder())
+        staged = await stage_model(
+            ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg), Recorder()
+        )
     base = worker.models_dir / "vision"
-    staged_files = sorted(p.relative_to(base).as_posix() for p in base.rglob("*")
-                          if p.is_file() and not p.name.endswith(".sha256"))
-    assert staged_files == sorted([
-        "llm/main.gguf", "llm/mmproj.gguf", "llm/vocab.json", "loras/style/adapter.bin",
-        "voices/en.onnx", "voices/en.onnx.json", "extra/table.bin",
-    ])
-    assert read_trusted_hash(base / "loras" / "style" / "adapter.bin") == hashlib.sha256(
-        (models_dir / "loras" / "style" / "adapter.bin").read_bytes()).hexdigest()  # the worker's own
+    staged_files = sorted(
+        p.relative_to(base).as_posix()
+        for p in base.rglob("*")
+        if p.is_file() and not p.name.endswith(".sha256")
+    )
+    assert staged_files == sorted(
+        [
+            "llm/main.gguf",
+            "llm/mmproj.gguf",
+            "llm/vocab.json",
+            "loras/style/adapter.bin",
+            "voices/en.onnx",
+            "voices/en.onnx.json",
+            "extra/table.bin",
+        ]
+    )
+    assert (
+        read_trusted_hash(base / "loras" / "style" / "adapter.bin")
+        == hashlib.sha256((models_dir / "loras" / "style" / "adapter.bin").read_bytes()).hexdigest()
+    )  # the worker's own
     for relative in ("llm/main.gguf", "loras/style/adapter.bin", "extra/table.bin"):
         source = models_dir / relative if not relative.startswith("extra") else outside / relative
         assert (base / relative).read_bytes() == source.read_bytes()
@@ -109,7 +130,8 @@ async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_w
     assert list(staged.Options) == [
         f"vocab:{base / 'llm' / 'vocab.json'}",  # relative to the model's dir: made absolute on the worker
         f"table:{base / 'extra'}",  # absolute frontend path: rewritten
-        "chat_format:gemma", "root:.",  # not files (or the whole models dir): untouched
+        "chat_format:gemma",
+        "root:.",  # not files (or the whole models dir): untouched
     ]
     assert staged.Model == "llm/main.gguf"
 
@@ -118,12 +140,25 @@ async def test_progress_reports_each_file_bytes_up_to_its_size_and_hashing(tmp_p
     models_dir = tmp_path / "frontend" / "models"
     _write(models_dir / "a.gguf", 40 * MiB)
     _write(models_dir / "a.gguf.json", 10)
-    cfg = parse_model_config({"name": "a", "backend": "llama-cpp", "parameters": {"model": "a.gguf"},
-                              "options": ["cfg:a.gguf.json"]}, models_dir / "a.yaml", models_dir)
+    cfg = parse_model_config(
+        {
+            "name": "a",
+            "backend": "llama-cpp",
+            "parameters": {"model": "a.gguf"},
+            "options": ["cfg:a.gguf.json"],
+        },
+        models_dir / "a.yaml",
+        models_dir,
+    )
     progress = Recorder()
     async with running_file_server(tmp_path / "worker" / "models") as worker:
-        await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", f"127.0.0.1:{worker.port}"),
-                          cfg, _options(cfg), progress)
+        await stage_model(
+            StagingContext(http=http, token=TOKEN),
+            StagingTarget("w1", f"127.0.0.1:{worker.port}"),
+            cfg,
+            _options(cfg),
+            progress,
+        )
     assert progress.files == [(1, 2, 40 * MiB), (2, 2, 10)]
     first_file = [b for b in progress.bytes if b[1] == 40 * MiB]
     assert first_file[0] == (0, 40 * MiB) and first_file[-1] == (40 * MiB, 40 * MiB)
@@ -164,19 +199,30 @@ async def test_shared_models_mode_stages_nothing_and_passes_absolute_paths(tmp_p
 
 
 async def test_model_without_local_files_is_passed_through_unchanged(tmp_path, http):
-    cfg = parse_model_config({"name": "sim", "backend": "simulator", "parameters": {"model": "sim"}},
-                             tmp_path / "sim.yaml", tmp_path)
+    cfg = parse_model_config(
+        {"name": "sim", "backend": "simulator", "parameters": {"model": "sim"}},
+        tmp_path / "sim.yaml",
+        tmp_path,
+    )
     opts = backend_pb2.ModelOptions(Model="sim", ModelPath=str(tmp_path))
-    staged = await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", "127.0.0.1:9"), cfg,
-                               opts, Recorder())
+    staged = await stage_model(
+        StagingContext(http=http, token=TOKEN), StagingTarget("w1", "127.0.0.1:9"), cfg, opts, Recorder()
+    )
     assert staged == opts
 
 
 def test_checkpoint_bytes_count_every_staged_file(tmp_path):
     cfg = _model(tmp_path / "models", tmp_path / "elsewhere")
     sizes = {p.name: p.stat().st_size for p in cfg.files()}
-    assert sizes == {"main.gguf": 3 * MiB, "mmproj.gguf": 1000, "adapter.bin": 2000, "en.onnx": 500,
-                     "en.onnx.json": 50, "vocab.json": 70, "table.bin": 30}
+    assert sizes == {
+        "main.gguf": 3 * MiB,
+        "mmproj.gguf": 1000,
+        "adapter.bin": 2000,
+        "en.onnx": 500,
+        "en.onnx.json": 50,
+        "vocab.json": 70,
+        "table.bin": 30,
+    }
     assert cfg.checkpoint_bytes() == sum(sizes.values())
 
 
@@ -184,31 +230,50 @@ async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(tmp
     models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
     cfg = _model(models_dir, outside)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
-        await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", f"127.0.0.1:{worker.port}"),
-                          cfg, _options(cfg), Recorder())
-    assert not hash_sidecar_path(outside / "extra" / "table.bin").exists()  # corral writes only in its models dir
+        await stage_model(
+            StagingContext(http=http, token=TOKEN),
+            StagingTarget("w1", f"127.0.0.1:{worker.port}"),
+            cfg,
+            _options(cfg),
+            Recorder(),
+        )
+    assert not hash_sidecar_path(
+        outside / "extra" / "table.bin"
+    ).exists()  # corral writes only in its models dir
     assert read_trusted_hash(models_dir / "llm" / "main.gguf") is not None  # there it keeps the hash
 
 
-@pytest.mark.parametrize("model, link, shared_models", [
-    ("m.gguf", "m.gguf", False),  # the model file, swapped for a link that points out
-    ("m.gguf", "m.gguf", True),  # shared models: nothing is copied, but the path is not passed on either
-    ("weights", "weights/shard-2.bin", False),  # a link planted inside a model directory
-])
-async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(tmp_path, http, model, link,
-                                                                                   shared_models):
+@pytest.mark.parametrize(
+    "model, link, shared_models",
+    [
+        ("m.gguf", "m.gguf", False),  # the model file, swapped for a link that points out
+        ("m.gguf", "m.gguf", True),  # shared models: nothing is copied, but the path is not passed on either
+        ("weights", "weights/shard-2.bin", False),  # a link planted inside a model directory
+    ],
+)
+async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(
+    tmp_path, http, model, link, shared_models
+):
     models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
     _write(models_dir / link, 100)
-    cfg = parse_model_config({"name": "m", "backend": "llama-cpp", "parameters": {"model": model}},
-                             models_dir / "m.yaml", models_dir)
+    cfg = parse_model_config(
+        {"name": "m", "backend": "llama-cpp", "parameters": {"model": model}},
+        models_dir / "m.yaml",
+        models_dir,
+    )
     (models_dir / link).unlink()
     (models_dir / link).symlink_to(secret)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         ctx = StagingContext(http=http, token=TOKEN, shared_models=shared_models)
-        with pytest.raises(PathOutsideRoots, match=f"staged file: '{models_dir / link}' resolves to {secret}, "
-                                                   f"outside the models directory {models_dir}; keep model files "
-                                                   "under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"):
-            await stage_model(ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg), Recorder())
+        with pytest.raises(
+            PathOutsideRoots,
+            match=f"staged file: '{models_dir / link}' resolves to {secret}, "
+            f"outside the models directory {models_dir}; keep model files "
+            "under it, or list the directory in CORRAL_MODEL_PATH_ROOTS",
+        ):
+            await stage_model(
+                ctx, StagingTarget("w1", f"127.0.0.1:{worker.port}"), cfg, _options(cfg), Recorder()
+            )
         assert worker.server.stats.requests["PUT"] == 0
     assert [p for p in (tmp_path / "worker").rglob("*") if p.is_file()] == []
     assert not hash_sidecar_path(secret).exists()
@@ -222,7 +287,12 @@ async def test_a_replayed_load_naming_a_file_outside_is_never_staged(tmp_path, h
     cfg = config_from_replay(LoadInfo("m", "llama-cpp", opts.SerializeToString(), "rev"))
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         with pytest.raises(PathOutsideRoots, match=f"resolves to {secret}, outside the models directory"):
-            await stage_model(StagingContext(http=http, token=TOKEN), StagingTarget("w1", f"127.0.0.1:{worker.port}"),
-                              cfg, _options(cfg), Recorder())
+            await stage_model(
+                StagingContext(http=http, token=TOKEN),
+                StagingTarget("w1", f"127.0.0.1:{worker.port}"),
+                cfg,
+                _options(cfg),
+                Recorder(),
+            )
         assert worker.server.stats.requests["PUT"] == 0
     assert not hash_sidecar_path(secret).exists()

@@ -55,8 +55,15 @@ async def test_upload_cut_after_n_bytes_resumes_at_n_and_ends_with_the_source_sh
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         proxy = CutProxy(worker.port, cut_after_body_bytes=cut_at).start()
         try:
-            remote = await stage_file(client, f"http://127.0.0.1:{proxy.port}", KEY, source, TOKEN,
-                                      retry_policy=FAST_RETRIES, on_progress=lambda s, t: sent.append((s, t)))
+            remote = await stage_file(
+                client,
+                f"http://127.0.0.1:{proxy.port}",
+                KEY,
+                source,
+                TOKEN,
+                retry_policy=FAST_RETRIES,
+                on_progress=lambda s, t: sent.append((s, t)),
+            )
         finally:
             proxy.stop()
         received = worker.body_bytes
@@ -104,14 +111,17 @@ async def test_first_staging_sends_while_hashing_and_neither_side_reads_the_file
     assert hashing.read_trusted_hash(source) == sha  # the frontend's hash, recorded for the next staging
 
 
-async def test_a_corrupted_byte_in_the_range_sent_before_the_hash_is_refused_and_leaves_no_file(tmp_path, client):
+async def test_a_corrupted_byte_in_the_range_sent_before_the_hash_is_refused_and_leaves_no_file(
+    tmp_path, client
+):
     source = _source(tmp_path, 2 * MiB)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         proxy = CutProxy(worker.port, flip_body_byte_at=MiB + 3).start()
         try:
             with pytest.raises(StagingFailed) as failure:
-                await stage_file(client, f"http://127.0.0.1:{proxy.port}", KEY, source, TOKEN,
-                                 retry_policy=FAST_RETRIES)
+                await stage_file(
+                    client, f"http://127.0.0.1:{proxy.port}", KEY, source, TOKEN, retry_policy=FAST_RETRIES
+                )
         finally:
             proxy.stop()
         target = worker.models_dir / "m" / "model.gguf"
@@ -122,7 +132,9 @@ async def test_a_corrupted_byte_in_the_range_sent_before_the_hash_is_refused_and
     assert leftovers == []  # neither the corrupt file nor a hash of it
 
 
-async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_for_the_verify(tmp_path, client):
+async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_for_the_verify(
+    tmp_path, client
+):
     data = os.urandom(3 * MiB)
     size, sha = len(data), hashlib.sha256(data).hexdigest()
     url_path = f"/v1/files/{KEY}"
@@ -133,7 +145,9 @@ async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_fo
     prefix_headers = {**AUTH, "Content-Range": f"bytes 0-{size - 2}/{size}"}
     models = tmp_path / "worker" / "models"
     async with running_file_server(models) as worker:  # same process: the kept digest is continued
-        assert (await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)).status_code == 308
+        assert (
+            await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)
+        ).status_code == 308
         head = await client.head(worker.url + url_path, headers=AUTH)
         done = await client.put(worker.url + url_path, content=data[-1:], headers=last_byte_headers())
         same_process_read = worker.hash_read_bytes
@@ -142,7 +156,9 @@ async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_fo
     (models / "m" / "model.gguf").unlink()
     hashing.remove_sidecars(models / "m" / "model.gguf")
     async with running_file_server(models) as worker:
-        assert (await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)).status_code == 308
+        assert (
+            await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)
+        ).status_code == 308
     async with running_file_server(models) as restarted:  # a new process: no digest of the prefix
         done = await client.put(restarted.url + url_path, content=data[-1:], headers=last_byte_headers())
         restarted_read = restarted.hash_read_bytes
@@ -150,7 +166,9 @@ async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_fo
     (models / "m" / "model.gguf").unlink()
     hashing.remove_sidecars(models / "m" / "model.gguf")
     async with running_file_server(models) as worker:
-        assert (await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)).status_code == 308
+        assert (
+            await client.put(worker.url + url_path, content=data[:-1], headers=prefix_headers)
+        ).status_code == 308
         target = models / "m" / "model.gguf"
         before_ns = target.stat().st_mtime_ns
         with open(target, "r+b") as file:  # the prefix changed in place, same size: its digest is not used
@@ -162,7 +180,9 @@ async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_fo
     assert changed_read == size
 
 
-async def test_full_size_unfinished_file_with_correct_content_is_finalised_without_resending(tmp_path, client):
+async def test_full_size_unfinished_file_with_correct_content_is_finalised_without_resending(
+    tmp_path, client
+):
     source = _source(tmp_path, 2 * MiB)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         target = worker.models_dir / "m" / "model.gguf"
@@ -196,8 +216,11 @@ async def test_reference_style_put_from_zero_over_a_full_size_unfinished_file(tm
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         target = worker.models_dir / "m" / "model.gguf"
         _leave_unfinished(target, os.urandom(MiB) if corrupt else data, sha)
-        answer = await client.put(f"{worker.url}/v1/files/{KEY}", content=data, headers={
-            **AUTH, "X-Content-SHA256": sha, "Content-Range": f"bytes 0-{MiB - 1}/{MiB}"})
+        answer = await client.put(
+            f"{worker.url}/v1/files/{KEY}",
+            content=data,
+            headers={**AUTH, "X-Content-SHA256": sha, "Content-Range": f"bytes 0-{MiB - 1}/{MiB}"},
+        )
     assert (answer.status_code, answer.json()) == (200, {"local_path": str(target)})
     assert target.read_bytes() == data
     assert hashing.read_trusted_hash(target) == sha
@@ -209,8 +232,11 @@ async def test_status_query_on_a_partial_file_answers_416_with_the_offset_to_res
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         target = worker.models_dir / "m" / "model.gguf"
         _leave_unfinished(target, data[:400], sha)
-        answer = await client.put(f"{worker.url}/v1/files/{KEY}", content=b"", headers={
-            **AUTH, "X-Content-SHA256": sha, "Content-Range": "bytes */1000"})
+        answer = await client.put(
+            f"{worker.url}/v1/files/{KEY}",
+            content=b"",
+            headers={**AUTH, "X-Content-SHA256": sha, "Content-Range": "bytes */1000"},
+        )
     assert answer.status_code == 416
     assert answer.headers["X-File-Size"] == "400"
     assert answer.json() == {"error": "file holds 400 of 1000 bytes; continue from byte 400"}
@@ -225,21 +251,29 @@ async def test_upload_larger_than_the_free_disk_is_refused_with_507_before_any_b
 ):
     async with running_file_server(tmp_path / "worker" / "models", disk_budget=_tiny_disk(5000)) as worker:
         full = await client.put(f"{worker.url}/v1/files/models/m/a.bin", content=b"x" * 4001, headers=AUTH)
-        ranged = await client.put(f"{worker.url}/v1/files/models/m/b.bin", content=b"x" * 4001, headers={
-            **AUTH, "Content-Range": "bytes 0-4000/4001"})
+        ranged = await client.put(
+            f"{worker.url}/v1/files/models/m/b.bin",
+            content=b"x" * 4001,
+            headers={**AUTH, "Content-Range": "bytes 0-4000/4001"},
+        )
         fits = await client.put(f"{worker.url}/v1/files/models/m/c.bin", content=b"x" * 4000, headers=AUTH)
         leftovers = sorted(p.name for p in (worker.models_dir / "m").iterdir())
     assert full.status_code == 507
     assert full.json()["error"].startswith(
-        "not enough disk space for key 'models/m/a.bin': it needs 4001 bytes but the filesystem of ")
-    assert "5000 bytes free (0 reserved by uploads in progress, 1000 kept free by CORRAL_STAGING_MIN_FREE_BYTES)" \
+        "not enough disk space for key 'models/m/a.bin': it needs 4001 bytes but the filesystem of "
+    )
+    assert (
+        "5000 bytes free (0 reserved by uploads in progress, 1000 kept free by CORRAL_STAGING_MIN_FREE_BYTES)"
         in full.json()["error"]
+    )
     assert ranged.status_code == 507
     assert fits.status_code == 200
     assert leftovers == ["c.bin", "c.bin.sha256"]
 
 
-async def test_stage_file_refused_for_disk_space_fails_at_once_naming_file_node_status_and_fix(tmp_path, client):
+async def test_stage_file_refused_for_disk_space_fails_at_once_naming_file_node_status_and_fix(
+    tmp_path, client
+):
     source = _source(tmp_path, 3 * MiB)
     async with running_file_server(tmp_path / "worker" / "models", disk_budget=_tiny_disk(MiB)) as worker:
         with pytest.raises(StagingFailed) as raised:
@@ -265,7 +299,9 @@ async def test_temp_and_list_routes_follow_the_reference(tmp_path, client):
     assert listed.json() == {"files": ["b.bin", "sub/a.bin"]}  # sidecars are the worker's, not listed
     assert (missing.status_code, missing.json()) == (404, {"error": "directory not found"})
     temp_path = Path(temp.json()["local_path"])
-    assert temp_path.parent == worker.models_dir.parent / "staging" and temp_path.name.startswith("localai-output-")
+    assert temp_path.parent == worker.models_dir.parent / "staging" and temp_path.name.startswith(
+        "localai-output-"
+    )
 
 
 async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a_short_file(tmp_path, client):
@@ -293,8 +329,14 @@ async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a
     thread.start()
     try:
         with pytest.raises(StagingFailed, match="answered 200 to a partial range") as failure:
-            await stage_file(client, f"http://127.0.0.1:{server.server_address[1]}", KEY, _source(tmp_path, MiB),
-                             TOKEN, retry_policy=FAST_RETRIES)
+            await stage_file(
+                client,
+                f"http://127.0.0.1:{server.server_address[1]}",
+                KEY,
+                _source(tmp_path, MiB),
+                TOKEN,
+                retry_policy=FAST_RETRIES,
+            )
     finally:
         server.shutdown()
         server.server_close()

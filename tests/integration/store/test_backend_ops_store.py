@@ -11,8 +11,9 @@ from corral.store import nodes as node_store
 
 
 async def _node(pool: asyncpg.Pool, name: str) -> str:
-    node = await node_store.register(pool, node_store.NodeFacts(name=name, address=f"{name}:1"), "", {},
-                                     auto_approve=True)
+    node = await node_store.register(
+        pool, node_store.NodeFacts(name=name, address=f"{name}:1"), "", {}, auto_approve=True
+    )
     return str(node["id"])
 
 
@@ -41,7 +42,9 @@ async def test_retry_and_busy_timing(pool: asyncpg.Pool) -> None:
     intent = await backend_ops.claim(pool, "f", 30)
     assert intent is not None
     await backend_ops.later(pool, intent.id, "worker still installing", 60)  # busy: no attempt counted
-    row = await pool.fetchrow("SELECT attempts, next_retry_at - now() AS wait, lease_owner FROM pending_backend_ops")
+    row = await pool.fetchrow(
+        "SELECT attempts, next_retry_at - now() AS wait, lease_owner FROM pending_backend_ops"
+    )
     assert row["attempts"] == 0 and row["wait"].total_seconds() > 55 and row["lease_owner"] == ""
     await backend_ops.retry(pool, intent.id, 1, "boom", 0)
     again = await backend_ops.claim(pool, "f", 30)
@@ -63,9 +66,12 @@ async def test_a_fanout_job_finishes_with_its_last_node_and_history_clears(pool:
     a, b = await _node(pool, "w1"), await _node(pool, "w2")
     queued, _ = await backend_ops.record(pool, a, "simulator", backend_ops.INSTALL, _op(a))
     parent = await operations.insert(pool, operations.NewOperation("simulator", operations.FANOUT))
-    kid_a, _ = await backend_ops.record(pool, a, "simulator", backend_ops.INSTALL, _op(a, parent=parent["id"]),
-                                        take_over=True)
-    kid_b, _ = await backend_ops.record(pool, b, "simulator", backend_ops.INSTALL, _op(b, parent=parent["id"]))
+    kid_a, _ = await backend_ops.record(
+        pool, a, "simulator", backend_ops.INSTALL, _op(a, parent=parent["id"]), take_over=True
+    )
+    kid_b, _ = await backend_ops.record(
+        pool, b, "simulator", backend_ops.INSTALL, _op(b, parent=parent["id"])
+    )
     assert kid_a != queued  # the job took the queued intent over; the old row is closed, pointing at the job
     assert (await operations.get(pool, queued))["status"] == operations.CANCELLED
     await operations.finish(pool, kid_a, operations.COMPLETED)

@@ -11,12 +11,17 @@ from support.waiting import wait_for_async
 
 
 async def _lock_waits(pool: asyncpg.Pool) -> bool:
-    return bool(await pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                    "AND wait_event_type = 'Lock'"))
+    return bool(
+        await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+    )
 
 
 async def test_an_edit_holding_the_model_waits_out_another_and_both_commit_numbers_rise_in_commit_order(
-        pool: asyncpg.Pool) -> None:
+    pool: asyncpg.Pool,
+) -> None:
     await revisions.establish(pool, "m", "rev-0", "name: m\n")
     established = (await revisions.get(pool, "m"))["config_seq"]
     first_read = asyncio.Event()
@@ -47,7 +52,8 @@ async def test_an_edit_holding_the_model_waits_out_another_and_both_commit_numbe
 
 
 async def test_reasserting_the_same_config_keeps_its_number_and_a_row_established_again_continues_above_it(
-        pool: asyncpg.Pool) -> None:
+    pool: asyncpg.Pool,
+) -> None:
     await revisions.advance(pool, "m", "rev-1", "name: m\n")
     seq = (await revisions.get(pool, "m"))["config_seq"]
     await revisions.advance(pool, "m", "rev-1", "name: m\n")  # a load re-asserting the current revision

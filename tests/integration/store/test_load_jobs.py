@@ -10,21 +10,32 @@ from corral.store import load_jobs
 
 
 async def test_exactly_one_of_many_concurrent_claims_wins(pool: asyncpg.Pool) -> None:
-    results = await asyncio.gather(*(
-        load_jobs.claim(pool, "m", f"frontend-{i}", orphan_s=60, failed_grace_s=15) for i in range(20)
-    ))
+    results = await asyncio.gather(
+        *(load_jobs.claim(pool, "m", f"frontend-{i}", orphan_s=60, failed_grace_s=15) for i in range(20))
+    )
     winners = [job.owner_replica for claimed, job in results if claimed and job]
     assert len(winners) == 1
     assert all(job is not None and job.owner_replica == winners[0] for _, job in results)
 
 
-async def test_an_orphaned_job_is_taken_over_and_the_old_owner_loses_its_heartbeat(pool: asyncpg.Pool) -> None:
+async def test_an_orphaned_job_is_taken_over_and_the_old_owner_loses_its_heartbeat(
+    pool: asyncpg.Pool,
+) -> None:
     assert (await load_jobs.claim(pool, "m", "old", orphan_s=60, failed_grace_s=15))[0]
     await pool.execute("UPDATE model_load_jobs SET last_progress = now() - interval '2 minutes'")
     claimed, job = await load_jobs.claim(pool, "m", "new", orphan_s=60, failed_grace_s=15)
     assert claimed and job is not None and job.owner_replica == "new" and job.state == "pending"
-    beat = dict(state="staging", node_id="n", node_name="w", replica_index=0, bytes_sent=1, total_bytes=2,
-                file_index=1, total_files=1, moving=True)
+    beat = dict(
+        state="staging",
+        node_id="n",
+        node_name="w",
+        replica_index=0,
+        bytes_sent=1,
+        total_bytes=2,
+        file_index=1,
+        total_files=1,
+        moving=True,
+    )
     assert not await load_jobs.heartbeat(pool, "m", "old", **beat)
     assert await load_jobs.heartbeat(pool, "m", "new", **beat)
 

@@ -18,19 +18,36 @@ KEY, OTHER = hashlib.sha256(b"victim-secret").hexdigest(), hashlib.sha256(b"othe
 
 
 async def _victim(pool: asyncpg.Pool) -> asyncpg.Record:
-    row = await node_store.register(pool, VICTIM, "", {"zone": "a"}, auto_approve=True, new_credential_hash=KEY)
-    await replica_store.upsert(pool, node_id=row["id"], model="m", replica_index=0, address="10.0.0.1:50052",
-                               state=replica_store.LOADED, backend="simulator")
+    row = await node_store.register(
+        pool, VICTIM, "", {"zone": "a"}, auto_approve=True, new_credential_hash=KEY
+    )
+    await replica_store.upsert(
+        pool,
+        node_id=row["id"],
+        model="m",
+        replica_index=0,
+        address="10.0.0.1:50052",
+        state=replica_store.LOADED,
+        backend="simulator",
+    )
     return row
 
 
 @pytest.mark.parametrize("presented", ["", OTHER])  # no credential; another node's credential
 async def test_a_known_name_without_its_credential_is_refused_and_nothing_changes(
-        pool: asyncpg.Pool, presented: str) -> None:
+    pool: asyncpg.Pool, presented: str
+) -> None:
     first = await _victim(pool)
     with pytest.raises(node_store.CredentialMismatch) as refused:
-        await node_store.register(pool, ATTACKER, "", {"zone": "evil"}, auto_approve=True,
-                                  credential_hash=presented, new_credential_hash=OTHER)
+        await node_store.register(
+            pool,
+            ATTACKER,
+            "",
+            {"zone": "evil"},
+            auto_approve=True,
+            credential_hash=presented,
+            new_credential_hash=OTHER,
+        )
     assert refused.value.node["id"] == first["id"]
     after = await node_store.get(pool, first["id"])
     assert dict(after) == dict(first)  # address, status, credential, timestamps: all as they were
@@ -42,8 +59,9 @@ async def test_a_known_name_without_its_credential_is_refused_and_nothing_change
 async def test_the_own_credential_re_registers_and_keeps_it(pool: asyncpg.Pool) -> None:
     first = await _victim(pool)
     moved = node_store.NodeFacts(name="victim", address="10.0.0.2:50051")
-    again = await node_store.register(pool, moved, "", {}, auto_approve=True, credential_hash=KEY,
-                                      new_credential_hash=OTHER)
+    again = await node_store.register(
+        pool, moved, "", {}, auto_approve=True, credential_hash=KEY, new_credential_hash=OTHER
+    )
     assert (again["id"], again["address"], again["credential_hash"]) == (first["id"], "10.0.0.2:50051", KEY)
 
 
@@ -57,11 +75,13 @@ async def test_a_re_keyed_node_takes_the_next_registrations_new_credential(pool:
 
 
 async def test_concurrent_first_registrations_of_one_name_give_one_node_and_one_credential(
-        pool: asyncpg.Pool) -> None:
+    pool: asyncpg.Pool,
+) -> None:
     keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(4)]
-    results = await asyncio.gather(*(node_store.register(pool, VICTIM, "", {}, auto_approve=True,
-                                                         new_credential_hash=k) for k in keys),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(node_store.register(pool, VICTIM, "", {}, auto_approve=True, new_credential_hash=k) for k in keys),
+        return_exceptions=True,
+    )
     rows = [r for r in results if not isinstance(r, BaseException)]
     assert len(rows) == 1 and rows[0]["credential_hash"] in keys
     assert all(isinstance(r, node_store.CredentialMismatch) for r in results if r is not rows[0])

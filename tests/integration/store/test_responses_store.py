@@ -13,8 +13,15 @@ async def _ids(pool: asyncpg.Pool) -> set[str]:
 
 
 async def test_a_response_is_read_and_deleted_only_with_the_key_that_stored_it(pool: asyncpg.Pool) -> None:
-    await responses.insert(pool, "resp_a", "owner-1", '{"id": "resp_a"}', '[{"id": "msg_1"}]',
-                           '[{"role": "user", "content": "a\\u0000"}]', 3600)
+    await responses.insert(
+        pool,
+        "resp_a",
+        "owner-1",
+        '{"id": "resp_a"}',
+        '[{"id": "msg_1"}]',
+        '[{"role": "user", "content": "a\\u0000"}]',
+        3600,
+    )
     assert await responses.body(pool, "resp_a", "owner-1") == '{"id": "resp_a"}'
     assert await responses.messages(pool, "resp_a", "owner-1") == '[{"role": "user", "content": "a\\u0000"}]'
     assert await responses.input_items(pool, "resp_a", "owner-1") == '[{"id": "msg_1"}]'
@@ -28,11 +35,14 @@ async def test_a_response_is_read_and_deleted_only_with_the_key_that_stored_it(p
 
 
 async def test_an_expired_response_is_never_served_and_the_sweep_deletes_only_expired_ones(
-        pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await responses.insert(pool, "resp_live", "", "{}", "[]", "[]", 3600)
     for i in range(5):
         await responses.insert(pool, f"resp_old{i}", "", "{}", "[]", "[]", 3600)
-    await pool.execute("UPDATE responses SET expires_at = now() - interval '1 second' WHERE id LIKE 'resp_old%'")
+    await pool.execute(
+        "UPDATE responses SET expires_at = now() - interval '1 second' WHERE id LIKE 'resp_old%'"
+    )
     assert await responses.body(pool, "resp_old0", "") is None  # past its time: gone before any sweep
     assert await responses.messages(pool, "resp_old0", "") is None
     assert await responses.input_items(pool, "resp_old0", "") is None

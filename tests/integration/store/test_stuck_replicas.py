@@ -14,12 +14,22 @@ from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
 
 
-async def test_only_rows_without_a_heartbeating_job_are_reclaimed(pool: asyncpg.Pool, nats_url: str,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    node = await node_store.register(pool, node_store.NodeFacts(name="w", address="w:1"), "", {}, auto_approve=True)
+async def test_only_rows_without_a_heartbeating_job_are_reclaimed(
+    pool: asyncpg.Pool, nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = await node_store.register(
+        pool, node_store.NodeFacts(name="w", address="w:1"), "", {}, auto_approve=True
+    )
     for model in ("abandoned", "driven"):
-        await replica_store.upsert(pool, node_id=node["id"], model=model, replica_index=0, address="w:9",
-                                   state="staging", backend="simulator")
+        await replica_store.upsert(
+            pool,
+            node_id=node["id"],
+            model=model,
+            replica_index=0,
+            address="w:9",
+            state="staging",
+            backend="simulator",
+        )
     await pool.execute("UPDATE node_models SET updated_at = now() - interval '5 minutes'")
     await load_jobs.claim(pool, "driven", "frontend-x", orphan_s=60, failed_grace_s=15)  # slow but alive
     nc = await nats.connect(nats_url)

@@ -60,8 +60,9 @@ def _free_base() -> int:
 
 def _supervisor(**options: float) -> Supervisor:
     base = _free_base()
-    return Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token=TOKEN, start_timeout_s=30,
-                      **options)
+    return Supervisor(
+        PortAllocator(base, base + 20), bind_host="127.0.0.1", token=TOKEN, start_timeout_s=30, **options
+    )
 
 
 @pytest.fixture
@@ -89,16 +90,18 @@ async def _generating(proc: BackendProcess) -> grpc.aio.Channel:
     """Load the simulator at 20 tokens/s and start a long stream on it; returns the channel (close it)."""
     channel = grpc.aio.insecure_channel(proc.local_address)
     stub = backend_pb2_grpc.BackendStub(channel)
-    loaded = await stub.LoadModel(pb.ModelOptions(Model="sim", Options=["output_token_time_s:0.05"]), timeout=30,
-                                  metadata=METADATA)
+    loaded = await stub.LoadModel(
+        pb.ModelOptions(Model="sim", Options=["output_token_time_s:0.05"]), timeout=30, metadata=METADATA
+    )
     assert loaded.success, loaded.message
     stream = stub.PredictStream(pb.PredictOptions(Prompt="one two three", Tokens=10_000), metadata=METADATA)
     assert (await stream.read()).message  # tokens flow
     return channel
 
 
-async def test_a_backend_that_answers_late_is_reused_not_replaced(supervisor: Supervisor,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_backend_that_answers_late_is_reused_not_replaced(
+    supervisor: Supervisor, caplog: pytest.LogCaptureFixture
+) -> None:
     first = await supervisor.ensure("m#0", "simulator")
     os.kill(first.pid, signal.SIGSTOP)  # no CPU for longer than a probe: as on a host that is saturated
     asyncio.get_running_loop().call_later(STOPPED_S, _resume, first.pid)
@@ -107,18 +110,23 @@ async def test_a_backend_that_answers_late_is_reused_not_replaced(supervisor: Su
             again = await supervisor.ensure("m#0", "simulator")
     finally:
         _resume(first.pid)
-    assert again is first and first.alive()  # before: one 2 s probe failed and it was killed (-9) and restarted
+    assert (
+        again is first and first.alive()
+    )  # before: one 2 s probe failed and it was killed (-9) and restarted
     [line] = [r.getMessage() for r in caplog.records if "answered Health after" in r.getMessage()]
     assert f"(pid {first.pid})" in line and "busy, not wedged; reused" in line
     assert not [r for r in caplog.records if "replacing it" in r.getMessage()]
 
 
 async def test_a_backend_that_stopped_for_good_is_replaced_and_the_evidence_logged(
-        quick: Supervisor, caplog: pytest.LogCaptureFixture) -> None:
+    quick: Supervisor, caplog: pytest.LogCaptureFixture
+) -> None:
     first = await quick.ensure("m#0", "simulator")
     channel = await _generating(first)
     try:
-        await LivenessWatch(quick.ready, TOKEN).observe_all()  # what the worker's watch records every few seconds
+        await LivenessWatch(
+            quick.ready, TOKEN
+        ).observe_all()  # what the worker's watch records every few seconds
         os.kill(first.pid, signal.SIGSTOP)
         with caplog.at_level(logging.WARNING, logger="corral.worker.supervisor"):
             again = await quick.ensure("m#0", "simulator")
@@ -127,14 +135,17 @@ async def test_a_backend_that_stopped_for_good_is_replaced_and_the_evidence_logg
         await channel.close()
     assert again is not first and again.alive() and not first.alive()
     [line] = [r.getMessage() for r in caplog.records if "replacing it" in r.getMessage()]
-    assert line.startswith(f"backend simulator for m#0 (pid {first.pid}) does not answer Health and made no "
-                           "progress for 2s (last Health answer "), line
+    assert line.startswith(
+        f"backend simulator for m#0 (pid {first.pid}) does not answer Health and made no "
+        "progress for 2s (last Health answer "
+    ), line
     assert "1 call(s) in flight at its last answer, process stopped); replacing it" in line, line
     assert "last progress " in line and "(replies produced 1, CPU " in line, line
 
 
 async def test_a_backend_that_computes_without_answering_is_kept_and_the_load_told_why(
-        quick: Supervisor, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    quick: Supervisor, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     directory = tmp_path / "backends" / "spinner"
     directory.mkdir(parents=True)
     (directory / "spinner.py").write_text(SPINNER)
@@ -147,12 +158,20 @@ async def test_a_backend_that_computes_without_answering_is_kept_and_the_load_to
     async with asyncio.timeout(10):
         while not (directory / "spinning").exists():
             await asyncio.sleep(0.05)
-    with caplog.at_level(logging.WARNING, logger="corral.worker.supervisor"), pytest.raises(BackendBusy) as info:
+    with (
+        caplog.at_level(logging.WARNING, logger="corral.worker.supervisor"),
+        pytest.raises(BackendBusy) as info,
+    ):
         await quick.ensure("m#0", "spinner")
     assert first.alive() and quick.processes["m#0"] is first  # busy: kept
     message = str(info.value)
-    assert message.startswith(f"backend spinner for m#0 (pid {first.pid}) answered no Health within 2s but makes "
-                              "progress (last Health answer "), message
-    assert "it is busy, not wedged, so it was kept: try again later, or raise CORRAL_BACKEND_STALL_WINDOW" in message
+    assert message.startswith(
+        f"backend spinner for m#0 (pid {first.pid}) answered no Health within 2s but makes "
+        "progress (last Health answer "
+    ), message
+    assert (
+        "it is busy, not wedged, so it was kept: try again later, or raise CORRAL_BACKEND_STALL_WINDOW"
+        in message
+    )
     assert "process running" in message, message
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [message]

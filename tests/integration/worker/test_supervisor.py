@@ -42,11 +42,12 @@ async def test_ensure_reuses_a_live_process_for_the_same_key(supervisor: Supervi
     assert first is second
 
 
-async def test_a_backend_that_dies_while_starting_reports_its_stderr(supervisor: Supervisor,
-                                                                   tmp_path: Path) -> None:
+async def test_a_backend_that_dies_while_starting_reports_its_stderr(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
     broken = tmp_path / "backends" / "broken"
     broken.mkdir(parents=True)
-    (broken / "run.sh").write_text("#!/bin/sh\necho \"broken backend: cannot start on $2\" >&2\nexit 2\n")
+    (broken / "run.sh").write_text('#!/bin/sh\necho "broken backend: cannot start on $2" >&2\nexit 2\n')
     (broken / "run.sh").chmod(0o755)
     (broken / "metadata.json").write_text('{"name": "broken"}')
     supervisor.registry = BackendRegistry(tmp_path / "backends")
@@ -74,7 +75,8 @@ async def test_stopping_a_key_stops_exactly_that_process(supervisor: Supervisor)
 
 
 async def test_a_port_another_process_holds_is_set_aside_and_the_backend_starts_on_the_next(
-        supervisor: Supervisor) -> None:
+    supervisor: Supervisor,
+) -> None:
     base = supervisor.ports.base_port
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -96,8 +98,13 @@ async def test_a_port_another_process_holds_is_set_aside_and_the_backend_starts_
 @pytest.fixture
 async def spared():
     base = _free_base()
-    sup = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token="t0k", start_timeout_s=30,
-                     prestart=("simulator",))
+    sup = Supervisor(
+        PortAllocator(base, base + 20),
+        bind_host="127.0.0.1",
+        token="t0k",
+        start_timeout_s=30,
+        prestart=("simulator",),
+    )
     yield sup
     await sup.stop_all(force=True)
 
@@ -126,7 +133,8 @@ async def test_a_cold_start_takes_the_spare_process_and_its_port_and_log(spared:
 
 
 async def test_a_taken_spare_is_replaced_only_after_the_worker_started_nothing_for_a_while(
-        spared: Supervisor, monkeypatch: pytest.MonkeyPatch) -> None:
+    spared: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import corral.worker.supervisor as supervisor_module
 
     monkeypatch.setattr(supervisor_module, "SPARE_REFILL_DELAY_S", 1.0)
@@ -152,7 +160,8 @@ async def test_a_dead_spare_is_not_handed_over(spared: Supervisor) -> None:
 
 
 async def test_a_load_arriving_while_the_spare_starts_waits_for_it_instead_of_starting_another(
-        spared: Supervisor) -> None:
+    spared: Supervisor,
+) -> None:
     spared.keep_spares()
     while "simulator" not in spared.spares:  # spawned, not answering Health yet
         await asyncio.sleep(0.005)
@@ -183,7 +192,8 @@ async def test_a_spare_of_a_backend_that_is_not_installed_is_skipped(supervisor:
 
 
 async def test_a_spare_that_dies_on_its_own_is_replaced_and_a_crashing_one_given_up(
-        spared: Supervisor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    spared: Supervisor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import corral.worker.supervisor as supervisor_module
 
     monkeypatch.setattr(supervisor_module, "SPARE_REFILL_DELAY_S", 0.2)
@@ -197,7 +207,9 @@ async def test_a_spare_that_dies_on_its_own_is_replaced_and_a_crashing_one_given
         async with asyncio.timeout(30):
             while spare.port in spared.ports.in_use:  # reaped, its port freed
                 await asyncio.sleep(0.02)
-            while death < supervisor_module.SPARE_MAX_DEATHS and spared._spare_starts["simulator"] is starting:
+            while (
+                death < supervisor_module.SPARE_MAX_DEATHS and spared._spare_starts["simulator"] is starting
+            ):
                 await asyncio.sleep(0.02)  # another spare is on its way
     assert len(set(pids)) == supervisor_module.SPARE_MAX_DEATHS  # a new process each time
     await asyncio.sleep(0.5)

@@ -6,6 +6,7 @@ It imports `backend_pb2` / `backend_pb2_grpc` generated from backend.proto next 
 token, and uses a package (`refdep`) that exists only in its own venv. corral's worker runs it
 through `run.sh`, unmodified.
 """
+
 import argparse
 import os
 import signal

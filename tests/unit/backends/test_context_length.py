@@ -22,8 +22,10 @@ def test_a_prompt_must_leave_room_for_one_generated_token() -> None:
     with pytest.raises(ContextLengthError) as caught:
         check_prompt_fits(8, 8)
     assert caught.value.status is grpc.StatusCode.OUT_OF_RANGE
-    assert str(caught.value) == ("the prompt is 8 tokens but the context window is 8; shorten the prompt or load "
-                                 "the model with a larger context_size")
+    assert str(caught.value) == (
+        "the prompt is 8 tokens but the context window is 8; shorten the prompt or load "
+        "the model with a larger context_size"
+    )
     check_prompt_fits(8, 8, generating=False)  # an embedding input may fill the context
 
 
@@ -33,8 +35,11 @@ def test_the_simulator_refuses_a_prompt_of_its_context_size_in_words() -> None:
     with pytest.raises(ContextLengthError):
         engine.predict_stream(pb.PredictOptions(Prompt="one two three four"))  # before the first reply
     with pytest.raises(ContextLengthError):
-        engine.predict_stream(pb.PredictOptions(Messages=[pb.Message(role="user", content="a b"),
-                                                          pb.Message(role="user", content="c d")]))
+        engine.predict_stream(
+            pb.PredictOptions(
+                Messages=[pb.Message(role="user", content="a b"), pb.Message(role="user", content="c d")]
+            )
+        )
     with pytest.raises(ContextLengthError):
         engine.embed(pb.PredictOptions(Embeddings="one two three four five"))
     assert engine.embed(pb.PredictOptions(Embeddings="one two three four")).tokens == 4

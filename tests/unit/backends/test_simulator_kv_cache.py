@@ -18,8 +18,11 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def engine(*options: str) -> SimulatorEngine:
     e = SimulatorEngine()
-    e.load(pb.ModelOptions(Model="sim", Options=["prompt_token_time_s:0.01", "output_token_time_s:0.002",
-                                                 *options]))
+    e.load(
+        pb.ModelOptions(
+            Model="sim", Options=["prompt_token_time_s:0.01", "output_token_time_s:0.002", *options]
+        )
+    )
     return e
 
 
@@ -29,7 +32,9 @@ def words(n: int, tag: str = "w") -> str:
 
 def chat(*contents: str) -> pb.PredictOptions:
     roles = ["system", "user", "assistant", "user", "assistant", "user"]
-    return pb.PredictOptions(Tokens=4, Messages=[pb.Message(role=roles[i], content=c) for i, c in enumerate(contents)])
+    return pb.PredictOptions(
+        Tokens=4, Messages=[pb.Message(role=roles[i], content=c) for i, c in enumerate(contents)]
+    )
 
 
 def test_without_a_cache_every_prompt_token_is_prefilled_each_time(sleeps):

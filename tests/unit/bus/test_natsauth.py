@@ -14,8 +14,12 @@ from corral.bus import natsauth
 def _parts(jwt: str) -> tuple[dict[str, object], dict[str, object], bytes, bytes]:
     header, claims, sig = jwt.split(".")
     pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
-    return (json.loads(base64.urlsafe_b64decode(pad(header))), json.loads(base64.urlsafe_b64decode(pad(claims))),
-            f"{header}.{claims}".encode(), base64.urlsafe_b64decode(pad(sig)))
+    return (
+        json.loads(base64.urlsafe_b64decode(pad(header))),
+        json.loads(base64.urlsafe_b64decode(pad(claims))),
+        f"{header}.{claims}".encode(),
+        base64.urlsafe_b64decode(pad(sig)),
+    )
 
 
 def test_a_minted_worker_credential_is_scoped_to_its_own_node_subjects() -> None:
@@ -53,7 +57,12 @@ def test_an_agent_node_is_minted_the_agent_worker_permissions_not_a_backend_work
     agent = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "agent")[0])["nats"]
     backend = natsauth.decode_claims(natsauth.mint_worker(account, "n.1", 60, "backend")[0])["nats"]
     assert agent["pub"]["allow"] == ["agent.>", "jobs.>", "_INBOX.>"]
-    assert {"mcp.tools.execute", "mcp.discovery", "agent.execute", "jobs.mcp-ci.new",
-            "nodes.n-1.backend.stop"} <= set(agent["sub"]["allow"])
+    assert {
+        "mcp.tools.execute",
+        "mcp.discovery",
+        "agent.execute",
+        "jobs.mcp-ci.new",
+        "nodes.n-1.backend.stop",
+    } <= set(agent["sub"]["allow"])
     assert not any("backend.install" in s for s in agent["sub"]["allow"] + agent["pub"]["allow"])
     assert "nodes.n-1.>" in backend["sub"]["allow"]

@@ -11,9 +11,17 @@ from corral.config.worker import WORKER_SETTINGS
 REQUIRED = ["--nats-url", "nats://127.0.0.1:4222", "--database-url", "postgresql://u@h/db"]
 
 
-@pytest.mark.parametrize("raw, seconds", [
-    ("10s", 10.0), ("5m", 300.0), ("1h30m", 5400.0), ("250ms", 0.25), ("90", 90.0), ("1.5s", 1.5),
-])
+@pytest.mark.parametrize(
+    "raw, seconds",
+    [
+        ("10s", 10.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("90", 90.0),
+        ("1.5s", 1.5),
+    ],
+)
 def test_durations_parse_go_style_and_bare_seconds(raw: str, seconds: float) -> None:
     assert parse_duration_s(raw) == seconds
 
@@ -29,7 +37,11 @@ def test_durations_format_as_operators_write_them() -> None:
 
 
 def test_flag_wins_over_env_and_env_over_default() -> None:
-    env = {"LOCALAI_NATS_URL": "nats://env:4222", "DATABASE_URL": "postgres://u@h/db", "LOCALAI_MODEL_LOAD_WAIT": "0"}
+    env = {
+        "LOCALAI_NATS_URL": "nats://env:4222",
+        "DATABASE_URL": "postgres://u@h/db",
+        "LOCALAI_MODEL_LOAD_WAIT": "0",
+    }
     settings = load("corral run", "", FRONTEND_SETTINGS, ["--nats-url", "nats://flag:4222"], env)
     assert settings.nats_url == "nats://flag:4222"
     assert settings.database_url == "postgres://u@h/db"  # alias of LOCALAI_AUTH_DATABASE_URL
@@ -43,12 +55,15 @@ def test_missing_required_setting_names_flag_and_env_var() -> None:
     assert "--database-url / $LOCALAI_AUTH_DATABASE_URL / $DATABASE_URL" in str(info.value)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--database-url", "mysql://x/db"], "is not a PostgreSQL URL"),
-    (["--nats-url", "http://x"], "is not a NATS URL"),
-    (["--model-load-wait", "soon"], "is not a duration"),
-    (["--address", "localhost"], "is not host:port"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--database-url", "mysql://x/db"], "is not a PostgreSQL URL"),
+        (["--nats-url", "http://x"], "is not a NATS URL"),
+        (["--model-load-wait", "soon"], "is not a duration"),
+        (["--address", "localhost"], "is not host:port"),
+    ],
+)
 def test_malformed_setting_is_one_line_naming_the_setting(argv: list[str], needle: str) -> None:
     merged = dict(zip(REQUIRED[::2], REQUIRED[1::2], strict=True))
     merged.update(dict(zip(argv[::2], argv[1::2], strict=True)))
@@ -73,8 +88,13 @@ def test_help_lists_every_flag_with_its_env_var(table) -> None:
 
 
 def test_help_never_shows_the_registration_token() -> None:
-    settings = load("corral worker", "", WORKER_SETTINGS, ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"],
-                    {"LOCALAI_REGISTRATION_TOKEN": "s3cret"})
+    settings = load(
+        "corral worker",
+        "",
+        WORKER_SETTINGS,
+        ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"],
+        {"LOCALAI_REGISTRATION_TOKEN": "s3cret"},
+    )
     assert settings.registration_token == "s3cret"
     assert "s3cret" not in build_parser("corral worker", "", WORKER_SETTINGS).format_help()
 
@@ -85,11 +105,22 @@ def test_host_port_parses_empty_host_as_all_interfaces() -> None:
 
 def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spec_names() -> None:
     defaults = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {})
-    assert (defaults.prefix_cache, defaults.prefix_cache_ttl_s, defaults.prefix_index_max_blocks) == (True, 300.0, 100_000)
-    env = {"LOCALAI_DISTRIBUTED_PREFIX_CACHE": "false", "LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL": "90s",
-           "CORRAL_PREFIX_INDEX_MAX_BLOCKS": "5000"}
+    assert (defaults.prefix_cache, defaults.prefix_cache_ttl_s, defaults.prefix_index_max_blocks) == (
+        True,
+        300.0,
+        100_000,
+    )
+    env = {
+        "LOCALAI_DISTRIBUTED_PREFIX_CACHE": "false",
+        "LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL": "90s",
+        "CORRAL_PREFIX_INDEX_MAX_BLOCKS": "5000",
+    }
     custom = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, env)
-    assert (custom.prefix_cache, custom.prefix_cache_ttl_s, custom.prefix_index_max_blocks) == (False, 90.0, 5000)
+    assert (custom.prefix_cache, custom.prefix_cache_ttl_s, custom.prefix_index_max_blocks) == (
+        False,
+        90.0,
+        5000,
+    )
     with pytest.raises(ConfigError, match="CORRAL_PREFIX_INDEX_MAX_BLOCKS"):
         load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {"CORRAL_PREFIX_INDEX_MAX_BLOCKS": "0"})
 
@@ -97,9 +128,15 @@ def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spe
 def test_backend_prestart_defaults_to_llama_cpp_and_an_empty_value_means_none() -> None:
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
     assert load("corral worker", "", WORKER_SETTINGS, required, {}).backend_prestart == ("llama-cpp",)
-    assert load("corral worker", "", WORKER_SETTINGS, [*required, "--backend-prestart="], {}).backend_prestart == ()
+    assert (
+        load("corral worker", "", WORKER_SETTINGS, [*required, "--backend-prestart="], {}).backend_prestart
+        == ()
+    )
     env = {"CORRAL_BACKEND_PRESTART": " llama-cpp , whisper,llama-cpp"}
-    assert load("corral worker", "", WORKER_SETTINGS, required, env).backend_prestart == ("llama-cpp", "whisper")
+    assert load("corral worker", "", WORKER_SETTINGS, required, env).backend_prestart == (
+        "llama-cpp",
+        "whisper",
+    )
 
 
 @pytest.mark.parametrize("raw", ["../etc", "a/b", ",".join(f"b{i}" for i in range(9))])
@@ -113,10 +150,17 @@ def test_worker_load_defaults_and_capability_read_their_env_vars_and_refuse_bad_
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
     defaults = load("corral worker", "", WORKER_SETTINGS, required, {})
     assert (defaults.threads, defaults.context_size, defaults.capability) == (0, 0, "")
-    env = {"LOCALAI_THREADS": "4", "LOCALAI_CONTEXT_SIZE": "8192", "LOCALAI_FORCE_META_BACKEND_CAPABILITY": "metal"}
+    env = {
+        "LOCALAI_THREADS": "4",
+        "LOCALAI_CONTEXT_SIZE": "8192",
+        "LOCALAI_FORCE_META_BACKEND_CAPABILITY": "metal",
+    }
     custom = load("corral worker", "", WORKER_SETTINGS, required, env)
     assert (custom.threads, custom.context_size, custom.capability) == (4, 8192, "metal")
-    for bad in ({"LOCALAI_THREADS": "-1"}, {"LOCALAI_CONTEXT_SIZE": "2147483648"},
-                {"LOCALAI_FORCE_META_BACKEND_CAPABILITY": "Nvidia CUDA"}):
+    for bad in (
+        {"LOCALAI_THREADS": "-1"},
+        {"LOCALAI_CONTEXT_SIZE": "2147483648"},
+        {"LOCALAI_FORCE_META_BACKEND_CAPABILITY": "Nvidia CUDA"},
+    ):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             load("corral worker", "", WORKER_SETTINGS, required, bad)

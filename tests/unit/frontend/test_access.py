@@ -35,8 +35,12 @@ async def test_a_key_lookup_with_postgresql_down_is_a_503_naming_it_not_a_traceb
         sent.append(message)
 
     access = AccessControl(inner, _DownCache(), user_auth=True)  # type: ignore[arg-type]
-    scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST",
-             "headers": [(b"authorization", b"Bearer some-key")]}
+    scope = {
+        "type": "http",
+        "path": "/v1/chat/completions",
+        "method": "POST",
+        "headers": [(b"authorization", b"Bearer some-key")],
+    }
     await access(scope, receive, send)
     assert reached == []
     assert sent[0]["status"] == 503
@@ -74,19 +78,30 @@ async def _admin_call(access: AccessControl, key: str, peer: str = "192.0.2.9") 
         await send_({"type": "http.response.start", "status": 200, "headers": []})
 
     access.app = inner
-    scope = {"type": "http", "path": "/api/nodes", "method": "GET", "client": (peer, 40000),
-             "headers": [(b"authorization", f"Bearer {key}".encode())]}
+    scope = {
+        "type": "http",
+        "path": "/api/nodes",
+        "method": "GET",
+        "client": (peer, 40000),
+        "headers": [(b"authorization", f"Bearer {key}".encode())],
+    }
     await access(scope, None, send)  # type: ignore[arg-type]
     return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}
 
 
-async def test_unknown_keys_past_the_limit_get_429_with_retry_after_and_no_lookup_but_a_known_key_passes() -> None:
+async def test_unknown_keys_past_the_limit_get_429_with_retry_after_and_no_lookup_but_a_known_key_passes() -> (
+    None
+):
     from corral.frontend.auth_throttle import AuthThrottle
     from corral.store.api_keys import key_hash
 
     cache = _CountingCache(key_hash("corral-good"))
-    access = AccessControl(None, cache, user_auth=False,  # type: ignore[arg-type]
-                           throttle=AuthThrottle(limit=2, window_s=60.0))
+    access = AccessControl(
+        None,
+        cache,
+        user_auth=False,  # type: ignore[arg-type]
+        throttle=AuthThrottle(limit=2, window_s=60.0),
+    )
     assert (await _admin_call(access, "corral-good"))[0] == 200  # seen valid once: known good from now on
     statuses = [(await _admin_call(access, f"corral-guess-{i}"))[0] for i in range(5)]
     status, headers = await _admin_call(access, "corral-guess-9")

@@ -70,13 +70,16 @@ class Client:
         return str(json.loads(self.sent[1]["body"])["error"]["message"])
 
 
-@pytest.mark.parametrize("path, knob", [
-    ("/v1/chat/completions", "CORRAL_INFERENCE_MAX_BODY"),
-    ("/api/node/register", "CORRAL_NODE_API_MAX_BODY"),
-    ("/api/nodes/scheduling", "CORRAL_ADMIN_MAX_BODY"),  # /api/nodes is admin, not the worker node API
-    ("/api/model-configs/llama3", "CORRAL_MODEL_CONFIG_MAX_BODY"),
-    ("/docs", "CORRAL_ADMIN_MAX_BODY"),
-])
+@pytest.mark.parametrize(
+    "path, knob",
+    [
+        ("/v1/chat/completions", "CORRAL_INFERENCE_MAX_BODY"),
+        ("/api/node/register", "CORRAL_NODE_API_MAX_BODY"),
+        ("/api/nodes/scheduling", "CORRAL_ADMIN_MAX_BODY"),  # /api/nodes is admin, not the worker node API
+        ("/api/model-configs/llama3", "CORRAL_MODEL_CONFIG_MAX_BODY"),
+        ("/docs", "CORRAL_ADMIN_MAX_BODY"),
+    ],
+)
 def test_each_route_class_has_its_own_limit_and_knob(path: str, knob: str) -> None:
     assert RequestLimitsMiddleware(Recorder(), RequestLimits()).body_limit(path).knob == knob
 
@@ -87,8 +90,10 @@ async def test_a_declared_length_over_the_limit_is_refused_without_reading_or_ca
     await layer(scope("/api/node/register", [(b"content-length", b"300000000")]), client.receive, client.send)
     assert (client.status, client.received, app.calls) == (413, 0, [])
     assert client.headers[b"connection"] == b"close"
-    assert client.message == ("request body too large: worker node API requests (/api/node/*) accept at most 1000 "
-                              "bytes; raise CORRAL_NODE_API_MAX_BODY to allow more")
+    assert client.message == (
+        "request body too large: worker node API requests (/api/node/*) accept at most 1000 "
+        "bytes; raise CORRAL_NODE_API_MAX_BODY to allow more"
+    )
 
 
 async def test_a_chunked_body_is_cut_off_once_it_passes_the_limit() -> None:
@@ -123,8 +128,10 @@ async def test_past_the_concurrency_limit_a_request_gets_429_and_health_checks_s
     refused = Client([b""])
     await layer(scope("/api/nodes"), refused.receive, refused.send)
     assert refused.status == 429 and refused.headers[b"retry-after"] == b"1"
-    assert refused.message == ("this frontend is serving its limit of 1 concurrent requests; retry after 1 s, "
-                               "or raise CORRAL_MAX_CONCURRENT_REQUESTS")
+    assert refused.message == (
+        "this frontend is serving its limit of 1 concurrent requests; retry after 1 s, "
+        "or raise CORRAL_MAX_CONCURRENT_REQUESTS"
+    )
     probe = Client([b""])
     health = asyncio.create_task(layer(scope("/healthz"), probe.receive, probe.send))
     while len(app.calls) < 2:
@@ -138,14 +145,24 @@ async def test_past_the_concurrency_limit_a_request_gets_429_and_health_checks_s
 
 
 def test_limits_come_from_their_settings() -> None:
-    settings = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {
-        "CORRAL_INFERENCE_MAX_BODY": "32MiB", "CORRAL_MAX_CONCURRENT_REQUESTS": "2"})
+    settings = load(
+        "corral run",
+        "",
+        FRONTEND_SETTINGS,
+        REQUIRED,
+        {"CORRAL_INFERENCE_MAX_BODY": "32MiB", "CORRAL_MAX_CONCURRENT_REQUESTS": "2"},
+    )
     limits = RequestLimits.from_settings(settings)
     assert (limits.inference_body_bytes, limits.node_api_body_bytes, limits.max_concurrent_requests) == (
-        32 << 20, 1 << 20, 2)
+        32 << 20,
+        1 << 20,
+        2,
+    )
 
 
-@pytest.mark.parametrize("env, value", [("CORRAL_MAX_CONCURRENT_REQUESTS", "0"), ("CORRAL_ADMIN_MAX_BODY", "0")])
+@pytest.mark.parametrize(
+    "env, value", [("CORRAL_MAX_CONCURRENT_REQUESTS", "0"), ("CORRAL_ADMIN_MAX_BODY", "0")]
+)
 def test_a_limit_of_zero_stops_the_start_naming_the_setting(env: str, value: str) -> None:
     with pytest.raises(ConfigError, match=env):
         load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {env: value})

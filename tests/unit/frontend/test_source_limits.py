@@ -27,9 +27,12 @@ def test_a_source_past_its_limit_waits_for_the_rest_of_its_window() -> None:
     clock.now_s += 15
     assert throttle.retry_after_s("10.0.0.1") == 45.0
     assert throttle.retry_after_s("10.0.0.2") == 0.0  # another source is not affected
-    assert throttle.refusal(44.2) == ("too many unknown API keys from this address: 4 in 60s "
-                                      "(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after 45s "
-                                      "with a valid key", 45)
+    assert throttle.refusal(44.2) == (
+        "too many unknown API keys from this address: 4 in 60s "
+        "(CORRAL_AUTH_FAILURE_LIMIT, CORRAL_AUTH_FAILURE_WINDOW); retry after 45s "
+        "with a valid key",
+        45,
+    )
 
 
 def test_refused_attempts_do_not_extend_the_window_so_the_source_gets_its_turn_again() -> None:
@@ -60,7 +63,9 @@ def test_a_right_key_is_refunded_and_does_not_count_nor_start_the_window() -> No
 
 @pytest.mark.parametrize("guesses, delay_s", [(1, 0.0), (4, 0.0), (5, 0.25), (6, 0.5), (7, 1.0), (8, 2.0)])
 def test_the_later_half_of_the_limit_is_answered_after_a_doubling_delay(guesses: int, delay_s: float) -> None:
-    throttle = AuthThrottle(limit=8, window_s=60.0, clock=Clock())  # first 4 free, then 0.25 s doubling to 2 s
+    throttle = AuthThrottle(
+        limit=8, window_s=60.0, clock=Clock()
+    )  # first 4 free, then 0.25 s doubling to 2 s
     for _ in range(guesses):
         throttle.charge("s")
     assert throttle.delay_s("s") == delay_s
@@ -80,12 +85,17 @@ def test_a_source_table_keeps_at_most_its_size() -> None:
     assert len(table) == 3 and table.get("9") == 9 and table.get("6") is None
 
 
-@pytest.mark.parametrize("client, source", [
-    (("192.0.2.7", 5000), "192.0.2.7"),
-    (("2001:db8:1:2:3:4:5:6", 5000), "2001:db8:1:2::/64"),  # one host's /64 is one source
-    (None, "-"),
-])
-def test_the_source_is_the_peer_address_and_an_ipv6_peer_counts_by_its_64(client: object, source: str) -> None:
+@pytest.mark.parametrize(
+    "client, source",
+    [
+        (("192.0.2.7", 5000), "192.0.2.7"),
+        (("2001:db8:1:2:3:4:5:6", 5000), "2001:db8:1:2::/64"),  # one host's /64 is one source
+        (None, "-"),
+    ],
+)
+def test_the_source_is_the_peer_address_and_an_ipv6_peer_counts_by_its_64(
+    client: object, source: str
+) -> None:
     assert source_of({"client": client}) == source
 
 
@@ -103,6 +113,8 @@ def test_a_burst_of_the_rate_passes_and_the_next_waits_for_one_refill() -> None:
 def test_the_refusals_name_their_setting() -> None:
     assert RegisterRate(per_minute=6).refusal(9.2) == (
         "too many registrations from this address: at most 6 a minute (CORRAL_NODE_REGISTER_RATE); retry after 10s",
-        10)
-    assert "(CORRAL_MAX_PENDING_NODES)" in pending_cap_message(5) and "raise CORRAL_MAX_PENDING_NODES" in \
-        pending_cap_message(5)
+        10,
+    )
+    assert "(CORRAL_MAX_PENDING_NODES)" in pending_cap_message(
+        5
+    ) and "raise CORRAL_MAX_PENDING_NODES" in pending_cap_message(5)

@@ -22,8 +22,10 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-@pytest.mark.parametrize("path", ["/app", "/app/", "/app/nodes/0b0e6c1e-1111-4222-8333-944455556666",
-                                  "/app/models", "/app/anything/else"])
+@pytest.mark.parametrize(
+    "path",
+    ["/app", "/app/", "/app/nodes/0b0e6c1e-1111-4222-8333-944455556666", "/app/models", "/app/anything/else"],
+)
 async def test_every_client_side_route_answers_the_index_page(client: httpx.AsyncClient, path: str) -> None:
     response = await client.get(path)
     assert response.status_code == 200
@@ -67,4 +69,4 @@ def test_no_asset_reaches_outside_this_origin() -> None:
     """Nothing is fetched from a CDN at run time."""
     for name, body in load_assets().items():
         assert not re.search(rb"""(src|href)\s*=\s*["']https?://""", body), name
-        assert b"import(\"http" not in body and b"from \"http" not in body, name
+        assert b'import("http' not in body and b'from "http' not in body, name

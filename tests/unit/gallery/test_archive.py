@@ -30,14 +30,18 @@ def _zip(path: Path, data: bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("members, links", [
-    ({"../evil.sh": b"x"}, None),
-    ({"/abs/evil.sh": b"x"}, None),
-    ({"run.sh": b"x"}, {"escape": "/etc/passwd"}),
-    ({"run.sh": b"x"}, {"up": "../../outside"}),
-])
-def test_tar_members_escaping_the_target_are_refused(tmp_path: Path, members: dict[str, bytes],
-                                                    links: dict[str, str] | None) -> None:
+@pytest.mark.parametrize(
+    "members, links",
+    [
+        ({"../evil.sh": b"x"}, None),
+        ({"/abs/evil.sh": b"x"}, None),
+        ({"run.sh": b"x"}, {"escape": "/etc/passwd"}),
+        ({"run.sh": b"x"}, {"up": "../../outside"}),
+    ],
+)
+def test_tar_members_escaping_the_target_are_refused(
+    tmp_path: Path, members: dict[str, bytes], links: dict[str, str] | None
+) -> None:
     target = tmp_path / "t"
     target.mkdir()
     with pytest.raises(ArchiveError):

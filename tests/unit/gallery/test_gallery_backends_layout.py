@@ -21,8 +21,19 @@ PYTHON_BACKENDS = sorted(p.name for p in BACKENDS.iterdir() if (p / "backend.py"
 
 
 def test_shipped_stubs_are_generated_from_backend_proto(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{SRC / 'proto'}", f"--python_out={tmp_path}",
-                    f"--grpc_python_out={tmp_path}", "backend.proto"], check=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{SRC / 'proto'}",
+            f"--python_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            "backend.proto",
+        ],
+        check=True,
+        timeout=60,
+    )
     for name in STUBS:
         assert (COMMON / name).read_text() == (tmp_path / name).read_text(), f"{name}: run `make proto`"
     assert not [p for p in BACKENDS.glob("*/backend_pb2*.py") if p.parent != COMMON], "one copy, in common/"
@@ -35,7 +46,7 @@ def test_each_python_backend_has_the_reference_layout_and_gets_common(name: str)
     assert run_sh.stat().st_mode & 0o111, "run.sh must be executable (the worker execs it)"
     text = run_sh.read_text()
     assert 'venv/bin/python" "$dir/backend.py" "$@"' in text and text.startswith("#!/bin/sh")
-    assert '$dir/common' in text and 'PYTHONPATH="$common' in text
+    assert "$dir/common" in text and 'PYTHONPATH="$common' in text
     assert (directory / "requirements.txt").is_file() and (directory / "README.md").is_file()
     entries = {entry.name: entry for entry in parse_index(DEFAULT_INDEX.read_bytes(), str(DEFAULT_INDEX))}
     section = entries[name].python

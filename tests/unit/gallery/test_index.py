@@ -19,13 +19,17 @@ from corral.gallery.index import (
 )
 from corral.gallery.names import backend_name_problem
 
-GOOD = b"""
+GOOD = (
+    b"""
 - name: st
   alias: sentence-transformers
   uri: backends/st
-  sha256: SHA256:""" + b"A" * 64 + b"""
+  sha256: SHA256:"""
+    + b"A" * 64
+    + b"""
   python: {requirements: requirements.txt, find_links: [wheels], no_index: true}
 """
+)
 
 
 def test_an_entry_with_every_field_is_parsed() -> None:
@@ -40,17 +44,20 @@ def test_json_and_a_backends_mapping_are_accepted() -> None:
     assert [e.name for e in parse_index(doc, "j")] == ["x"]
 
 
-@pytest.mark.parametrize("entry, needle", [
-    ({"name": "../etc", "uri": "x"}, "field 'name'"),
-    ({"name": "a/b", "uri": "x"}, "field 'name'"),
-    ({"name": "a\x00b", "uri": "x"}, "field 'name'"),
-    ({"name": "ok", "alias": "..", "uri": "x"}, "field 'alias'"),
-    ({"name": "ok"}, "field 'uri'"),
-    ({"name": "ok", "uri": "x", "sha256": "abc"}, "field 'sha256'"),
-    ({"name": "ok", "uri": "x", "python": {"requirements": "../../etc/passwd"}}, "python.requirements"),
-    ({"name": "ok", "uri": "x", "python": {"requirements": "/etc/passwd"}}, "python.requirements"),
-    ({"name": "ok", "uri": "x", "python": {"unknown": 1}}, "python.unknown"),
-])
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ({"name": "../etc", "uri": "x"}, "field 'name'"),
+        ({"name": "a/b", "uri": "x"}, "field 'name'"),
+        ({"name": "a\x00b", "uri": "x"}, "field 'name'"),
+        ({"name": "ok", "alias": "..", "uri": "x"}, "field 'alias'"),
+        ({"name": "ok"}, "field 'uri'"),
+        ({"name": "ok", "uri": "x", "sha256": "abc"}, "field 'sha256'"),
+        ({"name": "ok", "uri": "x", "python": {"requirements": "../../etc/passwd"}}, "python.requirements"),
+        ({"name": "ok", "uri": "x", "python": {"requirements": "/etc/passwd"}}, "python.requirements"),
+        ({"name": "ok", "uri": "x", "python": {"unknown": 1}}, "python.unknown"),
+    ],
+)
 def test_an_invalid_entry_names_its_index_position_and_field(entry: dict[str, object], needle: str) -> None:
     with pytest.raises(GalleryError) as info:
         parse_index(json.dumps([{"name": "first", "uri": "f"}, entry]).encode(), "idx")
@@ -70,7 +77,9 @@ def test_a_huge_index_is_refused_unparsed() -> None:
 
 def test_gallery_lists_parse_as_json_or_a_bare_location() -> None:
     assert parse_galleries('[{"name": "a", "url": "/x/index.yaml"}]') == [GalleryRef("a", "/x/index.yaml")]
-    assert parse_galleries("https://g/index.yaml") == [GalleryRef("https://g/index.yaml", "https://g/index.yaml")]
+    assert parse_galleries("https://g/index.yaml") == [
+        GalleryRef("https://g/index.yaml", "https://g/index.yaml")
+    ]
     assert parse_galleries("") == [] and parse_galleries("[]") == []
     for bad in ('[{"name": "a"}]', "[1]", "[not json", '[{"url": "a\u0000"}]', "[" + " " * 20000 + "]"):
         with pytest.raises(GalleryError):

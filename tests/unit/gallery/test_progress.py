@@ -22,7 +22,9 @@ async def test_reports_are_debounced_leading_edge_with_a_final_flush() -> None:
     async def publish(event: BackendInstallProgressEvent) -> None:
         sent.append(event)
 
-    def make(phase: str, file_name: str, current: int, total: int, is_bytes: bool) -> BackendInstallProgressEvent:
+    def make(
+        phase: str, file_name: str, current: int, total: int, is_bytes: bool
+    ) -> BackendInstallProgressEvent:
         return progress_event("op", "n", "b", phase, file_name, current, total, is_bytes)
 
     debouncer = ProgressDebouncer(asyncio.get_running_loop(), publish, make, interval_s=0.2)

@@ -20,8 +20,10 @@ from corral.grammar.tool_calls import (
     tool_mode,
 )
 
-WEATHER = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                 "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 NOOP = {"name": "noop"}
 TOOLS = [{"type": "function", "function": WEATHER}, {"type": "function", "function": NOOP}]
 
@@ -34,7 +36,9 @@ def test_tool_choice_words_and_the_named_function() -> None:
     assert tool_mode("none") is None
     assert tool_mode("") == ToolMode("auto", parallel=True)
     assert tool_mode("required", parallel=False) == ToolMode("required", parallel=False)
-    assert tool_mode('{"type": "function", "function": {"name": "noop"}}') == ToolMode("function", "noop", False)
+    assert tool_mode('{"type": "function", "function": {"name": "noop"}}') == ToolMode(
+        "function", "noop", False
+    )
     with pytest.raises(ValueError, match="tool_choice must be"):
         tool_mode("sometimes")
 
@@ -42,9 +46,11 @@ def test_tool_choice_words_and_the_named_function() -> None:
 def test_required_is_one_call_of_any_tool_and_parallel_adds_an_array_of_them() -> None:
     one = rules(call_grammar(tool_functions(TOOLS), ToolMode("required", parallel=False)))
     assert one["root"] == "call" and one["call"] == "call-0 | call-1"
-    assert one["call-0"] == ('"{" ws "\\"name\\"" ws ":" ws "\\"get_weather\\"" ws "," ws "\\"arguments\\"" ws '
-                             '":" ws args-0 "}" ws')
-    assert one["call-1"].endswith(" object \"}\" ws")  # no parameters: any object
+    assert one["call-0"] == (
+        '"{" ws "\\"name\\"" ws ":" ws "\\"get_weather\\"" ws "," ws "\\"arguments\\"" ws '
+        '":" ws args-0 "}" ws'
+    )
+    assert one["call-1"].endswith(' object "}" ws')  # no parameters: any object
     several = rules(call_grammar(tool_functions(TOOLS), ToolMode("required", parallel=True)))
     assert several["root"] == 'call | "[" ws call ( "," ws call ){0,7} "]" ws'
 
@@ -64,7 +70,10 @@ def test_tools_without_a_function_ask_for_no_grammar() -> None:
 
 
 def test_a_tool_schema_the_compiler_refuses_names_the_tool() -> None:
-    bad = [*TOOLS, {"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}}]
+    bad = [
+        *TOOLS,
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}}},
+    ]
     with pytest.raises(SchemaError) as caught:
         cached_call_grammar(json.dumps(bad), "auto", False)
     assert caught.value.dotted("tools") == "tools[2].function.parameters.pattern"
@@ -75,7 +84,7 @@ def scan(text: str, *, text_allowed: bool, step: int) -> list[str | CallDelta]:
     scanner = CallScanner(text_allowed)
     events: list[str | CallDelta] = []
     for start in range(0, len(text), step):
-        events += scanner.feed(text[start:start + step])
+        events += scanner.feed(text[start : start + step])
     return events + scanner.finish()
 
 
@@ -113,7 +122,9 @@ def test_an_array_of_calls_gives_one_call_per_element_with_its_own_id(step: int)
 def test_with_auto_text_streams_as_content_and_a_call_as_a_call(step: int) -> None:
     events = scan("  Hello {there}", text_allowed=True, step=step)
     assert "".join(e for e in events if isinstance(e, str)) == "Hello {there}"
-    assert calls_of(scan('{"name": "noop", "arguments": {}}', text_allowed=True, step=step))[0]["name"] == "noop"
+    assert (
+        calls_of(scan('{"name": "noop", "arguments": {}}', text_allowed=True, step=step))[0]["name"] == "noop"
+    )
 
 
 def test_text_that_holds_no_call_comes_back_as_content() -> None:
@@ -125,4 +136,7 @@ def test_past_calls_are_written_back_in_the_format_the_model_writes() -> None:
     one = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]
     assert json.loads(calls_text(one)) == {"name": "f", "arguments": {"a": 1}}
     two = [*one, {"function": {"name": "g", "arguments": "not json"}}]
-    assert json.loads(calls_text(two)) == [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": "not json"}]
+    assert json.loads(calls_text(two)) == [
+        {"name": "f", "arguments": {"a": 1}},
+        {"name": "g", "arguments": "not json"},
+    ]

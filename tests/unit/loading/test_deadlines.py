@@ -5,12 +5,15 @@ import pytest
 from corral.loading.attempt_deadline import GIB, deadline_message, load_budget_s
 
 
-@pytest.mark.parametrize("size_bytes, budget_s", [
-    (0, 300.0),  # no local files ⇒ 5m
-    (GIB, 320.0),
-    (70 * GIB, 300.0 + 1400.0),  # 70 GiB ⇒ 28m20s
-    (2000 * GIB, 6 * 3600.0),  # capped at 6h
-])
+@pytest.mark.parametrize(
+    "size_bytes, budget_s",
+    [
+        (0, 300.0),  # no local files ⇒ 5m
+        (GIB, 320.0),
+        (70 * GIB, 300.0 + 1400.0),  # 70 GiB ⇒ 28m20s
+        (2000 * GIB, 6 * 3600.0),  # capped at 6h
+    ],
+)
 def test_load_budget_scales_with_the_checkpoint(size_bytes: int, budget_s: float) -> None:
     assert load_budget_s(size_bytes) == pytest.approx(budget_s)
 

@@ -9,28 +9,53 @@ from corral.store.load_jobs import JobSnapshot
 MIB = 1 << 20
 
 
-def job(state: str = "staging", sent: int = 0, total: int = 0, index: int = 0, files: int = 0,
-        moving_s: float | None = None, node: str = "gpu-7") -> JobSnapshot:
-    return JobSnapshot(tracking_key="llama", state=state, owner_replica="o", node_id="n", node_name=node,
-                       bytes_sent=sent, total_bytes=total, file_index=index, total_files=files, last_error="", error_kind="",
-                       silent_s=0.0, moving_s=moving_s)
+def job(
+    state: str = "staging",
+    sent: int = 0,
+    total: int = 0,
+    index: int = 0,
+    files: int = 0,
+    moving_s: float | None = None,
+    node: str = "gpu-7",
+) -> JobSnapshot:
+    return JobSnapshot(
+        tracking_key="llama",
+        state=state,
+        owner_replica="o",
+        node_id="n",
+        node_name=node,
+        bytes_sent=sent,
+        total_bytes=total,
+        file_index=index,
+        total_files=files,
+        last_error="",
+        error_kind="",
+        silent_s=0.0,
+        moving_s=moving_s,
+    )
 
 
-@pytest.mark.parametrize("snapshot, pct", [
-    (job(sent=0, total=0), 0.0),  # nothing known yet
-    (job(sent=50, total=100, index=1, files=1), 50.0),
-    (job(sent=50, total=100, index=2, files=4), 37.5),  # (1 file done + half of the 2nd) / 4
-])
+@pytest.mark.parametrize(
+    "snapshot, pct",
+    [
+        (job(sent=0, total=0), 0.0),  # nothing known yet
+        (job(sent=50, total=100, index=1, files=1), 50.0),
+        (job(sent=50, total=100, index=2, files=4), 37.5),  # (1 file done + half of the 2nd) / 4
+    ],
+)
 def test_progress_spans_all_files(snapshot: JobSnapshot, pct: float) -> None:
     assert progress_pct(snapshot) == pct
 
 
-@pytest.mark.parametrize("snapshot", [
-    job(state="loading", sent=50, total=100, moving_s=10),  # not staging
-    job(sent=0, total=100, moving_s=10),  # nothing moved
-    job(sent=50, total=100, moving_s=0.5),  # too early for a rate
-    job(sent=50, total=100, moving_s=None),
-])
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        job(state="loading", sent=50, total=100, moving_s=10),  # not staging
+        job(sent=0, total=100, moving_s=10),  # nothing moved
+        job(sent=50, total=100, moving_s=0.5),  # too early for a rate
+        job(sent=50, total=100, moving_s=None),
+    ],
+)
 def test_eta_is_omitted_until_the_rate_means_something(snapshot: JobSnapshot) -> None:
     assert eta_s(snapshot) is None
     assert "eta_seconds" not in loading_object(snapshot)
@@ -43,12 +68,17 @@ def test_eta_comes_from_the_observed_rate() -> None:
     assert loading_object(snapshot)["eta_seconds"] == pytest.approx(662.0, abs=0.1)
 
 
-@pytest.mark.parametrize("snapshot, budget_s, expected", [
-    (job(), 60.0, 60),  # no ETA ⇒ the wait budget
-    (job(), 1.0, 5),  # clamped up to 5 s
-    (job(sent=1, total=10_000, moving_s=10), 60.0, 300),  # huge ETA clamped to 300 s
-])
-def test_retry_after_is_clamped_to_5_to_300_seconds(snapshot: JobSnapshot, budget_s: float, expected: int) -> None:
+@pytest.mark.parametrize(
+    "snapshot, budget_s, expected",
+    [
+        (job(), 60.0, 60),  # no ETA ⇒ the wait budget
+        (job(), 1.0, 5),  # clamped up to 5 s
+        (job(sent=1, total=10_000, moving_s=10), 60.0, 300),  # huge ETA clamped to 300 s
+    ],
+)
+def test_retry_after_is_clamped_to_5_to_300_seconds(
+    snapshot: JobSnapshot, budget_s: float, expected: int
+) -> None:
     assert retry_after_s(snapshot, budget_s) == expected
 
 
@@ -136,17 +166,30 @@ def test_moving_to_the_next_node_after_a_stall_gives_it_a_fresh_base_budget() ->
 def test_install_progress_from_a_worker_is_bounded_before_it_is_shown() -> None:
     from corral.loading.job_placement import EVENT_TEXT_MAX_CHARS, _shown
 
-    shown = _shown({"phase": "downloading", "file_name": "x" * 100_000, "percentage": 1e308, "current": 5,
-                    "extra": "ignored", "total": "412 MB"})
-    assert shown == {"phase": "downloading", "file_name": "x" * EVENT_TEXT_MAX_CHARS, "total": "412 MB",
-                     "percentage": 100.0}
+    shown = _shown(
+        {
+            "phase": "downloading",
+            "file_name": "x" * 100_000,
+            "percentage": 1e308,
+            "current": 5,
+            "extra": "ignored",
+            "total": "412 MB",
+        }
+    )
+    assert shown == {
+        "phase": "downloading",
+        "file_name": "x" * EVENT_TEXT_MAX_CHARS,
+        "total": "412 MB",
+        "percentage": 100.0,
+    }
 
 
 def test_the_loading_object_shows_install_progress_and_worker_busy() -> None:
     import dataclasses
 
-    snapshot = dataclasses.replace(job("installing"), install={"phase": "downloading", "percentage": 40.0,
-                                                               "worker_busy": True})
+    snapshot = dataclasses.replace(
+        job("installing"), install={"phase": "downloading", "percentage": 40.0, "worker_busy": True}
+    )
     body = loading_object(snapshot)
     assert body["install"]["phase"] == "downloading" and body["worker_busy"] is True
     assert "worker busy" in loading_message(snapshot)

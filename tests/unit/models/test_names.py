@@ -14,21 +14,26 @@ from corral.placement.rules import RuleInvalid, parse_rule
 LONG = "m" * 300
 
 
-@pytest.mark.parametrize("name", ["gemma-3-270m", "qwen2.5:7b", "all-minilm-l6-v2", "a", "m@q4+lora", "x" * 255])
+@pytest.mark.parametrize(
+    "name", ["gemma-3-270m", "qwen2.5:7b", "all-minilm-l6-v2", "a", "m@q4+lora", "x" * 255]
+)
 def test_plain_names_are_accepted(name: str) -> None:
     assert validate_name(name) == name
 
 
-@pytest.mark.parametrize("name, problem", [
-    ("../evil", "'../evil' must not contain '/' or '\\' (a name, not a path)"),
-    ("a/b", "'a/b' must not contain '/' or '\\' (a name, not a path)"),
-    ("a..b", "'a..b' must not contain '..'"),
-    (".hidden", "'.hidden' must not start with '.'"),
-    ("two words", "'two words' may contain only letters, digits and . _ - : @ +"),
-    (LONG, f"must be at most 255 characters, got 300 ('{'m' * 64}…')"),
-    ("", "is required (a model or alias name)"),
-    (7, "is required (a model or alias name)"),
-])
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("../evil", "'../evil' must not contain '/' or '\\' (a name, not a path)"),
+        ("a/b", "'a/b' must not contain '/' or '\\' (a name, not a path)"),
+        ("a..b", "'a..b' must not contain '..'"),
+        (".hidden", "'.hidden' must not start with '.'"),
+        ("two words", "'two words' may contain only letters, digits and . _ - : @ +"),
+        (LONG, f"must be at most 255 characters, got 300 ('{'m' * 64}…')"),
+        ("", "is required (a model or alias name)"),
+        (7, "is required (a model or alias name)"),
+    ],
+)
 def test_names_that_are_paths_too_long_or_odd_are_refused_saying_why(name: object, problem: str) -> None:
     assert name_problem(name) == problem
     with pytest.raises(InvalidName) as info:
@@ -49,8 +54,10 @@ def test_loading_the_models_directory_skips_a_file_whose_name_is_a_path(tmp_path
     assert list(load_model_configs(tmp_path)) == ["good"]
 
 
-@pytest.mark.parametrize("data, field", [({"name": "../prod", "alias": "m"}, "name"),
-                                         ({"name": "prod", "alias": "x/../../m"}, "alias")])
+@pytest.mark.parametrize(
+    "data, field",
+    [({"name": "../prod", "alias": "m"}, "name"), ({"name": "prod", "alias": "x/../../m"}, "alias")],
+)
 def test_an_alias_naming_a_path_is_refused(tmp_path: Path, data: dict[str, str], field: str) -> None:
     with pytest.raises(AliasConfigError) as info:
         parse_alias(data, tmp_path / "prod.yaml")

@@ -28,12 +28,15 @@ def _parse(models: Path, extra: tuple[Path, ...] = (), **fields):
     return parse_model_config(data, models / "m.yaml", models, extra)
 
 
-def _refused(models: Path, field: str, value: str, resolved: Path | str, extra: tuple[Path, ...] = (), **fields):
+def _refused(
+    models: Path, field: str, value: str, resolved: Path | str, extra: tuple[Path, ...] = (), **fields
+):
     with pytest.raises(ModelConfigError) as info:
         _parse(models, extra, **fields)
     assert str(info.value) == (
         f"{models / 'm.yaml'}: field {field!r}: {value!r} resolves to {resolved}, outside the models directory "
-        f"{models}; keep model files under it, or list the directory in CORRAL_MODEL_PATH_ROOTS")
+        f"{models}; keep model files under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"
+    )
     assert info.value.field == field  # the API answers it as the error's `param`
 
 
@@ -54,7 +57,13 @@ def test_a_symlink_in_the_models_dir_that_points_out_is_refused_with_where_it_re
     (models / "link.gguf").symlink_to(outside / "secret")
     _refused(models, "parameters.model", "link.gguf", outside / "secret", parameters={"model": "link.gguf"})
     (models / "linkdir").symlink_to(outside)  # a linked directory: the file below it is outside too
-    _refused(models, "parameters.model", "linkdir/secret", outside / "secret", parameters={"model": "linkdir/secret"})
+    _refused(
+        models,
+        "parameters.model",
+        "linkdir/secret",
+        outside / "secret",
+        parameters={"model": "linkdir/secret"},
+    )
 
 
 def test_a_symlink_that_stays_inside_the_models_dir_is_accepted(layout):
@@ -75,17 +84,23 @@ def test_a_root_listed_in_corral_model_path_roots_allows_its_files(layout):
 
 def test_the_message_names_the_listed_roots_when_there_are_some(layout, tmp_path):
     models, outside = layout
-    with pytest.raises(ModelConfigError, match=rf"outside the models directory {models} and CORRAL_MODEL_PATH_ROOTS "
-                                               rf"\({tmp_path / 'elsewhere'}\); keep model files under it"):
+    with pytest.raises(
+        ModelConfigError,
+        match=rf"outside the models directory {models} and CORRAL_MODEL_PATH_ROOTS "
+        rf"\({tmp_path / 'elsewhere'}\); keep model files under it",
+    ):
         _parse(models, (tmp_path / "elsewhere",), parameters={"model": str(outside / "secret")})
 
 
-@pytest.mark.parametrize("value", [
-    "gemma-3-270m",  # a name the backend knows (the simulator's, a hub id)
-    "TheBloke/Llama-2-7B-GGUF",  # a hub id with a slash: relative, stays inside even if it were a path
-    "https://example.com/m.gguf",  # a URL
-    "sub/not-yet-there.gguf",  # a file a later copy brings
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "gemma-3-270m",  # a name the backend knows (the simulator's, a hub id)
+        "TheBloke/Llama-2-7B-GGUF",  # a hub id with a slash: relative, stays inside even if it were a path
+        "https://example.com/m.gguf",  # a URL
+        "sub/not-yet-there.gguf",  # a file a later copy brings
+    ],
+)
 def test_a_parameters_model_that_is_no_path_escaping_the_roots_stays_allowed(layout, value):
     models, _ = layout
     assert _parse(models, parameters={"model": value}).model == value
@@ -94,21 +109,31 @@ def test_a_parameters_model_that_is_no_path_escaping_the_roots_stays_allowed(lay
 @pytest.mark.parametrize("yaml_key", sorted(SCALAR_FIELDS))
 def test_every_artifact_field_is_confined_too(layout, yaml_key):
     models, outside = layout
-    _refused(models, yaml_key, str(outside / "secret"), outside / "secret", **{yaml_key: str(outside / "secret")})
+    _refused(
+        models, yaml_key, str(outside / "secret"), outside / "secret", **{yaml_key: str(outside / "secret")}
+    )
 
 
 def test_a_lora_adapter_list_entry_outside_is_refused_naming_its_index(layout):
     models, outside = layout
     (models / "ok.lora").write_bytes(b"x")
-    _refused(models, "lora_adapters[1]", "../outside/secret", outside / "secret",
-             lora_adapters=["ok.lora", "../outside/secret"])
+    _refused(
+        models,
+        "lora_adapters[1]",
+        "../outside/secret",
+        outside / "secret",
+        lora_adapters=["ok.lora", "../outside/secret"],
+    )
 
 
-@pytest.mark.parametrize("option, resolved", [
-    ("vae:/etc/passwd", "/etc/passwd"),  # an absolute path
-    ("draft:../outside/secret", "outside/secret"),  # '..' out of the models dir (exists)
-    ("grammar:../../nowhere/x.gbnf", "../nowhere/x.gbnf"),  # '..' out, and not even there
-])
+@pytest.mark.parametrize(
+    "option, resolved",
+    [
+        ("vae:/etc/passwd", "/etc/passwd"),  # an absolute path
+        ("draft:../outside/secret", "outside/secret"),  # '..' out of the models dir (exists)
+        ("grammar:../../nowhere/x.gbnf", "../nowhere/x.gbnf"),  # '..' out, and not even there
+    ],
+)
 def test_an_option_that_names_a_file_outside_is_refused(layout, option, resolved):
     models, _ = layout
     key, _, value = option.partition(":")
@@ -122,23 +147,29 @@ def test_an_option_naming_a_symlink_that_points_out_is_refused(layout):
     _refused(models, "options[0]", "vae.bin", outside / "secret", options=["vae:vae.bin"])
 
 
-@pytest.mark.parametrize("option", [
-    "chat_format:gemma",  # a plain value
-    "vae:m.gguf",  # a file in the models dir
-    "stop:</s>",  # text that looks a little like a path
-    "system_prompt:" + "be brief. " * 100,  # a long text
-    "noseparator",
-])
+@pytest.mark.parametrize(
+    "option",
+    [
+        "chat_format:gemma",  # a plain value
+        "vae:m.gguf",  # a file in the models dir
+        "stop:</s>",  # text that looks a little like a path
+        "system_prompt:" + "be brief. " * 100,  # a long text
+        "noseparator",
+    ],
+)
 def test_options_that_name_no_file_outside_are_accepted(layout, option):
     models, _ = layout
     assert _parse(models, options=[option]).options == (option,)
 
 
-@pytest.mark.parametrize("value, problem", [
-    ("m\x00.gguf", "contains a NUL byte"),
-    ("/" + "a/" * 2100, "is 4201 bytes long; the longest path is 4096 bytes"),
-    ("x" * 300 + ".gguf", "has a path component of 305 bytes; the longest file name is 255 bytes"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("m\x00.gguf", "contains a NUL byte"),
+        ("/" + "a/" * 2100, "is 4201 bytes long; the longest path is 4096 bytes"),
+        ("x" * 300 + ".gguf", "has a path component of 305 bytes; the longest file name is 255 bytes"),
+    ],
+)
 def test_a_value_that_cannot_be_a_path_is_refused_naming_the_limit(layout, value, problem):
     models, _ = layout
     with pytest.raises(ModelConfigError) as info:
@@ -162,10 +193,14 @@ def test_a_huggingface_model_cannot_climb_out_of_its_snapshot_and_the_models_dir
     ref_path(models, source).parent.mkdir(parents=True)
     ref_path(models, source).write_text("c0ffee")
     value = "../../../../../../../../etc/passwd"
-    with pytest.raises(ModelConfigError, match="field 'parameters.model': .* resolves to /etc/passwd, outside"):
+    with pytest.raises(
+        ModelConfigError, match="field 'parameters.model': .* resolves to /etc/passwd, outside"
+    ):
         _parse(models, huggingface={"repo": "acme/tiny"}, parameters={"model": value})
-    assert _parse(models, huggingface={"repo": "acme/tiny"}, parameters={"model": "w.gguf"}).model_file == \
-        snapshot / "w.gguf"
+    assert (
+        _parse(models, huggingface={"repo": "acme/tiny"}, parameters={"model": "w.gguf"}).model_file
+        == snapshot / "w.gguf"
+    )
 
 
 def test_the_snapshot_root_is_a_root_of_its_own_when_it_links_to_another_disk(layout, tmp_path):
@@ -182,15 +217,20 @@ def test_the_snapshot_root_is_a_root_of_its_own_when_it_links_to_another_disk(la
     assert cfg.model_file is not None and cfg.model_file.resolve() == snapshot / "w.gguf"
 
 
-def test_at_start_a_config_outside_the_roots_is_skipped_with_a_line_naming_the_file_and_the_fix(layout, caplog):
+def test_at_start_a_config_outside_the_roots_is_skipped_with_a_line_naming_the_file_and_the_fix(
+    layout, caplog
+):
     models, outside = layout
     (models / "good.yaml").write_text("name: good\nbackend: llama-cpp\nparameters:\n  model: m.gguf\n")
-    (models / "bad.yaml").write_text(f"name: bad\nbackend: llama-cpp\nparameters:\n  model: {outside / 'secret'}\n")
+    (models / "bad.yaml").write_text(
+        f"name: bad\nbackend: llama-cpp\nparameters:\n  model: {outside / 'secret'}\n"
+    )
     with caplog.at_level(logging.ERROR, logger="corral.models.config"):
         configs = load_model_configs(models)
     assert sorted(configs) == ["good"]
     assert caplog.messages == [
         f"skipping model config {models / 'bad.yaml'}: {models / 'bad.yaml'}: field 'parameters.model': "
         f"'{outside / 'secret'}' resolves to {outside / 'secret'}, outside the models directory {models}; keep "
-        "model files under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"]
+        "model files under it, or list the directory in CORRAL_MODEL_PATH_ROOTS"
+    ]
     assert sorted(load_model_configs(models, (outside,))) == ["bad", "good"]  # listing the root takes it in

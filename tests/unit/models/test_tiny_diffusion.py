@@ -15,15 +15,25 @@ from corral.models.capabilities import listed
 from corral.models.config import load_model_configs
 
 FILES = [
-    "model_index.json", "scheduler/scheduler_config.json", "text_encoder/config.json",
-    "text_encoder/model.safetensors", "tokenizer/merges.txt", "tokenizer/special_tokens_map.json",
-    "tokenizer/tokenizer_config.json", "tokenizer/vocab.json", "unet/config.json",
-    "unet/diffusion_pytorch_model.safetensors", "vae/config.json", "vae/diffusion_pytorch_model.safetensors",
+    "model_index.json",
+    "scheduler/scheduler_config.json",
+    "text_encoder/config.json",
+    "text_encoder/model.safetensors",
+    "tokenizer/merges.txt",
+    "tokenizer/special_tokens_map.json",
+    "tokenizer/tokenizer_config.json",
+    "tokenizer/vocab.json",
+    "unet/config.json",
+    "unet/diffusion_pytorch_model.safetensors",
+    "vae/config.json",
+    "vae/diffusion_pytorch_model.safetensors",
 ]
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
 
 
 def test_the_pipeline_directory_has_the_layout_save_pretrained_writes(tmp_path: Path) -> None:
@@ -31,7 +41,9 @@ def test_the_pipeline_directory_has_the_layout_save_pretrained_writes(tmp_path: 
     assert sorted(_files(directory)) == FILES
     index = json.loads((directory / "model_index.json").read_text())
     assert index["_class_name"] == "StableDiffusionPipeline" and index["safety_checker"] == [None, None]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "the build directory was renamed away"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], (
+        "the build directory was renamed away"
+    )
 
 
 def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_weights(tmp_path: Path) -> None:
@@ -63,8 +75,10 @@ def test_the_tokenizer_holds_every_byte_symbol_once_and_the_two_special_tokens_l
 
 def test_prepare_writes_an_image_model_config_and_keeps_an_existing_pipeline(tmp_path: Path) -> None:
     yaml_path = tiny_diffusion.prepare_tiny_diffusion(tmp_path)
-    assert yaml_path.read_text() == ("name: tiny-diffusion\nbackend: diffusers\nknown_usecases:\n  - image\n"
-                                     "parameters:\n  model: tiny-diffusion\noptions:\n  - steps:4\n")
+    assert yaml_path.read_text() == (
+        "name: tiny-diffusion\nbackend: diffusers\nknown_usecases:\n  - image\n"
+        "parameters:\n  model: tiny-diffusion\noptions:\n  - steps:4\n"
+    )
     cfg = load_model_configs(tmp_path)["tiny-diffusion"]
     assert cfg.backend == "diffusers" and listed(cfg) == ["image"]
     assert cfg.model_file == tmp_path / "tiny-diffusion" and cfg.checkpoint_bytes() > 3 << 20

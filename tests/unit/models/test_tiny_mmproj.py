@@ -41,7 +41,12 @@ def _png(width: int, height: int, pixel: Callable[[int, int], tuple[int, int, in
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 RED = _png(20, 20, lambda x, y: (255, 0, 0))
@@ -121,7 +126,9 @@ class _Vision:
             found = []
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-                found.append((mtmd.mtmd_input_chunk_get_type(chunk), mtmd.mtmd_input_chunk_get_n_tokens(chunk)))
+                found.append(
+                    (mtmd.mtmd_input_chunk_get_type(chunk), mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                )
 
             llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.llm.ctx), True)
             n_past = llama_cpp.llama_pos(0)

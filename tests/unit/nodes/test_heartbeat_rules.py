@@ -9,8 +9,14 @@ from corral.nodes.heartbeat_rules import Beat, Written, merge, write_reason
 MIB = 1 << 20
 GIB = 1 << 30
 CHECKPOINT_S = 60.0
-BASE = Beat(available_vram=8 * GIB, available_ram=16 * GIB, available_disk=100 * GIB, total_vram=24 * GIB,
-            total_disk=500 * GIB, gpu_vendor="nvidia")
+BASE = Beat(
+    available_vram=8 * GIB,
+    available_ram=16 * GIB,
+    available_disk=100 * GIB,
+    total_vram=24 * GIB,
+    total_disk=500 * GIB,
+    gpu_vendor="nvidia",
+)
 
 
 def written(status: str = "healthy", at_s: float = 0.0, figures: Beat = BASE) -> Written:

@@ -10,11 +10,23 @@ THRESHOLD_S = 300.0
 NOW_S = 10_000.0
 
 
-def decide(status: str, *, approved: bool = True, beat_age_s: float = 10.0, changed_age_s: float = 1_000.0,
-           watching_since_s: float = 0.0) -> str | None:
-    return next_status(status, approved=approved, last_beat_s=NOW_S - beat_age_s,
-                       status_changed_s=NOW_S - changed_age_s, now_s=NOW_S, stale_threshold_s=THRESHOLD_S,
-                       watching_since_s=watching_since_s)
+def decide(
+    status: str,
+    *,
+    approved: bool = True,
+    beat_age_s: float = 10.0,
+    changed_age_s: float = 1_000.0,
+    watching_since_s: float = 0.0,
+) -> str | None:
+    return next_status(
+        status,
+        approved=approved,
+        last_beat_s=NOW_S - beat_age_s,
+        status_changed_s=NOW_S - changed_age_s,
+        now_s=NOW_S,
+        stale_threshold_s=THRESHOLD_S,
+        watching_since_s=watching_since_s,
+    )
 
 
 @pytest.mark.parametrize("status", ["healthy", "unhealthy", "draining", "pending"])
@@ -52,5 +64,15 @@ def test_the_monitor_start_never_counts_as_a_beat_for_recovery() -> None:
 
 
 def test_a_node_an_admin_drained_comes_back_draining_after_going_stale() -> None:
-    assert next_status("offline", approved=True, last_beat_s=NOW_S - 10.0, status_changed_s=NOW_S - 1_000.0,
-                       now_s=NOW_S, stale_threshold_s=THRESHOLD_S, admin_drained=True) == "draining"
+    assert (
+        next_status(
+            "offline",
+            approved=True,
+            last_beat_s=NOW_S - 10.0,
+            status_changed_s=NOW_S - 1_000.0,
+            now_s=NOW_S,
+            stale_threshold_s=THRESHOLD_S,
+            admin_drained=True,
+        )
+        == "draining"
+    )

@@ -14,33 +14,57 @@ from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 GB = 1000**3
 
 
-def node(name: str, *, vram: int = 0, free_vram: int | None = None, budget: int = 0, reserved: int = 0,
-         disk_total: int = 0, disk_free: int = 0, labels: dict[str, str] | None = None,
-         replicas: tuple[ReplicaSnapshot, ...] = (), slots: int = 1) -> NodeSnapshot:
-    return NodeSnapshot(id=name, name=name, address=f"{name}:50051", http_address=f"{name}:50050",
-                        total_vram=vram, available_vram=vram if free_vram is None else free_vram,
-                        vram_budget_bytes=budget, reserved_vram=reserved, total_disk=disk_total,
-                        available_disk=disk_free, labels=labels or {}, replicas=replicas,
-                        max_replicas_per_model=slots)
+def node(
+    name: str,
+    *,
+    vram: int = 0,
+    free_vram: int | None = None,
+    budget: int = 0,
+    reserved: int = 0,
+    disk_total: int = 0,
+    disk_free: int = 0,
+    labels: dict[str, str] | None = None,
+    replicas: tuple[ReplicaSnapshot, ...] = (),
+    slots: int = 1,
+) -> NodeSnapshot:
+    return NodeSnapshot(
+        id=name,
+        name=name,
+        address=f"{name}:50051",
+        http_address=f"{name}:50050",
+        total_vram=vram,
+        available_vram=vram if free_vram is None else free_vram,
+        vram_budget_bytes=budget,
+        reserved_vram=reserved,
+        total_disk=disk_total,
+        available_disk=disk_free,
+        labels=labels or {},
+        replicas=replicas,
+        max_replicas_per_model=slots,
+    )
 
 
 def loaded(model: str, in_flight: int = 0, index: int = 0) -> ReplicaSnapshot:
     return ReplicaSnapshot(model=model, replica_index=index, state="loaded", in_flight=in_flight)
 
 
-@pytest.mark.parametrize("model_bytes, need", [
-    (0, 2 * GIB),  # unknown size ⇒ 2 GiB floor
-    (4 * GIB, 5 * GIB),  # small model: the 1 GiB minimum margin
-    (100 * GIB, 105 * GIB),  # large model: 5 %
-])
+@pytest.mark.parametrize(
+    "model_bytes, need",
+    [
+        (0, 2 * GIB),  # unknown size ⇒ 2 GiB floor
+        (4 * GIB, 5 * GIB),  # small model: the 1 GiB minimum margin
+        (100 * GIB, 105 * GIB),  # large model: 5 %
+    ],
+)
 def test_required_disk_is_model_size_plus_margin(model_bytes: int, need: int) -> None:
     assert required_disk_bytes(model_bytes) == need
 
 
 @pytest.mark.parametrize("free, fits", [(10 * GIB, True), (GIB, False)])  # model is 4 GiB (+1 GiB margin)
 def test_disk_headroom_filter_rejects_node_below_model_size_plus_margin(free: int, fits: bool) -> None:
-    verdict = DiskHeadroomFilter().check(PlacementRequest("m", disk_bytes=4 * GIB),
-                                         node("a", disk_total=100 * GIB, disk_free=free))
+    verdict = DiskHeadroomFilter().check(
+        PlacementRequest("m", disk_bytes=4 * GIB), node("a", disk_total=100 * GIB, disk_free=free)
+    )
     assert (verdict is None) is fits
 
 
@@ -51,7 +75,10 @@ def test_unknown_disk_stays_in_rotation_and_shared_models_skip_the_check() -> No
 
 
 def test_no_room_anywhere_is_the_specified_message_listing_every_node() -> None:
-    nodes = [node("nvidia-thor", disk_total=937 * GB, disk_free=0), node("b", disk_total=100 * GB, disk_free=2 * GB)]
+    nodes = [
+        node("nvidia-thor", disk_total=937 * GB, disk_free=0),
+        node("b", disk_total=100 * GB, disk_free=2 * GB),
+    ]
     with pytest.raises(NoNodeFits) as info:
         decide(PlacementRequest("longcat", disk_bytes=70 * GIB), nodes)
     assert str(info.value) == (
@@ -68,24 +95,32 @@ def test_with_the_check_off_it_warns_and_schedules_anyway() -> None:
     assert "knob=distributed-disk-headroom-check" in decision.warnings[0]
 
 
-@pytest.mark.parametrize("selector, labels, ok", [
-    ({"gpu.vendor": "nvidia"}, {"gpu.vendor": "nvidia"}, True),
-    ({"gpu.vendor": "nvidia"}, {"gpu.vendor": "amd"}, False),
-    ({"!node.role": "vllm-follower"}, {"node.role": "vllm-follower"}, False),  # negation
-    ({"!node.role": "vllm-follower"}, {"node.role": "leader"}, True),
-    ({"!node.role": "vllm-follower"}, {}, True),
-    ({"!spot": ""}, {"spot": "true"}, False),  # bare !key: the label must be absent
-    ({"!spot": ""}, {}, True),
-    ({"a": "1", "b": "2"}, {"a": "1"}, False),  # every term must match
-])
+@pytest.mark.parametrize(
+    "selector, labels, ok",
+    [
+        ({"gpu.vendor": "nvidia"}, {"gpu.vendor": "nvidia"}, True),
+        ({"gpu.vendor": "nvidia"}, {"gpu.vendor": "amd"}, False),
+        ({"!node.role": "vllm-follower"}, {"node.role": "vllm-follower"}, False),  # negation
+        ({"!node.role": "vllm-follower"}, {"node.role": "leader"}, True),
+        ({"!node.role": "vllm-follower"}, {}, True),
+        ({"!spot": ""}, {"spot": "true"}, False),  # bare !key: the label must be absent
+        ({"!spot": ""}, {}, True),
+        ({"a": "1", "b": "2"}, {"a": "1"}, False),  # every term must match
+    ],
+)
 def test_selectors_match_equality_negation_and_absence(selector: dict, labels: dict, ok: bool) -> None:
     assert (selector_matches(selector, labels) is None) is ok
-    assert (SelectorFilter().check(PlacementRequest("m", selector=selector), node("n", labels=labels)) is None) is ok
+    assert (
+        SelectorFilter().check(PlacementRequest("m", selector=selector), node("n", labels=labels)) is None
+    ) is ok
 
 
 def test_nothing_fits_is_one_sentence_with_counts() -> None:
-    nodes = [node("a", labels={"zone": "x"}), node("b", labels={"zone": "x"}),
-             node("c", labels={"zone": "y"}, disk_total=10 * GB, disk_free=0)]
+    nodes = [
+        node("a", labels={"zone": "x"}),
+        node("b", labels={"zone": "x"}),
+        node("c", labels={"zone": "y"}, disk_total=10 * GB, disk_free=0),
+    ]
     with pytest.raises(NoNodeFits) as info:
         decide(PlacementRequest("llama3", disk_bytes=GIB, selector={"zone": "z"}), nodes)
     assert str(info.value) == "scheduling llama3: 0/3 nodes fit: 3 selector mismatch"
@@ -102,7 +137,9 @@ def test_free_vram_is_capped_by_the_budget_and_reservations() -> None:
     budgeted = node("budgeted", vram=80 * GIB, budget=10 * GIB)
     reserved = node("reserved", vram=24 * GIB, reserved=20 * GIB)
     plain = node("plain", vram=24 * GIB, replicas=(loaded("x"),))
-    assert decide(PlacementRequest("m", vram_bytes=16 * GIB), [budgeted, reserved, plain]).node.name == "plain"
+    assert (
+        decide(PlacementRequest("m", vram_bytes=16 * GIB), [budgeted, reserved, plain]).node.name == "plain"
+    )
 
 
 def test_idle_nodes_come_before_least_loaded_and_then_fewest_in_flight() -> None:
@@ -132,8 +169,10 @@ def test_no_nodes_says_to_start_a_worker() -> None:
 
 
 def test_explain_lists_every_node_with_its_verdict() -> None:
-    decision = decide(PlacementRequest("m", selector={"zone": "a"}),
-                      [node("a1", labels={"zone": "a"}), node("b1", labels={"zone": "b"})])
+    decision = decide(
+        PlacementRequest("m", selector={"zone": "a"}),
+        [node("a1", labels={"zone": "a"}), node("b1", labels={"zone": "b"})],
+    )
     explained = decision.explain()
     assert explained["chosen"] == "a1"
     verdicts = {n["node"]: n for n in explained["nodes"]}
@@ -141,8 +180,9 @@ def test_explain_lists_every_node_with_its_verdict() -> None:
     assert set(verdicts["a1"]["scores"]) == {"vram_fit", "idle", "least_loaded"}
 
 
-@pytest.mark.parametrize("num_bytes, text", [(0, "0 B"), (999, "999 B"), (73_500_000_000, "73.5 GB"),
-                                             (937 * GB, "937.0 GB")])
+@pytest.mark.parametrize(
+    "num_bytes, text", [(0, "0 B"), (999, "999 B"), (73_500_000_000, "73.5 GB"), (937 * GB, "937.0 GB")]
+)
 def test_sizes_print_like_the_specification(num_bytes: int, text: str) -> None:
     assert format_size(num_bytes) == text
 

@@ -13,7 +13,11 @@ from corral.routing.lane_client import EOF, _StreamCall
 
 
 def test_frames_split_at_any_byte_come_out_whole_and_in_order() -> None:
-    stream = lane.frame(lane.CALL, 7, b"\x01abc") + lane.frame(lane.CANCEL, 7) + lane.frame(lane.REPLY, 9, b"x" * 300)
+    stream = (
+        lane.frame(lane.CALL, 7, b"\x01abc")
+        + lane.frame(lane.CANCEL, 7)
+        + lane.frame(lane.REPLY, 9, b"x" * 300)
+    )
     for cut in range(1, len(stream)):
         reader = lane.FrameReader()
         frames = reader.feed(stream[:cut]) + reader.feed(stream[cut:])
@@ -30,7 +34,8 @@ def test_a_length_over_the_limit_is_refused_before_any_payload_arrives() -> None
 
 def test_an_error_frame_carries_the_grpc_status_and_details() -> None:
     [(kind, call_id, payload)] = lane.FrameReader().feed(
-        lane.error_frame(3, grpc.StatusCode.FAILED_PRECONDITION, "model not loaded — ü"))
+        lane.error_frame(3, grpc.StatusCode.FAILED_PRECONDITION, "model not loaded — ü")
+    )
     assert (kind, call_id) == (lane.ERROR, 3)
     assert lane.parse_error(payload) == (grpc.StatusCode.FAILED_PRECONDITION, "model not loaded — ü")
     assert lane.parse_error(b"")[0] == grpc.StatusCode.UNKNOWN

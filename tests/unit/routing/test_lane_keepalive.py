@@ -61,8 +61,10 @@ async def test_a_backend_silent_since_a_ping_for_the_timeout_fails_its_calls_nam
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await asyncio.wait_for(stream.read(), 1.0)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert caught.value.details() == ("fast lane to 127.0.0.1:1: no answer to a keepalive ping within 10s "
-                                      "(raise CORRAL_BACKEND_KEEPALIVE_TIMEOUT)")
+    assert caught.value.details() == (
+        "fast lane to 127.0.0.1:1: no answer to a keepalive ping within 10s "
+        "(raise CORRAL_BACKEND_KEEPALIVE_TIMEOUT)"
+    )
 
 
 async def test_a_ping_answered_later_than_the_interval_but_within_the_timeout_keeps_the_connection() -> None:

@@ -18,8 +18,12 @@ from corral.routing.replica import Replica, ReplicaView
 
 
 def replicas(n: int) -> list[Replica]:
-    return [Replica(model="m", node_id=f"n{i // 2}", node_name=f"node{i // 2}", address=f"a{i}", replica_index=i % 2)
-            for i in range(n)]
+    return [
+        Replica(
+            model="m", node_id=f"n{i // 2}", node_name=f"node{i // 2}", address=f"a{i}", replica_index=i % 2
+        )
+        for i in range(n)
+    ]
 
 
 def loads(values: dict[str, int]):
@@ -29,14 +33,17 @@ def loads(values: dict[str, int]):
 POLICY = Policy("prefix_cache")
 
 
-@pytest.mark.parametrize(("in_flight", "minimum", "abs_", "rel", "ok"), [
-    (2, 0, 2, 1.5, False),  # 2 ≤ 0+2 but 2 > 0×1.5+1
-    (1, 0, 2, 1.5, True),
-    (4, 2, 2, 1.5, True),  # 4 ≤ 2+2 and 4 ≤ 2×1.5+1
-    (5, 2, 2, 1.5, False),  # abs breached
-    (13, 8, 64, 1.5, True),  # 13 ≤ 8×1.5+1
-    (14, 8, 64, 1.5, False),  # rel breached
-])
+@pytest.mark.parametrize(
+    ("in_flight", "minimum", "abs_", "rel", "ok"),
+    [
+        (2, 0, 2, 1.5, False),  # 2 ≤ 0+2 but 2 > 0×1.5+1
+        (1, 0, 2, 1.5, True),
+        (4, 2, 2, 1.5, True),  # 4 ≤ 2+2 and 4 ≤ 2×1.5+1
+        (5, 2, 2, 1.5, False),  # abs breached
+        (13, 8, 64, 1.5, True),  # 13 ≤ 8×1.5+1
+        (14, 8, 64, 1.5, False),  # rel breached
+    ],
+)
 def test_the_guard_admits_within_both_thresholds(in_flight, minimum, abs_, rel, ok):
     assert eligible(in_flight, minimum, Policy("prefix_cache", balance_abs=abs_, balance_rel=rel)) is ok
 
@@ -65,8 +72,10 @@ def test_the_guard_sends_a_hot_replica_that_is_too_busy_to_the_least_loaded():
     index.observe([1, 2], rs[0].key)
     d = PrefixCache(index).pick(rs, loads({rs[0].key: 2}), POLICY, [1, 2])
     assert d.replica is rs[1]
-    assert d.reason == (f"{rs[0].key} holds 1.00 of the prompt but has 2 in flight vs 0 (balance_abs_threshold 2, "
-                        "balance_rel_threshold 1.5): least loaded")
+    assert d.reason == (
+        f"{rs[0].key} holds 1.00 of the prompt but has 2 in flight vs 0 (balance_abs_threshold 2, "
+        "balance_rel_threshold 1.5): least loaded"
+    )
     assert PrefixCache(index).pick(rs, loads({rs[0].key: 1}), POLICY, [1, 2]).replica is rs[0]
 
 
@@ -105,8 +114,17 @@ def test_power_of_two_takes_the_less_loaded_of_two_random_replicas():
 def test_a_rule_chooses_the_picker_and_overrides_thresholds_when_positive():
     policies = RoutePolicies(prefix_cache_default=True)
     assert policies.get("m").picker == "prefix_cache"
-    policies.set_rule(SchedulingRule(id="1", model_name="alias", route_policy="", balance_abs_threshold=64,
-                                     balance_rel_threshold=0.0, min_prefix_match=0.5), {"alias": "m"})
+    policies.set_rule(
+        SchedulingRule(
+            id="1",
+            model_name="alias",
+            route_policy="",
+            balance_abs_threshold=64,
+            balance_rel_threshold=0.0,
+            min_prefix_match=0.5,
+        ),
+        {"alias": "m"},
+    )
     assert policies.get("m") == Policy("prefix_cache", 0.5, 64, 1.5, "rule")
     policies.set_rule(SchedulingRule(id="2", model_name="m", route_policy="round_robin"))
     assert policies.get("m").picker == "round_robin"
@@ -123,7 +141,9 @@ def test_the_view_drops_prefix_entries_of_replicas_that_leave_or_change_address(
     index.observe([1, 2], rs[1].key)
     view.remove_key("m", rs[0].key)
     assert index.match([1, 2], [rs[0].key, rs[1].key]) == (2, [rs[1].key])
-    view.add(Replica(model="m", node_id=rs[1].node_id, node_name="node0", address="elsewhere", replica_index=1))
+    view.add(
+        Replica(model="m", node_id=rs[1].node_id, node_name="node0", address="elsewhere", replica_index=1)
+    )
     assert index.match([1, 2], [rs[1].key]) == (0, [])
 
 

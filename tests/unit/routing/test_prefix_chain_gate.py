@@ -14,7 +14,9 @@ from corral.routing.replica import Replica
 from corral.routing.router import Router
 
 CHAT: Any = SimpleNamespace(name="chat")
-REQUEST = pb.PredictOptions(Messages=[pb.Message(role="system", content="be brief"), pb.Message(role="user", content="hi")])
+REQUEST = pb.PredictOptions(
+    Messages=[pb.Message(role="system", content="be brief"), pb.Message(role="user", content="hi")]
+)
 
 
 def router(replicas: int) -> Router:
@@ -32,7 +34,9 @@ def test_a_prefix_cache_model_with_two_replicas_hashes_its_canonical_messages():
 def test_nothing_is_hashed_for_a_lone_replica_or_another_picker():
     assert router(1).prefix_chain(CHAT, REQUEST) is None
     r = router(2)
-    r.apply_route_rule(SchedulingRule(id="1", model_name="slot", route_policy="least_loaded"))  # keyed by an alias
+    r.apply_route_rule(
+        SchedulingRule(id="1", model_name="slot", route_policy="least_loaded")
+    )  # keyed by an alias
     assert r.prefix_chain(CHAT, REQUEST) is None
     r.forget_route_rule("slot")
     assert r.prefix_chain(CHAT, REQUEST) is not None

@@ -22,7 +22,16 @@ def test_a_peer_observation_is_indexed_under_its_replica():
 
 def test_own_forged_and_malformed_observations_are_ignored():
     index = PrefixIndex()
-    for data in (body(frontend="me"), b"not json", body(chain="x"), body(chain=[-1]), body(chain=[1 << 64]),
-                 body(replica="1"), body(model="../x"), body(chain=list(range(65))), json.dumps([1]).encode()):
+    for data in (
+        body(frontend="me"),
+        b"not json",
+        body(chain="x"),
+        body(chain=[-1]),
+        body(chain=[1 << 64]),
+        body(replica="1"),
+        body(model="../x"),
+        body(chain=list(range(65))),
+        json.dumps([1]).encode(),
+    ):
         assert apply(index, "me", data) is False
     assert len(index) == 0

@@ -25,13 +25,20 @@ def resolver(aliases: dict[str, str] = ALIASES):  # noqa: ANN201
     return lambda name: resolve(name, MODELS, aliases)
 
 
-@pytest.mark.parametrize("name, model, problem", [
-    ("llama3", "llama3", ""),
-    ("unknown-model", "unknown-model", ""),  # a plain name governs itself (configured elsewhere, or later)
-    ("production", "llama3", ""),
-    ("staging", None, "points at another alias 'production'"),
-    ("gone", None, "points at 'llama2', which is not a configured model"),
-])
+@pytest.mark.parametrize(
+    "name, model, problem",
+    [
+        ("llama3", "llama3", ""),
+        (
+            "unknown-model",
+            "unknown-model",
+            "",
+        ),  # a plain name governs itself (configured elsewhere, or later)
+        ("production", "llama3", ""),
+        ("staging", None, "points at another alias 'production'"),
+        ("gone", None, "points at 'llama2', which is not a configured model"),
+    ],
+)
 def test_names_resolve_to_the_model_they_stand_for(name: str, model: str | None, problem: str) -> None:
     resolution = resolve(name, MODELS, ALIASES)
     assert resolution.model == model
@@ -83,8 +90,9 @@ def test_alias_files_are_parsed_strictly() -> None:
         parse_alias({"name": "p", "alias": "p"}, Path("p.yaml"))
 
 
-def test_alias_files_sit_beside_model_configs_and_are_not_models(tmp_path: Path,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_alias_files_sit_beside_model_configs_and_are_not_models(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "llama3.yaml").write_text("name: llama3\nbackend: simulator\n")
     (tmp_path / "production.yaml").write_text("name: production\nalias: llama3\n")
     (tmp_path / "clash.yaml").write_text("name: llama3\nalias: production\n")  # takes a model's name

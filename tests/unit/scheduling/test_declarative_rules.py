@@ -41,30 +41,49 @@ def test_the_specification_example_file_parses(tmp_path: Path) -> None:
     path.write_text(SPEC_EXAMPLE)
     specs = declared_rules(settings(str(path)))
     assert [(s.model_name, s.node_selector, s.spread_all, s.min_replicas, s.max_replicas) for s in specs] == [
-        ("gpt-oss", {"tier": "gpu"}, True, 0, 0), ("embeddings", {}, True, 0, 0),
-        ("whisper", {"tier": "cpu"}, False, 1, 0)]
+        ("gpt-oss", {"tier": "gpu"}, True, 0, 0),
+        ("embeddings", {}, True, 0, 0),
+        ("whisper", {"tier": "cpu"}, False, 1, 0),
+    ]
 
 
 def test_inline_json_is_read_after_the_file(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("- model_name: a\n  min_replicas: 1\n")
-    specs = declared_rules(settings(str(path), '[{"model_name":"b","replicas":"all","route_policy":"round_robin"}]'))
-    assert specs[1] == RuleSpec(model_name="b", spread_all=True, route_policy="round_robin", balance_abs_threshold=0,
-                                balance_rel_threshold=0.0, min_prefix_match=0.0)
+    specs = declared_rules(
+        settings(str(path), '[{"model_name":"b","replicas":"all","route_policy":"round_robin"}]')
+    )
+    assert specs[1] == RuleSpec(
+        model_name="b",
+        spread_all=True,
+        route_policy="round_robin",
+        balance_abs_threshold=0,
+        balance_rel_threshold=0.0,
+        min_prefix_match=0.0,
+    )
 
 
-@pytest.mark.parametrize("inline, message", [
-    ('[{"model_name":"whisper","max_replicas":0}]',
-     "LOCALAI_MODEL_SCHEDULING entry 1 (model_name 'whisper'): field 'max_replicas': an entry with only "
-     "max_replicas: 0 does nothing"),
-    ('[{"model_name":"a","min_replicas":1},{"model_name":"b","replicas":"all","min_replicas":2}]',
-     "LOCALAI_MODEL_SCHEDULING entry 2 (model_name 'b'): field 'min_replicas': replicas: all"),
-    ('[{"replicas":"all"}]', "LOCALAI_MODEL_SCHEDULING entry 1: field 'model_name': is required"),
-    ('{"model_name":"a"}', "LOCALAI_MODEL_SCHEDULING: expected a list of rules"),
-    ("[{model_name: a}]", "LOCALAI_MODEL_SCHEDULING: not valid JSON"),
-    ('[{"model_name":"a","min_replicas":1},{"model_name":"a","replicas":"all"}]',
-     "model_name 'a' is listed twice"),
-])
+@pytest.mark.parametrize(
+    "inline, message",
+    [
+        (
+            '[{"model_name":"whisper","max_replicas":0}]',
+            "LOCALAI_MODEL_SCHEDULING entry 1 (model_name 'whisper'): field 'max_replicas': an entry with only "
+            "max_replicas: 0 does nothing",
+        ),
+        (
+            '[{"model_name":"a","min_replicas":1},{"model_name":"b","replicas":"all","min_replicas":2}]',
+            "LOCALAI_MODEL_SCHEDULING entry 2 (model_name 'b'): field 'min_replicas': replicas: all",
+        ),
+        ('[{"replicas":"all"}]', "LOCALAI_MODEL_SCHEDULING entry 1: field 'model_name': is required"),
+        ('{"model_name":"a"}', "LOCALAI_MODEL_SCHEDULING: expected a list of rules"),
+        ("[{model_name: a}]", "LOCALAI_MODEL_SCHEDULING: not valid JSON"),
+        (
+            '[{"model_name":"a","min_replicas":1},{"model_name":"a","replicas":"all"}]',
+            "model_name 'a' is listed twice",
+        ),
+    ],
+)
 def test_a_mistake_names_the_entry_and_the_field(inline: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         declared_rules(settings(inline=inline))

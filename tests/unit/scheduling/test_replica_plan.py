@@ -13,10 +13,18 @@ from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 IDLE_WINDOW_S = 300.0
 
 
-def node(name: str, *replicas: ReplicaSnapshot, labels: dict[str, str] | None = None, slots: int = 1
-         ) -> NodeSnapshot:
-    return NodeSnapshot(id=name, name=name, address="", http_address="", labels=labels or {}, replicas=replicas,
-                        max_replicas_per_model=slots)
+def node(
+    name: str, *replicas: ReplicaSnapshot, labels: dict[str, str] | None = None, slots: int = 1
+) -> NodeSnapshot:
+    return NodeSnapshot(
+        id=name,
+        name=name,
+        address="",
+        http_address="",
+        labels=labels or {},
+        replicas=replicas,
+        max_replicas_per_model=slots,
+    )
 
 
 def rep(index: int = 0, state: str = "loaded", model: str = "m") -> ReplicaSnapshot:
@@ -27,11 +35,23 @@ def rule(**fields: object) -> SchedulingRule:
     return replace(SchedulingRule(id="r", model_name="m"), **fields)  # type: ignore[arg-type]
 
 
-def plan(r: SchedulingRule, nodes: list[NodeSnapshot], *, busy: set[str] = frozenset(),  # type: ignore[assignment]
-         idle_s: float = 0.0, selector: dict[str, str] | None = None):  # noqa: ANN201
-    return plan_replicas(r, "m", selector if selector is not None else r.node_selector, nodes,
-                         in_flight=lambda n, x: 1.0 if f"{n.id}#{x.replica_index}" in busy else 0.0,
-                         idle_s=lambda n, x: idle_s, idle_window_s=IDLE_WINDOW_S)
+def plan(
+    r: SchedulingRule,
+    nodes: list[NodeSnapshot],
+    *,
+    busy: set[str] = frozenset(),  # type: ignore[assignment]
+    idle_s: float = 0.0,
+    selector: dict[str, str] | None = None,
+):  # noqa: ANN201
+    return plan_replicas(
+        r,
+        "m",
+        selector if selector is not None else r.node_selector,
+        nodes,
+        in_flight=lambda n, x: 1.0 if f"{n.id}#{x.replica_index}" in busy else 0.0,
+        idle_s=lambda n, x: idle_s,
+        idle_window_s=IDLE_WINDOW_S,
+    )
 
 
 def test_missing_replicas_below_the_minimum_are_loaded_as_far_as_slots_allow() -> None:
@@ -46,14 +66,21 @@ def test_a_replica_being_loaded_counts_toward_the_minimum() -> None:
     assert (p.current, p.pending, p.load, p.stop) == (1, 1, 0, ())
 
 
-@pytest.mark.parametrize("nodes, selector, reason", [
-    ([], {}, "m needs 2 more replica(s) but no healthy worker node is registered"),
-    ([node("a")], {"tier": "gpu"}, 'node_selector {"tier": "gpu"} matches none of the 1 healthy node(s)'),
-    ([node("a", rep(0)), node("b", rep(0, "staging"))], {},
-     "m needs 1 more replica(s) but every matching node (2) already runs its maximum replicas of it"),
-])
-def test_a_minimum_with_nowhere_to_go_is_unsatisfiable_and_says_why(nodes: list[NodeSnapshot],
-                                                                    selector: dict[str, str], reason: str) -> None:
+@pytest.mark.parametrize(
+    "nodes, selector, reason",
+    [
+        ([], {}, "m needs 2 more replica(s) but no healthy worker node is registered"),
+        ([node("a")], {"tier": "gpu"}, 'node_selector {"tier": "gpu"} matches none of the 1 healthy node(s)'),
+        (
+            [node("a", rep(0)), node("b", rep(0, "staging"))],
+            {},
+            "m needs 1 more replica(s) but every matching node (2) already runs its maximum replicas of it",
+        ),
+    ],
+)
+def test_a_minimum_with_nowhere_to_go_is_unsatisfiable_and_says_why(
+    nodes: list[NodeSnapshot], selector: dict[str, str], reason: str
+) -> None:
     p = plan(rule(min_replicas=2 if not nodes or selector else 3, node_selector=selector), nodes)
     assert p.load == 0 and reason in p.unsatisfiable
 

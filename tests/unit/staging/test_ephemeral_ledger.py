@@ -22,16 +22,23 @@ KEY_A = "ephemeral/audio/abcd1234/clip.wav"
 KEY_B = "ephemeral/audio/ffff0000/other.wav"
 
 
-def _ledger(byte_limit: int = 1000, min_free: int = 100, free: int = 10_000, clock=lambda: 0.0) -> EphemeralLedger:
-    return EphemeralLedger(ROOT, EphemeralLimits(byte_limit, min_free), free_bytes=lambda _path: free, clock=clock)
+def _ledger(
+    byte_limit: int = 1000, min_free: int = 100, free: int = 10_000, clock=lambda: 0.0
+) -> EphemeralLedger:
+    return EphemeralLedger(
+        ROOT, EphemeralLimits(byte_limit, min_free), free_bytes=lambda _path: free, clock=clock
+    )
 
 
-@pytest.mark.parametrize("fs_bytes, byte_limit, min_free", [
-    (1000 * GiB, 100 * GiB, 10 * GiB),  # large volume: a tenth for inputs, headroom capped at 10 GiB
-    (100 * GiB, 10 * GiB, 5 * GiB),  # a twentieth kept free
-    (10 * GiB, GiB, GiB),  # headroom never below 1 GiB
-    (1 * GiB, 256 << 20, GiB),  # budget never below 256 MiB (the headroom still protects a tiny volume)
-])
+@pytest.mark.parametrize(
+    "fs_bytes, byte_limit, min_free",
+    [
+        (1000 * GiB, 100 * GiB, 10 * GiB),  # large volume: a tenth for inputs, headroom capped at 10 GiB
+        (100 * GiB, 10 * GiB, 5 * GiB),  # a twentieth kept free
+        (10 * GiB, GiB, GiB),  # headroom never below 1 GiB
+        (1 * GiB, 256 << 20, GiB),  # budget never below 256 MiB (the headroom still protects a tiny volume)
+    ],
+)
 def test_zero_settings_select_filesystem_based_defaults(fs_bytes, byte_limit, min_free):
     limits = EphemeralLimits.resolve(0, 0, ROOT, total_bytes=lambda _path: fs_bytes)
     assert (limits.byte_limit, limits.min_free_bytes) == (byte_limit, min_free)
@@ -39,7 +46,9 @@ def test_zero_settings_select_filesystem_based_defaults(fs_bytes, byte_limit, mi
 
 def test_positive_settings_are_used_as_given_and_only_a_zero_one_is_defaulted():
     assert EphemeralLimits.resolve(5, 7, ROOT, total_bytes=lambda _path: 0) == EphemeralLimits(5, 7)
-    assert EphemeralLimits.resolve(5, 0, ROOT, total_bytes=lambda _path: 100 * GiB) == EphemeralLimits(5, 5 * GiB)
+    assert EphemeralLimits.resolve(5, 0, ROOT, total_bytes=lambda _path: 100 * GiB) == EphemeralLimits(
+        5, 5 * GiB
+    )
 
 
 def test_an_input_past_the_byte_limit_is_refused_naming_the_setting_and_the_numbers():
@@ -52,7 +61,8 @@ def test_an_input_past_the_byte_limit_is_refused_naming_the_setting_and_the_numb
         "request input 'ephemeral/audio/ffff0000/other.wav' (500 bytes) refused before it was written: the "
         "worker's ephemeral request inputs would reach 1100 bytes (600 held by 1 request(s) not yet released), "
         "over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1000 (1.0 kB); retry when requests finish, raise "
-        "LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT on the worker, or add workers")
+        "LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT on the worker, or add workers"
+    )
     assert not ledger.holds(KEY_B)
 
 
@@ -62,9 +72,11 @@ def test_an_input_that_would_eat_the_free_space_headroom_is_refused_counting_wha
     with pytest.raises(InputStorageFull) as refused:
         ledger.reserve(KEY_B, 450)  # 1000 free - 500 pending - 450 = 50 < 100
     assert refused.value.setting == "LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES"
-    assert "it would leave 50 bytes free on the filesystem of '/srv/staging/ephemeral' (1000 free now, 500 " \
-           "still to be written by accepted inputs), below LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES=100" \
-           in str(refused.value)
+    assert (
+        "it would leave 50 bytes free on the filesystem of '/srv/staging/ephemeral' (1000 free now, 500 "
+        "still to be written by accepted inputs), below LOCALAI_EPHEMERAL_STAGING_MIN_FREE_BYTES=100"
+        in str(refused.value)
+    )
     ledger.settle(KEY_A, on_disk=True)  # landed: the free-space probe shows it from now on
     ledger.reserve(KEY_B, 450)
 
@@ -115,21 +127,29 @@ def test_a_reservation_nobody_released_for_hours_stops_protecting_its_directory(
     assert ledger.active_request_dirs() == set()
 
 
-@pytest.mark.parametrize("key", [
-    "ephemeral",  # the root itself
-    "ephemeral/audio",  # no request id
-    "ephemeral/audio/abcd1234",  # no file name: the request directory itself
-])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "ephemeral",  # the root itself
+        "ephemeral/audio",  # no request id
+        "ephemeral/audio/abcd1234",  # no file name: the request directory itself
+    ],
+)
 def test_an_ephemeral_key_must_name_a_file_in_a_request_directory(key):
-    with pytest.raises(KeyEscapesDirectory, match="an ephemeral key must be 'ephemeral/<category>/<request id>/<name>'"):
+    with pytest.raises(
+        KeyEscapesDirectory, match="an ephemeral key must be 'ephemeral/<category>/<request id>/<name>'"
+    ):
         request_dir_of(key)
 
 
-@pytest.mark.parametrize("key, message", [
-    ("ephemeral/../models/x", "key has a '..' path segment"),
-    ("ephemeral/audio/abcd1234/../../../models/x.gguf", "key has a '..' path segment"),
-    ("/srv/models/x.gguf", "an ephemeral key must be"),
-])
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("ephemeral/../models/x", "key has a '..' path segment"),
+        ("ephemeral/audio/abcd1234/../../../models/x.gguf", "key has a '..' path segment"),
+        ("/srv/models/x.gguf", "an ephemeral key must be"),
+    ],
+)
 def test_ephemeral_keys_never_resolve_into_the_models_tree(key, message, tmp_path):
     with pytest.raises(KeyEscapesDirectory, match=message):
         resolve_ephemeral_key(key, tmp_path / "models")
@@ -144,16 +164,19 @@ def test_an_ephemeral_key_through_a_symlink_out_of_the_root_is_refused(tmp_path)
         resolve_ephemeral_key("ephemeral/audio/abcd1234/x.wav", models)
 
 
-@pytest.mark.parametrize("filename, name", [
-    ("clip.wav", "clip.wav"),
-    ("C:\\Users\\me\\My Clip (1).wav", "My_Clip_1_.wav"),  # a browser's full Windows path: its basename
-    ("../../etc/passwd", "passwd"),
-    ("..", "input"),
-    (".hidden.png", "hidden.png"),
-    ("weights.sha256", "weights.sha256.bin"),  # the worker's sidecar names are reserved
-    ("", "input"),
-    ("x" * 300 + ".mp3", "x" * 96 + ".mp3"),
-])
+@pytest.mark.parametrize(
+    "filename, name",
+    [
+        ("clip.wav", "clip.wav"),
+        ("C:\\Users\\me\\My Clip (1).wav", "My_Clip_1_.wav"),  # a browser's full Windows path: its basename
+        ("../../etc/passwd", "passwd"),
+        ("..", "input"),
+        (".hidden.png", "hidden.png"),
+        ("weights.sha256", "weights.sha256.bin"),  # the worker's sidecar names are reserved
+        ("", "input"),
+        ("x" * 300 + ".mp3", "x" * 96 + ".mp3"),
+    ],
+)
 def test_a_client_file_name_becomes_one_safe_key_segment(filename, name):
     assert safe_input_name(filename) == name
 
@@ -162,7 +185,9 @@ def test_two_inputs_of_one_name_get_distinct_keys_below_the_request_directory():
     inputs = RequestInputs(http=None, worker_http_address="w:1", token="t", request_id="abcd1234")  # type: ignore[arg-type]
     first = inputs.key_for("image", "cat.png")
     inputs.keys.append(first)
-    assert (first, inputs.key_for("image", "cat.png")) == ("ephemeral/image/abcd1234/cat.png",
-                                                          "ephemeral/image/abcd1234/cat-2.png")
+    assert (first, inputs.key_for("image", "cat.png")) == (
+        "ephemeral/image/abcd1234/cat.png",
+        "ephemeral/image/abcd1234/cat-2.png",
+    )
     with pytest.raises(ValueError, match="input category 'Audio/x' must be"):
         inputs.key_for("Audio/x", "a.wav")

@@ -31,13 +31,19 @@ def test_storage_key_is_models_tracking_key_and_path_relative_to_models_dir(loca
     assert storage_key("llama3", Path(local_path), SRV_ROOTS) == expected_key
 
 
-@pytest.mark.parametrize("local_path", [
-    "/home/me/Downloads/llama.gguf",  # outside every root: no basename fallback
-    "/srv/models/../secrets/llama.gguf",  # climbs out of the models dir
-])
+@pytest.mark.parametrize(
+    "local_path",
+    [
+        "/home/me/Downloads/llama.gguf",  # outside every root: no basename fallback
+        "/srv/models/../secrets/llama.gguf",  # climbs out of the models dir
+    ],
+)
 def test_storage_key_refuses_a_file_outside_the_roots(local_path):
-    with pytest.raises(PathOutsideRoots, match=r"outside the models directory /srv/models and "
-                                               r"CORRAL_MODEL_PATH_ROOTS \(/srv/shared\)"):
+    with pytest.raises(
+        PathOutsideRoots,
+        match=r"outside the models directory /srv/models and "
+        r"CORRAL_MODEL_PATH_ROOTS \(/srv/shared\)",
+    ):
         storage_key("llama3", Path(local_path), SRV_ROOTS)
 
 
@@ -162,10 +168,16 @@ def test_models_dir_reached_through_a_symlink_still_accepts_its_own_keys(tmp_pat
     assert resolve_key("models/m/x.gguf", tmp_path / "models") == tmp_path / "models" / "m" / "x.gguf"
 
 
-@pytest.mark.parametrize("key", [
-    "models/m/x.gguf.sha256", "models/m/x.gguf.sha256.target", "data/.x.abc.upload", "models/.x.sha256.1f.tmp",
-    "models/d.sha256/x",
-])  # sidecars, target sidecars, upload temp files, sidecar temp files, a sidecar name as a directory
+@pytest.mark.parametrize(
+    "key",
+    [
+        "models/m/x.gguf.sha256",
+        "models/m/x.gguf.sha256.target",
+        "data/.x.abc.upload",
+        "models/.x.sha256.1f.tmp",
+        "models/d.sha256/x",
+    ],
+)  # sidecars, target sidecars, upload temp files, sidecar temp files, a sidecar name as a directory
 def test_keys_naming_worker_metadata_are_reserved(key):
     with pytest.raises(ReservedKey, match="is a name reserved for the worker's own metadata"):
         validate_key(key)

@@ -22,22 +22,28 @@ from corral.staging.s3 import StorageConfig
 from corral.staging.uploader import RetryPolicy
 
 
-@pytest.mark.parametrize("header, parsed", [
-    ("bytes 0-99/100", ContentRange(0, 99, 100)),  # the whole file
-    ("bytes 40-99/100", ContentRange(40, 99, 100)),  # a resumed tail
-    (" bytes 0-0/1 ", ContentRange(0, 0, 1)),  # one byte, padded
-])
+@pytest.mark.parametrize(
+    "header, parsed",
+    [
+        ("bytes 0-99/100", ContentRange(0, 99, 100)),  # the whole file
+        ("bytes 40-99/100", ContentRange(40, 99, 100)),  # a resumed tail
+        (" bytes 0-0/1 ", ContentRange(0, 0, 1)),  # one byte, padded
+    ],
+)
 def test_content_range_parses_start_end_total(header, parsed):
     assert parse_content_range(header) == parsed
 
 
-@pytest.mark.parametrize("header, message", [
-    ("0-99/100", "missing 'bytes' prefix"),
-    ("bytes 0-99", "expected 'bytes <start>-<end>/<total>'"),
-    ("bytes a-b/c", "start, end and total must be integers"),
-    ("bytes 50-10/100", "invalid Content-Range range: 50-10/100"),
-    ("bytes 0-100/100", "invalid Content-Range range: 0-100/100"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("0-99/100", "missing 'bytes' prefix"),
+        ("bytes 0-99", "expected 'bytes <start>-<end>/<total>'"),
+        ("bytes a-b/c", "start, end and total must be integers"),
+        ("bytes 50-10/100", "invalid Content-Range range: 50-10/100"),
+        ("bytes 0-100/100", "invalid Content-Range range: 0-100/100"),
+    ],
+)
 def test_malformed_content_range_names_the_problem(header, message):
     with pytest.raises(ValueError, match=message):
         parse_content_range(header)
@@ -60,7 +66,10 @@ def test_disk_budget_admits_only_what_fits_above_the_kept_free_space(tmp_path, n
         with budget.reserve(tmp_path, need, "key 'k'"):
             pass
     else:
-        with pytest.raises(NotEnoughDisk, match="it needs 901 bytes"), budget.reserve(tmp_path, need, "key 'k'"):
+        with (
+            pytest.raises(NotEnoughDisk, match="it needs 901 bytes"),
+            budget.reserve(tmp_path, need, "key 'k'"),
+        ):
             pass
 
 
@@ -81,8 +90,17 @@ def test_retry_backoff_doubles_from_the_first_and_is_capped():
     assert [policy.backoff_s(n) for n in range(0, 6)] == [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]
 
 
-@pytest.mark.parametrize("raw, size", [("0", 0), ("512MiB", 512 << 20), ("50GiB", 50 << 30),
-                                       ("1.5GB", 1_500_000_000), ("64k", 64_000), ("1PiB", 1 << 50)])
+@pytest.mark.parametrize(
+    "raw, size",
+    [
+        ("0", 0),
+        ("512MiB", 512 << 20),
+        ("50GiB", 50 << 30),
+        ("1.5GB", 1_500_000_000),
+        ("64k", 64_000),
+        ("1PiB", 1 << 50),
+    ],
+)
 def test_sizes_in_settings_accept_binary_and_decimal_units(raw, size):
     assert parse_size_bytes(raw) == size
 
@@ -96,8 +114,13 @@ def test_bad_sizes_are_refused_with_an_example(raw):
 def _storage(**overrides):  # type: ignore[no-untyped-def]
     from types import SimpleNamespace
 
-    values = dict(storage_url="http://s3:9000", storage_bucket="localai", storage_region="",
-                  storage_access_key="a", storage_secret_key="s")
+    values = dict(
+        storage_url="http://s3:9000",
+        storage_bucket="localai",
+        storage_region="",
+        storage_access_key="a",
+        storage_secret_key="s",
+    )
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -173,7 +196,9 @@ def test_a_reservation_of_unknown_size_grows_with_each_write_until_the_disk_cann
             reservation.admit(1 << 20)
             disk.used += 1 << 20
             reservation.wrote(1 << 20)
-        with pytest.raises(NotEnoughDisk, match=r"it needs 94371841 bytes .* has 10485760 bytes free \(0 reserved"):
+        with pytest.raises(
+            NotEnoughDisk, match=r"it needs 94371841 bytes .* has 10485760 bytes free \(0 reserved"
+        ):
             reservation.admit(1)
     assert budget._reserved_bytes == {}
 
@@ -213,8 +238,9 @@ def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_w
     data = bytes(range(256)) * 20000  # 5 MB: several rounds through the pool
     hasher = BufferHasher(buffer_bytes=64 << 10, buffer_count=2)
     out = io.BytesIO()
-    received, cut = write_body(LengthBody(io.BytesIO(data), len(data), None), out, limit_bytes=len(data),
-                               hasher=hasher)
+    received, cut = write_body(
+        LengthBody(io.BytesIO(data), len(data), None), out, limit_bytes=len(data), hasher=hasher
+    )
     assert (received, cut) == (len(data), None)
     assert out.getvalue() == data
     assert hasher.finish(len(data)) == hashlib.sha256(data).hexdigest()

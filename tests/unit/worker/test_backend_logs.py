@@ -19,8 +19,9 @@ def test_lines_are_bounded_numbered_and_kept_across_restarts() -> None:
     logs.started("m#0", "simulator")  # the key's next process: numbering goes on, old lines stay
     logs.append("m#0", "stderr", "again")
     assert [(line.seq, line.stream) for line in logs.lines("m#0", 2)] == [(5, "stdout"), (6, "stderr")]
-    assert logs.models() == [{"model_id": "m", "backend": "simulator", "process_keys": ["m#0"], "running": True,
-                              "lines": 3}]
+    assert logs.models() == [
+        {"model_id": "m", "backend": "simulator", "process_keys": ["m#0"], "running": True, "lines": 3}
+    ]
 
 
 def test_long_lines_are_cut_and_old_keys_pushed_out() -> None:
@@ -62,7 +63,9 @@ def test_a_spare_process_handed_over_brings_its_lines_after_the_keys_earlier_run
     logs.append("spare:simulator", "stderr", "starting")
     logs.rename("spare:simulator", "m#0")
     assert [(line.seq, line.process_key, line.text) for line in logs.lines("m#0", 10)] == [
-        (1, "m#0", "earlier run"), (2, "m#0", "starting")]
+        (1, "m#0", "earlier run"),
+        (2, "m#0", "starting"),
+    ]
     assert not logs.known("spare:simulator")
     assert logs.models()[0]["running"] is True
     assert logs.append("m#0", "stdout", "next").seq == 3

@@ -55,25 +55,50 @@ def test_full_range_error_is_the_specified_text() -> None:
     )
 
 
-@pytest.mark.parametrize("configured, expected", [
-    (0, 65535),  # unset ⇒ full range
-    (50000, 65535),  # below the base port ⇒ ignored in favour of the full range
-    (70000, 65535),  # above 65535 ⇒ clamped
-    (50150, 50150),
-])
+@pytest.mark.parametrize(
+    "configured, expected",
+    [
+        (0, 65535),  # unset ⇒ full range
+        (50000, 65535),  # below the base port ⇒ ignored in favour of the full range
+        (70000, 65535),  # above 65535 ⇒ clamped
+        (50150, 50150),
+    ],
+)
 def test_max_port_is_clamped_and_a_typo_degrades_to_the_full_range(configured: int, expected: int) -> None:
     assert resolve_max_port(50051, configured) == expected
 
 
 def test_addresses_follow_the_reference_precedence() -> None:
-    a = resolve_addresses(addr="", serve_addr="0.0.0.0:50051", grpc_max_port=0, http_addr="", advertise_addr="",
-                          advertise_http_addr="", hostname="box")
+    a = resolve_addresses(
+        addr="",
+        serve_addr="0.0.0.0:50051",
+        grpc_max_port=0,
+        http_addr="",
+        advertise_addr="",
+        advertise_http_addr="",
+        hostname="box",
+    )
     assert (a.base_port, a.advertise_grpc, a.http_bind, a.advertise_http) == (
-        50051, "box:50051", ("0.0.0.0", 50050), "box:50050")
-    b = resolve_addresses(addr="10.0.0.5:6000", serve_addr="0.0.0.0:50051", grpc_max_port=6100, http_addr="",
-                          advertise_addr="", advertise_http_addr="", hostname="box")
-    assert (b.base_port, b.max_port, b.advertise_grpc, b.advertise_http) == (6000, 6100, "10.0.0.5:6000",
-                                                                            "10.0.0.5:5999")
+        50051,
+        "box:50051",
+        ("0.0.0.0", 50050),
+        "box:50050",
+    )
+    b = resolve_addresses(
+        addr="10.0.0.5:6000",
+        serve_addr="0.0.0.0:50051",
+        grpc_max_port=6100,
+        http_addr="",
+        advertise_addr="",
+        advertise_http_addr="",
+        hostname="box",
+    )
+    assert (b.base_port, b.max_port, b.advertise_grpc, b.advertise_http) == (
+        6000,
+        6100,
+        "10.0.0.5:6000",
+        "10.0.0.5:5999",
+    )
 
 
 def test_a_handed_over_spare_keeps_its_port_under_its_new_key() -> None:

@@ -43,12 +43,20 @@ def build_agent_jobs_router(state: FrontendState, recorder: JobRecorder, max_ite
     async def create(body: NewJob) -> Any:
         cfg = config_for(state, body.model)
         if not cfg.mcp:
-            raise APIError(400, f"model {cfg.name!r} has no MCP servers (an `mcp:` block in its config); agent "
-                                "jobs need them", "invalid_request_error", "invalid_value", "model")
+            raise APIError(
+                400,
+                f"model {cfg.name!r} has no MCP servers (an `mcp:` block in its config); agent "
+                "jobs need them",
+                "invalid_request_error",
+                "invalid_value",
+                "model",
+            )
         try:
             job_id = await recorder.submit(body.kind, cfg, body.prompt, max_iterations)
         except NoAgentWorker as exc:
-            raise APIError(503, str(exc), "server_error", "no_agent_worker", headers={"Retry-After": "5"}) from None
+            raise APIError(
+                503, str(exc), "server_error", "no_agent_worker", headers={"Retry-After": "5"}
+            ) from None
         return {"id": job_id, "status": "queued"}
 
     @router.get("")
@@ -59,17 +67,26 @@ def build_agent_jobs_router(state: FrontendState, recorder: JobRecorder, max_ite
     async def get(job_id: JobId) -> Any:
         row = await agent_jobs.get(state.pool, job_id)
         if row is None:
-            raise APIError(404, f"agent job {job_id} not found", "invalid_request_error", "not_found", "job_id")
+            raise APIError(
+                404, f"agent job {job_id} not found", "invalid_request_error", "not_found", "job_id"
+            )
         return _job(row)
 
     @router.post("/{job_id}/cancel")
     async def cancel(job_id: JobId) -> Any:
         row = await agent_jobs.get(state.pool, job_id)
         if row is None:
-            raise APIError(404, f"agent job {job_id} not found", "invalid_request_error", "not_found", "job_id")
+            raise APIError(
+                404, f"agent job {job_id} not found", "invalid_request_error", "not_found", "job_id"
+            )
         if row["status"] in agent_jobs.FINISHED:
-            raise APIError(409, f"agent job {job_id} is already {row['status']}", "invalid_request_error",
-                           "conflict", "job_id")
+            raise APIError(
+                409,
+                f"agent job {job_id} is already {row['status']}",
+                "invalid_request_error",
+                "conflict",
+                "job_id",
+            )
         await recorder.cancel(row["kind"], job_id)
         return {"id": job_id, "message": "cancel requested"}
 

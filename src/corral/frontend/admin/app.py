@@ -15,9 +15,13 @@ from corral.frontend.state import FrontendState
 def access_control(inner: ASGIApp, state: FrontendState, cache: KeyCache) -> AccessControl:
     """The access layer around `inner` (frontend/app.py puts it outside the FastAPI app)."""
     lifecycle = state.lifecycle
-    return AccessControl(inner, cache=cache, user_auth=bool(lifecycle and lifecycle.user_auth),
-                         metrics_token=lifecycle.metrics_token if lifecycle is not None else "",
-                         throttle=state.admission.throttle)
+    return AccessControl(
+        inner,
+        cache=cache,
+        user_auth=bool(lifecycle and lifecycle.user_auth),
+        metrics_token=lifecycle.metrics_token if lifecycle is not None else "",
+        throttle=state.admission.throttle,
+    )
 
 
 def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:

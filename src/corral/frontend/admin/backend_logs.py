@@ -49,8 +49,13 @@ def build_backend_logs_router(state: FrontendState) -> APIRouter:
 
     async def snapshot(node_id: str, model_id: str, limit: int) -> BackendLogsReply:
         reply: BackendLogsReply = await bus.request(
-            state.nc, subjects.backend_logs(node_id), BackendLogsRequest(model_id=model_id, limit=limit),
-            BackendLogsReply, state.backend_ops.settings.node_op_timeout_s, NODE_OP_KNOB)
+            state.nc,
+            subjects.backend_logs(node_id),
+            BackendLogsRequest(model_id=model_id, limit=limit),
+            BackendLogsReply,
+            state.backend_ops.settings.node_op_timeout_s,
+            NODE_OP_KNOB,
+        )
         return reply
 
     @router.get("/api/nodes/{node_id}/backend-logs")
@@ -65,8 +70,9 @@ def build_backend_logs_router(state: FrontendState) -> APIRouter:
         return reply.models or []
 
     @router.get("/api/nodes/{node_id}/backend-logs/{model_id}")
-    async def lines(node_id: NodeId, model_id: ModelId,
-                    limit: Annotated[int, Query(ge=1, le=LIMIT_MAX)] = SNAPSHOT_LINES) -> Any:
+    async def lines(
+        node_id: NodeId, model_id: ModelId, limit: Annotated[int, Query(ge=1, le=LIMIT_MAX)] = SNAPSHOT_LINES
+    ) -> Any:
         if (problem := name_problem(model_id)) is not None:
             return node_error(400, f"invalid request: path 'model_id' {problem}")
         node = await backend_node(state.pool, node_id)
@@ -82,8 +88,11 @@ def build_backend_logs_router(state: FrontendState) -> APIRouter:
 
     @router.websocket("/ws/nodes/{node_id}/backend-logs/{model_id}")
     async def follow(websocket: WebSocket, node_id: str, model_id: str) -> None:
-        if (problem := name_problem(model_id)) is not None or len(node_id) > 36 \
-                or await node_store.get(state.pool, node_id) is None:
+        if (
+            (problem := name_problem(model_id)) is not None
+            or len(node_id) > 36
+            or await node_store.get(state.pool, node_id) is None
+        ):
             reason = f"model_id {problem}" if problem else f"node {node_id[:36]} not found"
             await websocket.close(code=POLICY_VIOLATION, reason=reason[:120])
             return
@@ -126,7 +135,9 @@ class Follower:
 
     async def run(self, snapshot: Any) -> None:
         await self.ws.accept()
-        sub = await self.state.nc.subscribe(subjects.backend_log_lines(self.node_id, self.model_id), cb=self._on_lines)
+        sub = await self.state.nc.subscribe(
+            subjects.backend_log_lines(self.node_id, self.model_id), cb=self._on_lines
+        )
         try:
             try:
                 reply = await snapshot(self.node_id, self.model_id, SNAPSHOT_LINES)

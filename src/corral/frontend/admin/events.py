@@ -89,6 +89,7 @@ class EventHub:
             payload = event_payload(kind, msg.data)
             if payload is not None:
                 self.publish(payload)
+
         return on_msg
 
     def publish(self, payload: dict[str, Any]) -> None:
@@ -112,7 +113,9 @@ class EventHub:
             self._clients.discard(queue)
 
 
-async def event_stream(hub: EventHub, request: Request, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[bytes]:
+async def event_stream(
+    hub: EventHub, request: Request, keepalive_s: float = KEEPALIVE_S
+) -> AsyncIterator[bytes]:
     async with hub.client() as queue:
         yield b"event: hello\ndata: {}\n\n"
         while not await request.is_disconnected():
@@ -130,10 +133,19 @@ def build_events_router(hub: EventHub) -> APIRouter:
     @router.get("/api/events", include_in_schema=False)  # an endless stream: no schema-driven client calls it
     async def events(request: Request) -> Any:
         if hub.client_count >= CLIENTS_MAX:
-            return JSONResponse(envelope(f"too many event streams on this frontend (at most {CLIENTS_MAX}); "
-                                         "close another tab or use another frontend", "rate_limit_error", 429),
-                                status_code=429)
-        return StreamingResponse(event_stream(hub, request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+            return JSONResponse(
+                envelope(
+                    f"too many event streams on this frontend (at most {CLIENTS_MAX}); "
+                    "close another tab or use another frontend",
+                    "rate_limit_error",
+                    429,
+                ),
+                status_code=429,
+            )
+        return StreamingResponse(
+            event_stream(hub, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
     return router

@@ -17,8 +17,14 @@ from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store
 
-LABELS_BODY = documented_body({"type": "object", "maxProperties": LABELS_MAX, "propertyNames": {
-    "minLength": 1, "maxLength": LABEL_KEY_MAX}, "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}})
+LABELS_BODY = documented_body(
+    {
+        "type": "object",
+        "maxProperties": LABELS_MAX,
+        "propertyNames": {"minLength": 1, "maxLength": LABEL_KEY_MAX},
+        "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX},
+    }
+)
 
 
 class MaxReplicasBody(BaseModel):
@@ -38,9 +44,13 @@ async def _label_body(request: Request) -> dict[str, str] | Response:
         if not key or len(key) > LABEL_KEY_MAX:
             return node_error(400, f"label key {key[:40]!r} must be 1-{LABEL_KEY_MAX} characters")
         if not isinstance(value, str) or len(value) > LABEL_VALUE_MAX:
-            return node_error(400, f"label {key!r}: value must be a string of at most {LABEL_VALUE_MAX} characters")
+            return node_error(
+                400, f"label {key!r}: value must be a string of at most {LABEL_VALUE_MAX} characters"
+            )
         if "\x00" in key or "\x00" in value:  # PostgreSQL text holds no NUL character
-            return node_error(400, f"label {key[:40]!r}: keys and values must not contain the NUL character (\\u0000)")
+            return node_error(
+                400, f"label {key[:40]!r}: keys and values must not contain the NUL character (\\u0000)"
+            )
     return body
 
 

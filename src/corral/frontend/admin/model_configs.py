@@ -39,8 +39,12 @@ class _NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted in a model "
-                                              "config; write the value out", event.start_mark)
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "YAML aliases (*name) are not accepted in a model config; write the value out",
+                event.start_mark,
+            )
         return super().compose_node(parent, index)
 
 
@@ -59,7 +63,9 @@ def depth(value: Any) -> int:
         if isinstance(item, dict | list):
             deepest = max(deepest, level)
             if level <= DEPTH_MAX:
-                todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+                todo.extend(
+                    (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+                )
     return deepest
 
 
@@ -74,7 +80,9 @@ def _bad(message: str, field: str = "body") -> JSONResponse:
 
 
 def _missing(name: str) -> JSONResponse:
-    return JSONResponse(envelope(f"model {name!r} is not configured", "not_found_error", 404), status_code=404)
+    return JSONResponse(
+        envelope(f"model {name!r} is not configured", "not_found_error", 404), status_code=404
+    )
 
 
 def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -128,11 +136,15 @@ async def apply(revs: ConfigRevisions, name: str, raw: Any, expected: set[str] |
     if is_alias_document(raw):
         return await apply_alias(revs, name, raw, expected)
     if raw.get("name") != name:
-        return _bad(f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name")
+        return _bad(
+            f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name"
+        )
     return await commit(revs, name, lambda _committed: raw, expected)
 
 
-async def commit(revs: ConfigRevisions, name: str, edit: Edit, expected: set[str] | None = None) -> JSONResponse:
+async def commit(
+    revs: ConfigRevisions, name: str, edit: Edit, expected: set[str] | None = None
+) -> JSONResponse:
     """Commit `edit` of the model's committed configuration and answer its revision."""
     try:
         cfg, pending = await revs.apply(name, edit, expected)
@@ -142,14 +154,23 @@ async def commit(revs: ConfigRevisions, name: str, edit: Edit, expected: set[str
         return _missing(name)
     except ModelConfigError as exc:
         return _bad(str(exc), exc.field or "body")
-    await operations.record_done(revs.pool, operations.NewOperation(
-        name, operations.CONFIG_EDIT, message=f"config revision {cfg.revision}; {pending} old replica(s) to stop"))
-    return JSONResponse({"name": name, "config_revision": cfg.revision, "pending_cleanup": pending,
-                         "disabled": cfg.disabled}, headers={"ETag": etag(cfg.revision)})
+    await operations.record_done(
+        revs.pool,
+        operations.NewOperation(
+            name,
+            operations.CONFIG_EDIT,
+            message=f"config revision {cfg.revision}; {pending} old replica(s) to stop",
+        ),
+    )
+    return JSONResponse(
+        {"name": name, "config_revision": cfg.revision, "pending_cleanup": pending, "disabled": cfg.disabled},
+        headers={"ETag": etag(cfg.revision)},
+    )
 
 
-async def apply_alias(revs: ConfigRevisions, name: str, raw: dict[str, Any],
-                      expected: set[str] | None = None) -> JSONResponse:
+async def apply_alias(
+    revs: ConfigRevisions, name: str, raw: dict[str, Any], expected: set[str] | None = None
+) -> JSONResponse:
     try:
         alias, target = parse_alias(raw, FilePath(f"{name}.yaml"))
         if alias != name:
@@ -177,6 +198,7 @@ def _patched(body: dict[str, Any]) -> Edit:
         if committed is None:
             raise ModelMissing()
         return merge(committed, body)
+
     return edit
 
 
@@ -192,7 +214,9 @@ async def patch_config(revs: ConfigRevisions, name: str, request: Request) -> JS
     if depth(body) > DEPTH_MAX:
         return _bad(f"the patch is nested more than {DEPTH_MAX} levels deep")
     if "name" in body and body["name"] != name:
-        return _bad(f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name")
+        return _bad(
+            f"field 'name' must be {name!r} (use POST /api/model-configs/{name}/rename to rename)", "name"
+        )
     return await commit(revs, name, _patched(body), if_match(request))
 
 
@@ -216,8 +240,9 @@ async def rename_config(revs: ConfigRevisions, name: str, request: Request) -> J
     if refused is not None:
         return refused
     if new_name in revs.configs:
-        return JSONResponse(envelope(f"model {new_name!r} already exists", "invalid_request_error", 409),
-                            status_code=409)
+        return JSONResponse(
+            envelope(f"model {new_name!r} already exists", "invalid_request_error", 409), status_code=409
+        )
     response = await apply(revs, new_name, {**cfg.raw, "name": new_name})
     if response.status_code == 200:
         await revs.remove(name)
@@ -231,23 +256,43 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
     async def list_configs() -> JSONResponse:
         """Every configured model's revision, disabled flag and last edit (the YAML is per model: GET …/<name>)."""
         states = await revisions.all_states(revs.pool)
-        return JSONResponse({"configs": [{"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
-                                          "updated_at": _iso(states.get(name))}
-                                         for name, cfg in sorted(revs.configs.items())]})
+        return JSONResponse(
+            {
+                "configs": [
+                    {
+                        "name": name,
+                        "config_revision": cfg.revision,
+                        "disabled": cfg.disabled,
+                        "updated_at": _iso(states.get(name)),
+                    }
+                    for name, cfg in sorted(revs.configs.items())
+                ]
+            }
+        )
 
     @router.get("/{name}")
     async def get_config(name: ConfigName) -> JSONResponse:
         cfg = revs.configs.get(name)
         if cfg is None:
             return _missing(name)
-        return JSONResponse({"name": name, "config_revision": cfg.revision, "disabled": cfg.disabled,
-                             "yaml": dump_yaml(cfg.raw), "config": cfg.raw}, headers={"ETag": etag(cfg.revision)})
+        return JSONResponse(
+            {
+                "name": name,
+                "config_revision": cfg.revision,
+                "disabled": cfg.disabled,
+                "yaml": dump_yaml(cfg.raw),
+                "config": cfg.raw,
+            },
+            headers={"ETag": etag(cfg.revision)},
+        )
 
     @router.put("/{name}", openapi_extra=documented_body({"type": "object"}, "application/yaml"))
     async def put_yaml(name: ConfigName, request: Request) -> JSONResponse:
         body = await request.body()
         try:
-            raw = await asyncio.to_thread(parse_yaml, body)  # up to CORRAL_MODEL_CONFIG_MAX_BODY: off the loop
+            raw = await asyncio.to_thread(
+                parse_yaml, body
+            )  # up to CORRAL_MODEL_CONFIG_MAX_BODY: off the loop
         except yaml.YAMLError as exc:
             return _bad(f"the body is not valid YAML: {exc}")
         return await apply(revs, name, raw, if_match(request))
@@ -264,8 +309,12 @@ def build_model_configs_router(revs: ConfigRevisions) -> APIRouter:
     async def enable(name: ConfigName) -> JSONResponse:
         return await set_disabled(revs, name, False)
 
-    @router.post("/{name}/rename", openapi_extra=documented_body({"type": "object", "required": ["name"],
-                                                                  "properties": {"name": {"type": "string"}}}))
+    @router.post(
+        "/{name}/rename",
+        openapi_extra=documented_body(
+            {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
+        ),
+    )
     async def rename(name: ConfigName, request: Request) -> JSONResponse:
         return await rename_config(revs, name, request)
 

@@ -46,6 +46,8 @@ def build_model_load_router(state: FrontendState) -> APIRouter:
         task = asyncio.create_task(_load(state, cfg), name=f"admin-load:{cfg.name}")
         running.add(task)
         task.add_done_callback(running.discard)
-        return JSONResponse({"model": cfg.name, "state": "pending", "status_url": status_url}, status_code=202)
+        return JSONResponse(
+            {"model": cfg.name, "state": "pending", "status_url": status_url}, status_code=202
+        )
 
     return router

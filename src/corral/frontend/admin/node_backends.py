@@ -51,17 +51,41 @@ log = logging.getLogger(__name__)
 
 FANOUT_NODES_MAX = 1000
 SELECTOR_MAX = 32
-INSTALL_BODY = documented_body({"type": "object", "properties": {
-    "backend": {"type": "string", "maxLength": 255}, "uri": {"type": "string", "maxLength": URI_MAX},
-    "name": {"type": "string", "maxLength": 255}, "alias": {"type": "string", "maxLength": 255},
-    "backend_galleries": {"type": "array", "items": {"type": "object"}}}})
-BACKEND_BODY = documented_body({"type": "object", "required": ["backend"], "properties": {
-    "backend": {"type": "string", "maxLength": 255}}})
-FANOUT_BODY = documented_body({"type": "object", "required": ["backend"], "properties": {
-    "backend": {"type": "string", "maxLength": 255},
-    "node_ids": {"type": "array", "items": {"type": "string", "maxLength": NODE_ID_MAX}, "maxItems": FANOUT_NODES_MAX},
-    "selector": {"type": "object", "additionalProperties": {"type": "string"}},
-    "backend_galleries": {"type": "array", "items": {"type": "object"}}}})
+INSTALL_BODY = documented_body(
+    {
+        "type": "object",
+        "properties": {
+            "backend": {"type": "string", "maxLength": 255},
+            "uri": {"type": "string", "maxLength": URI_MAX},
+            "name": {"type": "string", "maxLength": 255},
+            "alias": {"type": "string", "maxLength": 255},
+            "backend_galleries": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+)
+BACKEND_BODY = documented_body(
+    {
+        "type": "object",
+        "required": ["backend"],
+        "properties": {"backend": {"type": "string", "maxLength": 255}},
+    }
+)
+FANOUT_BODY = documented_body(
+    {
+        "type": "object",
+        "required": ["backend"],
+        "properties": {
+            "backend": {"type": "string", "maxLength": 255},
+            "node_ids": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": NODE_ID_MAX},
+                "maxItems": FANOUT_NODES_MAX,
+            },
+            "selector": {"type": "object", "additionalProperties": {"type": "string"}},
+            "backend_galleries": {"type": "array", "items": {"type": "object"}},
+        },
+    }
+)
 JobId = Annotated[str, Path(max_length=64)]
 
 
@@ -80,8 +104,9 @@ def install_fields(body: dict[str, Any]) -> tuple[str, str | None, dict[str, str
 
 
 def accepted(op_id: str, message: str) -> JSONResponse:
-    return JSONResponse({"jobID": op_id, "statusUrl": f"/api/backends/job/{op_id}", "message": message},
-                        status_code=202)
+    return JSONResponse(
+        {"jobID": op_id, "statusUrl": f"/api/backends/job/{op_id}", "message": message}, status_code=202
+    )
 
 
 def build_node_backends_router(state: FrontendState) -> APIRouter:
@@ -92,14 +117,35 @@ def build_node_backends_router(state: FrontendState) -> APIRouter:
     return router
 
 
-async def queue_intent(state: FrontendState, node: asyncpg.Record, backend: str, op: str, *,
-                       galleries: str | None = None, request: dict[str, str] | None = None,
-                       parent_id: str | None = None) -> str:
+async def queue_intent(
+    state: FrontendState,
+    node: asyncpg.Record,
+    backend: str,
+    op: str,
+    *,
+    galleries: str | None = None,
+    request: dict[str, str] | None = None,
+    parent_id: str | None = None,
+) -> str:
     op_type = operations.BACKEND_UPGRADE if op == backend_ops.UPGRADE else operations.BACKEND_INSTALL
-    new = operations.NewOperation(backend, op_type, node["id"], node["name"], parent_id=parent_id,
-                                  message=f"queued: {op} of {backend} on {node['name']}")
-    op_id, _new = await backend_ops.record(state.pool, node["id"], backend, op, new, galleries=galleries,
-                                           request=request, take_over=parent_id is not None)
+    new = operations.NewOperation(
+        backend,
+        op_type,
+        node["id"],
+        node["name"],
+        parent_id=parent_id,
+        message=f"queued: {op} of {backend} on {node['name']}",
+    )
+    op_id, _new = await backend_ops.record(
+        state.pool,
+        node["id"],
+        backend,
+        op,
+        new,
+        galleries=galleries,
+        request=request,
+        take_over=parent_id is not None,
+    )
     if state.backend_ops is not None:
         state.backend_ops.kick()
     return op_id
@@ -114,8 +160,14 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
         if node["node_type"] == "agent":
             return []
         try:
-            reply = await bus.request(state.nc, subjects.backend_list(node_id), Message(),
-                                      BackendListReply, _timeouts(state).node_op_timeout_s, NODE_OP_KNOB)
+            reply = await bus.request(
+                state.nc,
+                subjects.backend_list(node_id),
+                Message(),
+                BackendListReply,
+                _timeouts(state).node_op_timeout_s,
+                NODE_OP_KNOB,
+            )
         except bus.BusError as exc:
             return bus_failure(exc)
         if reply.error:
@@ -131,11 +183,20 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
         node = await backend_node(state.pool, node_id)
         if isinstance(node, JSONResponse):
             return node
-        row = await operations.insert(state.pool, operations.NewOperation(
-            backend, operations.BACKEND_DELETE, node["id"], node["name"]), status=operations.PROCESSING)
+        row = await operations.insert(
+            state.pool,
+            operations.NewOperation(backend, operations.BACKEND_DELETE, node["id"], node["name"]),
+            status=operations.PROCESSING,
+        )
         try:
-            reply = await bus.request(state.nc, subjects.backend_delete(node_id), BackendDeleteRequest(backend=backend),
-                                      BackendDeleteReply, _timeouts(state).delete_timeout_s, DELETE_KNOB)
+            reply = await bus.request(
+                state.nc,
+                subjects.backend_delete(node_id),
+                BackendDeleteRequest(backend=backend),
+                BackendDeleteReply,
+                _timeouts(state).delete_timeout_s,
+                DELETE_KNOB,
+            )
         except bus.BusError as exc:
             await operations.finish(state.pool, row["id"], operations.FAILED, str(exc))
             return bus_failure(exc)
@@ -145,9 +206,12 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
             error = reply.error or "the worker refused the delete without saying why"
             await operations.finish(state.pool, row["id"], operations.FAILED, error)
             return node_error(502, f"worker {node['name']} could not delete backend {backend!r}: {error}")
-        await operations.finish(state.pool, row["id"], operations.COMPLETED,
-                                message=f"stopped {', '.join(stopped) or 'no process'}; "
-                                        f"{forgotten} replica row(s) removed")
+        await operations.finish(
+            state.pool,
+            row["id"],
+            operations.COMPLETED,
+            message=f"stopped {', '.join(stopped) or 'no process'}; {forgotten} replica row(s) removed",
+        )
         log.info("backend %s deleted on %s (stopped %s)", backend, node["name"], stopped)
         return {"message": "backend deleted", "stopped_process_keys": stopped}
 
@@ -192,32 +256,47 @@ def _refuse_node(node: asyncpg.Record) -> JSONResponse | None:
     if node["node_type"] == "agent":
         return node_error(400, f"node {node['name']} is an agent node: it runs no backends")
     if node["status"] in (node_store.DRAINING, node_store.PENDING):
-        return node_error(409, f"node {node['name']} is {node['status']}: backends are installed only on "
-                               "approved nodes that are not draining")
+        return node_error(
+            409,
+            f"node {node['name']} is {node['status']}: backends are installed only on "
+            "approved nodes that are not draining",
+        )
     return None
 
 
 def _selector(body: dict[str, Any]) -> dict[str, str]:
     selector = body.get("selector")
-    if not isinstance(selector, dict) or not selector or len(selector) > SELECTOR_MAX or not all(
+    if (
+        not isinstance(selector, dict)
+        or not selector
+        or len(selector) > SELECTOR_MAX
+        or not all(
             isinstance(k, str) and isinstance(v, str) and len(k) <= 128 and len(v) <= 255
-            for k, v in selector.items()):
+            for k, v in selector.items()
+        )
+    ):
         raise BadRequest("selector", f"must be an object of 1 to {SELECTOR_MAX} label: value strings")
     return selector
 
 
 def _node_ids(body: dict[str, Any]) -> list[str]:
     ids = body.get("node_ids")
-    if not isinstance(ids, list) or not ids or len(ids) > FANOUT_NODES_MAX or not all(
-            isinstance(i, str) and 0 < len(i) <= NODE_ID_MAX for i in ids):
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or len(ids) > FANOUT_NODES_MAX
+        or not all(isinstance(i, str) and 0 < len(i) <= NODE_ID_MAX for i in ids)
+    ):
         raise BadRequest("node_ids", f"must be a list of 1 to {FANOUT_NODES_MAX} node ids")
     return list(dict.fromkeys(ids))
 
 
 async def _fanout_targets(state: FrontendState, body: dict[str, Any]) -> list[asyncpg.Record]:
     if ("node_ids" in body) == ("selector" in body):
-        raise BadRequest("node_ids", "or 'selector' is required, not both: the node ids to install on, or "
-                                     "a {label: value} selector")
+        raise BadRequest(
+            "node_ids",
+            "or 'selector' is required, not both: the node ids to install on, or a {label: value} selector",
+        )
     nodes = [n for n in await node_store.listing(state.pool) if n["node_type"] != "agent"]
     if "node_ids" in body:
         wanted = _node_ids(body)
@@ -231,6 +310,7 @@ async def _fanout_targets(state: FrontendState, body: dict[str, Any]) -> list[as
     def matches(node: asyncpg.Record) -> bool:
         labels = json.loads(node["labels"]) if isinstance(node["labels"], str) else dict(node["labels"] or {})
         return all(labels.get(k) == v for k, v in selector.items())
+
     return [n for n in nodes if n["status"] == node_store.HEALTHY and matches(n)]
 
 
@@ -250,10 +330,21 @@ def _add_fanout(router: APIRouter, state: FrontendState) -> None:
         for node in targets:
             if refusal := _refuse_node(node):
                 return refusal
-        parent = await operations.insert(state.pool, operations.NewOperation(
-            backend, operations.FANOUT, message=f"install of {backend} on {len(targets)} node(s)"),
-            status=operations.PROCESSING)
+        parent = await operations.insert(
+            state.pool,
+            operations.NewOperation(
+                backend, operations.FANOUT, message=f"install of {backend} on {len(targets)} node(s)"
+            ),
+            status=operations.PROCESSING,
+        )
         for node in targets:
-            await queue_intent(state, node, backend, backend_ops.INSTALL, galleries=galleries, request=extra,
-                               parent_id=parent["id"])
+            await queue_intent(
+                state,
+                node,
+                backend,
+                backend_ops.INSTALL,
+                galleries=galleries,
+                request=extra,
+                parent_id=parent["id"],
+            )
         return accepted(parent["id"], f"backend installation started on {len(targets)} node(s)")

@@ -35,16 +35,28 @@ from corral.store import operations
 
 log = logging.getLogger(__name__)
 
-MODEL_BODY = documented_body({"type": "object", "required": ["model_name"], "properties": {
-    "model_name": {"type": "string", "maxLength": 255}}})
+MODEL_BODY = documented_body(
+    {
+        "type": "object",
+        "required": ["model_name"],
+        "properties": {"model_name": {"type": "string", "maxLength": 255}},
+    }
+)
 
 
 async def forget_model(pool: asyncpg.Pool, nc: Any, node: asyncpg.Record, model: str) -> int:
-    rows = await pool.fetch("DELETE FROM node_models WHERE node_id = $1 AND model_name = $2 "
-                            "RETURNING replica_index, address", node["id"], model)
+    rows = await pool.fetch(
+        "DELETE FROM node_models WHERE node_id = $1 AND model_name = $2 RETURNING replica_index, address",
+        node["id"],
+        model,
+    )
     for row in rows:
-        await events.publish(nc, events.ReplicaEvent(events.REMOVED, model, node["id"], node["name"],
-                                                     int(row["replica_index"]), row["address"]))
+        await events.publish(
+            nc,
+            events.ReplicaEvent(
+                events.REMOVED, model, node["id"], node["name"], int(row["replica_index"]), row["address"]
+            ),
+        )
     return len(rows)
 
 
@@ -53,7 +65,9 @@ def build_node_models_router(state: FrontendState) -> APIRouter:
 
     async def call(node_id: str, subject: str, payload: Any) -> ModelOpReply:
         timeout_s = state.backend_ops.settings.node_op_timeout_s
-        reply: ModelOpReply = await bus.request(state.nc, subject, payload, ModelOpReply, timeout_s, NODE_OP_KNOB)
+        reply: ModelOpReply = await bus.request(
+            state.nc, subject, payload, ModelOpReply, timeout_s, NODE_OP_KNOB
+        )
         return reply
 
     async def run(node_id: str, request: Request, *, delete: bool) -> Any:
@@ -65,13 +79,18 @@ def build_node_models_router(state: FrontendState) -> APIRouter:
         if isinstance(node, JSONResponse):
             return node
         op_type = operations.MODEL_DELETE if delete else operations.MODEL_UNLOAD
-        row = await operations.insert(state.pool, operations.NewOperation(model, op_type, node["id"], node["name"]),
-                                      status=operations.PROCESSING)
+        row = await operations.insert(
+            state.pool,
+            operations.NewOperation(model, op_type, node["id"], node["name"]),
+            status=operations.PROCESSING,
+        )
         try:
             reply = await call(node_id, subjects.model_unload(node_id), ModelUnloadRequest(model_name=model))
             stopped = reply.stopped_process_keys or []
             if reply.success and delete:
-                reply = await call(node_id, subjects.model_delete(node_id), ModelDeleteRequest(model_name=model))
+                reply = await call(
+                    node_id, subjects.model_delete(node_id), ModelDeleteRequest(model_name=model)
+                )
         except bus.BusError as exc:
             await operations.finish(state.pool, row["id"], operations.FAILED, str(exc))
             return bus_failure(exc)
@@ -80,12 +99,24 @@ def build_node_models_router(state: FrontendState) -> APIRouter:
             error = reply.error or "the worker refused without saying why"
             await operations.finish(state.pool, row["id"], operations.FAILED, error)
             return node_error(502, f"worker {node['name']}: {error}")
-        await operations.finish(state.pool, row["id"], operations.COMPLETED,
-                                message=f"stopped {', '.join(stopped) or 'no process'}; {removed} replica row(s) "
-                                        "removed" + ("; files deleted" if delete else ""))
-        log.info("model %s %s on %s (stopped %s)", model, "deleted" if delete else "unloaded", node["name"], stopped)
-        return {"message": "model deleted from node" if delete else "model unloaded",
-                "stopped_process_keys": stopped}
+        await operations.finish(
+            state.pool,
+            row["id"],
+            operations.COMPLETED,
+            message=f"stopped {', '.join(stopped) or 'no process'}; {removed} replica row(s) "
+            "removed" + ("; files deleted" if delete else ""),
+        )
+        log.info(
+            "model %s %s on %s (stopped %s)",
+            model,
+            "deleted" if delete else "unloaded",
+            node["name"],
+            stopped,
+        )
+        return {
+            "message": "model deleted from node" if delete else "model unloaded",
+            "stopped_process_keys": stopped,
+        }
 
     @router.post("/{node_id}/models/unload", openapi_extra=MODEL_BODY)
     async def unload(node_id: NodeId, request: Request) -> Any:

@@ -32,8 +32,17 @@ class BadRequest(Exception):
         self.field = field
 
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"code": 400, "message": str(self), "type": "invalid_request_error",
-                                       "param": self.field}}, status_code=400)
+        return JSONResponse(
+            {
+                "error": {
+                    "code": 400,
+                    "message": str(self),
+                    "type": "invalid_request_error",
+                    "param": self.field,
+                }
+            },
+            status_code=400,
+        )
 
 
 async def object_body(request: Request) -> dict[str, Any]:
@@ -52,7 +61,9 @@ def name_field(body: dict[str, Any], field: str, *, required: bool = True, backe
     value = body.get(field)
     if value is None or value == "":
         if required:
-            raise BadRequest(field, "is required (a backend name)" if backend else "is required (a model name)")
+            raise BadRequest(
+                field, "is required (a backend name)" if backend else "is required (a model name)"
+            )
         return ""
     if (problem := (backend_name_problem if backend else name_problem)(value)) is not None:
         raise BadRequest(field, problem)
@@ -81,18 +92,21 @@ def galleries_field(body: dict[str, Any]) -> str | None:
         try:
             value = json.loads(value)
         except ValueError:
-            raise BadRequest("backend_galleries", "must be a list of {\"name\", \"url\"} objects") from None
+            raise BadRequest("backend_galleries", 'must be a list of {"name", "url"} objects') from None
     if not isinstance(value, list) or len(value) > GALLERIES_MAX:
-        raise BadRequest("backend_galleries", f"must be a list of at most {GALLERIES_MAX} {{\"name\", \"url\"}} "
-                                              "objects")
+        raise BadRequest(
+            "backend_galleries", f'must be a list of at most {GALLERIES_MAX} {{"name", "url"}} objects'
+        )
     galleries = []
     for index, entry in enumerate(value):
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"]:
             raise BadRequest(f"backend_galleries[{index}]", "must be an object with a non-empty string 'url'")
         name = entry.get("name", "")
         if not isinstance(name, str) or len(name) > 255 or len(entry["url"]) > URI_MAX:
-            raise BadRequest(f"backend_galleries[{index}]", f"'name' must be a string of at most 255 characters "
-                                                            f"and 'url' at most {URI_MAX}")
+            raise BadRequest(
+                f"backend_galleries[{index}]",
+                f"'name' must be a string of at most 255 characters and 'url' at most {URI_MAX}",
+            )
         galleries.append({"name": name, "url": entry["url"]})
     return json.dumps(galleries)
 

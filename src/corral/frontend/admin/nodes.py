@@ -47,7 +47,8 @@ def build_admin_nodes_router(state: FrontendState) -> APIRouter:
     async def loaded_models() -> Any:
         rows = await state.pool.fetch(
             "SELECT m.* FROM node_models m JOIN backend_nodes n ON n.id = m.node_id "
-            "WHERE m.state = 'loaded' AND n.status = 'healthy' ORDER BY m.model_name, m.node_id")
+            "WHERE m.state = 'loaded' AND n.status = 'healthy' ORDER BY m.model_name, m.node_id"
+        )
         return [jsonable(r) for r in rows]
 
     @router.get("/labels")
@@ -90,8 +91,13 @@ def _add_state_routes(router: APIRouter, state: FrontendState) -> None:
             return node_error(400, f"node {node_id} is not pending approval")
         log.info("node %s (%s) approved", row["name"], row["id"])
         await node_changed(state, row["id"], row["status"])
-        reply = {"id": row["id"], "name": row["name"], "node_type": row["node_type"], "status": row["status"],
-                 "message": "node approved"}
+        reply = {
+            "id": row["id"],
+            "name": row["name"],
+            "node_type": row["node_type"],
+            "status": row["status"],
+            "message": "node approved",
+        }
         if state.lifecycle is not None and state.lifecycle.minter is not None:
             reply.update(state.lifecycle.minter.credentials(row))
         reply.update(await agent_api_token(state, row))
@@ -113,10 +119,15 @@ def _add_drain_routes(router: APIRouter, state: FrontendState) -> None:
         row = await node_store.rekey(state.pool, str(node_id))
         if row is None:
             return node_error(404, f"node {node_id} not found")
-        log.warning("node %s (%s) re-keyed by an admin: its next registration gets a new credential",
-                    row["name"], row["id"])
+        log.warning(
+            "node %s (%s) re-keyed by an admin: its next registration gets a new credential",
+            row["name"],
+            row["id"],
+        )
         await node_changed(state, row["id"], row["status"])  # every frontend drops its cached credential
-        return {"message": f"node credential cleared: the next registration as {row['name']!r} receives a new one"}
+        return {
+            "message": f"node credential cleared: the next registration as {row['name']!r} receives a new one"
+        }
 
     @router.post("/{node_id:uuid}/resume")
     async def resume(node_id: uuid.UUID) -> Any:
@@ -124,8 +135,9 @@ def _add_drain_routes(router: APIRouter, state: FrontendState) -> None:
         if node is None:
             return node_error(404, f"node {node_id} not found")
         if not node["approved"]:
-            return node_error(409, f"node {node_id} is pending approval; approve it with "
-                                   f"POST /api/nodes/{node_id}/approve")
+            return node_error(
+                409, f"node {node_id} is pending approval; approve it with POST /api/nodes/{node_id}/approve"
+            )
         if not await node_store.resume(state.pool, str(node_id), by_admin=True):
             return node_error(404, f"node {node_id} not found")
         await node_changed(state, str(node_id), node_store.HEALTHY)

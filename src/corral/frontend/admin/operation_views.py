@@ -13,8 +13,11 @@ from corral.store import operations
 from corral.store.load_jobs import JobSnapshot
 
 QUEUED, DOWNLOADING, BUSY, DONE, FAILED = "Queued", "Downloading", "Worker busy", "Done", "Failed"
-WORKING = {operations.BACKEND_INSTALL: "Installing", operations.BACKEND_UPGRADE: "Upgrading",
-           operations.BACKEND_DELETE: "Deleting"}
+WORKING = {
+    operations.BACKEND_INSTALL: "Installing",
+    operations.BACKEND_UPGRADE: "Upgrading",
+    operations.BACKEND_DELETE: "Deleting",
+}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -39,13 +42,24 @@ def state_label(row: asyncpg.Record) -> str:
 
 def node_row(row: asyncpg.Record) -> dict[str, Any]:
     return {
-        "jobID": row["id"], "node_id": row["node_id"], "node_name": row["node_name"], "backend":
-        row["gallery_element_name"], "op_type": row["op_type"], "state": state_label(row), "status": row["status"],
-        "phase": row["phase"], "file_name": row["file_name"], "downloaded_file_size": row["downloaded_file_size"],
-        "total_file_size": row["total_file_size"], "progress": round(float(row["progress"]) * 100, 1),
-        "error": row["error"] or None, "message": row["message"], "attempts": int(row["attempts"]),
+        "jobID": row["id"],
+        "node_id": row["node_id"],
+        "node_name": row["node_name"],
+        "backend": row["gallery_element_name"],
+        "op_type": row["op_type"],
+        "state": state_label(row),
+        "status": row["status"],
+        "phase": row["phase"],
+        "file_name": row["file_name"],
+        "downloaded_file_size": row["downloaded_file_size"],
+        "total_file_size": row["total_file_size"],
+        "progress": round(float(row["progress"]) * 100, 1),
+        "error": row["error"] or None,
+        "message": row["message"],
+        "attempts": int(row["attempts"]),
         "retrying": row["status"] == operations.FAILED and row["finished_at"] is None,
-        "worker_busy": bool(row["worker_busy"]), "started_at": _iso(row["started_at"]),
+        "worker_busy": bool(row["worker_busy"]),
+        "started_at": _iso(row["started_at"]),
         "finished_at": _iso(row["finished_at"]),
     }
 
@@ -59,8 +73,14 @@ def rollup(kids: list[asyncpg.Record]) -> dict[str, Any]:
         summary += f", {failed} failed"
     if busy:
         summary += f", {busy} worker(s) busy"
-    return {"summary": summary, "done": done, "failed": failed, "busy": busy, "total": len(kids),
-            "nodes": [node_row(k) for k in kids]}
+    return {
+        "summary": summary,
+        "done": done,
+        "failed": failed,
+        "busy": busy,
+        "total": len(kids),
+        "nodes": [node_row(k) for k in kids],
+    }
 
 
 def job_view(row: asyncpg.Record, kids: list[asyncpg.Record] | None = None) -> dict[str, Any]:
@@ -69,10 +89,15 @@ def job_view(row: asyncpg.Record, kids: list[asyncpg.Record] | None = None) -> d
     finished = row["finished_at"] is not None
     view: dict[str, Any] = {
         "deletion": row["op_type"] in (operations.BACKEND_DELETE, operations.MODEL_DELETE),
-        "file_name": row["file_name"], "error": row["error"] or None, "processed": finished,
-        "message": row["message"], "progress": round(float(row["progress"]) * 100, 1),
-        "total_file_size": row["total_file_size"], "downloaded_file_size": row["downloaded_file_size"],
-        "gallery_element_name": row["gallery_element_name"], "cancellable": bool(row["cancellable"]),
+        "file_name": row["file_name"],
+        "error": row["error"] or None,
+        "processed": finished,
+        "message": row["message"],
+        "progress": round(float(row["progress"]) * 100, 1),
+        "total_file_size": row["total_file_size"],
+        "downloaded_file_size": row["downloaded_file_size"],
+        "gallery_element_name": row["gallery_element_name"],
+        "cancellable": bool(row["cancellable"]),
         **node_row(row),
     }
     if kids is not None:
@@ -85,31 +110,54 @@ def job_view(row: asyncpg.Record, kids: list[asyncpg.Record] | None = None) -> d
 def live_entry(row: asyncpg.Record, kids: list[asyncpg.Record] | None = None) -> dict[str, Any]:
     """One `GET /api/operations` entry (the reference's live shape), plus `state` and `error`."""
     entry: dict[str, Any] = {
-        "id": row["id"], "name": row["gallery_element_name"], "fullName": row["gallery_element_name"],
-        "jobID": row["id"], "progress": int(float(row["progress"]) * 100), "taskType": row["op_type"],
+        "id": row["id"],
+        "name": row["gallery_element_name"],
+        "fullName": row["gallery_element_name"],
+        "jobID": row["id"],
+        "progress": int(float(row["progress"]) * 100),
+        "taskType": row["op_type"],
         "isDeletion": row["op_type"] in (operations.BACKEND_DELETE, operations.MODEL_DELETE),
-        "isBackend": bool(row["is_backend_op"]), "isQueued": row["status"] == operations.PENDING,
-        "cancellable": bool(row["cancellable"]), "message": row["message"], "nodeName": row["node_name"],
-        "phase": row["phase"] or None, "currentBytes": int(row["current_bytes"]),
-        "totalBytes": int(row["total_bytes"]), "state": state_label(row), "error": row["error"] or None,
+        "isBackend": bool(row["is_backend_op"]),
+        "isQueued": row["status"] == operations.PENDING,
+        "cancellable": bool(row["cancellable"]),
+        "message": row["message"],
+        "nodeName": row["node_name"],
+        "phase": row["phase"] or None,
+        "currentBytes": int(row["current_bytes"]),
+        "totalBytes": int(row["total_bytes"]),
+        "state": state_label(row),
+        "error": row["error"] or None,
     }
     if row["node_id"]:
         entry["nodeID"] = row["node_id"]
     if kids is not None:
         up = rollup(kids)
-        entry.update(message=up["summary"], nodes=up["nodes"],
-                     progress=int(sum(float(k["progress"]) for k in kids) / max(1, len(kids)) * 100))
+        entry.update(
+            message=up["summary"],
+            nodes=up["nodes"],
+            progress=int(sum(float(k["progress"]) for k in kids) / max(1, len(kids)) * 100),
+        )
     return {k: v for k, v in entry.items() if v is not None or k in ("error",)}
 
 
 def staging_entry(job: JobSnapshot) -> dict[str, Any]:
     """A model load in progress, in the reference's `staging:<model>` entry shape (§4.5)."""
     entry: dict[str, Any] = {
-        "id": f"staging:{job.tracking_key}", "name": job.tracking_key, "fullName": job.tracking_key,
-        "jobID": f"staging:{job.tracking_key}", "progress": int(progress_pct(job)), "taskType": "staging",
-        "isDeletion": False, "isBackend": False, "isQueued": False, "cancellable": False,
+        "id": f"staging:{job.tracking_key}",
+        "name": job.tracking_key,
+        "fullName": job.tracking_key,
+        "jobID": f"staging:{job.tracking_key}",
+        "progress": int(progress_pct(job)),
+        "taskType": "staging",
+        "isDeletion": False,
+        "isBackend": False,
+        "isQueued": False,
+        "cancellable": False,
         "message": f"{job.state} {job.tracking_key}" + (f" on {job.node_name}" if job.node_name else ""),
-        "nodeName": job.node_name, "phase": job.state, "currentBytes": job.bytes_sent, "totalBytes": job.total_bytes,
+        "nodeName": job.node_name,
+        "phase": job.state,
+        "currentBytes": job.bytes_sent,
+        "totalBytes": job.total_bytes,
     }
     if job.node_id:
         entry["nodeID"] = job.node_id
@@ -119,9 +167,16 @@ def staging_entry(job: JobSnapshot) -> dict[str, Any]:
 def history_record(row: asyncpg.Record) -> dict[str, Any]:
     """One finished operation (the reference's `OpRecord`), plus its message."""
     record: dict[str, Any] = {
-        "id": row["id"], "name": row["gallery_element_name"], "jobID": row["id"], "isBackend": bool(row["is_backend_op"]),
-        "taskType": row["op_type"], "outcome": row["status"], "startedAt": _iso(row["started_at"] or row["created_at"]),
-        "finishedAt": _iso(row["finished_at"]), "message": row["message"], "nodeName": row["node_name"],
+        "id": row["id"],
+        "name": row["gallery_element_name"],
+        "jobID": row["id"],
+        "isBackend": bool(row["is_backend_op"]),
+        "taskType": row["op_type"],
+        "outcome": row["status"],
+        "startedAt": _iso(row["started_at"] or row["created_at"]),
+        "finishedAt": _iso(row["finished_at"]),
+        "message": row["message"],
+        "nodeName": row["node_name"],
     }
     if row["node_id"]:
         record["nodeID"] = row["node_id"]

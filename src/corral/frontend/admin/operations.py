@@ -29,9 +29,15 @@ def build_operations_router(state: FrontendState) -> APIRouter:
     async def live() -> Any:
         entries = []
         for row in await operations.live(state.pool):
-            kids = await operations.children(state.pool, row["id"]) if row["op_type"] == operations.FANOUT else None
+            kids = (
+                await operations.children(state.pool, row["id"])
+                if row["op_type"] == operations.FANOUT
+                else None
+            )
             entries.append(live_entry(row, kids))
-        entries += [staging_entry(JobSnapshot.from_row(r)) for r in await state.pool.fetch(q("load_jobs_running"))]
+        entries += [
+            staging_entry(JobSnapshot.from_row(r)) for r in await state.pool.fetch(q("load_jobs_running"))
+        ]
         return {"operations": entries}
 
     @router.get("/history")

@@ -68,9 +68,18 @@ def local_fields() -> dict[str, Any]:
     """The frontend host's own memory, in the reference's `ram*` / `aggregate` shape."""
     ram = local_memory()
     percent = round(100.0 * ram["used"] / ram["total"], 1) if ram["total"] else 0.0
-    return {"ram_total": ram["total"], "ram_available": ram["available"], "ram_used": ram["used"],
-            "aggregate": {"total_memory": ram["total"], "used_memory": ram["used"], "free_memory": ram["available"],
-                          "usage_percent": percent, "gpu_count": 0}}
+    return {
+        "ram_total": ram["total"],
+        "ram_available": ram["available"],
+        "ram_used": ram["used"],
+        "aggregate": {
+            "total_memory": ram["total"],
+            "used_memory": ram["used"],
+            "free_memory": ram["available"],
+            "usage_percent": percent,
+            "gpu_count": 0,
+        },
+    }
 
 
 def model_memory_bytes(cfg: ModelConfig) -> int:
@@ -96,9 +105,16 @@ def _selector(state: FrontendState, cfg: ModelConfig, rules: list[SchedulingRule
     return {**cfg.node_selector, **(rule.node_selector if rule else {})}
 
 
-def _model_entry(cfg: ModelConfig, need: int, budget: ClusterBudget | None, local_bytes: int) -> dict[str, Any]:
-    return {"name": cfg.name, "backend": cfg.backend, "capabilities": model_capabilities.listed(cfg), "memory_bytes": need,
-            **verdict(need, budget, local_bytes)}
+def _model_entry(
+    cfg: ModelConfig, need: int, budget: ClusterBudget | None, local_bytes: int
+) -> dict[str, Any]:
+    return {
+        "name": cfg.name,
+        "backend": cfg.backend,
+        "capabilities": model_capabilities.listed(cfg),
+        "memory_bytes": need,
+        **verdict(need, budget, local_bytes),
+    }
 
 
 def build_resources_router(state: FrontendState) -> APIRouter:
@@ -107,11 +123,21 @@ def build_resources_router(state: FrontendState) -> APIRouter:
     @router.get("/api/resources")
     async def resources() -> JSONResponse:
         fields = local_fields()
-        body: dict[str, Any] = {"type": "ram", "available": True, "gpus": [],
-                                "ram": {"total": fields["ram_total"], "available": fields["ram_available"],
-                                        "used": fields["ram_used"]},
-                                "aggregate": fields["aggregate"], "storage_size": await asyncio.to_thread(_storage_bytes, state),
-                                "reclaimer_enabled": False, "reclaimer_threshold": 0, "watchdog_interval": ""}
+        body: dict[str, Any] = {
+            "type": "ram",
+            "available": True,
+            "gpus": [],
+            "ram": {
+                "total": fields["ram_total"],
+                "available": fields["ram_available"],
+                "used": fields["ram_used"],
+            },
+            "aggregate": fields["aggregate"],
+            "storage_size": await asyncio.to_thread(_storage_bytes, state),
+            "reclaimer_enabled": False,
+            "reclaimer_threshold": 0,
+            "watchdog_interval": "",
+        }
         registry = await read_registry(state)
         budget = cluster_budget(registry[0]) if registry else None
         if budget is not None:
@@ -143,8 +169,15 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         target = resolve(model_id, set(state.configs), state.aliases).model or model_id
         found = [c for c in state.configs.values() if c.name == target or c.raw.get("variant_of") == target]
         if not found:
-            return JSONResponse(envelope(f"model {model_id!r} not found; GET /api/models lists the configured models",
-                                         "not_found_error", 404, "model"), status_code=404)
+            return JSONResponse(
+                envelope(
+                    f"model {model_id!r} not found; GET /api/models lists the configured models",
+                    "not_found_error",
+                    404,
+                    "model",
+                ),
+                status_code=404,
+            )
         local = local_fields()
         registry = await read_registry(state)
         nodes = registry[0] if registry else []
@@ -155,14 +188,24 @@ def build_resources_router(state: FrontendState) -> APIRouter:
         sizes = await asyncio.to_thread(lambda: [model_memory_bytes(cfg) for cfg in found])  # file reads
         for cfg, size in zip(found, sizes, strict=True):
             needs = str(cfg.raw.get("capability") or "")
-            entry = {**_model_entry(cfg, size, budget, local["ram_total"]), "capability": needs,
-                     "compatible": compatible(needs, present)}
+            entry = {
+                **_model_entry(cfg, size, budget, local["ram_total"]),
+                "capability": needs,
+                "compatible": compatible(needs, present),
+            }
             entries.append(entry)
         usable = [e for e in entries if e["compatible"] and e["fits"] is not False]
-        best = max(usable, key=lambda e: (e["capability"] not in ("", "cpu", "default"), e["memory_bytes"]),
-                   default=None)
-        body: dict[str, Any] = {"model": target, "capabilities": sorted(present), "variants": entries,
-                                "recommended": best["name"] if best else None}
+        best = max(
+            usable,
+            key=lambda e: (e["capability"] not in ("", "cpu", "default"), e["memory_bytes"]),
+            default=None,
+        )
+        body: dict[str, Any] = {
+            "model": target,
+            "capabilities": sorted(present),
+            "variants": entries,
+            "recommended": best["name"] if best else None,
+        }
         if budget is not None:
             body["cluster"] = budget.as_json()
         return JSONResponse(body)

@@ -44,12 +44,19 @@ def routing_explain(state: FrontendState, model: str) -> dict[str, Any]:
     view = state.router.view
     policy = view.policies.get(model)
     last = view.decisions.get(model)
-    return {"picker": policy.picker, "policy_source": policy.source,
-            "min_prefix_match": policy.min_prefix_match, "balance_abs_threshold": policy.balance_abs,
-            "balance_rel_threshold": policy.balance_rel,
-            "replicas": [{"replica": r.key, "node": r.node_name, "in_flight": state.router.inflight.total(r)}
-                         for r in view.all() if r.model == model],
-            "last_decision": last.explain() if last else None}
+    return {
+        "picker": policy.picker,
+        "policy_source": policy.source,
+        "min_prefix_match": policy.min_prefix_match,
+        "balance_abs_threshold": policy.balance_abs,
+        "balance_rel_threshold": policy.balance_rel,
+        "replicas": [
+            {"replica": r.key, "node": r.node_name, "in_flight": state.router.inflight.total(r)}
+            for r in view.all()
+            if r.model == model
+        ],
+        "last_decision": last.explain() if last else None,
+    }
 
 
 def build_scheduling_router(state: FrontendState) -> APIRouter:
@@ -59,33 +66,52 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
     async def explain(model: Annotated[str, Query(max_length=NAME_MAX)] = "") -> JSONResponse:
         cfg = state.configs.get(model)
         if cfg is None:
-            return JSONResponse(envelope(f"model {model!r} not found; pass ?model=<configured model name>",
-                                         "not_found_error", 404, "model"), status_code=404)
+            return JSONResponse(
+                envelope(
+                    f"model {model!r} not found; pass ?model=<configured model name>",
+                    "not_found_error",
+                    404,
+                    "model",
+                ),
+                status_code=404,
+            )
         req = await placement_request(state.router.ctx, cfg)
         nodes = await placement_store.snapshot(state.pool)
         routing = routing_explain(state, cfg.name)
         try:
             return JSONResponse({**decide(req, nodes).explain(), "routing": routing})
         except NoNodeFits as exc:
-            verdicts = [{"node": name, "fits": False, "filter": r.filter, "reason": r.reason, "detail": r.detail}
-                        for name, r in sorted(exc.rejections.items())]
-            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": verdicts,
-                                 "routing": routing})
+            verdicts = [
+                {"node": name, "fits": False, "filter": r.filter, "reason": r.reason, "detail": r.detail}
+                for name, r in sorted(exc.rejections.items())
+            ]
+            return JSONResponse(
+                {"model": model, "chosen": None, "error": str(exc), "nodes": verdicts, "routing": routing}
+            )
         except NoNodeAvailable as exc:
-            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": [], "routing": routing})
+            return JSONResponse(
+                {"model": model, "chosen": None, "error": str(exc), "nodes": [], "routing": routing}
+            )
 
     @router.get("/api/settings")
     async def get_settings() -> JSONResponse:
         return JSONResponse({**DEFAULTS, **await settings_store.all_settings(state.pool)})
 
-    @router.post("/api/settings", openapi_extra=documented_body({"type": "object", "properties": {
-        key: {"type": "boolean"} for key in RUNTIME_SETTINGS}}))
+    @router.post(
+        "/api/settings",
+        openapi_extra=documented_body(
+            {"type": "object", "properties": {key: {"type": "boolean"} for key in RUNTIME_SETTINGS}}
+        ),
+    )
     async def post_settings(request: Request) -> JSONResponse:
         try:
             body = await json_body(request)
         except ValueError:
-            return _bad("request body is not valid JSON; send an object like "
-                        '{"distributed_disk_headroom_check": false}', "body")
+            return _bad(
+                "request body is not valid JSON; send an object like "
+                '{"distributed_disk_headroom_check": false}',
+                "body",
+            )
         refused = _validate_settings(body)
         if refused is not None:
             return refused

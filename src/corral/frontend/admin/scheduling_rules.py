@@ -34,14 +34,27 @@ from corral.store import scheduling as scheduling_store
 from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
 
 _REPLICAS = {"type": "integer", "minimum": 0, "maximum": REPLICAS_MAX}
-RULE_BODY = documented_body({"type": "object", "required": ["model_name"], "properties": {
-    "model_name": {"type": "string", "minLength": 1, "maxLength": NAME_MAX},
-    "node_selector": {"type": "object", "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}},
-    "min_replicas": _REPLICAS, "max_replicas": _REPLICAS, "replicas": {"type": "string", "enum": ["all"]},
-    "spread_all": {"type": "boolean"}, "route_policy": {"type": "string", "enum": list(ROUTE_POLICIES)},
-    "balance_abs_threshold": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
-    "balance_rel_threshold": {"type": "number", "minimum": 0}, "min_prefix_match": {"type": "number", "minimum": 0,
-                                                                                   "maximum": 1}}})
+RULE_BODY = documented_body(
+    {
+        "type": "object",
+        "required": ["model_name"],
+        "properties": {
+            "model_name": {"type": "string", "minLength": 1, "maxLength": NAME_MAX},
+            "node_selector": {
+                "type": "object",
+                "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX},
+            },
+            "min_replicas": _REPLICAS,
+            "max_replicas": _REPLICAS,
+            "replicas": {"type": "string", "enum": ["all"]},
+            "spread_all": {"type": "boolean"},
+            "route_policy": {"type": "string", "enum": list(ROUTE_POLICIES)},
+            "balance_abs_threshold": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
+            "balance_rel_threshold": {"type": "number", "minimum": 0},
+            "min_prefix_match": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+    }
+)
 RuleName = Annotated[str, Path(max_length=NAME_MAX)]  # model_scheduling_configs.model_name varchar(255)
 
 
@@ -63,16 +76,29 @@ def rule_status(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) 
     if g.shadowed_by:
         return {"state": "shadowed", "message": f"shadowed: rule {g.shadowed_by!r} governs {g.target}"}
     if not rule.autoscaling:
-        return {"state": "on_demand", "replicas": loaded,
-                "message": f"{g.target} loads on demand, only on nodes matching the selector"}
+        return {
+            "state": "on_demand",
+            "replicas": loaded,
+            "message": f"{g.target} loads on demand, only on nodes matching the selector",
+        }
     if rule.unsatisfiable_until_s is not None and rule.unsatisfiable_until_s > now_s:
-        return {"state": "cooling_down", "replicas": loaded, "message": (
-            f"unsatisfiable; retried after {_iso(rule.unsatisfiable_until_s)} or when a node registers, is "
-            f"approved, relabelled or re-budgeted: {rule.unsatisfiable_reason}")}
+        return {
+            "state": "cooling_down",
+            "replicas": loaded,
+            "message": (
+                f"unsatisfiable; retried after {_iso(rule.unsatisfiable_until_s)} or when a node registers, is "
+                f"approved, relabelled or re-budgeted: {rule.unsatisfiable_reason}"
+            ),
+        }
     if rule.unsatisfiable_ticks:
-        return {"state": "unsatisfiable", "replicas": loaded, "message": (
-            f"unsatisfiable ({rule.unsatisfiable_ticks}/{UNSATISFIABLE_TICKS} passes before a cooldown): "
-            f"{rule.unsatisfiable_reason}")}
+        return {
+            "state": "unsatisfiable",
+            "replicas": loaded,
+            "message": (
+                f"unsatisfiable ({rule.unsatisfiable_ticks}/{UNSATISFIABLE_TICKS} passes before a cooldown): "
+                f"{rule.unsatisfiable_reason}"
+            ),
+        }
     if rule.unsatisfiable_reason:
         return {"state": "waiting", "replicas": loaded, "message": rule.unsatisfiable_reason}
     return {"state": "active", "replicas": loaded, "message": f"{loaded} replica(s) of {g.target} loaded"}
@@ -83,13 +109,22 @@ def rule_view(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) ->
     if rule.node_selector:
         out["node_selector"] = selector_text(rule.node_selector)
     out.update(min_replicas=rule.min_replicas, max_replicas=rule.max_replicas)
-    optional = {"spread_all": rule.spread_all, "route_policy": rule.route_policy,
-                "balance_abs_threshold": rule.balance_abs_threshold,
-                "balance_rel_threshold": rule.balance_rel_threshold, "min_prefix_match": rule.min_prefix_match,
-                "unsatisfiable_until": _iso(rule.unsatisfiable_until_s)}
+    optional = {
+        "spread_all": rule.spread_all,
+        "route_policy": rule.route_policy,
+        "balance_abs_threshold": rule.balance_abs_threshold,
+        "balance_rel_threshold": rule.balance_rel_threshold,
+        "min_prefix_match": rule.min_prefix_match,
+        "unsatisfiable_until": _iso(rule.unsatisfiable_until_s),
+    }
     out.update({k: v for k, v in optional.items() if v})
-    out.update(unsatisfiable_ticks=rule.unsatisfiable_ticks, created_at=_iso(rule.created_s),
-               updated_at=_iso(rule.updated_s), target=g.target, shadowed=bool(g.shadowed_by))
+    out.update(
+        unsatisfiable_ticks=rule.unsatisfiable_ticks,
+        created_at=_iso(rule.created_s),
+        updated_at=_iso(rule.updated_s),
+        target=g.target,
+        shadowed=bool(g.shadowed_by),
+    )
     if g.shadowed_by:
         out["shadowed_by"] = g.shadowed_by
     out.update(declared=rule.declared, status=rule_status(rule, g, loaded, now_s))
@@ -105,8 +140,10 @@ async def _views(state: FrontendState, rules: list[SchedulingRule]) -> list[dict
     governance = govern(everything, _resolver(state))
     counts = await scheduling_store.loaded_counts(state.pool)
     now_s = time.time()
-    return [rule_view(r, governance[r.model_name], counts.get(governance[r.model_name].target or "", 0), now_s)
-            for r in rules]
+    return [
+        rule_view(r, governance[r.model_name], counts.get(governance[r.model_name].target or "", 0), now_s)
+        for r in rules
+    ]
 
 
 async def _set_rule(state: FrontendState, request: Request) -> Any:
@@ -121,21 +158,32 @@ async def _set_rule(state: FrontendState, request: Request) -> Any:
     resolver = _resolver(state)
     resolution = resolver(spec.model_name)
     if resolution.model is None:
-        return _error(400, f"invalid scheduling rule: field 'model_name': {resolution.problem}; a rule keyed "
-                           "by an alias must govern a configured model", "model_name")
+        return _error(
+            400,
+            f"invalid scheduling rule: field 'model_name': {resolution.problem}; a rule keyed "
+            "by an alias must govern a configured model",
+            "model_name",
+        )
     try:
         await scheduling_store.upsert_unless_governed(
-            state.pool, spec, lambda rules: conflicting_rule(spec.model_name, rules, resolver))
+            state.pool, spec, lambda rules: conflicting_rule(spec.model_name, rules, resolver)
+        )
     except RuleConflict as exc:
         via = f" (alias of {resolution.model!r})" if resolution.via_alias else ""
-        return _error(409, f"scheduling rule for {spec.model_name!r}{via} conflicts: model {resolution.model!r} "
-                           f"is already governed by scheduling rule {exc.rule!r}; one load serves every name of a "
-                           f"model, so only one rule may place it — update or delete rule {exc.rule!r} "
-                           f"(DELETE /api/nodes/scheduling/{exc.rule}) first", "model_name")
+        return _error(
+            409,
+            f"scheduling rule for {spec.model_name!r}{via} conflicts: model {resolution.model!r} "
+            f"is already governed by scheduling rule {exc.rule!r}; one load serves every name of a "
+            f"model, so only one rule may place it — update or delete rule {exc.rule!r} "
+            f"(DELETE /api/nodes/scheduling/{exc.rule}) first",
+            "model_name",
+        )
     rule = await scheduling_store.get(state.pool, spec.model_name)
     if rule is not None:
         state.router.apply_route_rule(rule)  # this frontend at once; the others at their next view refresh
-    return (await _views(state, [rule]))[0] if rule else _error(404, f"rule {spec.model_name!r} vanished; retry")
+    return (
+        (await _views(state, [rule]))[0] if rule else _error(404, f"rule {spec.model_name!r} vanished; retry")
+    )
 
 
 def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
@@ -150,7 +198,9 @@ def build_scheduling_rules_router(state: FrontendState) -> APIRouter:
     async def get_rule(model: RuleName) -> Any:
         rule = await scheduling_store.get(state.pool, model)
         if rule is None:
-            return _error(404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling")
+            return _error(
+                404, f"no scheduling rule for {model!r}; create one with POST /api/nodes/scheduling"
+            )
         return (await _views(state, [rule]))[0]
 
     @router.post("", openapi_extra=RULE_BODY)

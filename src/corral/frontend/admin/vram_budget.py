@@ -15,8 +15,13 @@ from corral.placement.vram_budget import ACCEPTED, BadVramBudget
 from corral.store import vram_budget
 
 BUDGET_TEXT_MAX = 32  # backend_nodes.vram_budget varchar(32)
-BUDGET_BODY = documented_body({"type": "object", "required": ["value"], "properties": {
-    "value": {"type": "string", "maxLength": BUDGET_TEXT_MAX, "description": ACCEPTED}}})
+BUDGET_BODY = documented_body(
+    {
+        "type": "object",
+        "required": ["value"],
+        "properties": {"value": {"type": "string", "maxLength": BUDGET_TEXT_MAX, "description": ACCEPTED}},
+    }
+)
 NodeId = Annotated[str, Path(max_length=NODE_ID_MAX)]
 
 
@@ -41,8 +46,10 @@ def build_vram_budget_router(state: FrontendState) -> APIRouter:
             return _bad(f'send {{"value": ...}} with {ACCEPTED}')
         text = str(value)
         if len(text) > BUDGET_TEXT_MAX:
-            return _bad(f"invalid request: field 'value': must be at most {BUDGET_TEXT_MAX} characters; "
-                        f"use {ACCEPTED}")
+            return _bad(
+                f"invalid request: field 'value': must be at most {BUDGET_TEXT_MAX} characters; "
+                f"use {ACCEPTED}"
+            )
         try:
             found = await vram_budget.set_budget(state.pool, node_id, text)
         except BadVramBudget as exc:

@@ -80,8 +80,12 @@ class AgentChat:
         except (NoAgentWorker, AgentTimeout) as exc:
             raise _unavailable(exc) from None
         if answer.error:
-            raise APIError(502, f"MCP discovery of model {cfg.name} failed on agent worker {answer.node_id}: "
-                                f"{answer.error}", "server_error", "mcp_discovery_failed")
+            raise APIError(
+                502,
+                f"MCP discovery of model {cfg.name} failed on agent worker {answer.node_id}: {answer.error}",
+                "server_error",
+                "mcp_discovery_failed",
+            )
         defs = list(answer.tools or [])
         now = time.monotonic()
         self._tools = {k: v for k, v in self._tools.items() if v[0] > now}  # edited configs leave no entries
@@ -107,15 +111,22 @@ class AgentChat:
             turns += 1
             reply, _replica = await _unary(self.state, cfg, "Predict", opts, "messages")
             calls = reply_tool_calls(reply) if reply.chat_deltas else []
-            return Turn(content=reply.message.decode(errors="replace"), tool_calls=calls,
-                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.tokens,
-                        finish_reason="length" if reply.tokens >= max_tokens else "stop")
+            return Turn(
+                content=reply.message.decode(errors="replace"),
+                tool_calls=calls,
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.tokens,
+                finish_reason="length" if reply.tokens >= max_tokens else "stop",
+            )
 
         async def run_tool(call: ToolCall) -> str:
             return await self._run_tool(cfg, call, known, run)
 
-        messages = [m.model_dump(exclude_none=True, include={"role", "content", "name", "tool_calls", "tool_call_id"})
-                    | {"content": m.text()} for m in body.messages]
+        messages = [
+            m.model_dump(exclude_none=True, include={"role", "content", "name", "tool_calls", "tool_call_id"})
+            | {"content": m.text()}
+            for m in body.messages
+        ]
         iterations = cfg.mcp.max_iterations or self.max_iterations
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
@@ -129,7 +140,9 @@ class AgentChat:
         record: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
         run.calls.append(record)
         if call.name not in known:
-            record["error"] = f"unknown tool {call.name!r}; this model's MCP tools: {', '.join(sorted(known))}"
+            record["error"] = (
+                f"unknown tool {call.name!r}; this model's MCP tools: {', '.join(sorted(known))}"
+            )
             return f"error: {record['error']}"
         try:
             arguments = call.parsed_arguments()
@@ -150,22 +163,43 @@ class AgentChat:
         record["result"] = answer.result or ""
         return answer.result or ""
 
-    def _completion(self, cfg: ModelConfig, outcome: LoopResult, run: _Run, ident: str, created: int
-                    ) -> dict[str, Any]:
+    def _completion(
+        self, cfg: ModelConfig, outcome: LoopResult, run: _Run, ident: str, created: int
+    ) -> dict[str, Any]:
         return {
-            "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": outcome.final.content},
-                         "logprobs": None, "finish_reason": outcome.final.finish_reason}],
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": cfg.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": outcome.final.content},
+                    "logprobs": None,
+                    "finish_reason": outcome.final.finish_reason,
+                }
+            ],
             "usage": _usage(outcome.prompt_tokens, outcome.completion_tokens),
             "mcp": {"iterations": outcome.iterations, "tool_calls": run.calls},
         }
 
-    def _stream(self, cfg: ModelConfig, messages: list[dict[str, Any]], model: Any, run_tool: Any,
-                iterations: int, ident: str, created: int, body: ChatCompletionRequest) -> StreamingResponse:
+    def _stream(
+        self,
+        cfg: ModelConfig,
+        messages: list[dict[str, Any]],
+        model: Any,
+        run_tool: Any,
+        iterations: int,
+        ident: str,
+        created: int,
+        body: ChatCompletionRequest,
+    ) -> StreamingResponse:
         head = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": cfg.name}
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+            return sse(
+                {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            )
 
         async def events() -> AsyncIterator[bytes]:
             queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -195,8 +229,15 @@ class AgentChat:
                 yield DONE
                 return
             except Exception as exc:  # noqa: BLE001 - after the first byte an error can only be an event
-                yield sse({"error": {"message": str(exc) or type(exc).__name__, "type": "server_error",
-                                     "code": "agent_loop_error"}})
+                yield sse(
+                    {
+                        "error": {
+                            "message": str(exc) or type(exc).__name__,
+                            "type": "server_error",
+                            "code": "agent_loop_error",
+                        }
+                    }
+                )
                 yield DONE
                 return
             finally:
@@ -205,11 +246,16 @@ class AgentChat:
                 yield chunk({"content": outcome.final.content})
             yield chunk({}, outcome.final.finish_reason)
             if body.stream_options and body.stream_options.include_usage:
-                yield sse({**head, "choices": [], "usage": _usage(outcome.prompt_tokens, outcome.completion_tokens)})
+                yield sse(
+                    {**head, "choices": [], "usage": _usage(outcome.prompt_tokens, outcome.completion_tokens)}
+                )
             yield DONE
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
 
 def _first_choice(body: ChatCompletionRequest) -> str:
@@ -237,10 +283,19 @@ def build_mcp_router(state: FrontendState, agents: AgentChat) -> APIRouter:
         except (NoAgentWorker, AgentTimeout) as exc:
             raise _unavailable(exc) from None
         if answer.error:
-            raise APIError(502, f"MCP discovery failed on agent worker {answer.node_id}: {answer.error}",
-                           "server_error", "mcp_discovery_failed")
-        return _json({"model": cfg.name, "node_id": answer.node_id,
-                      "servers": [s.model_dump(exclude_none=True) for s in answer.servers or []],
-                      "tools": [t.model_dump() for t in answer.tools or []]})
+            raise APIError(
+                502,
+                f"MCP discovery failed on agent worker {answer.node_id}: {answer.error}",
+                "server_error",
+                "mcp_discovery_failed",
+            )
+        return _json(
+            {
+                "model": cfg.name,
+                "node_id": answer.node_id,
+                "servers": [s.model_dump(exclude_none=True) for s in answer.servers or []],
+                "tools": [t.model_dump() for t in answer.tools or []],
+            }
+        )
 
     return router

@@ -20,34 +20,50 @@ async def _placement_reasons(router: Router, cfg: ModelConfig) -> list[dict[str,
     try:
         await plan(router.ctx, cfg)
     except NoNodeFits as exc:
-        return [{"node": name, "filter": r.filter, "reason": r.reason, "detail": r.detail}
-                for name, r in sorted(exc.rejections.items())]
+        return [
+            {"node": name, "filter": r.filter, "reason": r.reason, "detail": r.detail}
+            for name, r in sorted(exc.rejections.items())
+        ]
     except Exception:  # the message alone still explains the failure
         return []
     return []
 
 
 @asynccontextmanager
-async def http_errors(router: Router, cfg: ModelConfig, prompt_param: str | None = None) -> AsyncIterator[None]:
+async def http_errors(
+    router: Router, cfg: ModelConfig, prompt_param: str | None = None
+) -> AsyncIterator[None]:
     """Map what a routed call raises to the APIError the client gets; `prompt_param` is the request field
     that holds the prompt (`messages`, `prompt`, `input`), named when it is too long for the context."""
     try:
         yield
     except PlacementError as exc:
         reasons = await _placement_reasons(router, cfg)
-        raise APIError(503, str(exc), "server_error", "no_nodes_available",
-                       extra={"rejections": reasons} if reasons else None) from None
+        raise APIError(
+            503,
+            str(exc),
+            "server_error",
+            "no_nodes_available",
+            extra={"rejections": reasons} if reasons else None,
+        ) from None
     except LoadError as exc:
         raise APIError(502, str(exc), "server_error", "model_load_failed") from None
     except ModelStillLoading as exc:
-        raise APIError(503, str(exc), "model_loading", "model_loading",
-                       headers={"Retry-After": str(exc.retry_after_s)}, extra={"loading": exc.loading}) from None
+        raise APIError(
+            503,
+            str(exc),
+            "model_loading",
+            "model_loading",
+            headers={"Retry-After": str(exc.retry_after_s)},
+            extra={"loading": exc.loading},
+        ) from None
     except BackendTimeout as exc:
         raise APIError(504, str(exc), "server_error", "backend_timeout") from None
     except BackendRefused as exc:
         if exc.context_length_exceeded:  # OpenAI's code: clients branch on it (e.g. to trim the history)
-            raise APIError(400, str(exc), "invalid_request_error", "context_length_exceeded", prompt_param) from None
+            raise APIError(
+                400, str(exc), "invalid_request_error", "context_length_exceeded", prompt_param
+            ) from None
         if exc.invalid_request:
             raise APIError(400, str(exc), "invalid_request_error", "invalid_value") from None
         raise APIError(502, str(exc), "server_error", "backend_error") from None
-

@@ -49,8 +49,14 @@ def finish_reason(completion_tokens: int, max_tokens: int) -> str:
 
 def check_n(n: int, max_n: int) -> None:
     if n > max_n:
-        raise APIError(400, f"n is {n} but this server generates at most {max_n} choices per request (raise "
-                            f"{MAX_N_KNOB}); send a smaller n", "invalid_request_error", "invalid_value", "n")
+        raise APIError(
+            400,
+            f"n is {n} but this server generates at most {max_n} choices per request (raise "
+            f"{MAX_N_KNOB}); send a smaller n",
+            "invalid_request_error",
+            "invalid_value",
+            "n",
+        )
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,15 @@ async def _gather(coros: list[Awaitable[Any]]) -> list[Any]:
             task.cancel()
 
 
-async def unary(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, Any], max_concurrent: int,
-                message_of: MessageOf, headers_of: HeadersOf) -> Response:
+async def unary(
+    router: Router,
+    cfg: ModelConfig,
+    plan: Plan,
+    head: dict[str, Any],
+    max_concurrent: int,
+    message_of: MessageOf,
+    headers_of: HeadersOf,
+) -> Response:
     slots = asyncio.Semaphore(max_concurrent)
 
     async def call(choice: Choice) -> tuple[backend_pb2.Reply, Replica]:
@@ -124,13 +137,25 @@ async def unary(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, An
         items = logprobs.entries(reply) if plan.logprobs else []
         if plan.chat:
             message, finish = message_of(reply, plan.max_tokens)
-            out.append({"index": choice.index, "message": message,
-                        "logprobs": logprobs.chat(items) if plan.logprobs else None, "finish_reason": finish})
+            out.append(
+                {
+                    "index": choice.index,
+                    "message": message,
+                    "logprobs": logprobs.chat(items) if plan.logprobs else None,
+                    "finish_reason": finish,
+                }
+            )
         else:
             text = choice.echo + reply.message.decode(errors="replace")
             shaped = logprobs.CompletionLogprobs(len(choice.echo)).shape(items) if plan.logprobs else None
-            out.append({"index": choice.index, "text": text, "logprobs": shaped,
-                        "finish_reason": finish_reason(reply.tokens, plan.max_tokens)})
+            out.append(
+                {
+                    "index": choice.index,
+                    "text": text,
+                    "logprobs": shaped,
+                    "finish_reason": finish_reason(reply.tokens, plan.max_tokens),
+                }
+            )
     body = {**head, "choices": out, "usage": usage_of(plan.choices, replies)}
     return Response(orjson.dumps(body), media_type="application/json", headers=headers_of(answers[-1][1]))
 
@@ -151,8 +176,14 @@ class Streams:
         self.current.close()
 
 
-async def stream(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, Any], include_usage: bool,
-                 headers_of: HeadersOf) -> tuple[AsyncIterator[bytes], Streams, dict[str, str]]:
+async def stream(
+    router: Router,
+    cfg: ModelConfig,
+    plan: Plan,
+    head: dict[str, Any],
+    include_usage: bool,
+    headers_of: HeadersOf,
+) -> tuple[AsyncIterator[bytes], Streams, dict[str, str]]:
     """The events of every choice's stream, the streams to close with the response, and its headers."""
     async with http_errors(router, cfg, plan.prompt_param):  # the first choice's errors before the first byte
         first, opened = await calls.open_stream(router, cfg, plan.choices[0].opts)
@@ -181,16 +212,28 @@ async def stream(router: Router, cfg: ModelConfig, plan: Plan, head: dict[str, A
     return events(), streams, headers
 
 
-async def _relay(plan: Plan, head: dict[str, Any], choice: Choice, reply: Any, opened: calls.ReplyStream,
-                 totals: list[backend_pb2.Reply]) -> AsyncIterator[bytes]:
+async def _relay(
+    plan: Plan,
+    head: dict[str, Any],
+    choice: Choice,
+    reply: Any,
+    opened: calls.ReplyStream,
+    totals: list[backend_pb2.Reply],
+) -> AsyncIterator[bytes]:
     """One choice's chunks: its pieces (with their logprobs), then its finish; its final reply joins `totals`."""
 
-    def chunk(fields: dict[str, Any], items: list[dict[str, Any]] | None = None,
-              finish: str | None = None) -> bytes:
+    def chunk(
+        fields: dict[str, Any], items: list[dict[str, Any]] | None = None, finish: str | None = None
+    ) -> bytes:
         shaped = None
         if plan.logprobs and items is not None:
             shaped = logprobs.chat(items) if plan.chat else completion.shape(items)
-        return sse({**head, "choices": [{"index": choice.index, **fields, "logprobs": shaped, "finish_reason": finish}]})
+        return sse(
+            {
+                **head,
+                "choices": [{"index": choice.index, **fields, "logprobs": shaped, "finish_reason": finish}],
+            }
+        )
 
     completion = logprobs.CompletionLogprobs(len(choice.echo))
     text_key = "delta" if plan.chat else "text"

@@ -26,7 +26,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-async def respond_until_disconnect(receive: Receive, send: Send, respond: Callable[[Send], Awaitable[None]]) -> None:
+async def respond_until_disconnect(
+    receive: Receive, send: Send, respond: Callable[[Send], Awaitable[None]]
+) -> None:
     """Run `respond(send)`; cancel it if the client disconnects before the response is complete."""
     task = asyncio.current_task()
     state = {"finished": False, "cancelled": False}
@@ -69,7 +71,9 @@ class CancelOnDisconnect:
     body first, then run the app under `respond_until_disconnect`, so a client that goes away cancels the backend
     call and releases the request's files on the worker (the JSON inference routes get this from the fast path)."""
 
-    def __init__(self, app: Callable[[dict[str, Any], Receive, Send], Awaitable[None]], paths: frozenset[str]) -> None:
+    def __init__(
+        self, app: Callable[[dict[str, Any], Receive, Send], Awaitable[None]], paths: frozenset[str]
+    ) -> None:
         self.app, self.paths = app, paths
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -93,4 +97,6 @@ class CancelOnDisconnect:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await respond_until_disconnect(receive, send, lambda watched_send: self.app(scope, replay, watched_send))
+        await respond_until_disconnect(
+            receive, send, lambda watched_send: self.app(scope, replay, watched_send)
+        )

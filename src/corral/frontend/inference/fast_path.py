@@ -59,8 +59,12 @@ def _model_of(data: Any) -> str:
 
 
 class FastPath:
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], handlers: dict[str, Handler],
-                 figures: RequestFigures | None = None) -> None:
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        handlers: dict[str, Handler],
+        figures: RequestFigures | None = None,
+    ) -> None:
         self.app, self.handlers = app, handlers
         self.figures = figures or RequestFigures(lambda _model: None)
 
@@ -84,8 +88,12 @@ class FastPath:
         if tracing.tracer is None:
             await respond_until_disconnect(receive, send, respond)  # a gone client cancels the backend call
         else:
-            with tracing.span(f"POST {scope['path']}", {"http.route": scope["path"]}, kind=SpanKind.SERVER,
-                              context=tracing.extract(_text_headers(scope))):
+            with tracing.span(
+                f"POST {scope['path']}",
+                {"http.route": scope["path"]},
+                kind=SpanKind.SERVER,
+                context=tracing.extract(_text_headers(scope)),
+            ):
                 await respond_until_disconnect(receive, send, respond)
 
     async def _handle(self, handler: Handler, raw: bytes) -> tuple[Response, str]:
@@ -93,9 +101,18 @@ class FastPath:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return Response(orjson.dumps(envelope("request body is not valid JSON; send a JSON object",
-                                                  "invalid_request_error", "invalid_value", "body")),
-                            status_code=400, media_type="application/json"), ""
+            return Response(
+                orjson.dumps(
+                    envelope(
+                        "request body is not valid JSON; send a JSON object",
+                        "invalid_request_error",
+                        "invalid_value",
+                        "body",
+                    )
+                ),
+                status_code=400,
+                media_type="application/json",
+            ), ""
         name = _model_of(data)
         try:
             body = model.model_validate(data)

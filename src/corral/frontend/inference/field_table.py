@@ -28,10 +28,19 @@ from corral.frontend.inference.schemas import (
 )
 
 ENDPOINTS: tuple[type[_Request], ...] = (
-    ChatCompletionRequest, CompletionRequest, EmbeddingRequest, RerankRequest, ResponsesRequest, SpeechRequest,
-    TTSRequest, ImageRequest)  # the multipart /v1/audio/transcriptions form is checked by media_requests itself
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    ResponsesRequest,
+    SpeechRequest,
+    TTSRequest,
+    ImageRequest,
+)  # the multipart /v1/audio/transcriptions form is checked by media_requests itself
 
-README = Path("README.md")  # the checkout's, relative to where the command runs (its root), not to this module
+README = Path(
+    "README.md"
+)  # the checkout's, relative to where the command runs (its root), not to this module
 BEGIN, END = "<!-- fields:begin -->", "<!-- fields:end -->"
 COMMAND = "python -m corral.frontend.inference.field_table --write"
 
@@ -82,8 +91,10 @@ def table(endpoints: Sequence[type[_Request]] = ENDPOINTS) -> str:
     for name in sorted(names):
         cells = [cell(model, name) for model in endpoints]
         rows[_group(cells)].append((name, cells))
-    lines = [f"| field | {' | '.join(f'`{policy(m).endpoint}`' for m in endpoints)} |",
-             "|---" * (len(endpoints) + 1) + "|"]
+    lines = [
+        f"| field | {' | '.join(f'`{policy(m).endpoint}`' for m in endpoints)} |",
+        "|---" * (len(endpoints) + 1) + "|",
+    ]
     for (_, title), group in zip(GROUPS, rows, strict=True):
         if group:
             lines.append(f"| **{title}** |" + " |" * len(endpoints))
@@ -112,8 +123,10 @@ def with_block(text: str, block: str) -> str:
 
 def main(argv: Sequence[str] = ()) -> int:
     if list(argv) not in ([], ["--write"]):
-        print(f"usage: python -m corral.frontend.inference.field_table [--write]  (--write rewrites {README.name}'s block)",
-              file=sys.stderr)
+        print(
+            f"usage: python -m corral.frontend.inference.field_table [--write]  (--write rewrites {README.name}'s block)",
+            file=sys.stderr,
+        )
         return 2
     if not argv:
         sys.stdout.write(table())

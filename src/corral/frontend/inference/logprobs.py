@@ -36,7 +36,11 @@ class CompletionLogprobs:
             tokens.append(item["token"])
             offsets.append(self.offset)
             self.offset += len(item["token"])
-        return {"tokens": tokens, "token_logprobs": [item["logprob"] for item in items],
-                "top_logprobs": [{alt["token"]: alt["logprob"] for alt in item.get("top_logprobs", [])}
-                                 for item in items],
-                "text_offset": offsets}
+        return {
+            "tokens": tokens,
+            "token_logprobs": [item["logprob"] for item in items],
+            "top_logprobs": [
+                {alt["token"]: alt["logprob"] for alt in item.get("top_logprobs", [])} for item in items
+            ],
+            "text_offset": offsets,
+        }

@@ -50,8 +50,15 @@ from corral.staging.errors import InputStorageFull, RequestInputFailed
 from corral.staging.request_inputs import RequestInputs
 from corral.store import generated_images, nodes
 
-MEDIA_PATHS = frozenset({"/v1/audio/transcriptions", "/v1/audio/translations", "/v1/audio/speech", "/tts",
-                         "/v1/images/generations"})  # a client that leaves cancels these (disconnect.py)
+MEDIA_PATHS = frozenset(
+    {
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/audio/speech",
+        "/tts",
+        "/v1/images/generations",
+    }
+)  # a client that leaves cancels these (disconnect.py)
 SPEECH_MAX_BYTES = 64 << 20  # what one speech or image answer may be when read back from the worker
 _IMAGE_ID_BYTES = 24
 
@@ -61,9 +68,15 @@ def _needs(state: FrontendState, model: str, capability: str, endpoint: str) -> 
     have = capabilities.capabilities(cfg)
     if capability not in have:
         listed = ", ".join(capabilities.listed(cfg)) or "none"
-        raise APIError(400, f"model {cfg.name!r} cannot serve {endpoint}: it has no {capability} capability (its "
-                            f"capabilities: {listed}; backend {cfg.backend}); use a {capability} model, or set "
-                            "known_usecases in its config", "invalid_request_error", "model_not_capable", "model")
+        raise APIError(
+            400,
+            f"model {cfg.name!r} cannot serve {endpoint}: it has no {capability} capability (its "
+            f"capabilities: {listed}; backend {cfg.backend}); use a {capability} model, or set "
+            "known_usecases in its config",
+            "invalid_request_error",
+            "model_not_capable",
+            "model",
+        )
     return cfg
 
 
@@ -74,9 +87,13 @@ class _Outputs:
     data: dict[str, bytes] = field(default_factory=dict)
 
 
-def _with_files(state: FrontendState, inputs: list[tuple[str, str, bytes]], outputs: list[tuple[str, str]],
-                build: Callable[[dict[str, str]], Any], read: _Outputs
-                ) -> Callable[[Replica], AbstractAsyncContextManager[Any]]:
+def _with_files(
+    state: FrontendState,
+    inputs: list[tuple[str, str, bytes]],
+    outputs: list[tuple[str, str]],
+    build: Callable[[dict[str, str]], Any],
+    read: _Outputs,
+) -> Callable[[Replica], AbstractAsyncContextManager[Any]]:
     """`calls.unary`'s `staged`: put `inputs` (category, name, bytes) and empty `outputs` (category, name) on the
     replica's node, yield `build(paths by name)`, read the outputs back after a successful call, release all."""
 
@@ -84,8 +101,14 @@ def _with_files(state: FrontendState, inputs: list[tuple[str, str, bytes]], outp
     async def staged(replica: Replica) -> AsyncIterator[Any]:
         node = await nodes.get(state.pool, replica.node_id)
         if node is None or not node["http_address"]:
-            raise APIError(503, f"node {replica.node_name} has no file server address to stage the request's files "
-                                "on; try again", "server_error", "node_unavailable", headers={"Retry-After": "5"})
+            raise APIError(
+                503,
+                f"node {replica.node_name} has no file server address to stage the request's files "
+                "on; try again",
+                "server_error",
+                "node_unavailable",
+                headers={"Retry-After": "5"},
+            )
         staging = state.staging
         assert staging is not None, "the frontend sets state.staging at start"
         async with RequestInputs(staging.http, node["http_address"], staging.token) as files:
@@ -98,14 +121,24 @@ def _with_files(state: FrontendState, inputs: list[tuple[str, str, bytes]], outp
                     paths[name] = await files.stage(category, name, b"")
                     keys[name] = files.keys[-1]
             except InputStorageFull as exc:
-                raise APIError(exc.client_status, f"node {replica.node_name}: {exc.message}", "server_error",
-                               "input_storage_full", headers={"Retry-After": str(exc.retry_after_s)}) from None
+                raise APIError(
+                    exc.client_status,
+                    f"node {replica.node_name}: {exc.message}",
+                    "server_error",
+                    "input_storage_full",
+                    headers={"Retry-After": str(exc.retry_after_s)},
+                ) from None
             except RequestInputFailed as exc:
-                raise APIError(502, f"node {replica.node_name}: staging the request's files failed: {exc}",
-                               "server_error", "input_staging_failed") from None
+                raise APIError(
+                    502,
+                    f"node {replica.node_name}: staging the request's files failed: {exc}",
+                    "server_error",
+                    "input_staging_failed",
+                ) from None
             yield build(paths)
             for name, key in keys.items():
                 read.data[name] = await _fetch(files, key)
+
     return staged
 
 
@@ -113,14 +146,20 @@ async def _fetch(files: RequestInputs, key: str) -> bytes:
     try:
         data = await files.read(key, SPEECH_MAX_BYTES)
     except RequestInputFailed as exc:
-        raise APIError(502, f"reading the backend's output {key} back from the worker failed: {exc}", "server_error",
-                       "output_fetch_failed") from None
+        raise APIError(
+            502,
+            f"reading the backend's output {key} back from the worker failed: {exc}",
+            "server_error",
+            "output_fetch_failed",
+        ) from None
     if not data:
         raise APIError(502, "the backend answered without writing its output", "server_error", "empty_output")
     return data
 
 
-async def _call(state: FrontendState, cfg: ModelConfig, method: str, staged: Any, param: str | None = None) -> Any:
+async def _call(
+    state: FrontendState, cfg: ModelConfig, method: str, staged: Any, param: str | None = None
+) -> Any:
     async with http_errors(state.router, cfg, param):
         result, _replica = await calls.unary(state.router, cfg, method, None, staged=staged)
         return result
@@ -129,7 +168,9 @@ async def _call(state: FrontendState, cfg: ModelConfig, method: str, staged: Any
 
 def _ok(result: Any, what: str) -> None:
     if isinstance(result, backend_pb2.Result) and not result.success:
-        raise APIError(400, f"the backend could not {what}: {result.message}", "invalid_request_error", "backend_refused")
+        raise APIError(
+            400, f"the backend could not {what}: {result.message}", "invalid_request_error", "backend_refused"
+        )
 
 
 async def _transcribe(state: FrontendState, request: Request, translate: bool) -> Response:
@@ -137,40 +178,67 @@ async def _transcribe(state: FrontendState, request: Request, translate: bool) -
     async with request.form(max_files=1, max_fields=16, max_part_size=1 << 20) as form:
         body = await transcription_form(form, endpoint, state.transcription_max_bytes)
     if len(body.audio) > state.transcription_max_bytes:
-        raise APIError(413, f"the audio file is larger than {state.transcription_max_bytes} bytes "
-                            "(CORRAL_INFERENCE_MAX_BODY bounds it)", "invalid_request_error", "file_too_large", "file")
+        raise APIError(
+            413,
+            f"the audio file is larger than {state.transcription_max_bytes} bytes "
+            "(CORRAL_INFERENCE_MAX_BODY bounds it)",
+            "invalid_request_error",
+            "file_too_large",
+            "file",
+        )
     cfg = _needs(state, body.model, capabilities.TRANSCRIPTION, endpoint)
 
     def build(paths: dict[str, str]) -> Any:
-        return backend_pb2.TranscriptRequest(dst=paths[body.filename], language=body.language, translate=translate,
-                                             prompt=body.prompt, temperature=body.temperature, ModelIdentity=cfg.model)
+        return backend_pb2.TranscriptRequest(
+            dst=paths[body.filename],
+            language=body.language,
+            translate=translate,
+            prompt=body.prompt,
+            temperature=body.temperature,
+            ModelIdentity=cfg.model,
+        )
+
     staged = _with_files(state, [("audio", body.filename, body.audio)], [], build, _Outputs())
     result = await _call(state, cfg, "AudioTranscription", staged, "file")
-    rendered = transcripts.render(result, body.response_format, "translate" if translate else "transcribe",
-                                  body.temperature)
+    rendered = transcripts.render(
+        result, body.response_format, "translate" if translate else "transcribe", body.temperature
+    )
     if isinstance(rendered, dict):
         return Response(orjson.dumps(rendered), media_type="application/json")
     return PlainTextResponse(rendered, media_type=transcripts.MEDIA_TYPES[body.response_format])
 
 
-def _tts_request(cfg: ModelConfig, text: str, voice: str, speed: float, language: str = "",
-                 dst: str = "") -> backend_pb2.TTSRequest:
-    request = backend_pb2.TTSRequest(text=text, model=cfg.model, dst=dst, voice=voice,
-                                     speed=speed if speed != 1.0 else 0.0, ModelIdentity=cfg.model)
+def _tts_request(
+    cfg: ModelConfig, text: str, voice: str, speed: float, language: str = "", dst: str = ""
+) -> backend_pb2.TTSRequest:
+    request = backend_pb2.TTSRequest(
+        text=text,
+        model=cfg.model,
+        dst=dst,
+        voice=voice,
+        speed=speed if speed != 1.0 else 0.0,
+        ModelIdentity=cfg.model,
+    )
     if language:
         request.language = language
     return request
 
 
-async def _speak(state: FrontendState, cfg: ModelConfig, text: str, voice: str, speed: float,
-                 language: str = "") -> bytes:
+async def _speak(
+    state: FrontendState, cfg: ModelConfig, text: str, voice: str, speed: float, language: str = ""
+) -> bytes:
     """The model's speech of `text` as the WAV its backend wrote."""
     read = _Outputs()
 
     def build(paths: dict[str, str]) -> Any:
         return _tts_request(cfg, text, voice, speed, language, paths["speech.wav"])
-    _ok(await _call(state, cfg, "TTS", _with_files(state, [], [("speech", "speech.wav")], build, read), "input"),
-        "speak")
+
+    _ok(
+        await _call(
+            state, cfg, "TTS", _with_files(state, [], [("speech", "speech.wav")], build, read), "input"
+        ),
+        "speak",
+    )
     return read.data["speech.wav"]
 
 
@@ -180,19 +248,40 @@ async def _image(state: FrontendState, cfg: ModelConfig, body: ImageRequest, see
     read = _Outputs()
 
     def build(paths: dict[str, str]) -> Any:
-        return backend_pb2.GenerateImageRequest(width=width, height=height, step=body.step or 0, seed=seed,
-                                                positive_prompt=positive, negative_prompt=negative,
-                                                dst=paths["image.png"], ModelIdentity=cfg.model)
-    _ok(await _call(state, cfg, "GenerateImage", _with_files(state, [], [("image", "image.png")], build, read),
-                    "prompt"), "generate the image")
+        return backend_pb2.GenerateImageRequest(
+            width=width,
+            height=height,
+            step=body.step or 0,
+            seed=seed,
+            positive_prompt=positive,
+            negative_prompt=negative,
+            dst=paths["image.png"],
+            ModelIdentity=cfg.model,
+        )
+
+    _ok(
+        await _call(
+            state,
+            cfg,
+            "GenerateImage",
+            _with_files(state, [], [("image", "image.png")], build, read),
+            "prompt",
+        ),
+        "generate the image",
+    )
     return read.data["image.png"]
 
 
 async def _images(state: FrontendState, body: ImageRequest, base_url: str) -> Response:
     cfg = _needs(state, body.model, capabilities.IMAGE, "/v1/images/generations")
     if body.n > state.max_n:
-        raise APIError(400, f"n is {body.n}; at most {state.max_n} images per request (CORRAL_MAX_N raises it)",
-                       "invalid_request_error", "invalid_value", "n")
+        raise APIError(
+            400,
+            f"n is {body.n}; at most {state.max_n} images per request (CORRAL_MAX_N raises it)",
+            "invalid_request_error",
+            "invalid_value",
+            "n",
+        )
     base_seed = body.seed if body.seed is not None else secrets.randbelow(1 << 31)
     data = []
     for index in range(body.n):  # one generation per image, each with its own seed
@@ -202,7 +291,9 @@ async def _images(state: FrontendState, body: ImageRequest, base_url: str) -> Re
             continue
         image_id = secrets.token_urlsafe(_IMAGE_ID_BYTES)
         await generated_images.insert(state.pool, image_id, png, state.generated_image_ttl_s)
-        data.append({"url": f"{base_url.rstrip('/')}/generated-images/{image_id}.png", "revised_prompt": body.prompt})
+        data.append(
+            {"url": f"{base_url.rstrip('/')}/generated-images/{image_id}.png", "revised_prompt": body.prompt}
+        )
     return Response(orjson.dumps({"created": int(time.time()), "data": data}), media_type="application/json")
 
 
@@ -222,31 +313,51 @@ def build_media_router(state: FrontendState) -> APIRouter:
         cfg = _needs(state, body.model, capabilities.TTS, "/v1/audio/speech")
         if body.response_format in speech_stream.STREAMED_FORMATS:
             streamed = await speech_stream.open_speech(
-                state.router, cfg, _tts_request(cfg, body.input, body.voice_name(), body.speed), body.response_format)
+                state.router,
+                cfg,
+                _tts_request(cfg, body.input, body.voice_name(), body.speed),
+                body.response_format,
+            )
             if streamed is not None:
                 return streamed
         wav = await _speak(state, cfg, body.input, body.voice_name(), body.speed)
-        return Response(await asyncio.to_thread(speech_formats.encode, wav, body.response_format),  # CPU work
-                        media_type=speech_formats.MEDIA_TYPES[body.response_format])
+        return Response(
+            await asyncio.to_thread(speech_formats.encode, wav, body.response_format),  # CPU work
+            media_type=speech_formats.MEDIA_TYPES[body.response_format],
+        )
 
     @router.post("/tts")
     async def tts(body: TTSRequest) -> Response:
         cfg = _needs(state, body.model, capabilities.TTS, "/tts")
         if body.backend and body.backend != cfg.backend:
-            raise APIError(400, f"model {cfg.name!r} runs on backend {cfg.backend!r}, not {body.backend!r}; leave "
-                                "backend out", "invalid_request_error", "invalid_value", "backend")
-        return Response(await _speak(state, cfg, body.input, body.voice, 1.0, body.language), media_type="audio/wav")
+            raise APIError(
+                400,
+                f"model {cfg.name!r} runs on backend {cfg.backend!r}, not {body.backend!r}; leave "
+                "backend out",
+                "invalid_request_error",
+                "invalid_value",
+                "backend",
+            )
+        return Response(
+            await _speak(state, cfg, body.input, body.voice, 1.0, body.language), media_type="audio/wav"
+        )
 
     @router.post("/v1/images/generations")
     async def images(body: ImageRequest, request: Request) -> Response:
         return await _images(state, body, str(request.base_url))
 
     @router.get("/generated-images/{image_id}.png")
-    async def generated_image(image_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]) -> Response:
+    async def generated_image(
+        image_id: Annotated[str, Path(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")],
+    ) -> Response:
         png = await generated_images.png(state.pool, image_id)
         if png is None:
-            raise APIError(404, "no such image, or it expired (CORRAL_GENERATED_IMAGE_TTL); generate it again",
-                           "invalid_request_error", "image_not_found")
+            raise APIError(
+                404,
+                "no such image, or it expired (CORRAL_GENERATED_IMAGE_TTL); generate it again",
+                "invalid_request_error",
+                "image_not_found",
+            )
         return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
 
     return router

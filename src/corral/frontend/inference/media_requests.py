@@ -32,9 +32,20 @@ _LANGUAGE = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
 
 SPEECH = FieldPolicy("/v1/audio/speech", not_yet={"instructions": ("",), "stream_format": ("audio",)})
 TTS = FieldPolicy("/tts")
-IMAGES = FieldPolicy("/v1/images/generations", harmless=frozenset({"user"}), not_yet={
-    "quality": ("auto", "standard"), "style": (), "background": ("auto",), "moderation": ("auto",),
-    "output_format": ("png",), "output_compression": (100,), "partial_images": (0,), "stream": (False,)})
+IMAGES = FieldPolicy(
+    "/v1/images/generations",
+    harmless=frozenset({"user"}),
+    not_yet={
+        "quality": ("auto", "standard"),
+        "style": (),
+        "background": ("auto",),
+        "moderation": ("auto",),
+        "output_format": ("png",),
+        "output_compression": (100,),
+        "partial_images": (0,),
+        "stream": (False,),
+    },
+)
 
 
 class Voice(_Body):
@@ -91,8 +102,10 @@ class ImageRequest(_Request):
         match = _SIZE.match(value)
         sides = [int(side) for side in match.groups()] if match else []
         if not sides or not all(IMAGE_SIDE_MIN <= side <= IMAGE_SIDE_MAX and side % 8 == 0 for side in sides):
-            raise ValueError(f"must be WIDTHxHEIGHT, each a multiple of 8 from {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX} "
-                             "(e.g. 256x256, 512x512, 1024x1024)")
+            raise ValueError(
+                f"must be WIDTHxHEIGHT, each a multiple of 8 from {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX} "
+                "(e.g. 256x256, 512x512, 1024x1024)"
+            )
         return value
 
     def dimensions(self) -> tuple[int, int]:
@@ -102,7 +115,9 @@ class ImageRequest(_Request):
     def prompts(self) -> tuple[str, str]:
         """(positive, negative): LocalAI's `positive|negative` in the prompt, or `negative_prompt`."""
         positive, bar, negative = self.prompt.partition("|")
-        return (positive, negative) if bar and not self.negative_prompt else (self.prompt, self.negative_prompt)
+        return (
+            (positive, negative) if bar and not self.negative_prompt else (self.prompt, self.negative_prompt)
+        )
 
 
 @dataclass(frozen=True)
@@ -117,9 +132,16 @@ class TranscriptionForm:
 
 
 _FORM_FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature"}
-_FORM_NOT_YET = {"timestamp_granularities[]": ("segment",), "timestamp_granularities": ("segment",),
-                 "stream": ("false",), "chunking_strategy": ("auto",), "include[]": (), "include": (),
-                 "known_speaker_names[]": (), "known_speaker_references[]": ()}
+_FORM_NOT_YET = {
+    "timestamp_granularities[]": ("segment",),
+    "timestamp_granularities": ("segment",),
+    "stream": ("false",),
+    "chunking_strategy": ("auto",),
+    "include[]": (),
+    "include": (),
+    "known_speaker_names[]": (),
+    "known_speaker_references[]": (),
+}
 
 
 def _form_error(param: str, message: str, code: str = "invalid_value") -> APIError:
@@ -141,12 +163,18 @@ def _no_stray_fields(form: FormData, endpoint: str) -> None:
             continue
         off = _FORM_NOT_YET.get(name)
         if off is None:
-            raise _form_error(clip(name), f"unknown field; check its spelling ({endpoint} reads "
-                                          f"{', '.join(sorted(_FORM_FIELDS))})", UNKNOWN_PARAMETER)
+            raise _form_error(
+                clip(name),
+                f"unknown field; check its spelling ({endpoint} reads {', '.join(sorted(_FORM_FIELDS))})",
+                UNKNOWN_PARAMETER,
+            )
         if not isinstance(value, str) or value.lower() not in off:
             allowed = " or ".join(off) if off else "nothing"
-            raise _form_error(name, f"corral does not support it yet; leave it out (or send {allowed})",
-                              UNSUPPORTED_PARAMETER)
+            raise _form_error(
+                name,
+                f"corral does not support it yet; leave it out (or send {allowed})",
+                UNSUPPORTED_PARAMETER,
+            )
 
 
 async def transcription_form(form: FormData, endpoint: str, max_bytes: int) -> TranscriptionForm:
@@ -175,7 +203,12 @@ async def transcription_form(form: FormData, endpoint: str, max_bytes: int) -> T
     if not 0 <= temperature <= 1:
         raise _form_error("temperature", "must be a number from 0 to 1")
     name = _SAFE_NAME.sub("_", (upload.filename or "").rsplit("/", 1)[-1])[-100:].lstrip(".") or "audio"
-    return TranscriptionForm(model=model, audio=audio, filename=name, language=language,
-                             prompt=_text(form, "prompt", TRANSCRIPT_PROMPT_MAX), response_format=response_format,
-                             temperature=temperature)
-
+    return TranscriptionForm(
+        model=model,
+        audio=audio,
+        filename=name,
+        language=language,
+        prompt=_text(form, "prompt", TRANSCRIPT_PROMPT_MAX),
+        response_format=response_format,
+        temperature=temperature,
+    )

@@ -58,16 +58,27 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
     if not state.expose_node_header:
         return None
-    return {"X-LocalAI-Node": replica.node_id, "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}"}
+    return {
+        "X-LocalAI-Node": replica.node_id,
+        "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}",
+    }
 
 
 def _model_object(name: str, cfg: ModelConfig) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "corral", "capabilities": capabilities.listed(cfg)}
+    return {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "corral",
+        "capabilities": capabilities.listed(cfg),
+    }
 
 
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
     opts = backend_pb2.PredictOptions(
-        Tokens=max_tokens or DEFAULT_MAX_TOKENS, StopPrompts=body.stop_list(), ModelIdentity=cfg.model,
+        Tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        StopPrompts=body.stop_list(),
+        ModelIdentity=cfg.model,
         CorrelationId=_random_id(),
     )
     if body.temperature is not None:
@@ -109,8 +120,13 @@ def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend
 
 def _model_not_found(state: FrontendState, model: str) -> APIError:
     known = ", ".join(sorted(state.configs)) or "none configured"
-    return APIError(404, f"model {model!r} not found; available models: {known}", "invalid_request_error",
-                    "model_not_found", "model")
+    return APIError(
+        404,
+        f"model {model!r} not found; available models: {known}",
+        "invalid_request_error",
+        "model_not_found",
+        "model",
+    )
 
 
 def _known_model(state: FrontendState, name: str) -> str:
@@ -120,26 +136,44 @@ def _known_model(state: FrontendState, name: str) -> str:
     return name
 
 
-def config_for(state: FrontendState, model: str, *, embeddings: bool = False,
-               reranking: bool = False) -> ModelConfig:
+def config_for(
+    state: FrontendState, model: str, *, embeddings: bool = False, reranking: bool = False
+) -> ModelConfig:
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
         raise _model_not_found(state, model)
     if cfg.disabled:
-        raise APIError(404, f"model {model!r} is disabled; enable it with POST /api/model-configs/{model}/enable",
-                       "invalid_request_error", "model_not_found", "model")
+        raise APIError(
+            404,
+            f"model {model!r} is disabled; enable it with POST /api/model-configs/{model}/enable",
+            "invalid_request_error",
+            "model_not_found",
+            "model",
+        )
     if embeddings and not cfg.embeddings and cfg.backend != "simulator":
-        raise APIError(400, f"model {model!r} is not an embedding model (set `embeddings: true` in its "
-                            "config to serve /v1/embeddings)", "invalid_request_error", "invalid_value", "model")
+        raise APIError(
+            400,
+            f"model {model!r} is not an embedding model (set `embeddings: true` in its "
+            "config to serve /v1/embeddings)",
+            "invalid_request_error",
+            "invalid_value",
+            "model",
+        )
     if reranking and not cfg.reranking:
-        raise APIError(400, f"model {model!r} is not a reranking model (set `reranking: true` in its config, with "
-                            "a backend that implements Rerank such as sentencetransformers, to serve /v1/rerank)",
-                       "invalid_request_error", "invalid_value", "model")
+        raise APIError(
+            400,
+            f"model {model!r} is not a reranking model (set `reranking: true` in its config, with "
+            "a backend that implements Rerank such as sentencetransformers, to serve /v1/rerank)",
+            "invalid_request_error",
+            "invalid_value",
+            "model",
+        )
     return cfg
 
 
-async def _unary(state: FrontendState, cfg: ModelConfig, method: str, request: Any,
-                 prompt_param: str | None = None) -> tuple[Any, Replica]:
+async def _unary(
+    state: FrontendState, cfg: ModelConfig, method: str, request: Any, prompt_param: str | None = None
+) -> tuple[Any, Replica]:
     """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks; `prompt_param`:
     the request field named when the prompt is too long for the context."""
     async with http_errors(state.router, cfg, prompt_param):
@@ -152,7 +186,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
 
     @router.get("/models")
     async def list_models() -> Response:
-        return _json({"object": "list", "data": [_model_object(name, state.configs[name]) for name in sorted(state.configs)]})
+        return _json(
+            {
+                "object": "list",
+                "data": [_model_object(name, state.configs[name]) for name in sorted(state.configs)],
+            }
+        )
 
     @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
     async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
@@ -163,13 +202,17 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     async def chat(body: ChatCompletionRequest) -> Response:
         cfg = config_for(state, body.model)
         pictures = await _chat_images(state, cfg, body)
-        if cfg.mcp and body.tools is None and state.agents is not None:  # the agent loop (frontend/inference/agent_chat.py)
+        if (
+            cfg.mcp and body.tools is None and state.agents is not None
+        ):  # the agent loop (frontend/inference/agent_chat.py)
             return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
         opts, max_tokens = chat_options(cfg, body)
         opts.Images.extend(pictures)
         if body.several_or_logprobs():  # several choices, or logprobs: choices.py
             choices.check_n(body.n, state.max_n)
-            plan = choices.Plan(choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs)
+            plan = choices.Plan(
+                choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs
+            )
             return await _choices(state, cfg, plan, body)
         ident = f"chatcmpl-{_random_id()}"
         created = int(time.time())
@@ -202,13 +245,21 @@ def build_openai_router(state: FrontendState) -> APIRouter:
     @router.post("/rerank")
     async def rerank(body: RerankRequest) -> Response:
         cfg = config_for(state, body.model, reranking=True)
-        request = backend_pb2.RerankRequest(query=body.query, documents=body.documents, top_n=body.top_n or 0,
-                                            ModelIdentity=cfg.model)
+        request = backend_pb2.RerankRequest(
+            query=body.query, documents=body.documents, top_n=body.top_n or 0, ModelIdentity=cfg.model
+        )
         result, replica = await _unary(state, cfg, "Rerank", request, "documents")
-        return _json({"model": cfg.name, "results": _rerank_results(body, result.results),
-                      "usage": {"total_tokens": result.usage.total_tokens,
-                                "prompt_tokens": result.usage.prompt_tokens}},
-                     headers=_node_header(state, replica))
+        return _json(
+            {
+                "model": cfg.name,
+                "results": _rerank_results(body, result.results),
+                "usage": {
+                    "total_tokens": result.usage.total_tokens,
+                    "prompt_tokens": result.usage.prompt_tokens,
+                },
+            },
+            headers=_node_header(state, replica),
+        )
 
     # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
     router.fast_handlers = {  # type: ignore[attr-defined]
@@ -242,8 +293,13 @@ def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[
 
 def _several_or_logprobs(body: CompletionRequest, prompts: list[str | list[int]]) -> bool:
     """Whether a completions request leaves the lean path (one text prompt, one choice, no logprobs)."""
-    return (len(prompts) > 1 or not isinstance(prompts[0], str) or body.n != 1 or body.logprobs is not None
-            or (body.echo and body.stream))
+    return (
+        len(prompts) > 1
+        or not isinstance(prompts[0], str)
+        or body.n != 1
+        or body.logprobs is not None
+        or (body.echo and body.stream)
+    )
 
 
 async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingRequest) -> Response:
@@ -253,9 +309,15 @@ async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingReq
         vector = _embedding_vector(body, result, cfg)
         data.append({"object": "embedding", "index": index, "embedding": vector})
         prompt_tokens += result.prompt_tokens or result.tokens
-    return _json({"object": "list", "data": data, "model": cfg.name,
-                  "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens}},
-                 headers=_node_header(state, replica))
+    return _json(
+        {
+            "object": "list",
+            "data": data,
+            "model": cfg.name,
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+        },
+        headers=_node_header(state, replica),
+    )
 
 
 def _embedding_options(cfg: ModelConfig, text: str | list[int]) -> backend_pb2.PredictOptions:
@@ -265,16 +327,31 @@ def _embedding_options(cfg: ModelConfig, text: str | list[int]) -> backend_pb2.P
     return backend_pb2.PredictOptions(EmbeddingTokens=text, ModelIdentity=cfg.model)
 
 
-def _completion_plan(state: FrontendState, body: CompletionRequest, opts: backend_pb2.PredictOptions,
-                     prompts: list[str | list[int]], max_tokens: int) -> choices.Plan:
+def _completion_plan(
+    state: FrontendState,
+    body: CompletionRequest,
+    opts: backend_pb2.PredictOptions,
+    prompts: list[str | list[int]],
+    max_tokens: int,
+) -> choices.Plan:
     """`n` choices per prompt; a prompt of token ids goes as `EmbeddingTokens`."""
     choices.check_n(body.n, state.max_n)
     if body.echo and body.logprobs is not None:
-        raise APIError(400, "echo with logprobs needs the prompt's logprobs, which corral does not compute; send "
-                            "one of them", "invalid_request_error", "unsupported_parameter", "echo")
+        raise APIError(
+            400,
+            "echo with logprobs needs the prompt's logprobs, which corral does not compute; send one of them",
+            "invalid_request_error",
+            "unsupported_parameter",
+            "echo",
+        )
     if body.echo and not all(isinstance(prompt, str) for prompt in prompts):
-        raise APIError(400, "echo needs the prompt as text; send text prompts, or leave echo out",
-                       "invalid_request_error", "unsupported_parameter", "echo")
+        raise APIError(
+            400,
+            "echo needs the prompt as text; send text prompts, or leave echo out",
+            "invalid_request_error",
+            "unsupported_parameter",
+            "echo",
+        )
     if body.logprobs is not None:
         opts.Logprobs, opts.TopLogprobs = 1, body.logprobs
     planned: list[choices.Choice] = []
@@ -285,12 +362,18 @@ def _completion_plan(state: FrontendState, body: CompletionRequest, opts: backen
             one.Prompt = prompt
         else:
             one.EmbeddingTokens.extend(prompt)
-        planned += choices.replicate(one, body.n, index, prompt if body.echo and isinstance(prompt, str) else "")
+        planned += choices.replicate(
+            one, body.n, index, prompt if body.echo and isinstance(prompt, str) else ""
+        )
     return choices.Plan(planned, max_tokens, False, "prompt", body.logprobs is not None)
 
 
-async def _choices(state: FrontendState, cfg: ModelConfig, plan: choices.Plan,
-                   body: ChatCompletionRequest | CompletionRequest) -> Response:
+async def _choices(
+    state: FrontendState,
+    cfg: ModelConfig,
+    plan: choices.Plan,
+    body: ChatCompletionRequest | CompletionRequest,
+) -> Response:
     ident = f"{'chatcmpl' if plan.chat else 'cmpl'}-{_random_id()}"
     head = choices.response_head(ident, cfg.name, chat=plan.chat, streamed=body.stream)
     headers_of = lambda replica: _node_header(state, replica)  # noqa: E731
@@ -313,38 +396,80 @@ def _embedding_vector(body: EmbeddingRequest, result: Any, cfg: ModelConfig) -> 
 def _shortened(vector: list[float], dimensions: int, result: Any, cfg: ModelConfig) -> list[float]:
     """The first `dimensions` values of a pooled embedding, renormalised to unit length (Matryoshka)."""
     if result.layout == backend_pb2.EMBEDDING_LAYOUT_PER_TOKEN:
-        raise APIError(400, f"model {cfg.name!r} gives one vector per token (no pooling), which dimensions cannot "
-                            "shorten; leave dimensions out", "invalid_request_error", "invalid_value", "dimensions")
+        raise APIError(
+            400,
+            f"model {cfg.name!r} gives one vector per token (no pooling), which dimensions cannot "
+            "shorten; leave dimensions out",
+            "invalid_request_error",
+            "invalid_value",
+            "dimensions",
+        )
     if dimensions > len(vector):
-        raise APIError(400, f"dimensions is {dimensions} but model {cfg.name!r} gives {len(vector)}; send "
-                            f"dimensions up to {len(vector)}, or leave it out", "invalid_request_error",
-                       "invalid_value", "dimensions")
+        raise APIError(
+            400,
+            f"dimensions is {dimensions} but model {cfg.name!r} gives {len(vector)}; send "
+            f"dimensions up to {len(vector)}, or leave it out",
+            "invalid_request_error",
+            "invalid_value",
+            "dimensions",
+        )
     head = vector[:dimensions]
     norm = sum(value * value for value in head) ** 0.5 or 1.0
     return [value / norm for value in head]
 
 
-async def _completion_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                            created: int, max_tokens: int, echo: bool) -> Response:
+async def _completion_unary(
+    state: FrontendState,
+    cfg: ModelConfig,
+    opts: backend_pb2.PredictOptions,
+    ident: str,
+    created: int,
+    max_tokens: int,
+    echo: bool,
+) -> Response:
     reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
     text = reply.message.decode(errors="replace")
-    return _json(headers=_node_header(state, replica), body={
-        "id": ident, "object": "text_completion", "created": created, "model": cfg.name,
-        "choices": [{"index": 0, "text": (opts.Prompt + text) if echo else text, "logprobs": None,
-                     "finish_reason": _finish_reason(reply.tokens, max_tokens)}],
-        "usage": _usage(reply.prompt_tokens, reply.tokens),
-    })
+    return _json(
+        headers=_node_header(state, replica),
+        body={
+            "id": ident,
+            "object": "text_completion",
+            "created": created,
+            "model": cfg.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": (opts.Prompt + text) if echo else text,
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(reply.tokens, max_tokens),
+                }
+            ],
+            "usage": _usage(reply.prompt_tokens, reply.tokens),
+        },
+    )
 
 
-async def _chat_unary(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                      created: int, max_tokens: int) -> Response:
+async def _chat_unary(
+    state: FrontendState,
+    cfg: ModelConfig,
+    opts: backend_pb2.PredictOptions,
+    ident: str,
+    created: int,
+    max_tokens: int,
+) -> Response:
     reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
     message, finish = _assistant_message(reply, max_tokens)
-    return _json(headers=_node_header(state, replica), body={
-        "id": ident, "object": "chat.completion", "created": created, "model": cfg.name,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": _usage(reply.prompt_tokens, reply.tokens),
-    })
+    return _json(
+        headers=_node_header(state, replica),
+        body={
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": cfg.name,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": _usage(reply.prompt_tokens, reply.tokens),
+        },
+    )
 
 
 def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
@@ -370,8 +495,12 @@ class _RelayResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncIterator[bytes], stream: calls.ReplyStream | choices.Streams,
-                 headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        stream: calls.ReplyStream | choices.Streams,
+        headers: dict[str, str],
+    ) -> None:
         self.status_code, self.background = 200, None
         self.init_headers(headers)  # no `body`: no Content-Length, as for any stream
         self._content, self._stream = content, stream
@@ -386,8 +515,17 @@ class _RelayResponse(Response):
             self._stream.close()
 
 
-async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, ident: str,
-                  created: int, max_tokens: int, include_usage: bool, *, chat: bool) -> Response:
+async def _stream(
+    state: FrontendState,
+    cfg: ModelConfig,
+    opts: backend_pb2.PredictOptions,
+    ident: str,
+    created: int,
+    max_tokens: int,
+    include_usage: bool,
+    *,
+    chat: bool,
+) -> Response:
     started_s = time.perf_counter()
     async with http_errors(state.router, cfg, "messages" if chat else "prompt"):  # before the first byte
         first, stream = await calls.open_stream(state.router, cfg, opts)
@@ -399,7 +537,10 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
         if chat:
             yield sse(encoder.chunk(None, role=True))
         reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
-        tools, called = bool(opts.Tools), set[int]()  # client-side tools: tool calls go out as `delta.tool_calls`
+        tools, called = (
+            bool(opts.Tools),
+            set[int](),
+        )  # client-side tools: tool calls go out as `delta.tool_calls`
         try:
             while reply is not eof:
                 if reply.message:
@@ -407,7 +548,9 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
                 if tools and reply.chat_deltas and (deltas := delta_tool_calls(reply)):
                     yield sse(encoder.tool_calls(deltas))
                     called.update(d["index"] for d in deltas)
-                if reply.tokens or reply.prompt_tokens:  # the final reply carries the counts (0 tokens: EOS first)
+                if (
+                    reply.tokens or reply.prompt_tokens
+                ):  # the final reply carries the counts (0 tokens: EOS first)
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
@@ -422,5 +565,9 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))
         yield DONE
 
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(_node_header(state, stream.replica) or {})}
+    headers = {
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+        **(_node_header(state, stream.replica) or {}),
+    }
     return _RelayResponse(events(), stream, headers)

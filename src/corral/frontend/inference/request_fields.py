@@ -44,8 +44,10 @@ class FieldPolicy:
         """The fields that pass without a look: the model's and the harmless ones."""
         implemented = frozenset(implemented)
         if both := sorted(implemented & self.not_yet.keys()):
-            raise TypeError(f"{self.endpoint}: {', '.join(both)} implemented and refused as not yet; "
-                            "remove them from request_fields.NOT_YET")
+            raise TypeError(
+                f"{self.endpoint}: {', '.join(both)} implemented and refused as not yet; "
+                "remove them from request_fields.NOT_YET"
+            )
         return implemented | self.harmless
 
     def refuse(self, data: Mapping[str, Any], accepted: frozenset[str]) -> None:
@@ -55,11 +57,19 @@ class FieldPolicy:
                 continue
             off = self.not_yet.get(name)
             if off is None:
-                raise _error(UNKNOWN_PARAMETER, clip(name), f"unknown field; check its spelling ({self.endpoint} reads "
-                                                  f"{', '.join(sorted(accepted))})")
+                raise _error(
+                    UNKNOWN_PARAMETER,
+                    clip(name),
+                    f"unknown field; check its spelling ({self.endpoint} reads "
+                    f"{', '.join(sorted(accepted))})",
+                )
             if value is not None and not any(_same(value, o) for o in off):
                 allowed = " or ".join(["null", *(orjson.dumps(o).decode() for o in off)])
-                raise _error(UNSUPPORTED_PARAMETER, name, f"corral does not support it yet; leave it out or send {allowed}")
+                raise _error(
+                    UNSUPPORTED_PARAMETER,
+                    name,
+                    f"corral does not support it yet; leave it out or send {allowed}",
+                )
 
 
 def _same(value: Any, off: Any) -> bool:
@@ -71,7 +81,9 @@ def _error(code: str, param: str, message: str) -> PydanticCustomError:
     return PydanticCustomError(code, "{message}", {"message": message, "param": param})
 
 
-READ_PARTS = frozenset({"text", "image_url"})  # an image is read by a vision model (frontend/inference/images.py)
+READ_PARTS = frozenset(
+    {"text", "image_url"}
+)  # an image is read by a vision model (frontend/inference/images.py)
 
 
 def refuse_non_text_parts(messages: list[Any]) -> None:
@@ -82,10 +94,15 @@ def refuse_non_text_parts(messages: list[Any]) -> None:
             continue
         for j, part in enumerate(content):
             kind = part.get("type") if type(part) is dict else None
-            if isinstance(kind, str) and kind not in READ_PARTS:  # a missing type: the model's validation names it
-                raise _error(UNSUPPORTED_VALUE, f"messages[{i}].content[{j}].type",
-                             f"corral does not support {clip(kind)!r} content parts yet; send text and image_url "
-                             "parts only")
+            if (
+                isinstance(kind, str) and kind not in READ_PARTS
+            ):  # a missing type: the model's validation names it
+                raise _error(
+                    UNSUPPORTED_VALUE,
+                    f"messages[{i}].content[{j}].type",
+                    f"corral does not support {clip(kind)!r} content parts yet; send text and image_url "
+                    "parts only",
+                )
 
 
 # Values that mean "off" for fields of several endpoints.
@@ -145,7 +162,9 @@ RERANK = FieldPolicy("/v1/rerank")
 
 RESPONSES = FieldPolicy(
     "/v1/responses",
-    harmless=frozenset({"user", "prompt_cache_key", "safety_identifier", "stream_options"}),  # obfuscation padding
+    harmless=frozenset(
+        {"user", "prompt_cache_key", "safety_identifier", "stream_options"}
+    ),  # obfuscation padding
     not_yet={
         "text": ({"format": {"type": "text"}},),  # json_schema output: with structured output on chat
         "reasoning": _NULL_ONLY,

@@ -91,8 +91,13 @@ async def _request_body(request: Request) -> ResponsesRequest:
     except InvalidText as exc:
         raise APIError(400, str(exc), "invalid_request_error", "invalid_value", exc.field) from None
     except ValueError:
-        raise APIError(400, "request body is not valid JSON; send a JSON object", "invalid_request_error",
-                       "invalid_value", "body") from None
+        raise APIError(
+            400,
+            "request body is not valid JSON; send a JSON object",
+            "invalid_request_error",
+            "invalid_value",
+            "body",
+        ) from None
     check_nesting(data)
     try:
         return ResponsesRequest.model_validate(data)
@@ -101,27 +106,45 @@ async def _request_body(request: Request) -> ResponsesRequest:
 
 
 def _not_found(response_id: str) -> APIError:
-    return APIError(404, f"response {response_id!r} not found: unknown, deleted, created with another API key, "
-                         f"not stored (store: false) or past its retention ({TTL_KNOB})",
-                    "invalid_request_error", "not_found", "response_id")
+    return APIError(
+        404,
+        f"response {response_id!r} not found: unknown, deleted, created with another API key, "
+        f"not stored (store: false) or past its retention ({TTL_KNOB})",
+        "invalid_request_error",
+        "not_found",
+        "response_id",
+    )
 
 
 async def _history(state: FrontendState, body: ResponsesRequest, owner: str) -> list[Message]:
     if body.previous_response_id is None:
         return []
-    text = await store.messages(state.pool, body.previous_response_id, owner) \
-        if _stored_id(body.previous_response_id) else None
+    text = (
+        await store.messages(state.pool, body.previous_response_id, owner)
+        if _stored_id(body.previous_response_id)
+        else None
+    )
     if text is None:
-        raise APIError(400, f"previous response {body.previous_response_id!r} not found: unknown, deleted, created "
-                            f"with another API key, not stored (store: false) or past its retention ({TTL_KNOB})",
-                       "invalid_request_error", "previous_response_not_found", "previous_response_id")
+        raise APIError(
+            400,
+            f"previous response {body.previous_response_id!r} not found: unknown, deleted, created "
+            f"with another API key, not stored (store: false) or past its retention ({TTL_KNOB})",
+            "invalid_request_error",
+            "previous_response_not_found",
+            "previous_response_id",
+        )
     return list(orjson.loads(text))
 
 
 def _chat_request(body: ResponsesRequest, conversation: list[Message]) -> ChatCompletionRequest:
     if not conversation:
-        raise APIError(400, "invalid request: field 'input': is empty; send a string or a list of input items",
-                       "invalid_request_error", "invalid_value", "input")
+        raise APIError(
+            400,
+            "invalid request: field 'input': is empty; send a string or a list of input items",
+            "invalid_request_error",
+            "invalid_value",
+            "input",
+        )
     try:
         return ChatCompletionRequest.model_validate(chat_body(body, conversation))
     except ValidationError as exc:  # what the chat path refuses in what the input became
@@ -132,15 +155,22 @@ def _chat_request(body: ResponsesRequest, conversation: list[Message]) -> ChatCo
 class _Keeper:
     """Stores a finished response (when asked to) with the conversation a follow-up continues."""
 
-    def __init__(self, state: FrontendState, body: ResponsesRequest, owner: str, conversation: list[Message]) -> None:
+    def __init__(
+        self, state: FrontendState, body: ResponsesRequest, owner: str, conversation: list[Message]
+    ) -> None:
         self.state, self.body, self.owner, self.conversation = state, body, owner, conversation
 
     async def keep(self, draft: Draft) -> None:
         if self.body.store:
-            await store.insert(self.state.pool, draft.id, self.owner, orjson.dumps(draft.obj()).decode(),
-                               orjson.dumps(input_items(self.body.input)).decode(),
-                               orjson.dumps(self.conversation + draft.messages()).decode(),
-                               self.state.responses_ttl_s)
+            await store.insert(
+                self.state.pool,
+                draft.id,
+                self.owner,
+                orjson.dumps(draft.obj()).decode(),
+                orjson.dumps(input_items(self.body.input)).decode(),
+                orjson.dumps(self.conversation + draft.messages()).decode(),
+                self.state.responses_ttl_s,
+            )
 
 
 def build_responses_router(state: FrontendState) -> APIRouter:
@@ -160,8 +190,9 @@ def build_responses_router(state: FrontendState) -> APIRouter:
         run = _stream if body.stream else _whole
         return _UntilDisconnect(lambda: run(state, cfg, opts, max_tokens, draft, keeper))
 
-    async def stored(read: Callable[[Any, str, str], Awaitable[str | None]], response_id: str,
-                     request: Request) -> str:
+    async def stored(
+        read: Callable[[Any, str, str], Awaitable[str | None]], response_id: str, request: Request
+    ) -> str:
         """What `read` finds of a response of the request's key; 404 when there is none."""
         text = await read(state.pool, response_id, owner_of(request)) if _stored_id(response_id) else None
         if text is None:
@@ -173,10 +204,13 @@ def build_responses_router(state: FrontendState) -> APIRouter:
         return _json((await stored(store.body, response_id, request)).encode())
 
     @router.get("/responses/{response_id}/input_items")
-    async def list_input_items(response_id: Annotated[str, Path(max_length=NAME_MAX)], request: Request,
-                               order: Literal["asc", "desc"] = "desc",
-                               limit: Annotated[int, Query(ge=1, le=ITEMS_PAGE_MAX)] = 20,
-                               after: Annotated[str | None, Query(max_length=NAME_MAX)] = None) -> Response:
+    async def list_input_items(
+        response_id: Annotated[str, Path(max_length=NAME_MAX)],
+        request: Request,
+        order: Literal["asc", "desc"] = "desc",
+        limit: Annotated[int, Query(ge=1, le=ITEMS_PAGE_MAX)] = 20,
+        after: Annotated[str | None, Query(max_length=NAME_MAX)] = None,
+    ) -> Response:
         items = orjson.loads(await stored(store.input_items, response_id, request))
         return _json(items_page(items, order, limit, after))
 
@@ -212,8 +246,14 @@ class _UntilDisconnect(Response):
         await respond_until_disconnect(receive, send, respond)
 
 
-async def _whole(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, max_tokens: int,
-                 draft: Draft, keeper: _Keeper) -> Response:
+async def _whole(
+    state: FrontendState,
+    cfg: ModelConfig,
+    opts: backend_pb2.PredictOptions,
+    max_tokens: int,
+    draft: Draft,
+    keeper: _Keeper,
+) -> Response:
     reply, _replica = await _unary(state, cfg, "Predict", opts, "input")
     found = reply_tool_calls(reply) if opts.Tools and reply.chat_deltas else []
     unary_output(draft, reply.message.decode(errors="replace"), [(c.id, c.name, c.arguments) for c in found])
@@ -227,13 +267,22 @@ async def _kept(writer: EventWriter, keeper: _Keeper) -> list[bytes]:
     try:
         await keeper.keep(writer.draft)
     except Exception as exc:  # PostgreSQL down: the client learns the response was not kept
-        return writer.failed("storage_error", f"the response could not be stored: {type(exc).__name__}: {exc}; "
-                             "send it again with store: false to skip storing")
+        return writer.failed(
+            "storage_error",
+            f"the response could not be stored: {type(exc).__name__}: {exc}; "
+            "send it again with store: false to skip storing",
+        )
     return [writer.end()]
 
 
-async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.PredictOptions, max_tokens: int,
-                  draft: Draft, keeper: _Keeper) -> Response:
+async def _stream(
+    state: FrontendState,
+    cfg: ModelConfig,
+    opts: backend_pb2.PredictOptions,
+    max_tokens: int,
+    draft: Draft,
+    keeper: _Keeper,
+) -> Response:
     async with http_errors(state.router, cfg, "input"):  # before the first byte: an HTTP error
         first, stream = await calls.open_stream(state.router, cfg, opts)
     writer = EventWriter(draft)
@@ -250,8 +299,9 @@ async def _stream(state: FrontendState, cfg: ModelConfig, opts: backend_pb2.Pred
                     counts = (reply.prompt_tokens, reply.tokens)
                 reply = await stream.read()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
-            for event in writer.failed("backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error",
-                                       str(exc)):
+            for event in writer.failed(
+                "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error", str(exc)
+            ):
                 yield event
             return
         finally:

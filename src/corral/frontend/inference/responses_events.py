@@ -35,12 +35,24 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def message_item(item_id: str, text: str, status: str) -> Item:
-    return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": [_text_part(text)]}
+    return {
+        "id": item_id,
+        "type": "message",
+        "status": status,
+        "role": "assistant",
+        "content": [_text_part(text)],
+    }
 
 
 def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> Item:
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-            "arguments": arguments}
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
 
 
 def input_items(value: str | list[Any]) -> list[Item]:
@@ -54,15 +66,38 @@ def input_items(value: str | list[Any]) -> list[Item]:
         if kind == "message":
             content, role = item.get("content"), item["role"]
             if isinstance(content, str):
-                content = [_text_part(content) if role == "assistant" else {"type": "input_text", "text": content}]
-            out.append({"id": item.get("id") or new_id("msg"), "type": "message", "role": role,
-                        "status": "completed", "content": content})
+                content = [
+                    _text_part(content) if role == "assistant" else {"type": "input_text", "text": content}
+                ]
+            out.append(
+                {
+                    "id": item.get("id") or new_id("msg"),
+                    "type": "message",
+                    "role": role,
+                    "status": "completed",
+                    "content": content,
+                }
+            )
         elif kind == "function_call":
-            out.append(call_item(item.get("id") or new_id("fc"), item["call_id"], item["name"],
-                                 item.get("arguments", ""), "completed"))
+            out.append(
+                call_item(
+                    item.get("id") or new_id("fc"),
+                    item["call_id"],
+                    item["name"],
+                    item.get("arguments", ""),
+                    "completed",
+                )
+            )
         else:  # function_call_output
-            out.append({"id": item.get("id") or new_id("fco"), "type": "function_call_output", "status": "completed",
-                        "call_id": item["call_id"], "output": item.get("output")})
+            out.append(
+                {
+                    "id": item.get("id") or new_id("fco"),
+                    "type": "function_call_output",
+                    "status": "completed",
+                    "call_id": item["call_id"],
+                    "output": item.get("output"),
+                }
+            )
     return out
 
 
@@ -73,19 +108,36 @@ def items_page(items: list[dict[str, Any]], order: str, limit: int, after: str |
     if after is not None:
         at = next((i for i, item in enumerate(items) if item.get("id") == after), None)
         if at is None:
-            raise APIError(400, f"invalid request: field 'after': no input item {after!r} in this response; send "
-                                "the last_id of the page before", "invalid_request_error", "invalid_value", "after")
-        items = items[at + 1:]
+            raise APIError(
+                400,
+                f"invalid request: field 'after': no input item {after!r} in this response; send "
+                "the last_id of the page before",
+                "invalid_request_error",
+                "invalid_value",
+                "after",
+            )
+        items = items[at + 1 :]
     page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
 
 
 class Draft:
     """One response as it is built: the request's settings echoed, its output items, its outcome."""
 
     def __init__(self, body: ResponsesRequest, model: str, created_at: int, tools: list[Any] | None) -> None:
-        self.id, self.body, self.model, self.created_at, self.tools = new_id("resp"), body, model, created_at, tools
+        self.id, self.body, self.model, self.created_at, self.tools = (
+            new_id("resp"),
+            body,
+            model,
+            created_at,
+            tools,
+        )
         self.output: list[Item] = []
         self.status, self.incomplete = "in_progress", False
         self.usage: dict[str, Any] | None = None
@@ -96,31 +148,59 @@ class Draft:
         self.status = "incomplete" if self.incomplete else "completed"
         for item in self.output:
             item["status"] = self.status
-        self.usage = {"input_tokens": input_tokens, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                      "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": input_tokens + output_tokens}
+        self.usage = {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
 
     def obj(self) -> dict[str, Any]:
         body = self.body
         return {
-            "id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
-            "background": False, "error": None,
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "background": False,
+            "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if self.incomplete else None,
-            "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "max_tool_calls": None,
-            "model": self.model, "output": self.output, "parallel_tool_calls": True,
-            "previous_response_id": body.previous_response_id, "reasoning": {"effort": None, "summary": None},
-            "service_tier": "default", "store": body.store, "temperature": body.temperature,
-            "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
-            "tools": self.tools or [], "top_p": body.top_p, "truncation": "disabled", "usage": self.usage,
-            "user": None, "metadata": body.metadata or {},
+            "instructions": body.instructions,
+            "max_output_tokens": body.max_output_tokens,
+            "max_tool_calls": None,
+            "model": self.model,
+            "output": self.output,
+            "parallel_tool_calls": True,
+            "previous_response_id": body.previous_response_id,
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": body.store,
+            "temperature": body.temperature,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": body.tool_choice or "auto",
+            "tools": self.tools or [],
+            "top_p": body.top_p,
+            "truncation": "disabled",
+            "usage": self.usage,
+            "user": None,
+            "metadata": body.metadata or {},
         }
 
     def messages(self) -> list[Message]:
         """The output as chat messages (one assistant turn), for the conversation a follow-up continues."""
-        text = "".join(p["text"] for item in self.output if item["type"] == "message" for p in item["content"])
-        calls = [{"id": item["call_id"], "type": "function",
-                  "function": {"name": item["name"], "arguments": item["arguments"]}}
-                 for item in self.output if item["type"] == "function_call"]
+        text = "".join(
+            p["text"] for item in self.output if item["type"] == "message" for p in item["content"]
+        )
+        calls = [
+            {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            }
+            for item in self.output
+            if item["type"] == "function_call"
+        ]
         message: Message = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = calls
@@ -151,12 +231,18 @@ class EventWriter:
 
     def start(self) -> list[bytes]:
         obj = self.draft.obj()
-        return [self.event("response.created", response=obj), self.event("response.in_progress", response=obj)]
+        return [
+            self.event("response.created", response=obj),
+            self.event("response.in_progress", response=obj),
+        ]
 
     def _added(self, item: Item) -> bytes:
         self.draft.output.append(item)
-        return self.event("response.output_item.added", output_index=len(self.draft.output) - 1,
-                          item={**item, "content": []} if item["type"] == "message" else item)
+        return self.event(
+            "response.output_item.added",
+            output_index=len(self.draft.output) - 1,
+            item={**item, "content": []} if item["type"] == "message" else item,
+        )
 
     def text(self, piece: str) -> list[bytes]:
         events = []
@@ -164,13 +250,28 @@ class EventWriter:
         if item is None:
             item = self._text = message_item(new_id("msg"), "", "in_progress")
             events.append(self._added(item))
-            events.append(self.event("response.content_part.added", item_id=item["id"],
-                                     output_index=len(self.draft.output) - 1, content_index=0, part=_text_part("")))
+            events.append(
+                self.event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=len(self.draft.output) - 1,
+                    content_index=0,
+                    part=_text_part(""),
+                )
+            )
         if not piece:
             return events
         item["content"][0]["text"] += piece
-        events.append(self.event("response.output_text.delta", item_id=item["id"], output_index=self._index(item),
-                                 content_index=0, delta=piece, logprobs=[]))
+        events.append(
+            self.event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=self._index(item),
+                content_index=0,
+                delta=piece,
+                logprobs=[],
+            )
+        )
         return events
 
     def reply(self, reply: backend_pb2.Reply, tools: bool) -> list[bytes]:
@@ -186,12 +287,20 @@ class EventWriter:
         events = self._close_text()
         item = self._calls.get(index)
         if item is None:
-            item = self._calls[index] = call_item(new_id("fc"), call_id or new_id("call"), name, "", "in_progress")
+            item = self._calls[index] = call_item(
+                new_id("fc"), call_id or new_id("call"), name, "", "in_progress"
+            )
             events.append(self._added(item))
         if arguments:
             item["arguments"] += arguments
-            events.append(self.event("response.function_call_arguments.delta", item_id=item["id"],
-                                     output_index=self._index(item), delta=arguments))
+            events.append(
+                self.event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=self._index(item),
+                    delta=arguments,
+                )
+            )
         return events
 
     def close_items(self) -> list[bytes]:
@@ -200,8 +309,15 @@ class EventWriter:
         events += self._close_text()
         for item in self._calls.values():
             item["status"] = "completed"
-            events.append(self.event("response.function_call_arguments.done", item_id=item["id"],
-                                     output_index=self._index(item), name=item["name"], arguments=item["arguments"]))
+            events.append(
+                self.event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=self._index(item),
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
             events.append(self.event("response.output_item.done", output_index=self._index(item), item=item))
         self._calls = {}
         return events
@@ -215,8 +331,10 @@ class EventWriter:
         """An `error` event with corral's code, then `response.failed` (whose error codes are OpenAI's own)."""
         self.draft.status = "failed"
         obj = {**self.draft.obj(), "error": {"code": "server_error", "message": message}}
-        return [self.event("error", code=code, message=message, param=None),
-                self.event("response.failed", response=obj)]
+        return [
+            self.event("error", code=code, message=message, param=None),
+            self.event("response.failed", response=obj),
+        ]
 
     def _close_text(self) -> list[bytes]:
         item, self._text = self._text, None
@@ -224,11 +342,24 @@ class EventWriter:
             return []
         item["status"] = "completed"
         index, part = self._index(item), item["content"][0]
-        return [self.event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                           text=part["text"], logprobs=[]),
-                self.event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                           part=part),
-                self.event("response.output_item.done", output_index=index, item=item)]
+        return [
+            self.event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            ),
+            self.event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+            self.event("response.output_item.done", output_index=index, item=item),
+        ]
 
     def _index(self, item: Item) -> int:
         return next(i for i, other in enumerate(self.draft.output) if other is item)

@@ -69,8 +69,12 @@ def _content_text(content: Any, param: str) -> str:
         field = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
         if field is None:
             shown = repr(clip(kind)) if isinstance(kind, str) else "a part without a string `type`"
-            raise _invalid(f"{param}[{j}].type", f"corral does not support {shown} content parts; send "
-                           "input_text parts (images, files and audio are not read yet)", UNSUPPORTED_VALUE)
+            raise _invalid(
+                f"{param}[{j}].type",
+                f"corral does not support {shown} content parts; send "
+                "input_text parts (images, files and audio are not read yet)",
+                UNSUPPORTED_VALUE,
+            )
         texts.append(_text(part.get(field), f"{param}[{j}].{field}", required=False))
     return "".join(texts)
 
@@ -83,16 +87,24 @@ def _message_item(item: dict[str, Any], param: str) -> Message:
 
 
 def _tool_call(item: dict[str, Any], param: str) -> dict[str, Any]:
-    return {"id": _text(item.get("call_id"), f"{param}.call_id", limit=NAME_MAX), "type": "function",
-            "function": {"name": _text(item.get("name"), f"{param}.name", limit=NAME_MAX),
-                         "arguments": _text(item.get("arguments", ""), f"{param}.arguments", required=False)}}
+    return {
+        "id": _text(item.get("call_id"), f"{param}.call_id", limit=NAME_MAX),
+        "type": "function",
+        "function": {
+            "name": _text(item.get("name"), f"{param}.name", limit=NAME_MAX),
+            "arguments": _text(item.get("arguments", ""), f"{param}.arguments", required=False),
+        },
+    }
 
 
 def _tool_output(item: dict[str, Any], param: str, names: dict[str, str]) -> Message:
     call_id = _text(item.get("call_id"), f"{param}.call_id", limit=NAME_MAX)
     output = item.get("output")
-    text = _text(output, f"{param}.output", required=False) if isinstance(output, str) else \
-        _content_text(output, f"{param}.output")
+    text = (
+        _text(output, f"{param}.output", required=False)
+        if isinstance(output, str)
+        else _content_text(output, f"{param}.output")
+    )
     return {"role": "tool", "tool_call_id": call_id, "name": names.get(call_id, ""), "content": text}
 
 
@@ -122,8 +134,12 @@ def input_messages(value: str | list[Any], history: list[Message] | None = None)
             messages.append(_tool_output(item, param, names))
         else:
             shown = repr(clip(kind)) if isinstance(kind, str) else "an item without a string `type`"
-            raise _invalid(f"{param}.type", f"corral does not support {shown} input items; send message, "
-                           "function_call and function_call_output items", UNSUPPORTED_VALUE)
+            raise _invalid(
+                f"{param}.type",
+                f"corral does not support {shown} input items; send message, "
+                "function_call and function_call_output items",
+                UNSUPPORTED_VALUE,
+            )
     return messages
 
 
@@ -134,16 +150,27 @@ def chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
             shown = repr(clip(kind)) if isinstance(kind, str) else "a tool without a string `type`"
-            raise _invalid(f"tools[{i}].type", f"corral does not support {shown} tools; send function tools",
-                           UNSUPPORTED_VALUE)
+            raise _invalid(
+                f"tools[{i}].type",
+                f"corral does not support {shown} tools; send function tools",
+                UNSUPPORTED_VALUE,
+            )
         parameters = tool.get("parameters")
         parameters = {} if parameters is None else parameters
         if not isinstance(parameters, dict):
             raise _invalid(f"tools[{i}].parameters", "must be a JSON schema object")
-        out.append({"type": "function", "function": {
-            "name": _text(tool.get("name"), f"tools[{i}].name", limit=NAME_MAX),
-            "description": _text(tool.get("description") or "", f"tools[{i}].description", required=False),
-            "parameters": parameters}})
+        out.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": _text(tool.get("name"), f"tools[{i}].name", limit=NAME_MAX),
+                    "description": _text(
+                        tool.get("description") or "", f"tools[{i}].description", required=False
+                    ),
+                    "parameters": parameters,
+                },
+            }
+        )
     return out
 
 
@@ -152,9 +179,16 @@ def chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any
         return choice
     if choice.get("type") != "function":
         shown = repr(clip(choice.get("type")))
-        raise _invalid("tool_choice.type", f"corral does not support tool_choice of type {shown}; send none, auto, "
-                       'required or {"type": "function", "name": ...}', UNSUPPORTED_VALUE)
-    return {"type": "function", "function": {"name": _text(choice.get("name"), "tool_choice.name", limit=NAME_MAX)}}
+        raise _invalid(
+            "tool_choice.type",
+            f"corral does not support tool_choice of type {shown}; send none, auto, "
+            'required or {"type": "function", "name": ...}',
+            UNSUPPORTED_VALUE,
+        )
+    return {
+        "type": "function",
+        "function": {"name": _text(choice.get("name"), "tool_choice.name", limit=NAME_MAX)},
+    }
 
 
 def too_deep(value: Any, param: str = "", depth: int = 0) -> str | None:
@@ -162,7 +196,9 @@ def too_deep(value: Any, param: str = "", depth: int = 0) -> str | None:
     could not be stored (orjson.dumps raises), so it is refused before any generation."""
     if depth > NESTING_MAX:
         return param
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    children = (
+        value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    )
     for key, child in children:
         where = f"{param}[{key}]" if isinstance(key, int) else f"{param}.{clip(key)}" if param else clip(key)
         if (found := too_deep(child, where, depth + 1)) is not None:
@@ -172,20 +208,25 @@ def too_deep(value: Any, param: str = "", depth: int = 0) -> str | None:
 
 def check_nesting(body: Any) -> None:
     if (where := too_deep(body)) is not None:
-        field = where if len(where) <= 2 * NAME_MAX else where[:2 * NAME_MAX] + "…"
+        field = where if len(where) <= 2 * NAME_MAX else where[: 2 * NAME_MAX] + "…"
         raise _invalid(field, f"nests deeper than {NESTING_MAX} levels of JSON; flatten it")
 
 
 def check_metadata(metadata: dict[str, str] | None) -> None:
     for key, value in (metadata or {}).items():
         if len(key) > METADATA_KEY_MAX or len(value) > METADATA_VALUE_MAX:
-            raise _invalid("metadata", f"keys may have at most {METADATA_KEY_MAX} characters and values "
-                           f"{METADATA_VALUE_MAX} ({clip(key)!r} has more)")
+            raise _invalid(
+                "metadata",
+                f"keys may have at most {METADATA_KEY_MAX} characters and values "
+                f"{METADATA_VALUE_MAX} ({clip(key)!r} has more)",
+            )
 
 
 def chat_body(body: ResponsesRequest, conversation: list[Message]) -> dict[str, Any]:
     """The chat completion request body that answers `body`, given its whole `conversation` (history + input)."""
-    messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
+    messages = (
+        [{"role": "system", "content": body.instructions}] if body.instructions else []
+    ) + conversation
     chat: dict[str, Any] = {"model": body.model, "messages": messages}
     if body.max_output_tokens is not None:
         chat["max_completion_tokens"] = body.max_output_tokens

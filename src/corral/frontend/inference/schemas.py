@@ -72,7 +72,7 @@ class ContentPart(_Body):
     @model_validator(mode="after")
     def _image_part_has_url(self) -> ContentPart:
         if self.type == "image_url" and self.image_url is None:
-            raise ValueError("an image_url part needs image_url: {\"url\": \"data:image/png;base64,...\"}")
+            raise ValueError('an image_url part needs image_url: {"url": "data:image/png;base64,..."}')
         return self
 
 
@@ -177,8 +177,9 @@ class ChatCompletionRequest(_Sampling):
     @classmethod
     def _top_logprobs_need_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value and not info.data.get("logprobs"):
-            raise PydanticCustomError("invalid_value", "{message}", {"message": "needs logprobs: true",
-                                                                     "param": "top_logprobs"})
+            raise PydanticCustomError(
+                "invalid_value", "{message}", {"message": "needs logprobs: true", "param": "top_logprobs"}
+            )
         return value
 
     def several_or_logprobs(self) -> bool:
@@ -200,8 +201,12 @@ class CompletionRequest(_Sampling):
     field_policy = request_fields.COMPLETIONS
 
     # one text, texts, one prompt of token ids, or prompts of token ids
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=PROMPTS_MAX)] | TokenIds | Annotated[
-        list[TokenIds], Field(min_length=1, max_length=PROMPTS_MAX)]
+    prompt: (
+        str
+        | Annotated[list[str], Field(min_length=1, max_length=PROMPTS_MAX)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=PROMPTS_MAX)]
+    )
     echo: bool = False
     logprobs: TopLogprobs | None = None  # the chosen token's logprob and this many alternatives per token
 
@@ -217,7 +222,9 @@ class EmbeddingRequest(_Request):
     field_policy = request_fields.EMBEDDINGS
 
     model: ModelName
-    input: str | list[str] | TokenIds | list[TokenIds] = Field(min_length=1)  # texts or token ids, one or many
+    input: str | list[str] | TokenIds | list[TokenIds] = Field(
+        min_length=1
+    )  # texts or token ids, one or many
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: PositiveInt32 | None = None  # the first `dimensions` values, renormalised to unit length
 

@@ -11,7 +11,13 @@ import numpy as np
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 ENCODED = ("mp3", "opus", "flac", "wav", "pcm")
-MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm"}
+MEDIA_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
 PCM_RATE = 24000  # OpenAI's pcm and the rate Opus is written at (one Opus supports)
 _SOUNDFILE = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "flac": ("FLAC", "PCM_16")}
 

@@ -43,9 +43,19 @@ SAMPLE_BYTES = 2  # 16-bit mono
 
 def wav_header(sample_rate: int) -> bytes:
     """A 16-bit mono PCM WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF)."""
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * SAMPLE_BYTES, SAMPLE_BYTES, 8 * SAMPLE_BYTES)
-    return (b"RIFF" + struct.pack("<I", UNKNOWN_SIZE) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-            + b"data" + struct.pack("<I", UNKNOWN_SIZE))
+    fmt = struct.pack(
+        "<HHIIHH", 1, 1, sample_rate, sample_rate * SAMPLE_BYTES, SAMPLE_BYTES, 8 * SAMPLE_BYTES
+    )
+    return (
+        b"RIFF"
+        + struct.pack("<I", UNKNOWN_SIZE)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", UNKNOWN_SIZE)
+    )
 
 
 class PcmRelay:
@@ -65,7 +75,11 @@ class PcmRelay:
         if self.response_format == "wav" or not audio:
             return audio
         samples = np.frombuffer(audio, dtype="<i2")
-        return speech_formats.resampled(samples, self.sample_rate, speech_formats.PCM_RATE).astype("<i2").tobytes()
+        return (
+            speech_formats.resampled(samples, self.sample_rate, speech_formats.PCM_RATE)
+            .astype("<i2")
+            .tobytes()
+        )
 
 
 def _sample_rate(cfg: ModelConfig, first: Any) -> int:
@@ -76,22 +90,31 @@ def _sample_rate(cfg: ModelConfig, first: Any) -> int:
     except (orjson.JSONDecodeError, KeyError, TypeError):
         rate = None
     if not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0:
-        raise APIError(502, f"model {cfg.name}: the backend's TTSStream began without its sample rate (the first "
-                            f"reply's message is {message[:80]!r}, not {{\"sample_rate\": N}})",
-                       "server_error", "backend_error")
+        raise APIError(
+            502,
+            f"model {cfg.name}: the backend's TTSStream began without its sample rate (the first "
+            f'reply\'s message is {message[:80]!r}, not {{"sample_rate": N}})',
+            "server_error",
+            "backend_error",
+        )
     return rate
 
 
-async def open_speech(router: Router, cfg: ModelConfig, request: backend_pb2.TTSRequest,
-                      response_format: str) -> StreamingResponse | None:
+async def open_speech(
+    router: Router, cfg: ModelConfig, request: backend_pb2.TTSRequest, response_format: str
+) -> StreamingResponse | None:
     """The streamed answer, once the backend sent its first chunk; None when the backend cannot stream."""
     async with http_errors(router, cfg, "input"):
         try:
             first, stream = await calls.open_stream(router, cfg, request, "TTSStream")
         except BackendRefused as exc:
             if exc.code in FALLBACK_CODES:
-                log.debug("model %s: TTSStream refused (%s: %s); speaking the whole file", cfg.name, exc.code,
-                          exc.details)
+                log.debug(
+                    "model %s: TTSStream refused (%s: %s); speaking the whole file",
+                    cfg.name,
+                    exc.code,
+                    exc.details,
+                )
                 return None
             raise
     try:
@@ -99,11 +122,14 @@ async def open_speech(router: Router, cfg: ModelConfig, request: backend_pb2.TTS
     except BaseException:
         stream.close()
         raise
-    return StreamingResponse(_relayed(cfg, first, stream, relay), media_type=speech_formats.MEDIA_TYPES[response_format])
+    return StreamingResponse(
+        _relayed(cfg, first, stream, relay), media_type=speech_formats.MEDIA_TYPES[response_format]
+    )
 
 
-async def _relayed(cfg: ModelConfig, first: backend_pb2.Reply, stream: calls.ReplyStream,
-                   relay: PcmRelay) -> AsyncIterator[bytes]:
+async def _relayed(
+    cfg: ModelConfig, first: backend_pb2.Reply, stream: calls.ReplyStream, relay: PcmRelay
+) -> AsyncIterator[bytes]:
     try:
         yield relay.start() + relay.chunk(first.audio)
         while (reply := await stream.read()) is not calls.EOF:

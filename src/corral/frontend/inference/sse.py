@@ -22,8 +22,12 @@ class ChunkEncoder:
 
     def __init__(self, ident: str, created: int, model: str, *, chat: bool) -> None:
         self.chat = chat
-        self.head: dict[str, Any] = {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
-                                     "created": created, "model": model}
+        self.head: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
         opening = b"data: " + orjson.dumps(self.head)[:-1]  # the object without its closing brace
         tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
         if chat:
@@ -47,7 +51,10 @@ class ChunkEncoder:
     def tool_calls(self, deltas: list[dict[str, Any]]) -> dict[str, Any]:
         """A chunk carrying tool-call deltas (OpenAI `delta.tool_calls`, each with its index in the stream)."""
         delta = {"tool_calls": deltas}
-        return {**self.head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+        return {
+            **self.head,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+        }
 
     def usage(self, usage: dict[str, int]) -> bytes:
         return sse({**self.head, "choices": [], "usage": usage})

@@ -58,20 +58,36 @@ def request_grammar(body: _Sampling) -> str:
     """The GBNF a request asks for ('' for none); a 400 naming the field when it cannot be built."""
     chosen = [name for name in ("response_format", "grammar", "grammar_json_functions") if _asks(body, name)]
     if len(chosen) > 1:
-        raise APIError(400, f"send one of {' or '.join(chosen)}: each sets the output's grammar", INVALID,
-                       "invalid_value", chosen[1])
+        raise APIError(
+            400,
+            f"send one of {' or '.join(chosen)}: each sets the output's grammar",
+            INVALID,
+            "invalid_value",
+            chosen[1],
+        )
     fmt = body.response_format
     if fmt is not None and fmt.type == "json_object":
         return JSON_OBJECT_GRAMMAR
     if fmt is not None and fmt.type == "json_schema":
         if fmt.json_schema is None or fmt.json_schema.schema_ is None:
-            raise APIError(400, "response_format of type json_schema needs json_schema.schema (the JSON Schema of "
-                                "the reply)", INVALID, "invalid_value", "response_format.json_schema.schema")
+            raise APIError(
+                400,
+                "response_format of type json_schema needs json_schema.schema (the JSON Schema of the reply)",
+                INVALID,
+                "invalid_value",
+                "response_format.json_schema.schema",
+            )
         return _compiled(fmt.json_schema.schema_, "response_format.json_schema.schema")
     if body.grammar:
         if len(body.grammar) > MAX_GRAMMAR_CHARS:  # the sampler's cost grows with its alternatives, per token
-            raise APIError(400, f"grammar is {len(body.grammar)} characters, more than {MAX_GRAMMAR_CHARS}; send a "
-                                "smaller grammar (fewer alternatives)", INVALID, "invalid_value", "grammar")
+            raise APIError(
+                400,
+                f"grammar is {len(body.grammar)} characters, more than {MAX_GRAMMAR_CHARS}; send a "
+                "smaller grammar (fewer alternatives)",
+                INVALID,
+                "invalid_value",
+                "grammar",
+            )
         return body.grammar
     if body.grammar_json_functions:
         return _compiled(body.grammar_json_functions, "grammar_json_functions")
@@ -88,8 +104,13 @@ def offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) -
     choice = body.tool_choice
     if body.tools is None:
         if choice not in (None, "none"):
-            raise APIError(400, "tool_choice needs tools: send the tools the model may call", INVALID,
-                           "invalid_value", "tool_choice")
+            raise APIError(
+                400,
+                "tool_choice needs tools: send the tools the model may call",
+                INVALID,
+                "invalid_value",
+                "tool_choice",
+            )
         return
     opts.Tools = _json_text([t.model_dump() for t in body.tools], "tools")
     if choice is not None:
@@ -100,9 +121,14 @@ def offer_tools(opts: backend_pb2.PredictOptions, body: ChatCompletionRequest) -
     if opts.ToolChoice == "none" or not body.tools:
         return
     if opts.Grammar:
-        raise APIError(400, "response_format, grammar and grammar_json_functions cannot be combined with tools "
-                            "yet (tool calls have their own grammar); send tool_choice none, or leave them out",
-                       INVALID, "invalid_value", "tool_choice")
+        raise APIError(
+            400,
+            "response_format, grammar and grammar_json_functions cannot be combined with tools "
+            "yet (tool calls have their own grammar); send tool_choice none, or leave them out",
+            INVALID,
+            "invalid_value",
+            "tool_choice",
+        )
     try:
         cached_call_grammar(opts.Tools, opts.ToolChoice, parallel)
     except SchemaError as exc:

@@ -13,8 +13,11 @@ from corral.proto import backend_pb2
 
 def proto_message(message: dict[str, Any]) -> backend_pb2.Message:
     """An OpenAI-shaped message dict (the agent loop's history) → backend Message."""
-    out = backend_pb2.Message(role=str(message.get("role") or ""), content=str(message.get("content") or ""),
-                              name=str(message.get("name") or ""))
+    out = backend_pb2.Message(
+        role=str(message.get("role") or ""),
+        content=str(message.get("content") or ""),
+        name=str(message.get("name") or ""),
+    )
     if message.get("tool_call_id"):
         out.tool_call_id = str(message["tool_call_id"])
     if message.get("tool_calls"):
@@ -31,8 +34,10 @@ def reply_tool_calls(reply: backend_pb2.Reply) -> list[ToolCall]:
             slot["id"] = slot["id"] or call.id
             slot["name"] = slot["name"] or call.name
             slot["arguments"] += call.arguments
-    return [ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=s["arguments"] or "{}")
-            for i, s in sorted(merged.items())]
+    return [
+        ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=s["arguments"] or "{}")
+        for i, s in sorted(merged.items())
+    ]
 
 
 def delta_tool_calls(reply: backend_pb2.Reply) -> list[dict[str, Any]]:
@@ -42,8 +47,14 @@ def delta_tool_calls(reply: backend_pb2.Reply) -> list[dict[str, Any]]:
     for delta in reply.chat_deltas:
         for call in delta.tool_calls:
             if call.id:
-                out.append({"index": call.index, "id": call.id, "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments}})
+                out.append(
+                    {
+                        "index": call.index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                )
             else:
                 out.append({"index": call.index, "function": {"arguments": call.arguments}})
     return out

@@ -7,8 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
-MEDIA_TYPES = {"json": "application/json", "verbose_json": "application/json", "text": "text/plain; charset=utf-8",
-               "srt": "application/x-subrip; charset=utf-8", "vtt": "text/vtt; charset=utf-8"}
+MEDIA_TYPES = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
 NS = 1_000_000_000
 
 
@@ -21,13 +26,16 @@ def _clock(ns: int, separator: str) -> str:
 
 
 def srt(segments: list[Any]) -> str:
-    return "".join(f"{i}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text.strip()}\n\n"
-                   for i, s in enumerate(segments, start=1))
+    return "".join(
+        f"{i}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text.strip()}\n\n"
+        for i, s in enumerate(segments, start=1)
+    )
 
 
 def vtt(segments: list[Any]) -> str:
-    return "WEBVTT\n\n" + "".join(f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n\n"
-                                  for s in segments)
+    return "WEBVTT\n\n" + "".join(
+        f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text.strip()}\n\n" for s in segments
+    )
 
 
 def verbose(result: Any, task: str, temperature: float) -> dict[str, Any]:
@@ -36,9 +44,18 @@ def verbose(result: Any, task: str, temperature: float) -> dict[str, Any]:
         "language": result.language or "",
         "duration": round(result.duration, 3),
         "text": result.text,
-        "segments": [{"id": s.id, "seek": 0, "start": round(s.start / NS, 3), "end": round(s.end / NS, 3),
-                      "text": s.text, "tokens": list(s.tokens), "temperature": temperature}
-                     for s in result.segments],
+        "segments": [
+            {
+                "id": s.id,
+                "seek": 0,
+                "start": round(s.start / NS, 3),
+                "end": round(s.end / NS, 3),
+                "text": s.text,
+                "tokens": list(s.tokens),
+                "temperature": temperature,
+            }
+            for s in result.segments
+        ],
     }
 
 

@@ -31,8 +31,9 @@ class _Bucket:
 class RegisterRate:
     """Token bucket per source: `per_minute` registrations a minute, a burst of as many."""
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic,
-                 max_sources: int = MAX_SOURCES) -> None:
+    def __init__(
+        self, per_minute: int, clock: Callable[[], float] = time.monotonic, max_sources: int = MAX_SOURCES
+    ) -> None:
         self.per_minute, self._clock = per_minute, clock
         self._refill_per_s = per_minute / 60.0
         self._buckets: SourceTable[_Bucket] = SourceTable(max_sources)
@@ -41,7 +42,9 @@ class RegisterRate:
         """Spend one registration of `source`: 0 when allowed, else the seconds until one is."""
         now_s = self._clock()
         bucket = self._buckets.setdefault(source, lambda: _Bucket(float(self.per_minute), now_s))
-        bucket.tokens = min(float(self.per_minute), bucket.tokens + (now_s - bucket.at_s) * self._refill_per_s)
+        bucket.tokens = min(
+            float(self.per_minute), bucket.tokens + (now_s - bucket.at_s) * self._refill_per_s
+        )
         bucket.at_s = now_s
         if bucket.tokens >= 1.0:
             bucket.tokens -= 1.0
@@ -50,14 +53,19 @@ class RegisterRate:
 
     def refusal(self, retry_after_s: float) -> tuple[str, int]:
         seconds = max(1, math.ceil(retry_after_s))
-        return (f"too many registrations from this address: at most {self.per_minute} a minute ({RATE_KNOB}); "
-                f"retry after {seconds}s", seconds)
+        return (
+            f"too many registrations from this address: at most {self.per_minute} a minute ({RATE_KNOB}); "
+            f"retry after {seconds}s",
+            seconds,
+        )
 
 
 def pending_cap_message(cap: int) -> str:
-    return (f"{cap} nodes are already waiting for approval ({PENDING_KNOB}): approve them (POST "
-            f"/api/nodes/<id>/approve) or delete them (DELETE /api/nodes/<id>), or raise {PENDING_KNOB}; "
-            f"never-approved nodes that stop registering expire after CORRAL_PENDING_NODE_EXPIRY")
+    return (
+        f"{cap} nodes are already waiting for approval ({PENDING_KNOB}): approve them (POST "
+        f"/api/nodes/<id>/approve) or delete them (DELETE /api/nodes/<id>), or raise {PENDING_KNOB}; "
+        f"never-approved nodes that stop registering expire after CORRAL_PENDING_NODE_EXPIRY"
+    )
 
 
 @dataclass
@@ -68,5 +76,8 @@ class Admission:
 
     @classmethod
     def from_settings(cls, settings: Any) -> Admission:
-        return cls(AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s),
-                   RegisterRate(settings.node_register_rate), settings.max_pending_nodes)
+        return cls(
+            AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s),
+            RegisterRate(settings.node_register_rate),
+            settings.max_pending_nodes,
+        )

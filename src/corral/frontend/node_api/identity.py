@@ -31,8 +31,10 @@ CACHE_MAX_ENTRIES = 100_000
 
 
 def rekey_hint(node_id: str) -> str:
-    return (f"an admin re-keys it with POST /api/nodes/{node_id}/rekey (its next registration then gets a new "
-            f"credential) or removes it with DELETE /api/nodes/{node_id}")
+    return (
+        f"an admin re-keys it with POST /api/nodes/{node_id}/rekey (its next registration then gets a new "
+        f"credential) or removes it with DELETE /api/nodes/{node_id}"
+    )
 
 
 def new_credential() -> tuple[str, str]:
@@ -50,7 +52,9 @@ def presented(request: Request) -> str:
 
 
 def node_error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": status, "message": message, "type": "node_error"}}, status_code=status)
+    return JSONResponse(
+        {"error": {"code": status, "message": message, "type": "node_error"}}, status_code=status
+    )
 
 
 class NodeCredentials:
@@ -83,12 +87,21 @@ class NodeCredentials:
         if stored is None:
             return node_error(404, f"node {node_id} not found; register again")
         if not secret:
-            return node_error(401, f"node credential required: send the {NODE_TOKEN_HEADER} header with the "
-                                   "credential this node received at its first registration")
+            return node_error(
+                401,
+                f"node credential required: send the {NODE_TOKEN_HEADER} header with the "
+                "credential this node received at its first registration",
+            )
         if not stored:
-            return node_error(409, f"node {node_id} has no credential (re-keyed by an admin or registered before "
-                                   "node credentials existed); register again to receive one")
+            return node_error(
+                409,
+                f"node {node_id} has no credential (re-keyed by an admin or registered before "
+                "node credentials existed); register again to receive one",
+            )
         if not hmac.compare_digest(credential_hash(secret), stored):
-            return node_error(403, f"{NODE_TOKEN_HEADER} is not the credential of node {node_id}: a node may act "
-                                   f"only as itself; if this worker lost its credential, {rekey_hint(node_id)}")
+            return node_error(
+                403,
+                f"{NODE_TOKEN_HEADER} is not the credential of node {node_id}: a node may act "
+                f"only as itself; if this worker lost its credential, {rekey_hint(node_id)}",
+            )
         return None

@@ -92,13 +92,16 @@ def _token_refusal(state: FrontendState, presented: str) -> JSONResponse | None:
         return None
     if not presented:
         return node_error(401, "registration token required")
-    if not hmac.compare_digest(node_store.token_hash(presented), node_store.token_hash(state.registration_token)):
+    if not hmac.compare_digest(
+        node_store.token_hash(presented), node_store.token_hash(state.registration_token)
+    ):
         return node_error(401, "invalid registration token")
     return None
 
 
-async def _register(state: FrontendState, body: RegisterNodeRequest, secret: str,
-                    credentials: NodeCredentials) -> JSONResponse:
+async def _register(
+    state: FrontendState, body: RegisterNodeRequest, secret: str, credentials: NodeCredentials
+) -> JSONResponse:
     refused = _token_refusal(state, body.token)
     if refused is not None:
         return refused
@@ -107,28 +110,54 @@ async def _register(state: FrontendState, body: RegisterNodeRequest, secret: str
     facts = node_store.NodeFacts(**body.model_dump(exclude={"token", "labels"}))
     issued, issued_hash = new_credential()
     try:
-        row = await node_store.register(state.pool, facts, body.token, body.labels,
-                                        auto_approve=state.auto_approve_nodes, credential_hash=credential_hash(secret),
-                                        new_credential_hash=issued_hash, max_pending=state.admission.max_pending_nodes)
+        row = await node_store.register(
+            state.pool,
+            facts,
+            body.token,
+            body.labels,
+            auto_approve=state.auto_approve_nodes,
+            credential_hash=credential_hash(secret),
+            new_credential_hash=issued_hash,
+            max_pending=state.admission.max_pending_nodes,
+        )
     except node_store.PendingCapReached as exc:
         NODE_REGISTRATIONS_REFUSED.labels("pending_cap").inc()
-        log.warning("refused a registration as new node %r: %d nodes already pending approval "
-                    "(CORRAL_MAX_PENDING_NODES)", body.name, exc.cap)
+        log.warning(
+            "refused a registration as new node %r: %d nodes already pending approval "
+            "(CORRAL_MAX_PENDING_NODES)",
+            body.name,
+            exc.cap,
+        )
         return node_error(429, pending_cap_message(exc.cap))
     except node_store.CredentialMismatch as exc:
         node = exc.node
-        log.warning("refused a registration as node %s (%s) from %s: %s", node["name"], node["id"],
-                    body.address or "-", "wrong node credential" if secret else "no node credential")
-        return node_error(409, f"node name {node['name']!r} is already registered (id {node['id']}) and this "
-                               f"registration did not present its credential ({NODE_TOKEN_HEADER} header, issued at its "
-                               f"first registration and kept in the worker's state directory); {rekey_hint(node['id'])}")
+        log.warning(
+            "refused a registration as node %s (%s) from %s: %s",
+            node["name"],
+            node["id"],
+            body.address or "-",
+            "wrong node credential" if secret else "no node credential",
+        )
+        return node_error(
+            409,
+            f"node name {node['name']!r} is already registered (id {node['id']}) and this "
+            f"registration did not present its credential ({NODE_TOKEN_HEADER} header, issued at its "
+            f"first registration and kept in the worker's state directory); {rekey_hint(node['id'])}",
+        )
     credentials.forget(row["id"])
     await vram_budget.refresh(state.pool, row["id"])  # resolve the (possibly sticky) budget against this VRAM
     state.router.view.remove_node(row["id"])
     await node_changed(state, row["id"], row["status"])
-    log.info("node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"])
-    reply = {"id": row["id"], "name": row["name"], "node_type": row["node_type"], "status": row["status"],
-             "created_at": row["created_at"].isoformat()}
+    log.info(
+        "node %s (%s) registered at %s, status %s", row["name"], row["id"], row["address"], row["status"]
+    )
+    reply = {
+        "id": row["id"],
+        "name": row["name"],
+        "node_type": row["node_type"],
+        "status": row["status"],
+        "created_at": row["created_at"].isoformat(),
+    }
     if row["credential_hash"] == issued_hash:
         reply["node_token"] = issued  # returned this once; only its hash is kept
     if state.lifecycle is not None and state.lifecycle.minter is not None:
@@ -162,7 +191,9 @@ async def set_status(state: FrontendState, node_id: str, status: str, message: s
 
 async def record_heartbeat(state: FrontendState, node_id: str, update: HeartbeatUpdate) -> bool:
     if state.lifecycle is None:
-        return await node_store.heartbeat(state.pool, node_id, update.model_dump(exclude_none=True)) is not None
+        return (
+            await node_store.heartbeat(state.pool, node_id, update.model_dump(exclude_none=True)) is not None
+        )
     return bool(await state.lifecycle.checkpointer.beat(node_id, Beat(**update.model_dump())))
 
 
@@ -215,8 +246,11 @@ def _add_status_routes(router: APIRouter, state: FrontendState, own: list[Any]) 
         if not node["approved"]:
             return node_error(409, f"node {node_id} is pending approval; an admin must approve it first")
         if not await node_store.resume(state.pool, node_id, by_admin=False):
-            return node_error(409, f"node {node_id} was drained by an admin and stays draining until an admin "
-                                   f"resumes it (POST /api/nodes/{node_id}/resume)")
+            return node_error(
+                409,
+                f"node {node_id} was drained by an admin and stays draining until an admin "
+                f"resumes it (POST /api/nodes/{node_id}/resume)",
+            )
         await node_changed(state, node_id, node_store.HEALTHY)
         return {"message": "node resumed"}
 
@@ -257,8 +291,11 @@ def _add_self_service_routes(router: APIRouter, state: FrontendState, own: list[
             return node_error(409, "this frontend mints no NATS credentials (set LOCALAI_NATS_ACCOUNT_SEED)")
         minted = minter.credentials(node)
         if not minted:
-            return node_error(409, f"node {node_id} is {node['status']} and not approved: no NATS credentials "
-                                   f"until an admin approves it (POST /api/nodes/{node_id}/approve)")
+            return node_error(
+                409,
+                f"node {node_id} is {node['status']} and not approved: no NATS credentials "
+                f"until an admin approves it (POST /api/nodes/{node_id}/approve)",
+            )
         return {"id": node["id"], "status": node["status"], **minted}
 
 
@@ -293,6 +330,8 @@ def install_node_api(app: FastAPI, state: FrontendState) -> NodeCredentials:
     async def _refused(_request: Request, exc: _Refused) -> Response:
         return exc.response
 
-    app.include_router(build_node_router(state, credentials),
-                       dependencies=[Depends(within_register_rate), Depends(require_token)])
+    app.include_router(
+        build_node_router(state, credentials),
+        dependencies=[Depends(within_register_rate), Depends(require_token)],
+    )
     return credentials

@@ -15,6 +15,6 @@ def check_registration_token(request: Request, token: str) -> JSONResponse | Non
     header = request.headers.get("authorization", "")
     if not header.startswith("Bearer "):
         return JSONResponse({"error": "missing or invalid Authorization header"}, status_code=401)
-    if not hmac.compare_digest(header[len("Bearer "):].encode(), token.encode()):
+    if not hmac.compare_digest(header[len("Bearer ") :].encode(), token.encode()):
         return JSONResponse({"error": "invalid registration token"}, status_code=401)
     return None

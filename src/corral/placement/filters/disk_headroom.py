@@ -29,13 +29,18 @@ class DiskHeadroomFilter:
         need = required_disk_bytes(req.disk_bytes)
         if node.available_disk >= need:
             return None
-        return Rejection(self.name, NOT_ENOUGH_DISK,
-                         f"{node.name} has {format_size(node.available_disk)} free of {format_size(node.total_disk)}",
-                         {"need": need, "free": node.available_disk, "total": node.total_disk})
+        return Rejection(
+            self.name,
+            NOT_ENOUGH_DISK,
+            f"{node.name} has {format_size(node.available_disk)} free of {format_size(node.total_disk)}",
+            {"need": need, "free": node.available_disk, "total": node.total_disk},
+        )
 
 
 def disk_message(model: str, need: int, rejections: list[Rejection]) -> str:
     """The specification's exact capacity error, every rejected node listed."""
     nodes = ", ".join(r.detail for r in rejections)
-    return (f"scheduling {model}: no node has enough free disk for the model: need {format_size(need)} free on "
-            f"the models filesystem, but {nodes}")
+    return (
+        f"scheduling {model}: no node has enough free disk for the model: need {format_size(need)} free on "
+        f"the models filesystem, but {nodes}"
+    )

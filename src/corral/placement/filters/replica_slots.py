@@ -15,5 +15,8 @@ class ReplicaSlotFilter:
     def check(self, req: PlacementRequest, node: NodeSnapshot) -> Rejection | None:
         if node.free_replica_index(req.model) is not None:
             return None
-        return Rejection(self.name, NO_FREE_SLOT,
-                         f"{node.name} already runs {node.max_replicas_per_model} replica(s) of {req.model}")
+        return Rejection(
+            self.name,
+            NO_FREE_SLOT,
+            f"{node.name} already runs {node.max_replicas_per_model} replica(s) of {req.model}",
+        )

@@ -39,16 +39,24 @@ class Decision:
     at_s: float = 0.0
 
     def explain(self) -> dict[str, object]:
-        return {"picker": self.picker, "replica": self.replica.key, "node": self.replica.node_name,
-                "reason": self.reason, "loads": self.loads, "match_blocks": self.match_blocks,
-                "chain_blocks": self.chain_blocks, "at": self.at_s}
+        return {
+            "picker": self.picker,
+            "replica": self.replica.key,
+            "node": self.replica.node_name,
+            "reason": self.reason,
+            "loads": self.loads,
+            "match_blocks": self.match_blocks,
+            "chain_blocks": self.chain_blocks,
+            "at": self.at_s,
+        }
 
 
 class Picker(Protocol):
     name: str
 
-    def pick(self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
-             ) -> Decision: ...
+    def pick(
+        self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
+    ) -> Decision: ...
 
 
 def loads_of(replicas: Sequence[Replica], load: Load) -> dict[str, int]:

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 class LeastLoaded:
     name = "least_loaded"
 
-    def pick(self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
-             ) -> Decision:
+    def pick(
+        self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
+    ) -> Decision:
         loads = loads_of(replicas, load)
         chosen = min(replicas, key=lambda r: (loads[r.key], r.last_used_s))
         return Decision(chosen, self.name, "fewest requests in flight, then least recently used", loads)
-

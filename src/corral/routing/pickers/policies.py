@@ -32,8 +32,12 @@ class RoutePolicies:
     def __init__(self, index: PrefixIndex | None = None, prefix_cache_default: bool = True) -> None:
         self.index = index or PrefixIndex()
         self.default = Policy("prefix_cache" if prefix_cache_default else "least_loaded")
-        self.pickers: dict[str, Picker] = {"round_robin": RoundRobin(), "least_loaded": LeastLoaded(),
-                                           "prefix_cache": PrefixCache(self.index), "power_of_two": PowerOfTwo()}
+        self.pickers: dict[str, Picker] = {
+            "round_robin": RoundRobin(),
+            "least_loaded": LeastLoaded(),
+            "prefix_cache": PrefixCache(self.index),
+            "power_of_two": PowerOfTwo(),
+        }
         self._by_model: dict[str, Policy] = {}
 
     def get(self, model: str) -> Policy:
@@ -50,12 +54,15 @@ class RoutePolicies:
             min_prefix_match=rule.min_prefix_match if rule.min_prefix_match > 0 else DEFAULT_MIN_PREFIX_MATCH,
             balance_abs=rule.balance_abs_threshold if rule.balance_abs_threshold > 0 else DEFAULT_BALANCE_ABS,
             balance_rel=rule.balance_rel_threshold if rule.balance_rel_threshold > 0 else DEFAULT_BALANCE_REL,
-            source="rule")
+            source="rule",
+        )
 
     def forget_rule(self, model: str) -> None:
         self._by_model.pop(model, None)
 
-    def replace_rules(self, rules: Iterable[SchedulingRule], aliases: Mapping[str, str] | None = None) -> None:
+    def replace_rules(
+        self, rules: Iterable[SchedulingRule], aliases: Mapping[str, str] | None = None
+    ) -> None:
         self._by_model = {}
         for rule in rules:
             self.set_rule(rule, aliases)

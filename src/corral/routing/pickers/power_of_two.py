@@ -19,8 +19,9 @@ class PowerOfTwo:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
 
-    def pick(self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
-             ) -> Decision:
+    def pick(
+        self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
+    ) -> Decision:
         a, b = self._rng.sample(list(replicas), 2) if len(replicas) > 1 else (replicas[0], replicas[0])
         loads = {a.key: load(a), b.key: load(b)}
         chosen = min((a, b), key=lambda r: (loads[r.key], r.last_used_s))

@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 
 def eligible(in_flight: int, min_in_flight: int, policy: Policy) -> bool:
-    return (in_flight <= min_in_flight + policy.balance_abs
-            and in_flight <= min_in_flight * policy.balance_rel + 1)
+    return (
+        in_flight <= min_in_flight + policy.balance_abs
+        and in_flight <= min_in_flight * policy.balance_rel + 1
+    )
 
 
 class PrefixCache:
@@ -31,8 +33,9 @@ class PrefixCache:
     def __init__(self, index: PrefixIndex) -> None:
         self.index = index
 
-    def pick(self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
-             ) -> Decision:
+    def pick(
+        self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
+    ) -> Decision:
         loads = loads_of(replicas, load)
         least = min(replicas, key=lambda r: (loads[r.key], r.last_used_s))
         if not chain:
@@ -44,13 +47,32 @@ class PrefixCache:
         by_key = {r.key: r for r in replicas}
         hot = min((by_key[k] for k in holders), key=lambda r: (loads[r.key], r.last_used_s))
         if ratio < policy.min_prefix_match:
-            return Decision(least, self.name, f"best match {ratio:.2f} of the prompt is below min_prefix_match "
-                            f"{policy.min_prefix_match:g}: least loaded", loads, depth, len(chain))
+            return Decision(
+                least,
+                self.name,
+                f"best match {ratio:.2f} of the prompt is below min_prefix_match "
+                f"{policy.min_prefix_match:g}: least loaded",
+                loads,
+                depth,
+                len(chain),
+            )
         min_load = loads[least.key]
         if not eligible(loads[hot.key], min_load, policy):
-            return Decision(least, self.name, f"{hot.key} holds {ratio:.2f} of the prompt but has "
-                            f"{loads[hot.key]} in flight vs {min_load} (balance_abs_threshold "
-                            f"{policy.balance_abs}, balance_rel_threshold {policy.balance_rel:g}): least loaded",
-                            loads, depth, len(chain))
-        return Decision(hot, self.name, f"holds {depth} of {len(chain)} prompt blocks ({ratio:.2f})",
-                        loads, depth, len(chain))
+            return Decision(
+                least,
+                self.name,
+                f"{hot.key} holds {ratio:.2f} of the prompt but has "
+                f"{loads[hot.key]} in flight vs {min_load} (balance_abs_threshold "
+                f"{policy.balance_abs}, balance_rel_threshold {policy.balance_rel:g}): least loaded",
+                loads,
+                depth,
+                len(chain),
+            )
+        return Decision(
+            hot,
+            self.name,
+            f"holds {depth} of {len(chain)} prompt blocks ({ratio:.2f})",
+            loads,
+            depth,
+            len(chain),
+        )

@@ -13,11 +13,29 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 def row(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "id": "op-1", "parent_id": None, "gallery_element_name": "simulator", "op_type": operations.BACKEND_INSTALL,
-        "status": operations.PENDING, "progress": 0.0, "phase": "", "current_bytes": 0, "total_bytes": 0,
-        "message": "", "error": "", "file_name": "", "total_file_size": "", "downloaded_file_size": "",
-        "node_id": "n1", "node_name": "w1", "cancellable": False, "worker_busy": False, "attempts": 0,
-        "is_backend_op": True, "created_at": NOW, "started_at": None, "finished_at": None,
+        "id": "op-1",
+        "parent_id": None,
+        "gallery_element_name": "simulator",
+        "op_type": operations.BACKEND_INSTALL,
+        "status": operations.PENDING,
+        "progress": 0.0,
+        "phase": "",
+        "current_bytes": 0,
+        "total_bytes": 0,
+        "message": "",
+        "error": "",
+        "file_name": "",
+        "total_file_size": "",
+        "downloaded_file_size": "",
+        "node_id": "n1",
+        "node_name": "w1",
+        "cancellable": False,
+        "worker_busy": False,
+        "attempts": 0,
+        "is_backend_op": True,
+        "created_at": NOW,
+        "started_at": None,
+        "finished_at": None,
     }
     base.update(over)
     return base
@@ -34,10 +52,12 @@ def test_labels() -> None:
 
 def test_a_fanout_job_rolls_up_its_nodes() -> None:
     parent = row(id="job", op_type=operations.FANOUT, node_id="", node_name="", status=operations.PROCESSING)
-    kids = [row(id="a", status=operations.COMPLETED, finished_at=NOW, progress=1.0),
-            row(id="b", node_name="w2", status=operations.DOWNLOADING, progress=0.5, file_name="venv.tar"),
-            row(id="c", node_name="w3", status=operations.PROCESSING, worker_busy=True),
-            row(id="d", node_name="w4", status=operations.FAILED, finished_at=NOW, error="boom")]
+    kids = [
+        row(id="a", status=operations.COMPLETED, finished_at=NOW, progress=1.0),
+        row(id="b", node_name="w2", status=operations.DOWNLOADING, progress=0.5, file_name="venv.tar"),
+        row(id="c", node_name="w3", status=operations.PROCESSING, worker_busy=True),
+        row(id="d", node_name="w4", status=operations.FAILED, finished_at=NOW, error="boom"),
+    ]
     view = job_view(parent, kids)  # type: ignore[arg-type]
     assert view["summary"] == "1 of 4 nodes done, 1 failed, 1 worker(s) busy"
     assert [n["state"] for n in view["nodes"]] == ["Done", "Downloading", "Worker busy", "Failed"]
@@ -49,8 +69,23 @@ def test_a_fanout_job_rolls_up_its_nodes() -> None:
 
 def test_reference_shapes() -> None:
     live = live_entry(row())  # type: ignore[arg-type]
-    for key in ("id", "name", "fullName", "jobID", "progress", "taskType", "isDeletion", "isBackend", "isQueued",
-                "cancellable", "message", "nodeID", "nodeName", "currentBytes", "totalBytes"):
+    for key in (
+        "id",
+        "name",
+        "fullName",
+        "jobID",
+        "progress",
+        "taskType",
+        "isDeletion",
+        "isBackend",
+        "isQueued",
+        "cancellable",
+        "message",
+        "nodeID",
+        "nodeName",
+        "currentBytes",
+        "totalBytes",
+    ):
         assert key in live
     done = history_record(row(status=operations.FAILED, error="x", finished_at=NOW))  # type: ignore[arg-type]
     assert done["outcome"] == "failed" and done["error"] == "x" and done["finishedAt"] == NOW.isoformat()

@@ -18,17 +18,30 @@ def test_n_choices_of_a_prompt_are_indexed_in_openais_order_with_seeds_that_diff
 
 def test_completion_logprobs_run_their_text_offsets_on_across_pieces_from_the_echoed_prompt() -> None:
     shaper = logprobs.CompletionLogprobs(offset=len("Hi"))  # the echoed prompt comes first
-    entry = {"token": " there", "logprob": -0.5, "bytes": [], "top_logprobs": [{"token": " there", "logprob": -0.5},
-                                                                                {"token": "!", "logprob": -1.5}]}
+    entry = {
+        "token": " there",
+        "logprob": -0.5,
+        "bytes": [],
+        "top_logprobs": [{"token": " there", "logprob": -0.5}, {"token": "!", "logprob": -1.5}],
+    }
     first = shaper.shape([entry, {**entry, "token": "!", "top_logprobs": []}])
     second = shaper.shape([{**entry, "token": " ok"}])
-    assert first == {"tokens": [" there", "!"], "token_logprobs": [-0.5, -0.5],
-                     "top_logprobs": [{" there": -0.5, "!": -1.5}, {}], "text_offset": [2, 8]}
+    assert first == {
+        "tokens": [" there", "!"],
+        "token_logprobs": [-0.5, -0.5],
+        "top_logprobs": [{" there": -0.5, "!": -1.5}, {}],
+        "text_offset": [2, 8],
+    }
     assert second["text_offset"] == [9]
 
 
 def test_usage_counts_each_prompt_once_and_every_completion() -> None:
     made = choices.replicate(backend_pb2.PredictOptions(), 2, prompt=0) + choices.replicate(
-        backend_pb2.PredictOptions(), 2, prompt=1)
+        backend_pb2.PredictOptions(), 2, prompt=1
+    )
     replies = [backend_pb2.Reply(prompt_tokens=p, tokens=t) for p, t in ((5, 3), (5, 4), (7, 1), (7, 2))]
-    assert choices.usage_of(made, replies) == {"prompt_tokens": 12, "completion_tokens": 10, "total_tokens": 22}
+    assert choices.usage_of(made, replies) == {
+        "prompt_tokens": 12,
+        "completion_tokens": 10,
+        "total_tokens": 22,
+    }

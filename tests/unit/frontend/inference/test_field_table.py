@@ -28,12 +28,17 @@ BODIES: dict[str, dict[str, Any]] = {  # the smallest valid body of each endpoin
 def test_the_readme_block_is_the_generated_table() -> None:
     readme = (Path(__file__).resolve().parents[4] / field_table.README).read_text(encoding="utf-8")
     assert field_table.readme_block(readme) == field_table.table(), (
-        f"README.md's request fields table is stale: run `{field_table.COMMAND}`")
+        f"README.md's request fields table is stale: run `{field_table.COMMAND}`"
+    )
 
 
 def test_every_endpoint_policy_has_a_column() -> None:
-    policies = {p.endpoint for module in (request_fields, media_requests) for p in vars(module).values()
-                if isinstance(p, request_fields.FieldPolicy)}
+    policies = {
+        p.endpoint
+        for module in (request_fields, media_requests)
+        for p in vars(module).values()
+        if isinstance(p, request_fields.FieldPolicy)
+    }
     assert {field_table.policy(model).endpoint for model in ENDPOINTS} == policies == BODIES.keys()
 
 
@@ -42,8 +47,11 @@ def refusals(model: type[_Request], body: dict[str, Any]) -> set[tuple[str, str]
     try:
         model.model_validate(body)
     except ValidationError as caught:
-        return {(e["type"], e["ctx"]["param"]) for e in caught.errors()
-                if e["type"] in ("unknown_parameter", "unsupported_parameter")}
+        return {
+            (e["type"], e["ctx"]["param"])
+            for e in caught.errors()
+            if e["type"] in ("unknown_parameter", "unsupported_parameter")
+        }
     return set()
 
 
@@ -69,7 +77,11 @@ def test_a_not_yet_cell_lists_null_and_the_off_values_as_json() -> None:
     chat = field_table.ENDPOINTS[0]
     assert cell(chat, "service_tier") == '400 unless `null`, `"auto"`, `"default"`'
     assert cell(chat, "modalities") == '400 unless `null`, `["text"]`'
-    assert (cell(chat, "messages"), cell(chat, "user"), cell(chat, "prompt")) == (IMPLEMENTED, HARMLESS, UNKNOWN)
+    assert (cell(chat, "messages"), cell(chat, "user"), cell(chat, "prompt")) == (
+        IMPLEMENTED,
+        HARMLESS,
+        UNKNOWN,
+    )
 
 
 def test_rows_are_grouped_by_the_best_any_endpoint_gives_and_sorted_within_a_group() -> None:
@@ -77,16 +89,24 @@ def test_rows_are_grouped_by_the_best_any_endpoint_gives_and_sorted_within_a_gro
     groups = [i for i, line in enumerate(lines) if line.startswith("| **")]
     assert [lines[i].split("**")[1] for i in groups] == [title for _, title in field_table.GROUPS]
     for start, end in zip(groups, [*groups[1:], len(lines)], strict=True):
-        names = [line.split("`")[1] for line in lines[start + 1:end]]
+        names = [line.split("`")[1] for line in lines[start + 1 : end]]
         assert names == sorted(names)
     assert "| `model` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |" in lines
-    assert lines.index("| `model` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |") < groups[1] < lines.index(next(
-        line for line in lines if line.startswith("| `user` |"))) < groups[2]
+    assert (
+        lines.index("| `model` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |")
+        < groups[1]
+        < lines.index(next(line for line in lines if line.startswith("| `user` |")))
+        < groups[2]
+    )
 
 
-def test_write_replaces_only_the_block_between_the_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_replaces_only_the_block_between_the_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     readme = tmp_path / "README.md"
-    readme.write_text(f"# before\n\n{field_table.BEGIN}\nold table\n{field_table.END}\n\n## after\n", encoding="utf-8")
+    readme.write_text(
+        f"# before\n\n{field_table.BEGIN}\nold table\n{field_table.END}\n\n## after\n", encoding="utf-8"
+    )
     monkeypatch.setattr(field_table, "README", readme)
     assert field_table.main(["--write"]) == 0
     text = readme.read_text(encoding="utf-8")
@@ -95,7 +115,9 @@ def test_write_replaces_only_the_block_between_the_markers(tmp_path: Path, monke
 
 
 def test_a_readme_without_the_markers_is_an_error_naming_them() -> None:
-    with pytest.raises(ValueError, match="README.md has no <!-- fields:begin --> … <!-- fields:end --> block"):
+    with pytest.raises(
+        ValueError, match="README.md has no <!-- fields:begin --> … <!-- fields:end --> block"
+    ):
         field_table.readme_block("# no table here\n")
 
 

@@ -26,19 +26,30 @@ POLICY = ImagePolicy(max_bytes=4096, max_count=2, url_hosts=frozenset({"images.e
 
 def _body(*urls: str, text: str = "look") -> ChatCompletionRequest:
     parts = [{"type": "text", "text": text}] + [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    return ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": parts}]})
+    return ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": parts}]}
+    )
 
 
 def _config(vision: bool = True) -> ModelConfig:
-    return ModelConfig(name="m", backend="llama-cpp", model="m.gguf", models_dir=Path("/models"),
-                       artifacts=ArtifactPaths(scalars=(("MMProj", "p.gguf"),) if vision else ()))
+    return ModelConfig(
+        name="m",
+        backend="llama-cpp",
+        model="m.gguf",
+        models_dir=Path("/models"),
+        artifacts=ArtifactPaths(scalars=(("MMProj", "p.gguf"),) if vision else ()),
+    )
 
 
-def _images(body: ChatCompletionRequest, cfg: ModelConfig | None = None, policy: ImagePolicy = POLICY) -> list[str]:
+def _images(
+    body: ChatCompletionRequest, cfg: ModelConfig | None = None, policy: ImagePolicy = POLICY
+) -> list[str]:
     return asyncio.run(request_images(cfg or _config(), body.messages, policy))
 
 
-def _refusal(body: ChatCompletionRequest, cfg: ModelConfig | None = None, policy: ImagePolicy = POLICY) -> APIError:
+def _refusal(
+    body: ChatCompletionRequest, cfg: ModelConfig | None = None, policy: ImagePolicy = POLICY
+) -> APIError:
     with pytest.raises(APIError) as caught:
         _images(body, cfg, policy)
     return caught.value
@@ -48,8 +59,10 @@ def test_an_image_part_is_marked_in_the_text_and_passed_in_order() -> None:
     red, blue = png(2, 2, (255, 0, 0)), png(2, 2, (0, 0, 255))
     body = _body(data_url(red), data_url(blue))
     assert body.messages[0].text() == f"look{MEDIA_MARKER}{MEDIA_MARKER}"
-    assert [p for p, _ in image_parts(body.messages)] == ["messages[0].content[1].image_url",
-                                                           "messages[0].content[2].image_url"]
+    assert [p for p, _ in image_parts(body.messages)] == [
+        "messages[0].content[1].image_url",
+        "messages[0].content[2].image_url",
+    ]
     assert [base64.b64decode(i) for i in _images(body)] == [red, blue]
     assert content_text("plain") == "plain" and content_text(None) == ""
 
@@ -58,16 +71,23 @@ def test_a_text_only_request_reads_no_image_even_for_a_text_model() -> None:
     assert _images(_body(), _config(vision=False)) == []
 
 
-@pytest.mark.parametrize(("url", "param", "words"), [
-    ("data:image/png;base64,@@@", "messages[0].content[1].image_url.url", "not valid base64"),
-    ("data:image/png,abc", "messages[0].content[1].image_url.url", "must be base64"),
-    (data_url(b"GIF87a" + b"\0" * 5000), "messages[0].content[1].image_url", "CORRAL_IMAGE_MAX_BYTES"),
-    (data_url(b"RIFF....WEBPVP8 "), "messages[0].content[1].image_url", "not PNG, JPEG, GIF or BMP"),
-    ("ftp://images.example/a.png", "messages[0].content[1].image_url.url", "neither a data: URL"),
-    ("http://evil.example/a.png", "messages[0].content[1].image_url.url", "CORRAL_IMAGE_URL_HOSTS"),
-    ("https://cdn.example/a.png", "messages[0].content[1].image_url.url", "CORRAL_IMAGE_URL_HOSTS"),  # port 443
-    ("http://images.example:notaport/a.png", "messages[0].content[1].image_url.url", "port"),
-])
+@pytest.mark.parametrize(
+    ("url", "param", "words"),
+    [
+        ("data:image/png;base64,@@@", "messages[0].content[1].image_url.url", "not valid base64"),
+        ("data:image/png,abc", "messages[0].content[1].image_url.url", "must be base64"),
+        (data_url(b"GIF87a" + b"\0" * 5000), "messages[0].content[1].image_url", "CORRAL_IMAGE_MAX_BYTES"),
+        (data_url(b"RIFF....WEBPVP8 "), "messages[0].content[1].image_url", "not PNG, JPEG, GIF or BMP"),
+        ("ftp://images.example/a.png", "messages[0].content[1].image_url.url", "neither a data: URL"),
+        ("http://evil.example/a.png", "messages[0].content[1].image_url.url", "CORRAL_IMAGE_URL_HOSTS"),
+        (
+            "https://cdn.example/a.png",
+            "messages[0].content[1].image_url.url",
+            "CORRAL_IMAGE_URL_HOSTS",
+        ),  # port 443
+        ("http://images.example:notaport/a.png", "messages[0].content[1].image_url.url", "port"),
+    ],
+)
 def test_bad_images_are_refused_naming_the_part(url: str, param: str, words: str) -> None:
     error = _refusal(_body(url))
     assert (error.status, error.param) in {(400, param), (403, param)}
@@ -87,7 +107,12 @@ def test_caps_the_model_and_the_marker() -> None:
 
 def test_a_wildcard_still_refuses_private_and_loopback_addresses() -> None:
     wildcard = ImagePolicy(url_hosts=frozenset({"*"}))
-    for url in ("http://127.0.0.1/a.png", "http://10.1.2.3/a.png", "http://[::1]/a.png", "http://169.254.169.254/x"):
+    for url in (
+        "http://127.0.0.1/a.png",
+        "http://10.1.2.3/a.png",
+        "http://[::1]/a.png",
+        "http://169.254.169.254/x",
+    ):
         error = _refusal(_body(url), policy=wildcard)
         assert (error.status, error.code) == (403, "image_url_not_allowed"), url
         assert "list it by name" in error.message

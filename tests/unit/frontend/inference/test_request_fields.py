@@ -38,7 +38,8 @@ def error(model: type[BaseModel], body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("model, policy, body", BODIES)
 def test_every_not_yet_field_passes_when_null_or_off_and_is_refused_by_name_otherwise(
-        model: type[BaseModel], policy: FieldPolicy, body: dict[str, Any]) -> None:
+    model: type[BaseModel], policy: FieldPolicy, body: dict[str, Any]
+) -> None:
     for name, off in policy.not_yet.items():
         for value in (None, *off):
             model.model_validate({**body, name: value})
@@ -49,13 +50,15 @@ def test_every_not_yet_field_passes_when_null_or_off_and_is_refused_by_name_othe
 
 @pytest.mark.parametrize("model, policy, body", BODIES)
 def test_harmless_fields_pass_and_unknown_ones_are_refused_by_name(
-        model: type[BaseModel], policy: FieldPolicy, body: dict[str, Any]) -> None:
+    model: type[BaseModel], policy: FieldPolicy, body: dict[str, Any]
+) -> None:
     for name in policy.harmless:
         model.model_validate({**body, name: {"anything": 1}})
     found = error(model, {**body, "max_tokenz": 5})
     assert (found["code"], found["param"]) == ("unknown_parameter", "max_tokenz")
-    assert found["message"].startswith(f"invalid request: field 'max_tokenz': unknown field; check its spelling "
-                                       f"({policy.endpoint} reads ")
+    assert found["message"].startswith(
+        f"invalid request: field 'max_tokenz': unknown field; check its spelling ({policy.endpoint} reads "
+    )
 
 
 @pytest.mark.parametrize("value", [True, 1.0, "1"])  # true is not 1; 1.0 is
@@ -70,7 +73,8 @@ def test_an_off_value_matches_by_value_and_kind(value: Any) -> None:
 def test_the_off_values_are_named_in_the_message() -> None:
     assert error(ChatCompletionRequest, {**CHAT, "service_tier": "flex"})["message"] == (
         "invalid request: field 'service_tier': corral does not support it yet; leave it out or send null or "
-        '"auto" or "default"')
+        '"auto" or "default"'
+    )
 
 
 def test_a_long_unknown_field_name_is_clipped() -> None:
@@ -80,17 +84,27 @@ def test_a_long_unknown_field_name_is_clipped() -> None:
 
 @pytest.mark.parametrize("kind", ["input_audio", "file", "refusal", "video_url"])
 def test_a_content_part_that_is_neither_text_nor_an_image_is_refused_by_its_place(kind: str) -> None:
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": [
-        {"type": "text", "text": "look"}, {"type": kind, kind: {"url": "x"}}]}]
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": kind, kind: {"url": "x"}}]},
+    ]
     found = error(ChatCompletionRequest, {**CHAT, "messages": messages})
     assert (found["code"], found["param"]) == ("unsupported_value", "messages[1].content[1].type")
-    assert found["message"] == (f"invalid request: field 'messages[1].content[1].type': corral does not support "
-                                f"{kind!r} content parts yet; send text and image_url parts only")
+    assert found["message"] == (
+        f"invalid request: field 'messages[1].content[1].type': corral does not support "
+        f"{kind!r} content parts yet; send text and image_url parts only"
+    )
 
 
 def test_text_parts_pass_and_are_read_in_order() -> None:
-    body = ChatCompletionRequest.model_validate({**CHAT, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})
+    body = ChatCompletionRequest.model_validate(
+        {
+            **CHAT,
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+            ],
+        }
+    )
     assert body.messages[0].text() == "ab"
 
 

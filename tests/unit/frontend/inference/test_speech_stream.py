@@ -17,8 +17,13 @@ from corral.routing import calls
 
 def _patched(streamed: bytes) -> bytes:
     """A streamed WAV with its unknown sizes filled in, as a file writer would at the end."""
-    return (streamed[:4] + struct.pack("<I", len(streamed) - 8) + streamed[8:40]
-            + struct.pack("<I", len(streamed) - 44) + streamed[44:])
+    return (
+        streamed[:4]
+        + struct.pack("<I", len(streamed) - 8)
+        + streamed[8:40]
+        + struct.pack("<I", len(streamed) - 44)
+        + streamed[44:]
+    )
 
 
 def test_a_streamed_wav_header_says_its_sizes_are_unknown_and_parses_once_they_are_filled_in() -> None:
@@ -52,4 +57,6 @@ def test_a_stream_that_does_not_begin_with_its_sample_rate_is_a_502_quoting_what
     with pytest.raises(APIError) as caught:
         _sample_rate(cfg, first)
     assert caught.value.status == 502
-    assert caught.value.message.startswith("model voice: the backend's TTSStream began without its sample rate")
+    assert caught.value.message.startswith(
+        "model voice: the backend's TTSStream began without its sample rate"
+    )

@@ -33,35 +33,54 @@ def test_each_grammar_field_becomes_gbnf() -> None:
     assert request_grammar(chat()) == ""
     assert request_grammar(chat(response_format={"type": "text"})) == ""
     assert request_grammar(chat(response_format={"type": "json_object"})) == JSON_OBJECT_GRAMMAR
-    schema = request_grammar(chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": SCHEMA, "strict": True}}))
+    schema = request_grammar(
+        chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": SCHEMA, "strict": True},
+            }
+        )
+    )
     assert schema.startswith("root ::= schema\n") and '"\\"ok\\""' in schema
     assert request_grammar(chat(grammar='root ::= "yes"')) == 'root ::= "yes"'
     assert request_grammar(chat(grammar_json_functions={"oneOf": [SCHEMA]})).startswith("root ::= ")
-    completion = CompletionRequest.model_validate({"model": "m", "prompt": "p", "response_format": {
-        "type": "json_object"}})
+    completion = CompletionRequest.model_validate(
+        {"model": "m", "prompt": "p", "response_format": {"type": "json_object"}}
+    )
     assert request_grammar(completion) == JSON_OBJECT_GRAMMAR
 
 
 def test_a_refused_schema_names_its_path_and_two_grammar_fields_are_refused() -> None:
     bad = {"type": "object", "properties": {"id": {"type": "string", "format": "email"}}}
-    error = api_error(lambda: request_grammar(chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": bad}})))
+    error = api_error(
+        lambda: request_grammar(
+            chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": bad}})
+        )
+    )
     assert error.param == "response_format.json_schema.schema.properties.id.format"
     assert error.message.startswith(f"{error.param}: string format 'email' is not supported")
-    error = api_error(lambda: request_grammar(chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x"}})))
+    error = api_error(
+        lambda: request_grammar(chat(response_format={"type": "json_schema", "json_schema": {"name": "x"}}))
+    )
     assert error.param == "response_format.json_schema.schema"
-    error = api_error(lambda: request_grammar(chat(response_format={"type": "json_object"}, grammar="root ::= x")))
+    error = api_error(
+        lambda: request_grammar(chat(response_format={"type": "json_object"}, grammar="root ::= x"))
+    )
     assert error.param == "grammar"
-    error = api_error(lambda: request_grammar(chat(grammar_json_functions={"type": "string", "pattern": "a"})))
+    error = api_error(
+        lambda: request_grammar(chat(grammar_json_functions={"type": "string", "pattern": "a"}))
+    )
     assert error.param == "grammar_json_functions.pattern"
 
 
 def test_tools_go_to_the_backend_with_the_choice_and_parallel_only_when_asked() -> None:
     opts = backend_pb2.PredictOptions()
     offer_tools(opts, chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "f"}}))
-    assert '"name":"f"' in opts.Tools and '"name":"f"' in opts.ToolChoice and "parallel_tool_calls" not in opts.Metadata
+    assert (
+        '"name":"f"' in opts.Tools
+        and '"name":"f"' in opts.ToolChoice
+        and "parallel_tool_calls" not in opts.Metadata
+    )
     opts = backend_pb2.PredictOptions()
     offer_tools(opts, chat(tools=[TOOL], tool_choice="required", parallel_tool_calls=True))
     assert opts.ToolChoice == "required" and opts.Metadata["parallel_tool_calls"] == "true"
@@ -74,7 +93,9 @@ def test_tool_errors_name_the_field() -> None:
     opts = backend_pb2.PredictOptions
     assert api_error(lambda: offer_tools(opts(), chat(tool_choice="required"))).param == "tool_choice"
     named = {"type": "function", "function": {"name": "g"}}
-    assert api_error(lambda: offer_tools(opts(), chat(tools=[TOOL], tool_choice=named))).param == "tool_choice"
+    assert (
+        api_error(lambda: offer_tools(opts(), chat(tools=[TOOL], tool_choice=named))).param == "tool_choice"
+    )
     bad = {"type": "function", "function": {"name": "b", "parameters": {"type": "integer", "maximum": 3}}}
     error = api_error(lambda: offer_tools(opts(), chat(tools=[TOOL, bad])))
     assert error.param == "tools[1].function.parameters.maximum"
@@ -87,10 +108,16 @@ def test_a_schema_nested_past_the_json_encoder_is_a_400_naming_it() -> None:
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(300):  # the body parser reads 1024 levels, orjson writes 255
         deep = {"type": "object", "properties": {"a": deep}}
-    error = api_error(lambda: request_grammar(chat(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": deep}})))
+    error = api_error(
+        lambda: request_grammar(
+            chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": deep}})
+        )
+    )
     assert error.param == "response_format.json_schema.schema" and "nests deeper than" in error.message
-    assert api_error(lambda: request_grammar(chat(grammar_json_functions=deep))).param == "grammar_json_functions"
+    assert (
+        api_error(lambda: request_grammar(chat(grammar_json_functions=deep))).param
+        == "grammar_json_functions"
+    )
     tools = [{"type": "function", "function": {"name": "f", "parameters": deep}}]
     for request in (chat(tools=tools, tool_choice=choice) for choice in ("none", "auto", "required")):
         assert api_error(lambda: offer_tools(backend_pb2.PredictOptions(), request)).param == "tools"  # noqa: B023

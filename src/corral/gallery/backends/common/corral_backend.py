@@ -112,6 +112,7 @@ def models_root() -> Path | None:
 
 # --- confinement ---------------------------------------------------------------------------------
 
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -137,7 +138,8 @@ def model_path(opts: Any) -> tuple[Path, str]:
             raise RequestError(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"LoadModel {field} {str(path)!r} resolves to {real!r}, outside this worker's models "
-                f"directory {real_root!r}; backends only open files under it")
+                f"directory {real_root!r}; backends only open files under it",
+            )
     return path, field
 
 
@@ -157,11 +159,13 @@ def request_file(request: Any, field: str) -> Path:
             raise RequestError(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"{label} {value!r} is outside this worker's staging directory {staging!r}; a request's files "
-                "are staged there by the worker (ephemeral/ inputs, temp outputs)")
+                "are staged there by the worker (ephemeral/ inputs, temp outputs)",
+            )
     return Path(value)
 
 
 # --- bearer auth ---------------------------------------------------------------------------------
+
 
 def _presented_token(metadata: Any) -> bytes:
     for key, value in metadata or ():
@@ -185,7 +189,11 @@ class BearerAuth(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or hmac.compare_digest(presented, self._expected):
             return handler
-        why = "invalid bearer token" if presented else "missing bearer token: send 'authorization: Bearer <token>'"
+        why = (
+            "invalid bearer token"
+            if presented
+            else "missing bearer token: send 'authorization: Bearer <token>'"
+        )
 
         async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
@@ -195,13 +203,20 @@ class BearerAuth(grpc.aio.ServerInterceptor):
             yield  # never reached: makes this the async generator a server-streaming handler is
 
         # gallery backends serve unary-unary RPCs and server-streaming ones (TTSStream, PredictStream)
-        make, behaviour = ((grpc.unary_stream_rpc_method_handler, deny_stream) if handler.response_streaming
-                           else (grpc.unary_unary_rpc_method_handler, deny))
-        return make(behaviour, request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
+        make, behaviour = (
+            (grpc.unary_stream_rpc_method_handler, deny_stream)
+            if handler.response_streaming
+            else (grpc.unary_unary_rpc_method_handler, deny)
+        )
+        return make(
+            behaviour,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 # --- the servicer around an engine ---------------------------------------------------------------
+
 
 class Engine(Protocol):
     """One loaded model; every method blocks and runs on the executor."""
@@ -241,11 +256,14 @@ class BaseServicer(backend_pb2_grpc.BackendServicer):
         if not self.engine.is_loaded():
             raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
         if identity and self.engine.identity and identity != self.engine.identity:
-            raise RequestError(grpc.StatusCode.NOT_FOUND,
-                               f"{IDENTITY_MISMATCH}: this backend serves {self.engine.identity!r}, not {identity!r}")
+            raise RequestError(
+                grpc.StatusCode.NOT_FOUND,
+                f"{IDENTITY_MISMATCH}: this backend serves {self.engine.identity!r}, not {identity!r}",
+            )
 
-    async def call(self, context: grpc.aio.ServicerContext, rpc: str, identity: str,
-                   fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(
+        self, context: grpc.aio.ServicerContext, rpc: str, identity: str, fn: Callable[..., Any], *args: Any
+    ) -> Any:
         """`fn(*args)` on the executor after the identity guard; a RequestError aborts with its status, any
         other exception with INTERNAL naming its type (the log keeps the traceback)."""
         try:
@@ -276,8 +294,9 @@ class BaseServicer(backend_pb2_grpc.BackendServicer):
 
     async def Status(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         states = backend_pb2.StatusResponse.State
-        state = (states.BUSY if self.loading else states.READY if self.engine.is_loaded()
-                 else states.UNINITIALIZED)
+        state = (
+            states.BUSY if self.loading else states.READY if self.engine.is_loaded() else states.UNINITIALIZED
+        )
         return backend_pb2.StatusResponse(state=state, memory=backend_pb2.MemoryUsageData(total=rss_bytes()))
 
     async def Free(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -286,6 +305,7 @@ class BaseServicer(backend_pb2_grpc.BackendServicer):
 
 
 # --- process -------------------------------------------------------------------------------------
+
 
 async def _watch_parent(original: int, interval_s: float, stop: asyncio.Event) -> None:
     while not stop.is_set():
@@ -315,8 +335,13 @@ async def serve(name: str, address: str, make_servicer: ServicerFactory) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await server.start()
-    log.info("%s backend listening on %s (%s, pid %d)", name, address,
-             "bearer auth on" if token else "no auth", os.getpid())
+    log.info(
+        "%s backend listening on %s (%s, pid %d)",
+        name,
+        address,
+        "bearer auth on" if token else "no auth",
+        os.getpid(),
+    )
     interval_s = parent_watch_interval_s()
     watcher = asyncio.create_task(_watch_parent(parent, interval_s, stop)) if interval_s else None
     try:
@@ -335,8 +360,12 @@ def main(name: str, description: str, make_servicer: ServicerFactory, argv: list
     parser = argparse.ArgumentParser(description=f"{description} (backend.Backend gRPC)")
     parser.add_argument("--addr", default="localhost:50051", help="HOST:PORT to listen on")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, datefmt="%H:%M:%S",
-                        format=f"%(asctime)s backend[{name}] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        datefmt="%H:%M:%S",
+        format=f"%(asctime)s backend[{name}] %(levelname)s %(message)s",
+    )
     try:
         code = asyncio.run(serve(name, args.addr, make_servicer))
     except KeyboardInterrupt:

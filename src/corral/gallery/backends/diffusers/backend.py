@@ -66,8 +66,10 @@ class ModelSettings:
             if not key.strip():
                 continue
             if key.strip() not in OPTION_KEYS:
-                raise invalid(f"option {raw!r} is not one the diffusers backend reads; it reads "
-                              f"{', '.join(k + ':VALUE' for k in OPTION_KEYS)}")
+                raise invalid(
+                    f"option {raw!r} is not one the diffusers backend reads; it reads "
+                    f"{', '.join(k + ':VALUE' for k in OPTION_KEYS)}"
+                )
             values[key.strip()] = value.strip() if sep else ""
         try:
             steps = int(values.get("steps", DEFAULT_STEPS))
@@ -77,7 +79,9 @@ class ModelSettings:
         if not 1 <= steps <= MAX_STEPS:
             raise invalid(f"option steps:{steps} must be 1..{MAX_STEPS}")
         if not 0.0 <= cfg_scale <= 100.0:
-            raise invalid(f"option cfg_scale:{cfg_scale} must be 0..100 (1 or less: no classifier-free guidance)")
+            raise invalid(
+                f"option cfg_scale:{cfg_scale} must be 0..100 (1 or less: no classifier-free guidance)"
+            )
         return cls(steps=steps, cfg_scale=cfg_scale)
 
 
@@ -90,7 +94,8 @@ def pipeline_dir(opts: Any) -> Path:
         raise RequestError(
             grpc.StatusCode.NOT_FOUND,
             f"LoadModel {field} {str(path)!r} is not a diffusers pipeline directory (needs {PIPELINE_MARKER}, as "
-            "save_pretrained writes it); single-file checkpoints are not loaded, models are never downloaded")
+            "save_pretrained writes it); single-file checkpoints are not loaded, models are never downloaded",
+        )
     return path
 
 
@@ -99,8 +104,10 @@ def checked_side(request: Any, field: str, default: int) -> int:
     if value == 0:
         return default
     if value % SIDE_MULTIPLE_PX or not SIDE_MULTIPLE_PX <= value <= MAX_SIDE_PX:
-        raise invalid(f"GenerateImageRequest.{field} {value} must be a multiple of {SIDE_MULTIPLE_PX} from "
-                      f"{SIDE_MULTIPLE_PX} to {MAX_SIDE_PX} (0: the model's default, {default})")
+        raise invalid(
+            f"GenerateImageRequest.{field} {value} must be a multiple of {SIDE_MULTIPLE_PX} from "
+            f"{SIDE_MULTIPLE_PX} to {MAX_SIDE_PX} (0: the model's default, {default})"
+        )
     return value
 
 
@@ -124,14 +131,17 @@ class Engine:
 
         if opts.Threads > 0:
             torch.set_num_threads(opts.Threads)
-        pipeline = AutoPipelineForText2Image.from_pretrained(str(directory), local_files_only=True,
-                                                             torch_dtype=torch.float32)
+        pipeline = AutoPipelineForText2Image.from_pretrained(
+            str(directory), local_files_only=True, torch_dtype=torch.float32
+        )
         pipeline.set_progress_bar_config(disable=True)
         self.free()
         self.pipeline, self.identity, self.settings = pipeline, opts.Model, settings
         self.default_side_px = int(pipeline.unet.config.sample_size) * int(pipeline.vae_scale_factor)
-        return (f"loaded {directory.name} ({type(pipeline).__name__}, default {self.default_side_px}px, "
-                f"{settings.steps} steps, cfg_scale {settings.cfg_scale})")
+        return (
+            f"loaded {directory.name} ({type(pipeline).__name__}, default {self.default_side_px}px, "
+            f"{settings.steps} steps, cfg_scale {settings.cfg_scale})"
+        )
 
     def free(self) -> None:
         self.pipeline, self.identity = None, ""
@@ -146,8 +156,10 @@ class Engine:
             raise RequestError(grpc.StatusCode.FAILED_PRECONDITION, "model not loaded: call LoadModel first")
         dst = request_file(request, "dst")
         if request.src:
-            raise invalid("GenerateImageRequest.src (an init image: image-to-image) is not supported by the "
-                          "diffusers backend; send a text-to-image request without src")
+            raise invalid(
+                "GenerateImageRequest.src (an init image: image-to-image) is not supported by the "
+                "diffusers backend; send a text-to-image request without src"
+            )
         if not request.positive_prompt.strip():
             raise invalid("GenerateImageRequest.positive_prompt is empty: describe the image")
         if dst.is_dir() or not dst.parent.is_dir():
@@ -155,21 +167,32 @@ class Engine:
         width = checked_side(request, "width", self.default_side_px)
         height = checked_side(request, "height", self.default_side_px)
         if not 0 <= request.step <= MAX_STEPS:
-            raise invalid(f"GenerateImageRequest.step {request.step} must be 1..{MAX_STEPS} "
-                          f"(0: the model's {self.settings.steps})")
+            raise invalid(
+                f"GenerateImageRequest.step {request.step} must be 1..{MAX_STEPS} "
+                f"(0: the model's {self.settings.steps})"
+            )
         steps = request.step or self.settings.steps
-        seed = request.seed if request.seed > 0 else secrets.randbelow(2**31 - 1) + 1  # the reference: <= 0 is random
+        seed = (
+            request.seed if request.seed > 0 else secrets.randbelow(2**31 - 1) + 1
+        )  # the reference: <= 0 is random
 
-        def stop_when_cancelled(pipe: Any, step: int, timestep: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        def stop_when_cancelled(
+            pipe: Any, step: int, timestep: Any, kwargs: dict[str, Any]
+        ) -> dict[str, Any]:
             if cancelled.is_set():
                 raise GenerationCancelled(f"cancelled at step {step} of {steps}")
             return kwargs
 
         with torch.inference_mode():
             image = pipeline(
-                prompt=request.positive_prompt, negative_prompt=request.negative_prompt or None,
-                width=width, height=height, num_inference_steps=steps, guidance_scale=self.settings.cfg_scale,
-                generator=torch.Generator("cpu").manual_seed(seed), callback_on_step_end=stop_when_cancelled,
+                prompt=request.positive_prompt,
+                negative_prompt=request.negative_prompt or None,
+                width=width,
+                height=height,
+                num_inference_steps=steps,
+                guidance_scale=self.settings.cfg_scale,
+                generator=torch.Generator("cpu").manual_seed(seed),
+                callback_on_step_end=stop_when_cancelled,
             ).images[0]
         partial = dst.with_name(f".{dst.name}.partial")
         try:
@@ -186,8 +209,9 @@ class Servicer(BaseServicer):
     async def GenerateImage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         cancelled = threading.Event()
         try:
-            message = await self.call(context, "GenerateImage", request.ModelIdentity, self.engine.generate,
-                                      request, cancelled)
+            message = await self.call(
+                context, "GenerateImage", request.ModelIdentity, self.engine.generate, request, cancelled
+            )
         except BaseException:
             cancelled.set()  # the caller went away (or the call failed): a running pipeline stops at its next step
             raise
@@ -195,4 +219,6 @@ class Servicer(BaseServicer):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(NAME, "diffusers text-to-image backend", lambda executor: Servicer(Engine(), executor)))
+    raise SystemExit(
+        main(NAME, "diffusers text-to-image backend", lambda executor: Servicer(Engine(), executor))
+    )

@@ -36,15 +36,23 @@ import grpc.aio  # noqa: E402
 from corral_backend import BaseServicer, RequestError, invalid, main, model_path, request_file  # noqa: E402
 
 NAME = "faster-whisper"
-MODEL_FILES = ("model.bin", "config.json", "tokenizer.json")  # tokenizer.json: else faster-whisper asks the hub
+MODEL_FILES = (
+    "model.bin",
+    "config.json",
+    "tokenizer.json",
+)  # tokenizer.json: else faster-whisper asks the hub
 SAMPLE_RATE_HZ = 16_000  # what Whisper listens at; decode_audio resamples to it
 NS_PER_S = 1_000_000_000
 BEAM_SIZE = 5
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's own schedule, for temperature 0
 DEFAULT_OPTIONS = {"device": "cpu", "compute_type": "int8"}
-DEFAULT_THREADS_MAX = 4  # Threads 0: the cores, at most this (CTranslate2's own default is 4 whatever the cores)
+DEFAULT_THREADS_MAX = (
+    4  # Threads 0: the cores, at most this (CTranslate2's own default is 4 whatever the cores)
+)
 
-logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # not two INFO lines per request in the worker's log
+logging.getLogger("faster_whisper").setLevel(
+    logging.WARNING
+)  # not two INFO lines per request in the worker's log
 log = logging.getLogger(NAME)
 
 
@@ -58,7 +66,8 @@ def resolve_model_dir(opts: Any) -> Path:
         raise RequestError(
             grpc.StatusCode.NOT_FOUND,
             f"LoadModel {field} {str(path)!r} is not a CTranslate2 Whisper model directory (missing "
-            f"{', '.join(missing)}); models are read from staged files only, never downloaded")
+            f"{', '.join(missing)}); models are read from staged files only, never downloaded",
+        )
     return path
 
 
@@ -68,8 +77,10 @@ def load_options(opts: Any) -> dict[str, str]:
     for option in opts.Options:
         key, sep, value = option.partition(":")
         if not sep or key not in DEFAULT_OPTIONS or not value:
-            raise invalid(f"option {option!r} is not one faster-whisper takes; use "
-                          f"{', '.join(f'{k}:<value>' for k in DEFAULT_OPTIONS)}")
+            raise invalid(
+                f"option {option!r} is not one faster-whisper takes; use "
+                f"{', '.join(f'{k}:<value>' for k in DEFAULT_OPTIONS)}"
+            )
         chosen[key] = value
     return chosen
 
@@ -87,13 +98,21 @@ class Engine:
         from faster_whisper import WhisperModel
 
         threads = opts.Threads if opts.Threads > 0 else min(DEFAULT_THREADS_MAX, os.cpu_count() or 1)
-        model = WhisperModel(str(directory), device=chosen["device"], compute_type=chosen["compute_type"],
-                             cpu_threads=threads, num_workers=1, local_files_only=True)
+        model = WhisperModel(
+            str(directory),
+            device=chosen["device"],
+            compute_type=chosen["compute_type"],
+            cpu_threads=threads,
+            num_workers=1,
+            local_files_only=True,
+        )
         self.free()
         self.model, self.identity = model, opts.Model
         kind = "multilingual" if model.model.is_multilingual else "English-only"
-        return (f"loaded {directory.name} ({kind} Whisper, {chosen['device']}, {chosen['compute_type']}, "
-                f"{threads} CPU threads)")
+        return (
+            f"loaded {directory.name} ({kind} Whisper, {chosen['device']}, {chosen['compute_type']}, "
+            f"{threads} CPU threads)"
+        )
 
     def free(self) -> None:
         self.model, self.identity = None, ""
@@ -110,14 +129,24 @@ class Engine:
         audio = decode(request_file(request, "dst"))
         segments, info = model.transcribe(audio, beam_size=BEAM_SIZE, **settings)
         result = backend_pb2.TranscriptResult(language=info.language, duration=float(info.duration))
-        for number, segment in enumerate(segments):  # a lazy generator: the work happens here, window by window
+        for number, segment in enumerate(
+            segments
+        ):  # a lazy generator: the work happens here, window by window
             if cancelled.is_set():
-                log.info("transcription of %s stopped after %d segments: the caller went away", request.dst, number)
+                log.info(
+                    "transcription of %s stopped after %d segments: the caller went away", request.dst, number
+                )
                 raise RequestError(grpc.StatusCode.CANCELLED, "the caller gave up; transcription stopped")
             text = segment.text.strip()
-            result.segments.append(backend_pb2.TranscriptSegment(
-                id=number, start=round(segment.start * NS_PER_S), end=round(segment.end * NS_PER_S), text=text,
-                tokens=list(segment.tokens)))
+            result.segments.append(
+                backend_pb2.TranscriptSegment(
+                    id=number,
+                    start=round(segment.start * NS_PER_S),
+                    end=round(segment.end * NS_PER_S),
+                    text=text,
+                    tokens=list(segment.tokens),
+                )
+            )
         result.text = " ".join(s.text for s in result.segments if s.text)
         return result
 
@@ -128,13 +157,20 @@ class Engine:
             raise invalid("TranscriptRequest.diarize: faster-whisper does not tell speakers apart")
         language = request.language.strip().lower() or None
         if language is not None and language not in model.supported_languages:
-            only = "this model is English-only" if not model.model.is_multilingual else \
-                f"use one of {', '.join(model.supported_languages)}"
-            raise invalid(f"TranscriptRequest.language {request.language!r} is not a language this model "
-                          f"knows: {only} (or leave it empty to detect it)")
+            only = (
+                "this model is English-only"
+                if not model.model.is_multilingual
+                else f"use one of {', '.join(model.supported_languages)}"
+            )
+            raise invalid(
+                f"TranscriptRequest.language {request.language!r} is not a language this model "
+                f"knows: {only} (or leave it empty to detect it)"
+            )
         if request.translate and not model.model.is_multilingual:
-            raise invalid("TranscriptRequest.translate: this Whisper model is English-only and cannot translate; "
-                          "serve a multilingual one (e.g. base, not base.en)")
+            raise invalid(
+                "TranscriptRequest.translate: this Whisper model is English-only and cannot translate; "
+                "serve a multilingual one (e.g. base, not base.en)"
+            )
         temperature = request.temperature
         if not 0.0 <= temperature <= 1.0:
             raise invalid(f"TranscriptRequest.temperature {temperature:g} must be between 0 and 1")
@@ -156,7 +192,9 @@ def decode(path: Path) -> Any:
     try:
         with av.open(str(path), mode="r", metadata_errors="ignore") as container:
             if not container.streams.audio:
-                raise _undecodable(path, f"it holds no audio stream (PyAV reads it as {container.format.name})")
+                raise _undecodable(
+                    path, f"it holds no audio stream (PyAV reads it as {container.format.name})"
+                )
         audio = decode_audio(str(path), sampling_rate=SAMPLE_RATE_HZ)
     except av.error.FFmpegError as exc:
         raise _undecodable(path, exc.strerror or str(exc)) from None
@@ -166,8 +204,10 @@ def decode(path: Path) -> Any:
 
 
 def _undecodable(path: Path, reason: str) -> RequestError:
-    return invalid(f"TranscriptRequest.dst {path.name!r} is not audio this backend can decode: {reason}; "
-                   "send WAV, MP3, OGG/Opus, FLAC, M4A or WebM")
+    return invalid(
+        f"TranscriptRequest.dst {path.name!r} is not audio this backend can decode: {reason}; "
+        "send WAV, MP3, OGG/Opus, FLAC, M4A or WebM"
+    )
 
 
 class Servicer(BaseServicer):
@@ -176,8 +216,9 @@ class Servicer(BaseServicer):
     async def AudioTranscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         cancelled = threading.Event()
         context.add_done_callback(lambda _: cancelled.set())
-        return await self.call(context, "AudioTranscription", request.ModelIdentity, self.engine.transcribe,
-                               request, cancelled)
+        return await self.call(
+            context, "AudioTranscription", request.ModelIdentity, self.engine.transcribe, request, cancelled
+        )
 
 
 if __name__ == "__main__":

@@ -43,19 +43,25 @@ def resolve_voice(opts: Any) -> tuple[Path, Path]:
     if path.is_dir():
         voices = sorted(path.glob(f"*{VOICE_SUFFIX}"))
         if len(voices) != 1:
-            raise RequestError(grpc.StatusCode.NOT_FOUND,
-                               f"LoadModel {field} {str(path)!r} is a directory with {len(voices)} .onnx voices; "
-                               "name the voice file itself")
+            raise RequestError(
+                grpc.StatusCode.NOT_FOUND,
+                f"LoadModel {field} {str(path)!r} is a directory with {len(voices)} .onnx voices; "
+                "name the voice file itself",
+            )
         path = voices[0]
     if path.suffix != VOICE_SUFFIX or not path.is_file():
-        raise RequestError(grpc.StatusCode.NOT_FOUND,
-                           f"LoadModel {field} {str(path)!r} is not a Piper voice file (.onnx); models are read "
-                           "from staged files only, never downloaded")
+        raise RequestError(
+            grpc.StatusCode.NOT_FOUND,
+            f"LoadModel {field} {str(path)!r} is not a Piper voice file (.onnx); models are read "
+            "from staged files only, never downloaded",
+        )
     config = path.with_name(path.name + ".json")
     if not config.is_file():
-        raise RequestError(grpc.StatusCode.NOT_FOUND,
-                           f"LoadModel {field}: the voice {path.name!r} has no config {config.name!r} beside it "
-                           "(Piper voices come as a .onnx with its .onnx.json)")
+        raise RequestError(
+            grpc.StatusCode.NOT_FOUND,
+            f"LoadModel {field}: the voice {path.name!r} has no config {config.name!r} beside it "
+            "(Piper voices come as a .onnx with its .onnx.json)",
+        )
     return path, config
 
 
@@ -76,19 +82,24 @@ class Engine:
         try:
             config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError) as exc:
-            raise invalid(f"LoadModel: {config_path.name!r} is not a Piper voice config: "
-                          f"{type(exc).__name__}: {exc}") from None
+            raise invalid(
+                f"LoadModel: {config_path.name!r} is not a Piper voice config: {type(exc).__name__}: {exc}"
+            ) from None
         options = onnxruntime.SessionOptions()
         if opts.Threads > 0:
             options.intra_op_num_threads = opts.Threads
-        session = onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         voice = PiperVoice(session=session, config=config, download_dir=path.parent)
         self.free()
         self.voice, self.identity = voice, opts.Model
         dataset = json.loads(config_path.read_text(encoding="utf-8")).get("dataset")
         self.names = {n for n in (path.name, path.stem, opts.Model, dataset) if isinstance(n, str) and n}
-        return (f"loaded voice {path.name} ({config.espeak_voice}, {config.sample_rate} Hz, "
-                f"{config.num_speakers} speaker{'s' if config.num_speakers != 1 else ''})")
+        return (
+            f"loaded voice {path.name} ({config.espeak_voice}, {config.sample_rate} Hz, "
+            f"{config.num_speakers} speaker{'s' if config.num_speakers != 1 else ''})"
+        )
 
     def free(self) -> None:
         self.voice, self.identity, self.names = None, "", set()
@@ -112,8 +123,10 @@ class Engine:
                 wav.writeframes(chunk.audio_int16_bytes)
                 frames += len(chunk.audio_int16_array)
         seconds = frames / voice.config.sample_rate
-        return backend_pb2.Result(success=True, message=f"wrote {seconds:.2f} s of speech "
-                                                        f"({voice.config.sample_rate} Hz WAV) to {dst.name}")
+        return backend_pb2.Result(
+            success=True,
+            message=f"wrote {seconds:.2f} s of speech ({voice.config.sample_rate} Hz WAV) to {dst.name}",
+        )
 
     def stream(self, request: Any) -> tuple[int, Iterator[bytes]]:
         """The voice's sample rate and its speech of `request.text` as 16-bit mono PCM, a sentence at a time
@@ -132,8 +145,10 @@ class Engine:
         if not request.text.strip():
             raise invalid("TTSRequest.text is empty: give the text to speak")
         self._check_language(voice, request)
-        return voice, SynthesisConfig(speaker_id=self._speaker(voice, request.voice),
-                                      length_scale=self._length_scale(voice, request.speed))
+        return voice, SynthesisConfig(
+            speaker_id=self._speaker(voice, request.voice),
+            length_scale=self._length_scale(voice, request.speed),
+        )
 
     def _speaker(self, voice: Any, name: str) -> int | None:
         """None for the voice's own speaker; a speaker id when `name` is one of a multi-speaker voice's."""
@@ -143,8 +158,10 @@ class Engine:
         if name in speakers:
             return int(speakers[name])
         known = sorted(self.names) + sorted(speakers)
-        raise invalid(f"TTSRequest.voice {name!r} is not served by this model: it speaks with the Piper voice "
-                      f"{sorted(self.names)[0]!r}; leave voice empty or use one of {', '.join(known)}")
+        raise invalid(
+            f"TTSRequest.voice {name!r} is not served by this model: it speaks with the Piper voice "
+            f"{sorted(self.names)[0]!r}; leave voice empty or use one of {', '.join(known)}"
+        )
 
     @staticmethod
     def _length_scale(voice: Any, speed: float) -> float | None:

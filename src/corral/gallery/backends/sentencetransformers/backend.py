@@ -36,6 +36,7 @@ ENCODE_BATCH = 32
 
 # --- the engine (synchronous; runs on the executor) ----------------------------------------------
 
+
 def resolve_model_dir(opts: Any) -> Path:
     """The model directory LoadModel names: `ModelFile` (a directory, or a file inside one), else
     `ModelPath/Model`; refused outside the models root."""
@@ -46,7 +47,8 @@ def resolve_model_dir(opts: Any) -> Path:
         raise RequestError(
             grpc.StatusCode.NOT_FOUND,
             f"LoadModel {field} {str(path)!r} is not a sentence-transformers model directory "
-            f"(needs {' or '.join(MODEL_MARKERS)}); models are read from staged files only, never downloaded")
+            f"(needs {' or '.join(MODEL_MARKERS)}); models are read from staged files only, never downloaded",
+        )
     return path
 
 
@@ -92,7 +94,9 @@ class Engine:
 
     def embed(self, texts: list[str]) -> Any:
         """Rows of float32 vectors, as the model's own pipeline (pooling, normalisation) makes them."""
-        return self.loaded().encode(texts, batch_size=ENCODE_BATCH, convert_to_numpy=True, show_progress_bar=False)
+        return self.loaded().encode(
+            texts, batch_size=ENCODE_BATCH, convert_to_numpy=True, show_progress_bar=False
+        )
 
     def embed_ids(self, ids: list[int]) -> Any:
         """One row for these token ids as they are (special tokens included), through the same pipeline."""
@@ -101,18 +105,28 @@ class Engine:
         model = self.loaded()
         vocabulary = len(model.tokenizer)
         if any(not 0 <= token < vocabulary for token in ids):
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"EmbeddingTokens holds an id outside this model's "
-                                                                 f"vocabulary (0..{vocabulary - 1})")
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"EmbeddingTokens holds an id outside this model's vocabulary (0..{vocabulary - 1})",
+            )
         if len(ids) > model.max_seq_length:
-            raise RequestError(grpc.StatusCode.OUT_OF_RANGE, f"the input is {len(ids)} tokens but this model embeds "
-                                                             f"at most {model.max_seq_length}; shorten the input")
-        features = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+            raise RequestError(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"the input is {len(ids)} tokens but this model embeds "
+                f"at most {model.max_seq_length}; shorten the input",
+            )
+        features = {
+            "input_ids": torch.tensor([ids]),
+            "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+        }
         if "token_type_ids" in model.tokenizer.model_input_names:
             features["token_type_ids"] = torch.zeros(1, len(ids), dtype=torch.long)
         with torch.inference_mode():
             return model(features)["sentence_embedding"].float().numpy()
 
-    def rerank(self, query: str, documents: list[str], top_n: int) -> tuple[list[tuple[int, float]], int, int]:
+    def rerank(
+        self, query: str, documents: list[str], top_n: int
+    ) -> tuple[list[tuple[int, float]], int, int]:
         """[(document index, cosine similarity)] best first, cut to `top_n` (0 = all); token counts."""
         import numpy as np
 
@@ -130,38 +144,54 @@ class Engine:
 
 # --- the gRPC servicer ---------------------------------------------------------------------------
 
+
 class Servicer(BaseServicer):
     engine: Engine
 
     async def Embedding(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         text, ids = request.Embeddings or request.Prompt, list(request.EmbeddingTokens)
         if text:
-            vectors, counts = await self.call(context, "Embedding", request.ModelIdentity, self._embed_one, text)
+            vectors, counts = await self.call(
+                context, "Embedding", request.ModelIdentity, self._embed_one, text
+            )
         else:
-            vectors, counts = await self.call(context, "Embedding", request.ModelIdentity, self._embed_ids, ids)
+            vectors, counts = await self.call(
+                context, "Embedding", request.ModelIdentity, self._embed_ids, ids
+            )
         vector = [float(x) for x in vectors[0]]
         return backend_pb2.EmbeddingResult(
-            embeddings=vector, dim=len(vector), tokens=counts[0], prompt_tokens=counts[0],
-            layout=backend_pb2.EMBEDDING_LAYOUT_FINAL)
+            embeddings=vector,
+            dim=len(vector),
+            tokens=counts[0],
+            prompt_tokens=counts[0],
+            layout=backend_pb2.EMBEDDING_LAYOUT_FINAL,
+        )
 
     def _embed_one(self, text: str) -> tuple[Any, list[int]]:
         return self.engine.embed([text]), self.engine.token_counts([text])
 
     def _embed_ids(self, ids: list[int]) -> tuple[Any, list[int]]:
         if not ids:
-            raise invalid("Embedding needs the text in Embeddings (or Prompt), or token ids in EmbeddingTokens")
+            raise invalid(
+                "Embedding needs the text in Embeddings (or Prompt), or token ids in EmbeddingTokens"
+            )
         return self.engine.embed_ids(ids), [len(ids)]
 
     async def Rerank(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         documents = list(request.documents)
         ranked, query_tokens, total_tokens = await self.call(
-            context, "Rerank", request.ModelIdentity, self._rerank, request.query, documents, request.top_n)
-        results = [backend_pb2.DocumentResult(index=i, text=documents[i], relevance_score=score)
-                   for i, score in ranked]
+            context, "Rerank", request.ModelIdentity, self._rerank, request.query, documents, request.top_n
+        )
+        results = [
+            backend_pb2.DocumentResult(index=i, text=documents[i], relevance_score=score)
+            for i, score in ranked
+        ]
         usage = backend_pb2.Usage(total_tokens=total_tokens, prompt_tokens=query_tokens)
         return backend_pb2.RerankResult(usage=usage, results=results)
 
-    def _rerank(self, query: str, documents: list[str], top_n: int) -> tuple[list[tuple[int, float]], int, int]:
+    def _rerank(
+        self, query: str, documents: list[str], top_n: int
+    ) -> tuple[list[tuple[int, float]], int, int]:
         if not query:
             raise invalid("Rerank needs a non-empty query")
         if not documents:
@@ -172,4 +202,6 @@ class Servicer(BaseServicer):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(NAME, "sentence-transformers backend", lambda executor: Servicer(Engine(), executor)))
+    raise SystemExit(
+        main(NAME, "sentence-transformers backend", lambda executor: Servicer(Engine(), executor))
+    )
