@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.gallery.index import GalleryRef  # noqa: E402
-from corral.worker.ports import PortAllocator  # noqa: E402
-from corral.worker.supervisor import Supervisor  # noqa: E402
-from support.cluster import free_port  # noqa: E402
-from support.galleries import make_manager, ref_gallery  # noqa: E402
+from corral.gallery.index import GalleryRef
+from corral.worker.ports import PortAllocator
+from corral.worker.supervisor import Supervisor
+from support.cluster import free_port
+from support.galleries import make_manager, ref_gallery
 
 ROUNDS = 3
 LOOKUPS = 200

@@ -29,11 +29,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
-from corral.models.gguf_header import read_gguf_header  # noqa: E402
-from corral.runtime.loopwatch import STALL_LINE  # noqa: E402
-from corral.up.embedded import port_open  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma
+from corral.models.gguf_header import read_gguf_header
+from corral.runtime.loopwatch import STALL_LINE
+from corral.up.embedded import port_open
+from support.cluster import Cluster
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

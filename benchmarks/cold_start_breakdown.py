@@ -44,14 +44,14 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from machine import touch_memory  # noqa: E402
+from machine import touch_memory
 
-from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma  # noqa: E402
-from corral.staging.hashing import hash_sidecar_path  # noqa: E402
-from corral.staging.uploader import stage_file  # noqa: E402
-from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
-from support.cluster import Cluster, Proc  # noqa: E402
-from support.waiting import wait_for  # noqa: E402
+from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma
+from corral.staging.hashing import hash_sidecar_path
+from corral.staging.uploader import stage_file
+from corral.up.embedded import embedded_nats, embedded_postgres
+from support.cluster import Cluster, Proc
+from support.waiting import wait_for
 
 # The engine with the settings corral's backend gives it (llama_cpp.py: threads = all CPUs for both
 # generation and prompt, the model's context_size, chat format), so "alone" is the same work. With

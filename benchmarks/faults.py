@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
-from support import faults  # noqa: E402
-from support.faults import HEADER, FaultBed, Outcome, write_sim_model  # noqa: E402
+from corral.up.embedded import embedded_nats, embedded_postgres
+from support import faults
+from support.faults import HEADER, FaultBed, Outcome, write_sim_model
 
 MIB = 1 << 20
 
@@ -140,7 +140,7 @@ def main() -> None:
             try:
                 outcome = SCENARIOS[name](bed)
                 print(outcome.row(), flush=True)
-            except Exception as exc:  # noqa: BLE001 - a scenario that breaks still gets its row
+            except Exception as exc:
                 print(
                     f"{name:<34} {'-':>9} {'-':>5} {'-':>10}  scenario failed after "
                     f"{time.monotonic() - started:.0f}s: {type(exc).__name__}: {str(exc)[:200]}",
@@ -162,7 +162,7 @@ def _netns_row(root: Path) -> None:
             outcome.row() if isinstance(outcome, Outcome) else f"{'host unplugged (netns)':<34} {outcome}",
             flush=True,
         )
-    except Exception as exc:  # noqa: BLE001 - a scenario that breaks still gets its row
+    except Exception as exc:
         print(
             f"{'host unplugged (netns)':<34} scenario failed after {time.monotonic() - started:.0f}s: "
             f"{type(exc).__name__}: {str(exc)[:200]}",

@@ -14,9 +14,9 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.models.defaults import prepare_gemma  # noqa: E402
-from corral.up.embedded import port_open  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from corral.models.defaults import prepare_gemma
+from corral.up.embedded import port_open
+from support.cluster import Cluster
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with cold_start.py and prefix_routing.py
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

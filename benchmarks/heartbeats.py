@@ -32,8 +32,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.up.embedded import port_open  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from corral.up.embedded import port_open
+from support.cluster import Cluster
 
 NODES = 1000
 BEAT_INTERVAL_S = 10.0

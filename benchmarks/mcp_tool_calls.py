@@ -26,11 +26,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.agents.sessions import SessionPool  # noqa: E402
-from corral.models.mcp import StdioServer  # noqa: E402
-from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
-from support.agent_workers import TOOLS_SERVER, mcp_model_yaml, start_agent_worker  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from corral.agents.sessions import SessionPool
+from corral.models.mcp import StdioServer
+from corral.up.embedded import embedded_nats, embedded_postgres
+from support.agent_workers import TOOLS_SERVER, mcp_model_yaml, start_agent_worker
+from support.cluster import Cluster
 
 REQUESTS = 200
 WARMUP = 20

@@ -29,12 +29,12 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemma_stack import bench_cluster  # noqa: E402
+from gemma_stack import bench_cluster
 
-from corral.models import audio  # noqa: E402
-from corral.models.defaults import prepare_tiny_reranker  # noqa: E402
-from corral.proto import backend_pb2 as pb  # noqa: E402
-from corral.proto import backend_pb2_grpc  # noqa: E402
+from corral.models import audio
+from corral.models.defaults import prepare_tiny_reranker
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
 
 MODELS_DIR = Path("/var/tmp/corral-bench-media-models")
 BACKENDS_DIR = Path("/var/tmp/corral-bench-backends")

@@ -43,9 +43,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.backends.simulator import KVCache  # noqa: E402
-from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
+from corral.backends.simulator import KVCache
+from corral.up.embedded import embedded_nats, embedded_postgres
+from support.cluster import Cluster
 
 PICKERS = tuple(
     os.environ.get("CORRAL_BENCH_PICKERS", "round_robin,least_loaded,power_of_two,prefix_cache").split(",")

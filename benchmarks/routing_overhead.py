@@ -32,8 +32,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.up.embedded import port_open  # noqa: E402
-from support.cluster import Cluster, free_port  # noqa: E402
+from corral.up.embedded import port_open
+from support.cluster import Cluster, free_port
 
 SERIAL = 400
 CONCURRENT = 10000  # at c=16: long enough (1-2 s) that the CPU figure is not one clock tick in ten

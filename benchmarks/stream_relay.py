@@ -31,10 +31,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.proto import backend_pb2, backend_pb2_grpc  # noqa: E402
-from corral.up.embedded import embedded_nats, embedded_postgres  # noqa: E402
-from support.cluster import Cluster, free_port_pair, spawn, wait_http  # noqa: E402
-from support.processes import backend_pid  # noqa: E402
+from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.up.embedded import embedded_nats, embedded_postgres
+from support.cluster import Cluster, free_port_pair, spawn, wait_http
+from support.processes import backend_pid
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 TOKEN = "bench-token"

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from corral.up.embedded import embedded_nats, embedded_postgres, port_open  # noqa: E402
+from corral.up.embedded import embedded_nats, embedded_postgres, port_open
 
 # CORRAL_TEST_EMBEDDED=1: ignore services on the default ports and start embedded ones (as on a bare machine).
 FORCE_EMBEDDED = os.environ.get("CORRAL_TEST_EMBEDDED", "") not in ("", "0", "false")
@@ -175,7 +175,7 @@ def audio_backends_path(state_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def material():  # noqa: ANN201 - corral.cli.nats_auth_setup.AuthMaterial
+def material():
     """Operator, account and service NATS material for one test module's JWT-mode (operator) nats-server."""
     from corral.cli import nats_auth_setup as auth_setup
 
@@ -183,7 +183,7 @@ def material():  # noqa: ANN201 - corral.cli.nats_auth_setup.AuthMaterial
 
 
 @pytest.fixture(scope="module")
-def jwt_server(request: pytest.FixtureRequest, state_root: Path, material):  # noqa: ANN001, ANN201
+def jwt_server(request: pytest.FixtureRequest, state_root: Path, material):
     """An operator-mode nats-server of that material, one per test module."""
     from support.nats_servers import jwt_nats_server
 

@@ -131,7 +131,7 @@ def test_healthcheck_probes_the_endpoint_of_the_mode(mode: str, env: dict[str, s
 class _StatusHandler(http.server.BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(self.status if self.path == "/readyz" else 404)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -274,7 +274,7 @@ async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is
     nc = await nats.connect(env.cluster.nats_url)
     installs: list[bytes] = []
 
-    async def count(msg) -> None:  # noqa: ANN001
+    async def count(msg) -> None:
         installs.append(msg.data)
 
     sub = await nc.subscribe("nodes.*.backend.install", cb=count)

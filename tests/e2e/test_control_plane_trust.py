@@ -75,7 +75,7 @@ async def _publish_and_wait_handled(nc: nats.NATS, subject: str, body: dict[str,
     mark = uuid.uuid4().hex
     acked = asyncio.Event()
 
-    async def on_report(msg) -> None:  # noqa: ANN001
+    async def on_report(msg) -> None:
         if mark in json.loads(msg.data).get("acks", []):
             acked.set()
 

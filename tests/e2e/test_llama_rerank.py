@@ -21,7 +21,7 @@ from corral.proto import backend_pb2 as pb
 from support.cluster import Cluster
 
 pytest.importorskip("llama_cpp")  # at import, not in a test: llama_cpp opens /dev/null when imported
-from corral.backends.llama_cpp import LlamaCppEngine  # noqa: E402
+from corral.backends.llama_cpp import LlamaCppEngine
 
 pytestmark = pytest.mark.slow
 

@@ -91,7 +91,7 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
     nc = await nats.connect(env.cluster.nats_url)
     installs: list[bytes] = []
 
-    async def count(msg) -> None:  # noqa: ANN001
+    async def count(msg) -> None:
         installs.append(msg.data)
 
     sub = await nc.subscribe("nodes.*.backend.install", cb=count)
@@ -122,7 +122,7 @@ async def test_the_backend_process_is_started_while_the_file_is_still_staging(en
     nc = await nats.connect(env.cluster.nats_url)
     seen: list[bool] = []  # per install request of the model: had the worker received the file already?
 
-    async def on_install(msg) -> None:  # noqa: ANN001
+    async def on_install(msg) -> None:
         if b'"install-overlaps"' in msg.data:
             seen.append(received_line in env.worker.log())
 

@@ -31,7 +31,7 @@ RED, PATTERN = png(24, 24, (255, 0, 0)), png(40, 30, seed=3)
 
 
 class _Images(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the handler's API
+    def do_GET(self) -> None:
         if self.path == "/red.png":
             self.send_response(200)
             self.send_header("Content-Type", "image/png")

@@ -89,7 +89,7 @@ def running_backend(name: str, tmp_path: Path, token: str = "", **env: str) -> I
     port = free_port()
     if token:
         env["LOCALAI_GRPC_AUTH_TOKEN"] = token
-    stderr = open(tmp_path / f"{name}-{port}.stderr", "w+b")  # noqa: SIM115 - closed below
+    stderr = open(tmp_path / f"{name}-{port}.stderr", "w+b")
     started = time.perf_counter()
     process = subprocess.Popen(backend_command(name, port), env=backend_env(**env), stderr=stderr)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT)

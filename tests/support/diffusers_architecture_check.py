@@ -30,7 +30,7 @@ def _expected(directory: Path, part: str) -> dict[str, tuple[int, ...]]:
 
 def _written(file: Path) -> dict[str, tuple[int, ...]]:
     with safe_open(str(file), framework="np") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
 
 
 def main(directory: Path) -> int:

@@ -349,7 +349,7 @@ def _heartbeats_resumed(bed: FaultBed, timeout_s: float = 30.0) -> bool:
                 "last_heartbeat > now() - interval '5 seconds' AND name = ANY($1::text[])",
                 names,
             )
-        except Exception:  # noqa: BLE001 - PostgreSQL still starting
+        except Exception:
             return False
         return len(rows) == len(names)
 

@@ -148,7 +148,7 @@ class JobRunner:
                 result, job, "failed", error=f"job ran past {self.job_timeout_s:g}s; raise {JOB_TIMEOUT_KNOB}"
             )
             return
-        except Exception as exc:  # noqa: BLE001 - every failure is reported on the result subject
+        except Exception as exc:
             await self._finish(result, job, "failed", error=str(exc) or type(exc).__name__)
             return
         finally:

@@ -100,7 +100,7 @@ class LiveSession:
                 self.session = session
                 self._ready.set()
                 await self._close.wait()
-        except BaseException as exc:  # noqa: BLE001 - kept and reported to the caller waiting on start()
+        except BaseException as exc:
             self._error = exc if not isinstance(exc, asyncio.CancelledError) else SessionUnavailable("closed")
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -126,7 +126,7 @@ class LiveSession:
         self._close.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), CLOSE_TIMEOUT_S)
-        except (TimeoutError, Exception):  # noqa: BLE001 - a broken session closes as it can
+        except (TimeoutError, Exception):
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task

@@ -55,7 +55,7 @@ class ToolService:
             return await self.servers(model)
         except MCPConfigError as exc:
             return f"invalid MCP config: {exc}"
-        except Exception as exc:  # noqa: BLE001 - the frontend's refusal or absence is the answer
+        except Exception as exc:
             return str(exc) or type(exc).__name__
 
     async def discover(self, req: MCPDiscoveryRequest) -> MCPDiscoveryResponse:
@@ -110,7 +110,7 @@ class ToolService:
             )
         except (ToolTimeout, SessionUnavailable) as exc:
             return self._error(str(exc))
-        except Exception as exc:  # noqa: BLE001 - the tool's own failure is the answer
+        except Exception as exc:
             return self._error(f"MCP tool {req.tool_name!r} failed: {exc}")
         if is_error:
             return self._error(f"MCP tool {req.tool_name!r} returned an error: {text}")

@@ -149,7 +149,7 @@ class _Connection(asyncio.Protocol):
             return
         try:
             request = pb.PredictOptions.FromString(payload[1:])
-        except Exception:  # noqa: BLE001 - a malformed request is the caller's error
+        except Exception:
             self._send(lane.error_frame(call_id, grpc.StatusCode.INTERNAL, "could not parse the request"))
             return
         handler = getattr(self._servicer, method.name)
@@ -175,7 +175,7 @@ class _Connection(asyncio.Protocol):
             self._send(lane.error_frame(call_id, exc.status, exc.details))
         except asyncio.CancelledError:
             pass  # cancelled by the caller: it expects nothing more
-        except Exception as exc:  # noqa: BLE001 - as grpc.aio reports a servicer bug: UNKNOWN
+        except Exception as exc:
             log.exception("fast lane call failed")
             self._send(
                 lane.error_frame(call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")

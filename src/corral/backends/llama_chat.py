@@ -68,7 +68,7 @@ def embedded_formatter(llm: Llama) -> ChatFormatter | None:
             eos_token=special_text(llm.token_eos()),
             bos_token=special_text(llm.token_bos()),
         )
-    except Exception as exc:  # noqa: BLE001 - a broken template is a load-time problem
+    except Exception as exc:
         raise LoadError(
             f"the model's embedded chat template does not parse ({exc}); "
             "set option chat_format:<name> to use a built-in format instead"
@@ -164,7 +164,7 @@ def render_chat(formatter: ChatFormatter, req: pb.PredictOptions, mode: ToolMode
         rendered = formatter(messages=messages, tools=tools)  # type: ignore[arg-type]
     except InvalidRequestError:
         raise
-    except Exception as exc:  # noqa: BLE001 - templates raise on unsupported conversations
+    except Exception as exc:
         raise InvalidRequestError(f"the chat template rejected these messages: {exc}") from None
     stop = rendered.stop if isinstance(rendered.stop, list) else [rendered.stop] if rendered.stop else []
     return ChatPrompt(text=rendered.prompt, add_bos=not rendered.added_special, stop=tuple(stop))

@@ -183,7 +183,7 @@ class LlamaCppEngine:
                     flash_attn=opts.FlashAttention.lower() in ("on", "true", "1", "yes"),
                     verbose=False,
                 )
-            except Exception as exc:  # noqa: BLE001 - llama.cpp's own log lines carry the cause
+            except Exception as exc:
                 cause = llama_log.error_summary() or str(exc)
                 raise LoadError(f"llama.cpp could not load {path}: {cause}") from None
         try:

@@ -57,7 +57,7 @@ def _on_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             if len(_errors_logged) < _MAX_DISTINCT_ERRORS_LOGGED:
                 _errors_logged.add(line)
             log.warning("llama.cpp: %s", line)
-    except Exception:  # noqa: BLE001 - never raise into C
+    except Exception:
         pass
 
 

@@ -62,7 +62,7 @@ class ReplyPump:
                     self._wake()
                 if self._stopped.is_set():
                     break
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which reports it
+        except BaseException as exc:
             self._error = exc
         finally:
             close = getattr(self._replies, "close", None)

@@ -132,7 +132,7 @@ async def serve(engine: Engine, address: ListenAddress) -> int:
         os._exit(0)
     try:
         engine.free()
-    except Exception:  # noqa: BLE001 - best effort on the way out
+    except Exception:
         log.exception("engine.free during shutdown failed")
     log.info("stopped")
     return 0

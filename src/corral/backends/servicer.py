@@ -169,7 +169,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                     await asyncio.shield(future)
                 except asyncio.CancelledError:
                     continue
-                except Exception:  # noqa: BLE001 - the caller is gone; only waiting for the thread
+                except Exception:
                     break
             raise
 
@@ -228,7 +228,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                     return answer
                 except EngineError as exc:
                     status, detail = exc.status, str(exc)
-                except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                except Exception as exc:
                     log.exception("%s failed", getattr(fn, "__name__", "engine call"))
                     status, detail = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
         await context.abort(status, detail)
@@ -271,7 +271,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             def load() -> None:
                 try:
                     self._engine.load(request)
-                except Exception as exc:  # noqa: BLE001 - any load failure is reported, never raised
+                except Exception as exc:
                     errors.append(str(exc) or type(exc).__name__)
 
             try:
@@ -303,7 +303,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     def _free_quietly(self) -> None:
         try:
             self._engine.free()
-        except Exception:  # noqa: BLE001 - freeing must not fail the caller
+        except Exception:
             log.exception("engine.free failed")
 
     async def Predict(self, request: pb.PredictOptions, context: grpc.aio.ServicerContext) -> pb.Reply:
@@ -433,7 +433,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                     raise
                 except EngineError as exc:
                     failure = exc.status, str(exc)
-                except Exception as exc:  # noqa: BLE001 - report engine bugs to the caller, keep serving
+                except Exception as exc:
                     log.exception("%s failed", rpc)
                     failure = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
                 finally:

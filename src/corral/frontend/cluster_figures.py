@@ -48,7 +48,7 @@ class ClusterFigures:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 nodes = await cluster_store.nodes_by_status(self.pool)
                 jobs = await cluster_store.load_jobs_by_state(self.pool)
-        except Exception as exc:  # noqa: BLE001 - the scrape is served whatever the database does
+        except Exception as exc:
             log.warning(
                 "metrics: node and load-job counts not read (PostgreSQL: %s)", exc or type(exc).__name__
             )

@@ -81,7 +81,7 @@ class Waiters:
                 future.set_result(outcome)
 
     @contextlib.contextmanager
-    def register(self, key: str):  # noqa: ANN201 - a context manager yielding the future
+    def register(self, key: str):
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting[key].add(future)
         try:

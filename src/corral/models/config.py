@@ -41,7 +41,7 @@ from corral.models.huggingface import (
 )
 from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
 from corral.models.names import name_problem
-from corral.models.revision import config_revision  # noqa: E402
+from corral.models.revision import config_revision
 from corral.models.roots import ModelRoots, PathOutsideRoots
 from corral.models.text import invalid_text, text_problem
 

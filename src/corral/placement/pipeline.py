@@ -80,7 +80,7 @@ class Decision:
         }
 
 
-def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Decision) -> list[NodeSnapshot]:  # noqa: C901
+def _filter(req: PlacementRequest, nodes: Sequence[NodeSnapshot], decision: Decision) -> list[NodeSnapshot]:
     passed: list[NodeSnapshot] = []
     disk_only: list[NodeSnapshot] = []
     for node in nodes:

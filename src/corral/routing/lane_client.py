@@ -220,22 +220,22 @@ class LaneConnection(asyncio.Protocol):
 
     # ---- the stub's call shape ---------------------------------------------------------------
 
-    def Predict(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:  # noqa: N802
+    def Predict(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
         return _UnaryCall(self, lane.METHODS["Predict"], request, timeout)
 
-    def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:  # noqa: N802
+    def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
         return _UnaryCall(self, lane.METHODS["Embedding"], request, timeout)
 
     def TokenizeString(
         self,
         request: Any,
         *,
-        metadata: Any = None,  # noqa: N802
+        metadata: Any = None,
         timeout: float | None = None,
     ) -> _UnaryCall:
         return _UnaryCall(self, lane.METHODS["TokenizeString"], request, timeout)
 
-    def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:  # noqa: N802
+    def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:
         return _StreamCall(self, lane.METHODS["PredictStream"], request)
 
     # ---- connection --------------------------------------------------------------------------

@@ -293,7 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._wants_continue = True  # answered when the body is first read
         return True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("file server %s: " + format, self.address_string(), *args)
 
     def do_GET(self) -> None:

@@ -252,7 +252,7 @@ def _status_hint(response: httpx.Response, source: HuggingFaceSource) -> str:
 
 
 def _lock_exclusive(path: Path):  # type: ignore[no-untyped-def]
-    file = open(path, "a+b")  # noqa: SIM115 - closed by the caller
+    file = open(path, "a+b")
     fcntl.flock(file.fileno(), fcntl.LOCK_EX)
     return file
 

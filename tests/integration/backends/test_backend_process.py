@@ -294,7 +294,7 @@ def _logprob_entries(replies: list[pb.Reply]) -> list[dict]:
     return [entry for reply in replies if reply.logprobs for entry in json.loads(reply.logprobs)["content"]]
 
 
-def _vocab(tiny_model: Path):  # noqa: ANN202 - llama_cpp.Llama: the model's tokenizer alone
+def _vocab(tiny_model: Path):
     from llama_cpp import Llama
 
     return Llama(model_path=str(tiny_model), vocab_only=True, verbose=False)

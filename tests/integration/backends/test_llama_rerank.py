@@ -18,7 +18,7 @@ from corral.proto import backend_pb2 as pb
 from support.backend_processes import load, rpc_error, running_backend
 
 pytest.importorskip("llama_cpp")  # at import, not in a test: llama_cpp opens /dev/null when imported
-from corral.backends.llama_cpp import LlamaCppEngine  # noqa: E402
+from corral.backends.llama_cpp import LlamaCppEngine
 
 QUERY = "what animal jumps over the dog"
 DOCUMENTS = [

@@ -17,7 +17,7 @@ from corral.proto import backend_pb2 as pb
 from support.images import png
 
 pytest.importorskip("llama_cpp")  # at import, not in a test: llama_cpp opens /dev/null when imported
-from corral.backends.llama_cpp import LlamaCppEngine  # noqa: E402
+from corral.backends.llama_cpp import LlamaCppEngine
 
 RED = base64.b64encode(png(8, 8, (255, 0, 0))).decode()
 BLUE = base64.b64encode(png(8, 8, (0, 0, 255))).decode()

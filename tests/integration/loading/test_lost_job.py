@@ -21,7 +21,7 @@ from corral.store import load_jobs
 
 
 @pytest.fixture
-async def waiters(pool: asyncpg.Pool, nats_url: str):  # noqa: ANN201
+async def waiters(pool: asyncpg.Pool, nats_url: str):
     nc = await nats.connect(nats_url)
     w = Waiters(pool, nc, orphan_s=600.0, poll_s=30.0)
     await w.start()

@@ -18,7 +18,7 @@ POLL_S = 30.0  # longer than each test: only the event (hint) or the owner can e
 
 
 @pytest.fixture
-async def waiters(pool: asyncpg.Pool, nats_url: str):  # noqa: ANN201
+async def waiters(pool: asyncpg.Pool, nats_url: str):
     nc = await nats.connect(nats_url)
     forger = await nats.connect(nats_url)
     w = Waiters(pool, nc, orphan_s=600.0, poll_s=POLL_S)

@@ -46,7 +46,7 @@ async def _node_with_two_replicas(pool: asyncpg.Pool) -> str:
     return str(node["id"])
 
 
-async def _decision(pool: asyncpg.Pool, need_bytes: int):  # noqa: ANN202
+async def _decision(pool: asyncpg.Pool, need_bytes: int):
     return decide(PlacementRequest(model="big", vram_bytes=need_bytes), await placement_store.snapshot(pool))
 
 

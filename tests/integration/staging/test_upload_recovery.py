@@ -308,12 +308,12 @@ async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a
     """A plain PUT server (no resumable protocol) would keep the first range as the whole file, unverified."""
 
     class PlainPut(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self) -> None:  # noqa: N802 - stdlib naming
+        def do_HEAD(self) -> None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def do_PUT(self) -> None:  # noqa: N802
+        def do_PUT(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             body = b'{"local_path": "/models/m/model.gguf"}'
             self.send_response(200)

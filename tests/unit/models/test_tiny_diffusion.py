@@ -58,7 +58,7 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_weights(tmp_
 def test_the_weights_are_float32_tensors_of_the_listed_shapes_and_a_few_megabytes(tmp_path: Path) -> None:
     directory = tiny_diffusion.write_pipeline(tmp_path / "pipe")
     with safe_open(str(directory / "unet" / "diffusion_pytorch_model.safetensors"), framework="np") as f:
-        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - no __iter__
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
         assert f.get_tensor("conv_in.weight").dtype.name == "float32"
         assert f.get_tensor("conv_norm_out.weight").tolist() == [1.0] * tiny_diffusion.UNET_CHANNELS[0]
     assert shapes == tiny_diffusion.unet_shapes()

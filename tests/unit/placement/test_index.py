@@ -61,7 +61,7 @@ def _request(rng: random.Random) -> PlacementRequest:
     )
 
 
-def _outcome(decide_fn, req, nodes) -> tuple:  # noqa: ANN001
+def _outcome(decide_fn, req, nodes) -> tuple:
     try:
         decision: Decision = decide_fn(req, nodes)
     except PlacementError as exc:

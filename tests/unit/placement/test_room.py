@@ -47,7 +47,7 @@ def _plan(
     floors: dict[str, int] | None = None,
     usable=_idle,
     selector: dict[str, str] | None = None,
-):  # noqa: ANN001, ANN202
+):
     req = PlacementRequest(model="big", vram_bytes=need_mib * MIB, selector=selector or {})
     allowed = decide(req, nodes).ranked
     return plan_room(req, allowed, loaded_counts(nodes), floors or {}, usable, _recency)

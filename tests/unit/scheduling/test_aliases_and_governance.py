@@ -21,7 +21,7 @@ def rule(name: str, created_s: float) -> SchedulingRule:
     return SchedulingRule(id=f"id-{name}", model_name=name, created_s=created_s, min_replicas=1)
 
 
-def resolver(aliases: dict[str, str] = ALIASES):  # noqa: ANN201
+def resolver(aliases: dict[str, str] = ALIASES):
     return lambda name: resolve(name, MODELS, aliases)
 
 

@@ -42,7 +42,7 @@ def plan(
     busy: set[str] = frozenset(),  # type: ignore[assignment]
     idle_s: float = 0.0,
     selector: dict[str, str] | None = None,
-):  # noqa: ANN201
+):
     return plan_replicas(
         r,
         "m",

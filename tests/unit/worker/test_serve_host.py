@@ -8,7 +8,7 @@ from corral.worker.addresses import resolve_addresses
 from corral.worker.supervisor import BackendProcess
 
 
-def _resolve(serve_addr: str, http_addr: str = ""):  # noqa: ANN202
+def _resolve(serve_addr: str, http_addr: str = ""):
     return resolve_addresses(
         addr="",
         serve_addr=serve_addr,

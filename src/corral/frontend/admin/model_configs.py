@@ -50,7 +50,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 def parse_yaml(raw: bytes) -> Any:
     try:
-        return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(raw, Loader=_NoAliasLoader)
     except RecursionError:
         raise yaml.YAMLError(f"it is nested more than {DEPTH_MAX} levels deep") from None
 

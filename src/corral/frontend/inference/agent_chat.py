@@ -228,7 +228,7 @@ class AgentChat:
                 yield sse({"error": {"message": exc.message, "type": exc.type, "code": exc.code}})
                 yield DONE
                 return
-            except Exception as exc:  # noqa: BLE001 - after the first byte an error can only be an event
+            except Exception as exc:
                 yield sse(
                     {
                         "error": {

@@ -18,7 +18,7 @@ async def test_a_disconnect_cancels_the_response_in_progress_and_returns_quietly
     async def send(message: dict) -> None:
         pass
 
-    async def respond(send) -> None:  # noqa: ANN001
+    async def respond(send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         try:
             await asyncio.sleep(3600)  # e.g. waiting for a backend's answer
@@ -45,7 +45,7 @@ async def test_a_disconnect_after_the_last_body_message_cancels_nothing() -> Non
     async def send(message: dict) -> None:
         sent.append(message)
 
-    async def respond(send) -> None:  # noqa: ANN001
+    async def respond(send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
         finished.set()
@@ -67,7 +67,7 @@ async def test_a_response_done_before_the_watch_starts_never_reads_the_connectio
     async def send(message: dict) -> None:
         pass
 
-    async def respond(send) -> None:  # noqa: ANN001
+    async def respond(send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 

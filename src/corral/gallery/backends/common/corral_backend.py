@@ -271,7 +271,7 @@ class BaseServicer(backend_pb2_grpc.BackendServicer):
             return await self.run(fn, *args)
         except RequestError as exc:
             await context.abort(exc.code, str(exc))
-        except Exception as exc:  # noqa: BLE001 - the caller gets the cause, the log the traceback
+        except Exception as exc:
             log.error("%s failed", rpc, exc_info=exc)
             await context.abort(grpc.StatusCode.INTERNAL, f"{rpc} failed: {type(exc).__name__}: {exc}")
 
@@ -284,7 +284,7 @@ class BaseServicer(backend_pb2_grpc.BackendServicer):
             message = await self.run(self.engine.load, request)
         except RequestError as exc:
             return backend_pb2.Result(success=False, message=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a failed load is reported, the process keeps serving
+        except Exception as exc:
             log.exception("LoadModel failed")
             return backend_pb2.Result(success=False, message=f"LoadModel failed: {type(exc).__name__}: {exc}")
         finally:

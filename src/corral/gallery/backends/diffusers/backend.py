@@ -31,10 +31,10 @@ os.environ.setdefault("DIFFUSERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in the worker's backend log
 
-import backend_pb2  # noqa: E402  (generated from corral's backend.proto, in common/ beside this file)
-import grpc  # noqa: E402
-import grpc.aio  # noqa: E402
-from corral_backend import BaseServicer, RequestError, invalid, main, model_path, request_file  # noqa: E402
+import backend_pb2
+import grpc
+import grpc.aio
+from corral_backend import BaseServicer, RequestError, invalid, main, model_path, request_file
 
 NAME = "diffusers"
 PIPELINE_MARKER = "model_index.json"

@@ -30,10 +30,10 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the hub: models come staged by the worker
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import backend_pb2  # noqa: E402  (generated from corral's backend.proto, in common/)
-import grpc  # noqa: E402
-import grpc.aio  # noqa: E402
-from corral_backend import BaseServicer, RequestError, invalid, main, model_path, request_file  # noqa: E402
+import backend_pb2
+import grpc
+import grpc.aio
+from corral_backend import BaseServicer, RequestError, invalid, main, model_path, request_file
 
 NAME = "faster-whisper"
 MODEL_FILES = (
