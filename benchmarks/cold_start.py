@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from corral.models.defaults import GEMMA_FILE, GEMMA_NAME, prepare_gemma
 from corral.models.gguf_header import read_gguf_header
 from corral.runtime.loopwatch import STALL_LINE
-from corral.up.embedded import port_open
+from corral.runtime.processes import port_open
 from support.cluster import Cluster
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")

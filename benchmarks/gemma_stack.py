@@ -15,7 +15,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from corral.models.defaults import prepare_gemma
-from corral.up.embedded import port_open
+from corral.runtime.processes import port_open
 from support.cluster import Cluster
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with cold_start.py and prefix_routing.py

@@ -216,7 +216,8 @@ async def _on_server(admin_url: str) -> None:
 
 def _with_database() -> None:
     """On CORRAL_BENCH_DATABASE_URL (a database to fill), else a fresh database on 127.0.0.1:5432, else embedded."""
-    from corral.up.embedded import embedded_postgres, port_open
+    from corral.runtime.processes import port_open
+    from corral.up.embedded import embedded_postgres
 
     url = os.environ.get("CORRAL_BENCH_DATABASE_URL")
     if url:

@@ -32,7 +32,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral.up.embedded import port_open
+from corral.runtime.processes import port_open
 from support.cluster import Cluster, free_port
 
 SERIAL = 400

@@ -19,7 +19,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from corral.up.embedded import embedded_nats, embedded_postgres, port_open
+from corral.runtime.processes import port_open
+from corral.up.embedded import embedded_nats, embedded_postgres
 
 # CORRAL_TEST_EMBEDDED=1: ignore services on the default ports and start embedded ones (as on a bare machine).
 FORCE_EMBEDDED = os.environ.get("CORRAL_TEST_EMBEDDED", "") not in ("", "0", "false")

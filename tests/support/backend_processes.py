@@ -19,7 +19,7 @@ import pytest
 
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
-from corral.up.embedded import stop_process
+from corral.runtime.processes import stop_process
 
 HEALTH_DEADLINE_S = 30.0
 # Without these a probe that races the backend's bind waits out gRPC's 1 s reconnect backoff.

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from corral.runtime.loopwatch import SLOW_CALLBACK_ENV, stalls_in_log
-from corral.up.embedded import stop_process
+from corral.runtime.processes import stop_process
 
 SLOW_CALLBACK_MS = (
     100  # every frontend and worker of a test logs loop stalls over this; the test fails on one

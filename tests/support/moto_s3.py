@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from corral.up.embedded import stop_process
+from corral.runtime.processes import stop_process
 from support.cluster import free_port
 
 ACCESS_KEY = "test-access-key"

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.cli import nats_auth_setup as auth_setup
-from corral.up.embedded import _wait_port, find_nats_server, free_port, stop_process
+from corral.runtime.processes import free_port, stop_process
+from corral.up.embedded import _wait_port, find_nats_server
 
 
 @dataclass

@@ -25,7 +25,7 @@ def test_warm_up_matches_every_route_without_calling_a_handler() -> None:
 
 async def test_the_server_builds_the_openapi_schema_before_it_listens() -> None:
     from corral.runtime.httpserver import EmbeddedHTTPServer
-    from corral.up.embedded import free_port
+    from corral.runtime.processes import free_port
 
     app = FastAPI()
     server = EmbeddedHTTPServer(app, "127.0.0.1", free_port(), name="test-http")

@@ -151,15 +151,12 @@ def _run_worker(argv: Sequence[str]) -> int:
     from corral.config.commands import WorkerSettings
     from corral.config.settings import load_typed
     from corral.config.worker import WORKER_SETTINGS
-    from corral.runtime.loopwatch import watched
-    from corral.worker.agent import Worker
+    from corral.up.worker import serve_worker
 
     settings = load_typed(WorkerSettings, "corral worker", "Start a worker.", WORKER_SETTINGS, argv)
     setup_logging(settings.log_level, "worker")
     _preload()
-    import corral.worker.files  # noqa: F401 - the agent imports it in run(), on the loop (file server, S3)
-
-    return asyncio.run(watched(Worker(settings).run(), "worker", settings.slow_callback_ms))
+    return serve_worker(settings)
 
 
 def _run_agent_worker(argv: Sequence[str]) -> int:
@@ -278,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # expected failures are typed; print one line, not a traceback
-        from corral.runtime.errors import is_expected
+        from corral.cli.startup_errors import is_expected
 
         if is_expected(exc):
             print(f"corral {args[0]}: {exc}", file=sys.stderr)

@@ -17,7 +17,7 @@ from corral.config.process import SLOW_CALLBACK_SETTING
 from corral.config.security import WORKER_LIFECYCLE_SETTINGS
 from corral.config.settings import Setting
 from corral.config.staging import WORKER_STAGING_SETTINGS
-from corral.gallery.names import backend_name_problem
+from corral.models.names import backend_name_problem
 
 PRESTART_MAX_BACKENDS = 8
 LOAD_DEFAULT_MAX = (1 << 31) - 1  # ModelOptions fields are int32

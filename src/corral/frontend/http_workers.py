@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from corral.config.commands import FrontendSettings
 from corral.config.errors import ConfigError
-from corral.up.embedded import port_open, stop_process
+from corral.runtime.processes import port_open, stop_process
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from corral.staging.stager import StagingContext
 from corral.store import db, generated_images
 from corral.store import responses as responses_store
 from corral.store import settings as settings_store
-from corral.telemetry import otlp
+from corral.telemetry import families, otlp
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ async def serve(settings: FrontendSettings) -> int:
         port,
         name="frontend-http",
         reuse_port=settings.http_workers > 1,
-        limits=ConnectionLimits.from_settings(settings),
+        limits=ConnectionLimits.from_settings(settings, families.HTTP_GUARD),
     )
     await server.start()
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from corral.gallery.fetch import FetchError, read_bytes
-from corral.gallery.names import backend_name_problem
+from corral.models.names import backend_name_problem
 
 INDEX_MAX_BYTES = 4 << 20  # an index is a list of short entries; anything larger is refused unread
 INDEX_MAX_ENTRIES = 10_000

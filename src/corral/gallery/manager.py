@@ -19,8 +19,8 @@ from pathlib import Path
 from corral.gallery.gate import BackendGate
 from corral.gallery.index import GalleryEntry, GalleryRef, find_entry, parse_galleries
 from corral.gallery.installer import BackendInstaller, InstallError
-from corral.gallery.names import validate_backend_name
 from corral.gallery.registry import BackendRegistry, InstalledBackend
+from corral.models.names import validate_backend_name
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from corral.gallery.metadata import METADATA_FILE, RUN_FILE, BackendMetadata, read_metadata
-from corral.gallery.names import backend_name_problem
+from corral.models.names import backend_name_problem
 
 BUILTIN_BACKENDS_DIR = Path(str(resources.files("corral.gallery").joinpath("system")))  # package data
 INSTALL_PREFIX = ".install-"  # staging directories beside the target; never a valid backend name

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.gallery.registry import BackendRegistry
-from corral.worker.errors import WorkerError
+from corral.node.errors import WorkerError
 
 
 class EngineMissing(WorkerError):

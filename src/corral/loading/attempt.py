@@ -25,10 +25,10 @@ from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.errors import LoadDeadlineExceeded, LoadError, LoadModelFailed, NodeLost
 from corral.loading.job_placement import Installed, install
 from corral.loading.job_progress import INSTALLING, LOADING, STAGING, LoadProgress
+from corral.loading.job_revision import check_revision
 from corral.models.config import ModelConfig
 from corral.placement.snapshot import NodeSnapshot
 from corral.proto import backend_pb2
-from corral.revisions.stale import check_revision
 from corral.staging.errors import StagingFailed
 from corral.staging.stager import StagingTarget, stage_model
 from corral.store import placement as placement_store

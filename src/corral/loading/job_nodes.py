@@ -18,10 +18,10 @@ from corral.loading.context import LoadContext, LoadedReplica
 from corral.loading.errors import LoadError, NodeLost, StaleRevision
 from corral.loading.job_placement import choose_node
 from corral.loading.job_progress import PENDING, LoadProgress
+from corral.loading.job_revision import MAX_REVISION_ATTEMPTS, check_revision, current_config, still_current
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.placement.snapshot import NodeSnapshot
-from corral.revisions.stale import MAX_REVISION_ATTEMPTS, check_revision, current_config, still_current
 from corral.telemetry import tracing
 
 __all__ = ["MAX_NODES_TRIED", "cold_load", "model_options", "nodes_exhausted"]

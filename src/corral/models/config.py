@@ -20,7 +20,6 @@ from typing import Any
 
 import yaml
 
-from corral.gallery.names import backend_name_problem
 from corral.models.aliases import is_alias_document
 from corral.models.artifacts import (
     REPEATED_FIELD,
@@ -40,7 +39,7 @@ from corral.models.huggingface import (
     parse_huggingface,
 )
 from corral.models.mcp import MCPConfigError, MCPServers, parse_mcp
-from corral.models.names import name_problem
+from corral.models.names import backend_name_problem, name_problem
 from corral.models.revision import config_revision
 from corral.models.roots import ModelRoots, PathOutsideRoots
 from corral.models.text import invalid_text, text_problem

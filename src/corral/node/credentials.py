@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from corral.bus.natsauth import decode_claims
 from corral.bus.security import NatsCredentials
 from corral.config.errors import ConfigError
+from corral.node.errors import CredentialsUnavailable, FrontendUnreachable
 from corral.node.registration import backoff_s
-from corral.worker.errors import CredentialsUnavailable, FrontendUnreachable
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import httpx
 
+from corral.node.errors import FrontendUnreachable, RegistrationRefused
 from corral.runtime import loops
-from corral.worker.errors import FrontendUnreachable, RegistrationRefused
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,11 @@ import asyncio
 import json
 import logging
 import resource
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-from corral.telemetry.families import HTTP_CONNECTIONS_REFUSED, HTTP_HEADERS_TOO_LARGE, HTTP_REQUEST_TIMEOUTS
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +44,27 @@ FD_RESERVE = 256  # descriptors kept for everything but client connections: pool
 RETRY_AFTER_S = 1
 
 
+class GuardCounters(Protocol):
+    """What the guard counts (the frontend passes its metric families: `telemetry.families.HTTP_GUARD`)."""
+
+    def refused(self) -> None: ...
+    def headers_too_large(self) -> None: ...
+    def timed_out(self, phase: str) -> None: ...
+
+
+class Uncounted:
+    """Counts nothing (a server without metrics)."""
+
+    def refused(self) -> None:
+        pass
+
+    def headers_too_large(self) -> None:
+        pass
+
+    def timed_out(self, phase: str) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
     """What one client connection may hold: each a frontend setting (config/frontend.py)."""
@@ -54,14 +73,16 @@ class ConnectionLimits:
     body_timeout_s: float = 60.0
     max_connections: int = 4096
     max_header_bytes: int = 64 << 10
+    counters: GuardCounters = field(default_factory=Uncounted)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> ConnectionLimits:
+    def from_settings(cls, settings: Any, counters: GuardCounters) -> ConnectionLimits:
         return cls(
             settings.http_header_timeout_s,
             settings.http_body_timeout_s,
             settings.max_connections,
             settings.http_max_header_bytes,
+            counters,
         )
 
     def within_open_files(self) -> ConnectionLimits:
@@ -146,7 +167,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
-            HTTP_CONNECTIONS_REFUSED.inc()
+            self.limits.counters.refused()
             transport.write(self._busy_answer())
             transport.close()
             return
@@ -180,7 +201,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self._oversized:
             super().send_400_response(msg)
             return
-        HTTP_HEADERS_TOO_LARGE.inc()
+        self.limits.counters.headers_too_large()
         self.transport.write(
             _answer(
                 b"431 Request Header Fields Too Large",
@@ -239,7 +260,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._time_out(answered=cycle is not None and cycle.response_started and self._phase is Phase.BODY)
 
     def _time_out(self, *, answered: bool) -> None:
-        HTTP_REQUEST_TIMEOUTS.labels(self._phase.value).inc()
+        self.limits.counters.timed_out(self._phase.value)
         if self._phase is Phase.HEADERS:
             self.transport.write(
                 _answer(

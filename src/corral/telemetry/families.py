@@ -104,6 +104,22 @@ HTTP_REQUEST_TIMEOUTS = Counter(
     "CORRAL_HTTP_BODY_TIMEOUT)",
     ["phase"],
 )
+
+
+class HttpGuardCounters:
+    """The embedded HTTP server's guard (`runtime.httpguard`) counted in the families above."""
+
+    def refused(self) -> None:
+        HTTP_CONNECTIONS_REFUSED.inc()
+
+    def headers_too_large(self) -> None:
+        HTTP_HEADERS_TOO_LARGE.inc()
+
+    def timed_out(self, phase: str) -> None:
+        HTTP_REQUEST_TIMEOUTS.labels(phase).inc()
+
+
+HTTP_GUARD = HttpGuardCounters()
 AUTH_FAILURES = Counter(
     "corral_auth_failures",
     "Requests refused for their API key, by outcome: unknown (a new key, looked up: not found), "

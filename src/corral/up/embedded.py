@@ -20,7 +20,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sysconfig
 import time
@@ -28,6 +27,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from corral.runtime.processes import free_port, port_open, stop_process
 
 START_TIMEOUT_S = 30.0
 NATS_USER = "corral"
@@ -64,30 +65,6 @@ def write_private(path: Path, text: str, owner: str | None = None) -> None:
 
 class EmbeddedServiceError(Exception):
     """An embedded PostgreSQL/NATS could not be found or started; the message says what to install or pass."""
-
-
-def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 10.0) -> int | None:
-    """SIGTERM, wait up to `timeout_s`, then SIGKILL; always reaps. Returns the exit code."""
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            popen.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait()
-    return popen.returncode
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout_s):
-        return True
-    return False
 
 
 def _wait_port(host: str, port: int, what: str, proc: subprocess.Popen[bytes] | None = None) -> None:

@@ -34,10 +34,9 @@ from corral.bus.messages import (
 from corral.gallery.index import GalleryEntry, GalleryError, GalleryRef, is_url
 from corral.gallery.installer import InstallError
 from corral.gallery.manager import BackendManager, ProgressListener
-from corral.gallery.names import InvalidBackendName, backend_name_problem
 from corral.gallery.progress import ProgressDebouncer, progress_event
 from corral.gallery.registry import InstalledBackend
-from corral.models.names import name_problem
+from corral.models.names import InvalidBackendName, backend_name_problem, name_problem
 from corral.telemetry import tracing
 from corral.worker.ports import PortRangeExhausted
 from corral.worker.supervisor import BackendStartFailed, Supervisor

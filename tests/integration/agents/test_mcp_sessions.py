@@ -20,7 +20,7 @@ from corral.agents.sessions import SessionPool, ToolTimeout
 from corral.agents.tools import ToolService
 from corral.bus.agent_messages import MCPDiscoveryRequest, MCPToolRequest
 from corral.models.mcp import MCPServers, RemoteServer, StdioServer, from_wire
-from corral.up.embedded import free_port
+from corral.runtime.processes import free_port
 from support.agent_workers import TOOLS_SERVER
 
 pytestmark = pytest.mark.slow

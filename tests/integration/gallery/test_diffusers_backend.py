@@ -25,7 +25,7 @@ from corral.models import tiny_diffusion
 from corral.models.config import load_model_configs
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
-from corral.up.embedded import stop_process
+from corral.runtime.processes import stop_process
 from support import diffusers_backend
 from support.backend_processes import FAST_RECONNECT, free_port, wait_healthy
 

@@ -17,7 +17,7 @@ from corral.gallery.index import (
     parse_index,
     resolve_location,
 )
-from corral.gallery.names import backend_name_problem
+from corral.models.names import backend_name_problem
 
 GOOD = (
     b"""

@@ -14,8 +14,7 @@ from corral.bus import client as bus
 from corral.frontend.bounds import NODE_ID_MAX
 from corral.frontend.json_body import json_body
 from corral.frontend.node_api.identity import node_error
-from corral.gallery.names import backend_name_problem
-from corral.models.names import name_problem
+from corral.models.names import backend_name_problem, name_problem
 from corral.store import nodes as node_store
 
 NodeId = Annotated[str, Path(max_length=NODE_ID_MAX)]
@@ -56,7 +55,7 @@ async def object_body(request: Request) -> dict[str, Any]:
 
 
 def name_field(body: dict[str, Any], field: str, *, required: bool = True, backend: bool = True) -> str:
-    """A backend name (a directory name: `gallery.names`) or, with `backend=False`, a model name; never a
+    """A backend name (a directory name: `models.names`) or, with `backend=False`, a model name; never a
     path (no '/', no '..')."""
     value = body.get(field)
     if value is None or value == "":

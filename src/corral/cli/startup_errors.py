@@ -5,8 +5,8 @@ from __future__ import annotations
 
 def is_expected(exc: BaseException) -> bool:
     from corral.cli.client import ClientError
+    from corral.node.errors import WorkerError
     from corral.store.db import DatabaseUnavailable
-    from corral.worker.errors import WorkerError
 
     expected: tuple[type[BaseException], ...] = (DatabaseUnavailable, WorkerError, OSError, ClientError)
     try:
