@@ -35,7 +35,7 @@ from corral.frontend.inference.agent_chat import build_mcp_router
 from corral.frontend.inference.disconnect import CancelOnDisconnect
 from corral.frontend.inference.fast_path import FastPath
 from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
-from corral.frontend.inference.openai import build_openai_router
+from corral.frontend.inference.openai import build_openai_router, inference_table
 from corral.frontend.inference.responses import build_responses_router
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.node_api.routes import install_node_api
@@ -75,8 +75,8 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     )
     install_handlers(app)
     install_node_api(app, state)
-    openai_router = build_openai_router(state)
-    app.include_router(openai_router)
+    table = inference_table(state)  # the fast path's and the OpenAPI routes' handlers
+    app.include_router(build_openai_router(state, table))
     app.include_router(build_responses_router(state))  # issue 22: the Responses API
     app.include_router(build_media_router(state))  # issue 23: audio, speech and images
     app.include_router(build_models_router(state))
@@ -107,7 +107,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
     fast = FastPath(
         CancelOnDisconnect(app.inner, MEDIA_PATHS),
-        handlers=openai_router.fast_handlers,  # type: ignore[attr-defined]
+        table,
         figures=RequestFigures(lambda model: configured_name(state, model)),
     )
     app.front = RequestLimitsMiddleware(access_control(fast, state, keys), limits=limits or RequestLimits())

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import orjson
 from opentelemetry.trace import SpanKind
@@ -38,7 +39,19 @@ log = logging.getLogger(__name__)
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-Handler = tuple[type[BaseModel], Callable[[Any], Awaitable[Response]]]
+Body = TypeVar("Body", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class InferenceRoute(Generic[Body]):
+    """One inference handler: POST `path` with a JSON body validated as `request`, answered by `handler`."""
+
+    path: str
+    request: type[Body]
+    handler: Callable[[Body], Awaitable[Response]]
+
+
+InferenceTable = Sequence[InferenceRoute[Any]]  # declared once (inference/openai.py `inference_table`)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -62,10 +75,11 @@ class FastPath:
     def __init__(
         self,
         app: Callable[[Scope, Receive, Send], Awaitable[None]],
-        handlers: dict[str, Handler],
+        table: InferenceTable,
         figures: RequestFigures | None = None,
     ) -> None:
-        self.app, self.handlers = app, handlers
+        self.app = app
+        self.handlers = {route.path: route for route in table}
         self.figures = figures or RequestFigures(lambda _model: None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -96,8 +110,7 @@ class FastPath:
             ):
                 await respond_until_disconnect(receive, send, respond)
 
-    async def _handle(self, handler: Handler, raw: bytes) -> tuple[Response, str]:
-        model, call = handler
+    async def _handle(self, route: InferenceRoute[Any], raw: bytes) -> tuple[Response, str]:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -115,11 +128,11 @@ class FastPath:
             ), ""
         name = _model_of(data)
         try:
-            body = model.model_validate(data)
+            body = route.request.model_validate(data)
         except ValidationError as exc:
             return validation_response(exc), name
         try:
-            return await call(body), name
+            return await route.handler(body), name
         except APIError as exc:
             return api_error_response(exc), name
         except Exception as exc:  # the envelope, never a traceback to the client

@@ -20,6 +20,7 @@ from corral.frontend.inference import choices, images
 from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.choices import finish_reason as _finish_reason
 from corral.frontend.inference.choices import usage as _usage
+from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable
 from corral.frontend.inference.schemas import (
     ChatCompletionRequest,
     ChatMessage,
@@ -181,7 +182,9 @@ async def _unary(
     raise AssertionError("unreachable")  # http_errors re-raises every error it catches
 
 
-def build_openai_router(state: FrontendState) -> APIRouter:
+def build_openai_router(state: FrontendState, table: InferenceTable) -> APIRouter:
+    """`/v1/models` and the table's POST routes (the same handlers the fast path calls; these routes give
+    them their OpenAPI schema, and answer what the fast path lets through)."""
     router = APIRouter(prefix="/v1")
 
     @router.get("/models")
@@ -198,7 +201,15 @@ def build_openai_router(state: FrontendState) -> APIRouter:
         name = _known_model(state, model_id)
         return _json(_model_object(name, state.configs.get(name) or state.configs[state.aliases[name]]))
 
-    @router.post("/chat/completions")
+    for route in table:
+        router.add_api_route(route.path.removeprefix("/v1"), route.handler, methods=["POST"])
+    return router
+
+
+def inference_table(state: FrontendState) -> InferenceTable:
+    """The inference handlers, declared once: path → (request model, handler). The fast path
+    (fast_path.py) answers them; `build_openai_router` gives them their FastAPI routes."""
+
     async def chat(body: ChatCompletionRequest) -> Response:
         cfg = config_for(state, body.model)
         pictures = await _chat_images(state, cfg, body)
@@ -221,7 +232,6 @@ def build_openai_router(state: FrontendState) -> APIRouter:
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=True)
         return await _chat_unary(state, cfg, opts, ident, created, max_tokens)
 
-    @router.post("/completions")
     async def completions(body: CompletionRequest) -> Response:
         cfg = config_for(state, body.model)
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
@@ -238,11 +248,9 @@ def build_openai_router(state: FrontendState) -> APIRouter:
             return await _stream(state, cfg, opts, ident, created, max_tokens, include_usage, chat=False)
         return await _completion_unary(state, cfg, opts, ident, created, max_tokens, body.echo)
 
-    @router.post("/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Response:
         return await _embeddings(state, config_for(state, body.model, embeddings=True), body)
 
-    @router.post("/rerank")
     async def rerank(body: RerankRequest) -> Response:
         cfg = config_for(state, body.model, reranking=True)
         request = backend_pb2.RerankRequest(
@@ -261,14 +269,12 @@ def build_openai_router(state: FrontendState) -> APIRouter:
             headers=_node_header(state, replica),
         )
 
-    # The same handlers, for the fast path that skips FastAPI's routing and dependency injection.
-    router.fast_handlers = {  # type: ignore[attr-defined]
-        "/v1/chat/completions": (ChatCompletionRequest, chat),
-        "/v1/completions": (CompletionRequest, completions),
-        "/v1/embeddings": (EmbeddingRequest, embeddings),
-        "/v1/rerank": (RerankRequest, rerank),
-    }
-    return router
+    return (
+        InferenceRoute("/v1/chat/completions", ChatCompletionRequest, chat),
+        InferenceRoute("/v1/completions", CompletionRequest, completions),
+        InferenceRoute("/v1/embeddings", EmbeddingRequest, embeddings),
+        InferenceRoute("/v1/rerank", RerankRequest, rerank),
+    )
 
 
 async def _chat_images(state: FrontendState, cfg: ModelConfig, body: ChatCompletionRequest) -> list[str]:
