@@ -41,7 +41,7 @@ TOKEN = "bench-token"
 COALESCE_ENV = (
     "CORRAL_STREAM_COALESCE_MAX"  # backends/reply_pump.py (literal: the script also runs on older trees)
 )
-FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py
+FAST_LANE_ENV = "CORRAL_BACKEND_FAST_LANE"  # corral/lane/server.py
 
 
 def cpu_s(pid: int) -> float:

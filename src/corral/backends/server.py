@@ -18,10 +18,10 @@ import grpc.aio
 
 from corral.backends.auth import BearerAuthInterceptor, auth_token_from_env
 from corral.backends.engine import Engine
-from corral.backends.lane_server import LaneServer, fast_lane_enabled
 from corral.backends.parent_watch import ParentWatchConfig, watch_parent
 from corral.backends.servicer import BackendServicer
 from corral.backends.tracing_interceptor import TracingInterceptor
+from corral.lane.server import LaneServer, fast_lane_enabled
 from corral.proto import backend_pb2_grpc
 from corral.telemetry import tracing
 

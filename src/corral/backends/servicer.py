@@ -131,7 +131,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self._lock = asyncio.Lock()
         self._threads_in_flight = 0
         self.cancellations = 0  # calls whose caller went away before the answer (logged; tests read it)
-        self.fast_lane_port = 0  # advertised on Status when the fast lane listens (lane_server)
+        self.fast_lane_port = 0  # advertised on Status when the fast lane listens (corral.lane.server)
         self.progress = EngineProgress()
 
     @property

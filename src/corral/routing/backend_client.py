@@ -5,7 +5,7 @@ Every call has a bound (`BackendBudgets`): unary calls a deadline, streams a fir
 budget, and the connection pings the backend (HTTP/2 keepalive, or the lane's PING) so a peer that
 stopped answering fails its calls instead of hanging them.
 
-`caller(address)` is what the request path calls: the backend's fast lane (`lane_client`) once it is
+`caller(address)` is what the request path calls: the backend's fast lane (`corral.lane.client`) once it is
 connected, else the gRPC stub. The first request to an address starts, in the background, a `Status`
 call; a corral backend answers it with its lane's port and the lane is connected and authenticated
 with the same token. A backend that advertises none (reference backends) is served over gRPC until
@@ -23,8 +23,8 @@ from typing import Any
 
 import grpc
 
+from corral.lane.client import Keepalive, LaneConnection, LaneRefused, open_lane
 from corral.proto import backend_pb2, backend_pb2_grpc
-from corral.routing.lane_client import Keepalive, LaneConnection, LaneRefused, open_lane
 
 log = logging.getLogger(__name__)
 

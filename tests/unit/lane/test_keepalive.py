@@ -8,9 +8,9 @@ import asyncio
 import grpc
 import pytest
 
+from corral.lane import frames
+from corral.lane.client import Keepalive, LaneConnection
 from corral.proto import backend_pb2 as pb
-from corral.proto import lane
-from corral.routing.lane_client import Keepalive, LaneConnection
 
 INTERVAL_S, TIMEOUT_S = 1.0, 10.0
 
@@ -77,7 +77,7 @@ async def test_a_ping_answered_later_than_the_interval_but_within_the_timeout_ke
 async def test_any_frame_from_the_backend_answers_the_pings() -> None:
     conn, lost = await _calling()
     conn._silent_since_s = conn.loop.time() - 2 * TIMEOUT_S  # pinged long ago, no PONG since
-    conn.data_received(lane.frame(lane.REPLY, 99, b""))  # but a reply came: it is there all the same
+    conn.data_received(frames.frame(frames.REPLY, 99, b""))  # but a reply came: it is there all the same
     conn._ping_due_s = conn.loop.time()
     conn._ping()
     assert lost == [] and not conn.closed

@@ -1,6 +1,6 @@
 """The backend's fast lane: the servicer's Predict/PredictStream/Embedding/TokenizeString over plain TCP.
 
-Same servicer, same admission, same statuses as gRPC (see `corral.proto.lane` for the frames); a
+Same servicer, same admission, same statuses as gRPC (see `corral.lane.frames` for the frames); a
 frontend uses it when `Status` advertises its port. The first frame must be HELLO with the bearer
 token (`LOCALAI_GRPC_AUTH_TOKEN`, compared in constant time) within `HELLO_TIMEOUT_S`; anything else
 closes the connection. A CANCEL or a closed connection cancels the call, as a gRPC cancellation does,
@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 
 import grpc
 
+from corral.lane import frames
 from corral.proto import backend_pb2 as pb
-from corral.proto import lane
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,16 @@ class _Connection(asyncio.Protocol):
         connections: set[_Connection],
     ) -> None:
         self._servicer, self._token, self._all_calls, self._connections = servicer, token, calls, connections
-        self._reader = lane.FrameReader(limit=lane.MAX_HELLO_BYTES)
+        self._reader = frames.FrameReader(limit=frames.MAX_HELLO_BYTES)
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._welcomed = False
         self._writable = asyncio.Event()
         self._writable.set()
-        self._writer: lane.FrameWriter | None = None
+        self._writer: frames.FrameWriter | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._writer = lane.FrameWriter(transport)  # type: ignore[arg-type]
+        self._writer = frames.FrameWriter(transport)  # type: ignore[arg-type]
         self._connections.add(self)
         self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._close)
 
@@ -102,22 +102,22 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            frames = self._reader.feed(data)
-        except lane.FrameTooLarge as exc:
+            received = self._reader.feed(data)
+        except frames.FrameTooLarge as exc:
             log.warning("fast lane: closing a connection that %s", exc)
             self._close()
             return
-        for kind, call_id, payload in frames:
+        for kind, call_id, payload in received:
             if not self._welcomed:
                 self._hello(kind, payload)
-            elif kind == lane.CALL:
+            elif kind == frames.CALL:
                 self._start(call_id, payload)
-            elif kind == lane.CANCEL:
+            elif kind == frames.CANCEL:
                 task = self._calls.get(call_id)
                 if task is not None:
                     task.cancel()
-            elif kind == lane.PING:
-                self._send(lane.frame(lane.PONG, call_id))
+            elif kind == frames.PING:
+                self._send(frames.frame(frames.PONG, call_id))
             if self._writer is None:
                 return
 
@@ -125,32 +125,32 @@ class _Connection(asyncio.Protocol):
         if self._hello_timer is not None:
             self._hello_timer.cancel()
             self._hello_timer = None
-        if kind != lane.HELLO:
+        if kind != frames.HELLO:
             self._close()
             return
         if self._token is not None and not hmac.compare_digest(payload, self._token):
             detail = "missing bearer token: send it in HELLO" if not payload else "invalid bearer token"
-            self._send(lane.error_frame(0, grpc.StatusCode.UNAUTHENTICATED, detail))
+            self._send(frames.error_frame(0, grpc.StatusCode.UNAUTHENTICATED, detail))
             self._close()
             return
         self._welcomed = True
-        self._reader.limit = lane.MAX_PAYLOAD_BYTES
-        self._send(lane.frame(lane.WELCOME, 0))
+        self._reader.limit = frames.MAX_PAYLOAD_BYTES
+        self._send(frames.frame(frames.WELCOME, 0))
 
     def _start(self, call_id: int, payload: bytes) -> None:
-        method = lane.METHODS_BY_CODE.get(payload[0]) if payload else None
+        method = frames.METHODS_BY_CODE.get(payload[0]) if payload else None
         if method is None:
-            self._send(lane.error_frame(call_id, grpc.StatusCode.UNIMPLEMENTED, "unknown fast lane method"))
+            self._send(frames.error_frame(call_id, grpc.StatusCode.UNIMPLEMENTED, "unknown fast lane method"))
             return
         if call_id in self._calls:
             self._send(
-                lane.error_frame(call_id, grpc.StatusCode.ALREADY_EXISTS, f"call {call_id} is running")
+                frames.error_frame(call_id, grpc.StatusCode.ALREADY_EXISTS, f"call {call_id} is running")
             )
             return
         try:
             request = pb.PredictOptions.FromString(payload[1:])
         except Exception:
-            self._send(lane.error_frame(call_id, grpc.StatusCode.INTERNAL, "could not parse the request"))
+            self._send(frames.error_frame(call_id, grpc.StatusCode.INTERNAL, "could not parse the request"))
             return
         handler = getattr(self._servicer, method.name)
         body = (
@@ -172,27 +172,29 @@ class _Connection(asyncio.Protocol):
         try:
             await body
         except LaneAbort as exc:
-            self._send(lane.error_frame(call_id, exc.status, exc.details))
+            self._send(frames.error_frame(call_id, exc.status, exc.details))
         except asyncio.CancelledError:
             pass  # cancelled by the caller: it expects nothing more
         except Exception as exc:
             log.exception("fast lane call failed")
             self._send(
-                lane.error_frame(call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
+                frames.error_frame(
+                    call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}"
+                )
             )
 
     async def _unary(self, call_id: int, handler: Callable[..., Awaitable[Any]], request: Any) -> None:
         reply = await handler(request, CONTEXT)
-        self._send(lane.frame(lane.REPLY, call_id, reply.SerializeToString()))
+        self._send(frames.frame(frames.REPLY, call_id, reply.SerializeToString()))
 
     async def _stream(self, call_id: int, handler: Callable[..., AsyncIterator[Any]], request: Any) -> None:
         replies = handler(request, CONTEXT)
         try:
             async for reply in replies:
-                self._send(lane.frame(lane.REPLY, call_id, reply.SerializeToString()))
+                self._send(frames.frame(frames.REPLY, call_id, reply.SerializeToString()))
                 if not self._writable.is_set():  # the reader is slower: let the pump coalesce meanwhile
                     await self._writable.wait()
-            self._send(lane.frame(lane.END, call_id))
+            self._send(frames.frame(frames.END, call_id))
         finally:
             await replies.aclose()  # type: ignore[attr-defined]
 

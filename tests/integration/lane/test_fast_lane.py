@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from corral.lane import frames
+from corral.lane.client import EOF, Keepalive, LaneConnection, LaneRefused, open_lane
 from corral.proto import backend_pb2 as pb
-from corral.proto import lane
 from corral.routing.backend_client import BackendBudgets, BackendChannels
-from corral.routing.lane_client import EOF, Keepalive, LaneConnection, LaneRefused, open_lane
 from integration.backends.test_backend_process import Backend, running_backend
 
 TOKEN = "lane-token"
@@ -143,14 +143,14 @@ async def test_a_wrong_token_is_refused(backend: Backend) -> None:
         await open_lane(_address(backend), port, "", KEEPALIVE, 5.0, lambda _: None)
 
 
-async def _closed_by_peer(port: int, *frames: bytes) -> bool:
+async def _closed_by_peer(port: int, *sent: bytes) -> bool:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        for data in frames:
+        for data in sent:
             writer.write(data)
         await writer.drain()
         rest = await asyncio.wait_for(reader.read(), 5.0)  # until the backend closes
-        return rest in (b"", lane.frame(lane.WELCOME, 0))
+        return rest in (b"", frames.frame(frames.WELCOME, 0))
     finally:
         writer.close()
         await writer.wait_closed()
@@ -160,11 +160,13 @@ async def test_a_hostile_frame_length_closes_the_connection_and_the_backend_keep
     backend: Backend,
 ) -> None:
     port = _lane_port(backend)
-    huge = lane.HEADER.pack(0xFFFFFFF0, lane.CALL, 1)
+    huge = frames.HEADER.pack(0xFFFFFFF0, frames.CALL, 1)
     assert await _closed_by_peer(port, huge)  # before HELLO: over the 4 KiB hello bound
-    assert await _closed_by_peer(port, lane.HEADER.pack(lane.MAX_HELLO_BYTES + 1, lane.HELLO, 0))
-    assert await _closed_by_peer(port, lane.frame(lane.HELLO, 0, TOKEN.encode()), huge)  # after it: 50 MiB
-    assert await _closed_by_peer(port, lane.frame(lane.CALL, 1, b"\x01"))  # a call before HELLO
+    assert await _closed_by_peer(port, frames.HEADER.pack(frames.MAX_HELLO_BYTES + 1, frames.HELLO, 0))
+    assert await _closed_by_peer(
+        port, frames.frame(frames.HELLO, 0, TOKEN.encode()), huge
+    )  # after it: 50 MiB
+    assert await _closed_by_peer(port, frames.frame(frames.CALL, 1, b"\x01"))  # a call before HELLO
     fast = await _lane(backend)
     try:
         assert (await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=5)).tokens == 2

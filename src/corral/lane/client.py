@@ -1,4 +1,4 @@
-"""The frontend's side of a backend's fast lane (`corral.proto.lane`): one persistent connection per backend.
+"""The frontend's side of a backend's fast lane (`corral.lane.frames`): one persistent connection per backend.
 
 `LaneConnection` has the stub's call shape for the methods the request path uses (`Predict`,
 `Embedding`, `TokenizeString` awaitable with `cancel()`; `PredictStream` with `read()` → reply or
@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 
 from corral.config.parse import format_duration_s
+from corral.lane import frames
 from corral.proto import backend_pb2 as pb
-from corral.proto import lane
 from corral.proto.replies import merge_text_runs
 
 KEEPALIVE_TIMEOUT_KNOB = "CORRAL_BACKEND_KEEPALIVE_TIMEOUT"
@@ -66,7 +66,7 @@ class _UnaryCall:
     __slots__ = ("_conn", "_id", "_future", "_timer", "_parse")
 
     def __init__(
-        self, conn: LaneConnection, method: lane.Method, request: Any, timeout: float | None
+        self, conn: LaneConnection, method: frames.Method, request: Any, timeout: float | None
     ) -> None:
         loop = conn.loop
         self._conn, self._parse = conn, method.reply_type.FromString
@@ -81,10 +81,10 @@ class _UnaryCall:
     def deliver(self, kind: int, payload: bytes) -> None:
         if self._future.done():
             return
-        if kind == lane.REPLY:
+        if kind == frames.REPLY:
             self._future.set_result(self._parse(payload))
         else:
-            self._future.set_exception(rpc_error(*lane.parse_error(payload)))
+            self._future.set_exception(rpc_error(*frames.parse_error(payload)))
 
     def fail(self, exc: BaseException) -> None:
         if not self._future.done():
@@ -116,7 +116,7 @@ class _StreamCall:
         "_started",
     )
 
-    def __init__(self, conn: LaneConnection, method: lane.Method, request: Any) -> None:
+    def __init__(self, conn: LaneConnection, method: frames.Method, request: Any) -> None:
         self._conn = conn
         self._replies: deque[bytes] = deque()  # as received
         self._ready: deque[pb.Reply] = deque()  # parsed, after the merged text they came with
@@ -130,14 +130,14 @@ class _StreamCall:
         self._id = conn.start(self, method, request)
 
     def deliver(self, kind: int, payload: bytes) -> None:
-        if kind == lane.REPLY:
+        if kind == frames.REPLY:
             self._replies.append(payload)
             self._buffered += len(payload)
             self._conn.buffered(len(payload))
-        elif kind == lane.END:
+        elif kind == frames.END:
             self._end = EOF
         else:
-            self._end = rpc_error(*lane.parse_error(payload))
+            self._end = rpc_error(*frames.parse_error(payload))
         self._wake()
 
     def fail(self, exc: BaseException) -> None:
@@ -205,9 +205,9 @@ class LaneConnection(asyncio.Protocol):
     def __init__(self, address: str, keepalive: Keepalive, on_lost: Callable[[LaneConnection], None]) -> None:
         self.address, self._keepalive, self._on_lost = address, keepalive, on_lost
         self.loop = asyncio.get_running_loop()
-        self._reader = lane.FrameReader()
+        self._reader = frames.FrameReader()
         self._transport: asyncio.Transport | None = None
-        self._writer: lane.FrameWriter | None = None
+        self._writer: frames.FrameWriter | None = None
         self._calls: dict[int, _UnaryCall | _StreamCall] = {}
         self._ids = itertools.count(1)
         self._welcome: asyncio.Future[None] = self.loop.create_future()
@@ -221,10 +221,10 @@ class LaneConnection(asyncio.Protocol):
     # ---- the stub's call shape ---------------------------------------------------------------
 
     def Predict(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
-        return _UnaryCall(self, lane.METHODS["Predict"], request, timeout)
+        return _UnaryCall(self, frames.METHODS["Predict"], request, timeout)
 
     def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
-        return _UnaryCall(self, lane.METHODS["Embedding"], request, timeout)
+        return _UnaryCall(self, frames.METHODS["Embedding"], request, timeout)
 
     def TokenizeString(
         self,
@@ -233,17 +233,17 @@ class LaneConnection(asyncio.Protocol):
         metadata: Any = None,
         timeout: float | None = None,
     ) -> _UnaryCall:
-        return _UnaryCall(self, lane.METHODS["TokenizeString"], request, timeout)
+        return _UnaryCall(self, frames.METHODS["TokenizeString"], request, timeout)
 
     def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:
-        return _StreamCall(self, lane.METHODS["PredictStream"], request)
+        return _StreamCall(self, frames.METHODS["PredictStream"], request)
 
     # ---- connection --------------------------------------------------------------------------
 
     async def hello(self, token: str, timeout_s: float) -> None:
         """Present the token; raises LaneRefused when the backend refuses it or does not answer in time."""
         assert self._writer is not None
-        self._writer.write(lane.frame(lane.HELLO, 0, token.encode("utf-8")))
+        self._writer.write(frames.frame(frames.HELLO, 0, token.encode("utf-8")))
         try:
             await asyncio.wait_for(asyncio.shield(self._welcome), timeout_s)
         except TimeoutError:
@@ -252,7 +252,7 @@ class LaneConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._writer = lane.FrameWriter(self._transport)  # type: ignore[arg-type]
+        self._writer = frames.FrameWriter(self._transport)  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -282,26 +282,26 @@ class LaneConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._silent_since_s = None  # any frame answers the pings: the backend is there
         try:
-            frames = self._reader.feed(data)
-        except lane.FrameTooLarge as exc:
+            received = self._reader.feed(data)
+        except frames.FrameTooLarge as exc:
             self._lost(f"fast lane to {self.address}: {exc}")
             return
         calls = self._calls
-        for kind, call_id, payload in frames:
-            if kind == lane.REPLY:
+        for kind, call_id, payload in received:
+            if kind == frames.REPLY:
                 call = calls.get(call_id)
                 if call is not None:
                     if isinstance(call, _UnaryCall):
                         del calls[call_id]
                     call.deliver(kind, payload)
-            elif kind in (lane.END, lane.ERROR) and call_id:
+            elif kind in (frames.END, frames.ERROR) and call_id:
                 call = calls.pop(call_id, None)
                 if call is not None:
                     call.deliver(kind, payload)
-            elif kind == lane.WELCOME and not self._welcome.done():
+            elif kind == frames.WELCOME and not self._welcome.done():
                 self._welcome.set_result(None)
-            elif kind == lane.ERROR:  # id 0: the connection is refused
-                status, details = lane.parse_error(payload)
+            elif kind == frames.ERROR:  # id 0: the connection is refused
+                status, details = frames.parse_error(payload)
                 if not self._welcome.done():
                     self._welcome.set_exception(LaneRefused(f"{status.name}: {details}"))
                 self._lost(f"fast lane to {self.address} refused: {status.name}: {details}")
@@ -309,13 +309,13 @@ class LaneConnection(asyncio.Protocol):
 
     # ---- calls -------------------------------------------------------------------------------
 
-    def start(self, call: _UnaryCall | _StreamCall, method: lane.Method, request: Any) -> int:
+    def start(self, call: _UnaryCall | _StreamCall, method: frames.Method, request: Any) -> int:
         if self.closed or self._writer is None:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
         call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
         self._calls[call_id] = call
         self._writer.write(
-            lane.frame(lane.CALL, call_id, bytes((method.code,)) + request.SerializeToString())
+            frames.frame(frames.CALL, call_id, bytes((method.code,)) + request.SerializeToString())
         )
         if self._ping_timer is None:
             self._next_ping(self.loop.time())
@@ -323,7 +323,7 @@ class LaneConnection(asyncio.Protocol):
 
     def cancel(self, call_id: int) -> None:
         if self._calls.pop(call_id, None) is not None and self._writer is not None:
-            self._writer.write(lane.frame(lane.CANCEL, call_id))
+            self._writer.write(frames.frame(frames.CANCEL, call_id))
 
     def _next_ping(self, now_s: float) -> None:
         self._ping_due_s = now_s + self._keepalive.interval_s
@@ -349,7 +349,7 @@ class LaneConnection(asyncio.Protocol):
                 )
                 return
         if self._writer is not None:
-            self._writer.write(lane.frame(lane.PING, 0))
+            self._writer.write(frames.frame(frames.PING, 0))
         self._next_ping(now_s)
 
     def buffered(self, size: int) -> None:

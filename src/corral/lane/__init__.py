@@ -1,0 +1,16 @@
+"""corral.lane — the fast lane: a multiplexed binary protocol beside gRPC for the hot backend RPCs.
+
+corral's own backends serve `Predict`, `PredictStream`, `Embedding` and `TokenizeString` twice: over
+gRPC (what every backend speaks, reference backends included) and over this lane, one plain TCP
+connection per frontend and backend carrying length-prefixed protobuf frames. Its semantics are
+gRPC's — the same request and reply messages, the same status codes and details — at a few µs of
+client CPU per call instead of a grpc.aio call's hundreds.
+
+* `frames`: the wire format (frame header, kinds, method codes, error frames, reader/writer);
+* `client`: the frontend's side, `LaneConnection`, used by `routing.backend_client.BackendChannels`
+  once the backend advertised its port on `Status`;
+* `server`: the backend's side, `LaneServer`, started by `backends.server` next to the gRPC server
+  around the same servicer.
+
+Routing uses the client, backends serve it; this package imports neither.
+"""
