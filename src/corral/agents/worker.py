@@ -33,11 +33,11 @@ from corral.bus.agent_messages import (
 )
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
-from corral.config.commands import AgentWorkerSettings
+from corral.config.agents import AgentWorkerSettings
 from corral.node.credentials import WorkerCredentials, first_registration, refresh_loop
+from corral.node.heartbeat import Heartbeat
 from corral.node.node_credential import NodeCredentialFile
 from corral.node.registration import FrontendClient
-from corral.runtime.loops import run_periodic
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,14 @@ class AgentWorker:
         self._inflight: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.nats_up = False
+        self.heartbeat = Heartbeat(  # as a backend worker: a node that cannot receive work does not beat
+            self.frontend,
+            lambda: self.node_id,
+            self._heartbeat_body,
+            settings.heartbeat_interval_s,
+            ready=lambda: self.nats_up,
+            reregister=self._reregister,
+        )
 
     # registration ----------------------------------------------------------------------------------
 
@@ -209,7 +217,7 @@ class AgentWorker:
             subjects.MCP_CI_JOBS_NEW,
         )
         loops_stop = asyncio.Event()
-        beat = asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat")
+        beat = asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat")
         refresh = asyncio.create_task(self._refresh_loop(loops_stop), name="nats-credential-refresh")
         stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
         code = 0
@@ -272,24 +280,10 @@ class AgentWorker:
     async def _on_nats_state(self, up: bool) -> None:
         self.nats_up = up
 
-    async def _heartbeat_once(self) -> None:
-        if (
-            not self.nats_up
-        ):  # as a backend worker: a node that cannot receive work does not claim to be alive
-            return
-        status, message = await self.frontend.heartbeat(self.node_id, {})
-        if status in (404, 409):
-            log.warning(
-                "heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status, message
-            )
-            reply = await self._register_once()
-            await self._adopt(reply)
-            self.node_id = self.tools.node_id = reply["id"]
-        elif status != 200:
-            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
+    async def _heartbeat_body(self) -> dict[str, Any]:
+        return {}
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        await run_periodic(
-            "heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True, backoff_cap_s=interval_s
-        )
+    async def _reregister(self) -> None:
+        reply = await self._register_once()
+        await self._adopt(reply)
+        self.node_id = self.tools.node_id = reply["id"]

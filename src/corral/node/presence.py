@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from corral.node import hardware
+from corral.node.heartbeat import Heartbeat
 from corral.node.node_credential import NodeCredentialFile
 from corral.node.registration import FrontendClient
-from corral.runtime.loops import run_periodic
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ class NodePresence:
         self.frontend = FrontendClient(register_to, token)
         self.body = {**body, **({"token": token} if token else {})}
         self.credential_file = NodeCredentialFile(state_dir, str(body["name"]))
-        self.interval_s = heartbeat_interval_s if heartbeat_interval_s > 0 else 10.0
         self.node_id = ""
+        self.heartbeat = Heartbeat(self.frontend, lambda: self.node_id, self._body, heartbeat_interval_s)
         self._stop = asyncio.Event()
         self._beats: asyncio.Task[None] | None = None
 
@@ -43,27 +43,15 @@ class NodePresence:
             self.frontend.use_node_token(token)
             await asyncio.to_thread(self.credential_file.save, self.node_id, token)
         log.info("registered as %s (%s), status %s", self.body["name"], self.node_id, reply.get("status"))
-        self._beats = asyncio.create_task(
-            run_periodic(
-                "heartbeat",
-                self._beat,
-                self.interval_s,
-                self._stop,
-                delay_first=True,
-                backoff_cap_s=self.interval_s,
-            ),
-            name="follower-heartbeat",
-        )
+        self._beats = asyncio.create_task(self.heartbeat.run(self._stop), name="follower-heartbeat")
         return self
 
-    async def _beat(self) -> None:
+    async def _body(self) -> dict[str, Any]:
         facts = await asyncio.to_thread(hardware.probe, Path.cwd())
         body: dict[str, Any] = {"available_ram": facts.available_ram}
         if facts.total_vram:
             body["available_vram"] = facts.available_vram
-        status, message = await self.frontend.heartbeat(self.node_id, body)
-        if status != 200:
-            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
+        return body
 
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()

@@ -14,17 +14,18 @@ from nats.aio.client import Client
 from corral.bus import client as bus
 from corral.bus.messages import LoadDefaults
 from corral.bus.security import TlsFiles
-from corral.config.commands import WorkerSettings
 from corral.config.errors import ConfigError
+from corral.config.worker import WorkerSettings
 from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_galleries
 from corral.gallery.installer import BackendInstaller
 from corral.gallery.manager import BackendManager
 from corral.gallery.registry import BackendRegistry
 from corral.node import hardware
 from corral.node.credentials import WorkerCredentials, first_registration, refresh_loop
+from corral.node.heartbeat import Heartbeat
 from corral.node.node_credential import NodeCredentialFile, default_state_dir
 from corral.node.registration import FrontendClient
-from corral.runtime.loops import OwnedTasks, run_periodic
+from corral.runtime.loops import OwnedTasks
 from corral.telemetry import otlp
 from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.backend_logs import BackendLogs
@@ -83,6 +84,14 @@ class Worker:
         self.handlers: NodeHandlers | None = None
         self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
         self.capability: str | None = None  # probed at the first registration (hardware.capability)
+        self.heartbeat = Heartbeat(
+            self.frontend,
+            lambda: self.node_id,
+            self._heartbeat_body_now,
+            settings.heartbeat_interval_s,
+            ready=lambda: self.nats_up,
+            reregister=self._reregister,
+        )
 
     def readiness(self) -> str | None:
         if not self.node_id:
@@ -266,7 +275,7 @@ class Worker:
         )
         loops_stop = asyncio.Event()
         tasks = [
-            asyncio.create_task(self._heartbeat_loop(loops_stop), name="heartbeat"),
+            asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat"),
             asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
             asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
             asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
@@ -322,25 +331,11 @@ class Worker:
             return 1
         return 0
 
-    async def _heartbeat_once(self) -> None:
-        if not self.nats_up:
-            return
-        status, message = await self.frontend.heartbeat(
-            self.node_id, self._heartbeat_body(await self._probe())
-        )
-        if status in (404, 409):  # deleted, or re-keyed by an admin: register again (409 refusals raise)
-            log.warning(
-                "heartbeat of node %s refused (HTTP %d: %s); registering again", self.node_id, status, message
-            )
-            await self._adopt(await self._register_once())
-        elif status != 200:
-            log.warning("heartbeat of node %s refused (HTTP %d): %s", self.node_id, status, message)
+    async def _heartbeat_body_now(self) -> dict[str, Any]:
+        return self._heartbeat_body(await self._probe())
 
-    async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        interval_s = self.settings.heartbeat_interval_s if self.settings.heartbeat_interval_s > 0 else 10.0
-        await run_periodic(
-            "heartbeat", self._heartbeat_once, interval_s, stop, delay_first=True, backoff_cap_s=interval_s
-        )
+    async def _reregister(self) -> None:
+        await self._adopt(await self._register_once())
 
 
 def _backend_manager(settings: WorkerSettings) -> BackendManager:
