@@ -2,7 +2,9 @@
 
 `LaneConnection` has the stub's call shape for the methods the request path uses (`Predict`,
 `Embedding`, `TokenizeString` awaitable with `cancel()`; `PredictStream` with `read()` → reply or
-`grpc.aio.EOF`, and `cancel()`), and fails calls with the same `grpc.aio.AioRpcError`s gRPC raises, so
+`grpc.aio.EOF`, and `cancel()`: it is a `routing.backend_caller.BackendCaller`, as the gRPC stub is), the
+W3C trace context of the call's metadata travels in a TRACE frame (tracing never changes the transport),
+and it fails calls with the same `grpc.aio.AioRpcError`s gRPC raises, so
 `routing/calls.py` keeps its deadlines, retry/forget and error mapping whichever transport served:
 
 * a unary call past its timeout fails DEADLINE_EXCEEDED and its CANCEL reaches the backend;
@@ -25,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import grpc
 
@@ -44,6 +46,7 @@ BUFFER_HIGH_BYTES = 8 << 20
 BUFFER_LOW_BYTES = 1 << 20
 MERGE_MAX_PIECES = 1024
 EOF = grpc.aio.EOF
+R = TypeVar("R")
 
 
 def rpc_error(status: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -62,20 +65,25 @@ class LaneRefused(Exception):
     """The backend refused or did not answer the HELLO; the frontend keeps using gRPC."""
 
 
-class _UnaryCall:
+class _UnaryCall(Generic[R]):
     __slots__ = ("_conn", "_id", "_future", "_timer", "_parse")
 
     def __init__(
-        self, conn: LaneConnection, method: frames.Method, request: Any, timeout: float | None
+        self,
+        conn: LaneConnection,
+        method: frames.Method,
+        request: Any,
+        timeout: float | None,
+        trace: bytes | None = None,
     ) -> None:
         loop = conn.loop
         self._conn, self._parse = conn, method.reply_type.FromString
-        self._future: asyncio.Future[Any] = loop.create_future()
-        self._id = conn.start(self, method, request)
+        self._future: asyncio.Future[R] = loop.create_future()
+        self._id = conn.start(self, method, request, trace)
         self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
         self._future.add_done_callback(self._done)
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, R]:
         return self._future.__await__()
 
     def deliver(self, kind: int, payload: bytes) -> None:
@@ -94,7 +102,7 @@ class _UnaryCall:
         self._timer = None
         self.fail(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
-    def _done(self, _future: asyncio.Future[Any]) -> None:
+    def _done(self, _future: asyncio.Future[R]) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._conn.cancel(self._id)  # no-op once answered
@@ -116,7 +124,9 @@ class _StreamCall:
         "_started",
     )
 
-    def __init__(self, conn: LaneConnection, method: frames.Method, request: Any) -> None:
+    def __init__(
+        self, conn: LaneConnection, method: frames.Method, request: Any, trace: bytes | None = None
+    ) -> None:
         self._conn = conn
         self._replies: deque[bytes] = deque()  # as received
         self._ready: deque[pb.Reply] = deque()  # parsed, after the merged text they came with
@@ -127,7 +137,7 @@ class _StreamCall:
         self._started = (
             False  # the first reply is read alone, as the backend sends it: the stream starts at once
         )
-        self._id = conn.start(self, method, request)
+        self._id = conn.start(self, method, request, trace)
 
     def deliver(self, kind: int, payload: bytes) -> None:
         if kind == frames.REPLY:
@@ -176,7 +186,8 @@ class _StreamCall:
             raw = replies.popleft()
             self._buffered -= len(raw)
             self._conn.consumed(len(raw))
-            return pb.Reply.FromString(raw)
+            reply: pb.Reply = pb.Reply.FromString(raw)
+            return reply
         size, self._buffered = self._buffered, 0
         self._conn.consumed(size)
         batch = [pb.Reply.FromString(raw) for raw in replies]
@@ -199,6 +210,11 @@ class _StreamCall:
         return True
 
 
+Metadata = Sequence[tuple[str, str]]
+PREDICT, PREDICT_STREAM = frames.METHODS["Predict"], frames.METHODS["PredictStream"]
+EMBEDDING, TOKENIZE_STRING = frames.METHODS["Embedding"], frames.METHODS["TokenizeString"]
+
+
 class LaneConnection(asyncio.Protocol):
     """One backend's fast lane: calls multiplexed by id over one connection."""
 
@@ -208,7 +224,7 @@ class LaneConnection(asyncio.Protocol):
         self._reader = frames.FrameReader()
         self._transport: asyncio.Transport | None = None
         self._writer: frames.FrameWriter | None = None
-        self._calls: dict[int, _UnaryCall | _StreamCall] = {}
+        self._calls: dict[int, _UnaryCall[Any] | _StreamCall] = {}
         self._ids = itertools.count(1)
         self._welcome: asyncio.Future[None] = self.loop.create_future()
         self._ping_timer: asyncio.TimerHandle | None = None
@@ -218,25 +234,27 @@ class LaneConnection(asyncio.Protocol):
         self._paused = False
         self.closed = False
 
-    # ---- the stub's call shape ---------------------------------------------------------------
+    # ---- the stub's call shape (routing.backend_caller.BackendCaller) ------------------------
+    # `metadata` is gRPC's: the bearer token in it is not sent (HELLO presented it), the W3C trace
+    # context in it (`tracing.metadata_for`) travels in a TRACE frame before the CALL.
 
-    def Predict(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
-        return _UnaryCall(self, frames.METHODS["Predict"], request, timeout)
+    def Predict(
+        self, request: pb.PredictOptions, *, metadata: Metadata | None = None, timeout: float | None = None
+    ) -> _UnaryCall[pb.Reply]:
+        return _UnaryCall(self, PREDICT, request, timeout, frames.trace_payload(metadata))
 
-    def Embedding(self, request: Any, *, metadata: Any = None, timeout: float | None = None) -> _UnaryCall:
-        return _UnaryCall(self, frames.METHODS["Embedding"], request, timeout)
+    def Embedding(
+        self, request: pb.PredictOptions, *, metadata: Metadata | None = None, timeout: float | None = None
+    ) -> _UnaryCall[pb.EmbeddingResult]:
+        return _UnaryCall(self, EMBEDDING, request, timeout, frames.trace_payload(metadata))
 
     def TokenizeString(
-        self,
-        request: Any,
-        *,
-        metadata: Any = None,
-        timeout: float | None = None,
-    ) -> _UnaryCall:
-        return _UnaryCall(self, frames.METHODS["TokenizeString"], request, timeout)
+        self, request: pb.PredictOptions, *, metadata: Metadata | None = None, timeout: float | None = None
+    ) -> _UnaryCall[pb.TokenizationResponse]:
+        return _UnaryCall(self, TOKENIZE_STRING, request, timeout, frames.trace_payload(metadata))
 
-    def PredictStream(self, request: Any, *, metadata: Any = None) -> _StreamCall:
-        return _StreamCall(self, frames.METHODS["PredictStream"], request)
+    def PredictStream(self, request: pb.PredictOptions, *, metadata: Metadata | None = None) -> _StreamCall:
+        return _StreamCall(self, PREDICT_STREAM, request, frames.trace_payload(metadata))
 
     # ---- connection --------------------------------------------------------------------------
 
@@ -309,11 +327,15 @@ class LaneConnection(asyncio.Protocol):
 
     # ---- calls -------------------------------------------------------------------------------
 
-    def start(self, call: _UnaryCall | _StreamCall, method: frames.Method, request: Any) -> int:
+    def start(
+        self, call: _UnaryCall[Any] | _StreamCall, method: frames.Method, request: Any, trace: bytes | None
+    ) -> int:
         if self.closed or self._writer is None:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
         call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
         self._calls[call_id] = call
+        if trace is not None:  # the backend's span is the caller's child (a backend without TRACE ignores it)
+            self._writer.write(frames.frame(frames.TRACE, call_id, trace))
         self._writer.write(
             frames.frame(frames.CALL, call_id, bytes((method.code,)) + request.SerializeToString())
         )

@@ -1,13 +1,8 @@
 """The fast lane's wire format: length-prefixed protobuf frames over one plain TCP connection.
 
-corral's own backends serve `Predict`, `PredictStream`, `Embedding` and `TokenizeString` twice: over
-gRPC (what every backend speaks, reference backends included) and over this lane, which a frontend
-uses when the backend advertises it (`StatusResponse.corral_fast_lane_port`). A grpc.aio unary call
-costs the frontend 250-350 µs of CPU; a frame costs a few µs. The semantics are gRPC's: the same
-request and reply messages, the same status codes and details, one connection multiplexing calls.
-
-A frame is a 9-byte header — payload length (uint32), kind (uint8), call id (uint32), big-endian —
-and the payload:
+The protocol is written down in `PROTOCOL.md` beside this module (frames, ids, handshake, cancel,
+deadlines, keepalive, flow control, errors, versioning). In short: a frame is a 9-byte header —
+payload length (uint32), kind (uint8), call id (uint32), big-endian — and the payload:
 
     HELLO    client → server, first frame, id 0: the bearer token (UTF-8; empty without auth)
     WELCOME  server → client, id 0: the token was accepted
@@ -18,6 +13,8 @@ and the payload:
     ERROR    server → client: one status-code byte (gRPC's numbering), then the details (UTF-8);
              id 0: the connection is refused (auth) and closes
     PING / PONG  keepalive while calls are in flight
+    TRACE    client → server, just before the CALL of the same id: its W3C trace context
+             (`traceparent: …` and `tracestate: …` lines); a peer that does not know it ignores it
 
 A payload over `MAX_PAYLOAD_BYTES` (the gRPC limit, 50 MiB; 4 KiB before HELLO) closes the
 connection: a hostile peer cannot make either side allocate what the length field claims.
@@ -27,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +36,10 @@ HEADER = struct.Struct("!IBI")
 MAX_PAYLOAD_BYTES = 50 << 20
 MAX_HELLO_BYTES = 4096
 
-HELLO, WELCOME, CALL, CANCEL, REPLY, END, ERROR, PING, PONG = range(1, 10)
+MAX_TRACE_BYTES = 4096  # a TRACE payload over this is ignored (a W3C traceparent is 55 bytes)
+
+HELLO, WELCOME, CALL, CANCEL, REPLY, END, ERROR, PING, PONG, TRACE = range(1, 11)
+TRACE_KEYS = ("traceparent", "tracestate")  # the W3C trace-context headers, as in gRPC metadata
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,24 @@ def error_frame(call_id: int, status: grpc.StatusCode, details: str) -> bytes:
 def parse_error(payload: bytes) -> tuple[grpc.StatusCode, str]:
     status = STATUS_BY_CODE.get(payload[0], grpc.StatusCode.UNKNOWN) if payload else grpc.StatusCode.UNKNOWN
     return status, payload[1:].decode("utf-8", errors="replace")
+
+
+def trace_payload(metadata: Iterable[tuple[str, str]] | None) -> bytes | None:
+    """The W3C trace context found in gRPC-style `metadata` pairs as a TRACE payload; None when it has none."""
+    if not metadata:
+        return None
+    lines = [f"{key}: {value}" for key, value in metadata if key in TRACE_KEYS]
+    return "\n".join(lines).encode("utf-8") if lines else None
+
+
+def parse_trace(payload: bytes) -> list[tuple[str, str]]:
+    """The (header, value) pairs of a TRACE payload (lines `name: value`; a line without a colon is skipped)."""
+    pairs = []
+    for line in payload.decode("utf-8", errors="replace").split("\n"):
+        key, sep, value = line.partition(":")
+        if sep:
+            pairs.append((key.strip().lower(), value.strip()))
+    return pairs
 
 
 class FrameReader:

@@ -6,7 +6,9 @@ token (`LOCALAI_GRPC_AUTH_TOKEN`, compared in constant time) within `HELLO_TIMEO
 closes the connection. A CANCEL or a closed connection cancels the call, as a gRPC cancellation does,
 so the generation stops at its next token. A stream waits while the connection's send buffer is full:
 the engine's pieces then pile up in the reply pump and leave as one message (coalescing for a reader
-slower than the engine).
+slower than the engine). A TRACE frame before a CALL carries the caller's W3C trace context: when the
+backend traces, the call's server span is the caller's child, as over gRPC (`backends.tracing_interceptor`).
+The protocol is written down in `PROTOCOL.md`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
+from opentelemetry.trace import SpanKind
 
 from corral.lane import frames
 from corral.proto import backend_pb2 as pb
+from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,7 @@ class _Connection(asyncio.Protocol):
         self._writable.set()
         self._writer: frames.FrameWriter | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._trace: tuple[int, bytes] | None = None  # the last TRACE frame: (call id, payload)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._writer = frames.FrameWriter(transport)  # type: ignore[arg-type]
@@ -118,6 +123,8 @@ class _Connection(asyncio.Protocol):
                     task.cancel()
             elif kind == frames.PING:
                 self._send(frames.frame(frames.PONG, call_id))
+            elif kind == frames.TRACE:  # for the CALL of this id, which follows
+                self._trace = (call_id, payload) if len(payload) <= frames.MAX_TRACE_BYTES else None
             if self._writer is None:
                 return
 
@@ -138,6 +145,7 @@ class _Connection(asyncio.Protocol):
         self._send(frames.frame(frames.WELCOME, 0))
 
     def _start(self, call_id: int, payload: bytes) -> None:
+        trace, self._trace = self._trace, None
         method = frames.METHODS_BY_CODE.get(payload[0]) if payload else None
         if method is None:
             self._send(frames.error_frame(call_id, grpc.StatusCode.UNIMPLEMENTED, "unknown fast lane method"))
@@ -158,6 +166,8 @@ class _Connection(asyncio.Protocol):
             if method.streams
             else self._unary(call_id, handler, request)
         )
+        if tracing.tracer is not None:  # a server span, the caller's child when its TRACE came with the call
+            body = _traced(method.name, body, trace[1] if trace is not None and trace[0] == call_id else None)
         task = asyncio.ensure_future(self._run(call_id, body))
         self._calls[call_id] = task
         self._all_calls.add(task)
@@ -197,6 +207,14 @@ class _Connection(asyncio.Protocol):
             self._send(frames.frame(frames.END, call_id))
         finally:
             await replies.aclose()  # type: ignore[attr-defined]
+
+
+async def _traced(method: str, body: Awaitable[None], trace: bytes | None) -> None:
+    """`body` inside the span the gRPC server's TracingInterceptor opens for the same call."""
+    parent = tracing.extract(frames.parse_trace(trace)) if trace is not None else None
+    attributes = {"rpc.system": "grpc", "rpc.method": method, "corral.transport": "lane"}
+    with tracing.span(f"backend.{method}", attributes, kind=SpanKind.SERVER, context=parent):
+        await body
 
 
 class LaneServer:

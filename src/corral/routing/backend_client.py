@@ -25,6 +25,7 @@ import grpc
 
 from corral.lane.client import Keepalive, LaneConnection, LaneRefused, open_lane
 from corral.proto import backend_pb2, backend_pb2_grpc
+from corral.routing.backend_caller import BackendCaller
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class BackendChannels:
         self._probes: dict[str, asyncio.Task[None]] = {}
         self._no_lane_until: dict[str, float] = {}  # monotonic seconds; inf: the backend advertises none
 
-    def caller(self, address: str) -> Any:
+    def caller(self, address: str) -> BackendCaller:
         """The fast lane of `address` when connected, else its gRPC stub (and the lane looked for)."""
         lane = self._lanes.get(address)
         if lane is not None:
@@ -157,7 +158,7 @@ class BackendChannels:
         if stub is None:
             channel = grpc.aio.insecure_channel(address, options=self._options)
             self._channels[address] = channel
-            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)
+            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)  # type: ignore[no-untyped-call]
         return stub
 
     async def healthy(self, address: str) -> bool:

@@ -10,8 +10,9 @@
   request retried once, before any byte reached the client.
 * Cancelling the caller (client disconnect) cancels the gRPC call, so the backend stops generating.
 
-The call goes over the backend's fast lane when it has one (`BackendChannels.caller`), which fails
-with the same `grpc.aio.AioRpcError`s, so everything above holds for both transports.
+The call goes over the backend's fast lane when it has one (`BackendChannels.caller`, a `BackendCaller`),
+which fails with the same `grpc.aio.AioRpcError`s, so everything above holds for both transports. A traced
+call stays on its transport: the lane carries the trace context in its frames as gRPC does in metadata.
 """
 
 from __future__ import annotations
@@ -100,14 +101,13 @@ async def unary(
             async with contextlib.AsyncExitStack() as files:
                 sent = request if staged is None else await files.enter_async_context(staged(replica))
                 span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
-                if span is None:
-                    caller = channels.caller(replica.address)  # the fast lane carries the text calls only
-                    rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
-                    call = rpc(sent, metadata=channels.metadata, timeout=budget_s)
-                else:  # traced: gRPC, whose metadata carries the trace context to the backend (the fast lane does not)
-                    call = getattr(channels.stub(replica.address), method)(
-                        sent, metadata=tracing.metadata_for(span, channels.metadata), timeout=budget_s
-                    )
+                metadata = (
+                    channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
+                )
+                # the fast lane carries the text calls only (the trace context too: tracing keeps the transport)
+                caller = channels.caller(replica.address)
+                rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
+                call = rpc(sent, metadata=metadata, timeout=budget_s)
                 try:
                     return await call, replica
                 except asyncio.CancelledError:  # the client went away: stop the generation
@@ -234,14 +234,10 @@ async def open_stream(
     for attempt in range(ATTEMPTS):
         replica = await router.checkout(cfg, chain)
         span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
-        if span is None:  # the fast lane carries PredictStream only
-            caller = channels.caller(replica.address)
-            rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
-            call = rpc(request, metadata=channels.metadata)
-        else:  # traced: gRPC carries the trace context
-            call = getattr(channels.stub(replica.address), method)(
-                request, metadata=tracing.metadata_for(span, channels.metadata)
-            )
+        metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
+        caller = channels.caller(replica.address)  # the fast lane carries PredictStream only, traced or not
+        rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
+        call = rpc(request, metadata=metadata)
         stream = ReplyStream(router, cfg, replica, call, span)
         try:
             return await stream.first(), stream

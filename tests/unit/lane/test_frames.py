@@ -52,7 +52,7 @@ class _FakeLane:
         self.loop = asyncio.get_running_loop()
         self.held = 0
 
-    def start(self, call: object, method: frames.Method, request: object) -> int:
+    def start(self, call: object, method: frames.Method, request: object, trace: bytes | None) -> int:
         return 1
 
     def buffered(self, size: int) -> None:
