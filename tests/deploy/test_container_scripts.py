@@ -157,7 +157,11 @@ def _run_healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_healthcheck_reports_the_worker_readyz_answer(readyz_server, image_env, tmp_path: Path) -> None:
+def test_healthcheck_reports_the_worker_readyz_answer(
+    readyz_server: tuple[http.server.ThreadingHTTPServer, type[_StatusHandler]],
+    image_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
     server, handler = readyz_server
     port = server.server_address[1]
     run_dir = Path(image_env["CORRAL_RUN_DIR"])
@@ -171,7 +175,9 @@ def test_healthcheck_reports_the_worker_readyz_answer(readyz_server, image_env, 
     assert (unhealthy.returncode, unhealthy.stdout) == (1, f"unhealthy http://127.0.0.1:{port}/readyz: 503\n")
 
 
-def test_healthcheck_without_http_endpoint_follows_the_process(image_env, tmp_path: Path) -> None:
+def test_healthcheck_without_http_endpoint_follows_the_process(
+    image_env: dict[str, str], tmp_path: Path
+) -> None:
     run_dir = Path(image_env["CORRAL_RUN_DIR"])
     run_dir.mkdir()
     (run_dir / "corral-mode").write_text("agent-worker\n")
@@ -196,7 +202,9 @@ time.sleep(60)
 """
 
 
-def test_drain_sends_sigterm_and_returns_only_once_the_process_has_exited(image_env, tmp_path: Path) -> None:
+def test_drain_sends_sigterm_and_returns_only_once_the_process_has_exited(
+    image_env: dict[str, str], tmp_path: Path
+) -> None:
     with subprocess.Popen(
         [sys.executable, "-c", DRAINING_PROCESS], stdout=subprocess.PIPE, text=True
     ) as process:
@@ -217,5 +225,5 @@ def test_drain_sends_sigterm_and_returns_only_once_the_process_has_exited(image_
                 process.wait()
 
 
-def test_drain_without_a_recorded_process_succeeds(image_env) -> None:
+def test_drain_without_a_recorded_process_succeeds(image_env: dict[str, str]) -> None:
     assert subprocess.run([str(DOCKER / "drain.sh")], env=image_env, timeout=30).returncode == 0

@@ -10,7 +10,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -31,7 +31,9 @@ def gallery(state_root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, gallery: str) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, gallery: str
+) -> Iterator[Cluster]:
     """One frontend (300 ms install timeout: the test install outlasts it) and one fresh worker."""
     c = Cluster(root=state_root / "e2e-backend-gallery", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)

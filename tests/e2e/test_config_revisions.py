@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import httpx
 import nats
 import pytest
 import yaml
+from nats.aio.msg import Msg
 
 from corral.models.revision import config_revision
 from support.cluster import Cluster, Proc
@@ -37,7 +38,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-revisions", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in ("rev", "cut", "params", "race", "guarded", "lost", "drift", "restart"):
@@ -274,7 +275,7 @@ async def test_an_edit_during_a_load_is_absorbed_by_the_job_and_every_request_is
     nc = await nats.connect(env.cluster.nats_url)
     installs: list[bytes] = []
 
-    async def count(msg) -> None:
+    async def count(msg: Msg) -> None:
         installs.append(msg.data)
 
     sub = await nc.subscribe("nodes.*.backend.install", cb=count)

@@ -11,12 +11,13 @@ import json
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from support.cluster import Cluster
 
@@ -50,7 +51,7 @@ class Trap:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-control-trust", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in MODELS:
@@ -75,7 +76,7 @@ async def _publish_and_wait_handled(nc: nats.NATS, subject: str, body: dict[str,
     mark = uuid.uuid4().hex
     acked = asyncio.Event()
 
-    async def on_report(msg) -> None:
+    async def on_report(msg: Msg) -> None:
         if mark in json.loads(msg.data).get("acks", []):
             acked.set()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -30,7 +30,7 @@ def _aged(path: Path, data: bytes, age_s: float) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-ephemeral", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     inputs = c.root / "w1" / "staging" / "ephemeral"  # what an earlier run of w1 left behind
@@ -51,7 +51,9 @@ def _inputs(cluster: Cluster, http: httpx.AsyncClient) -> RequestInputs:
     return RequestInputs(http, f"127.0.0.1:{cluster.worker_ports[0] - 1}", cluster.token)
 
 
-def test_the_worker_sweeps_abandoned_inputs_at_start_and_keeps_young_ones_and_models(cluster):
+def test_the_worker_sweeps_abandoned_inputs_at_start_and_keeps_young_ones_and_models(
+    cluster: Cluster,
+) -> None:
     inputs = cluster.root / "w1" / "staging" / "ephemeral" / "audio"
     assert not (inputs / "dead0000").exists()
     assert (inputs / "young000" / "clip.wav").exists()
@@ -64,7 +66,9 @@ def test_the_worker_sweeps_abandoned_inputs_at_start_and_keeps_young_ones_and_mo
     )
 
 
-async def test_a_full_budget_refuses_an_input_until_another_request_releases_its_own(cluster):
+async def test_a_full_budget_refuses_an_input_until_another_request_releases_its_own(
+    cluster: Cluster,
+) -> None:
     async with httpx.AsyncClient() as http:
         async with _inputs(cluster, http) as first:
             path = Path(await first.stage("audio", "long.wav", os.urandom(700 * KiB)))
@@ -81,7 +85,9 @@ async def test_a_full_budget_refuses_an_input_until_another_request_releases_its
             assert Path(await third.stage("audio", "more.wav", os.urandom(300 * KiB))).exists()
 
 
-async def test_a_request_cancelled_mid_inference_has_its_inputs_removed_on_the_worker(cluster):
+async def test_a_request_cancelled_mid_inference_has_its_inputs_removed_on_the_worker(
+    cluster: Cluster,
+) -> None:
     staged: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def handle_request(http: httpx.AsyncClient) -> None:

@@ -6,7 +6,7 @@ import http.client
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,7 +23,7 @@ CHAT = {"model": "sim", "messages": [{"role": "user", "content": "hi"}], "max_to
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-http-workers", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")

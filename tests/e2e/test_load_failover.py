@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,9 @@ class Env:
 
 
 @pytest.fixture
-def env(state_root: Path, make_database, nats_url: str, request: pytest.FixtureRequest) -> Iterator[Env]:
+def env(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, request: pytest.FixtureRequest
+) -> Iterator[Env]:
     c = Cluster(
         root=state_root / f"e2e-failover-{request.node.name[:40]}",
         database_url=make_database(),

@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import asyncpg
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from corral.staging.hashing import read_trusted_hash
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
@@ -38,7 +39,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-load-jobs", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_sim_model(c.models_dir, "slow-40", "load_time_s:1.5", file_bytes=MIB)
@@ -91,7 +92,7 @@ async def test_forty_concurrent_requests_on_two_frontends_load_the_model_once(en
     nc = await nats.connect(env.cluster.nats_url)
     installs: list[bytes] = []
 
-    async def count(msg) -> None:
+    async def count(msg: Msg) -> None:
         installs.append(msg.data)
 
     sub = await nc.subscribe("nodes.*.backend.install", cb=count)
@@ -122,7 +123,7 @@ async def test_the_backend_process_is_started_while_the_file_is_still_staging(en
     nc = await nats.connect(env.cluster.nats_url)
     seen: list[bool] = []  # per install request of the model: had the worker received the file already?
 
-    async def on_install(msg) -> None:
+    async def on_install(msg: Msg) -> None:
         if b'"install-overlaps"' in msg.data:
             seen.append(received_line in env.worker.log())
 

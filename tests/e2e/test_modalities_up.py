@@ -110,7 +110,7 @@ def test_speech_from_piper_transcribes_back_through_whisper(
 ) -> None:
     wav = client.audio.speech.create(
         model="piper-joe", input=SENTENCE, voice="", response_format="wav"
-    ).content  # type: ignore[arg-type]
+    ).content
     assert wav[:4] == b"RIFF" and len(wav) > 22050  # more than half a second of 22 kHz 16-bit audio
     heard = client.audio.transcriptions.create(
         model="whisper-base", file=("fox.wav", wav, "audio/wav"), language="en"
@@ -118,7 +118,7 @@ def test_speech_from_piper_transcribes_back_through_whisper(
     assert word_error_rate(SENTENCE, heard.text) <= WER_MAX, heard.text
     mp3 = client.audio.speech.create(
         model="piper-joe", input=SENTENCE, voice="", response_format="mp3"
-    ).content  # type: ignore[arg-type]
+    ).content
     again = client.audio.transcriptions.create(model="whisper-base", file=("fox.mp3", mp3, "audio/mpeg"))
     assert word_error_rate(SENTENCE, again.text) <= WER_MAX, again.text
     assert _ephemeral_files(stack[1]) == []

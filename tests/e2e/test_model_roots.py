@@ -7,7 +7,7 @@ written to."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +58,7 @@ def _boot_configs(models: Path, outside: Path, shared: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Env]:
     root = state_root / "e2e-model-roots"
     outside, shared = root / "outside", root / "shared"
     c = Cluster(

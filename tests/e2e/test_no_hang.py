@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -42,7 +42,7 @@ def _sim(models_dir: Path, name: str, *options: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-no-hang", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     _sim(c.models_dir, "steady", "output_token_time_s:0.05")  # 20 tokens/s: SIGSTOPped mid-stream

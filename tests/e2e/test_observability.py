@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,9 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from corral.cli import commands
 from corral.cli import main as cli
-from corral.config.client import LOAD_SETTINGS
-from corral.config.commands import ModelLoadSettings
-from corral.config.settings import load_typed
+from corral.config.client import ModelLoadSettings
+from corral.config.settings import load
 from support.cluster import Cluster
 from support.otlp_collector import Collector
 
@@ -46,7 +45,9 @@ def collector() -> Iterator[Collector]:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, collector: Collector) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, collector: Collector
+) -> Iterator[Cluster]:
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -329,11 +330,10 @@ def test_models_load_follow_prints_progress_lines_until_ready(cluster: Cluster) 
 
 
 def test_models_load_follow_draws_a_bar_on_a_terminal(cluster: Cluster) -> None:
-    settings = load_typed(
+    settings = load(
         ModelLoadSettings,
         "corral models load",
         "",
-        LOAD_SETTINGS,
         ["slower", "--url", cluster.frontend_url, "--api-key", cluster.admin_key, "--follow"],
     )
     out = io.StringIO()

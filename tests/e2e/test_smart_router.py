@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +39,7 @@ def _yaml(models_dir: Path, name: str, *options: str, context: int = 512, select
 
 
 @pytest.fixture(scope="module")
-def env(state_root: Path, make_database, nats_url: str) -> Iterator[Env]:
+def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Env]:
     c = Cluster(root=state_root / "e2e-smart-router", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     write_tiny_llama(c.models_dir / "tiny.gguf")  # ~0.3 MB weights: with a 512 context it needs ~0.4 MiB

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 import wave
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -353,7 +353,9 @@ async def test_a_transcription_whose_caller_went_away_stops_at_the_next_segment(
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, audio_backends_path: Path) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, audio_backends_path: Path
+) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-speech", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     audio.prepare_whisper(c.models_dir)

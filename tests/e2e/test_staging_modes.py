@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -83,7 +83,9 @@ def hub() -> Iterator[FakeHub]:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, hub: FakeHub) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, hub: FakeHub
+) -> Iterator[Cluster]:
     c = Cluster(
         root=state_root / "e2e-staging-modes",
         database_url=make_database(),
@@ -188,7 +190,7 @@ async def test_worker_without_disk_room_refuses_the_upload_and_the_client_sees_w
 
 
 @pytest.fixture(scope="module")
-def shared_cluster(state_root: Path, make_database, nats_url: str) -> Iterator[Cluster]:
+def shared_cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-staging-shared", database_url=make_database(), nats_url=nats_url)
     write_tiny_model_config(c.models_dir, "tiny-shared")
     try:

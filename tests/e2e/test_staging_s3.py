@@ -4,7 +4,7 @@ on loopback); the model reaches the worker through the bucket and ``nodes.<id>.f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -20,7 +20,9 @@ BUCKET = "corral-e2e"
 
 
 @pytest.fixture(scope="module")
-def s3_cluster(state_root: Path, make_database, nats_url: str) -> Iterator[tuple[Cluster, str]]:
+def s3_cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str
+) -> Iterator[tuple[Cluster, str]]:
     root = state_root / "e2e-staging-s3"
     with moto_server(root / "moto") as s3_url:
         storage_env = {

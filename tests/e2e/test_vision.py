@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,9 @@ def image_server() -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, nats_url: str, image_server: int) -> Iterator[Cluster]:
+def cluster(
+    state_root: Path, make_database: Callable[[], str], nats_url: str, image_server: int
+) -> Iterator[Cluster]:
     pytest.importorskip("llama_cpp")
     c = Cluster(root=state_root / "e2e-vision", database_url=make_database(), nats_url=nats_url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +104,7 @@ def _ask(*urls: str, text: str = "what is this?") -> list[dict[str, Any]]:
 def _chat(client: openai.OpenAI, messages: list[dict[str, Any]], model: str = VISION, **extra: Any) -> Any:
     return client.chat.completions.create(
         model=model, messages=messages, max_tokens=6, temperature=0, **extra
-    )  # type: ignore[call-overload]
+    )
 
 
 def _first_logprob(reply: Any) -> float:

@@ -7,7 +7,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -16,7 +16,7 @@ import nats
 import pytest
 
 from corral.bus.messages import ModelStopReply, ModelStopRequest
-from corral.up.embedded import embedded_nats
+from corral.up.embedded import EmbeddedNats, embedded_nats
 from support.cluster import Cluster, Proc, free_port_pair, spawn, wait_http
 from support.processes import backend_pid, gone
 from support.waiting import wait_for
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def own_nats(state_root: Path):
+def own_nats(state_root: Path) -> Iterator[EmbeddedNats]:
     server = embedded_nats(state_root / "lifecycle-nats")
     server.start()
     yield server
@@ -33,7 +33,7 @@ def own_nats(state_root: Path):
 
 
 @pytest.fixture(scope="module")
-def cluster(state_root: Path, make_database, own_nats) -> Iterator[Cluster]:
+def cluster(state_root: Path, make_database: Callable[[], str], own_nats: EmbeddedNats) -> Iterator[Cluster]:
     c = Cluster(root=state_root / "e2e-lifecycle", database_url=make_database(), nats_url=own_nats.url)
     c.models_dir.mkdir(parents=True, exist_ok=True)
     for name in ("sim-a", "sim-b"):
@@ -94,7 +94,7 @@ async def test_model_stop_over_nats_stops_exactly_that_process(cluster: Cluster)
     assert _chat(cluster, "sim-a").status_code == 200  # and the stopped model reloads on demand
 
 
-def test_worker_readiness_follows_the_nats_link(cluster: Cluster, own_nats) -> None:
+def test_worker_readiness_follows_the_nats_link(cluster: Cluster, own_nats: EmbeddedNats) -> None:
     ready = f"http://127.0.0.1:{cluster.worker_ports[0] - 1}/readyz"
     assert httpx.get(ready).status_code == 200
     own_nats.stop()

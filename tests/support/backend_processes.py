@@ -8,11 +8,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import grpc
 import pytest
@@ -71,7 +71,12 @@ def read_all(stream: BinaryIO | None) -> str:
     return stream.read().decode(errors="replace")
 
 
-def wait_healthy(stub, process: subprocess.Popen, metadata, stderr: BinaryIO | None = None) -> None:
+def wait_healthy(
+    stub: backend_pb2_grpc.BackendStub,
+    process: subprocess.Popen[bytes],
+    metadata: list[tuple[str, str]],
+    stderr: BinaryIO | None = None,
+) -> None:
     deadline = time.monotonic() + HEALTH_DEADLINE_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -103,7 +108,7 @@ def running_backend(name: str, tmp_path: Path, token: str = "", **env: str) -> I
         stderr.close()
 
 
-def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
+def rpc_error(call: Callable[..., object], *args: object, **kwargs: object) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as caught:
         result = call(*args, timeout=30, **kwargs)
         if hasattr(result, "__iter__") and not isinstance(result, pb.Reply):
@@ -111,5 +116,5 @@ def rpc_error(call, *args, **kwargs) -> grpc.RpcError:
     return caught.value
 
 
-def load(backend: Backend, model: str, **fields) -> pb.Result:
+def load(backend: Backend, model: str, **fields: Any) -> pb.Result:
     return backend.stub.LoadModel(pb.ModelOptions(Model=model, **fields), timeout=60, metadata=backend.auth())

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from corral.config.frontend import FRONTEND_SETTINGS
-from corral.config.worker import WORKER_SETTINGS
+from corral.config.frontend import FrontendSettings
+from corral.config.settings import table
+from corral.config.worker import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,9 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
 
 def setting_env_names() -> frozenset[str]:
     """Every environment variable a `corral run` or `corral worker` Setting reads."""
-    return frozenset(env for setting in (*FRONTEND_SETTINGS, *WORKER_SETTINGS) for env in setting.env)
+    return frozenset(
+        env for setting in (*table(FrontendSettings), *table(WorkerSettings)) for env in setting.env
+    )
 
 
 def clean_env() -> dict[str, str]:

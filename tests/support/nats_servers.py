@@ -75,7 +75,7 @@ async def connect_refused(url: str, **options: object) -> Exception:
     try:
         nc = await nats.connect(
             url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **options
-        )  # type: ignore[arg-type]
+        )
     except Exception as exc:  # the refusal is what we want
         error: Exception = exc
     else:

@@ -13,9 +13,13 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import pytest
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
 
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
@@ -34,7 +38,7 @@ from support.backend_processes import (
 
 
 @pytest.fixture(scope="module")
-def simulator(tmp_path_factory) -> Iterator[Backend]:
+def simulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     with running_backend("simulator", tmp_path_factory.mktemp("sim")) as backend:
         yield backend
 
@@ -42,12 +46,12 @@ def simulator(tmp_path_factory) -> Iterator[Backend]:
 # ---- simulator -------------------------------------------------------------------------------
 
 
-def test_simulator_backend_answers_health_ok_quickly(simulator):
+def test_simulator_backend_answers_health_ok_quickly(simulator: Backend) -> None:
     assert simulator.stub.Health(pb.HealthMessage(), timeout=5).message == b"OK"
     assert simulator.startup_s < 5
 
 
-def test_inference_before_any_load_fails_with_failed_precondition(tmp_path):
+def test_inference_before_any_load_fails_with_failed_precondition(tmp_path: Path) -> None:
     with running_backend("simulator", tmp_path) as backend:
         for call in (backend.stub.Predict, backend.stub.PredictStream, backend.stub.Embedding):
             error = rpc_error(call, pb.PredictOptions(Prompt="hi", Embeddings="hi"))
@@ -57,7 +61,7 @@ def test_inference_before_any_load_fails_with_failed_precondition(tmp_path):
         assert status.state == pb.StatusResponse.UNINITIALIZED and status.memory.total > 0
 
 
-def test_simulator_serves_predict_stream_embedding_and_tokenize_after_load(simulator):
+def test_simulator_serves_predict_stream_embedding_and_tokenize_after_load(simulator: Backend) -> None:
     assert load(simulator, "sim-a", Options=["embedding_dim:16"]).success
     stub = simulator.stub
     reply = stub.Predict(
@@ -75,7 +79,7 @@ def test_simulator_serves_predict_stream_embedding_and_tokenize_after_load(simul
     assert stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.READY
 
 
-def test_a_request_for_another_model_identity_fails_not_found_with_the_sentinel(simulator):
+def test_a_request_for_another_model_identity_fails_not_found_with_the_sentinel(simulator: Backend) -> None:
     assert load(simulator, "sim-b").success
     for call in (simulator.stub.Predict, simulator.stub.PredictStream, simulator.stub.TokenizeString):
         error = rpc_error(call, pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"))
@@ -85,7 +89,9 @@ def test_a_request_for_another_model_identity_fails_not_found_with_the_sentinel(
     assert same.tokens == 16
 
 
-def test_a_failed_load_returns_the_real_message_and_predict_then_fails_precondition(simulator):
+def test_a_failed_load_returns_the_real_message_and_predict_then_fails_precondition(
+    simulator: Backend,
+) -> None:
     result = load(simulator, "sim-c", Options=["load_fail:out of VRAM: needed 12 GiB, have 8 GiB"])
     assert (result.success, result.message) == (False, "out of VRAM: needed 12 GiB, have 8 GiB")
     error = rpc_error(simulator.stub.Predict, pb.PredictOptions(Prompt="hi"))
@@ -94,7 +100,7 @@ def test_a_failed_load_returns_the_real_message_and_predict_then_fails_precondit
     assert simulator.stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.ERROR
 
 
-def test_free_unloads_the_model_and_keeps_the_process_up(simulator):
+def test_free_unloads_the_model_and_keeps_the_process_up(simulator: Backend) -> None:
     assert load(simulator, "sim-d").success
     assert simulator.stub.Free(pb.HealthMessage(), timeout=10).success
     error = rpc_error(simulator.stub.Predict, pb.PredictOptions(Prompt="hi"))
@@ -103,7 +109,7 @@ def test_free_unloads_the_model_and_keeps_the_process_up(simulator):
     assert simulator.process.poll() is None
 
 
-def test_health_stays_responsive_while_a_slow_load_runs(simulator):
+def test_health_stays_responsive_while_a_slow_load_runs(simulator: Backend) -> None:
     with ThreadPoolExecutor(1) as pool:
         loading = pool.submit(load, simulator, "sim-slow", Options=["load_time_s:1.5"])
         time.sleep(0.3)
@@ -116,7 +122,7 @@ def test_health_stays_responsive_while_a_slow_load_runs(simulator):
         assert loading.result(timeout=10).success
 
 
-def test_concurrent_generations_are_served_one_at_a_time(simulator):
+def test_concurrent_generations_are_served_one_at_a_time(simulator: Backend) -> None:
     assert load(simulator, "sim-e", Options=["output_token_time_s:0.05"]).success
     req = pb.PredictOptions(Prompt="hi", Tokens=4)
     started = time.perf_counter()
@@ -126,7 +132,7 @@ def test_concurrent_generations_are_served_one_at_a_time(simulator):
     assert replies[0].message == replies[1].message
 
 
-def test_calls_need_the_bearer_token_when_one_is_configured(tmp_path):
+def test_calls_need_the_bearer_token_when_one_is_configured(tmp_path: Path) -> None:
     with running_backend("simulator", tmp_path, token="s3cret") as backend:
         for metadata in ([], [("authorization", "Bearer wrong")], [("authorization", "s3cret")]):
             error = rpc_error(backend.stub.Health, pb.HealthMessage(), metadata=metadata)
@@ -137,14 +143,14 @@ def test_calls_need_the_bearer_token_when_one_is_configured(tmp_path):
         assert load(backend, "m").success
 
 
-def test_sigterm_stops_the_backend_cleanly(tmp_path):
+def test_sigterm_stops_the_backend_cleanly(tmp_path: Path) -> None:
     with running_backend("simulator", tmp_path) as backend:
         backend.process.send_signal(signal.SIGTERM)
         assert backend.process.wait(10) == 0
         assert "stopped" in backend.stderr_text()
 
 
-def test_the_backend_exits_when_its_parent_dies(tmp_path):
+def test_the_backend_exits_when_its_parent_dies(tmp_path: Path) -> None:
     port = free_port()
     launcher = textwrap.dedent(
         f"""
@@ -193,7 +199,7 @@ def process_alive(pid: int) -> bool:
         (["simulator"], "--addr"),
     ],
 )
-def test_bad_command_lines_print_one_line_and_exit_2(argv, complaint):
+def test_bad_command_lines_print_one_line_and_exit_2(argv: list[str], complaint: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "corral.backends.main", *argv], capture_output=True, text=True, timeout=30
     )
@@ -206,7 +212,7 @@ def test_bad_command_lines_print_one_line_and_exit_2(argv, complaint):
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("llama_cpp")
     from corral.models.tiny_gguf import write_tiny_llama
 
@@ -214,12 +220,14 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory, tiny_model) -> Iterator[Backend]:
+def llama(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Backend]:
     with running_backend("llama-cpp", tmp_path_factory.mktemp("llama")) as backend:
         yield backend
 
 
-def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(llama, tiny_model):
+def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(
+    llama: Backend, tiny_model: Path
+) -> None:
     loaded = load(llama, "tiny", ModelFile=str(tiny_model), Embeddings=True, Options=["cache_prompt:false"])
     assert loaded.success, loaded.message
     stub = llama.stub
@@ -242,14 +250,16 @@ def test_llama_backend_completes_streams_embeds_and_tokenizes_the_tiny_model(lla
     assert tokens.length == len(tokens.tokens) > 0
 
 
-def test_llama_generation_stops_at_max_tokens_when_eos_is_ignored(llama, tiny_model):
+def test_llama_generation_stops_at_max_tokens_when_eos_is_ignored(llama: Backend, tiny_model: Path) -> None:
     assert load(llama, "tiny-len", ModelFile=str(tiny_model)).success
     req = pb.PredictOptions(Prompt="hello", Tokens=9, Temperature=1.0, IgnoreEOS=True)
     assert llama.stub.Predict(req, timeout=30).tokens == 9
     assert list(llama.stub.PredictStream(req, timeout=30))[-1].tokens == 9
 
 
-def test_llama_chat_renders_messages_with_the_models_embedded_template(llama, tiny_model):
+def test_llama_chat_renders_messages_with_the_models_embedded_template(
+    llama: Backend, tiny_model: Path
+) -> None:
     assert load(llama, "tiny-chat", ModelFile=str(tiny_model)).success
     chat = pb.PredictOptions(
         UseTokenizerTemplate=True,
@@ -265,20 +275,22 @@ def test_llama_chat_renders_messages_with_the_models_embedded_template(llama, ti
     assert 0 < first.tokens <= 8
 
 
-def test_llama_load_with_an_unknown_chat_format_lists_the_known_ones(llama, tiny_model):
+def test_llama_load_with_an_unknown_chat_format_lists_the_known_ones(
+    llama: Backend, tiny_model: Path
+) -> None:
     result = load(llama, "tiny-fmt", ModelFile=str(tiny_model), Options=["chat_format:klingon"])
     assert not result.success
     assert "chat_format:klingon" in result.message and "gemma" in result.message
 
 
-def test_llama_embedding_needs_the_model_loaded_with_embeddings(llama, tiny_model):
+def test_llama_embedding_needs_the_model_loaded_with_embeddings(llama: Backend, tiny_model: Path) -> None:
     assert load(llama, "tiny-noembed", ModelFile=str(tiny_model)).success
     error = rpc_error(llama.stub.Embedding, pb.PredictOptions(Embeddings="hi"))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "Embeddings=true" in error.details()
 
 
-def test_llama_load_failures_carry_the_real_cause(llama, tmp_path):
+def test_llama_load_failures_carry_the_real_cause(llama: Backend, tmp_path: Path) -> None:
     missing = load(llama, "gone", ModelFile=str(tmp_path / "missing.gguf"))
     assert not missing.success and "does not exist" in missing.message
     garbage = tmp_path / "garbage.gguf"
@@ -294,15 +306,15 @@ def _logprob_entries(replies: list[pb.Reply]) -> list[dict]:
     return [entry for reply in replies if reply.logprobs for entry in json.loads(reply.logprobs)["content"]]
 
 
-def _vocab(tiny_model: Path):
+def _vocab(tiny_model: Path) -> Llama:
     from llama_cpp import Llama
 
     return Llama(model_path=str(tiny_model), vocab_only=True, verbose=False)
 
 
 def test_llama_replies_carry_each_tokens_logprob_and_sorted_alternatives_streamed_and_unary(
-    llama, tiny_model
-):
+    llama: Backend, tiny_model: Path
+) -> None:
     assert load(llama, "tiny-lp", ModelFile=str(tiny_model), Options=["cache_prompt:false"]).success
     req = pb.PredictOptions(
         Prompt="hello world", Tokens=10, Temperature=0, IgnoreEOS=True, Logprobs=1, TopLogprobs=3
@@ -323,7 +335,9 @@ def test_llama_replies_carry_each_tokens_logprob_and_sorted_alternatives_streame
     assert plain.logprobs == b""  # not asked: not computed
 
 
-def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy_token(llama, tiny_model):
+def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy_token(
+    llama: Backend, tiny_model: Path
+) -> None:
     assert load(llama, "tiny-ids", ModelFile=str(tiny_model), Options=["cache_prompt:false"]).success
     ids = _vocab(tiny_model).tokenize(b"hello world", add_bos=True, special=True)
     greedy = dict(Tokens=6, Temperature=0, IgnoreEOS=True, Logprobs=1)
@@ -349,7 +363,9 @@ def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy
     assert llama.process.poll() is None
 
 
-def test_llama_embeds_token_ids_as_it_embeds_the_text_they_come_from(llama, tiny_model):
+def test_llama_embeds_token_ids_as_it_embeds_the_text_they_come_from(
+    llama: Backend, tiny_model: Path
+) -> None:
     assert load(llama, "tiny-emb-ids", ModelFile=str(tiny_model), Embeddings=True).success
     ids = _vocab(tiny_model).tokenize(b"hello world")  # what Llama.embed tokenizes the text to
     by_text = llama.stub.Embedding(pb.PredictOptions(Embeddings="hello world"), timeout=30)

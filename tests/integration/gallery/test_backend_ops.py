@@ -77,7 +77,7 @@ async def test_install_streams_progress_then_serves_and_upgrade_and_delete_repor
     assert all(e["op_id"] == "op1" and e["node_id"] == NODE and e["backend"] == "refbackend" for e in events)
 
     listed = await worker.ask(subjects.backend_list(NODE), {})
-    by_name = {b["name"]: b for b in listed["backends"]}  # type: ignore[union-attr]
+    by_name = {b["name"]: b for b in listed["backends"]}
     assert by_name["refbackend"]["is_system"] is False and by_name["refbackend"]["version"] == "1.0.0"
     assert by_name["simulator"]["is_system"] is True  # the built-in engines are backends of the same registry
 
@@ -86,7 +86,7 @@ async def test_install_streams_progress_then_serves_and_upgrade_and_delete_repor
     await worker.ask(subjects.backend_install(NODE), {"backend": "ref", "model_id": "m2"})  # by alias
     upgraded = await worker.ask(subjects.backend_upgrade(NODE), {"backend": "refbackend"})
     assert upgraded["success"] is True and upgraded["reports_stopped_processes"] is True
-    assert sorted(upgraded["stopped_process_keys"]) == ["m1#0", "m2#0"]  # type: ignore[arg-type]
+    assert sorted(upgraded["stopped_process_keys"]) == ["m1#0", "m2#0"]
     assert list(worker.supervisor.processes) == ["s1#0"]  # the other backend's process kept running
 
     again = await worker.ask(subjects.backend_install(NODE), {"backend": "refbackend", "model_id": "m1"})
@@ -139,10 +139,10 @@ async def test_an_install_by_uri_installs_that_directory_under_the_given_name(
     bad = await worker.ask(subjects.backend_install(NODE), {"backend": "ext", "uri": "relative/dir"})
     assert bad["success"] is False and "field 'uri'" in str(bad["error"])
     listed_before = await worker.ask(subjects.backend_list(NODE), {})
-    assert "ext" not in {b["name"] for b in listed_before["backends"]}  # type: ignore[union-attr]
+    assert "ext" not in {b["name"] for b in listed_before["backends"]}
     await worker.handlers.backend_ops.manager.ensure(
         "ext", direct=external_entry("ext", str(tiny), None, None)
     )
     listed = await worker.ask(subjects.backend_list(NODE), {})
-    ext = {b["name"]: b for b in listed["backends"]}["ext"]  # type: ignore[union-attr]
+    ext = {b["name"]: b for b in listed["backends"]}["ext"]
     assert ext["uri"] == str(tiny) and ext["gallery_url"] == str(tiny)

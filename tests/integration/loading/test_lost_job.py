@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +22,7 @@ from corral.store import load_jobs
 
 
 @pytest.fixture
-async def waiters(pool: asyncpg.Pool, nats_url: str):
+async def waiters(pool: asyncpg.Pool, nats_url: str) -> AsyncIterator[Waiters]:
     nc = await nats.connect(nats_url)
     w = Waiters(pool, nc, orphan_s=600.0, poll_s=30.0)
     await w.start()
@@ -53,7 +54,7 @@ async def test_a_load_taken_over_elsewhere_leaves_its_waiters_waiting_for_the_ne
         JobSettings(owner="frontend-a", stall_s=600.0, orphan_s=600.0, heartbeat_s=0.1),
         waiters,
         on_loaded=lambda _replica: asyncio.sleep(0),
-    )  # type: ignore[arg-type]
+    )
     claimed, _ = await load_jobs.claim(pool, key, "frontend-a", orphan_s=600.0, failed_grace_s=15.0)
     assert claimed
     with waiters.register(key) as woken:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
 
 import asyncpg
 import nats
 import pytest
+from nats.aio.client import Client
 
 from corral.loading.request_waiters import Waiters, event_subject
 from corral.store import load_jobs
@@ -18,7 +20,7 @@ POLL_S = 30.0  # longer than each test: only the event (hint) or the owner can e
 
 
 @pytest.fixture
-async def waiters(pool: asyncpg.Pool, nats_url: str):
+async def waiters(pool: asyncpg.Pool, nats_url: str) -> AsyncIterator[tuple[Waiters, Client]]:
     nc = await nats.connect(nats_url)
     forger = await nats.connect(nats_url)
     w = Waiters(pool, nc, orphan_s=600.0, poll_s=POLL_S)
@@ -38,7 +40,9 @@ async def _forge(forger: nats.NATS, key: str, ok: bool, error: str = "") -> None
     await forger.flush()
 
 
-async def test_a_forged_failure_event_does_not_fail_a_wait_while_the_job_still_runs(pool, waiters) -> None:
+async def test_a_forged_failure_event_does_not_fail_a_wait_while_the_job_still_runs(
+    pool: asyncpg.Pool, waiters: tuple[Waiters, Client]
+) -> None:
     w, forger = waiters
     key = _key()
     claimed, _ = await load_jobs.claim(pool, key, "owner-1", orphan_s=600.0, failed_grace_s=15.0)
@@ -51,7 +55,9 @@ async def test_a_forged_failure_event_does_not_fail_a_wait_while_the_job_still_r
     assert outcome is None  # the budget ran out: the running job was not declared failed by the forger
 
 
-async def test_a_forged_success_event_does_not_end_a_wait_while_the_job_still_runs(pool, waiters) -> None:
+async def test_a_forged_success_event_does_not_end_a_wait_while_the_job_still_runs(
+    pool: asyncpg.Pool, waiters: tuple[Waiters, Client]
+) -> None:
     w, forger = waiters
     key = _key()
     await load_jobs.claim(pool, key, "owner-1", orphan_s=600.0, failed_grace_s=15.0)
@@ -63,7 +69,7 @@ async def test_a_forged_success_event_does_not_end_a_wait_while_the_job_still_ru
 
 
 async def test_a_real_failure_reaches_the_waiter_at_once_with_the_cause_from_the_job_row(
-    pool, waiters
+    pool: asyncpg.Pool, waiters: tuple[Waiters, Client]
 ) -> None:
     w, forger = waiters
     key = _key()
@@ -78,7 +84,9 @@ async def test_a_real_failure_reaches_the_waiter_at_once_with_the_cause_from_the
     assert outcome.error == "loading model m: out of memory on w1"
 
 
-async def test_a_finished_job_ends_the_wait_at_once_when_its_event_arrives(pool, waiters) -> None:
+async def test_a_finished_job_ends_the_wait_at_once_when_its_event_arrives(
+    pool: asyncpg.Pool, waiters: tuple[Waiters, Client]
+) -> None:
     w, forger = waiters
     key = _key()
     await load_jobs.claim(pool, key, "owner-1", orphan_s=600.0, failed_grace_s=15.0)

@@ -10,10 +10,15 @@ import math
 import time
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import yaml
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -35,12 +40,12 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_chat(tiny_path: Path):
+def tiny_chat(tiny_path: Path) -> Llama:
     return llama_cpp.Llama(str(tiny_path), n_ctx=512, n_threads=2, seed=1, verbose=False)
 
 
 @pytest.fixture(scope="module")
-def tiny_embedder(tiny_path: Path):
+def tiny_embedder(tiny_path: Path) -> Llama:
     return llama_cpp.Llama(str(tiny_path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
 
 
@@ -53,7 +58,7 @@ def test_tiny_model_loads_in_well_under_a_second(tiny_path: Path) -> None:
     assert llm.n_embd() == 64
 
 
-def test_tiny_model_completes_a_prompt(tiny_chat) -> None:
+def test_tiny_model_completes_a_prompt(tiny_chat: Llama) -> None:
     result = tiny_chat.create_completion("hello world", max_tokens=8, temperature=0)
 
     assert result["usage"]["completion_tokens"] >= 8
@@ -61,7 +66,7 @@ def test_tiny_model_completes_a_prompt(tiny_chat) -> None:
     assert isinstance(result["choices"][0]["text"], str)
 
 
-def test_tiny_model_chats_with_its_embedded_chatml_template(tiny_chat) -> None:
+def test_tiny_model_chats_with_its_embedded_chatml_template(tiny_chat: Llama) -> None:
     messages = [{"role": "user", "content": "hello"}]
     chatml = b"<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     # llama-cpp-python's template formatter adds no BOS: the rendered template is the whole prompt.
@@ -74,7 +79,7 @@ def test_tiny_model_chats_with_its_embedded_chatml_template(tiny_chat) -> None:
     assert result["usage"]["prompt_tokens"] == len(prompt_ids)
 
 
-def test_tiny_model_streams_chat_chunks_that_end_with_a_finish_reason(tiny_chat) -> None:
+def test_tiny_model_streams_chat_chunks_that_end_with_a_finish_reason(tiny_chat: Llama) -> None:
     messages = [{"role": "user", "content": "hello"}]
 
     chunks = list(tiny_chat.create_chat_completion(messages, max_tokens=8, temperature=0, stream=True))
@@ -84,7 +89,7 @@ def test_tiny_model_streams_chat_chunks_that_end_with_a_finish_reason(tiny_chat)
     assert len(chunks) >= 3
 
 
-def test_tiny_model_embeds_with_mean_pooling(tiny_embedder) -> None:
+def test_tiny_model_embeds_with_mean_pooling(tiny_embedder: Llama) -> None:
     single = tiny_embedder.embed("hello world")
     response = tiny_embedder.create_embedding(["hello", "the model"])
 
@@ -205,7 +210,7 @@ def _bert_sentence_embedding(
 
 
 @pytest.fixture(scope="module")
-def minilm_reference():
+def minilm_reference() -> tuple[dict[str, NDArray[np.float64]], dict[str, int]]:
     from safetensors.numpy import load_file
 
     model_dir = source_dir()
@@ -215,13 +220,15 @@ def minilm_reference():
 
 
 @pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory):
+def minilm(tmp_path_factory: pytest.TempPathFactory) -> Llama:
     path = convert_minilm(tmp_path_factory.mktemp("minilm") / "all-minilm-l6-v2.gguf")
     return llama_cpp.Llama(str(path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
 
 
 @pytest.mark.slow
-def test_llama_cpp_tokenizes_minilm_input_like_bert_wordpiece(minilm, minilm_reference) -> None:
+def test_llama_cpp_tokenizes_minilm_input_like_bert_wordpiece(
+    minilm: Llama, minilm_reference: tuple[dict[str, NDArray[np.float64]], dict[str, int]]
+) -> None:
     _, vocab = minilm_reference
 
     for sentence in SENTENCES:
@@ -229,7 +236,9 @@ def test_llama_cpp_tokenizes_minilm_input_like_bert_wordpiece(minilm, minilm_ref
 
 
 @pytest.mark.slow
-def test_minilm_gguf_embeddings_match_the_original_model(minilm, minilm_reference) -> None:
+def test_minilm_gguf_embeddings_match_the_original_model(
+    minilm: Llama, minilm_reference: tuple[dict[str, NDArray[np.float64]], dict[str, int]]
+) -> None:
     weights, vocab = minilm_reference
 
     for sentence in SENTENCES:

@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 
 from corral.placement.errors import PlacementError
-from corral.placement.pipeline import decide
+from corral.placement.pipeline import Decision, decide
 from corral.placement.request import PlacementRequest
 from corral.routing.eviction import EvictionBusy, Evictor
 from corral.store import nodes as node_store
@@ -46,13 +46,13 @@ async def _node_with_two_replicas(pool: asyncpg.Pool) -> str:
     return str(node["id"])
 
 
-async def _decision(pool: asyncpg.Pool, need_bytes: int):
+async def _decision(pool: asyncpg.Pool, need_bytes: int) -> Decision:
     return decide(PlacementRequest(model="big", vram_bytes=need_bytes), await placement_store.snapshot(pool))
 
 
 async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg.Pool) -> None:
     node_id = await _node_with_two_replicas(pool)
-    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
+    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)
     with pytest.raises(EvictionBusy) as info:
         await evictor.make_room(await _decision(pool, 6 * MIB))
     message = str(info.value)
@@ -64,7 +64,7 @@ async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg
 
 async def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(pool: asyncpg.Pool) -> None:
     node_id = await _node_with_two_replicas(pool)
-    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
+    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)
     with pytest.raises(PlacementError) as info:
         await evictor.make_room(await _decision(pool, 11 * MIB))
     assert str(info.value) == (

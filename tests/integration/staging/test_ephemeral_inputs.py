@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -62,7 +62,7 @@ async def _release(server: WorkerFiles, keys: list[str]) -> httpx.Response:
         return await http.post(f"{server.url}/v1/files/release", json={"keys": keys}, headers=AUTH)
 
 
-async def test_an_input_past_the_byte_limit_is_refused_before_any_byte_is_written(tmp_path):
+async def test_an_input_past_the_byte_limit_is_refused_before_any_byte_is_written(tmp_path: Path) -> None:
     models = tmp_path / "models"
     async with running_file_server(models, ephemeral=_ledger(models, byte_limit=100 * KiB)) as server:
         assert (await _put(server, KEY, os.urandom(60 * KiB))).status_code == 200
@@ -84,8 +84,8 @@ async def test_an_input_past_the_byte_limit_is_refused_before_any_byte_is_writte
 
 
 async def test_an_input_that_would_eat_the_free_space_headroom_is_refused_before_any_byte_is_written(
-    tmp_path,
-):
+    tmp_path: Path,
+) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models, byte_limit=1 << 30, min_free=1 << 20, free=(1 << 20) + 10 * KiB)
     async with running_file_server(models, ephemeral=ledger) as server:
@@ -96,10 +96,10 @@ async def test_an_input_that_would_eat_the_free_space_headroom_is_refused_before
         assert server.body_bytes == 0 and not ephemeral_root(models).exists()
 
 
-async def test_an_input_of_unknown_size_is_refused_with_411(tmp_path):
+async def test_an_input_of_unknown_size_is_refused_with_411(tmp_path: Path) -> None:
     models = tmp_path / "models"
 
-    async def chunks():
+    async def chunks() -> AsyncIterator[bytes]:
         yield b"x" * 100
 
     async with running_file_server(models, ephemeral=_ledger(models)) as server, httpx.AsyncClient() as http:
@@ -108,7 +108,7 @@ async def test_an_input_of_unknown_size_is_refused_with_411(tmp_path):
     assert "an ephemeral input must declare its size" in answer.json()["error"]
 
 
-async def test_release_deletes_the_exact_keys_and_frees_their_reservation(tmp_path):
+async def test_release_deletes_the_exact_keys_and_frees_their_reservation(tmp_path: Path) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models, byte_limit=100 * KiB)
     other = "ephemeral/image/abcd1234/cat.png"
@@ -148,8 +148,8 @@ async def test_release_deletes_the_exact_keys_and_frees_their_reservation(tmp_pa
     ],
 )
 async def test_release_refuses_anything_but_ephemeral_input_keys_and_releases_nothing(
-    tmp_path, keys, message
-):
+    tmp_path: Path, keys: list[str], message: str
+) -> None:
     models = tmp_path / "models"
     (models / "llama").mkdir(parents=True)
     (models / "llama" / "model.gguf").write_bytes(b"weights")
@@ -173,7 +173,7 @@ async def test_release_refuses_anything_but_ephemeral_input_keys_and_releases_no
         ("ephemeral/escape/abcd1234/evil.gguf", 400),  # its category directory is a symlink out of the root
     ],
 )
-async def test_an_input_never_lands_in_the_models_tree(tmp_path, key, status):
+async def test_an_input_never_lands_in_the_models_tree(tmp_path: Path, key: str, status: int) -> None:
     models = tmp_path / "models"
     (models / "llama").mkdir(parents=True)
     root = ephemeral_root(models)
@@ -190,7 +190,7 @@ async def test_an_input_never_lands_in_the_models_tree(tmp_path, key, status):
     assert _files_below(tmp_path / "staging" / "outside") == []
 
 
-async def test_request_inputs_stage_a_file_and_release_it_when_the_block_ends(tmp_path):
+async def test_request_inputs_stage_a_file_and_release_it_when_the_block_ends(tmp_path: Path) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models)
     async with running_file_server(models, ephemeral=ledger) as server, httpx.AsyncClient() as http:
@@ -205,7 +205,7 @@ async def test_request_inputs_stage_a_file_and_release_it_when_the_block_ends(tm
         assert ledger.held_bytes() == 0
 
 
-async def test_request_inputs_release_when_the_request_fails(tmp_path):
+async def test_request_inputs_release_when_the_request_fails(tmp_path: Path) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models)
     async with running_file_server(models, ephemeral=ledger) as server, httpx.AsyncClient() as http:
@@ -216,7 +216,7 @@ async def test_request_inputs_release_when_the_request_fails(tmp_path):
         assert not Path(path).exists() and ledger.held_bytes() == 0
 
 
-async def test_request_inputs_release_when_the_request_is_cancelled_mid_inference(tmp_path):
+async def test_request_inputs_release_when_the_request_is_cancelled_mid_inference(tmp_path: Path) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models)
     staged: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -236,7 +236,7 @@ async def test_request_inputs_release_when_the_request_is_cancelled_mid_inferenc
         assert not path.exists() and ledger.held_bytes() == 0
 
 
-async def test_request_inputs_release_an_upload_cancelled_while_it_was_sent(tmp_path):
+async def test_request_inputs_release_an_upload_cancelled_while_it_was_sent(tmp_path: Path) -> None:
     models = tmp_path / "models"
     ledger = _ledger(models, byte_limit=1 << 30)
     async with running_file_server(models, ephemeral=ledger) as server, httpx.AsyncClient() as http:
@@ -260,7 +260,7 @@ async def test_request_inputs_release_an_upload_cancelled_while_it_was_sent(tmp_
         assert _files_below(ephemeral_root(models) / "video") == []
 
 
-async def test_request_inputs_turn_a_full_worker_into_input_storage_full(tmp_path):
+async def test_request_inputs_turn_a_full_worker_into_input_storage_full(tmp_path: Path) -> None:
     models = tmp_path / "models"
     async with (
         running_file_server(models, ephemeral=_ledger(models, byte_limit=KiB)) as server,
@@ -274,7 +274,7 @@ async def test_request_inputs_turn_a_full_worker_into_input_storage_full(tmp_pat
     assert "over LOCALAI_EPHEMERAL_STAGING_BYTE_LIMIT=1024" in refused.value.message
 
 
-async def test_request_inputs_name_a_wrong_token(tmp_path):
+async def test_request_inputs_name_a_wrong_token(tmp_path: Path) -> None:
     models = tmp_path / "models"
     async with running_file_server(models, ephemeral=_ledger(models)) as server, httpx.AsyncClient() as http:
         with pytest.raises(RequestInputFailed, match=r"\(HTTP 401\): wrong bearer token"):

@@ -11,6 +11,7 @@ import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import pytest
@@ -35,6 +36,20 @@ class RunningServer:
     counter: TransferStats
 
 
+class FileServerFactory(Protocol):
+    """The file_server fixture: ``async with file_server(token=..., ...) as server``."""
+
+    def __call__(
+        self,
+        token: str = ...,
+        *,
+        readiness: Callable[[], str | None] = ...,
+        allow_unauthenticated: bool = ...,
+        max_upload_bytes: int = ...,
+        disk_budget: DiskBudget | None = ...,
+    ) -> contextlib.AbstractAsyncContextManager[RunningServer]: ...
+
+
 def _bound_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,7 +68,7 @@ async def _serve(server: ThreadedFileServer, port: int = 0) -> AsyncIterator[int
 
 
 @pytest.fixture
-def file_server(tmp_path):
+def file_server(tmp_path: Path) -> FileServerFactory:
     """Factory: ``async with file_server(token=..., ...) as server`` runs a file server over tmp_path."""
 
     @contextlib.asynccontextmanager
@@ -127,7 +142,9 @@ async def _raw_request(
 # --- probes -------------------------------------------------------------------------------------------
 
 
-async def test_healthz_answers_ok_without_auth_for_get_and_head(file_server, client):
+async def test_healthz_answers_ok_without_auth_for_get_and_head(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         got = await client.get(f"{server.url}/healthz")
         head = await client.head(f"{server.url}/healthz")
@@ -135,7 +152,9 @@ async def test_healthz_answers_ok_without_auth_for_get_and_head(file_server, cli
     assert head.status_code == 200
 
 
-async def test_readyz_is_ok_when_ready_and_503_with_the_reason_when_not(file_server, client):
+async def test_readyz_is_ok_when_ready_and_503_with_the_reason_when_not(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     reason: list[str | None] = [None]
     async with file_server(readiness=lambda: reason[0]) as server:
         ready = await client.get(f"{server.url}/readyz")
@@ -148,7 +167,9 @@ async def test_readyz_is_ok_when_ready_and_503_with_the_reason_when_not(file_ser
     assert not_ready_head.status_code == 503
 
 
-async def test_readyz_reports_a_crashing_readiness_check_as_not_ready(file_server, client):
+async def test_readyz_reports_a_crashing_readiness_check_as_not_ready(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     def broken() -> str | None:
         raise RuntimeError("boom")
 
@@ -179,7 +200,9 @@ async def test_readyz_reports_a_crashing_readiness_check_as_not_ready(file_serve
         ),
     ],
 )
-async def test_v1_requests_without_the_right_bearer_token_get_401(file_server, client, headers, message):
+async def test_v1_requests_without_the_right_bearer_token_get_401(
+    file_server: FileServerFactory, client: httpx.AsyncClient, headers: dict[str, str], message: str
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
         got = await client.get(url, headers=headers)
@@ -191,7 +214,9 @@ async def test_v1_requests_without_the_right_bearer_token_get_401(file_server, c
     assert head.status_code == 401
 
 
-async def test_worker_without_a_token_refuses_v1_requests_and_explains_why(file_server, client):
+async def test_worker_without_a_token_refuses_v1_requests_and_explains_why(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server(token="") as server:
         answer = await client.put(f"{server.url}/v1/files/models/m/x", content=b"x", headers=AUTH)
         health = await client.get(f"{server.url}/healthz")
@@ -202,8 +227,8 @@ async def test_worker_without_a_token_refuses_v1_requests_and_explains_why(file_
 
 
 async def test_worker_without_a_token_serves_v1_only_when_unauthenticated_access_is_allowed(
-    file_server, client
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server(token="", allow_unauthenticated=True) as server:
         answer = await client.put(f"{server.url}/v1/files/models/m/x", content=b"x")
     assert answer.status_code == 200
@@ -212,7 +237,9 @@ async def test_worker_without_a_token_serves_v1_only_when_unauthenticated_access
 # --- upload, HEAD, GET --------------------------------------------------------------------------------
 
 
-async def test_uploaded_file_is_reported_by_head_with_the_source_sha256_size_and_path(file_server, client):
+async def test_uploaded_file_is_reported_by_head_with_the_source_sha256_size_and_path(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(3 * MiB + 17)
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/llama3/sub/model.gguf"
@@ -235,7 +262,9 @@ async def test_uploaded_file_is_reported_by_head_with_the_source_sha256_size_and
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.gguf", "model.gguf.sha256"]
 
 
-async def test_upload_without_a_declared_hash_is_accepted_and_hashed_by_the_worker(file_server, client):
+async def test_upload_without_a_declared_hash_is_accepted_and_hashed_by_the_worker(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/plain.bin"
         put = await client.put(url, content=b"hello", headers=AUTH)
@@ -244,7 +273,9 @@ async def test_upload_without_a_declared_hash_is_accepted_and_hashed_by_the_work
     assert head.headers["X-Content-SHA256"] == _sha256(b"hello")
 
 
-async def test_get_returns_the_uploaded_bytes(file_server, client):
+async def test_get_returns_the_uploaded_bytes(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(2 * MiB + 5)
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/weights.bin"
@@ -262,7 +293,9 @@ async def test_get_returns_the_uploaded_bytes(file_server, client):
         ("ephemeral/image/1a2b3c4d/cat.png", "staging/ephemeral/image/1a2b3c4d/cat.png"),  # staging dir
     ],
 )
-async def test_keys_outside_models_land_in_the_data_or_staging_dir(file_server, client, key, relative_path):
+async def test_keys_outside_models_land_in_the_data_or_staging_dir(
+    file_server: FileServerFactory, client: httpx.AsyncClient, key: str, relative_path: str
+) -> None:
     async with file_server() as server:
         put = await client.put(f"{server.url}/v1/files/{key}", content=b"abc", headers=AUTH)
     expected = server.models_dir.parent / relative_path
@@ -270,7 +303,9 @@ async def test_keys_outside_models_land_in_the_data_or_staging_dir(file_server, 
     assert expected.read_bytes() == b"abc"
 
 
-async def test_head_and_get_of_a_missing_key_are_404(file_server, client):
+async def test_head_and_get_of_a_missing_key_are_404(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         head = await client.head(f"{server.url}/v1/files/models/m/none.gguf", headers=AUTH)
         got = await client.get(f"{server.url}/v1/files/models/m/none.gguf", headers=AUTH)
@@ -279,7 +314,9 @@ async def test_head_and_get_of_a_missing_key_are_404(file_server, client):
     assert got.json() == {"error": "file not found: no file for key 'models/m/none.gguf'"}
 
 
-async def test_head_get_and_put_of_a_directory_are_400(file_server, client):
+async def test_head_get_and_put_of_a_directory_are_400(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         (server.models_dir / "m" / "dir").mkdir(parents=True)
         url = f"{server.url}/v1/files/models/m/dir"
@@ -291,7 +328,9 @@ async def test_head_get_and_put_of_a_directory_are_400(file_server, client):
     assert put.status_code == 400
 
 
-async def test_upload_with_a_wrong_sha256_is_rejected_and_leaves_no_file(file_server, client):
+async def test_upload_with_a_wrong_sha256_is_rejected_and_leaves_no_file(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = b"the real bytes"
     wrong = _sha256(b"other bytes")
     async with file_server() as server:
@@ -305,7 +344,9 @@ async def test_upload_with_a_wrong_sha256_is_rejected_and_leaves_no_file(file_se
     assert list((server.models_dir / "m").iterdir()) == []
 
 
-async def test_failed_upload_keeps_the_previous_file_intact(file_server, client):
+async def test_failed_upload_keeps_the_previous_file_intact(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
         await client.put(url, content=b"old", headers=AUTH)
@@ -316,7 +357,9 @@ async def test_failed_upload_keeps_the_previous_file_intact(file_server, client)
     assert head.headers["X-Content-SHA256"] == _sha256(b"old")
 
 
-async def test_malformed_declared_hash_is_rejected_before_reading_the_body(file_server, client):
+async def test_malformed_declared_hash_is_rejected_before_reading_the_body(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         put = await client.put(
             f"{server.url}/v1/files/models/m/x", content=b"x", headers={**AUTH, "X-Content-SHA256": "abc"}
@@ -325,7 +368,9 @@ async def test_malformed_declared_hash_is_rejected_before_reading_the_body(file_
     assert put.json() == {"error": "X-Content-SHA256 must be 64 hex characters, got 'abc'"}
 
 
-async def test_upload_larger_than_the_limit_is_rejected_with_413(file_server, client):
+async def test_upload_larger_than_the_limit_is_rejected_with_413(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server(max_upload_bytes=1000) as server:
         put = await client.put(f"{server.url}/v1/files/models/m/big", content=b"x" * 1001, headers=AUTH)
         small = await client.put(f"{server.url}/v1/files/models/m/ok", content=b"x" * 1000, headers=AUTH)
@@ -335,8 +380,10 @@ async def test_upload_larger_than_the_limit_is_rejected_with_413(file_server, cl
     assert sorted(p.name for p in (server.models_dir / "m").iterdir()) == ["ok", "ok.sha256"]
 
 
-async def test_chunked_upload_over_the_limit_is_rejected_with_413_and_leaves_no_file(file_server, client):
-    async def body():
+async def test_chunked_upload_over_the_limit_is_rejected_with_413_and_leaves_no_file(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
+    async def body() -> AsyncIterator[bytes]:
         for _ in range(4):
             yield b"x" * 600
 
@@ -346,7 +393,7 @@ async def test_chunked_upload_over_the_limit_is_rejected_with_413_and_leaves_no_
     assert list((server.models_dir / "m").iterdir()) == []
 
 
-async def test_client_that_disconnects_mid_body_leaves_no_file(file_server):
+async def test_client_that_disconnects_mid_body_leaves_no_file(file_server: FileServerFactory) -> None:
     async with file_server() as server:
         request = (
             b"PUT /v1/files/models/m/cut.gguf HTTP/1.1\r\nHost: x\r\n"
@@ -359,7 +406,9 @@ async def test_client_that_disconnects_mid_body_leaves_no_file(file_server):
     assert leftovers == []
 
 
-async def test_put_below_an_existing_file_is_400(file_server, client):
+async def test_put_below_an_existing_file_is_400(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         await client.put(f"{server.url}/v1/files/models/m/x.gguf", content=b"x", headers=AUTH)
         answer = await client.put(f"{server.url}/v1/files/models/m/x.gguf/inner", content=b"y", headers=AUTH)
@@ -378,7 +427,9 @@ async def test_put_below_an_existing_file_is_400(file_server, client):
         b"/v1/files/data/..%2F..%2Fsecret",  # encoded slashes around '..'
     ],
 )
-async def test_traversal_keys_are_rejected_with_400_and_write_nothing(file_server, raw_path):
+async def test_traversal_keys_are_rejected_with_400_and_write_nothing(
+    file_server: FileServerFactory, raw_path: bytes
+) -> None:
     async with file_server() as server:
         request = (
             b"PUT "
@@ -393,7 +444,9 @@ async def test_traversal_keys_are_rejected_with_400_and_write_nothing(file_serve
     assert not (server.models_dir.parent / "secret").exists()
 
 
-async def test_percent_encoded_traversal_key_names_the_key_in_the_400(file_server, client):
+async def test_percent_encoded_traversal_key_names_the_key_in_the_400(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         put = await client.put(
             f"{server.url}/v1/files/models/%2e%2e/%2e%2e/secret", content=b"x", headers=AUTH
@@ -403,8 +456,8 @@ async def test_percent_encoded_traversal_key_names_the_key_in_the_400(file_serve
 
 
 async def test_symlink_escaping_the_models_dir_is_rejected_and_nothing_is_written_outside(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     async with file_server() as server:
@@ -417,7 +470,9 @@ async def test_symlink_escaping_the_models_dir_is_rejected_and_nothing_is_writte
     assert list(outside.iterdir()) == []
 
 
-async def test_head_rehashes_a_file_changed_after_its_sidecar_was_written(file_server, client):
+async def test_head_rehashes_a_file_changed_after_its_sidecar_was_written(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
         await client.put(url, content=b"first", headers=AUTH)
@@ -429,7 +484,9 @@ async def test_head_rehashes_a_file_changed_after_its_sidecar_was_written(file_s
     assert head.headers["X-Content-SHA256"] == _sha256(b"second")
 
 
-async def test_head_reads_back_a_file_changed_in_place_at_the_same_size_and_nothing_else(file_server, client):
+async def test_head_reads_back_a_file_changed_in_place_at_the_same_size_and_nothing_else(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
         await client.put(url, content=b"first", headers=AUTH)
@@ -454,7 +511,9 @@ async def test_head_reads_back_a_file_changed_in_place_at_the_same_size_and_noth
 # --- stage_file (frontend uploader) -------------------------------------------------------------------
 
 
-async def test_stage_file_uploads_and_returns_the_worker_path(file_server, client, tmp_path):
+async def test_stage_file_uploads_and_returns_the_worker_path(
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 3 * MiB + 1)
     async with file_server() as server:
         remote = await stage_file(client, server.url, "models/llama3/model.gguf", source, TOKEN)
@@ -463,8 +522,8 @@ async def test_stage_file_uploads_and_returns_the_worker_path(file_server, clien
 
 
 async def test_stage_file_skips_the_upload_when_the_worker_already_has_the_same_file(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 2 * MiB)
     progress: list[tuple[int, int]] = []
     async with file_server() as server:
@@ -487,7 +546,9 @@ async def test_stage_file_skips_the_upload_when_the_worker_already_has_the_same_
     assert progress == [(2 * MiB, 2 * MiB)]
 
 
-async def test_stage_file_replaces_a_worker_file_with_different_content(file_server, client, tmp_path):
+async def test_stage_file_replaces_a_worker_file_with_different_content(
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, MiB, seed=1)
     async with file_server() as server:
         remote = await stage_file(client, server.url, "models/m/model.gguf", source, TOKEN)
@@ -503,8 +564,8 @@ async def test_stage_file_replaces_a_worker_file_with_different_content(file_ser
 
 
 async def test_stage_file_of_20_mib_keeps_memory_bounded_and_reports_progress_up_to_the_total(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     size_bytes = 20 * MiB
     source = _source_file(tmp_path, size_bytes)
     progress: list[tuple[int, int]] = []
@@ -530,8 +591,8 @@ async def test_stage_file_of_20_mib_keeps_memory_bounded_and_reports_progress_up
 
 
 async def test_stage_file_with_a_wrong_token_fails_naming_file_key_worker_and_status(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 10)
     async with file_server() as server:
         with pytest.raises(StagingFailed) as raised:
@@ -554,8 +615,8 @@ async def test_stage_file_with_a_wrong_token_fails_naming_file_key_worker_and_st
 
 
 async def test_stage_file_reports_the_workers_message_when_the_upload_is_refused(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 2000)
     async with file_server(max_upload_bytes=1000) as server:
         with pytest.raises(StagingFailed) as raised:
@@ -564,13 +625,17 @@ async def test_stage_file_reports_the_workers_message_when_the_upload_is_refused
     assert raised.value.message == "upload too large: 2000 bytes exceeds this worker's limit of 1000 bytes"
 
 
-async def test_stage_file_refuses_a_malformed_key_before_contacting_the_worker(client, tmp_path):
+async def test_stage_file_refuses_a_malformed_key_before_contacting_the_worker(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 10)
     with pytest.raises(KeyEscapesDirectory):
         await stage_file(client, "http://127.0.0.1:9", "models/../x", source, TOKEN)
 
 
-async def test_stage_file_retries_until_the_worker_comes_up(file_server, tmp_path, client):
+async def test_stage_file_retries_until_the_worker_comes_up(
+    file_server: FileServerFactory, tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source_file(tmp_path, 100_000)
     models_dir = tmp_path / "late" / "models"
     models_dir.mkdir(parents=True)
@@ -590,7 +655,9 @@ async def test_stage_file_retries_until_the_worker_comes_up(file_server, tmp_pat
     assert Path(remote).read_bytes() == source.read_bytes()
 
 
-async def test_stage_file_gives_up_on_an_unreachable_worker_with_a_clear_error(client, tmp_path):
+async def test_stage_file_gives_up_on_an_unreachable_worker_with_a_clear_error(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 10)
     sock = _bound_socket()  # never listens
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -602,7 +669,9 @@ async def test_stage_file_gives_up_on_an_unreachable_worker_with_a_clear_error(c
     assert "ConnectError" in raised.value.message
 
 
-async def test_stage_file_of_a_missing_local_file_fails_naming_it(client, tmp_path):
+async def test_stage_file_of_a_missing_local_file_fails_naming_it(
+    client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     with pytest.raises(StagingFailed) as raised:
         await stage_file(client, "http://127.0.0.1:9", "models/m/x", tmp_path / "nope.gguf", TOKEN)
     assert raised.value.message.startswith("cannot read the local file:")
@@ -610,8 +679,8 @@ async def test_stage_file_of_a_missing_local_file_fails_naming_it(client, tmp_pa
 
 
 async def test_stage_files_returns_worker_paths_by_key_and_reports_overall_progress(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     first = _source_file(tmp_path, MiB, name="a.gguf", seed=1)
     second = _source_file(tmp_path, 2 * MiB, name="b/c.json", seed=2)
     progress: list[tuple[int, int]] = []
@@ -631,14 +700,18 @@ async def test_stage_files_returns_worker_paths_by_key_and_reports_overall_progr
     assert [sent for sent, _ in progress] == sorted(sent for sent, _ in progress)
 
 
-async def test_stage_file_of_an_empty_file_works(file_server, client, tmp_path):
+async def test_stage_file_of_an_empty_file_works(
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 0)
     async with file_server() as server:
         remote = await stage_file(client, server.url, "models/m/empty", source, TOKEN)
     assert Path(remote).read_bytes() == b""
 
 
-async def test_stage_file_without_resume_sends_a_plain_put(file_server, client, tmp_path):
+async def test_stage_file_without_resume_sends_a_plain_put(
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, MiB)
     async with file_server() as server:
         remote = await stage_file(client, server.url, "models/m/x", source, TOKEN, resumable=False)
@@ -652,7 +725,9 @@ def _range_headers(start: int, end: int, total: int, sha: str) -> dict[str, str]
     return {**AUTH, "Content-Range": f"bytes {start}-{end}/{total}", "X-Content-SHA256": sha}
 
 
-async def test_range_upload_in_two_parts_answers_308_then_200_and_head_shows_the_partial(file_server, client):
+async def test_range_upload_in_two_parts_answers_308_then_200_and_head_shows_the_partial(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(3000)
     sha = _sha256(data)
     async with file_server() as server:
@@ -674,7 +749,9 @@ async def test_range_upload_in_two_parts_answers_308_then_200_and_head_shows_the
     assert not (target.parent / "r.gguf.sha256.target").exists()
 
 
-async def test_range_upload_at_the_wrong_offset_is_416_with_the_current_size(file_server, client):
+async def test_range_upload_at_the_wrong_offset_is_416_with_the_current_size(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(3000)
     sha = _sha256(data)
     async with file_server() as server:
@@ -688,8 +765,8 @@ async def test_range_upload_at_the_wrong_offset_is_416_with_the_current_size(fil
 
 
 async def test_range_upload_continuing_with_a_different_hash_is_409_and_discards_the_partial(
-    file_server, client
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(3000)
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/r.gguf"
@@ -702,8 +779,8 @@ async def test_range_upload_continuing_with_a_different_hash_is_409_and_discards
 
 
 async def test_range_upload_whose_bytes_do_not_match_the_declared_hash_is_400_and_deleted(
-    file_server, client
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     declared = _sha256(b"a" * 100)
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/r.gguf"
@@ -723,7 +800,9 @@ async def test_range_upload_whose_bytes_do_not_match_the_declared_hash_is_400_an
         "bytes 0-9",  # no total
     ],
 )
-async def test_malformed_content_range_is_400(file_server, client, content_range):
+async def test_malformed_content_range_is_400(
+    file_server: FileServerFactory, client: httpx.AsyncClient, content_range: str
+) -> None:
     async with file_server() as server:
         answer = await client.put(
             f"{server.url}/v1/files/models/m/r",
@@ -734,7 +813,9 @@ async def test_malformed_content_range_is_400(file_server, client, content_range
     assert "Content-Range" in answer.json()["error"]
 
 
-async def test_range_upload_from_zero_over_a_different_complete_file_replaces_it(file_server, client):
+async def test_range_upload_from_zero_over_a_different_complete_file_replaces_it(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         url = f"{server.url}/v1/files/models/m/r"
         await client.put(url, content=b"old content", headers=AUTH)
@@ -747,8 +828,8 @@ async def test_range_upload_from_zero_over_a_different_complete_file_replaces_it
 
 
 async def test_stage_file_resumes_a_dropped_upload_from_the_workers_partial_size(
-    file_server, client, tmp_path
-):
+    file_server: FileServerFactory, client: httpx.AsyncClient, tmp_path: Path
+) -> None:
     source = _source_file(tmp_path, 3 * MiB)
     data = source.read_bytes()
     sha = _sha256(data)
@@ -773,7 +854,9 @@ async def test_stage_file_resumes_a_dropped_upload_from_the_workers_partial_size
     assert progress[-1] == (3 * MiB, 3 * MiB)
 
 
-async def test_dropped_range_upload_keeps_the_bytes_received_for_a_later_resume(file_server, client):
+async def test_dropped_range_upload_keeps_the_bytes_received_for_a_later_resume(
+    file_server: FileServerFactory, client: httpx.AsyncClient
+) -> None:
     async with file_server() as server:
         request = (
             b"PUT /v1/files/models/m/cut.gguf HTTP/1.1\r\nHost: x\r\n"

@@ -13,6 +13,7 @@ import os
 import re
 import select
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -41,13 +42,13 @@ def _sha256(data: bytes) -> str:
 
 
 @pytest.fixture
-async def client():
+async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(timeout=30) as http:
         yield http
 
 
 @pytest.fixture
-def hash_calls(monkeypatch) -> list[Path]:
+def hash_calls(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every full-file hash the worker or frontend computes (a hook on the one hashing function)."""
     calls: list[Path] = []
     real = hashing.sha256_file
@@ -81,8 +82,8 @@ async def _read_all(sock: socket.socket) -> bytes:
 
 @pytest.mark.parametrize("suffix", [".sha256", ".sha256.target"])
 async def test_a_client_cannot_put_or_get_a_sidecar_and_head_keeps_the_hash_of_the_real_bytes(
-    tmp_path, client, suffix
-):
+    tmp_path: Path, client: httpx.AsyncClient, suffix: str
+) -> None:
     data = os.urandom(MiB + 3)
     forged = _sha256(b"not these bytes")
     async with running_file_server(tmp_path / "models") as server:
@@ -98,7 +99,9 @@ async def test_a_client_cannot_put_or_get_a_sidecar_and_head_keeps_the_hash_of_t
     assert "X-Target-SHA256" not in head.headers
 
 
-async def test_hidden_upload_temp_files_cannot_be_named_by_clients(tmp_path, client):
+async def test_hidden_upload_temp_files_cannot_be_named_by_clients(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         answer = await client.put(
             f"{server.url}/v1/files/models/m/.x.gguf.abc123.upload", content=b"x", headers=AUTH
@@ -110,7 +113,7 @@ async def test_hidden_upload_temp_files_cannot_be_named_by_clients(tmp_path, cli
     }
 
 
-async def test_the_file_list_does_not_show_sidecars(tmp_path, client):
+async def test_the_file_list_does_not_show_sidecars(tmp_path: Path, client: httpx.AsyncClient) -> None:
     async with running_file_server(tmp_path / "models") as server:
         await client.put(f"{server.url}/v1/files/models/m/a.bin", content=b"a", headers=AUTH)
         listed = await client.get(f"{server.url}/v1/files-list/models/m", headers=AUTH)
@@ -118,7 +121,9 @@ async def test_the_file_list_does_not_show_sidecars(tmp_path, client):
     assert (server.models_dir / "m" / "a.bin.sha256").exists()
 
 
-async def test_a_hash_planted_on_disk_in_the_bare_hex_form_is_not_believed(tmp_path, client):
+async def test_a_hash_planted_on_disk_in_the_bare_hex_form_is_not_believed(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     data = b"real bytes"
     async with running_file_server(tmp_path / "models") as server:
         url = f"{server.url}/v1/files/models/m/x.bin"
@@ -132,8 +137,8 @@ async def test_a_hash_planted_on_disk_in_the_bare_hex_form_is_not_believed(tmp_p
 
 
 async def test_a_byte_flipped_file_with_the_same_size_and_a_new_mtime_is_hashed_again(
-    tmp_path, client, hash_calls
-):
+    tmp_path: Path, client: httpx.AsyncClient, hash_calls: list[Path]
+) -> None:
     data = bytearray(os.urandom(2 * MiB))
     async with running_file_server(tmp_path / "models") as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
@@ -151,7 +156,9 @@ async def test_a_byte_flipped_file_with_the_same_size_and_a_new_mtime_is_hashed_
     assert hash_calls == [target]
 
 
-async def test_an_unchanged_file_is_never_hashed_again_by_head(tmp_path, client, hash_calls):
+async def test_an_unchanged_file_is_never_hashed_again_by_head(
+    tmp_path: Path, client: httpx.AsyncClient, hash_calls: list[Path]
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         url = f"{server.url}/v1/files/models/m/x.gguf"
         await client.put(url, content=os.urandom(MiB), headers=AUTH)
@@ -160,7 +167,9 @@ async def test_an_unchanged_file_is_never_hashed_again_by_head(tmp_path, client,
     assert hash_calls == []  # the receiver hashed while writing; HEAD trusts that record
 
 
-async def test_restaging_an_unchanged_file_costs_a_head_and_no_hash_on_either_side(tmp_path, hash_calls):
+async def test_restaging_an_unchanged_file_costs_a_head_and_no_hash_on_either_side(
+    tmp_path: Path, hash_calls: list[Path]
+) -> None:
     source = tmp_path / "frontend" / "m.gguf"
     source.parent.mkdir()
     source.write_bytes(os.urandom(3 * MiB))
@@ -179,7 +188,9 @@ async def test_restaging_an_unchanged_file_costs_a_head_and_no_hash_on_either_si
 # --- auth before the body -------------------------------------------------------------------------------
 
 
-async def test_a_wrong_token_with_a_huge_body_gets_401_at_once_and_the_connection_closes(tmp_path):
+async def test_a_wrong_token_with_a_huge_body_gets_401_at_once_and_the_connection_closes(
+    tmp_path: Path,
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         sock = _connect(server.port)
         with sock:
@@ -200,7 +211,9 @@ async def test_a_wrong_token_with_a_huge_body_gets_401_at_once_and_the_connectio
 # --- connection cap, header and idle timeouts ---------------------------------------------------------
 
 
-async def test_connections_past_the_cap_get_503_at_once_and_served_ones_keep_working(tmp_path, client):
+async def test_connections_past_the_cap_get_503_at_once_and_served_ones_keep_working(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     limits = ServerLimits(max_connections=2)
     async with running_file_server(tmp_path / "models", limits=limits) as server:
         holders = [_connect(server.port) for _ in range(2)]  # each holds a server thread, sending nothing
@@ -230,7 +243,7 @@ def _wait_connections(server, count: int) -> None:  # type: ignore[no-untyped-de
     wait_for(lambda: len(inner.connections) == count, f"{count} open file-server connections", GUARD_S)
 
 
-async def test_half_a_header_is_dropped_after_the_header_timeout(tmp_path):
+async def test_half_a_header_is_dropped_after_the_header_timeout(tmp_path: Path) -> None:
     async with running_file_server(tmp_path / "models", limits=ServerLimits(header_timeout_s=0.3)) as server:
         sock = _connect(server.port)
         with sock:
@@ -239,7 +252,7 @@ async def test_half_a_header_is_dropped_after_the_header_timeout(tmp_path):
     assert answer == b""  # dropped without an answer (by the read timeout or the header watchdog)
 
 
-async def test_a_header_sent_one_byte_at_a_time_is_dropped_although_bytes_keep_coming(tmp_path):
+async def test_a_header_sent_one_byte_at_a_time_is_dropped_although_bytes_keep_coming(tmp_path: Path) -> None:
     async with running_file_server(tmp_path / "models", limits=ServerLimits(header_timeout_s=0.5)) as server:
         sock = _connect(server.port)
         with sock:
@@ -262,7 +275,7 @@ def _trickle_until_dropped(sock: socket.socket) -> bool:
     return False
 
 
-async def test_a_body_that_stops_is_cut_after_the_idle_timeout(tmp_path):
+async def test_a_body_that_stops_is_cut_after_the_idle_timeout(tmp_path: Path) -> None:
     async with running_file_server(tmp_path / "models", limits=ServerLimits(idle_timeout_s=0.3)) as server:
         sock = _connect(server.port)
         with sock:
@@ -294,7 +307,9 @@ def _filesystem_of(capacity_bytes: int, root: Path):  # type: ignore[no-untyped-
     return free_bytes
 
 
-async def test_a_chunked_upload_that_outgrows_free_disk_is_refused_with_507_when_it_gets_there(tmp_path):
+async def test_a_chunked_upload_that_outgrows_free_disk_is_refused_with_507_when_it_gets_there(
+    tmp_path: Path,
+) -> None:
     models = tmp_path / "models"
     budget = DiskBudget(min_free_bytes=MiB, free_bytes=_filesystem_of(8 * MiB, tmp_path))
     async with running_file_server(models, disk_budget=budget) as server:
@@ -330,7 +345,9 @@ def _send_chunks_until_answered(sock: socket.socket, max_chunks: int) -> tuple[i
     return max_chunks, _read_until_eof(sock)
 
 
-async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation(tmp_path, client):
+async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     budget = DiskBudget(min_free_bytes=MiB, free_bytes=_filesystem_of(64 * MiB, tmp_path))
     data = os.urandom(5 * MiB)
 
@@ -346,7 +363,7 @@ async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation
 
 
 @pytest.mark.parametrize("key", ["models/c/bad.bin", "models/c/bad-range.bin"])
-async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_path, key):
+async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_path: Path, key: str) -> None:
     ranged = "Content-Range: bytes 0-9/10\r\n" if key.endswith("range.bin") else ""
     async with running_file_server(tmp_path / "models") as server:
         sock = _connect(server.port)
@@ -367,7 +384,7 @@ async def test_broken_chunked_framing_gets_400_naming_it_and_keeps_no_file(tmp_p
         assert not stored.exists()
 
 
-async def test_an_empty_file_is_served_as_an_empty_body(tmp_path, client):
+async def test_an_empty_file_is_served_as_an_empty_body(tmp_path: Path, client: httpx.AsyncClient) -> None:
     async with running_file_server(tmp_path / "models") as server:
         put = await client.put(
             f"{server.url}/v1/files/models/c/empty.bin",
@@ -418,8 +435,8 @@ async def test_an_empty_file_is_served_as_an_empty_body(tmp_path, client):
     ],
 )  # traversal, absolute, NUL, header injection, NAME_MAX, path length
 async def test_malformed_keys_are_refused_with_4xx_naming_the_rule(
-    tmp_path, client, raw_key, status, message
-):
+    tmp_path: Path, client: httpx.AsyncClient, raw_key: str, status: int, message: str
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         answers = [
             await client.request(
@@ -435,13 +452,17 @@ async def test_malformed_keys_are_refused_with_4xx_naming_the_rule(
     assert not (tmp_path / "etc").exists()
 
 
-async def test_a_path_that_is_not_utf8_gets_a_4xx_quoting_it_escaped(tmp_path, client):
+async def test_a_path_that_is_not_utf8_gets_a_4xx_quoting_it_escaped(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         answer = await client.get(f"{server.url}/v1/nothing-%90", headers=AUTH)
     assert (answer.status_code, answer.json()) == (404, {"error": "no route for GET /v1/nothing-\udc90"})
 
 
-async def test_an_unknown_method_gets_405_naming_the_allowed_ones(tmp_path, client):
+async def test_an_unknown_method_gets_405_naming_the_allowed_ones(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     async with running_file_server(tmp_path / "models") as server:
         answer = await client.request("DELETE", f"{server.url}/v1/files/models/m/x", headers=AUTH)
     assert answer.status_code == 405

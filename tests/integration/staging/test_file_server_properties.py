@@ -56,7 +56,7 @@ SEGMENT_PIECES = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[ThreadedFileServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedFileServer]:
     models: Path = tmp_path_factory.mktemp("props") / "models"
     models.mkdir()
     (models / "m").mkdir()

@@ -7,6 +7,7 @@ LoadModel calls go over gRPC like the frontend's.
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def _free_base() -> int:
 
 
 @pytest.fixture
-async def backend(tmp_path):
+async def backend(tmp_path: Path) -> AsyncIterator[tuple[backend_pb2_grpc.BackendStub, Path]]:
     models = tmp_path / "worker" / "models"
     (models / "m").mkdir(parents=True)
     base = _free_base()
@@ -69,7 +70,9 @@ async def _refused(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> str:
         ("MMProj", "/etc/hostname"),  # a companion file
     ],
 )
-async def test_load_model_refuses_a_path_outside_the_models_directory(backend, field, value):
+async def test_load_model_refuses_a_path_outside_the_models_directory(
+    backend: tuple[backend_pb2_grpc.BackendStub, Path], field: str, value: str
+) -> None:
     stub, models = backend
     details = await _refused(stub, ModelPath=str(models), **{field: value})
     assert details == (
@@ -89,8 +92,11 @@ async def test_load_model_refuses_a_path_outside_the_models_directory(backend, f
     ],
 )
 async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_points_out(
-    backend, tmp_path, fields, shown
-):
+    backend: tuple[backend_pb2_grpc.BackendStub, Path],
+    tmp_path: Path,
+    fields: dict[str, str] | dict[str, str | list[str]],
+    shown: str,
+) -> None:
     stub, models = backend
     outside = tmp_path / "secret.gguf"
     outside.write_bytes(b"GGUF")
@@ -108,7 +114,9 @@ async def test_load_model_refuses_a_symlink_inside_the_models_directory_that_poi
     )
 
 
-async def test_load_model_accepts_a_file_under_the_models_directory(backend):
+async def test_load_model_accepts_a_file_under_the_models_directory(
+    backend: tuple[backend_pb2_grpc.BackendStub, Path],
+) -> None:
     stub, models = backend
     model_file = models / "m" / "model.gguf"
     model_file.write_bytes(b"GGUF")
@@ -133,8 +141,12 @@ async def test_load_model_accepts_a_file_under_the_models_directory(backend):
     ],
 )
 async def test_load_model_refuses_companions_and_options_that_name_files_outside(
-    backend, fields, field, value, resolved
-):
+    backend: tuple[backend_pb2_grpc.BackendStub, Path],
+    fields: dict[str, str | list[str]],
+    field: str,
+    value: str,
+    resolved: str,
+) -> None:
     stub, models = backend
     details = await _refused(stub, **{"ModelPath": str(models / "m"), **fields})
     assert details == (
@@ -143,7 +155,9 @@ async def test_load_model_refuses_companions_and_options_that_name_files_outside
     )
 
 
-async def test_load_model_accepts_options_that_name_no_file_or_one_inside(backend):
+async def test_load_model_accepts_options_that_name_no_file_or_one_inside(
+    backend: tuple[backend_pb2_grpc.BackendStub, Path],
+) -> None:
     stub, models = backend
     (models / "m" / "vae.bin").write_bytes(b"x")
     result = await _load(

@@ -128,7 +128,7 @@ def _opts(cfg: ModelConfig) -> backend_pb2.ModelOptions:
 
 
 @pytest.mark.slow
-async def test_s3_mode_uploads_once_and_the_worker_fetches_once(env, tmp_path):
+async def test_s3_mode_uploads_once_and_the_worker_fetches_once(env: SimpleNamespace, tmp_path: Path) -> None:
     cfg = _model(tmp_path / "frontend" / "models")
     progress = Recorder()
     staged = await stage_model(env.ctx, env.target, cfg, _opts(cfg), progress)
@@ -150,7 +150,9 @@ async def test_s3_mode_uploads_once_and_the_worker_fetches_once(env, tmp_path):
     assert env.handlers.fetched_bytes == total  # the worker's cache already had both files
 
 
-async def test_worker_replaces_a_cached_copy_whose_content_changed(env, tmp_path):
+async def test_worker_replaces_a_cached_copy_whose_content_changed(
+    env: SimpleNamespace, tmp_path: Path
+) -> None:
     models_dir = tmp_path / "frontend" / "models"
     models_dir.mkdir(parents=True)
     (models_dir / "m.gguf").write_bytes(b"version one")
@@ -165,7 +167,7 @@ async def test_worker_replaces_a_cached_copy_whose_content_changed(env, tmp_path
     assert Path(staged.ModelFile).read_bytes() == b"version two!"
 
 
-async def test_ensure_of_a_key_missing_from_the_bucket_names_key_and_bucket(env):
+async def test_ensure_of_a_key_missing_from_the_bucket_names_key_and_bucket(env: SimpleNamespace) -> None:
     request = FileEnsureRequest(key="models/x/none.gguf")
     msg = await env.front_nc.request(
         subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10
@@ -174,7 +176,7 @@ async def test_ensure_of_a_key_missing_from_the_bucket_names_key_and_bucket(env)
     assert reply.error == f"key 'models/x/none.gguf' is not in bucket {env.store.bucket!r}"
 
 
-async def test_ensure_of_a_traversal_key_is_refused(env):
+async def test_ensure_of_a_traversal_key_is_refused(env: SimpleNamespace) -> None:
     request = FileEnsureRequest(key="models/../../etc/passwd")
     msg = await env.front_nc.request(
         subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10
@@ -182,7 +184,9 @@ async def test_ensure_of_a_traversal_key_is_refused(env):
     assert "key has a '..' path segment" in FileEnsureReply.from_json(msg.data).error
 
 
-async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_path, nats_url):
+async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(
+    env: SimpleNamespace, tmp_path: Path, nats_url: str
+) -> None:
     handlers = await start_s3_file_handlers(
         env.settings,
         env.worker_nc,
@@ -207,8 +211,8 @@ async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(env, tmp_pa
 
 
 async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_byte_limit_before_fetching(
-    env, tmp_path
-):
+    env: SimpleNamespace, tmp_path: Path
+) -> None:
     models = tmp_path / "s3-inputs" / "models"
     ledger = EphemeralLedger(ephemeral_root(models), EphemeralLimits(150, 1))
     handlers = await start_s3_file_handlers(
@@ -242,7 +246,9 @@ async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_by
     assert not (ephemeral_root(models) / "audio" / "ffff0000").exists()
 
 
-async def test_listdir_lists_the_workers_files_under_a_key_prefix(env, tmp_path):
+async def test_listdir_lists_the_workers_files_under_a_key_prefix(
+    env: SimpleNamespace, tmp_path: Path
+) -> None:
     cfg = _model(tmp_path / "frontend" / "models", MiB)
     await stage_model(env.ctx, env.target, cfg, _opts(cfg), Recorder())
     msg = await env.front_nc.request(
@@ -254,7 +260,9 @@ async def test_listdir_lists_the_workers_files_under_a_key_prefix(env, tmp_path)
     assert [f for f in listed if not f.endswith(".sha256")] == ["big.gguf", "tok.json"]
 
 
-async def test_staging_to_a_worker_that_is_not_in_s3_mode_fails_naming_the_setting(env, tmp_path):
+async def test_staging_to_a_worker_that_is_not_in_s3_mode_fails_naming_the_setting(
+    env: SimpleNamespace, tmp_path: Path
+) -> None:
     models_dir = tmp_path / "frontend" / "models"
     models_dir.mkdir(parents=True)
     (models_dir / "m.gguf").write_bytes(b"data")

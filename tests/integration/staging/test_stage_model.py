@@ -90,7 +90,9 @@ def _options(cfg: ModelConfig) -> backend_pb2.ModelOptions:
     )
 
 
-async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_worker(tmp_path, http):
+async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_worker(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
     cfg = _model(models_dir, outside)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -136,7 +138,9 @@ async def test_stage_model_stages_every_needed_file_and_rewrites_paths_for_the_w
     assert staged.Model == "llm/main.gguf"
 
 
-async def test_progress_reports_each_file_bytes_up_to_its_size_and_hashing(tmp_path, http):
+async def test_progress_reports_each_file_bytes_up_to_its_size_and_hashing(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     models_dir = tmp_path / "frontend" / "models"
     _write(models_dir / "a.gguf", 40 * MiB)
     _write(models_dir / "a.gguf.json", 10)
@@ -167,7 +171,9 @@ async def test_progress_reports_each_file_bytes_up_to_its_size_and_hashing(tmp_p
     assert len([h for h in progress.hashes if h[1] == 40 * MiB]) >= 2
 
 
-async def test_second_load_of_the_same_model_on_the_same_worker_transfers_zero_bytes(tmp_path, http):
+async def test_second_load_of_the_same_model_on_the_same_worker_transfers_zero_bytes(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
     cfg = _model(models_dir, outside)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -185,7 +191,9 @@ async def test_second_load_of_the_same_model_on_the_same_worker_transfers_zero_b
     assert second == first
 
 
-async def test_shared_models_mode_stages_nothing_and_passes_absolute_paths(tmp_path, http):
+async def test_shared_models_mode_stages_nothing_and_passes_absolute_paths(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
     cfg = _model(models_dir, outside)
     ctx = StagingContext(http=http, token=TOKEN, shared_models=True)
@@ -198,7 +206,9 @@ async def test_shared_models_mode_stages_nothing_and_passes_absolute_paths(tmp_p
     assert list(staged.Options) == list(cfg.options)
 
 
-async def test_model_without_local_files_is_passed_through_unchanged(tmp_path, http):
+async def test_model_without_local_files_is_passed_through_unchanged(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     cfg = parse_model_config(
         {"name": "sim", "backend": "simulator", "parameters": {"model": "sim"}},
         tmp_path / "sim.yaml",
@@ -211,7 +221,7 @@ async def test_model_without_local_files_is_passed_through_unchanged(tmp_path, h
     assert staged == opts
 
 
-def test_checkpoint_bytes_count_every_staged_file(tmp_path):
+def test_checkpoint_bytes_count_every_staged_file(tmp_path: Path) -> None:
     cfg = _model(tmp_path / "models", tmp_path / "elsewhere")
     sizes = {p.name: p.stat().st_size for p in cfg.files()}
     assert sizes == {
@@ -226,7 +236,9 @@ def test_checkpoint_bytes_count_every_staged_file(tmp_path):
     assert cfg.checkpoint_bytes() == sum(sizes.values())
 
 
-async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(tmp_path, http):
+async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     models_dir, outside = tmp_path / "frontend" / "models", tmp_path / "elsewhere"
     cfg = _model(models_dir, outside)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -252,8 +264,8 @@ async def test_a_file_of_a_listed_root_is_staged_without_a_sidecar_beside_it(tmp
     ],
 )
 async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_staged(
-    tmp_path, http, model, link, shared_models
-):
+    tmp_path: Path, http: httpx.AsyncClient, model: str, link: str, shared_models: bool
+) -> None:
     models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
     _write(models_dir / link, 100)
     cfg = parse_model_config(
@@ -279,7 +291,9 @@ async def test_a_file_that_points_out_after_the_config_was_accepted_is_never_sta
     assert not hash_sidecar_path(secret).exists()
 
 
-async def test_a_replayed_load_naming_a_file_outside_is_never_staged(tmp_path, http):
+async def test_a_replayed_load_naming_a_file_outside_is_never_staged(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
     """Replay info recorded before the roots existed (ModelFile=/etc/passwd) must not stage it now."""
     models_dir, secret = tmp_path / "frontend" / "models", _write(tmp_path / "secret", 100)
     models_dir.mkdir(parents=True)

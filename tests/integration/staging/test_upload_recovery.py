@@ -48,7 +48,9 @@ def _leave_unfinished(worker_path: Path, content: bytes, target_sha256: str) -> 
     hashing.write_sidecar(hashing.target_sidecar_path(worker_path), target_sha256)
 
 
-async def test_upload_cut_after_n_bytes_resumes_at_n_and_ends_with_the_source_sha256(tmp_path, client):
+async def test_upload_cut_after_n_bytes_resumes_at_n_and_ends_with_the_source_sha256(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 8 * MiB + 5)
     cut_at = 3 * MiB + 123
     sent: list[tuple[int, int]] = []
@@ -84,7 +86,9 @@ async def test_upload_cut_after_n_bytes_resumes_at_n_and_ends_with_the_source_sh
     assert sent[-1] == (size, size)
 
 
-async def test_first_staging_sends_while_hashing_and_neither_side_reads_the_file_back(tmp_path, client):
+async def test_first_staging_sends_while_hashing_and_neither_side_reads_the_file_back(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 4 * MiB + 7)
     size, sha = source.stat().st_size, _sha256(source)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -112,8 +116,8 @@ async def test_first_staging_sends_while_hashing_and_neither_side_reads_the_file
 
 
 async def test_a_corrupted_byte_in_the_range_sent_before_the_hash_is_refused_and_leaves_no_file(
-    tmp_path, client
-):
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 2 * MiB)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         proxy = CutProxy(worker.port, flip_body_byte_at=MiB + 3).start()
@@ -133,8 +137,8 @@ async def test_a_corrupted_byte_in_the_range_sent_before_the_hash_is_refused_and
 
 
 async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_for_the_verify(
-    tmp_path, client
-):
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(3 * MiB)
     size, sha = len(data), hashlib.sha256(data).hexdigest()
     url_path = f"/v1/files/{KEY}"
@@ -181,8 +185,8 @@ async def test_a_prefix_hashed_before_a_restart_or_changed_since_is_read_back_fo
 
 
 async def test_full_size_unfinished_file_with_correct_content_is_finalised_without_resending(
-    tmp_path, client
-):
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 2 * MiB)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         target = worker.models_dir / "m" / "model.gguf"
@@ -197,7 +201,9 @@ async def test_full_size_unfinished_file_with_correct_content_is_finalised_witho
     assert hashing.read_trusted_hash(target) == _sha256(source)
 
 
-async def test_full_size_unfinished_file_with_corrupt_content_is_removed_and_sent_again(tmp_path, client):
+async def test_full_size_unfinished_file_with_corrupt_content_is_removed_and_sent_again(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 2 * MiB)
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         target = worker.models_dir / "m" / "model.gguf"
@@ -210,7 +216,9 @@ async def test_full_size_unfinished_file_with_corrupt_content_is_removed_and_sen
 
 
 @pytest.mark.parametrize("corrupt", [False, True])  # a reference-protocol client re-sends from byte 0
-async def test_reference_style_put_from_zero_over_a_full_size_unfinished_file(tmp_path, client, corrupt):
+async def test_reference_style_put_from_zero_over_a_full_size_unfinished_file(
+    tmp_path: Path, client: httpx.AsyncClient, corrupt: bool
+) -> None:
     data = os.urandom(MiB)
     sha = hashlib.sha256(data).hexdigest()
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -226,7 +234,9 @@ async def test_reference_style_put_from_zero_over_a_full_size_unfinished_file(tm
     assert hashing.read_trusted_hash(target) == sha
 
 
-async def test_status_query_on_a_partial_file_answers_416_with_the_offset_to_resume_from(tmp_path, client):
+async def test_status_query_on_a_partial_file_answers_416_with_the_offset_to_resume_from(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     data = os.urandom(1000)
     sha = hashlib.sha256(data).hexdigest()
     async with running_file_server(tmp_path / "worker" / "models") as worker:
@@ -247,8 +257,8 @@ def _tiny_disk(free_bytes: int) -> DiskBudget:
 
 
 async def test_upload_larger_than_the_free_disk_is_refused_with_507_before_any_byte_is_written(
-    tmp_path, client
-):
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     async with running_file_server(tmp_path / "worker" / "models", disk_budget=_tiny_disk(5000)) as worker:
         full = await client.put(f"{worker.url}/v1/files/models/m/a.bin", content=b"x" * 4001, headers=AUTH)
         ranged = await client.put(
@@ -272,8 +282,8 @@ async def test_upload_larger_than_the_free_disk_is_refused_with_507_before_any_b
 
 
 async def test_stage_file_refused_for_disk_space_fails_at_once_naming_file_node_status_and_fix(
-    tmp_path, client
-):
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     source = _source(tmp_path, 3 * MiB)
     async with running_file_server(tmp_path / "worker" / "models", disk_budget=_tiny_disk(MiB)) as worker:
         with pytest.raises(StagingFailed) as raised:
@@ -289,7 +299,7 @@ async def test_stage_file_refused_for_disk_space_fails_at_once_naming_file_node_
     assert "LOCALAI_MODELS_PATH" in text
 
 
-async def test_temp_and_list_routes_follow_the_reference(tmp_path, client):
+async def test_temp_and_list_routes_follow_the_reference(tmp_path: Path, client: httpx.AsyncClient) -> None:
     async with running_file_server(tmp_path / "worker" / "models") as worker:
         await client.put(f"{worker.url}/v1/files/models/m/sub/a.bin", content=b"a", headers=AUTH)
         await client.put(f"{worker.url}/v1/files/models/m/b.bin", content=b"b", headers=AUTH)
@@ -304,7 +314,9 @@ async def test_temp_and_list_routes_follow_the_reference(tmp_path, client):
     )
 
 
-async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a_short_file(tmp_path, client):
+async def test_a_server_that_ignores_content_range_is_refused_not_trusted_with_a_short_file(
+    tmp_path: Path, client: httpx.AsyncClient
+) -> None:
     """A plain PUT server (no resumable protocol) would keep the first range as the whole file, unverified."""
 
     class PlainPut(http.server.BaseHTTPRequestHandler):

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from corral.gallery.registry import BackendRegistry
 from corral.worker.ports import PortAllocator
-from corral.worker.supervisor import BackendStartFailed, BackendState, Supervisor, _probe_health
+from corral.worker.supervisor import (
+    BackendProcess,
+    BackendStartFailed,
+    BackendState,
+    Supervisor,
+    _probe_health,
+)
 
 
 def _free_base() -> int:
@@ -22,7 +29,7 @@ def _free_base() -> int:
 
 
 @pytest.fixture
-async def supervisor():
+async def supervisor() -> AsyncIterator[Supervisor]:
     base = _free_base()
     sup = Supervisor(PortAllocator(base, base + 20), bind_host="127.0.0.1", token="t0k", start_timeout_s=30)
     yield sup
@@ -96,7 +103,7 @@ async def test_a_port_another_process_holds_is_set_aside_and_the_backend_starts_
 
 
 @pytest.fixture
-async def spared():
+async def spared() -> AsyncIterator[Supervisor]:
     base = _free_base()
     sup = Supervisor(
         PortAllocator(base, base + 20),
@@ -109,7 +116,7 @@ async def spared():
     await sup.stop_all(force=True)
 
 
-async def _spare_ready(sup: Supervisor, name: str = "simulator"):
+async def _spare_ready(sup: Supervisor, name: str = "simulator") -> BackendProcess:
     proc = await sup._spare_starts[name]
     assert proc is not None and proc.state is BackendState.READY
     return proc

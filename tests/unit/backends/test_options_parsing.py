@@ -16,64 +16,64 @@ from corral.backends.parent_watch import ParentWatchConfig, parse_duration_s
 from corral.backends.server import AddressError, ListenAddress, parse_addr
 
 
-def test_options_split_on_the_first_colon_so_values_may_contain_colons():
+def test_options_split_on_the_first_colon_so_values_may_contain_colons() -> None:
     assert parse_options(["load_fail:disk on fire: sector 7", "chat_format:gemma"]) == {
         "load_fail": "disk on fire: sector 7",
         "chat_format": "gemma",
     }
 
 
-def test_keys_and_values_are_stripped_and_blank_entries_are_skipped():
+def test_keys_and_values_are_stripped_and_blank_entries_are_skipped() -> None:
     assert parse_options(["  load_time_s : 1.5 ", "", "   "]) == {"load_time_s": "1.5"}
 
 
-def test_an_entry_without_a_colon_is_a_true_flag():
+def test_an_entry_without_a_colon_is_a_true_flag() -> None:
     assert parse_options(["use_jinja"]) == {"use_jinja": "true"}
 
 
-def test_a_repeated_key_keeps_its_last_value():
+def test_a_repeated_key_keeps_its_last_value() -> None:
     assert parse_options(["a:1", "a:2"]) == {"a": "2"}
 
 
-def test_an_entry_with_an_empty_key_is_rejected_with_the_expected_shape():
+def test_an_entry_with_an_empty_key_is_rejected_with_the_expected_shape() -> None:
     with pytest.raises(OptionError, match="key:value"):
         parse_options([":oops"])
 
 
-def test_number_options_fall_back_to_the_default_when_absent_or_empty():
+def test_number_options_fall_back_to_the_default_when_absent_or_empty() -> None:
     assert option_float({}, "load_time_s", 0.25) == 0.25
     assert option_float({"load_time_s": ""}, "load_time_s", 0.25) == 0.25
     assert option_int({}, "embedding_dim", 384) == 384
 
 
-def test_number_options_parse_numbers():
+def test_number_options_parse_numbers() -> None:
     assert option_float({"load_time_s": "1.5"}, "load_time_s", 0.0) == 1.5
     assert option_int({"embedding_dim": "8"}, "embedding_dim", 384, min_value=1) == 8
 
 
 @pytest.mark.parametrize("raw", ["abc", "nan", "inf", "-1"])
-def test_bad_seconds_values_are_rejected_naming_the_option(raw):
+def test_bad_seconds_values_are_rejected_naming_the_option(raw: str) -> None:
     with pytest.raises(OptionError, match="load_time_s"):
         option_float({"load_time_s": raw}, "load_time_s", 0.0)
 
 
 @pytest.mark.parametrize("raw", ["1.5", "x", "0"])
-def test_bad_whole_number_values_are_rejected_naming_the_option(raw):
+def test_bad_whole_number_values_are_rejected_naming_the_option(raw: str) -> None:
     with pytest.raises(OptionError, match="embedding_dim"):
         option_int({"embedding_dim": raw}, "embedding_dim", 384, min_value=1)
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("ON", True), ("1", True), ("no", False)])
-def test_bool_options_accept_the_usual_words(raw, expected):
+def test_bool_options_accept_the_usual_words(raw: str, expected: bool) -> None:
     assert option_bool({"flag": raw}, "flag", not expected) is expected
 
 
-def test_bool_options_reject_other_words():
+def test_bool_options_reject_other_words() -> None:
     with pytest.raises(OptionError, match="true or false"):
         option_bool({"flag": "maybe"}, "flag", False)
 
 
-def test_unknown_options_are_listed_sorted():
+def test_unknown_options_are_listed_sorted() -> None:
     assert unknown_options({"b": "1", "a": "2", "known": "3"}, ["known"]) == ["a", "b"]
 
 
@@ -86,16 +86,16 @@ def test_unknown_options_are_listed_sorted():
         ("[::1]:50051", ListenAddress("::1", 50051)),
     ],
 )
-def test_listen_addresses_parse_as_host_and_port(text, expected):
+def test_listen_addresses_parse_as_host_and_port(text: str, expected: ListenAddress) -> None:
     assert parse_addr(text) == expected
 
 
-def test_ipv6_listen_addresses_render_with_brackets():
+def test_ipv6_listen_addresses_render_with_brackets() -> None:
     assert str(ListenAddress("::1", 5)) == "[::1]:5"
 
 
 @pytest.mark.parametrize("text", ["", "50051", "host:", ":50051", "host:0", "host:65536", "host:http"])
-def test_malformed_listen_addresses_are_rejected_with_an_example(text):
+def test_malformed_listen_addresses_are_rejected_with_an_example(text: str) -> None:
     with pytest.raises(AddressError, match="HOST:PORT"):
         parse_addr(text)
 
@@ -103,26 +103,26 @@ def test_malformed_listen_addresses_are_rejected_with_an_example(text):
 @pytest.mark.parametrize(
     ("text", "seconds"), [("2s", 2.0), ("500ms", 0.5), ("1m30s", 90.0), ("0.25", 0.25), ("1h", 3600.0)]
 )
-def test_watch_intervals_accept_go_durations_and_plain_seconds(text, seconds):
+def test_watch_intervals_accept_go_durations_and_plain_seconds(text: str, seconds: float) -> None:
     assert parse_duration_s(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "fast", "2 s", "5x"])
-def test_malformed_watch_intervals_are_rejected(text):
+def test_malformed_watch_intervals_are_rejected(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration_s(text)
 
 
-def test_parent_watch_is_on_every_two_seconds_by_default():
+def test_parent_watch_is_on_every_two_seconds_by_default() -> None:
     assert ParentWatchConfig.from_env({}) == ParentWatchConfig(enabled=True, interval_s=2.0)
 
 
 @pytest.mark.parametrize("value", ["false", "0", "no", "OFF"])
-def test_parent_watch_can_be_disabled(value):
+def test_parent_watch_can_be_disabled(value: str) -> None:
     assert ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH": value}).enabled is False
 
 
-def test_a_bad_parent_watch_interval_falls_back_to_the_default():
+def test_a_bad_parent_watch_interval_falls_back_to_the_default() -> None:
     config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "soon"})
     assert config.interval_s == 2.0
     config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "0s"})

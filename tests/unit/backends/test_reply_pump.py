@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import pytest
+
 from corral.backends import reply_pump
 from corral.backends.engine import final_reply, piece_reply
 from corral.backends.reply_pump import ReplyPump, coalesce
@@ -27,7 +29,7 @@ def test_a_reply_with_more_than_text_is_never_merged() -> None:
     assert [r.message for r in out] == [b"a", b"x", b"b"]
 
 
-def test_one_reply_carries_at_most_the_cap_of_pieces(monkeypatch) -> None:
+def test_one_reply_carries_at_most_the_cap_of_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reply_pump, "MAX_PIECES_PER_REPLY", 2)
     assert [r.message for r in coalesce([piece_reply(c) for c in "abcde"])] == [b"ab", b"cd", b"e"]
 

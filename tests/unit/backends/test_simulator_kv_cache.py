@@ -37,7 +37,7 @@ def chat(*contents: str) -> pb.PredictOptions:
     )
 
 
-def test_without_a_cache_every_prompt_token_is_prefilled_each_time(sleeps):
+def test_without_a_cache_every_prompt_token_is_prefilled_each_time(sleeps: list[float]) -> None:
     e = engine()
     e.predict(pb.PredictOptions(Prompt=words(40), Tokens=4))
     e.predict(pb.PredictOptions(Prompt=words(40), Tokens=4))
@@ -45,7 +45,7 @@ def test_without_a_cache_every_prompt_token_is_prefilled_each_time(sleeps):
     assert sleeps == pytest.approx([0.4, 0.002, 0.002, 0.002, 0.002] * 2)
 
 
-def test_a_repeated_prompt_prefills_only_its_partial_last_block(sleeps):
+def test_a_repeated_prompt_prefills_only_its_partial_last_block(sleeps: list[float]) -> None:
     e = engine("kv_cache_tokens:1000", "kv_block_tokens:16")
     e.predict(pb.PredictOptions(Prompt=words(40), Tokens=4))
     e.predict(pb.PredictOptions(Prompt=words(40), Tokens=4))
@@ -54,7 +54,7 @@ def test_a_repeated_prompt_prefills_only_its_partial_last_block(sleeps):
     assert sleeps[5] == pytest.approx(0.08)
 
 
-def test_the_next_turn_of_a_conversation_reuses_its_history_including_the_reply(sleeps):
+def test_the_next_turn_of_a_conversation_reuses_its_history_including_the_reply(sleeps: list[float]) -> None:
     e = engine("kv_cache_tokens:1000", "kv_block_tokens:16")
     system, first = words(30, "s"), words(10, "u")
     reply = e.predict(chat(system, first)).message.decode()  # 40 prompt tokens, 4 generated
@@ -64,7 +64,7 @@ def test_the_next_turn_of_a_conversation_reuses_its_history_including_the_reply(
     assert sleeps[5] == pytest.approx((64 - 32) * 0.01)
 
 
-def test_least_recently_used_blocks_are_evicted_beyond_capacity(sleeps):
+def test_least_recently_used_blocks_are_evicted_beyond_capacity(sleeps: list[float]) -> None:
     e = engine("kv_cache_tokens:32", "kv_block_tokens:16")  # room for 2 blocks
     e.predict(pb.PredictOptions(Prompt=words(32, "a"), Tokens=1))  # a-blocks cached (+ no whole output block)
     e.predict(pb.PredictOptions(Prompt=words(32, "b"), Tokens=1))  # b-blocks evict the a-blocks
@@ -72,7 +72,7 @@ def test_least_recently_used_blocks_are_evicted_beyond_capacity(sleeps):
     assert sleeps[0::2] == pytest.approx([0.32, 0.32, 0.32])
 
 
-def test_kv_cache_keeps_the_blocks_used_last():
+def test_kv_cache_keeps_the_blocks_used_last() -> None:
     cache = KVCache(capacity_tokens=48, block_tokens=16)
     a, b = [f"a{i}" for i in range(32)], [f"b{i}" for i in range(16)]
     cache.store(a)
@@ -84,7 +84,7 @@ def test_kv_cache_keeps_the_blocks_used_last():
     assert len(cache) == 3
 
 
-def test_a_negative_cache_capacity_is_refused():
+def test_a_negative_cache_capacity_is_refused() -> None:
     e = SimulatorEngine()
     with pytest.raises(simulator.LoadError, match="kv_cache_tokens"):
         e.load(pb.ModelOptions(Model="sim", Options=["kv_cache_tokens:-5"]))

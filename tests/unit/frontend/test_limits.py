@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from corral.config.errors import ConfigError
-from corral.config.frontend import FRONTEND_SETTINGS
+from corral.config.frontend import FrontendSettings
 from corral.config.settings import load
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 
@@ -146,9 +146,9 @@ async def test_past_the_concurrency_limit_a_request_gets_429_and_health_checks_s
 
 def test_limits_come_from_their_settings() -> None:
     settings = load(
+        FrontendSettings,
         "corral run",
         "",
-        FRONTEND_SETTINGS,
         REQUIRED,
         {"CORRAL_INFERENCE_MAX_BODY": "32MiB", "CORRAL_MAX_CONCURRENT_REQUESTS": "2"},
     )
@@ -165,4 +165,4 @@ def test_limits_come_from_their_settings() -> None:
 )
 def test_a_limit_of_zero_stops_the_start_naming_the_setting(env: str, value: str) -> None:
     with pytest.raises(ConfigError, match=env):
-        load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {env: value})
+        load(FrontendSettings, "corral run", "", REQUIRED, {env: value})

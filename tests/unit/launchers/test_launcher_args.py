@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from corral.config.errors import ConfigError
-from corral.config.launchers import DS4_SETTINGS, VLLM_FOLLOWER_SETTINGS
-from corral.config.settings import Settings, resolve
+from corral.config.launchers import Ds4Settings, VllmFollowerSettings
+from corral.config.settings import resolve
 from corral.launchers import ds4, vllm
 from corral.node.hardware import HardwareFacts
 
 
-def follower(**values: str) -> Settings:
-    return resolve(VLLM_FOLLOWER_SETTINGS, values, {})
+def follower(**values: str) -> VllmFollowerSettings:
+    return resolve(VllmFollowerSettings, values, {})
 
 
 TOPOLOGY = {
@@ -116,7 +116,7 @@ def test_registration_is_an_agent_node_with_the_follower_role() -> None:
 def test_ds4_uses_the_bundled_loader_when_present(tmp_path: Path) -> None:
     binary = tmp_path / "ds4" / "ds4-worker"
     (tmp_path / "ds4" / "lib").mkdir(parents=True)
-    s = resolve(DS4_SETTINGS, {}, {})
+    s = resolve(Ds4Settings, {}, {})
     assert ds4.exec_argv(binary, ["--role", "worker"], s)[1] == [str(binary), "--role", "worker"]
     (tmp_path / "ds4" / "lib" / "ld.so").write_text("")
     program, argv, env = ds4.exec_argv(binary, ["--role", "worker"], s)
@@ -129,7 +129,7 @@ def test_ds4_uses_the_bundled_loader_when_present(tmp_path: Path) -> None:
 
 
 def test_ds4_args_from_the_env_when_nothing_follows_the_separator(tmp_path: Path) -> None:
-    s = resolve(DS4_SETTINGS, {}, {"LOCALAI_EXTRA_DS4_ARGS": "--role worker --coordinator 'h 1' 1234"})
+    s = resolve(Ds4Settings, {}, {"LOCALAI_EXTRA_DS4_ARGS": "--role worker --coordinator 'h 1' 1234"})
     assert ds4.exec_argv(tmp_path / "ds4-worker", [], s)[1][1:] == [
         "--role",
         "worker",
@@ -138,4 +138,4 @@ def test_ds4_args_from_the_env_when_nothing_follows_the_separator(tmp_path: Path
         "1234",
     ]
     with pytest.raises(ConfigError, match="usage: corral worker ds4-distributed --"):
-        ds4.exec_argv(tmp_path / "ds4-worker", [], resolve(DS4_SETTINGS, {}, {}))
+        ds4.exec_argv(tmp_path / "ds4-worker", [], resolve(Ds4Settings, {}, {}))

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from corral.models.artifacts import SCALAR_FIELDS
-from corral.models.config import ModelConfigError, load_model_configs, parse_model_config
+from corral.models.config import ModelConfig, ModelConfigError, load_model_configs, parse_model_config
 from corral.models.huggingface import HuggingFaceSource, ref_path
 
 
 @pytest.fixture
-def layout(tmp_path):
+def layout(tmp_path: Path) -> tuple[Path, Path]:
     """A models dir with a model file, and a file outside it (what an attacker would like to read)."""
     models, outside = tmp_path / "models", tmp_path / "outside"
     models.mkdir()
@@ -23,14 +23,14 @@ def layout(tmp_path):
     return models, outside
 
 
-def _parse(models: Path, extra: tuple[Path, ...] = (), **fields):
+def _parse(models: Path, extra: tuple[Path, ...] = (), **fields: object) -> ModelConfig:
     data = {"name": "m", "backend": "llama-cpp", "parameters": {"model": "m.gguf"}, **fields}
     return parse_model_config(data, models / "m.yaml", models, extra)
 
 
 def _refused(
-    models: Path, field: str, value: str, resolved: Path | str, extra: tuple[Path, ...] = (), **fields
-):
+    models: Path, field: str, value: str, resolved: Path | str, extra: tuple[Path, ...] = (), **fields: object
+) -> None:
     with pytest.raises(ModelConfigError) as info:
         _parse(models, extra, **fields)
     assert str(info.value) == (
@@ -40,19 +40,25 @@ def _refused(
     assert info.value.field == field  # the API answers it as the error's `param`
 
 
-def test_a_parameters_model_that_climbs_out_with_dot_dots_is_refused_naming_field_value_and_setting(layout):
+def test_a_parameters_model_that_climbs_out_with_dot_dots_is_refused_naming_field_value_and_setting(
+    layout: tuple[Path, Path],
+) -> None:
     models, _ = layout
     value = "../../../../../../../../etc/passwd"
     _refused(models, "parameters.model", value, "/etc/passwd", parameters={"model": value})
 
 
-def test_an_absolute_parameters_model_outside_is_refused_even_when_it_does_not_exist(layout):
+def test_an_absolute_parameters_model_outside_is_refused_even_when_it_does_not_exist(
+    layout: tuple[Path, Path],
+) -> None:
     models, outside = layout
     for value in (str(outside / "secret"), str(outside / "not-there.gguf")):
         _refused(models, "parameters.model", value, value, parameters={"model": value})
 
 
-def test_a_symlink_in_the_models_dir_that_points_out_is_refused_with_where_it_resolves(layout):
+def test_a_symlink_in_the_models_dir_that_points_out_is_refused_with_where_it_resolves(
+    layout: tuple[Path, Path],
+) -> None:
     models, outside = layout
     (models / "link.gguf").symlink_to(outside / "secret")
     _refused(models, "parameters.model", "link.gguf", outside / "secret", parameters={"model": "link.gguf"})
@@ -66,7 +72,7 @@ def test_a_symlink_in_the_models_dir_that_points_out_is_refused_with_where_it_re
     )
 
 
-def test_a_symlink_that_stays_inside_the_models_dir_is_accepted(layout):
+def test_a_symlink_that_stays_inside_the_models_dir_is_accepted(layout: tuple[Path, Path]) -> None:
     models, _ = layout
     (models / "sub").mkdir()
     (models / "sub" / "alias.gguf").symlink_to(models / "m.gguf")
@@ -74,7 +80,7 @@ def test_a_symlink_that_stays_inside_the_models_dir_is_accepted(layout):
     assert _parse(models, parameters={"model": str(models / "m.gguf")}).model_file == models / "m.gguf"
 
 
-def test_a_root_listed_in_corral_model_path_roots_allows_its_files(layout):
+def test_a_root_listed_in_corral_model_path_roots_allows_its_files(layout: tuple[Path, Path]) -> None:
     models, outside = layout
     cfg = _parse(models, (outside,), parameters={"model": str(outside / "secret")})
     assert cfg.model_file == outside / "secret"
@@ -82,7 +88,9 @@ def test_a_root_listed_in_corral_model_path_roots_allows_its_files(layout):
     assert _parse(models, (outside,), parameters={"model": "link.gguf"}).model_file == models / "link.gguf"
 
 
-def test_the_message_names_the_listed_roots_when_there_are_some(layout, tmp_path):
+def test_the_message_names_the_listed_roots_when_there_are_some(
+    layout: tuple[Path, Path], tmp_path: Path
+) -> None:
     models, outside = layout
     with pytest.raises(
         ModelConfigError,
@@ -101,20 +109,22 @@ def test_the_message_names_the_listed_roots_when_there_are_some(layout, tmp_path
         "sub/not-yet-there.gguf",  # a file a later copy brings
     ],
 )
-def test_a_parameters_model_that_is_no_path_escaping_the_roots_stays_allowed(layout, value):
+def test_a_parameters_model_that_is_no_path_escaping_the_roots_stays_allowed(
+    layout: tuple[Path, Path], value: str
+) -> None:
     models, _ = layout
     assert _parse(models, parameters={"model": value}).model == value
 
 
 @pytest.mark.parametrize("yaml_key", sorted(SCALAR_FIELDS))
-def test_every_artifact_field_is_confined_too(layout, yaml_key):
+def test_every_artifact_field_is_confined_too(layout: tuple[Path, Path], yaml_key: str) -> None:
     models, outside = layout
     _refused(
         models, yaml_key, str(outside / "secret"), outside / "secret", **{yaml_key: str(outside / "secret")}
     )
 
 
-def test_a_lora_adapter_list_entry_outside_is_refused_naming_its_index(layout):
+def test_a_lora_adapter_list_entry_outside_is_refused_naming_its_index(layout: tuple[Path, Path]) -> None:
     models, outside = layout
     (models / "ok.lora").write_bytes(b"x")
     _refused(
@@ -134,14 +144,16 @@ def test_a_lora_adapter_list_entry_outside_is_refused_naming_its_index(layout):
         ("grammar:../../nowhere/x.gbnf", "../nowhere/x.gbnf"),  # '..' out, and not even there
     ],
 )
-def test_an_option_that_names_a_file_outside_is_refused(layout, option, resolved):
+def test_an_option_that_names_a_file_outside_is_refused(
+    layout: tuple[Path, Path], option: str, resolved: str
+) -> None:
     models, _ = layout
     key, _, value = option.partition(":")
     expected = Path(resolved) if resolved.startswith("/") else (models.parent / resolved).resolve()
     _refused(models, "options[1]", value, expected, options=["chat_format:gemma", option])
 
 
-def test_an_option_naming_a_symlink_that_points_out_is_refused(layout):
+def test_an_option_naming_a_symlink_that_points_out_is_refused(layout: tuple[Path, Path]) -> None:
     models, outside = layout
     (models / "vae.bin").symlink_to(outside / "secret")
     _refused(models, "options[0]", "vae.bin", outside / "secret", options=["vae:vae.bin"])
@@ -157,7 +169,7 @@ def test_an_option_naming_a_symlink_that_points_out_is_refused(layout):
         "noseparator",
     ],
 )
-def test_options_that_name_no_file_outside_are_accepted(layout, option):
+def test_options_that_name_no_file_outside_are_accepted(layout: tuple[Path, Path], option: str) -> None:
     models, _ = layout
     assert _parse(models, options=[option]).options == (option,)
 
@@ -170,7 +182,9 @@ def test_options_that_name_no_file_outside_are_accepted(layout, option):
         ("x" * 300 + ".gguf", "has a path component of 305 bytes; the longest file name is 255 bytes"),
     ],
 )
-def test_a_value_that_cannot_be_a_path_is_refused_naming_the_limit(layout, value, problem):
+def test_a_value_that_cannot_be_a_path_is_refused_naming_the_limit(
+    layout: tuple[Path, Path], value: str, problem: str
+) -> None:
     models, _ = layout
     with pytest.raises(ModelConfigError) as info:
         _parse(models, parameters={"model": value})
@@ -178,13 +192,15 @@ def test_a_value_that_cannot_be_a_path_is_refused_naming_the_limit(layout, value
     assert info.value.field == "parameters.model"
 
 
-def test_a_nul_byte_in_an_option_path_is_refused(layout):
+def test_a_nul_byte_in_an_option_path_is_refused(layout: tuple[Path, Path]) -> None:
     models, _ = layout
     with pytest.raises(ModelConfigError, match="field 'options\\[0\\]': '/x\\\\x00y' contains a NUL byte"):
         _parse(models, options=["vae:/x\x00y"])
 
 
-def test_a_huggingface_model_cannot_climb_out_of_its_snapshot_and_the_models_dir(layout):
+def test_a_huggingface_model_cannot_climb_out_of_its_snapshot_and_the_models_dir(
+    layout: tuple[Path, Path],
+) -> None:
     models, _ = layout
     source = HuggingFaceSource("acme/tiny")
     snapshot = models / ".artifacts" / "huggingface" / "acme--tiny" / "snapshots" / "c0ffee"
@@ -203,7 +219,9 @@ def test_a_huggingface_model_cannot_climb_out_of_its_snapshot_and_the_models_dir
     )
 
 
-def test_the_snapshot_root_is_a_root_of_its_own_when_it_links_to_another_disk(layout, tmp_path):
+def test_the_snapshot_root_is_a_root_of_its_own_when_it_links_to_another_disk(
+    layout: tuple[Path, Path], tmp_path: Path
+) -> None:
     models, _ = layout
     disk = tmp_path / "big-disk"
     snapshot = disk / "acme--tiny" / "snapshots" / "c0ffee"
@@ -218,8 +236,8 @@ def test_the_snapshot_root_is_a_root_of_its_own_when_it_links_to_another_disk(la
 
 
 def test_at_start_a_config_outside_the_roots_is_skipped_with_a_line_naming_the_file_and_the_fix(
-    layout, caplog
-):
+    layout: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
     models, outside = layout
     (models / "good.yaml").write_text("name: good\nbackend: llama-cpp\nparameters:\n  model: m.gguf\n")
     (models / "bad.yaml").write_text(

@@ -1,6 +1,7 @@
 """The tiny test model and model config files, checked without llama.cpp."""
 
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -10,7 +11,7 @@ from corral.models.defaults import model_yaml, write_tiny_model_config
 from corral.models.tiny_gguf import main, tiny_vocab, write_tiny_llama
 
 
-def _field(reader: gguf.GGUFReader, key: str):
+def _field(reader: gguf.GGUFReader, key: str) -> Any:
     field = reader.get_field(key)
     if field is None:
         raise KeyError(key)

@@ -7,10 +7,14 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from llama_cpp.mtmd_cpp import mtmd_context_params
 
 from corral.models.tiny_gguf import write_tiny_llama
 from corral.models.tiny_mmproj import IMAGE_SIZE, IMAGE_TOKENS, PATCH_SIZE, main, write_tiny_mmproj
@@ -26,7 +30,7 @@ except ImportError:  # the GGUF checks above still run without llama-cpp-python
 PROMPT = "<|im_start|>user\n<__media__>\nwhat is this?<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _field(reader: gguf.GGUFReader, key: str):
+def _field(reader: gguf.GGUFReader, key: str) -> Any:
     field = reader.get_field(key)
     if field is None:
         raise KeyError(key)
@@ -145,7 +149,7 @@ class _Vision:
             mtmd.mtmd_bitmap_free(bitmap)
 
 
-def _mtmd_params():
+def _mtmd_params() -> mtmd_context_params:
     params = mtmd.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = 1  # one thread: spinning ggml workers on a busy 2-CPU box cost 100s of ms per eval

@@ -9,7 +9,7 @@ from corral.nodes.held_beats import HeldBeats
 
 
 async def test_the_health_monitor_keeps_running_after_an_unexpected_exception_type() -> None:
-    monitor = HealthMonitor(None, HeldBeats(None), stale_threshold_s=60.0, interval_s=0.001)  # type: ignore[arg-type]
+    monitor = HealthMonitor(None, HeldBeats(None), stale_threshold_s=60.0, interval_s=0.001)
     stop, passes = asyncio.Event(), []
 
     async def check_once() -> list[object]:
@@ -19,6 +19,6 @@ async def test_the_health_monitor_keeps_running_after_an_unexpected_exception_ty
         stop.set()
         return []
 
-    monitor.check_once = check_once  # type: ignore[method-assign]
+    monitor.check_once = check_once
     await asyncio.wait_for(monitor.run(stop), 10)
     assert len(passes) == 2

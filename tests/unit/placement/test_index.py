@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -61,7 +62,11 @@ def _request(rng: random.Random) -> PlacementRequest:
     )
 
 
-def _outcome(decide_fn, req, nodes) -> tuple:
+def _outcome(
+    decide_fn: Callable[[PlacementRequest, list[NodeSnapshot]], Decision],
+    req: PlacementRequest,
+    nodes: list[NodeSnapshot],
+) -> tuple[object, ...]:
     try:
         decision: Decision = decide_fn(req, nodes)
     except PlacementError as exc:
@@ -133,5 +138,5 @@ def test_an_indexed_decision_looks_at_the_best_node_only_until_asked_for_more() 
     decision = decide_indexed(req, PlacementIndex(nodes))
 
     assert decision.node.name == "node-1000"
-    assert decision.ranked._seen == [decision.node]  # type: ignore[attr-defined]
+    assert decision.ranked._seen == [decision.node]
     assert decision.ranked[:3] == decide(req, nodes).ranked[:3]

@@ -6,7 +6,7 @@ import pytest
 
 from corral.placement.pipeline import decide
 from corral.placement.request import PlacementRequest
-from corral.placement.room import loaded_counts, plan_room, room_shortfall
+from corral.placement.room import ReplicaTest, RoomPlan, loaded_counts, plan_room, room_shortfall
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 
 MIB = 1 << 20
@@ -45,9 +45,9 @@ def _plan(
     need_mib: int,
     nodes: list[NodeSnapshot],
     floors: dict[str, int] | None = None,
-    usable=_idle,
+    usable: ReplicaTest = _idle,
     selector: dict[str, str] | None = None,
-):
+) -> RoomPlan | None:
     req = PlacementRequest(model="big", vram_bytes=need_mib * MIB, selector=selector or {})
     allowed = decide(req, nodes).ranked
     return plan_room(req, allowed, loaded_counts(nodes), floors or {}, usable, _recency)

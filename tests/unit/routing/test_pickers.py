@@ -7,7 +7,7 @@ import random
 import pytest
 
 from corral.placement.rules import SchedulingRule
-from corral.routing.pickers.base import Policy
+from corral.routing.pickers.base import Load, Policy
 from corral.routing.pickers.least_loaded import LeastLoaded
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.pickers.power_of_two import PowerOfTwo
@@ -26,7 +26,7 @@ def replicas(n: int) -> list[Replica]:
     ]
 
 
-def loads(values: dict[str, int]):
+def loads(values: dict[str, int]) -> Load:
     return lambda r: values.get(r.key, 0)
 
 
@@ -44,11 +44,13 @@ POLICY = Policy("prefix_cache")
         (14, 8, 64, 1.5, False),  # rel breached
     ],
 )
-def test_the_guard_admits_within_both_thresholds(in_flight, minimum, abs_, rel, ok):
+def test_the_guard_admits_within_both_thresholds(
+    in_flight: int, minimum: int, abs_: int, rel: float, ok: bool
+) -> None:
     assert eligible(in_flight, minimum, Policy("prefix_cache", balance_abs=abs_, balance_rel=rel)) is ok
 
 
-def test_prefix_cache_routes_to_the_replica_holding_the_longest_prefix():
+def test_prefix_cache_routes_to_the_replica_holding_the_longest_prefix() -> None:
     index, rs = PrefixIndex(), replicas(4)
     index.observe([1, 2, 3], rs[2].key)
     index.observe([1], rs[1].key)
@@ -57,7 +59,7 @@ def test_prefix_cache_routes_to_the_replica_holding_the_longest_prefix():
     assert d.reason == "holds 3 of 4 prompt blocks (0.75)"
 
 
-def test_a_match_below_min_prefix_match_goes_to_the_least_loaded():
+def test_a_match_below_min_prefix_match_goes_to_the_least_loaded() -> None:
     index, rs = PrefixIndex(), replicas(2)
     index.observe([1], rs[1].key)
     d = PrefixCache(index).pick(rs, loads({rs[0].key: 1}), POLICY, [1, 2, 3, 4])  # 0.25 < 0.3
@@ -67,7 +69,7 @@ def test_a_match_below_min_prefix_match_goes_to_the_least_loaded():
     assert d.reason == "best match 0.25 of the prompt is below min_prefix_match 0.3: least loaded"
 
 
-def test_the_guard_sends_a_hot_replica_that_is_too_busy_to_the_least_loaded():
+def test_the_guard_sends_a_hot_replica_that_is_too_busy_to_the_least_loaded() -> None:
     index, rs = PrefixIndex(), replicas(2)
     index.observe([1, 2], rs[0].key)
     d = PrefixCache(index).pick(rs, loads({rs[0].key: 2}), POLICY, [1, 2])
@@ -79,7 +81,7 @@ def test_the_guard_sends_a_hot_replica_that_is_too_busy_to_the_least_loaded():
     assert PrefixCache(index).pick(rs, loads({rs[0].key: 1}), POLICY, [1, 2]).replica is rs[0]
 
 
-def test_among_replicas_with_the_same_match_the_least_loaded_wins():
+def test_among_replicas_with_the_same_match_the_least_loaded_wins() -> None:
     index, rs = PrefixIndex(), replicas(3)
     for r in rs:
         index.observe([1, 2], r.key)
@@ -87,19 +89,19 @@ def test_among_replicas_with_the_same_match_the_least_loaded_wins():
     assert d.replica is rs[1]
 
 
-def test_round_robin_takes_each_replica_in_turn_regardless_of_load():
+def test_round_robin_takes_each_replica_in_turn_regardless_of_load() -> None:
     rs, rr = replicas(3), RoundRobin()
     picked = [rr.pick(rs, loads({rs[0].key: 9}), POLICY, None).replica for _ in range(4)]
     assert picked == [rs[0], rs[1], rs[2], rs[0]]
 
 
-def test_least_loaded_then_least_recently_used():
+def test_least_loaded_then_least_recently_used() -> None:
     rs = replicas(3)
     rs[1].last_used_s, rs[2].last_used_s, rs[0].last_used_s = 5.0, 3.0, 1.0
     assert LeastLoaded().pick(rs, loads({rs[0].key: 1}), POLICY, None).replica is rs[2]
 
 
-def test_power_of_two_takes_the_less_loaded_of_two_random_replicas():
+def test_power_of_two_takes_the_less_loaded_of_two_random_replicas() -> None:
     rs = replicas(4)
     busy = {r.key: 5 for r in rs}
     busy[rs[3].key] = 0
@@ -111,7 +113,7 @@ def test_power_of_two_takes_the_less_loaded_of_two_random_replicas():
     assert {d.replica.key for d in picks} >= {rs[3].key}
 
 
-def test_a_rule_chooses_the_picker_and_overrides_thresholds_when_positive():
+def test_a_rule_chooses_the_picker_and_overrides_thresholds_when_positive() -> None:
     policies = RoutePolicies(prefix_cache_default=True)
     assert policies.get("m").picker == "prefix_cache"
     policies.set_rule(
@@ -133,7 +135,7 @@ def test_a_rule_chooses_the_picker_and_overrides_thresholds_when_positive():
     assert RoutePolicies(prefix_cache_default=False).get("m").picker == "least_loaded"
 
 
-def test_the_view_drops_prefix_entries_of_replicas_that_leave_or_change_address():
+def test_the_view_drops_prefix_entries_of_replicas_that_leave_or_change_address() -> None:
     view = ReplicaView(policies=RoutePolicies(prefix_cache_default=True))
     rs = [view.add(r) for r in replicas(2)]
     index = view.policies.index
@@ -147,7 +149,7 @@ def test_the_view_drops_prefix_entries_of_replicas_that_leave_or_change_address(
     assert index.match([1, 2], [rs[1].key]) == (0, [])
 
 
-def test_the_view_records_which_picker_chose_which_replica():
+def test_the_view_records_which_picker_chose_which_replica() -> None:
     view = ReplicaView(policies=RoutePolicies(prefix_cache_default=True))
     rs = [view.add(r) for r in replicas(2)]
     view.policies.index.observe([1, 2], rs[1].key)

@@ -20,18 +20,18 @@ REQUEST = pb.PredictOptions(
 
 
 def router(replicas: int) -> Router:
-    local = LocalReplicas(None, "frontend-1", RoutePolicies(prefix_cache_default=True))  # type: ignore[arg-type]
+    local = LocalReplicas(None, "frontend-1", RoutePolicies(prefix_cache_default=True))
     for i in range(replicas):
         local.view.add(Replica(model="chat", node_id=f"n{i}", node_name=f"node{i}", address=f"a{i}"))
-    return Router(SimpleNamespace(aliases={"slot": "chat"}), local, None, None)  # type: ignore[arg-type]
+    return Router(SimpleNamespace(aliases={"slot": "chat"}), local, None, None)
 
 
-def test_a_prefix_cache_model_with_two_replicas_hashes_its_canonical_messages():
+def test_a_prefix_cache_model_with_two_replicas_hashes_its_canonical_messages() -> None:
     expected = prefix_chain("chat", "system\nbe brief\nuser\nhi\n")
     assert router(2).prefix_chain(CHAT, REQUEST) == expected
 
 
-def test_nothing_is_hashed_for_a_lone_replica_or_another_picker():
+def test_nothing_is_hashed_for_a_lone_replica_or_another_picker() -> None:
     assert router(1).prefix_chain(CHAT, REQUEST) is None
     r = router(2)
     r.apply_route_rule(

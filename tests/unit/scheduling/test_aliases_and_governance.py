@@ -4,11 +4,12 @@ govern nothing."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from corral.models.aliases import AliasConfigError, load_aliases, parse_alias, resolve
+from corral.models.aliases import AliasConfigError, Resolution, load_aliases, parse_alias, resolve
 from corral.models.config import load_model_configs
 from corral.placement.governance import Governance, conflicting_rule, govern, governing_rule
 from corral.placement.rules import SchedulingRule
@@ -21,7 +22,7 @@ def rule(name: str, created_s: float) -> SchedulingRule:
     return SchedulingRule(id=f"id-{name}", model_name=name, created_s=created_s, min_replicas=1)
 
 
-def resolver(aliases: dict[str, str] = ALIASES):
+def resolver(aliases: dict[str, str] = ALIASES) -> Callable[[str], Resolution]:
     return lambda name: resolve(name, MODELS, aliases)
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from corral.placement.replica_plan import plan_replicas, registry_fingerprint, replica_floor
+from corral.placement.replica_plan import Plan, plan_replicas, registry_fingerprint, replica_floor
 from corral.placement.rules import SchedulingRule
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 
@@ -32,7 +32,7 @@ def rep(index: int = 0, state: str = "loaded", model: str = "m") -> ReplicaSnaps
 
 
 def rule(**fields: object) -> SchedulingRule:
-    return replace(SchedulingRule(id="r", model_name="m"), **fields)  # type: ignore[arg-type]
+    return replace(SchedulingRule(id="r", model_name="m"), **fields)
 
 
 def plan(
@@ -42,7 +42,7 @@ def plan(
     busy: set[str] = frozenset(),  # type: ignore[assignment]
     idle_s: float = 0.0,
     selector: dict[str, str] | None = None,
-):
+) -> Plan:
     return plan_replicas(
         r,
         "m",

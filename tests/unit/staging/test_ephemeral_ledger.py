@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ KEY_B = "ephemeral/audio/ffff0000/other.wav"
 
 
 def _ledger(
-    byte_limit: int = 1000, min_free: int = 100, free: int = 10_000, clock=lambda: 0.0
+    byte_limit: int = 1000, min_free: int = 100, free: int = 10_000, clock: Callable[[], float] = lambda: 0.0
 ) -> EphemeralLedger:
     return EphemeralLedger(
         ROOT, EphemeralLimits(byte_limit, min_free), free_bytes=lambda _path: free, clock=clock
@@ -39,19 +40,21 @@ def _ledger(
         (1 * GiB, 256 << 20, GiB),  # budget never below 256 MiB (the headroom still protects a tiny volume)
     ],
 )
-def test_zero_settings_select_filesystem_based_defaults(fs_bytes, byte_limit, min_free):
+def test_zero_settings_select_filesystem_based_defaults(
+    fs_bytes: int, byte_limit: int, min_free: int
+) -> None:
     limits = EphemeralLimits.resolve(0, 0, ROOT, total_bytes=lambda _path: fs_bytes)
     assert (limits.byte_limit, limits.min_free_bytes) == (byte_limit, min_free)
 
 
-def test_positive_settings_are_used_as_given_and_only_a_zero_one_is_defaulted():
+def test_positive_settings_are_used_as_given_and_only_a_zero_one_is_defaulted() -> None:
     assert EphemeralLimits.resolve(5, 7, ROOT, total_bytes=lambda _path: 0) == EphemeralLimits(5, 7)
     assert EphemeralLimits.resolve(5, 0, ROOT, total_bytes=lambda _path: 100 * GiB) == EphemeralLimits(
         5, 5 * GiB
     )
 
 
-def test_an_input_past_the_byte_limit_is_refused_naming_the_setting_and_the_numbers():
+def test_an_input_past_the_byte_limit_is_refused_naming_the_setting_and_the_numbers() -> None:
     ledger = _ledger(byte_limit=1000)
     ledger.reserve(KEY_A, 600)
     with pytest.raises(InputStorageFull) as refused:
@@ -66,7 +69,9 @@ def test_an_input_past_the_byte_limit_is_refused_naming_the_setting_and_the_numb
     assert not ledger.holds(KEY_B)
 
 
-def test_an_input_that_would_eat_the_free_space_headroom_is_refused_counting_what_accepted_inputs_still_write():
+def test_an_input_that_would_eat_the_free_space_headroom_is_refused_counting_what_accepted_inputs_still_write() -> (
+    None
+):
     ledger = _ledger(byte_limit=10_000, min_free=100, free=1000)
     ledger.reserve(KEY_A, 500)  # accepted, not written yet: the filesystem does not show it
     with pytest.raises(InputStorageFull) as refused:
@@ -81,7 +86,7 @@ def test_an_input_that_would_eat_the_free_space_headroom_is_refused_counting_wha
     ledger.reserve(KEY_B, 450)
 
 
-def test_a_landed_input_counts_against_the_byte_limit_until_it_is_released():
+def test_a_landed_input_counts_against_the_byte_limit_until_it_is_released() -> None:
     ledger = _ledger(byte_limit=1000)
     ledger.reserve(KEY_A, 800)
     ledger.settle(KEY_A, on_disk=True)
@@ -93,21 +98,21 @@ def test_a_landed_input_counts_against_the_byte_limit_until_it_is_released():
     assert ledger.active_request_dirs() == {"audio/ffff0000"}
 
 
-def test_a_failed_write_drops_its_reservation():
+def test_a_failed_write_drops_its_reservation() -> None:
     ledger = _ledger()
     ledger.reserve(KEY_A, 900)
     ledger.settle(KEY_A, on_disk=False)
     assert ledger.held_bytes() == 0 and ledger.active_request_dirs() == set()
 
 
-def test_writing_a_key_again_replaces_its_reservation_instead_of_adding_to_it():
+def test_writing_a_key_again_replaces_its_reservation_instead_of_adding_to_it() -> None:
     ledger = _ledger(byte_limit=1000)
     ledger.reserve(KEY_A, 900)
     ledger.reserve(KEY_A, 950)
     assert ledger.held_bytes() == 950
 
 
-def test_bytes_found_on_disk_without_a_reservation_count_until_released():
+def test_bytes_found_on_disk_without_a_reservation_count_until_released() -> None:
     ledger = _ledger(byte_limit=1000)
     ledger.count_unreserved({"audio/old00000": 700})  # an earlier run's input, kept by the sweep
     with pytest.raises(InputStorageFull, match=r"700 held by 1 request\(s\)"):
@@ -116,7 +121,7 @@ def test_bytes_found_on_disk_without_a_reservation_count_until_released():
     ledger.reserve(KEY_A, 400)
 
 
-def test_a_reservation_nobody_released_for_hours_stops_protecting_its_directory():
+def test_a_reservation_nobody_released_for_hours_stops_protecting_its_directory() -> None:
     now = [0.0]
     ledger = _ledger(clock=lambda: now[0])
     ledger.reserve(KEY_A, 10)
@@ -135,7 +140,7 @@ def test_a_reservation_nobody_released_for_hours_stops_protecting_its_directory(
         "ephemeral/audio/abcd1234",  # no file name: the request directory itself
     ],
 )
-def test_an_ephemeral_key_must_name_a_file_in_a_request_directory(key):
+def test_an_ephemeral_key_must_name_a_file_in_a_request_directory(key: str) -> None:
     with pytest.raises(
         KeyEscapesDirectory, match="an ephemeral key must be 'ephemeral/<category>/<request id>/<name>'"
     ):
@@ -150,12 +155,12 @@ def test_an_ephemeral_key_must_name_a_file_in_a_request_directory(key):
         ("/srv/models/x.gguf", "an ephemeral key must be"),
     ],
 )
-def test_ephemeral_keys_never_resolve_into_the_models_tree(key, message, tmp_path):
+def test_ephemeral_keys_never_resolve_into_the_models_tree(key: str, message: str, tmp_path: Path) -> None:
     with pytest.raises(KeyEscapesDirectory, match=message):
         resolve_ephemeral_key(key, tmp_path / "models")
 
 
-def test_an_ephemeral_key_through_a_symlink_out_of_the_root_is_refused(tmp_path):
+def test_an_ephemeral_key_through_a_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
     models = tmp_path / "models"
     (tmp_path / "staging" / "ephemeral" / "audio").mkdir(parents=True)
     (tmp_path / "staging" / "elsewhere").mkdir()
@@ -177,12 +182,12 @@ def test_an_ephemeral_key_through_a_symlink_out_of_the_root_is_refused(tmp_path)
         ("x" * 300 + ".mp3", "x" * 96 + ".mp3"),
     ],
 )
-def test_a_client_file_name_becomes_one_safe_key_segment(filename, name):
+def test_a_client_file_name_becomes_one_safe_key_segment(filename: str, name: str) -> None:
     assert safe_input_name(filename) == name
 
 
-def test_two_inputs_of_one_name_get_distinct_keys_below_the_request_directory():
-    inputs = RequestInputs(http=None, worker_http_address="w:1", token="t", request_id="abcd1234")  # type: ignore[arg-type]
+def test_two_inputs_of_one_name_get_distinct_keys_below_the_request_directory() -> None:
+    inputs = RequestInputs(http=None, worker_http_address="w:1", token="t", request_id="abcd1234")
     first = inputs.key_for("image", "cat.png")
     inputs.keys.append(first)
     assert (first, inputs.key_for("image", "cat.png")) == (

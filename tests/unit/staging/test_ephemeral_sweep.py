@@ -25,7 +25,7 @@ def _ledger(root: Path) -> EphemeralLedger:
     return EphemeralLedger(root, EphemeralLimits(1 << 30, 1), free_bytes=lambda _path: 1 << 40)
 
 
-def test_sweep_removes_an_abandoned_request_directory_and_keeps_active_and_young_ones(tmp_path):
+def test_sweep_removes_an_abandoned_request_directory_and_keeps_active_and_young_ones(tmp_path: Path) -> None:
     root = tmp_path / "staging" / "ephemeral"
     _input(root, "audio/dead0000", "clip.wav", 2 * HOUR_S, 100)
     _input(root, "audio/dead0000", "clip.wav.sha256", 2 * HOUR_S)
@@ -43,7 +43,7 @@ def test_sweep_removes_an_abandoned_request_directory_and_keeps_active_and_young
     assert (root / "image" / "young000" / "dog.png").exists()
 
 
-def test_sweep_judges_a_request_directory_by_its_newest_file(tmp_path):
+def test_sweep_judges_a_request_directory_by_its_newest_file(tmp_path: Path) -> None:
     root = tmp_path / "ephemeral"
     _input(root, "audio/mixd0000", "old.wav", 5 * HOUR_S)
     _input(root, "audio/mixd0000", "sub/new.wav", 30 * 60)  # the request staged another file half an hour ago
@@ -51,7 +51,7 @@ def test_sweep_judges_a_request_directory_by_its_newest_file(tmp_path):
     assert (root / "audio" / "mixd0000" / "old.wav").exists()
 
 
-def test_an_empty_request_directory_is_judged_by_its_own_mtime(tmp_path):
+def test_an_empty_request_directory_is_judged_by_its_own_mtime(tmp_path: Path) -> None:
     root = tmp_path / "ephemeral"
     (root / "audio" / "empty000").mkdir(parents=True)
     (root / "audio" / "fresh000").mkdir(parents=True)
@@ -61,7 +61,7 @@ def test_an_empty_request_directory_is_judged_by_its_own_mtime(tmp_path):
     assert (root / "audio" / "fresh000").is_dir()
 
 
-def test_sweep_never_follows_a_symlink_out_of_the_root(tmp_path):
+def test_sweep_never_follows_a_symlink_out_of_the_root(tmp_path: Path) -> None:
     models = tmp_path / "models"
     (models / "llama").mkdir(parents=True)
     weights = models / "llama" / "model.gguf"
@@ -83,7 +83,7 @@ def test_sweep_never_follows_a_symlink_out_of_the_root(tmp_path):
     assert (root / "audio" / "link0000").is_symlink()
 
 
-def test_what_the_sweep_keeps_without_a_reservation_counts_against_the_byte_limit(tmp_path):
+def test_what_the_sweep_keeps_without_a_reservation_counts_against_the_byte_limit(tmp_path: Path) -> None:
     root = tmp_path / "ephemeral"
     _input(root, "audio/left0000", "clip.wav", 10 * 60, 700)
     ledger = _ledger(root)

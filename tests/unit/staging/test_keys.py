@@ -27,7 +27,9 @@ SRV_ROOTS = ModelRoots(Path("/srv/models"), (Path("/srv/shared"),))
         ("/srv/models/sub/../other/x.bin", "models/llama3/other/x.bin"),
     ],
 )
-def test_storage_key_is_models_tracking_key_and_path_relative_to_models_dir(local_path, expected_key):
+def test_storage_key_is_models_tracking_key_and_path_relative_to_models_dir(
+    local_path: str, expected_key: str
+) -> None:
     assert storage_key("llama3", Path(local_path), SRV_ROOTS) == expected_key
 
 
@@ -38,7 +40,7 @@ def test_storage_key_is_models_tracking_key_and_path_relative_to_models_dir(loca
         "/srv/models/../secrets/llama.gguf",  # climbs out of the models dir
     ],
 )
-def test_storage_key_refuses_a_file_outside_the_roots(local_path):
+def test_storage_key_refuses_a_file_outside_the_roots(local_path: str) -> None:
     with pytest.raises(
         PathOutsideRoots,
         match=r"outside the models directory /srv/models and "
@@ -47,7 +49,7 @@ def test_storage_key_refuses_a_file_outside_the_roots(local_path):
         storage_key("llama3", Path(local_path), SRV_ROOTS)
 
 
-def test_storage_key_refuses_a_symlink_in_the_models_dir_that_points_out(tmp_path):
+def test_storage_key_refuses_a_symlink_in_the_models_dir_that_points_out(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
     (tmp_path / "secret.gguf").write_bytes(b"x")
     (tmp_path / "models" / "link.gguf").symlink_to(tmp_path / "secret.gguf")
@@ -55,7 +57,9 @@ def test_storage_key_refuses_a_symlink_in_the_models_dir_that_points_out(tmp_pat
         storage_key("m", tmp_path / "models" / "link.gguf", ModelRoots(tmp_path / "models"))
 
 
-def test_storage_key_of_relative_paths_uses_the_current_directory(tmp_path, monkeypatch):
+def test_storage_key_of_relative_paths_uses_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert storage_key("m", Path("models/a/b.gguf"), ModelRoots(Path("models"))) == "models/m/a/b.gguf"
 
@@ -77,13 +81,17 @@ def test_storage_key_of_relative_paths_uses_the_current_directory(tmp_path, monk
         ("models/m/v1..2/x.gguf", "models/m/v1..2/x.gguf"),
     ],
 )
-def test_resolve_key_routes_by_prefix_to_models_data_or_staging(tmp_path, key, expected_relative_to_root):
+def test_resolve_key_routes_by_prefix_to_models_data_or_staging(
+    tmp_path: Path, key: str, expected_relative_to_root: str
+) -> None:
     models_dir = tmp_path / "models"
     models_dir.mkdir()
     assert resolve_key(key, models_dir) == tmp_path / expected_relative_to_root
 
 
-def test_resolve_key_returns_an_absolute_path_for_a_relative_models_dir(tmp_path, monkeypatch):
+def test_resolve_key_returns_an_absolute_path_for_a_relative_models_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     resolved = resolve_key("models/m/x.gguf", Path("models"))
     assert resolved.is_absolute()
@@ -112,7 +120,7 @@ def test_resolve_key_returns_an_absolute_path_for_a_relative_models_dir(tmp_path
         ("models/x\x00.gguf", "key contains a NUL byte"),
     ],
 )
-def test_malformed_keys_are_rejected_with_the_reason(tmp_path, key, reason):
+def test_malformed_keys_are_rejected_with_the_reason(tmp_path: Path, key: str, reason: str) -> None:
     with pytest.raises(KeyEscapesDirectory) as raised:
         resolve_key(key, tmp_path / "models")
     assert raised.value.reason == reason
@@ -121,11 +129,11 @@ def test_malformed_keys_are_rejected_with_the_reason(tmp_path, key, reason):
         validate_key(key)
 
 
-def test_key_escape_is_a_staging_error():
+def test_key_escape_is_a_staging_error() -> None:
     assert issubclass(KeyEscapesDirectory, StagingError)
 
 
-def test_symlink_pointing_outside_the_models_dir_is_rejected(tmp_path):
+def test_symlink_pointing_outside_the_models_dir_is_rejected(tmp_path: Path) -> None:
     models_dir = tmp_path / "models"
     outside = tmp_path / "outside"
     models_dir.mkdir()
@@ -137,7 +145,7 @@ def test_symlink_pointing_outside_the_models_dir_is_rejected(tmp_path):
     assert "a symlink points out of it" in raised.value.reason
 
 
-def test_symlinked_file_pointing_outside_is_rejected(tmp_path):
+def test_symlinked_file_pointing_outside_is_rejected(tmp_path: Path) -> None:
     models_dir = tmp_path / "models"
     models_dir.mkdir()
     (tmp_path / "secret").write_text("s")
@@ -146,7 +154,7 @@ def test_symlinked_file_pointing_outside_is_rejected(tmp_path):
         resolve_key("models/innocent.gguf", models_dir)
 
 
-def test_symlink_pointing_to_the_base_dir_itself_is_rejected(tmp_path):
+def test_symlink_pointing_to_the_base_dir_itself_is_rejected(tmp_path: Path) -> None:
     models_dir = tmp_path / "models"
     models_dir.mkdir()
     os.symlink(models_dir, models_dir / "self")
@@ -154,14 +162,14 @@ def test_symlink_pointing_to_the_base_dir_itself_is_rejected(tmp_path):
         resolve_key("models/self", models_dir)
 
 
-def test_symlink_that_stays_inside_the_models_dir_is_allowed(tmp_path):
+def test_symlink_that_stays_inside_the_models_dir_is_allowed(tmp_path: Path) -> None:
     models_dir = tmp_path / "models"
     (models_dir / "real").mkdir(parents=True)
     os.symlink(models_dir / "real", models_dir / "alias")
     assert resolve_key("models/alias/x.gguf", models_dir) == models_dir / "alias" / "x.gguf"
 
 
-def test_models_dir_reached_through_a_symlink_still_accepts_its_own_keys(tmp_path):
+def test_models_dir_reached_through_a_symlink_still_accepts_its_own_keys(tmp_path: Path) -> None:
     real = tmp_path / "real-models"
     real.mkdir()
     os.symlink(real, tmp_path / "models")
@@ -178,11 +186,11 @@ def test_models_dir_reached_through_a_symlink_still_accepts_its_own_keys(tmp_pat
         "models/d.sha256/x",
     ],
 )  # sidecars, target sidecars, upload temp files, sidecar temp files, a sidecar name as a directory
-def test_keys_naming_worker_metadata_are_reserved(key):
+def test_keys_naming_worker_metadata_are_reserved(key: str) -> None:
     with pytest.raises(ReservedKey, match="is a name reserved for the worker's own metadata"):
         validate_key(key)
 
 
-def test_ordinary_dotfiles_and_hash_like_names_inside_a_name_are_not_reserved():
+def test_ordinary_dotfiles_and_hash_like_names_inside_a_name_are_not_reserved() -> None:
     validate_key("models/m/.gitattributes")
     validate_key("models/m/x.sha256sum.txt")

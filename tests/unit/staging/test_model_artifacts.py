@@ -18,7 +18,7 @@ def _touch(path: Path, data: bytes = b"x") -> Path:
     return path
 
 
-def test_a_directory_expands_file_by_file_without_sidecars_of_real_files(tmp_path):
+def test_a_directory_expands_file_by_file_without_sidecars_of_real_files(tmp_path: Path) -> None:
     _touch(tmp_path / "d" / "a.bin")
     _touch(tmp_path / "d" / "a.bin.sha256")  # sidecar of a.bin: skipped
     _touch(tmp_path / "d" / "b.sha256")  # no b next to it: a real file
@@ -30,7 +30,7 @@ def test_a_directory_expands_file_by_file_without_sidecars_of_real_files(tmp_pat
     ]
 
 
-def test_an_onnx_voice_brings_its_json_companion(tmp_path):
+def test_an_onnx_voice_brings_its_json_companion(tmp_path: Path) -> None:
     voice = _touch(tmp_path / "en.onnx")
     _touch(tmp_path / "en.onnx.json")
     assert expand_files([voice]) == [voice, tmp_path / "en.onnx.json"]
@@ -46,12 +46,14 @@ def test_an_onnx_voice_brings_its_json_companion(tmp_path):
         ("noseparator", False),
     ],
 )
-def test_option_values_that_name_files_are_staged_but_never_the_whole_models_dir(tmp_path, option, staged):
+def test_option_values_that_name_files_are_staged_but_never_the_whole_models_dir(
+    tmp_path: Path, option: str, staged: bool
+) -> None:
     _touch(tmp_path / "vae.bin")
     assert (option_path(option, [tmp_path], tmp_path) is not None) == staged
 
 
-def test_keys_mirror_the_models_dir_and_keep_trees_of_listed_roots_below_their_name(tmp_path):
+def test_keys_mirror_the_models_dir_and_keep_trees_of_listed_roots_below_their_name(tmp_path: Path) -> None:
     models, outside = tmp_path / "models", tmp_path / "shared" / "voices"
     _touch(models / "sub" / "m.gguf")
     _touch(outside / "en" / "v.onnx")
@@ -82,7 +84,9 @@ def test_keys_mirror_the_models_dir_and_keep_trees_of_listed_roots_below_their_n
         ("a/b", None),  # shorthand: just the repo
     ],
 )
-def test_huggingface_block_is_validated_naming_the_field(block, message):
+def test_huggingface_block_is_validated_naming_the_field(
+    block: dict[str, str] | dict[str, str | list[int]] | str, message: str | None
+) -> None:
     if message is None:
         assert parse_huggingface(block).repo == "a/b"
     else:
@@ -90,7 +94,7 @@ def test_huggingface_block_is_validated_naming_the_field(block, message):
             parse_huggingface(block)
 
 
-def test_a_bad_huggingface_block_makes_the_model_config_error_name_file_and_field(tmp_path):
+def test_a_bad_huggingface_block_makes_the_model_config_error_name_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(ModelConfigError, match=r"m\.yaml: field 'huggingface\.repo'"):
         parse_model_config(
             {"name": "m", "backend": "llama-cpp", "huggingface": {"repo": "bad repo"}},
@@ -99,7 +103,7 @@ def test_a_bad_huggingface_block_makes_the_model_config_error_name_file_and_fiel
         )
 
 
-def test_huggingface_model_may_omit_parameters_model_and_then_loads_the_snapshot_dir(tmp_path):
+def test_huggingface_model_may_omit_parameters_model_and_then_loads_the_snapshot_dir(tmp_path: Path) -> None:
     cfg = parse_model_config(
         {"name": "m", "backend": "llama-cpp", "huggingface": {"repo": "a/b"}}, tmp_path / "m.yaml", tmp_path
     )
@@ -113,7 +117,7 @@ def test_huggingface_model_may_omit_parameters_model_and_then_loads_the_snapshot
     assert cfg.model_file == snapshot and cfg.files() == [snapshot / "w.bin"]
 
 
-def test_different_include_patterns_get_different_snapshots():
+def test_different_include_patterns_get_different_snapshots() -> None:
     commit = "c" * 40
     assert HuggingFaceSource("a/b").selection_name(commit) == commit
     assert HuggingFaceSource("a/b", include=("*.gguf",)).selection_name(commit) != HuggingFaceSource(

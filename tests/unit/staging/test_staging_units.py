@@ -30,7 +30,7 @@ from corral.staging.uploader import RetryPolicy
         (" bytes 0-0/1 ", ContentRange(0, 0, 1)),  # one byte, padded
     ],
 )
-def test_content_range_parses_start_end_total(header, parsed):
+def test_content_range_parses_start_end_total(header: str, parsed: ContentRange) -> None:
     assert parse_content_range(header) == parsed
 
 
@@ -44,12 +44,12 @@ def test_content_range_parses_start_end_total(header, parsed):
         ("bytes 0-100/100", "invalid Content-Range range: 0-100/100"),
     ],
 )
-def test_malformed_content_range_names_the_problem(header, message):
+def test_malformed_content_range_names_the_problem(header: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_content_range(header)
 
 
-def test_status_query_form_is_recognised_only_with_a_numeric_total():
+def test_status_query_form_is_recognised_only_with_a_numeric_total() -> None:
     assert parse_status_query("bytes */1000") == 1000
     assert parse_status_query("bytes */x") is None
     assert parse_status_query("bytes 0-1/2") is None
@@ -60,7 +60,9 @@ def _budget(free_bytes: int, keep_free: int = 100) -> DiskBudget:
 
 
 @pytest.mark.parametrize("need, fits", [(900, True), (901, False)])  # 1000 free, 100 kept free
-def test_disk_budget_admits_only_what_fits_above_the_kept_free_space(tmp_path, need, fits):
+def test_disk_budget_admits_only_what_fits_above_the_kept_free_space(
+    tmp_path: Path, need: int, fits: bool
+) -> None:
     budget = _budget(1000)
     if fits:
         with budget.reserve(tmp_path, need, "key 'k'"):
@@ -73,7 +75,7 @@ def test_disk_budget_admits_only_what_fits_above_the_kept_free_space(tmp_path, n
             pass
 
 
-def test_concurrent_reservations_add_up_and_are_released(tmp_path):
+def test_concurrent_reservations_add_up_and_are_released(tmp_path: Path) -> None:
     budget = _budget(1000)
     with budget.reserve(tmp_path, 500, "key 'a'"):
         with pytest.raises(NotEnoughDisk, match=r"\(500 reserved by uploads in progress"):
@@ -85,7 +87,7 @@ def test_concurrent_reservations_add_up_and_are_released(tmp_path):
         pass
 
 
-def test_retry_backoff_doubles_from_the_first_and_is_capped():
+def test_retry_backoff_doubles_from_the_first_and_is_capped() -> None:
     policy = RetryPolicy(first_backoff_s=1.0, max_backoff_s=5.0)
     assert [policy.backoff_s(n) for n in range(0, 6)] == [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]
 
@@ -101,12 +103,12 @@ def test_retry_backoff_doubles_from_the_first_and_is_capped():
         ("1PiB", 1 << 50),
     ],
 )
-def test_sizes_in_settings_accept_binary_and_decimal_units(raw, size):
+def test_sizes_in_settings_accept_binary_and_decimal_units(raw: str, size: int) -> None:
     assert parse_size_bytes(raw) == size
 
 
 @pytest.mark.parametrize("raw", ["", "-1", "5 apples", "1ZB", "i"])
-def test_bad_sizes_are_refused_with_an_example(raw):
+def test_bad_sizes_are_refused_with_an_example(raw: str) -> None:
     with pytest.raises(ValueError, match="use e.g. 512MiB"):
         parse_size_bytes(raw)
 
@@ -124,12 +126,12 @@ def _storage(**overrides):  # type: ignore[no-untyped-def]
     return SimpleNamespace(**{**values, **overrides})
 
 
-def test_storage_config_is_off_without_a_url_and_defaults_the_region():
+def test_storage_config_is_off_without_a_url_and_defaults_the_region() -> None:
     assert StorageConfig.from_settings(_storage(storage_url="")) is None
     assert StorageConfig.from_settings(_storage()).region == "us-east-1"
 
 
-def test_storage_keys_must_be_set_together():
+def test_storage_keys_must_be_set_together() -> None:
     with pytest.raises(ConfigError, match="must be set together"):
         StorageConfig.from_settings(_storage(storage_secret_key=""))
 
@@ -138,31 +140,31 @@ class _FullDisk(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+    def write(self, data) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_write_body_maps_enospc_to_disk_full():
-    body = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)  # type: ignore[arg-type]
+def test_write_body_maps_enospc_to_disk_full() -> None:
+    body = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)
     with pytest.raises(DiskFull):
-        write_body(body, _FullDisk(), limit_bytes=100)  # type: ignore[arg-type]
+        write_body(body, _FullDisk(), limit_bytes=100)
 
 
-def test_write_body_refuses_more_than_the_limit_and_reports_a_cut(tmp_path: Path):
+def test_write_body_refuses_more_than_the_limit_and_reports_a_cut(tmp_path: Path) -> None:
     with open(tmp_path / "out", "wb") as out:
-        long = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)  # type: ignore[arg-type]
+        long = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 10)), 10, None)
         with pytest.raises(BodyTooLong):
             write_body(long, out, limit_bytes=5)
     with open(tmp_path / "out", "wb") as out:
-        cut = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 4)), 10, None)  # type: ignore[arg-type]
+        cut = LengthBody(io.BufferedReader(io.BytesIO(b"x" * 4)), 10, None)
         received, why = write_body(cut, out, limit_bytes=100)
     assert received == 4 and "connection closed after 4 of 10 body bytes" in str(why)
     assert (tmp_path / "out").read_bytes() == b"xxxx"  # bytes before the cut are kept for a resume
 
 
-def test_chunked_body_is_decoded_and_trailers_skipped():
+def test_chunked_body_is_decoded_and_trailers_skipped() -> None:
     raw = b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nTrailer: x\r\n\r\n"
-    body = ChunkedBody(io.BufferedReader(io.BytesIO(raw)), None)  # type: ignore[arg-type]
+    body = ChunkedBody(io.BufferedReader(io.BytesIO(raw)), None)
     buffer = memoryview(bytearray(100))
     out = b""
     while count := body.readinto(buffer):
@@ -170,8 +172,8 @@ def test_chunked_body_is_decoded_and_trailers_skipped():
     assert out == b"abcdefg" and body.finished
 
 
-def test_chunked_body_cut_between_chunks_is_a_body_cut():
-    body = ChunkedBody(io.BufferedReader(io.BytesIO(b"4\r\nabcd\r\n")), None)  # type: ignore[arg-type]
+def test_chunked_body_cut_between_chunks_is_a_body_cut() -> None:
+    body = ChunkedBody(io.BufferedReader(io.BytesIO(b"4\r\nabcd\r\n")), None)
     buffer = memoryview(bytearray(100))
     assert body.readinto(buffer) == 4
     with pytest.raises(BodyCut):
@@ -188,7 +190,9 @@ class _Disk:
         return self.capacity - self.used
 
 
-def test_a_reservation_of_unknown_size_grows_with_each_write_until_the_disk_cannot_hold_more(tmp_path):
+def test_a_reservation_of_unknown_size_grows_with_each_write_until_the_disk_cannot_hold_more(
+    tmp_path: Path,
+) -> None:
     disk = _Disk(100 << 20)
     budget = DiskBudget(min_free_bytes=10 << 20, free_bytes=disk.free)
     with budget.reserve(tmp_path, 0, "key 'c'") as reservation:
@@ -203,7 +207,7 @@ def test_a_reservation_of_unknown_size_grows_with_each_write_until_the_disk_cann
     assert budget._reserved_bytes == {}
 
 
-def test_written_bytes_leave_the_reservation_so_free_space_is_not_counted_twice(tmp_path):
+def test_written_bytes_leave_the_reservation_so_free_space_is_not_counted_twice(tmp_path: Path) -> None:
     disk = _Disk(1000)
     budget = DiskBudget(min_free_bytes=0, free_bytes=disk.free)
     with budget.reserve(tmp_path, 600, "key 'a'") as first:
@@ -214,7 +218,7 @@ def test_written_bytes_leave_the_reservation_so_free_space_is_not_counted_twice(
             pass
 
 
-def test_buffer_hasher_hashes_the_given_buffers_in_order_and_reuses_them(tmp_path):
+def test_buffer_hasher_hashes_the_given_buffers_in_order_and_reuses_them(tmp_path: Path) -> None:
     hasher = BufferHasher(buffer_bytes=4, buffer_count=2)
     expected = hashlib.sha256()
     for piece in (b"abcd", b"ef", b"", b"ghij", b"k"):  # more pieces than buffers: they come back to the pool
@@ -225,7 +229,7 @@ def test_buffer_hasher_hashes_the_given_buffers_in_order_and_reuses_them(tmp_pat
     assert hasher.finish(11) == expected.hexdigest()
 
 
-def test_buffer_hasher_refuses_a_size_it_did_not_hash():
+def test_buffer_hasher_refuses_a_size_it_did_not_hash() -> None:
     hasher = BufferHasher(buffer_bytes=4, buffer_count=1)
     index, view = hasher.take()
     view[:3] = b"abc"
@@ -234,7 +238,7 @@ def test_buffer_hasher_refuses_a_size_it_did_not_hash():
         hasher.finish(4)
 
 
-def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_wrote():
+def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_wrote() -> None:
     data = bytes(range(256)) * 20000  # 5 MB: several rounds through the pool
     hasher = BufferHasher(buffer_bytes=64 << 10, buffer_count=2)
     out = io.BytesIO()
@@ -246,7 +250,7 @@ def test_write_body_receives_into_the_buffer_hasher_and_hashes_exactly_what_it_w
     assert hasher.finish(len(data)) == hashlib.sha256(data).hexdigest()
 
 
-def test_buffer_hasher_continues_a_prefix_digest_and_settles_to_the_running_digest():
+def test_buffer_hasher_continues_a_prefix_digest_and_settles_to_the_running_digest() -> None:
     prefix = hashlib.sha256(b"0123456789")
     hasher = BufferHasher(buffer_bytes=4, buffer_count=2, prefix=prefix, prefix_bytes=10)
     for piece in (b"abcd", b"ef"):
@@ -260,7 +264,7 @@ def test_buffer_hasher_continues_a_prefix_digest_and_settles_to_the_running_dige
     assert prefix.hexdigest() == hashlib.sha256(b"0123456789").hexdigest()  # the seed itself is untouched
 
 
-def test_partial_digest_is_kept_only_for_the_file_exactly_as_it_was_hashed(tmp_path):
+def test_partial_digest_is_kept_only_for_the_file_exactly_as_it_was_hashed(tmp_path: Path) -> None:
     path = tmp_path / "part.bin"
     path.write_bytes(b"abc")
     digests = PartialDigests()
@@ -279,7 +283,7 @@ def test_partial_digest_is_kept_only_for_the_file_exactly_as_it_was_hashed(tmp_p
     assert digests.current(path) is None
 
 
-def test_partial_digests_forget_the_oldest_past_their_bound(tmp_path):
+def test_partial_digests_forget_the_oldest_past_their_bound(tmp_path: Path) -> None:
     digests = PartialDigests(max_entries=2)
     paths = [tmp_path / f"{i}.bin" for i in range(3)]
     for path in paths:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from corral.worker.addresses import resolve_addresses
+from corral.worker.addresses import WorkerAddresses, resolve_addresses
 from corral.worker.supervisor import BackendProcess
 
 
-def _resolve(serve_addr: str, http_addr: str = ""):
+def _resolve(serve_addr: str, http_addr: str = "") -> WorkerAddresses:
     return resolve_addresses(
         addr="",
         serve_addr=serve_addr,
@@ -51,5 +51,5 @@ def test_serve_host_of_each_address_form(serve_addr: str, host: str) -> None:
     ],
 )
 def test_the_worker_dials_its_backend_where_it_listens(bind: str, dialed: str) -> None:
-    proc = BackendProcess("m#0", "simulator", 6000, process=None, host=bind)  # type: ignore[arg-type]
+    proc = BackendProcess("m#0", "simulator", 6000, process=None, host=bind)
     assert proc.local_address == dialed

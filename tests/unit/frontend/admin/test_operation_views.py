@@ -58,17 +58,17 @@ def test_a_fanout_job_rolls_up_its_nodes() -> None:
         row(id="c", node_name="w3", status=operations.PROCESSING, worker_busy=True),
         row(id="d", node_name="w4", status=operations.FAILED, finished_at=NOW, error="boom"),
     ]
-    view = job_view(parent, kids)  # type: ignore[arg-type]
+    view = job_view(parent, kids)
     assert view["summary"] == "1 of 4 nodes done, 1 failed, 1 worker(s) busy"
     assert [n["state"] for n in view["nodes"]] == ["Done", "Downloading", "Worker busy", "Failed"]
     assert view["nodes"][1]["file_name"] == "venv.tar" and view["nodes"][3]["error"] == "boom"
     assert view["processed"] is False and view["progress"] == 37.5
-    entry = live_entry(parent, kids)  # type: ignore[arg-type]
+    entry = live_entry(parent, kids)
     assert entry["message"] == view["summary"] and entry["isBackend"] and "nodeID" not in entry
 
 
 def test_reference_shapes() -> None:
-    live = live_entry(row())  # type: ignore[arg-type]
+    live = live_entry(row())
     for key in (
         "id",
         "name",
@@ -87,5 +87,5 @@ def test_reference_shapes() -> None:
         "totalBytes",
     ):
         assert key in live
-    done = history_record(row(status=operations.FAILED, error="x", finished_at=NOW))  # type: ignore[arg-type]
+    done = history_record(row(status=operations.FAILED, error="x", finished_at=NOW))
     assert done["outcome"] == "failed" and done["error"] == "x" and done["finishedAt"] == NOW.isoformat()

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.frontend.inference.disconnect import WATCH_AFTER_S, respond_until_disconnect
+from corral.frontend.inference.disconnect import WATCH_AFTER_S, Message, Send, respond_until_disconnect
 
 
 async def test_a_disconnect_cancels_the_response_in_progress_and_returns_quietly() -> None:
     gone = asyncio.Event()
     cancelled = []
 
-    async def receive() -> dict:
+    async def receive() -> Message:
         await gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: Message) -> None:
         pass
 
-    async def respond(send) -> None:
+    async def respond(send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         try:
             await asyncio.sleep(3600)  # e.g. waiting for a backend's answer
@@ -35,17 +35,17 @@ async def test_a_disconnect_cancels_the_response_in_progress_and_returns_quietly
 
 
 async def test_a_disconnect_after_the_last_body_message_cancels_nothing() -> None:
-    sent: list[dict] = []
+    sent: list[Message] = []
     finished = asyncio.Event()
 
-    async def receive() -> dict:
+    async def receive() -> Message:
         await finished.wait()
         return {"type": "http.disconnect"}  # uvicorn answers disconnect once the response is complete
 
-    async def send(message: dict) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
-    async def respond(send) -> None:
+    async def respond(send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
         finished.set()
@@ -59,15 +59,15 @@ async def test_a_disconnect_after_the_last_body_message_cancels_nothing() -> Non
 async def test_a_response_done_before_the_watch_starts_never_reads_the_connection() -> None:
     reads = []
 
-    async def receive() -> dict:
+    async def receive() -> Message:
         reads.append(True)
         await asyncio.sleep(3600)
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: Message) -> None:
         pass
 
-    async def respond(send) -> None:
+    async def respond(send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
