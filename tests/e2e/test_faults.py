@@ -75,7 +75,7 @@ def test_a_worker_killed_mid_stream_ends_the_stream_with_an_error_and_the_model_
     bed.start_worker("w1")
     bed.start_worker("w2")
     outcome = worker_killed_mid_stream(bed, "streamer")
-    stream = outcome.details["stream"]
+    stream = outcome.stream("stream")
     assert stream.status == 200 and stream.pieces >= 3 and stream.finish_reason is None, stream.seen()
     assert stream.error.startswith("model streamer") and "backend error UNAVAILABLE" in stream.error, (
         stream.seen()
@@ -97,7 +97,7 @@ def test_a_backend_that_stops_answering_mid_stream_ends_the_stream_with_an_error
     bed.start_worker("w1")
     bed.start_worker("w2")
     outcome = backend_stopped_mid_stream(bed, "frozen")
-    stream = outcome.details["stream"]
+    stream = outcome.stream("stream")
     # issue 10 item 6: an idle stream ends with an error naming the model (and the knob), never a hang
     assert (
         stream.status == 200 and stream.finish_reason is None and stream.error.startswith("model frozen")
@@ -125,7 +125,7 @@ def test_a_worker_killed_mid_staging_moves_the_load_to_the_other_worker_before_t
     bed.start_worker("w1", upload_bytes_per_s=4 * MIB)  # ~12 s of staging: time to kill mid-transfer
     bed.start_worker("w2", upload_bytes_per_s=4 * MIB)
     outcome = worker_killed_mid_staging(bed, "bulky")
-    assert outcome.details["reply"].ok, outcome.client_saw  # issue 10 item 7
+    assert outcome.reply("reply").ok, outcome.client_saw  # issue 10 item 7
     assert outcome.lost == 0
     survivor = ({"w1", "w2"} - {outcome.details["host"]}).pop()
     assert loaded_on(bed.cluster.database_url, "bulky") == [survivor]
@@ -139,7 +139,7 @@ def test_a_worker_killed_while_idle_costs_no_request(make_bed: Callable[..., Fau
     bed.start_worker("w1")
     bed.start_worker("w2")
     outcome = worker_killed_idle(bed, "idler")
-    assert [r.status for r in outcome.details["after"]] == [200], outcome.client_saw
+    assert [r.status for r in outcome.replies("after")] == [200], outcome.client_saw
     assert outcome.lost == 0
     survivor = ({"w1", "w2"} - {outcome.details["host"]}).pop()
     assert loaded_on(bed.cluster.database_url, "idler") == [survivor]
@@ -154,8 +154,8 @@ def test_a_killed_frontends_load_is_taken_over_after_the_orphan_window_and_loade
     bed.start_frontend()
     bed.start_worker("w1")
     outcome = frontend_killed_owning_load(bed, "orphaned")
-    assert outcome.details["first"].status == 0  # that client gave up after 1 s: its load went on
-    assert outcome.details["reply"].ok, outcome.client_saw
+    assert outcome.reply("first").status == 0  # that client gave up after 1 s: its load went on
+    assert outcome.reply("reply").ok, outcome.client_saw
     assert outcome.lost == 0
     assert loaded_on(bed.cluster.database_url, "orphaned") == ["w1"]
     assert outcome.duplicate_loads == 0, f"LoadModel ran {outcome.duplicate_loads + 1} times"
@@ -169,16 +169,16 @@ def _served_or_refused_naming(reply: Reply, names: tuple[str, ...]) -> bool:
 def _dependency_problems(outcome: Outcome, names: tuple[str, ...]) -> list[str]:
     """Everything the restart scenario must satisfy, collected so one run reports every miss."""
     problems = []
-    during, cold = outcome.details["during"], outcome.details["cold"]
+    during, cold = outcome.replies("during"), outcome.reply("cold")
     if not during or not all(r.ok for r in during):
         problems.append(f"warm requests during the outage: {summarize(during)}")
-    if not all(r.ok for r in outcome.details["outside"]):
-        problems.append(f"warm requests before/after the outage: {summarize(outcome.details['outside'])}")
+    if not all(r.ok for r in outcome.replies("outside")):
+        problems.append(f"warm requests before/after the outage: {summarize(outcome.replies('outside'))}")
     if not _served_or_refused_naming(cold, names):
         problems.append(
             f"cold request during the outage: {cold.seen()} (want a 503 naming {' and '.join(names)})"
         )
-    after = outcome.details["after"]
+    after = outcome.replies("after")
     if outcome.recover_s is None:
         problems.append(f"no cold load served after the restart: {summarize(after)}")
     elif not all(_served_or_refused_naming(r, names) for r in after):  # at most "reconnecting, retry shortly"
@@ -221,6 +221,6 @@ def test_postgresql_restarted_under_traffic_keeps_warm_requests_served_and_all_p
 ) -> None:
     outcome = dependency_restarted(_dependency_bed(make_bed), "postgresql", "warm", "cold", "later")
     problems = _dependency_problems(outcome, ("database", "database_url"))
-    if outcome.details["cold"].ok:  # nothing can load without the database
+    if outcome.reply("cold").ok:  # nothing can load without the database
         problems.append("a cold request was served while PostgreSQL was down")
     assert problems == []

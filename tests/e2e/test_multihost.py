@@ -176,7 +176,7 @@ def test_a_worker_unplugged_mid_stream_ends_that_stream_costs_no_other_request_a
 ) -> None:
     outcome = host_unplugged_mid_stream(env, "talker")
     print(f"\n{outcome.row()}")
-    after, stream = outcome.details["after"], outcome.details["stream"]
+    after, stream = outcome.replies("after"), outcome.stream("stream")
     victim, survivor = outcome.details["victim"], outcome.details["survivor"]
     assert after and all(r.ok for r in after), summarize(after)  # never a hang or an error for other requests
     nodes = {n["name"]: n for n in httpx.get(f"{env.url}/api/nodes", headers=env.admin, timeout=10).json()}
@@ -184,5 +184,5 @@ def test_a_worker_unplugged_mid_stream_ends_that_stream_costs_no_other_request_a
     # issue 10 item 6: the stream from the unplugged host ends with an error naming the model, not a hang
     assert stream.finish_reason is None and stream.error.startswith("model talker"), stream.seen()
     assert stream.done, stream.seen()
-    assert [r.status for r in outcome.details["again"]] == [200]  # served again, from the host that is left
+    assert [r.status for r in outcome.replies("again")] == [200]  # served again, from the host that is left
     assert loaded_on(env.database_url, "talker") == [survivor]

@@ -66,8 +66,14 @@ def _admin(cluster: Cluster, method: str, path: str, **kwargs: Any) -> httpx.Res
     )
 
 
-def _node(cluster: Cluster, name: str) -> dict[str, Any] | None:
+def _find_node(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return next((n for n in _admin(cluster, "GET", "/api/nodes").json() if n["name"] == name), None)
+
+
+def _node(cluster: Cluster, name: str) -> dict[str, Any]:
+    node = _find_node(cluster, name)
+    assert node is not None, f"node {name} is not listed"
+    return node
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
@@ -98,7 +104,7 @@ def _start_worker(cluster: Cluster, name: str, env: dict[str, str] | None = None
 
 def test_a_pending_node_stays_pending_through_stale_and_back_and_is_never_routed(cluster: Cluster) -> None:
     proc, _base = _start_worker(cluster, "w-pending")
-    _wait_for(lambda: _node(cluster, "w-pending") is not None, "registration")
+    _wait_for(lambda: _find_node(cluster, "w-pending") is not None, "registration")
     assert _node(cluster, "w-pending")["status"] == "pending"
     assert _chat(cluster, "sim").status_code != 200  # the only node is pending: nothing may be placed on it
     os.kill(proc.popen.pid, signal.SIGSTOP)  # no heartbeats
@@ -132,7 +138,7 @@ def test_labels_are_automatic_and_managed_through_the_admin_api(cluster: Cluster
         "w-gpu",
         env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "LOCALAI_NODE_LABELS": "zone=a,tier=gpu"},
     )
-    _wait_for(lambda: _node(cluster, "w-gpu") is not None, "registration")
+    _wait_for(lambda: _find_node(cluster, "w-gpu") is not None, "registration")
     node = _node(cluster, "w-gpu")
     assert node["total_vram"] == 24576 << 20 and node["gpu_vendor"] == "nvidia"
     base = f"/api/nodes/{node['id']}"
@@ -172,7 +178,7 @@ def test_a_worker_reports_its_cuda_capability_and_variants_are_judged_against_it
     )
     (bin_dir / "nvidia-smi").chmod(0o755)
     proc, _ = _start_worker(cluster, "w-cuda", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
-    _wait_for(lambda: _node(cluster, "w-cuda") is not None, "registration")
+    _wait_for(lambda: _find_node(cluster, "w-cuda") is not None, "registration")
     node = _node(cluster, "w-cuda")
     assert node["capability"] == "nvidia-cuda-12" and node["gpu_vendor"] == "nvidia"
     assert _admin(cluster, "POST", f"/api/nodes/{node['id']}/approve").status_code == 200
@@ -190,7 +196,7 @@ def test_an_admin_deleted_node_registers_again_by_itself_and_serves(cluster: Clu
     assert old is not None and old["status"] == "healthy"
     assert _admin(cluster, "DELETE", f"/api/nodes/{old['id']}").json() == {"message": "node deregistered"}
     _wait_for(
-        lambda: (_node(cluster, "w-pending") or {}).get("id") not in (None, old["id"]), "re-registration"
+        lambda: (_find_node(cluster, "w-pending") or {}).get("id") not in (None, old["id"]), "re-registration"
     )
     new = _node(cluster, "w-pending")
     assert new["status"] == "pending"  # a deleted node is a new node: it needs approval again

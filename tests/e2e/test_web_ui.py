@@ -61,8 +61,13 @@ class Env:
             **kwargs,
         )
 
-    def node(self, name: str) -> dict[str, Any] | None:
+    def find_node(self, name: str) -> dict[str, Any] | None:
         return next((n for n in self.admin("GET", "/api/nodes").json() if n["name"] == name), None)
+
+    def node(self, name: str) -> dict[str, Any]:
+        node = self.find_node(name)
+        assert node is not None, f"node {name} is not listed"
+        return node
 
 
 def _sim_config(models_dir: Path, name: str, *lines: str) -> None:
@@ -129,7 +134,9 @@ def env(
         _worker(c, "gpu-b", "--node-labels", "gpu=sim,zone=us-2")
         e = Env(c, shots)
         wait_for(
-            lambda: e.node("gpu-a") is not None and e.node("gpu-b") is not None, "both workers register", 30
+            lambda: e.find_node("gpu-a") is not None and e.find_node("gpu-b") is not None,
+            "both workers register",
+            30,
         )
         assert (
             e.admin("POST", f"/api/nodes/{e.node('gpu-a')['id']}/approve").status_code == 200

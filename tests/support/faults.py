@@ -58,6 +58,24 @@ class Outcome:
     duplicate_loads: int  # LoadModel calls beyond the loads the scenario needs
     details: dict[str, object] = field(default_factory=dict)
 
+    def stream(self, key: str) -> StreamResult:
+        """details[key], a streamed chat's result."""
+        value = self.details[key]
+        assert isinstance(value, StreamResult), (key, value)
+        return value
+
+    def reply(self, key: str) -> Reply:
+        """details[key], one chat's reply."""
+        value = self.details[key]
+        assert isinstance(value, Reply), (key, value)
+        return value
+
+    def replies(self, key: str) -> list[Reply]:
+        """details[key], the replies of several chats."""
+        value = self.details[key]
+        assert isinstance(value, list) and all(isinstance(r, Reply) for r in value), (key, value)
+        return value
+
     def row(self) -> str:
         recover = "never" if self.recover_s is None else f"{self.recover_s:.1f}"
         return f"{self.fault:<34} {recover:>9} {self.lost:>5} {self.duplicate_loads:>10}  {self.client_saw}"
