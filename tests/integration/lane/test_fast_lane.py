@@ -1,6 +1,6 @@
-"""The fast lane of real backend processes: advertised on Status, used by the frontend's channels, refused
-without the token, closed on a hostile frame, and failing calls exactly as gRPC does (deadline, cancel,
-lost backend, silent backend)."""
+"""What only the fast lane has, on real backend processes: closed on a hostile frame, absent when the backend
+serves gRPC only, and failing calls as gRPC does when the backend dies or goes silent (keepalive). What both
+transports must do alike (answers, statuses, cancel, deadlines, auth, trace context) is test_conformance.py."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import asyncio
 import os
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
 from corral.lane import frames
-from corral.lane.client import EOF, Keepalive, LaneConnection, LaneRefused, open_lane
+from corral.lane.client import EOF, Keepalive, LaneConnection, open_lane
 from corral.proto import backend_pb2 as pb
 from corral.routing.backend_client import BackendBudgets, BackendChannels
-from integration.backends.test_backend_process import Backend, running_backend
+from support.backend_processes import Backend, running_backend
 
 TOKEN = "lane-token"
 KEEPALIVE = Keepalive(20.0, 60.0)
@@ -60,89 +61,6 @@ async def _lane_of(channels: BackendChannels, address: str) -> LaneConnection:
     raise AssertionError(f"no fast lane to {address} after 4s")
 
 
-async def test_the_frontend_uses_the_lane_a_backend_advertises_and_gets_grpcs_answers(
-    backend: Backend,
-) -> None:
-    assert _lane_port(backend) > 0
-    channels = BackendChannels(TOKEN)
-    try:
-        address = _address(backend)
-        first = channels.caller(address)
-        assert not isinstance(first, LaneConnection)  # gRPC until the lane is found
-        over_grpc = await first.Predict(
-            pb.PredictOptions(Prompt=PROMPT, Tokens=4), metadata=channels.metadata
-        )
-        fast = await _lane_of(channels, address)
-        assert channels.caller(address) is fast
-        over_lane = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=4), timeout=10)
-        assert (over_lane.message, over_lane.tokens, over_lane.prompt_tokens) == (over_grpc.message, 4, 3)
-        stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=4))
-        text, final = b"", None
-        while (reply := await stream.read()) is not EOF:
-            text += reply.message
-            final = reply if reply.tokens else final
-        assert text == over_grpc.message  # the same words, and the counts at the end
-        assert final is not None and final.tokens == 4
-        tokens = await fast.TokenizeString(pb.PredictOptions(Prompt=PROMPT), timeout=10)
-        assert tokens.length == 3
-    finally:
-        await channels.close()
-
-
-async def test_statuses_travel_the_lane_as_grpc_statuses(backend: Backend) -> None:
-    fast = await _lane(backend)
-    try:
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await fast.Predict(pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"), timeout=10)
-        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-        assert "model identity mismatch" in (caught.value.details() or "")
-        stream = fast.PredictStream(pb.PredictOptions(Prompt="hi", ModelIdentity="someone-else"))
-        with pytest.raises(grpc.aio.AioRpcError) as streamed:
-            await stream.read()
-        assert streamed.value.code() == grpc.StatusCode.NOT_FOUND
-    finally:
-        fast.close()
-
-
-async def test_a_deadline_fails_the_call_and_cancels_it_on_the_backend(backend: Backend) -> None:
-    fast = await _lane(backend)
-    try:
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=200), timeout=0.1)  # 4 s of tokens
-        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        # the backend stopped that generation: the next call gets the engine at once
-        reply = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=2.0)
-        assert reply.tokens == 2
-    finally:
-        fast.close()
-    await asyncio.sleep(0.2)
-    assert "Predict cancelled by the caller" in backend.stderr_text()
-
-
-async def test_a_cancelled_stream_stops_the_generation(backend: Backend) -> None:
-    fast = await _lane(backend)
-    try:
-        stream = fast.PredictStream(pb.PredictOptions(Prompt=PROMPT, Tokens=500))  # 10 s of tokens
-        assert (await stream.read()).message
-        stream.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await stream.read()
-        reply = await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=2.0)
-        assert reply.tokens == 2
-    finally:
-        fast.close()
-    await asyncio.sleep(0.2)
-    assert "PredictStream cancelled by the caller" in backend.stderr_text()
-
-
-async def test_a_wrong_token_is_refused(backend: Backend) -> None:
-    port = _lane_port(backend)
-    with pytest.raises(LaneRefused, match="UNAUTHENTICATED: invalid bearer token"):
-        await open_lane(_address(backend), port, "not-the-token", KEEPALIVE, 5.0, lambda _: None)
-    with pytest.raises(LaneRefused, match="UNAUTHENTICATED: missing bearer token"):
-        await open_lane(_address(backend), port, "", KEEPALIVE, 5.0, lambda _: None)
-
-
 async def _closed_by_peer(port: int, *sent: bytes) -> bool:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -174,7 +92,7 @@ async def test_a_hostile_frame_length_closes_the_connection_and_the_backend_keep
         fast.close()
 
 
-async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path) -> None:
+async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path: Path) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN, CORRAL_BACKEND_FAST_LANE="0") as plain:
         _load(plain, "sim")
         assert _lane_port(plain) == 0
@@ -195,7 +113,9 @@ async def test_a_backend_without_the_lane_is_served_over_grpc(tmp_path) -> None:
 
 
 @pytest.mark.slow
-async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_keepalive(tmp_path) -> None:
+async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_keepalive(
+    tmp_path: Path,
+) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN) as frozen:
         _load(frozen, "sim", "output_token_time_s:0.02")
         fast = await _lane(frozen, Keepalive(1.0, 2.0))
@@ -218,7 +138,7 @@ async def test_a_backend_that_stops_answering_mid_stream_fails_the_stream_on_kee
 
 @pytest.mark.slow
 async def test_a_backend_silent_for_longer_than_the_ping_interval_but_within_the_timeout_keeps_its_stream(
-    tmp_path,
+    tmp_path: Path,
 ) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN) as starved:
         _load(starved, "sim", "output_token_time_s:0.02")
@@ -237,7 +157,7 @@ async def test_a_backend_silent_for_longer_than_the_ping_interval_but_within_the
             fast.close()
 
 
-async def test_a_backend_that_dies_mid_stream_fails_the_stream_unavailable(tmp_path) -> None:
+async def test_a_backend_that_dies_mid_stream_fails_the_stream_unavailable(tmp_path: Path) -> None:
     with running_backend("simulator", tmp_path, token=TOKEN) as dying:
         _load(dying, "sim", "output_token_time_s:0.02")
         channels = BackendChannels(TOKEN, BackendBudgets())
