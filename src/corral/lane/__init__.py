@@ -12,5 +12,11 @@ client CPU per call instead of a grpc.aio call's hundreds.
 * `server`: the backend's side, `LaneServer`, started by `backends.server` next to the gRPC server
   around the same servicer.
 
-Routing uses the client, backends serve it; this package imports neither.
+Routing uses the client (`routing.backend_client.BackendChannels.caller()` returns it as a
+`routing.backend_caller.BackendCaller`, as it returns the gRPC stub), backends serve it; this package
+imports neither. The protocol — frames, ids, handshake and auth, cancel, deadlines, keepalive, flow
+control, errors as gRPC statuses, tracing (a TRACE frame carries the W3C trace context, so tracing never
+changes the transport), versioning — is written down in `PROTOCOL.md` beside this file, with the
+places where it differs from gRPC. One conformance suite (`tests/integration/lane/test_conformance.py`)
+runs the same behaviours against both transports.
 """
