@@ -41,7 +41,7 @@ CONCURRENCY = 16
 # frontend processes on one port (`corral run --http-workers N`), e.g. CORRAL_BENCH_HTTP_WORKERS=1 for one run
 HTTP_WORKERS = tuple(int(n) for n in os.environ.get("CORRAL_BENCH_HTTP_WORKERS", "1,2").split(","))
 FAST_LANE_ENV = (
-    "CORRAL_BACKEND_FAST_LANE"  # backends/lane_server.py (literal: the script also runs on older trees)
+    "CORRAL_BACKEND_FAST_LANE"  # corral/lane/server.py (literal: the script also runs on older trees)
 )
 TARGET_CPU_US = 120
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
