@@ -33,7 +33,7 @@ from corral.bus.agent_messages import (
 )
 from corral.bus.messages import Message, ValidationError
 from corral.bus.security import TlsFiles
-from corral.config.commands import AgentWorkerSettings
+from corral.config.agents import AgentWorkerSettings
 from corral.node.credentials import WorkerCredentials, first_registration, refresh_loop
 from corral.node.heartbeat import Heartbeat
 from corral.node.node_credential import NodeCredentialFile

@@ -11,13 +11,13 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from corral.backends.engine import Engine
 from corral.backends.server import AddressError, parse_addr, serve
-from corral.config.backend import BACKEND_SETTINGS
-from corral.config.commands import BackendSettings
+from corral.config.backend import BackendSettings
 from corral.config.errors import ConfigError
-from corral.config.settings import load_typed
+from corral.config.settings import load
 from corral.telemetry import otlp
 
 BACKEND_NAMES = ("llama-cpp", "simulator")
@@ -31,7 +31,7 @@ class _UsageError(Exception):
 
 
 class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump
         raise _UsageError(f"{message} (usage: {USAGE})")
 
 
@@ -62,11 +62,10 @@ def _configure_logging(name: str, level: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = load_typed(
+        args = load(
             BackendSettings,
             "corral backend",
             "Serve one model replica over gRPC (backend.Backend).",
-            BACKEND_SETTINGS,
             argv,
             parser_class=_ArgumentParser,
         )

@@ -12,14 +12,14 @@ from urllib.parse import quote
 from corral.cli.client import ClientError, FrontendClient
 from corral.cli.progress import LoadView
 from corral.cli.tables import labels, size, table
-from corral.config.commands import ActivitySettings, ClientSettings, ModelLoadSettings
+from corral.config.client import ActivitySettings, ClientSettings, ModelLoadSettings
 from corral.config.parse import format_duration_s
 
 POLL_S = 0.5
 NO_JOB_GRACE_S = 10.0  # a load just requested may not have claimed its job yet
 
 
-def client_of(settings: ClientSettings | ActivitySettings | ModelLoadSettings) -> FrontendClient:
+def client_of(settings: ClientSettings) -> FrontendClient:
     return FrontendClient(settings.url, settings.api_key, settings.timeout_s)
 
 

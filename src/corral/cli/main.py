@@ -76,14 +76,13 @@ def _preload() -> None:
 
 
 def _run_frontend(argv: Sequence[str]) -> int:
-    from corral.config.commands import FrontendSettings
-    from corral.config.frontend import FRONTEND_SETTINGS
-    from corral.config.settings import load_typed
+    from corral.config.frontend import FrontendSettings
+    from corral.config.settings import load
     from corral.frontend.http_workers import child_index, run_http_workers
     from corral.frontend.main import serve
     from corral.runtime.loopwatch import watched
 
-    settings = load_typed(FrontendSettings, "corral run", "Start a frontend.", FRONTEND_SETTINGS, argv)
+    settings = load(FrontendSettings, "corral run", "Start a frontend.", argv)
     index = child_index()
     setup_logging(settings.log_level, "frontend" if index is None else f"frontend.{index}")
     if settings.http_workers > 1 and index is None:
@@ -102,20 +101,18 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def _run_ds4_distributed(argv: Sequence[str]) -> int:
-    from corral.config.commands import Ds4Settings
-    from corral.config.launchers import DS4_SETTINGS
-    from corral.config.settings import load_typed
+    from corral.config.launchers import Ds4Settings
+    from corral.config.settings import load
     from corral.launchers import ds4
 
     own, passthrough = _split_passthrough(argv)
-    settings = load_typed(Ds4Settings, "corral worker ds4-distributed", ds4.USAGE, DS4_SETTINGS, own)
+    settings = load(Ds4Settings, "corral worker ds4-distributed", ds4.USAGE, own)
     setup_logging(settings.log_level, "ds4-worker")
     return ds4.run(passthrough, settings)
 
 
 def _run_p2p_worker(argv: Sequence[str]) -> int:
-    from corral.config.commands import VllmFollowerSettings
-    from corral.config.launchers import VLLM_FOLLOWER_SETTINGS
+    from corral.config.launchers import VllmFollowerSettings
     from corral.config.settings import build_parser, resolve
     from corral.launchers import vllm
 
@@ -126,7 +123,7 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
         )
     own, passthrough = _split_passthrough(argv[1:])
     parser = build_parser(
-        "corral p2p-worker vllm", "Run a headless vLLM data-parallel follower.", VLLM_FOLLOWER_SETTINGS
+        VllmFollowerSettings, "corral p2p-worker vllm", "Run a headless vLLM data-parallel follower."
     )
     parser.add_argument("model", help="Hugging Face model id or local path (must match the head)")
     parser.add_argument(
@@ -137,7 +134,7 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
         help="an extra argument for `vllm serve`, verbatim: --vllm-arg=--enforce-eager (repeatable; or put them after --)",
     )
     namespace = vars(parser.parse_args(own))
-    settings = VllmFollowerSettings(**resolve(VLLM_FOLLOWER_SETTINGS, namespace, os.environ).values)
+    settings = resolve(VllmFollowerSettings, namespace, os.environ)
     setup_logging(settings.log_level, "vllm-follower")
     try:
         return asyncio.run(vllm.run(namespace["model"], settings, namespace["vllm_args"] + passthrough))
@@ -148,12 +145,11 @@ def _run_p2p_worker(argv: Sequence[str]) -> int:
 def _run_worker(argv: Sequence[str]) -> int:
     if argv and argv[0] == "ds4-distributed":
         return _run_ds4_distributed(argv[1:])
-    from corral.config.commands import WorkerSettings
-    from corral.config.settings import load_typed
-    from corral.config.worker import WORKER_SETTINGS
+    from corral.config.settings import load
+    from corral.config.worker import WorkerSettings
     from corral.up.worker import serve_worker
 
-    settings = load_typed(WorkerSettings, "corral worker", "Start a worker.", WORKER_SETTINGS, argv)
+    settings = load(WorkerSettings, "corral worker", "Start a worker.", argv)
     setup_logging(settings.log_level, "worker")
     _preload()
     return serve_worker(settings)
@@ -161,14 +157,11 @@ def _run_worker(argv: Sequence[str]) -> int:
 
 def _run_agent_worker(argv: Sequence[str]) -> int:
     from corral.agents.worker import AgentWorker
-    from corral.config.agents import AGENT_WORKER_SETTINGS
-    from corral.config.commands import AgentWorkerSettings
-    from corral.config.settings import load_typed
+    from corral.config.agents import AgentWorkerSettings
+    from corral.config.settings import load
     from corral.runtime.loopwatch import watched
 
-    settings = load_typed(
-        AgentWorkerSettings, "corral agent-worker", "Start an agent worker.", AGENT_WORKER_SETTINGS, argv
-    )
+    settings = load(AgentWorkerSettings, "corral agent-worker", "Start an agent worker.", argv)
     setup_logging(settings.log_level, "agent-worker")
     _preload()
     import jsonschema  # noqa: F401 - the MCP SDK imports it on the first tool result, on the loop (~0.2 s)
@@ -190,49 +183,38 @@ def _run_up(argv: Sequence[str]) -> int:
 
 def _run_nodes(argv: Sequence[str]) -> int:
     from corral.cli import commands
-    from corral.config.client import CLIENT_SETTINGS
-    from corral.config.commands import ClientSettings
-    from corral.config.settings import load_typed
+    from corral.config.client import ClientSettings
+    from corral.config.settings import load
 
-    return commands.nodes(
-        load_typed(ClientSettings, "corral nodes", "List the cluster's nodes.", CLIENT_SETTINGS, argv)
-    )
+    return commands.nodes(load(ClientSettings, "corral nodes", "List the cluster's nodes.", argv))
 
 
 def _run_activity(argv: Sequence[str]) -> int:
     from corral.cli import commands
-    from corral.config.client import ACTIVITY_SETTINGS
-    from corral.config.commands import ActivitySettings
-    from corral.config.settings import load_typed
+    from corral.config.client import ActivitySettings
+    from corral.config.settings import load
 
-    return commands.activity(
-        load_typed(ActivitySettings, "corral activity", "List running operations.", ACTIVITY_SETTINGS, argv)
-    )
+    return commands.activity(load(ActivitySettings, "corral activity", "List running operations.", argv))
 
 
 def _run_models(argv: Sequence[str]) -> int:
     from corral.cli import commands
-    from corral.config.client import CLIENT_SETTINGS, LOAD_SETTINGS
-    from corral.config.commands import ClientSettings, ModelLoadSettings
-    from corral.config.settings import load_typed
+    from corral.config.client import ClientSettings, ModelLoadSettings
+    from corral.config.settings import load
     from corral.models.defaults import main as models_main
 
     args = list(argv)
     if args[:1] == ["prepare"]:
         return models_main(args[1:])
     if args[:1] == ["load"]:
-        return commands.load(
-            load_typed(ModelLoadSettings, "corral models load", "Load a model now.", LOAD_SETTINGS, args[1:])
-        )
+        return commands.load(load(ModelLoadSettings, "corral models load", "Load a model now.", args[1:]))
     if args[:1] == ["list"]:
         args = args[1:]
     elif len(args) == 1 and not args[0].startswith(
         "-"
     ):  # `corral models DIR`, as before the operator commands
         return models_main(args)
-    return commands.models(
-        load_typed(ClientSettings, "corral models", "List the configured models.", CLIENT_SETTINGS, args)
-    )
+    return commands.models(load(ClientSettings, "corral models", "List the configured models.", args))
 
 
 def _run_nats_auth_setup(argv: Sequence[str]) -> int:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.bus import natsauth
-from corral.config.commands import NatsAuthSetupSettings
-from corral.config.nats_auth_setup import NATS_AUTH_SETUP_SETTINGS
-from corral.config.settings import load_typed
+from corral.config.nats_auth_setup import NatsAuthSetupSettings
+from corral.config.settings import load
 
 
 @dataclass(frozen=True)
@@ -93,9 +92,7 @@ def write(material: AuthMaterial, out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = load_typed(
-        NatsAuthSetupSettings, "corral nats-auth-setup", __doc__ or "", NATS_AUTH_SETUP_SETTINGS, argv
-    )
+    args = load(NatsAuthSetupSettings, "corral nats-auth-setup", __doc__ or "", argv)
     if (args.out / "seeds.txt").exists() and not args.force:
         print(
             f"corral nats-auth-setup: {args.out} already holds material; pass --force to replace it "

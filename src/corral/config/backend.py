@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
-BACKEND_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "name", "NAME", (), None, help="backend to run (llama-cpp, simulator)", required=True, positional=True
-    ),
-    Setting("addr", "--addr", (), None, help="HOST:PORT to listen on, e.g. 127.0.0.1:50051", required=True),
-    Setting("log_level", "--log-level", (), "INFO", help="DEBUG, INFO, WARNING or ERROR"),
-)
+
+@settings_class
+class BackendSettings:
+    """`corral backend`."""
+
+    name: str = setting("NAME", help="backend to run (llama-cpp, simulator)", required=True, positional=True)
+    addr: str = setting("--addr", help="HOST:PORT to listen on, e.g. 127.0.0.1:50051", required=True)
+    log_level: str = setting("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")

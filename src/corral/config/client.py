@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from corral.config.parse import parse_bool, parse_positive_duration_s
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -18,70 +18,82 @@ def parse_frontend_url(raw: str) -> str:
     return url
 
 
-CLIENT_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "url", "--url", ("CORRAL_URL",), DEFAULT_URL, parse_frontend_url, "the frontend (`corral run`) to ask"
-    ),
-    Setting(
-        "api_key",
+@settings_class
+class ClientSettings:
+    """`corral nodes`, `corral models`: which frontend, which key (and every operator command's)."""
+
+    url: str = setting(
+        "--url",
+        "CORRAL_URL",
+        default=DEFAULT_URL,
+        parse=parse_frontend_url,
+        help="the frontend (`corral run`) to ask",
+    )
+    api_key: str = setting(
         "--api-key",
         ("CORRAL_API_KEY", "LOCALAI_API_KEY"),
-        "",
+        default="",
         help="admin API key, sent as Authorization: Bearer",
         secret=True,
-    ),
-    Setting(
-        "timeout_s",
+    )
+    timeout_s: float = setting(
         "--timeout",
-        ("CORRAL_CLI_TIMEOUT",),
-        30.0,
-        parse_positive_duration_s,
-        "how long one HTTP request to the frontend may take",
-    ),
-    Setting(
-        "json", "--json", (), False, parse_bool, "print the API's JSON instead of a table", is_switch=True
-    ),
-)
+        "CORRAL_CLI_TIMEOUT",
+        default=30.0,
+        parse=parse_positive_duration_s,
+        help="how long one HTTP request to the frontend may take",
+    )
+    json: bool = setting(
+        "--json",
+        default=False,
+        parse=parse_bool,
+        help="print the API's JSON instead of a table",
+        is_switch=True,
+    )
 
-ACTIVITY_SETTINGS: tuple[Setting, ...] = (
-    *CLIENT_SETTINGS,
-    Setting(
-        "history",
+
+@settings_class
+class HistorySettings:
+    """What `corral activity` lists."""
+
+    history: bool = setting(
         "--history",
-        (),
-        False,
-        parse_bool,
-        "also list finished operations (the record)",
+        default=False,
+        parse=parse_bool,
+        help="also list finished operations (the record)",
         is_switch=True,
-    ),
-)
+    )
 
-LOAD_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "model",
-        "NAME",
-        (),
-        None,
-        help="the configured model (or alias) to load",
-        required=True,
-        positional=True,
-    ),
-    *CLIENT_SETTINGS,
-    Setting(
-        "follow",
+
+@settings_class
+class ActivitySettings(ClientSettings, HistorySettings):
+    """`corral activity`."""
+
+
+@settings_class
+class FollowSettings:
+    """Following a load."""
+
+    follow: bool = setting(
         "--follow",
-        (),
-        False,
-        parse_bool,
-        "follow the load until the model is ready: a progress bar on a terminal, a line per step otherwise",
+        default=False,
+        parse=parse_bool,
+        help="follow the load until the model is ready: a progress bar on a terminal, a line per step otherwise",
         is_switch=True,
-    ),
-    Setting(
-        "follow_timeout_s",
+    )
+    follow_timeout_s: float = setting(
         "--follow-timeout",
-        ("CORRAL_FOLLOW_TIMEOUT",),
-        1800.0,
-        parse_positive_duration_s,
-        "stop following after this long (the load itself goes on)",
-    ),
-)
+        "CORRAL_FOLLOW_TIMEOUT",
+        default=1800.0,
+        parse=parse_positive_duration_s,
+        help="stop following after this long (the load itself goes on)",
+    )
+
+
+@settings_class
+class ModelLoadSettings(ClientSettings, FollowSettings):
+    """`corral models load`."""
+
+    model: str = setting(
+        "NAME", help="the configured model (or alias) to load", required=True, positional=True
+    )

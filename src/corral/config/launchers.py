@@ -14,146 +14,135 @@ from corral.config.parse import (
     parse_port,
     parse_positive_int,
 )
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
-BACKENDS_PATH_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "backends_path",
+
+@settings_class
+class BackendsPathSettings:
+    """Where installed backends are found."""
+
+    backends_path: str = setting(
         "--backends-path",
-        ("LOCALAI_BACKENDS_PATH",),
-        "./backends",
+        "LOCALAI_BACKENDS_PATH",
+        default="./backends",
         help="where installed backends live (one directory each, with run.sh)",
-    ),
-    Setting(
-        "backends_system_path",
+    )
+    backends_system_path: str = setting(
         "--backends-system-path",
-        ("LOCALAI_BACKENDS_SYSTEM_PATH",),
-        "/var/lib/local-ai/backends",
+        "LOCALAI_BACKENDS_SYSTEM_PATH",
+        default="/var/lib/local-ai/backends",
         help="system-wide installed backends, searched after --backends-path",
-    ),
-)
+    )
 
-FOLLOWER_REGISTRATION_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "register_to",
+
+@settings_class
+class FollowerRegistrationSettings:
+    """A follower's registration with the frontend (optional)."""
+
+    register_to: str = setting(
         "--register-to",
-        ("LOCALAI_REGISTER_TO",),
-        "",
-        parse_optional_http_url,
-        "frontend URL to register with (empty: run vLLM only, invisible to the admin API)",
-    ),
-    Setting(
-        "registration_token",
+        "LOCALAI_REGISTER_TO",
+        default="",
+        parse=parse_optional_http_url,
+        help="frontend URL to register with (empty: run vLLM only, invisible to the admin API)",
+    )
+    registration_token: str = setting(
         "--registration-token",
-        ("LOCALAI_REGISTRATION_TOKEN",),
-        "",
+        "LOCALAI_REGISTRATION_TOKEN",
+        default="",
         help="shared secret from the frontend's --registration-token",
         secret=True,
-    ),
-    Setting(
-        "node_name",
-        "--node-name",
-        ("LOCALAI_NODE_NAME",),
-        "",
-        help="node name in the registry (default: vllm-<hostname>)",
-    ),
-    Setting(
-        "node_labels",
-        "--node-labels",
-        ("LOCALAI_NODE_LABELS",),
-        {},
-        parse_labels,
-        "labels k=v,k2=v2 (node.role=vllm-follower is always added)",
-    ),
-    Setting(
-        "heartbeat_interval_s",
-        "--heartbeat-interval",
-        ("LOCALAI_HEARTBEAT_INTERVAL",),
-        10.0,
-        parse_duration_s,
-        "interval between heartbeats to the frontend",
-    ),
-    Setting(
-        "state_dir",
-        "--state-dir",
-        ("CORRAL_WORKER_STATE_DIR",),
-        "",
-        help="where the node credential is kept (default: ./.corral-worker)",
-    ),
-)
-
-
-VLLM_FOLLOWER_SETTINGS: tuple[Setting, ...] = (
-    (
-        Setting(
-            "data_parallel_size",
-            "--data-parallel-size",
-            ("VLLM_DATA_PARALLEL_SIZE",),
-            None,
-            parse_positive_int,
-            "total data-parallel ranks across all nodes (must match the head)",
-            required=True,
-        ),
-        Setting(
-            "data_parallel_size_local",
-            "--data-parallel-size-local",
-            ("VLLM_DATA_PARALLEL_SIZE_LOCAL",),
-            None,
-            parse_positive_int,
-            "data-parallel ranks on this node",
-            required=True,
-        ),
-        Setting(
-            "start_rank",
-            "--start-rank",
-            ("VLLM_DATA_PARALLEL_START_RANK",),
-            None,
-            parse_non_negative_int,
-            "first data-parallel rank of this node (>0 for followers)",
-            required=True,
-        ),
-        Setting(
-            "master_addr",
-            "--master-addr",
-            ("VLLM_DP_MASTER_ADDR",),
-            None,
-            help="head node IP or hostname for the data-parallel RPC handshake",
-            required=True,
-        ),
-        Setting(
-            "master_port",
-            "--master-port",
-            ("VLLM_DP_MASTER_PORT",),
-            None,
-            parse_port,
-            "head node data-parallel RPC port (its engine_args.data_parallel_rpc_port)",
-            required=True,
-        ),
-        Setting(
-            "headless",
-            "--headless",
-            ("VLLM_HEADLESS",),
-            True,
-            parse_bool,
-            "headless follower (no API server); false only for a head started this way",
-            is_switch=True,
-        ),
-        Setting(
-            "log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"
-        ),
     )
-    + FOLLOWER_REGISTRATION_SETTINGS
-    + BACKENDS_PATH_SETTINGS
-)
+    node_name: str = setting(
+        "--node-name",
+        "LOCALAI_NODE_NAME",
+        default="",
+        help="node name in the registry (default: vllm-<hostname>)",
+    )
+    node_labels: dict[str, str] = setting(
+        "--node-labels",
+        "LOCALAI_NODE_LABELS",
+        default={},
+        parse=parse_labels,
+        help="labels k=v,k2=v2 (node.role=vllm-follower is always added)",
+    )
+    heartbeat_interval_s: float = setting(
+        "--heartbeat-interval",
+        "LOCALAI_HEARTBEAT_INTERVAL",
+        default=10.0,
+        parse=parse_duration_s,
+        help="interval between heartbeats to the frontend",
+    )
+    state_dir: str = setting(
+        "--state-dir",
+        "CORRAL_WORKER_STATE_DIR",
+        default="",
+        help="where the node credential is kept (default: ./.corral-worker)",
+    )
 
-DS4_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "ds4_args",
+
+@settings_class
+class VllmFollowerSettings(FollowerRegistrationSettings, BackendsPathSettings):
+    """`corral p2p-worker vllm`."""
+
+    data_parallel_size: int = setting(
+        "--data-parallel-size",
+        "VLLM_DATA_PARALLEL_SIZE",
+        parse=parse_positive_int,
+        help="total data-parallel ranks across all nodes (must match the head)",
+        required=True,
+    )
+    data_parallel_size_local: int = setting(
+        "--data-parallel-size-local",
+        "VLLM_DATA_PARALLEL_SIZE_LOCAL",
+        parse=parse_positive_int,
+        help="data-parallel ranks on this node",
+        required=True,
+    )
+    start_rank: int = setting(
+        "--start-rank",
+        "VLLM_DATA_PARALLEL_START_RANK",
+        parse=parse_non_negative_int,
+        help="first data-parallel rank of this node (>0 for followers)",
+        required=True,
+    )
+    master_addr: str = setting(
+        "--master-addr",
+        "VLLM_DP_MASTER_ADDR",
+        help="head node IP or hostname for the data-parallel RPC handshake",
+        required=True,
+    )
+    master_port: int = setting(
+        "--master-port",
+        "VLLM_DP_MASTER_PORT",
+        parse=parse_port,
+        help="head node data-parallel RPC port (its engine_args.data_parallel_rpc_port)",
+        required=True,
+    )
+    headless: bool = setting(
+        "--headless",
+        "VLLM_HEADLESS",
+        default=True,
+        parse=parse_bool,
+        help="headless follower (no API server); false only for a head started this way",
+        is_switch=True,
+    )
+    log_level: str = setting(
+        "--log-level", "LOCALAI_LOG_LEVEL", default="info", help="debug, info, warning or error"
+    )
+
+
+@settings_class
+class Ds4Settings(BackendsPathSettings):
+    """`corral worker ds4-distributed`."""
+
+    ds4_args: str = setting(
         "--ds4-args",
         ("LOCALAI_EXTRA_DS4_ARGS", "EXTRA_DS4_ARGS"),
-        "",
+        default="",
         help="arguments for ds4-worker when none follow `--` (e.g. '--role worker --model m.gguf "
         "--layers 20:output --coordinator HOST PORT')",
-    ),
-    Setting("log_level", "--log-level", ("LOCALAI_LOG_LEVEL",), "info", help="debug, info, warning or error"),
-) + BACKENDS_PATH_SETTINGS
+    )
+    log_level: str = setting(
+        "--log-level", "LOCALAI_LOG_LEVEL", default="info", help="debug, info, warning or error"
+    )

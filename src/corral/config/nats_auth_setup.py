@@ -5,10 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.config.parse import parse_bool, parse_path
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
-NATS_AUTH_SETUP_SETTINGS: tuple[Setting, ...] = (
-    Setting("out", "--out", (), Path("nats-auth"), parse_path, "output directory"),
-    Setting("account_name", "--account-name", (), "corral", help="name of the account"),
-    Setting("force", "--force", (), False, parse_bool, "overwrite existing material", is_switch=True),
-)
+
+@settings_class
+class NatsAuthSetupSettings:
+    """`corral nats-auth-setup`."""
+
+    out: Path = setting("--out", default=Path("nats-auth"), parse=parse_path, help="output directory")
+    account_name: str = setting("--account-name", default="corral", help="name of the account")
+    force: bool = setting(
+        "--force", default=False, parse=parse_bool, help="overwrite existing material", is_switch=True
+    )

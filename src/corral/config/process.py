@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.config.parse import parse_int
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
 MAX_HTTP_WORKERS = 64
 
@@ -22,12 +22,15 @@ def parse_http_workers(raw: str) -> int:
     return value
 
 
-SLOW_CALLBACK_SETTING = Setting(
-    "slow_callback_ms",
-    "--slow-callback-ms",
-    ("CORRAL_SLOW_CALLBACK_MS",),
-    100,
-    parse_slow_callback_ms,
-    "an event-loop stall longer than this many ms is logged with the blocking stack and counted in "
-    "corral_event_loop_stalls_total",
-)
+@settings_class
+class ProcessSettings:
+    """What every long-running process has: the event-loop watch."""
+
+    slow_callback_ms: int = setting(
+        "--slow-callback-ms",
+        "CORRAL_SLOW_CALLBACK_MS",
+        default=100,
+        parse=parse_slow_callback_ms,
+        help="an event-loop stall longer than this many ms is logged with the blocking stack and counted in "
+        "corral_event_loop_stalls_total",
+    )

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from corral.config.parse import parse_positive_duration_s
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
-FRONTEND_RESPONSES_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "responses_ttl_s",
+
+@settings_class
+class FrontendResponsesSettings:
+    """Stored responses of the Responses API."""
+
+    responses_ttl_s: float = setting(
         "--responses-ttl",
-        ("CORRAL_RESPONSES_TTL",),
-        30 * 86400.0,
-        parse_positive_duration_s,
-        "how long a stored response (/v1/responses, store: true) is kept for GET and previous_response_id; "
+        "CORRAL_RESPONSES_TTL",
+        default=30 * 86400.0,
+        parse=parse_positive_duration_s,
+        help="how long a stored response (/v1/responses, store: true) is kept for GET and previous_response_id; "
         "older ones are deleted by every frontend's sweep (720h: 30 days, as OpenAI)",
-    ),
-)
+    )

@@ -1,4 +1,10 @@
-"""Declarative settings: one table per command; each entry has its flag, env vars, default and help.
+"""Declarative settings: each command's settings are one frozen class whose body is its table.
+
+A field is declared with `setting(flag, env, default=..., parse=..., help=...)`: the attribute is the
+setting's name, the annotation its type (mypy checks it against the parser and the default), and the
+field carries the flag, env vars, parser and help. A group of settings several commands share is a class
+of its own, mixed in as a base. A command's table (the order of its `--help`) is its class's own fields,
+then each base's table in the order the bases are listed; a name seen twice keeps its first place.
 
 Precedence: command-line flag, then the first env var that is set, then the default. A
 missing required setting or a value that does not parse raises ConfigError naming the flag
@@ -8,15 +14,27 @@ and env var, so the process stops with one line and no traceback.
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, dataclass_transform, overload
 
 from corral.config.errors import ConfigError
-from corral.config.parse import format_duration_s, parse_duration_s, parse_positive_duration_s
+from corral.config.parse import (
+    format_duration_s,
+    parse_duration_s,
+    parse_host_port,
+    parse_positive_duration_s,
+)
 
 T = TypeVar("T")
+C = TypeVar("C")
+
+SETTING = "corral.setting"  # the field metadata key holding a field's Setting
+_NO_DEFAULT: Any = object()
 
 
 def _identity(raw: str) -> str:
@@ -44,106 +62,185 @@ class Setting:
             default = "default: unset"
         elif isinstance(self.default, float) and self.parse in (parse_duration_s, parse_positive_duration_s):
             default = f"default: {format_duration_s(self.default)}"
+        elif isinstance(self.default, tuple) and self.parse is parse_host_port:
+            default = "default: {!r}".format("{}:{}".format(*self.default))
         else:
             default = f"default: {self.default!r}" if self.default not in (None, "", ()) else "default: unset"
         return f"{self.help} [{env}; {default}]".replace("%", "%%")  # argparse formats help with %
 
 
-@dataclass
-class Settings:
-    """Resolved values by setting name, plus where each came from (for error messages)."""
+@overload
+def setting(
+    flag: str,
+    env: str | tuple[str, ...] = (),
+    *,
+    default: T,
+    parse: Callable[[str], T],
+    help: str = "",
+    is_switch: bool = False,
+    secret: bool = False,
+) -> T: ...
 
-    values: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+@overload
+def setting(
+    flag: str,
+    env: str | tuple[str, ...] = (),
+    *,
+    default: str,
+    help: str = "",
+    secret: bool = False,
+) -> str: ...
+
+
+@overload
+def setting(
+    flag: str,
+    env: str | tuple[str, ...] = (),
+    *,
+    parse: Callable[[str], T],
+    required: Literal[True],
+    help: str = "",
+    positional: bool = False,
+) -> T: ...
+
+
+@overload
+def setting(
+    flag: str,
+    env: str | tuple[str, ...] = (),
+    *,
+    required: Literal[True],
+    help: str = "",
+    positional: bool = False,
+) -> str: ...
+
+
+def setting(
+    flag: str,
+    env: str | tuple[str, ...] = (),
+    *,
+    default: Any = _NO_DEFAULT,
+    parse: Callable[[str], Any] = _identity,
+    help: str = "",
+    required: bool = False,
+    is_switch: bool = False,
+    secret: bool = False,
+    positional: bool = False,
+) -> Any:
+    """One field of a settings class: its flag (or metavar, positional), env vars, default or `required`,
+    parser (the raw string to the field's type; ValueError names what is wrong) and help."""
+    if required == (default is not _NO_DEFAULT):
+        raise TypeError(f"setting {flag} needs either a default or required=True")
+    spec = Setting(
+        "",
+        flag,
+        (env,) if isinstance(env, str) else env,
+        None if required else default,
+        parse,
+        help,
+        required=required,
+        is_switch=is_switch,
+        secret=secret,
+        positional=positional,
+    )
+    metadata = {SETTING: spec}
+    if required:
+        return dataclasses.field(metadata=metadata)
+    if type(default).__hash__ is None:  # a mutable default ({}): each object gets its own copy
+        return dataclasses.field(default_factory=functools.partial(copy.copy, default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+_TABLES: dict[type, tuple[Setting, ...]] = {}
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(setting,))
+def settings_class(cls: type[C]) -> type[C]:
+    """Make `cls` a frozen, keyword-only dataclass of settings and record its table."""
+    made = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    by_name: dict[str, dataclasses.Field[Any]] = made.__dict__["__dataclass_fields__"]
+    rows: dict[str, Setting] = {}
+    for name in made.__dict__.get("__annotations__", {}):
+        spec = by_name[name].metadata.get(SETTING)
+        if not isinstance(spec, Setting):
+            raise TypeError(f"{made.__name__}.{name} is not declared with setting()")
+        rows[name] = dataclasses.replace(spec, name=name)
+    for base in made.__bases__:
+        for row in _TABLES.get(base, ()):
+            rows.setdefault(row.name, row)
+    if missing := set(by_name) - set(rows):
+        raise TypeError(f"{made.__name__} has fields outside its settings table: {sorted(missing)}")
+    _TABLES[made] = tuple(rows.values())
+    return made
+
+
+def table(settings: type) -> tuple[Setting, ...]:
+    """The settings of a settings class, in `--help` order."""
+    try:
+        return _TABLES[settings]
+    except KeyError:
+        raise TypeError(f"{settings.__name__} is not a @settings_class") from None
 
 
 def build_parser(
+    settings: type,
     prog: str,
     description: str,
-    table: Sequence[Setting],
     parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
 ) -> argparse.ArgumentParser:
     parser = parser_class(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    for setting in table:
-        if setting.positional:
+    for row in table(settings):
+        if row.positional:
+            parser.add_argument(row.name, metavar=row.flag, nargs="?", default=None, help=row.describe())
+        elif row.is_switch:
             parser.add_argument(
-                setting.name, metavar=setting.flag, nargs="?", default=None, help=setting.describe()
-            )
-        elif setting.is_switch:
-            parser.add_argument(
-                setting.flag,
-                dest=setting.name,
-                nargs="?",
-                const="true",
-                default=None,
-                help=setting.describe(),
+                row.flag, dest=row.name, nargs="?", const="true", default=None, help=row.describe()
             )
         else:
             parser.add_argument(
-                setting.flag,
-                dest=setting.name,
+                row.flag,
+                dest=row.name,
                 default=None,
-                help=setting.describe(),
-                metavar=setting.flag.lstrip("-").upper().replace("-", "_"),
+                help=row.describe(),
+                metavar=row.flag.lstrip("-").upper().replace("-", "_"),
             )
     return parser
 
 
-def resolve(
-    table: Sequence[Setting], cli_values: Mapping[str, str | None], environ: Mapping[str, str]
-) -> Settings:
-    settings = Settings()
-    for setting in table:
-        raw, source = cli_values.get(setting.name), setting.flag
+def resolve(settings: type[C], cli_values: Mapping[str, str | None], environ: Mapping[str, str]) -> C:
+    """The settings object from parsed command-line values (by name) and the environment."""
+    values: dict[str, Any] = {}
+    for row in table(settings):
+        raw, source = cli_values.get(row.name), row.flag
         if raw is None:
-            for env in setting.env:
+            for env in row.env:
                 if environ.get(env, "") != "":
                     raw, source = environ[env], f"${env}"
                     break
-        label = " / ".join([setting.flag, *(f"${e}" for e in setting.env)])
+        label = " / ".join([row.flag, *(f"${e}" for e in row.env)])
         if raw is None:
-            if setting.required:
-                raise ConfigError(f"missing required setting {label}: {setting.help}")
-            settings.values[setting.name] = setting.default
-            settings.sources[setting.name] = "default"
-            continue
+            if row.required:
+                raise ConfigError(f"missing required setting {label}: {row.help}")
+            continue  # the field's default
         try:
-            settings.values[setting.name] = setting.parse(raw)
+            values[row.name] = row.parse(raw)
         except ValueError as exc:
             raise ConfigError(f"invalid {label} (from {source}): {exc}") from None
-        settings.sources[setting.name] = source
-    return settings
+    return settings(**values)
 
 
 def load(
+    settings: type[C],
     prog: str,
     description: str,
-    table: Sequence[Setting],
     argv: Sequence[str],
     environ: Mapping[str, str] | None = None,
     parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
-) -> Settings:
-    parser = build_parser(prog, description, table, parser_class)
+) -> C:
+    """Parse `argv` for the command `prog` and resolve its settings object (flag > env var > default)."""
+    parser = build_parser(settings, prog, description, parser_class)
     namespace = parser.parse_args(list(argv))
-    return resolve(table, vars(namespace), os.environ if environ is None else environ)
-
-
-def load_typed(
-    into: type[T],
-    prog: str,
-    description: str,
-    table: Sequence[Setting],
-    argv: Sequence[str],
-    environ: Mapping[str, str] | None = None,
-    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
-) -> T:
-    """`load`, returned as the command's frozen, typed settings object (config/commands.py)."""
-    return into(**load(prog, description, table, argv, environ, parser_class).values)
+    return resolve(settings, vars(namespace), os.environ if environ is None else environ)

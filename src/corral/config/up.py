@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from corral.config.parse import (
     parse_bool,
     parse_nats_url,
@@ -10,60 +12,55 @@ from corral.config.parse import (
     parse_port,
     parse_postgres_url,
 )
-from corral.config.settings import Setting
+from corral.config.settings import setting, settings_class
 
-UP_SETTINGS: tuple[Setting, ...] = (
-    Setting("port", "--port", (), 8080, parse_port, "frontend HTTP port"),
-    Setting("host", "--host", (), "127.0.0.1", help="frontend bind address"),
-    Setting("workers", "--workers", (), 1, parse_non_negative_int, "number of worker processes"),
-    Setting(
-        "data_dir",
+
+@settings_class
+class UpSettings:
+    """`corral up`."""
+
+    port: int = setting("--port", default=8080, parse=parse_port, help="frontend HTTP port")
+    host: str = setting("--host", default="127.0.0.1", help="frontend bind address")
+    workers: int = setting(
+        "--workers", default=1, parse=parse_non_negative_int, help="number of worker processes"
+    )
+    data_dir: Path | None = setting(
         "--data-dir",
-        (),
-        None,
-        parse_path,
-        "state directory: PostgreSQL, NATS, models, logs (default: /var/lib/corral as root, else "
+        default=None,
+        parse=parse_path,
+        help="state directory: PostgreSQL, NATS, models, logs (default: /var/lib/corral as root, else "
         "$XDG_STATE_HOME/corral)",
-    ),
-    Setting(
-        "database_url",
+    )
+    database_url: str | None = setting(
         "--database-url",
-        ("LOCALAI_AUTH_DATABASE_URL",),
-        None,
-        parse_postgres_url,
-        "use this PostgreSQL instead of starting one",
-    ),
-    Setting(
-        "nats_url",
+        "LOCALAI_AUTH_DATABASE_URL",
+        default=None,
+        parse=parse_postgres_url,
+        help="use this PostgreSQL instead of starting one",
+    )
+    nats_url: str | None = setting(
         "--nats-url",
-        ("LOCALAI_NATS_URL",),
-        None,
-        parse_nats_url,
-        "use this NATS instead of starting one",
-    ),
-    Setting(
-        "worker_base_port",
+        "LOCALAI_NATS_URL",
+        default=None,
+        parse=parse_nats_url,
+        help="use this NATS instead of starting one",
+    )
+    worker_base_port: int = setting(
         "--worker-base-port",
-        (),
-        50051,
-        parse_port,
-        "gRPC base port of the first worker; its file server listens one below",
-    ),
-    Setting(
-        "models_path",
+        default=50051,
+        parse=parse_port,
+        help="gRPC base port of the first worker; its file server listens one below",
+    )
+    models_path: Path | None = setting(
         "--models-path",
-        (),
-        None,
-        parse_path,
-        "frontend models directory (default: <data-dir>/models, with the default models)",
-    ),
-    Setting(
-        "no_default_models",
+        default=None,
+        parse=parse_path,
+        help="frontend models directory (default: <data-dir>/models, with the default models)",
+    )
+    no_default_models: bool = setting(
         "--no-default-models",
-        (),
-        False,
-        parse_bool,
-        "do not prepare the default models",
+        default=False,
+        parse=parse_bool,
+        help="do not prepare the default models",
         is_switch=True,
-    ),
-)
+    )

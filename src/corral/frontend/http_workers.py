@@ -19,8 +19,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from corral.config.commands import FrontendSettings
 from corral.config.errors import ConfigError
+from corral.config.frontend import FrontendSettings
 from corral.runtime.processes import port_open, stop_process
 
 log = logging.getLogger(__name__)

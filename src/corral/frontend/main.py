@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from corral.agents.client import AgentBus
 from corral.agents.recorder import JobRecorder
 from corral.bus import client as bus
-from corral.config.commands import FrontendSettings
+from corral.config.frontend import FrontendSettings
 from corral.frontend.app import build_app
 from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.http_workers import child_index

@@ -12,8 +12,8 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from corral.config.commands import Ds4Settings
 from corral.config.errors import ConfigError
+from corral.config.launchers import Ds4Settings
 from corral.launchers.installed import EngineMissing, installed_backend_dir
 
 DS4_BACKEND = "ds4"

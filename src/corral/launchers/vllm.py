@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from corral.config.commands import VllmFollowerSettings
+from corral.config.launchers import VllmFollowerSettings
 from corral.launchers.installed import EngineMissing, installed_backend_dir
 from corral.node import hardware
 from corral.node.presence import NodePresence

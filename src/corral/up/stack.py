@@ -25,9 +25,8 @@ from pathlib import Path
 
 import httpx
 
-from corral.config.commands import UpSettings
-from corral.config.settings import load_typed
-from corral.config.up import UP_SETTINGS
+from corral.config.settings import load
+from corral.config.up import UpSettings
 from corral.up.approval import ApprovalError, NodeApprover
 from corral.up.embedded import (
     EmbeddedNats,
@@ -275,7 +274,7 @@ def _redact(url: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = load_typed(UpSettings, "corral up", __doc__ or "", UP_SETTINGS, argv)
+    args = load(UpSettings, "corral up", __doc__ or "", argv)
     stack = Stack(args=args, data_dir=(args.data_dir or default_data_dir()).resolve())
     stop_requested = False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.config.commands import WorkerSettings
+from corral.config.worker import WorkerSettings
 from corral.runtime.loopwatch import watched
 
 

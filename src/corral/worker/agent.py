@@ -15,7 +15,7 @@ from corral.bus import client as bus
 from corral.bus.messages import LoadDefaults
 from corral.bus.security import TlsFiles
 from corral.config.errors import ConfigError
-from corral.config.commands import WorkerSettings
+from corral.config.worker import WorkerSettings
 from corral.gallery.index import DEFAULT_INDEX, GalleryError, GalleryRef, parse_galleries
 from corral.gallery.installer import BackendInstaller
 from corral.gallery.manager import BackendManager

@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 
 from corral.config.errors import ConfigError
-from corral.config.frontend import FRONTEND_SETTINGS
+from corral.config.frontend import FrontendSettings
 from corral.config.parse import format_duration_s, parse_duration_s, parse_host_port
-from corral.config.settings import build_parser, load
-from corral.config.worker import WORKER_SETTINGS
+from corral.config.settings import build_parser, load, table
+from corral.config.worker import WorkerSettings
 
 REQUIRED = ["--nats-url", "nats://127.0.0.1:4222", "--database-url", "postgresql://u@h/db"]
 
@@ -42,7 +42,7 @@ def test_flag_wins_over_env_and_env_over_default() -> None:
         "DATABASE_URL": "postgres://u@h/db",
         "LOCALAI_MODEL_LOAD_WAIT": "0",
     }
-    settings = load("corral run", "", FRONTEND_SETTINGS, ["--nats-url", "nats://flag:4222"], env)
+    settings = load(FrontendSettings, "corral run", "", ["--nats-url", "nats://flag:4222"], env)
     assert settings.nats_url == "nats://flag:4222"
     assert settings.database_url == "postgres://u@h/db"  # alias of LOCALAI_AUTH_DATABASE_URL
     assert settings.model_load_wait_s == 0.0
@@ -51,7 +51,7 @@ def test_flag_wins_over_env_and_env_over_default() -> None:
 
 def test_missing_required_setting_names_flag_and_env_var() -> None:
     with pytest.raises(ConfigError) as info:
-        load("corral run", "", FRONTEND_SETTINGS, ["--nats-url", "nats://x:4222"], {})
+        load(FrontendSettings, "corral run", "", ["--nats-url", "nats://x:4222"], {})
     assert "--database-url / $LOCALAI_AUTH_DATABASE_URL / $DATABASE_URL" in str(info.value)
 
 
@@ -68,20 +68,20 @@ def test_malformed_setting_is_one_line_naming_the_setting(argv: list[str], needl
     merged = dict(zip(REQUIRED[::2], REQUIRED[1::2], strict=True))
     merged.update(dict(zip(argv[::2], argv[1::2], strict=True)))
     with pytest.raises(ConfigError) as info:
-        load("corral run", "", FRONTEND_SETTINGS, [x for kv in merged.items() for x in kv], {})
+        load(FrontendSettings, "corral run", "", [x for kv in merged.items() for x in kv], {})
     assert needle in str(info.value) and "\n" not in str(info.value)
     assert argv[0] in str(info.value)
 
 
 def test_switch_flags_work_without_a_value() -> None:
-    settings = load("corral run", "", FRONTEND_SETTINGS, [*REQUIRED, "--auto-approve-nodes"], {})
+    settings = load(FrontendSettings, "corral run", "", [*REQUIRED, "--auto-approve-nodes"], {})
     assert settings.auto_approve_nodes is True
 
 
-@pytest.mark.parametrize("table", [FRONTEND_SETTINGS, WORKER_SETTINGS])
-def test_help_lists_every_flag_with_its_env_var(table) -> None:
-    text = build_parser("corral", "", table).format_help()
-    for setting in table:
+@pytest.mark.parametrize("settings", [FrontendSettings, WorkerSettings])
+def test_help_lists_every_flag_with_its_env_var(settings: type) -> None:
+    text = build_parser(settings, "corral", "").format_help()
+    for setting in table(settings):
         assert setting.flag in text
         for env in setting.env:
             assert f"${env}" in text
@@ -89,14 +89,14 @@ def test_help_lists_every_flag_with_its_env_var(table) -> None:
 
 def test_help_never_shows_the_registration_token() -> None:
     settings = load(
+        WorkerSettings,
         "corral worker",
         "",
-        WORKER_SETTINGS,
         ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"],
         {"LOCALAI_REGISTRATION_TOKEN": "s3cret"},
     )
     assert settings.registration_token == "s3cret"
-    assert "s3cret" not in build_parser("corral worker", "", WORKER_SETTINGS).format_help()
+    assert "s3cret" not in build_parser(WorkerSettings, "corral worker", "").format_help()
 
 
 def test_host_port_parses_empty_host_as_all_interfaces() -> None:
@@ -104,7 +104,7 @@ def test_host_port_parses_empty_host_as_all_interfaces() -> None:
 
 
 def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spec_names() -> None:
-    defaults = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {})
+    defaults = load(FrontendSettings, "corral run", "", REQUIRED, {})
     assert (defaults.prefix_cache, defaults.prefix_cache_ttl_s, defaults.prefix_index_max_blocks) == (
         True,
         300.0,
@@ -115,25 +115,25 @@ def test_prefix_cache_routing_settings_default_to_the_reference_and_read_the_spe
         "LOCALAI_DISTRIBUTED_PREFIX_CACHE_TTL": "90s",
         "CORRAL_PREFIX_INDEX_MAX_BLOCKS": "5000",
     }
-    custom = load("corral run", "", FRONTEND_SETTINGS, REQUIRED, env)
+    custom = load(FrontendSettings, "corral run", "", REQUIRED, env)
     assert (custom.prefix_cache, custom.prefix_cache_ttl_s, custom.prefix_index_max_blocks) == (
         False,
         90.0,
         5000,
     )
     with pytest.raises(ConfigError, match="CORRAL_PREFIX_INDEX_MAX_BLOCKS"):
-        load("corral run", "", FRONTEND_SETTINGS, REQUIRED, {"CORRAL_PREFIX_INDEX_MAX_BLOCKS": "0"})
+        load(FrontendSettings, "corral run", "", REQUIRED, {"CORRAL_PREFIX_INDEX_MAX_BLOCKS": "0"})
 
 
 def test_backend_prestart_defaults_to_llama_cpp_and_an_empty_value_means_none() -> None:
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
-    assert load("corral worker", "", WORKER_SETTINGS, required, {}).backend_prestart == ("llama-cpp",)
+    assert load(WorkerSettings, "corral worker", "", required, {}).backend_prestart == ("llama-cpp",)
     assert (
-        load("corral worker", "", WORKER_SETTINGS, [*required, "--backend-prestart="], {}).backend_prestart
+        load(WorkerSettings, "corral worker", "", [*required, "--backend-prestart="], {}).backend_prestart
         == ()
     )
     env = {"CORRAL_BACKEND_PRESTART": " llama-cpp , whisper,llama-cpp"}
-    assert load("corral worker", "", WORKER_SETTINGS, required, env).backend_prestart == (
+    assert load(WorkerSettings, "corral worker", "", required, env).backend_prestart == (
         "llama-cpp",
         "whisper",
     )
@@ -143,19 +143,19 @@ def test_backend_prestart_defaults_to_llama_cpp_and_an_empty_value_means_none() 
 def test_backend_prestart_refuses_paths_and_long_lists_naming_the_flag(raw: str) -> None:
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
     with pytest.raises(ConfigError, match="--backend-prestart"):
-        load("corral worker", "", WORKER_SETTINGS, [*required, f"--backend-prestart={raw}"], {})
+        load(WorkerSettings, "corral worker", "", [*required, f"--backend-prestart={raw}"], {})
 
 
 def test_worker_load_defaults_and_capability_read_their_env_vars_and_refuse_bad_values() -> None:
     required = ["--register-to", "http://f:8080", "--nats-url", "nats://n:4222"]
-    defaults = load("corral worker", "", WORKER_SETTINGS, required, {})
+    defaults = load(WorkerSettings, "corral worker", "", required, {})
     assert (defaults.threads, defaults.context_size, defaults.capability) == (0, 0, "")
     env = {
         "LOCALAI_THREADS": "4",
         "LOCALAI_CONTEXT_SIZE": "8192",
         "LOCALAI_FORCE_META_BACKEND_CAPABILITY": "metal",
     }
-    custom = load("corral worker", "", WORKER_SETTINGS, required, env)
+    custom = load(WorkerSettings, "corral worker", "", required, env)
     assert (custom.threads, custom.context_size, custom.capability) == (4, 8192, "metal")
     for bad in (
         {"LOCALAI_THREADS": "-1"},
@@ -163,4 +163,4 @@ def test_worker_load_defaults_and_capability_read_their_env_vars_and_refuse_bad_
         {"LOCALAI_FORCE_META_BACKEND_CAPABILITY": "Nvidia CUDA"},
     ):
         with pytest.raises(ConfigError, match=next(iter(bad))):
-            load("corral worker", "", WORKER_SETTINGS, required, bad)
+            load(WorkerSettings, "corral worker", "", required, bad)
