@@ -82,10 +82,11 @@ def parse_error(payload: bytes) -> tuple[grpc.StatusCode, str]:
 
 def trace_payload(metadata: Iterable[tuple[str, str]] | None) -> bytes | None:
     """The W3C trace context found in gRPC-style `metadata` pairs as a TRACE payload; None when it has none."""
-    if not metadata:
-        return None
-    lines = [f"{key}: {value}" for key, value in metadata if key in TRACE_KEYS]
-    return "\n".join(lines).encode("utf-8") if lines else None
+    lines = None
+    for key, value in metadata or ():  # a plain loop: ~0.1 µs for the untraced call's one pair
+        if key in TRACE_KEYS:
+            lines = f"{key}: {value}" if lines is None else f"{lines}\n{key}: {value}"
+    return None if lines is None else lines.encode("utf-8")
 
 
 def parse_trace(payload: bytes) -> list[tuple[str, str]]:
