@@ -60,7 +60,7 @@ class AgentBus:
             f"the MCP discovery of model {model}",
             "--mcp-discovery-timeout / CORRAL_MCP_DISCOVERY_TIMEOUT",
         )
-        return MCPDiscoveryResponse.from_json(data)  # type: ignore[no-any-return]
+        return MCPDiscoveryResponse.from_json(data)
 
     async def execute(
         self, model: str, servers: MCPServers, tool: str, arguments: dict[str, object]
@@ -79,4 +79,4 @@ class AgentBus:
             f"MCP tool {tool!r} of model {model}",
             "--mcp-tool-timeout / CORRAL_MCP_TOOL_TIMEOUT",
         )
-        return MCPToolResponse.from_json(data)  # type: ignore[no-any-return]
+        return MCPToolResponse.from_json(data)

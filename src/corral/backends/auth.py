@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import grpc
 import grpc.aio
@@ -23,7 +23,7 @@ def auth_token_from_env() -> str | None:
     return token or None
 
 
-def _presented_token(metadata: tuple | None) -> str:
+def _presented_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str:
     for key, value in metadata or ():
         if key.lower() == "authorization" and isinstance(value, str):
             if value[: len(_BEARER)].lower() == _BEARER:
@@ -31,7 +31,7 @@ def _presented_token(metadata: tuple | None) -> str:
     return ""
 
 
-class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
+class BearerAuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Rejects calls whose `authorization` metadata is not `Bearer <expected token>`."""
 
     def __init__(self, token: str) -> None:
@@ -59,10 +59,10 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
 def _deny(handler: grpc.RpcMethodHandler, detail: str) -> grpc.RpcMethodHandler:
     """A handler of the same shape as `handler` that aborts with UNAUTHENTICATED."""
 
-    async def deny_unary(request, context: grpc.aio.ServicerContext):
+    async def deny_unary(request: object, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
 
-    async def deny_stream(request, context: grpc.aio.ServicerContext):
+    async def deny_stream(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
         yield  # pragma: no cover - unreachable; makes this an async generator
 

@@ -37,7 +37,8 @@ def _formatter_of(handler: Any) -> ChatFormatter | None:
     code = getattr(handler, "__code__", None)
     if code is None or "chat_formatter" not in code.co_freevars:
         return None
-    return handler.__closure__[code.co_freevars.index("chat_formatter")].cell_contents
+    formatter: ChatFormatter = handler.__closure__[code.co_freevars.index("chat_formatter")].cell_contents
+    return formatter
 
 
 def named_formatter(name: str) -> ChatFormatter:

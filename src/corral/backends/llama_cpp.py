@@ -110,7 +110,7 @@ def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
     """False for a sliding-window-attention model: after another prompt, llama-cpp-python's reuse of the shared
     prefix gives Gemma 3 another greedy answer than a fresh evaluation ("Name three colours. mendatang" for
     "Name three colours.\n(a)"), so such a model evaluates each prompt whole."""
-    window = llama_cpp.llama_model_n_swa(llm.model)
+    window: int = llama_cpp.llama_model_n_swa(llm.model)
     if window > 0:
         log.info(
             "%s uses sliding-window attention (%d tokens): each prompt is evaluated whole, its cached prefix "
@@ -248,7 +248,7 @@ class LlamaCppEngine:
         """The prompt's tokens; with images, the prompt is evaluated here (llama_vision.py)."""
         if req.Images and self._projector is not None:
             return self._projector.evaluate(llm, text, add_bos, list(req.Images))
-        return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)  # type: ignore[no-any-return]
+        return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
         llm = self._loaded()

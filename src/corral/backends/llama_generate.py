@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import llama_cpp
-from llama_cpp import Llama, LlamaGrammar
+from llama_cpp import Llama
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from corral.backends.engine import check_prompt_fits, requested_max_tokens
 from corral.backends.llama_grammar import GrammarCache

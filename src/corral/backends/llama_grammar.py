@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import llama_cpp
-from llama_cpp import Llama, LlamaGrammar
+from llama_cpp import Llama
+from llama_cpp.llama_grammar import LlamaGrammar
 
 from corral.backends.engine import InvalidRequestError
 from corral.backends.llama_log import captured_llama_log

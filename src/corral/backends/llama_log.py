@@ -47,8 +47,7 @@ _current = LlamaLogCapture()
 _errors_logged: set[str] = set()
 
 
-@llama_cpp.llama_log_callback
-def _on_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+def _log_line(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     try:
         message = text.decode("utf-8", errors="replace")
         _current.add(level, message)
@@ -61,6 +60,8 @@ def _on_llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         pass
 
 
+# the C callback, kept referenced at module level so it is never freed while llama.cpp may call it
+_on_llama_log = llama_cpp.llama_log_callback(_log_line)
 llama_cpp.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
 
 

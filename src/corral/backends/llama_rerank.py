@@ -101,7 +101,7 @@ class PairFormat:
     def tokens(self, llm: Llama, query: str, document: str) -> list[int]:
         if self.template is not None:  # replaced in this order, special tokens parsed: as the server does
             text = self.template.replace("{query}", query).replace("{document}", document)
-            return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)  # type: ignore[no-any-return]
+            return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
         query_ids = llm.tokenize(query.encode("utf-8"), add_bos=False, special=False)
         document_ids = llm.tokenize(document.encode("utf-8"), add_bos=False, special=False)
         return [
@@ -120,7 +120,8 @@ def _present(token: int | None) -> list[int]:
 
 def pair_limit_tokens(llm: Llama) -> int:
     """The most tokens one pair may have: one batch, evaluated in one micro-batch (non-causal attention)."""
-    return min(llm.n_batch, llm.context_params.n_ubatch, llm.n_ctx())
+    n_ubatch: int = llm.context_params.n_ubatch  # a ctypes struct field
+    return min(llm.n_batch, n_ubatch, llm.n_ctx())
 
 
 def _check_fits(llm: Llama, fmt: PairFormat, query: str, pairs: list[list[int]]) -> None:

@@ -17,6 +17,7 @@ import binascii
 import ctypes
 import logging
 from pathlib import Path
+from types import ModuleType
 
 import llama_cpp
 from llama_cpp import Llama
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 IMAGE_POSITION = -1  # the prompt token list's entry for a position an image filled (no real token id)
 
 
-def _mtmd():  # type: ignore[no-untyped-def]  # imported on first use: text-only models never load libmtmd
+def _mtmd() -> ModuleType:  # imported on first use: text-only models never load libmtmd
     import llama_cpp.mtmd_cpp as mtmd_cpp
 
     route_mtmd_log(mtmd_cpp)

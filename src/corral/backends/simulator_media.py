@@ -179,7 +179,7 @@ class SimulatedMedia:
         return None if self._speech_chunk_s() is None else self._speech_chunks
 
     def _speech_chunk_s(self) -> float | None:
-        return getattr(getattr(self, "settings", None), "speech_chunk_time_s", None)  # type: ignore[no-any-return]
+        return getattr(getattr(self, "settings", None), "speech_chunk_time_s", None)
 
     def _speech_chunks(self, req: pb.TTSRequest) -> Iterator[pb.Reply]:
         if not req.text:

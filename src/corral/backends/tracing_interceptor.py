@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from corral.telemetry import tracing
 
 
-class TracingInterceptor(grpc.aio.ServerInterceptor):
+class TracingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -25,8 +25,8 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming:
             return handler
-        method = handler_call_details.method.rpartition("/")[2]  # type: ignore[attr-defined]
-        parent = tracing.extract(handler_call_details.invocation_metadata)  # type: ignore[attr-defined]
+        method = handler_call_details.method.rpartition("/")[2]
+        parent = tracing.extract(handler_call_details.invocation_metadata)
         codecs = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,

@@ -67,7 +67,7 @@ async def connect(
         disconnected_cb=disconnected,
         reconnected_cb=reconnected,
         error_cb=error,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 

@@ -5,7 +5,7 @@ Fields that the reference marks `omitempty` are Optional and dropped from the JS
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,7 +19,7 @@ class Message(BaseModel):
         return self.model_dump_json(exclude_none=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> Any:
+    def from_json(cls, data: bytes) -> Self:
         if not data or data.strip() == b"null":
             return cls.model_validate({})
         return cls.model_validate_json(data)

@@ -83,7 +83,7 @@ class AuthThrottle:
         free = self.limit // 2
         if window is None or window.guesses <= free:
             return 0.0
-        return min(DELAY_MAX_S, DELAY_FIRST_S * 2 ** (window.guesses - free - 1))
+        return min(DELAY_MAX_S, DELAY_FIRST_S * 2.0 ** (window.guesses - free - 1))
 
     def refusal(self, retry_after_s: float) -> tuple[str, int]:
         """The 429's message and its Retry-After (whole seconds, at least 1)."""

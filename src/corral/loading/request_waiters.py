@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -81,7 +82,7 @@ class Waiters:
                 future.set_result(outcome)
 
     @contextlib.contextmanager
-    def register(self, key: str):
+    def register(self, key: str) -> Iterator[asyncio.Future[Outcome]]:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         self._waiting[key].add(future)
         try:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -61,7 +62,7 @@ def source_dir() -> Path:
     return model_dir
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> Any:  # a JSON document: modules.json is an array, config.json an object
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -78,7 +78,8 @@ def _random_tensors(seed: int, n_vocab: int, dtype: type) -> dict[str, np.ndarra
     rng = np.random.default_rng(seed)
 
     def matrix(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(dtype)
+        weights: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(dtype)
+        return weights
 
     def ones(n: int) -> np.ndarray:
         return np.ones(n, dtype=np.float32)

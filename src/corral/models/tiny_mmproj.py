@@ -41,7 +41,8 @@ def _random_tensors(seed: int, text_embedding_dim: int) -> dict[str, np.ndarray]
     rng = np.random.default_rng(seed)
 
     def matrix(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
+        weights: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float16)
+        return weights
 
     def vector(n: int, scale: float = 0.02) -> np.ndarray:
         return (rng.standard_normal(n) * scale).astype(np.float32)

@@ -71,7 +71,8 @@ def _random_tensors(seed: int, n_vocab: int, dtype: type) -> dict[str, np.ndarra
     rng = np.random.default_rng(seed)
 
     def matrix(rows: int, cols: int, kind: type = dtype) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(kind)
+        weights: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(kind)
+        return weights
 
     def vector(n: int, value: float) -> np.ndarray:
         return np.full(n, value, dtype=np.float32)

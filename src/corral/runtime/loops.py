@@ -37,7 +37,7 @@ def backoff_s(
     """
     if failures <= 0:
         return 0.0
-    delay_s = min(first_s * 2 ** min(failures - 1, 62), max_s)
+    delay_s = min(first_s * 2.0 ** min(failures - 1, 62), max_s)
     return delay_s * (1.0 - jitter * rand())
 
 

@@ -37,7 +37,8 @@ async def insert(pool: asyncpg.Pool, key: str, *, name: str, role: str) -> async
 
 
 async def role_of(pool: asyncpg.Pool, hashed: str) -> str | None:
-    return await pool.fetchval(q("api_key_role"), hashed)
+    role: str | None = await pool.fetchval(q("api_key_role"), hashed)
+    return role
 
 
 async def listing(pool: asyncpg.Pool) -> list[asyncpg.Record]:
@@ -46,7 +47,8 @@ async def listing(pool: asyncpg.Pool) -> list[asyncpg.Record]:
 
 async def revoke(pool: asyncpg.Pool, key_id: str) -> str | None:
     """Revoke a key; returns its hash (to evict it from caches) or None when unknown or already revoked."""
-    return await pool.fetchval(q("api_key_revoke"), key_id)
+    hashed: str | None = await pool.fetchval(q("api_key_revoke"), key_id)
+    return hashed
 
 
 async def live_admin_count(pool: asyncpg.Pool) -> int:

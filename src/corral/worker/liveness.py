@@ -139,9 +139,10 @@ def _metadata(token: str) -> tuple[tuple[str, str], ...] | None:
 async def read_status(address: str, token: str, timeout_s: float) -> backend_pb2.StatusResponse | None:
     try:
         async with grpc.aio.insecure_channel(address) as channel:
-            return await backend_pb2_grpc.BackendStub(channel).Status(
+            status: backend_pb2.StatusResponse = await backend_pb2_grpc.BackendStub(channel).Status(
                 backend_pb2.HealthMessage(), timeout=timeout_s, metadata=_metadata(token)
             )
+            return status
     except grpc.aio.AioRpcError:
         return None
 

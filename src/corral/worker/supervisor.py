@@ -196,7 +196,9 @@ async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
     async with grpc.aio.insecure_channel(address, options=_PROBE_CHANNEL_OPTIONS) as channel:
         stub = backend_pb2_grpc.BackendStub(channel)
         try:
-            reply = await stub.Health(backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata)
+            reply: backend_pb2.Reply = await stub.Health(
+                backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata
+            )
         except grpc.aio.AioRpcError:
             return False
         return reply.message == b"OK"

@@ -9,7 +9,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, field_validator
 
 from corral.frontend.bounds import NAME_MAX, NODE_ID_MAX
-from corral.frontend.node_api.routes import jsonable, node_error
+from corral.frontend.node_api.identity import node_error
+from corral.frontend.node_api.routes import jsonable
 from corral.frontend.state import FrontendState
 from corral.nodes.events import publish_key_revoked
 from corral.store import api_keys

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from corral.frontend.bounds import LABEL_KEY_MAX, LABEL_VALUE_MAX, LABELS_MAX, ReplicasOverride
 from corral.frontend.json_body import documented_body, json_body
-from corral.frontend.node_api.routes import node_error
+from corral.frontend.node_api.identity import node_error
 from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store

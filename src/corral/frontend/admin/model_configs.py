@@ -32,7 +32,7 @@ DEPTH_MAX = 32  # a model config nests 3-4 levels; the revision hash and YAML du
 ConfigName = Annotated[str, Path(max_length=NAME_MAX)]  # model_config_states.model_name varchar(255)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class _NoAliasLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types
     """YAML without anchors and aliases: `*a` repeated a few levels deep expands to billions of nodes when
     the config is hashed or dumped (a "billion laughs" body of a few hundred bytes)."""
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from corral.frontend.node_api.routes import agent_api_token, jsonable, node_changed, node_error
+from corral.frontend.node_api.identity import node_error
+from corral.frontend.node_api.routes import agent_api_token, jsonable, node_changed
 from corral.frontend.state import FrontendState
 from corral.store import labels as label_store
 from corral.store import nodes as node_store

@@ -127,7 +127,7 @@ async def unary(
 
     async def call(choice: Choice) -> tuple[backend_pb2.Reply, Replica]:
         async with slots, http_errors(router, cfg, plan.prompt_param):
-            return await calls.unary(router, cfg, "Predict", choice.opts)  # type: ignore[no-any-return]
+            return await calls.unary(router, cfg, "Predict", choice.opts)
         raise AssertionError("unreachable")  # http_errors re-raises every error it catches
 
     answers = await _gather([call(choice) for choice in plan.choices])

@@ -17,7 +17,7 @@ from corral.proto import backend_pb2
 
 def entries(reply: backend_pb2.Reply) -> list[dict[str, Any]]:
     """The logprob entries a reply carries (none when it carries none)."""
-    return orjson.loads(reply.logprobs)["content"] if reply.logprobs else []  # type: ignore[no-any-return]
+    return orjson.loads(reply.logprobs)["content"] if reply.logprobs else []
 
 
 def chat(items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -214,7 +214,7 @@ class CompletionRequest(_Sampling):
         """Each prompt: a text, or token ids."""
         value = self.prompt
         if isinstance(value, str) or (value and isinstance(value[0], int)):
-            return [value]  # type: ignore[list-item]
+            return [value]
         return list(value)  # type: ignore[arg-type]
 
 
@@ -231,8 +231,8 @@ class EmbeddingRequest(_Request):
     def inputs(self) -> list[str | list[int]]:
         value = self.input
         if isinstance(value, str) or isinstance(value[0], int):
-            return [value]  # type: ignore[list-item]
-        return list(value)  # type: ignore[arg-type]
+            return [value]
+        return list(value)
 
 
 class RerankRequest(_Request):

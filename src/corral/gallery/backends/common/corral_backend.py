@@ -174,7 +174,7 @@ def _presented_token(metadata: Any) -> bytes:
     return b""
 
 
-class BearerAuth(grpc.aio.ServerInterceptor):
+class BearerAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     """Answers `UNAUTHENTICATED` unless metadata `authorization` is `Bearer <LOCALAI_GRPC_AUTH_TOKEN>`."""
 
     def __init__(self, token: str) -> None:
@@ -240,7 +240,7 @@ def rss_bytes() -> int:
         return 0
 
 
-class BaseServicer(backend_pb2_grpc.BackendServicer):
+class BaseServicer(backend_pb2_grpc.BackendServicer):  # type: ignore[misc]  # generated beside this file
     """Health, LoadModel, Status and Free for any engine; subclasses add the RPCs their engine serves,
     each through `call()` (guard, executor, errors mapped to their status)."""
 

@@ -87,7 +87,8 @@ class ModelSettings:
 
 def pipeline_dir(opts: Any) -> Path:
     """The pipeline directory LoadModel names (or the directory of a file inside it)."""
-    path, field = model_path(opts)
+    named: tuple[Path, str] = model_path(opts)  # corral_backend is beside this file once installed
+    path, field = named
     if path.is_file():
         path = path.parent
     if not (path / PIPELINE_MARKER).is_file():
@@ -203,7 +204,7 @@ class Engine:
         return f"{width}x{height} PNG, {steps} steps, seed {seed}"
 
 
-class Servicer(BaseServicer):
+class Servicer(BaseServicer):  # type: ignore[misc]  # corral_backend is beside this file once installed
     engine: Engine
 
     async def GenerateImage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -58,7 +58,8 @@ log = logging.getLogger(NAME)
 
 def resolve_model_dir(opts: Any) -> Path:
     """The CTranslate2 directory LoadModel names (or the directory of a file inside it)."""
-    path, field = model_path(opts)
+    named: tuple[Path, str] = model_path(opts)  # corral_backend is beside this file once installed
+    path, field = named
     if path.is_file():
         path = path.parent
     missing = [name for name in MODEL_FILES if not (path / name).is_file()]
@@ -210,7 +211,7 @@ def _undecodable(path: Path, reason: str) -> RequestError:
     )
 
 
-class Servicer(BaseServicer):
+class Servicer(BaseServicer):  # type: ignore[misc]  # corral_backend is beside this file once installed
     engine: Engine
 
     async def AudioTranscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

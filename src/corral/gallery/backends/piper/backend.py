@@ -181,7 +181,7 @@ class Engine:
             raise invalid(f"TTSRequest.language {request.language!r}: this voice speaks {spoken!r}")
 
 
-class Servicer(BaseServicer):
+class Servicer(BaseServicer):  # type: ignore[misc]  # corral_backend is beside this file once installed
     engine: Engine
 
     async def TTS(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

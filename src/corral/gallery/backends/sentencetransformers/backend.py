@@ -40,7 +40,8 @@ ENCODE_BATCH = 32
 def resolve_model_dir(opts: Any) -> Path:
     """The model directory LoadModel names: `ModelFile` (a directory, or a file inside one), else
     `ModelPath/Model`; refused outside the models root."""
-    path, field = model_path(opts)
+    named: tuple[Path, str] = model_path(opts)  # corral_backend is beside this file once installed
+    path, field = named
     if path.is_file():
         path = path.parent
     if not path.is_dir() or not any((path / marker).is_file() for marker in MODEL_MARKERS):
@@ -145,7 +146,7 @@ class Engine:
 # --- the gRPC servicer ---------------------------------------------------------------------------
 
 
-class Servicer(BaseServicer):
+class Servicer(BaseServicer):  # type: ignore[misc]  # corral_backend is beside this file once installed
     engine: Engine
 
     async def Embedding(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
