@@ -27,6 +27,7 @@ import httpx
 
 from corral.config.settings import load
 from corral.config.up import UpSettings
+from corral.runtime.processes import port_open, stop_process
 from corral.up.approval import ApprovalError, NodeApprover
 from corral.up.embedded import (
     EmbeddedNats,
@@ -34,8 +35,6 @@ from corral.up.embedded import (
     EmbeddedServiceError,
     embedded_nats,
     embedded_postgres,
-    port_open,
-    stop_process,
     write_private,
 )
 
