@@ -6,7 +6,7 @@ budget, and the connection pings the backend (HTTP/2 keepalive, or the lane's PI
 stopped answering fails its calls instead of hanging them.
 
 `caller(address)` is what the request path calls: the backend's fast lane (`corral.lane.client`) once it is
-connected, else the gRPC stub. The first request to an address starts, in the background, a `Status`
+connected, else the gRPC stub — a `BackendCaller` (`backend_caller`) either way. The first request to an address starts, in the background, a `Status`
 call; a corral backend answers it with its lane's port and the lane is connected and authenticated
 with the same token. A backend that advertises none (reference backends) is served over gRPC until
 the address is discarded; a lane that cannot be reached is retried after `LANE_RETRY_S`.
