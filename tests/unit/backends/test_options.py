@@ -1,4 +1,4 @@
-"""Parsing of backend inputs: `ModelOptions.Options` entries, `--addr`, parent-watch env."""
+"""Parsing of a backend's `ModelOptions.Options` entries."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from corral.backends.options import (
     parse_options,
     unknown_options,
 )
-from corral.backends.parent_watch import ParentWatchConfig, parse_duration_s
-from corral.backends.server import AddressError, ListenAddress, parse_addr
 
 
 def test_options_split_on_the_first_colon_so_values_may_contain_colons() -> None:
@@ -75,55 +73,3 @@ def test_bool_options_reject_other_words() -> None:
 
 def test_unknown_options_are_listed_sorted() -> None:
     assert unknown_options({"b": "1", "a": "2", "known": "3"}, ["known"]) == ["a", "b"]
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("127.0.0.1:50051", ListenAddress("127.0.0.1", 50051)),
-        ("0.0.0.0:1", ListenAddress("0.0.0.0", 1)),
-        ("localhost:65535", ListenAddress("localhost", 65535)),
-        ("[::1]:50051", ListenAddress("::1", 50051)),
-    ],
-)
-def test_listen_addresses_parse_as_host_and_port(text: str, expected: ListenAddress) -> None:
-    assert parse_addr(text) == expected
-
-
-def test_ipv6_listen_addresses_render_with_brackets() -> None:
-    assert str(ListenAddress("::1", 5)) == "[::1]:5"
-
-
-@pytest.mark.parametrize("text", ["", "50051", "host:", ":50051", "host:0", "host:65536", "host:http"])
-def test_malformed_listen_addresses_are_rejected_with_an_example(text: str) -> None:
-    with pytest.raises(AddressError, match="HOST:PORT"):
-        parse_addr(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("2s", 2.0), ("500ms", 0.5), ("1m30s", 90.0), ("0.25", 0.25), ("1h", 3600.0)]
-)
-def test_watch_intervals_accept_go_durations_and_plain_seconds(text: str, seconds: float) -> None:
-    assert parse_duration_s(text) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize("text", ["", "fast", "2 s", "5x"])
-def test_malformed_watch_intervals_are_rejected(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_duration_s(text)
-
-
-def test_parent_watch_is_on_every_two_seconds_by_default() -> None:
-    assert ParentWatchConfig.from_env({}) == ParentWatchConfig(enabled=True, interval_s=2.0)
-
-
-@pytest.mark.parametrize("value", ["false", "0", "no", "OFF"])
-def test_parent_watch_can_be_disabled(value: str) -> None:
-    assert ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH": value}).enabled is False
-
-
-def test_a_bad_parent_watch_interval_falls_back_to_the_default() -> None:
-    config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "soon"})
-    assert config.interval_s == 2.0
-    config = ParentWatchConfig.from_env({"LOCALAI_BACKEND_PARENT_WATCH_INTERVAL": "0s"})
-    assert config.interval_s == 2.0
