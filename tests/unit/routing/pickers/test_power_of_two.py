@@ -1,0 +1,37 @@
+"""`power_of_two`: the less loaded of two replicas drawn at random."""
+
+from __future__ import annotations
+
+import random
+
+from corral.routing.pickers.base import Load, Policy
+from corral.routing.pickers.power_of_two import PowerOfTwo
+from corral.routing.replica import Replica
+
+
+def replicas(n: int) -> list[Replica]:
+    return [
+        Replica(
+            model="m", node_id=f"n{i // 2}", node_name=f"node{i // 2}", address=f"a{i}", replica_index=i % 2
+        )
+        for i in range(n)
+    ]
+
+
+def loads(values: dict[str, int]) -> Load:
+    return lambda r: values.get(r.key, 0)
+
+
+POLICY = Policy("prefix_cache")
+
+
+def test_power_of_two_takes_the_less_loaded_of_two_random_replicas() -> None:
+    rs = replicas(4)
+    busy = {r.key: 5 for r in rs}
+    busy[rs[3].key] = 0
+    p2 = PowerOfTwo(random.Random(7))
+    picks = [p2.pick(rs, loads(busy), POLICY, None) for _ in range(50)]
+    for d in picks:  # whenever the idle replica is drawn it wins; the busiest never beats it
+        if rs[3].key in d.loads:
+            assert d.replica is rs[3]
+    assert {d.replica.key for d in picks} >= {rs[3].key}
