@@ -14,6 +14,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from corral.runtime.processes import port_open
 from corral.up.embedded import embedded_nats, embedded_postgres
+
+if TYPE_CHECKING:
+    from corral.cli.nats_auth_setup import AuthMaterial
+    from support.nats_servers import NatsServer
 
 # CORRAL_TEST_EMBEDDED=1: ignore services on the default ports and start embedded ones (as on a bare machine).
 FORCE_EMBEDDED = os.environ.get("CORRAL_TEST_EMBEDDED", "") not in ("", "0", "false")
@@ -176,7 +181,7 @@ def audio_backends_path(state_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def material():
+def material() -> AuthMaterial:
     """Operator, account and service NATS material for one test module's JWT-mode (operator) nats-server."""
     from corral.cli import nats_auth_setup as auth_setup
 
@@ -184,7 +189,9 @@ def material():
 
 
 @pytest.fixture(scope="module")
-def jwt_server(request: pytest.FixtureRequest, state_root: Path, material):
+def jwt_server(
+    request: pytest.FixtureRequest, state_root: Path, material: AuthMaterial
+) -> Iterator[NatsServer]:
     """An operator-mode nats-server of that material, one per test module."""
     from support.nats_servers import jwt_nats_server
 

@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessageParam,
+    ChatCompletionTokenLogprob,
+)
 
 from corral.models.defaults import (
     GEMMA_CONTEXT_TOKENS,
@@ -33,7 +41,7 @@ SIM = "choices-sim"
 GEMMA = "gemma-exact"  # Gemma with cache_prompt:false, as the engine here evaluates each prompt
 MAX_N = 4  # the frontend runs with --max-n 4
 PROMPT = "The capital of France is"
-HI = [{"role": "user", "content": "Name three colours."}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +102,33 @@ def _bad_request(response: httpx.Response, param: str) -> str:
     return str(error["message"])
 
 
+def _usage(reply: ChatCompletion | Completion | ChatCompletionChunk) -> CompletionUsage:
+    assert reply.usage is not None, "the reply carries no usage"
+    return reply.usage
+
+
+def _chat_logprobs(reply: ChatCompletion) -> list[ChatCompletionTokenLogprob]:
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None, "the reply carries no logprobs"
+    return logprobs.content
+
+
+@dataclass
+class _TextLogprobs:
+    tokens: list[str]
+    token_logprobs: list[float]
+    text_offset: list[int]
+    top_logprobs: list[dict[str, float]]
+
+
+def _text_logprobs(choice: CompletionChoice) -> _TextLogprobs:
+    lp = choice.logprobs
+    assert lp is not None, "the choice carries no logprobs"
+    assert lp.tokens is not None and lp.token_logprobs is not None, lp
+    assert lp.text_offset is not None and lp.top_logprobs is not None, lp
+    return _TextLogprobs(lp.tokens, lp.token_logprobs, lp.text_offset, lp.top_logprobs)
+
+
 # --- n and batched prompts (simulator) ---------------------------------------------------------------------------
 
 
@@ -102,9 +137,9 @@ def test_n_gives_n_choices_with_usage_summed_and_the_prompt_counted_once(client:
     three = client.chat.completions.create(model=SIM, messages=HI, max_tokens=5, n=3)
     assert [c.index for c in three.choices] == [0, 1, 2]  # was a 400 ("only n=1")
     assert all(c.message.content and c.finish_reason == "length" for c in three.choices)
-    assert three.usage.prompt_tokens == one.usage.prompt_tokens  # once, as OpenAI counts it
-    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens == 15
-    assert three.usage.total_tokens == three.usage.prompt_tokens + 15
+    assert _usage(three).prompt_tokens == _usage(one).prompt_tokens  # once, as OpenAI counts it
+    assert _usage(three).completion_tokens == 3 * _usage(one).completion_tokens == 15
+    assert _usage(three).total_tokens == _usage(three).prompt_tokens + 15
 
 
 def test_n_above_the_setting_is_a_400_naming_n_and_the_knob(cluster: Cluster) -> None:
@@ -128,7 +163,7 @@ def test_streamed_choices_carry_their_index_and_each_finishes(client: openai.Ope
             if choice.finish_reason:
                 finished.add(choice.index)
     assert finished == {0, 1} and all(text.values())
-    assert chunks[-1].usage.completion_tokens == 8
+    assert _usage(chunks[-1]).completion_tokens == 8
 
 
 def test_batched_prompts_get_one_choice_each_times_n_in_openais_order(client: openai.OpenAI) -> None:
@@ -144,10 +179,10 @@ def test_batched_prompts_get_one_choice_each_times_n_in_openais_order(client: op
         alone[1],
         alone[1],
     ]  # the simulator repeats
-    assert batch.usage.prompt_tokens == 2 + 3 and batch.usage.completion_tokens == 4 * 3
+    assert _usage(batch).prompt_tokens == 2 + 3 and _usage(batch).completion_tokens == 4 * 3
     ids = client.completions.create(model=SIM, prompt=[[11, 12], [13]], max_tokens=2)
-    assert len(ids.choices) == 2 and ids.usage.prompt_tokens == 3
-    assert client.completions.create(model=SIM, prompt=[11, 12], max_tokens=2).usage.prompt_tokens == 2
+    assert len(ids.choices) == 2 and _usage(ids).prompt_tokens == 3
+    assert _usage(client.completions.create(model=SIM, prompt=[11, 12], max_tokens=2)).prompt_tokens == 2
 
 
 def test_a_streamed_echo_starts_with_the_prompt(client: openai.OpenAI) -> None:
@@ -194,7 +229,7 @@ def test_chat_logprobs_are_the_engines_with_sorted_alternatives(client: openai.O
     theirs = gemma.create_chat_completion(
         messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
     )
-    content = ours.choices[0].logprobs.content  # was null: accepted and ignored
+    content = _chat_logprobs(ours)  # was null: accepted and ignored
     expected = theirs["choices"][0]["logprobs"]["content"]
     assert ours.choices[0].message.content == theirs["choices"][0]["message"]["content"]
     assert [e.token for e in content] == [e["token"] for e in expected] and len(content) == 8
@@ -204,7 +239,7 @@ def test_chat_logprobs_are_the_engines_with_sorted_alternatives(client: openai.O
         assert (
             len(top) == 3 and top == sorted(top, reverse=True) and entry.top_logprobs[0].token == entry.token
         )
-        assert bytes(entry.bytes).decode(errors="replace") == entry.token
+        assert bytes(entry.bytes or []).decode(errors="replace") == entry.token
     assert sum(entry.logprob for entry in content) <= 0
 
 
@@ -214,14 +249,15 @@ def test_completion_logprobs_are_the_engines_in_the_completions_shape(
     ours = client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2)
     theirs = gemma.create_completion(PROMPT, max_tokens=6, temperature=0, logprobs=2)["choices"][0]
     choice = ours.choices[0]
-    assert choice.text == theirs["text"] and choice.logprobs.tokens == theirs["logprobs"]["tokens"]
+    logprobs = _text_logprobs(choice)
+    assert choice.text == theirs["text"] and logprobs.tokens == theirs["logprobs"]["tokens"]
     assert all(
         abs(a - b) < 1e-3
-        for a, b in zip(choice.logprobs.token_logprobs, theirs["logprobs"]["token_logprobs"], strict=True)
+        for a, b in zip(logprobs.token_logprobs, theirs["logprobs"]["token_logprobs"], strict=True)
     )
-    assert "".join(choice.logprobs.tokens) == choice.text
-    assert choice.logprobs.text_offset == [len("".join(choice.logprobs.tokens[:i])) for i in range(6)]
-    assert all(len(top) == 2 and max(top.values()) <= 0 for top in choice.logprobs.top_logprobs)
+    assert "".join(logprobs.tokens) == choice.text
+    assert logprobs.text_offset == [len("".join(logprobs.tokens[:i])) for i in range(6)]
+    assert all(len(top) == 2 and max(top.values()) <= 0 for top in logprobs.top_logprobs)
 
 
 def test_streamed_logprobs_are_the_unary_ones(client: openai.OpenAI) -> None:
@@ -237,10 +273,9 @@ def test_streamed_logprobs_are_the_unary_ones(client: openai.OpenAI) -> None:
         if choice.logprobs
         for entry in choice.logprobs.content or []
     ]
-    assert [e.token for e in streamed] == [e.token for e in unary.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in _chat_logprobs(unary)]
     assert all(
-        abs(s.logprob - u.logprob) < 1e-3
-        for s, u in zip(streamed, unary.choices[0].logprobs.content, strict=True)
+        abs(s.logprob - u.logprob) < 1e-3 for s, u in zip(streamed, _chat_logprobs(unary), strict=True)
     )
     streamed_completion = [
         lp
@@ -248,7 +283,7 @@ def test_streamed_logprobs_are_the_unary_ones(client: openai.OpenAI) -> None:
             model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0, stream=True
         )
         if chunk.choices[0].logprobs
-        for lp in chunk.choices[0].logprobs.token_logprobs
+        for lp in chunk.choices[0].logprobs.token_logprobs or []
     ]
     assert len(streamed_completion) == 4 and all(lp <= 0 for lp in streamed_completion)
 
@@ -257,12 +292,12 @@ def test_a_logit_bias_that_bans_the_greedy_token_changes_the_output(
     client: openai.OpenAI, gemma: Any
 ) -> None:
     greedy = client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0)
-    first = greedy.choices[0].logprobs.tokens[0]
+    first = _text_logprobs(greedy.choices[0]).tokens[0]
     [first_id] = gemma.tokenize(first.encode(), add_bos=False, special=False)
     banned = client.completions.create(
         model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=0, logit_bias={str(first_id): -100}
     )
-    assert banned.choices[0].logprobs.tokens[0] != first  # accepted and ignored before
+    assert _text_logprobs(banned.choices[0]).tokens[0] != first  # accepted and ignored before
     assert banned.choices[0].text != greedy.choices[0].text
 
 
@@ -273,7 +308,8 @@ def test_n_on_gemma_samples_n_generations_with_usage_summed(client: openai.OpenA
     single = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=1)
     assert [c.index for c in reply.choices] == [0, 1, 2]
     assert (
-        reply.usage.prompt_tokens == single.usage.prompt_tokens and 3 <= reply.usage.completion_tokens <= 18
+        _usage(reply).prompt_tokens == _usage(single).prompt_tokens
+        and 3 <= _usage(reply).completion_tokens <= 18
     )
     assert len({c.message.content for c in reply.choices}) > 1  # seeds 7, 8, 9: not one generation thrice
 
@@ -352,5 +388,5 @@ def test_a_stream_that_ends_at_once_still_counts_its_prompt(
         )
     )
     prompt_tokens = len(gemma.tokenize(PROMPT.encode(), add_bos=True, special=True))
-    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (prompt_tokens, 0)
+    assert (_usage(chunks[-1]).prompt_tokens, _usage(chunks[-1]).completion_tokens) == (prompt_tokens, 0)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == ""

@@ -13,6 +13,7 @@ import asyncpg
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from corral.models.defaults import write_tiny_model_config
 from support.cluster import Cluster, free_port_pair, spawn
@@ -134,9 +135,9 @@ async def test_killing_a_backend_process_makes_the_next_request_reload_and_succe
 
 
 def test_simulator_model_serves_deterministic_text(client: openai.OpenAI) -> None:
-    ask = {"model": "sim", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 5}
-    first = client.chat.completions.create(**ask)
-    second = client.chat.completions.create(**ask)
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "one two three"}]
+    first = client.chat.completions.create(model="sim", messages=ask, max_tokens=5)
+    second = client.chat.completions.create(model="sim", messages=ask, max_tokens=5)
     assert first.choices[0].message.content == second.choices[0].message.content
     assert first.usage is not None and first.usage.completion_tokens == 5
 
@@ -145,17 +146,19 @@ async def test_warm_requests_ride_the_backends_fast_lane_with_the_same_answers(
     cluster: Cluster, client: openai.OpenAI
 ) -> None:
     assert cluster.frontend is not None
-    ask = {"model": "sim", "messages": [{"role": "user", "content": "ride the lane"}], "max_tokens": 6}
-    over_grpc = client.chat.completions.create(**ask)  # the first request to a backend finds its lane
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "ride the lane"}]
+    over_grpc = client.chat.completions.create(
+        model="sim", messages=ask, max_tokens=6
+    )  # the first request to a backend finds its lane
     address = {r["model_name"]: r for r in await _replica_rows(cluster)}["sim"]["address"]
     deadline = time.monotonic() + 10
     while f"fast lane to {address} on port" not in cluster.frontend.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert f"fast lane to {address} on port" in cluster.frontend.log()
-    over_lane = client.chat.completions.create(**ask)
+    over_lane = client.chat.completions.create(model="sim", messages=ask, max_tokens=6)
     assert over_lane.choices[0].message.content == over_grpc.choices[0].message.content
     assert over_lane.usage == over_grpc.usage
-    streamed = client.chat.completions.create(**ask, stream=True)
+    streamed = client.chat.completions.create(model="sim", messages=ask, max_tokens=6, stream=True)
     assert (
         "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
         == over_grpc.choices[0].message.content
@@ -181,7 +184,9 @@ def test_unknown_model_is_404_in_the_openai_envelope(cluster: Cluster) -> None:
         ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature"),
     ],
 )
-def test_invalid_chat_body_is_400_naming_the_field(cluster: Cluster, body: dict, field: str) -> None:
+def test_invalid_chat_body_is_400_naming_the_field(
+    cluster: Cluster, body: dict[str, object], field: str
+) -> None:
     response = httpx.post(f"{cluster.frontend_url}/v1/chat/completions", json=body)
     assert response.status_code == 400
     error = response.json()["error"]

@@ -13,6 +13,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
+)
 
 from corral.models.defaults import GEMMA_CONTEXT_TOKENS, GEMMA_FILE, GEMMA_NAME, prepare_gemma
 from support.agent_workers import mcp_model_yaml, start_agent_worker
@@ -34,7 +39,7 @@ PERSON = {
     "required": ["name", "colour", "happy"],
     "additionalProperties": False,
 }
-WEATHER = {
+WEATHER: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -50,7 +55,7 @@ WEATHER = {
         },
     },
 }
-TIME = {
+TIME: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_time",
@@ -62,9 +67,9 @@ TIME = {
         },
     },
 }
-TOOLS = [WEATHER, TIME]
+TOOLS: list[ChatCompletionFunctionToolParam] = [WEATHER, TIME]
 PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+ASK: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +212,7 @@ def test_a_named_function_is_the_one_called(client: openai.OpenAI) -> None:
         tool_choice={"type": "function", "function": {"name": "get_time"}},
     )
     [call] = reply.choices[0].message.tool_calls or []
-    assert call.function.name == "get_time"
+    assert call.type == "function" and call.function.name == "get_time"
     assert _valid_call(call)["zone"] in ("UTC", "CET")
 
 
@@ -290,7 +295,11 @@ def test_a_tool_result_goes_back_to_the_model(client: openai.OpenAI) -> None:
     )
     [call] = first.choices[0].message.tool_calls or []
     called: list[Any] = [*ASK, first.choices[0].message.model_dump(exclude_none=True)]
-    result = {"role": "tool", "tool_call_id": call.id, "content": "Sunny and 21 degrees in Paris today."}
+    result: ChatCompletionToolMessageParam = {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "content": "Sunny and 21 degrees in Paris today.",
+    }
     answer = client.chat.completions.create(
         model=GEMMA_NAME,
         messages=[*called, result],
@@ -312,7 +321,7 @@ def test_a_tool_result_goes_back_to_the_model(client: openai.OpenAI) -> None:
 
 
 def test_a_tool_schema_the_compiler_refuses_is_a_400_naming_it(client: openai.OpenAI) -> None:
-    bad = {
+    bad: ChatCompletionFunctionToolParam = {
         "type": "function",
         "function": {
             "name": "f",
@@ -336,11 +345,17 @@ def test_a_tool_schema_the_compiler_refuses_is_a_400_naming_it(client: openai.Op
 
 
 def test_the_simulator_still_returns_its_scripted_calls_streamed(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": 'call get_weather({"city": "Oslo", "unit": "celsius"})'}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": 'call get_weather({"city": "Oslo", "unit": "celsius"})'}
+    ]
     with client.chat.completions.stream(model=SIM, messages=messages, tools=TOOLS) as stream:
         final = stream.get_final_completion()
     [call] = final.choices[0].message.tool_calls or []
-    assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] == "Oslo"
+    assert (
+        call.type == "function"
+        and call.function.name == "get_weather"
+        and json.loads(call.function.arguments)["city"] == "Oslo"
+    )
     assert final.choices[0].finish_reason == "tool_calls"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionContentPartParam, ChatCompletionMessageParam
 
 from corral.models.tiny_gguf import write_tiny_llama
 from corral.models.tiny_mmproj import IMAGE_TOKENS, write_tiny_mmproj
@@ -95,13 +96,15 @@ def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
         yield sdk
 
 
-def _ask(*urls: str, text: str = "what is this?") -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+def _ask(*urls: str, text: str = "what is this?") -> list[ChatCompletionMessageParam]:
+    parts: list[ChatCompletionContentPartParam] = [{"type": "text", "text": text}]
     parts += [{"type": "image_url", "image_url": {"url": url}} for url in urls]
     return [{"role": "user", "content": parts}]
 
 
-def _chat(client: openai.OpenAI, messages: list[dict[str, Any]], model: str = VISION, **extra: Any) -> Any:
+def _chat(
+    client: openai.OpenAI, messages: list[ChatCompletionMessageParam], model: str = VISION, **extra: Any
+) -> Any:
     return client.chat.completions.create(
         model=model, messages=messages, max_tokens=6, temperature=0, **extra
     )

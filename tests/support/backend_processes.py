@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ SENTINEL = "model identity mismatch"
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def backend_command(name: str, port: int) -> list[str]:
@@ -49,7 +49,7 @@ def backend_env(**extra: str) -> dict[str, str]:
 
 @dataclass
 class Backend:
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     port: int
     stub: backend_pb2_grpc.BackendStub
     channel: grpc.Channel
@@ -74,7 +74,7 @@ def read_all(stream: BinaryIO | None) -> str:
 def wait_healthy(
     stub: backend_pb2_grpc.BackendStub,
     process: subprocess.Popen[bytes],
-    metadata: list[tuple[str, str]],
+    metadata: Sequence[tuple[str, str]],
     stderr: BinaryIO | None = None,
 ) -> None:
     deadline = time.monotonic() + HEALTH_DEADLINE_S
@@ -117,4 +117,7 @@ def rpc_error(call: Callable[..., object], *args: object, **kwargs: object) -> g
 
 
 def load(backend: Backend, model: str, **fields: Any) -> pb.Result:
-    return backend.stub.LoadModel(pb.ModelOptions(Model=model, **fields), timeout=60, metadata=backend.auth())
+    result: pb.Result = backend.stub.LoadModel(
+        pb.ModelOptions(Model=model, **fields), timeout=60, metadata=backend.auth()
+    )
+    return result

@@ -37,10 +37,10 @@ def make_wheel(wheel_dir: Path, name: str, version: str, modules: dict[str, str]
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: corral-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = []
-    for path, text in files.items():
+    record: list[str] = []
+    for recorded, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
+        record.append(f"{recorded},sha256={digest},{len(text.encode())}")
     record.append(f"{dist}/RECORD,,")
     path = wheel_dir / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as zf:

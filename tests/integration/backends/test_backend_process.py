@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
@@ -162,6 +162,7 @@ def test_the_backend_exits_when_its_parent_dies(tmp_path: Path) -> None:
     )
     env = backend_env(LOCALAI_BACKEND_PARENT_WATCH_INTERVAL="100ms")
     parent = subprocess.Popen([sys.executable, "-c", launcher], env=env, stdout=subprocess.PIPE)
+    assert parent.stdout is not None
     backend_pid = int(parent.stdout.readline())
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=FAST_RECONNECT)
     try:
@@ -302,7 +303,7 @@ def test_llama_load_failures_carry_the_real_cause(llama: Backend, tmp_path: Path
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def _logprob_entries(replies: list[pb.Reply]) -> list[dict]:
+def _logprob_entries(replies: list[pb.Reply]) -> list[dict[str, Any]]:
     return [entry for reply in replies if reply.logprobs for entry in json.loads(reply.logprobs)["content"]]
 
 
@@ -340,7 +341,9 @@ def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy
 ) -> None:
     assert load(llama, "tiny-ids", ModelFile=str(tiny_model), Options=["cache_prompt:false"]).success
     ids = _vocab(tiny_model).tokenize(b"hello world", add_bos=True, special=True)
-    greedy = dict(Tokens=6, Temperature=0, IgnoreEOS=True, Logprobs=1)
+    greedy: dict[str, Any] = dict(
+        Tokens=6, Temperature=0, IgnoreEOS=True, Logprobs=1
+    )  # PredictOptions fields
     by_text = llama.stub.Predict(pb.PredictOptions(Prompt="hello world", **greedy), timeout=30)
     by_ids = llama.stub.Predict(pb.PredictOptions(EmbeddingTokens=ids, **greedy), timeout=30)
     assert (by_ids.message, by_ids.prompt_tokens) == (by_text.message, by_text.prompt_tokens)
@@ -355,9 +358,10 @@ def test_llama_takes_a_prompt_as_token_ids_and_a_logit_bias_that_bans_the_greedy
         json.loads(llama.stub.Predict(banned, timeout=30).logprobs)["content"][0]["token"] != first["token"]
     )
     for field, value in (("EmbeddingTokens", [1, 10**6]), ("LogitBias", '{"1": 250}'), ("LogitBias", "[1]")):
+        bad: dict[str, Any] = {field: value}  # one PredictOptions field
         error = rpc_error(
             llama.stub.Predict,
-            pb.PredictOptions(Prompt="hi" if field != "EmbeddingTokens" else "", Tokens=2, **{field: value}),
+            pb.PredictOptions(Prompt="hi" if field != "EmbeddingTokens" else "", Tokens=2, **bad),
         )
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and field in error.details(), error.details()
     assert llama.process.poll() is None

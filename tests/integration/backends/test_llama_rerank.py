@@ -43,7 +43,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _engine(path: Path, **fields: object) -> LlamaCppEngine:
     engine = LlamaCppEngine()
     options = {"Model": "rr", "ModelFile": str(path), "ContextSize": 512, "Threads": 2, **fields}
-    engine.load(pb.ModelOptions(**options))
+    engine.load(pb.ModelOptions(**options))  # type: ignore[arg-type]
     return engine
 
 
@@ -137,7 +137,7 @@ def test_a_malformed_request_is_refused(
     engine: LlamaCppEngine, request_fields: dict[str, object], words: str
 ) -> None:
     with pytest.raises(InvalidRequestError, match=words):
-        engine.rerank(pb.RerankRequest(**request_fields))
+        engine.rerank(pb.RerankRequest(**request_fields))  # type: ignore[arg-type]
 
 
 def test_rerank_needs_the_model_loaded_for_reranking_and_a_reranker_only_reranks(

@@ -52,7 +52,7 @@ async def test_bus_hints_reach_a_client_with_only_their_routing_fields(nats_url:
 
 
 async def test_a_client_that_does_not_read_is_told_to_resync() -> None:
-    hub = EventHub(nc=None)
+    hub = EventHub(nc=None)  # type: ignore[arg-type]
     hub._subscribed = True
     async with hub.client() as queue:
         for i in range(CLIENT_QUEUE_MAX + 5):

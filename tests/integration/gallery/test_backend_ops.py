@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -27,7 +28,7 @@ class Worker:
     def __init__(self, nc: Client, handlers: NodeHandlers, supervisor: Supervisor, backends: Path) -> None:
         self.nc, self.handlers, self.supervisor, self.backends = nc, handlers, supervisor, backends
 
-    async def ask(self, subject: str, body: dict[str, object], timeout_s: float = 120.0) -> dict[str, object]:
+    async def ask(self, subject: str, body: dict[str, object], timeout_s: float = 120.0) -> dict[str, Any]:
         reply = await self.nc.request(subject, json.dumps(body).encode(), timeout=timeout_s)
         return dict(json.loads(reply.data))
 

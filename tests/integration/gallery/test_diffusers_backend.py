@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import grpc
 import pytest
@@ -106,11 +106,12 @@ def backend(diffusers_backends_path: Path, node: Node) -> Iterator[Running]:
     _stop(running)
 
 
-def _load(running: Running, node: Node, model_file: str, **fields: object) -> pb.Result:
+def _load(running: Running, node: Node, model_file: str, **fields: Any) -> pb.Result:
     opts = pb.ModelOptions(
         Model=IDENTITY, ModelFile=model_file, ModelPath=str(node.models), Threads=1, **fields
     )
-    return running.stub.LoadModel(opts, metadata=AUTH, timeout=300)
+    result: pb.Result = running.stub.LoadModel(opts, metadata=AUTH, timeout=300)
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,8 @@ def _generate(running: Running, path: Path, **fields: object) -> pb.Result:
     )
     for name, value in fields.items():
         setattr(request, name, value)
-    return running.stub.GenerateImage(request, metadata=AUTH, timeout=120)
+    result: pb.Result = running.stub.GenerateImage(request, metadata=AUTH, timeout=120)
+    return result
 
 
 def _refusal(running: Running, path: Path, **fields: object) -> tuple[grpc.StatusCode, str]:

@@ -10,17 +10,16 @@ import math
 import time
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 import yaml
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from llama_cpp import Llama
-
 llama_cpp = pytest.importorskip("llama_cpp")
+
+from llama_cpp import Llama  # noqa: E402
+from llama_cpp.llama_types import ChatCompletionRequestMessage  # noqa: E402
 
 from corral.models.defaults import prepare_default_models, write_tiny_model_config  # noqa: E402
 from corral.models.minilm_gguf import convert_minilm, source_dir  # noqa: E402
@@ -41,12 +40,12 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_chat(tiny_path: Path) -> Llama:
-    return llama_cpp.Llama(str(tiny_path), n_ctx=512, n_threads=2, seed=1, verbose=False)
+    return Llama(str(tiny_path), n_ctx=512, n_threads=2, seed=1, verbose=False)
 
 
 @pytest.fixture(scope="module")
 def tiny_embedder(tiny_path: Path) -> Llama:
-    return llama_cpp.Llama(str(tiny_path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
+    return Llama(str(tiny_path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
 
 
 def test_tiny_model_loads_in_well_under_a_second(tiny_path: Path) -> None:
@@ -60,6 +59,7 @@ def test_tiny_model_loads_in_well_under_a_second(tiny_path: Path) -> None:
 
 def test_tiny_model_completes_a_prompt(tiny_chat: Llama) -> None:
     result = tiny_chat.create_completion("hello world", max_tokens=8, temperature=0)
+    assert isinstance(result, dict)  # not streamed
 
     assert result["usage"]["completion_tokens"] >= 8
     assert result["choices"][0]["finish_reason"] == "length"
@@ -67,12 +67,13 @@ def test_tiny_model_completes_a_prompt(tiny_chat: Llama) -> None:
 
 
 def test_tiny_model_chats_with_its_embedded_chatml_template(tiny_chat: Llama) -> None:
-    messages = [{"role": "user", "content": "hello"}]
+    messages: list[ChatCompletionRequestMessage] = [{"role": "user", "content": "hello"}]
     chatml = b"<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     # llama-cpp-python's template formatter adds no BOS: the rendered template is the whole prompt.
     prompt_ids = tiny_chat.tokenize(chatml, add_bos=False, special=True)
 
     result = tiny_chat.create_chat_completion(messages, max_tokens=8, temperature=0)
+    assert isinstance(result, dict)  # not streamed
 
     assert tiny_chat.metadata["tokenizer.chat_template"].startswith("{% for message in messages %}")
     assert result["choices"][0]["message"]["role"] == "assistant"
@@ -80,11 +81,13 @@ def test_tiny_model_chats_with_its_embedded_chatml_template(tiny_chat: Llama) ->
 
 
 def test_tiny_model_streams_chat_chunks_that_end_with_a_finish_reason(tiny_chat: Llama) -> None:
-    messages = [{"role": "user", "content": "hello"}]
+    messages: list[ChatCompletionRequestMessage] = [{"role": "user", "content": "hello"}]
 
-    chunks = list(tiny_chat.create_chat_completion(messages, max_tokens=8, temperature=0, stream=True))
+    stream = tiny_chat.create_chat_completion(messages, max_tokens=8, temperature=0, stream=True)
+    assert not isinstance(stream, dict)  # streamed
+    chunks = list(stream)
 
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert dict(chunks[0]["choices"][0]["delta"]) == {"role": "assistant"}
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert len(chunks) >= 3
 
@@ -166,7 +169,8 @@ def _wordpiece_ids(text: str, vocab: dict[str, int]) -> list[int]:
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
+    normed: np.ndarray = (x - mean) / np.sqrt(var + eps) * weight + bias
+    return normed
 
 
 _erf = np.vectorize(math.erf)
@@ -189,7 +193,8 @@ def _bert_sentence_embedding(
         p = f"encoder.layer.{layer}."
 
         def linear(h: np.ndarray, name: str, p: str = p) -> np.ndarray:
-            return h @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+            out: np.ndarray = h @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+            return out
 
         def heads(h: np.ndarray) -> np.ndarray:
             return h.reshape(n, n_heads, head_dim).transpose(1, 0, 2)
@@ -206,7 +211,8 @@ def _bert_sentence_embedding(
         x = _layer_norm(x + linear(hidden, "output.dense"),
                         w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])  # fmt: skip
     pooled = x.mean(axis=0)
-    return pooled / np.linalg.norm(pooled)
+    unit: np.ndarray = pooled / np.linalg.norm(pooled)
+    return unit
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +228,7 @@ def minilm_reference() -> tuple[dict[str, NDArray[np.float64]], dict[str, int]]:
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory: pytest.TempPathFactory) -> Llama:
     path = convert_minilm(tmp_path_factory.mktemp("minilm") / "all-minilm-l6-v2.gguf")
-    return llama_cpp.Llama(str(path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
+    return Llama(str(path), n_ctx=512, n_threads=2, embedding=True, verbose=False)
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ async def _decision(pool: asyncpg.Pool, need_bytes: int) -> Decision:
 
 async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg.Pool) -> None:
     node_id = await _node_with_two_replicas(pool)
-    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)
+    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
     with pytest.raises(EvictionBusy) as info:
         await evictor.make_room(await _decision(pool, 6 * MIB))
     message = str(info.value)
@@ -64,7 +64,7 @@ async def test_all_replicas_busy_waits_then_fails_naming_the_bound(pool: asyncpg
 
 async def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(pool: asyncpg.Pool) -> None:
     node_id = await _node_with_two_replicas(pool)
-    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)
+    evictor = Evictor(pool, None, AllBusy(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
     with pytest.raises(PlacementError) as info:
         await evictor.make_room(await _decision(pool, 11 * MIB))
     assert str(info.value) == (

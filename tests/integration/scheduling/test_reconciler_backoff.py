@@ -18,7 +18,7 @@ def _reconciler(pool: asyncpg.Pool) -> ReplicaReconciler:
     router = SimpleNamespace(
         ctx=SimpleNamespace(pool=pool)
     )  # no replica exists: nothing is loaded or stopped
-    return ReplicaReconciler(router, {}, {}, ReconcilerSettings(cooldown_s=300.0))
+    return ReplicaReconciler(router, {}, {}, ReconcilerSettings(cooldown_s=300.0))  # type: ignore[arg-type]
 
 
 async def _rule(pool: asyncpg.Pool) -> tuple[int, bool, str]:

@@ -18,7 +18,7 @@ from corral.store import scheduling as scheduling_store
 
 
 def _config(name: str, models_dir: Path, **fields: object) -> ModelConfig:
-    return ModelConfig(name=name, backend="simulator", model="weights.gguf", models_dir=models_dir, **fields)
+    return ModelConfig(name=name, backend="simulator", model="weights.gguf", models_dir=models_dir, **fields)  # type: ignore[arg-type]
 
 
 async def test_declarative_seeding_replaces_listed_rules_whole_and_leaves_others(pool: asyncpg.Pool) -> None:

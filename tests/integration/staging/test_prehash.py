@@ -134,7 +134,7 @@ async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(tmp_path: Path) -
         time.sleep(0.02)
         real_check(done, total)
 
-    prehasher._check_stop = slow_check
+    prehasher._check_stop = slow_check  # type: ignore[method-assign]
     prehasher.submit([cfg])
     stop = asyncio.Event()
     runner = asyncio.create_task(prehasher.run(stop))

@@ -75,7 +75,9 @@ def _settings(url: str, bucket: str, min_free_bytes: int = 0) -> SimpleNamespace
 async def env(s3_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[SimpleNamespace]:
     bucket = f"b-{uuid.uuid4().hex[:10]}"
     settings = _settings(s3_url, bucket)
-    store = CountingStore(StorageConfig.from_settings(settings))
+    config = StorageConfig.from_settings(settings)
+    assert config is not None
+    store = CountingStore(config)
     store.ensure_bucket()
     front_nc = await bus.connect(nats_url, "test-frontend")
     worker_nc = await bus.connect(nats_url, "test-worker")
@@ -84,6 +86,7 @@ async def env(s3_url: str, nats_url: str, tmp_path: Path) -> AsyncIterator[Simpl
     handlers = await start_s3_file_handlers(
         settings, worker_nc, node_id, models_dir, await open_object_store(settings)
     )
+    assert handlers is not None  # S3 mode is configured
     async with httpx.AsyncClient() as http:
         ctx = StagingContext(http=http, token="t", object_store=store, nc=front_nc, stall_s=10.0)
         try:
@@ -181,7 +184,7 @@ async def test_ensure_of_a_traversal_key_is_refused(env: SimpleNamespace) -> Non
     msg = await env.front_nc.request(
         subjects.node_subject(env.node_id, "files.ensure"), request.to_json(), timeout=10
     )
-    assert "key has a '..' path segment" in FileEnsureReply.from_json(msg.data).error
+    assert "key has a '..' path segment" in (FileEnsureReply.from_json(msg.data).error or "")
 
 
 async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(
@@ -194,6 +197,7 @@ async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(
         tmp_path / "tiny",
         await open_object_store(env.settings),
     )
+    assert handlers is not None  # S3 mode is configured
     handlers.budget = DiskBudget(min_free_bytes=0, free_bytes=lambda _path: 10)
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * 100)
@@ -206,7 +210,7 @@ async def test_ensure_refuses_a_download_the_worker_disk_cannot_hold(
         )
     finally:
         handlers.close()
-    error = FileEnsureReply.from_json(msg.data).error
+    error = FileEnsureReply.from_json(msg.data).error or ""
     assert "not enough disk space for key 'models/t/f.bin': it needs 100 bytes" in error
 
 
@@ -218,6 +222,7 @@ async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_by
     handlers = await start_s3_file_handlers(
         env.settings, env.worker_nc, "s3-inputs-node", models, await open_object_store(env.settings), ledger
     )
+    assert handlers is not None  # S3 mode is configured
     path = tmp_path / "clip.wav"
     path.write_bytes(b"x" * 100)
     for request_id in ("abcd1234", "ffff0000"):
@@ -238,7 +243,7 @@ async def test_ensure_of_a_request_input_reserves_it_and_refuses_one_past_the_by
         ephemeral_root(models) / "audio" / "abcd1234" / "clip.wav"
     )
     assert ledger.active_request_dirs() == {"audio/abcd1234"}  # held until the request releases it
-    error = FileEnsureReply.from_json(second.data).error
+    error = FileEnsureReply.from_json(second.data).error or ""
     assert (
         "request input 'ephemeral/audio/ffff0000/clip.wav' (100 bytes) refused before it was written" in error
     )
@@ -256,7 +261,7 @@ async def test_listdir_lists_the_workers_files_under_a_key_prefix(
         FileListRequest(key_prefix="models/s3m/weights").to_json(),
         timeout=10,
     )
-    listed = FileListReply.from_json(msg.data).files
+    listed = FileListReply.from_json(msg.data).files or []
     assert [f for f in listed if not f.endswith(".sha256")] == ["big.gguf", "tok.json"]
 
 

@@ -17,6 +17,12 @@ async def _node(pool: asyncpg.Pool, name: str) -> str:
     return str(node["id"])
 
 
+async def _operation(pool: asyncpg.Pool, operation_id: str) -> asyncpg.Record:
+    row = await operations.get(pool, operation_id)
+    assert row is not None, f"operation {operation_id} not found"
+    return row
+
+
 def _op(node_id: str, backend: str = "simulator", parent: str | None = None) -> operations.NewOperation:
     return operations.NewOperation(backend, operations.BACKEND_INSTALL, node_id, "w", parent_id=parent)
 
@@ -73,14 +79,14 @@ async def test_a_fanout_job_finishes_with_its_last_node_and_history_clears(pool:
         pool, b, "simulator", backend_ops.INSTALL, _op(b, parent=parent["id"])
     )
     assert kid_a != queued  # the job took the queued intent over; the old row is closed, pointing at the job
-    assert (await operations.get(pool, queued))["status"] == operations.CANCELLED
+    assert (await _operation(pool, queued))["status"] == operations.CANCELLED
     await operations.finish(pool, kid_a, operations.COMPLETED)
-    assert (await operations.get(pool, parent["id"]))["finished_at"] is None
+    assert (await _operation(pool, parent["id"]))["finished_at"] is None
     await operations.finish(pool, kid_b, operations.FAILED, "no such backend")
-    done = await operations.get(pool, parent["id"])
+    done = await _operation(pool, parent["id"])
     assert done["finished_at"] is not None and done["status"] == operations.FAILED
     await operations.finish(pool, kid_b, operations.COMPLETED)  # finished rows are frozen
-    assert (await operations.get(pool, kid_b))["status"] == operations.FAILED
+    assert (await _operation(pool, kid_b))["status"] == operations.FAILED
     live = await operations.insert(pool, _op(b, backend="other"))
     assert await operations.clear_history(pool) == 2  # the job (with its node rows) and the closed row
     assert [r["id"] for r in await operations.live(pool)] == [live["id"]]

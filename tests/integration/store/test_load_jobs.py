@@ -25,19 +25,25 @@ async def test_an_orphaned_job_is_taken_over_and_the_old_owner_loses_its_heartbe
     await pool.execute("UPDATE model_load_jobs SET last_progress = now() - interval '2 minutes'")
     claimed, job = await load_jobs.claim(pool, "m", "new", orphan_s=60, failed_grace_s=15)
     assert claimed and job is not None and job.owner_replica == "new" and job.state == "pending"
-    beat = dict(
-        state="staging",
-        node_id="n",
-        node_name="w",
-        replica_index=0,
-        bytes_sent=1,
-        total_bytes=2,
-        file_index=1,
-        total_files=1,
-        moving=True,
-    )
-    assert not await load_jobs.heartbeat(pool, "m", "old", **beat)
-    assert await load_jobs.heartbeat(pool, "m", "new", **beat)
+
+    async def beat(owner: str) -> bool:
+        return await load_jobs.heartbeat(
+            pool,
+            "m",
+            owner,
+            state="staging",
+            node_id="n",
+            node_name="w",
+            replica_index=0,
+            bytes_sent=1,
+            total_bytes=2,
+            file_index=1,
+            total_files=1,
+            moving=True,
+        )
+
+    assert not await beat("old")
+    assert await beat("new")
 
 
 async def test_a_failed_job_blocks_new_claims_only_for_its_grace(pool: asyncpg.Pool) -> None:

@@ -52,6 +52,6 @@ async def test_a_nats_with_a_password_refuses_anonymous_clients(state_root: Path
         nc = await nats.connect(server.url, allow_reconnect=False)
         await nc.close()
         assert (state_root / "nats-auth" / "auth.conf").stat().st_mode & 0o777 == 0o600
-        assert server.password not in " ".join(server.process.args)
+        assert server.password not in " ".join(server.process.args)  # type: ignore[union-attr,arg-type]
     finally:
         server.stop()

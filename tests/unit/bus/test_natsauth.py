@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import nkeys
 import pytest
@@ -11,9 +12,13 @@ import pytest
 from corral.bus import natsauth
 
 
-def _parts(jwt: str) -> tuple[dict[str, object], dict[str, object], bytes, bytes]:
+def _parts(jwt: str) -> tuple[dict[str, Any], dict[str, Any], bytes, bytes]:
+    """A JWT's header and claims (JSON), the signed bytes and the signature."""
     header, claims, sig = jwt.split(".")
-    pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
+
+    def pad(s: str) -> str:
+        return s + "=" * (-len(s) % 4)
+
     return (
         json.loads(base64.urlsafe_b64decode(pad(header))),
         json.loads(base64.urlsafe_b64decode(pad(claims))),

@@ -34,7 +34,7 @@ async def test_a_key_lookup_with_postgresql_down_is_a_503_naming_it_not_a_traceb
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    access = AccessControl(inner, _DownCache(), user_auth=True)
+    access = AccessControl(inner, _DownCache(), user_auth=True)  # type: ignore[arg-type]
     scope = {
         "type": "http",
         "path": "/v1/chat/completions",
@@ -85,7 +85,7 @@ async def _admin_call(access: AccessControl, key: str, peer: str = "192.0.2.9") 
         "client": (peer, 40000),
         "headers": [(b"authorization", f"Bearer {key}".encode())],
     }
-    await access(scope, None, send)
+    await access(scope, None, send)  # type: ignore[arg-type]
     return sent[0]["status"], {k.decode(): v.decode() for k, v in sent[0]["headers"]}
 
 

@@ -81,7 +81,7 @@ def test_the_table_is_bounded_and_evicts_the_oldest_source() -> None:
 def test_a_source_table_keeps_at_most_its_size() -> None:
     table: SourceTable[int] = SourceTable(3)
     for i in range(10):
-        table.setdefault(str(i), lambda i=i: i)
+        table.setdefault(str(i), lambda i=i: i)  # type: ignore[misc]
     assert len(table) == 3 and table.get("9") == 9 and table.get("6") is None
 
 

@@ -19,6 +19,6 @@ async def test_the_health_monitor_keeps_running_after_an_unexpected_exception_ty
         stop.set()
         return []
 
-    monitor.check_once = check_once
+    monitor.check_once = check_once  # type: ignore[method-assign]
     await asyncio.wait_for(monitor.run(stop), 10)
     assert len(passes) == 2

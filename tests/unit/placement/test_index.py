@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -62,10 +63,11 @@ def _request(rng: random.Random) -> PlacementRequest:
     )
 
 
+Nodes = TypeVar("Nodes")  # a node list, or the index built from it
+
+
 def _outcome(
-    decide_fn: Callable[[PlacementRequest, list[NodeSnapshot]], Decision],
-    req: PlacementRequest,
-    nodes: list[NodeSnapshot],
+    decide_fn: Callable[[PlacementRequest, Nodes], Decision], req: PlacementRequest, nodes: Nodes
 ) -> tuple[object, ...]:
     try:
         decision: Decision = decide_fn(req, nodes)
@@ -138,5 +140,5 @@ def test_an_indexed_decision_looks_at_the_best_node_only_until_asked_for_more() 
     decision = decide_indexed(req, PlacementIndex(nodes))
 
     assert decision.node.name == "node-1000"
-    assert decision.ranked._seen == [decision.node]
+    assert decision.ranked._seen == [decision.node]  # type: ignore[attr-defined]
     assert decision.ranked[:3] == decide(req, nodes).ranked[:3]

@@ -20,10 +20,10 @@ REQUEST = pb.PredictOptions(
 
 
 def router(replicas: int) -> Router:
-    local = LocalReplicas(None, "frontend-1", RoutePolicies(prefix_cache_default=True))
+    local = LocalReplicas(None, "frontend-1", RoutePolicies(prefix_cache_default=True))  # type: ignore[arg-type]
     for i in range(replicas):
         local.view.add(Replica(model="chat", node_id=f"n{i}", node_name=f"node{i}", address=f"a{i}"))
-    return Router(SimpleNamespace(aliases={"slot": "chat"}), local, None, None)
+    return Router(SimpleNamespace(aliases={"slot": "chat"}), local, None, None)  # type: ignore[arg-type]
 
 
 def test_a_prefix_cache_model_with_two_replicas_hashes_its_canonical_messages() -> None:

@@ -32,7 +32,7 @@ def rep(index: int = 0, state: str = "loaded", model: str = "m") -> ReplicaSnaps
 
 
 def rule(**fields: object) -> SchedulingRule:
-    return replace(SchedulingRule(id="r", model_name="m"), **fields)
+    return replace(SchedulingRule(id="r", model_name="m"), **fields)  # type: ignore[arg-type]
 
 
 def plan(

@@ -187,7 +187,7 @@ def test_a_client_file_name_becomes_one_safe_key_segment(filename: str, name: st
 
 
 def test_two_inputs_of_one_name_get_distinct_keys_below_the_request_directory() -> None:
-    inputs = RequestInputs(http=None, worker_http_address="w:1", token="t", request_id="abcd1234")
+    inputs = RequestInputs(http=None, worker_http_address="w:1", token="t", request_id="abcd1234")  # type: ignore[arg-type]
     first = inputs.key_for("image", "cat.png")
     inputs.keys.append(first)
     assert (first, inputs.key_for("image", "cat.png")) == (

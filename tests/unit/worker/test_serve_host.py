@@ -51,5 +51,5 @@ def test_serve_host_of_each_address_form(serve_addr: str, host: str) -> None:
     ],
 )
 def test_the_worker_dials_its_backend_where_it_listens(bind: str, dialed: str) -> None:
-    proc = BackendProcess("m#0", "simulator", 6000, process=None, host=bind)
+    proc = BackendProcess("m#0", "simulator", 6000, process=None, host=bind)  # type: ignore[arg-type]
     assert proc.local_address == dialed

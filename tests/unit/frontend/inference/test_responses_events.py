@@ -230,7 +230,10 @@ def test_input_items_give_every_item_a_type_an_id_and_content_parts_the_sdk_read
         "function_call_output",
     ]
     assert page.data[1].id == "msg_mine" and len({item.id for item in page.data}) == 5
-    assert page.data[0].content[0].text == "hi" and page.data[1].content[0].type == "output_text"
+    first, second = page.data[0], page.data[1]
+    assert first.type == "message" and second.type == "message"
+    assert first.content[0].type == "input_text" and first.content[0].text == "hi"
+    assert second.content[0].type == "output_text"
     assert input_items("") == [] and input_items("x")[0]["content"] == [{"type": "input_text", "text": "x"}]
 
 

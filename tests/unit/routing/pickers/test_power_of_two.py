@@ -35,3 +35,23 @@ def test_power_of_two_takes_the_less_loaded_of_two_random_replicas() -> None:
         if rs[3].key in d.loads:
             assert d.replica is rs[3]
     assert {d.replica.key for d in picks} >= {rs[3].key}
+
+
+def test_a_single_replica_is_drawn_against_itself() -> None:
+    rs = replicas(1)
+    decision = PowerOfTwo(random.Random(1)).pick(rs, loads({}), POLICY, None)
+    assert decision.replica is rs[0]
+    assert decision.reason == f"less loaded of two random replicas ({rs[0].key}, {rs[0].key})"
+
+
+def test_the_two_drawn_are_distinct_and_only_their_loads_are_read() -> None:
+    rs = replicas(5)
+    for seed in range(20):
+        decision = PowerOfTwo(random.Random(seed)).pick(rs, loads({}), POLICY, None)
+        assert len(decision.loads) == 2 and decision.replica.key in decision.loads
+
+
+def test_equal_loads_go_to_the_least_recently_used_of_the_two() -> None:
+    rs = replicas(2)
+    rs[0].last_used_s, rs[1].last_used_s = 9.0, 2.0
+    assert PowerOfTwo(random.Random(3)).pick(rs, loads({}), POLICY, None).replica is rs[1]

@@ -80,3 +80,39 @@ def test_among_replicas_with_the_same_match_the_least_loaded_wins() -> None:
         index.observe([1, 2], r.key)
     d = PrefixCache(index).pick(rs, loads({rs[0].key: 1, rs[2].key: 1}), POLICY, [1, 2, 3])
     assert d.replica is rs[1]
+
+
+def test_without_a_prompt_the_least_loaded_wins() -> None:
+    rs = replicas(2)
+    chains: tuple[list[int] | None, ...] = (None, [])
+    for chain in chains:
+        d = PrefixCache(PrefixIndex()).pick(rs, loads({rs[0].key: 3}), POLICY, chain)
+        assert d.replica is rs[1] and d.reason == "no prompt to match: least loaded"
+
+
+def test_when_no_replica_holds_a_prefix_the_least_loaded_wins() -> None:
+    rs = replicas(2)
+    d = PrefixCache(PrefixIndex()).pick(rs, loads({rs[1].key: 3}), POLICY, [7, 8])
+    assert d.replica is rs[0] and (d.match_blocks, d.chain_blocks) == (0, 2)
+
+
+def test_a_holder_outside_the_candidates_is_not_chosen() -> None:
+    index, rs = PrefixIndex(), replicas(3)
+    index.observe([1, 2], rs[2].key)
+    d = PrefixCache(index).pick(rs[:2], loads({}), POLICY, [1, 2])
+    assert d.replica in rs[:2] and d.match_blocks == 0
+
+
+def test_a_match_exactly_at_min_prefix_match_is_enough() -> None:
+    index, rs = PrefixIndex(), replicas(2)
+    index.observe([1, 2, 3], rs[1].key)
+    policy = Policy("prefix_cache", min_prefix_match=0.75)
+    assert PrefixCache(index).pick(rs, loads({}), policy, [1, 2, 3, 4]).replica is rs[1]
+
+
+def test_the_guard_with_zero_thresholds_admits_no_more_than_the_minimum() -> None:
+    strict = Policy("prefix_cache", balance_abs=0, balance_rel=0.0)
+    assert eligible(0, 0, strict)
+    assert eligible(1, 1, strict)  # 1 <= 1 + 0 and 1 <= 1 * 0 + 1
+    assert not eligible(1, 0, strict)
+    assert not eligible(2, 2, strict)  # the relative bound alone: 2 > 2 * 0 + 1
