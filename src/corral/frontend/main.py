@@ -7,6 +7,9 @@ import gc
 import logging
 import signal
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -114,98 +117,204 @@ def build_router(
     return Router(ctx, replicas, cold, evictor)
 
 
-async def serve(settings: FrontendSettings) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+@dataclass
+class Frontend:
+    """A started frontend: what its routes read, and every long-lived task of the process."""
+
+    state: FrontendState
+    tasks: OwnedTasks
+    stop: asyncio.Event
+
+    async def run(self) -> int:
+        """Until `stop` (0), or 1 when a long-lived task ends: the process never runs half-alive."""
+        died = await self.tasks.until_stop(self.stop)
+        if died is not None:
+            log.error("%s; exiting", died)
+            return 1
+        return 0
+
+
+@dataclass
+class Connections:
+    """What every part of the frontend talks through, opened first and closed last."""
+
+    telemetry: otlp.Telemetry | None
+    pool: asyncpg.Pool
+    nc: Client
+    http: httpx.AsyncClient
+    channels: BackendChannels
+    staging: StagingContext
+
+
+@asynccontextmanager
+async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> AsyncIterator[Frontend]:
+    """Start the frontend's parts in order, each entered into one exit stack as it starts: leaving the
+    block (`stop`, a task that died, or a start that failed half way) closes what had started, the last
+    started first: tasks, HTTP server, node lifecycle, agent jobs, router, backend channels, HTTP client,
+    NATS, PostgreSQL, then the last spans are flushed."""
     if not settings.registration_token:
         log.warning(
             "no registration token set: any host that reaches this frontend can register as a worker; "
             "set LOCALAI_REGISTRATION_TOKEN"
         )
     declared_rules = scheduling_seed.declared_rules(settings)  # a mistake stops the start, naming the entry
-    pool = await db.connect(settings.database_url)
-    applied = await db.migrate(pool)
-    if applied:
-        log.info("database migrated: %s", ", ".join(applied))
+    async with AsyncExitStack() as stack:
+        conn = await _connect(stack, settings)
+        pool, nc = conn.pool, conn.nc
+        models_dir = Path(settings.models_path).resolve()
+        configs = load_model_configs(models_dir, settings.model_path_roots)
+        log.info(
+            "%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-"
+        )
+        aliases = load_aliases(models_dir, set(configs))
+        await apply_boot_settings(pool, settings)
+        await scheduling_seed.apply(pool, declared_rules)
+        router = build_router(settings, pool, nc, conn.http, conn.channels, aliases, conn.staging)
+        stack.push_async_callback(router.close)  # also after a start that failed half way
+        await router.start()
+        reconciler = ReplicaReconciler(
+            router,
+            configs,
+            aliases,
+            ReconcilerSettings(
+                settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s
+            ),
+        )
+        # issue 5: heartbeats, health monitor, minting; the reconciler hears of every node event
+        lifecycle = NodeLifecycle.build(pool, nc, settings, listeners=[reconciler.on_node_event])
+        await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
+        warn_shared_vector_store(settings)
+        prehasher = (
+            ModelPrehasher()
+            if settings.prehash_models
+            and not settings.distributed_shared_models
+            and child_index() in (None, 0)
+            else None
+        )
+        cleanup = RevisionCleanup(pool, nc, router)
+        revs = ConfigRevisions(
+            pool,
+            nc,
+            router,
+            configs,
+            models_dir,
+            aliases,
+            extra_roots=settings.model_path_roots,
+            cleanup_kick=cleanup.kick,
+            on_config=None if prehasher is None else lambda cfg: prehasher.submit([cfg]),
+        )
+        await revs.start()
+        backend_ops = BackendOpsDriver(
+            pool,
+            nc,
+            str(uuid.uuid4()),
+            BackendOpSettings(
+                settings.backend_install_timeout_s,
+                settings.backend_upgrade_timeout_s,
+                settings.backend_delete_timeout_s,
+                settings.node_op_timeout_s,
+            ),
+        )
+        figures = ClusterFigures(pool, router.replicas.all)
+        agent_jobs = JobRecorder(pool, nc)
+        state = _state(settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs)
+        await agent_jobs.start()
+        stack.push_async_callback(agent_jobs.stop)
+        await lifecycle.start()
+        stack.push_async_callback(lifecycle.stop)
+        await _serve_http(stack, settings, state)
+        tasks = OwnedTasks()  # every long-lived task of this process: one that ends makes the process exit 1
+        stack.push_async_callback(tasks.close)
+        stack.callback(stop.set)  # before the tasks are closed: their loops see it
+        tasks.adopt([*router.background_tasks, *lifecycle.tasks])
+        tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
+        tasks.start("revision-cleanup", cleanup.run(stop))
+        tasks.start("config-resync", revs.run(stop))
+        tasks.start("replica-reconciler", reconciler.run(stop))
+        tasks.start("backend-ops", backend_ops.run(stop))
+        _start_sweeps(tasks, settings, pool, stop)
+        if prehasher is not None:
+            prehasher.submit(configs.values())
+            tasks.start("model-prehash", prehasher.run(stop))
+        if conn.telemetry is not None and conn.telemetry.bridge is not None:
+            tasks.start("otlp-metrics", conn.telemetry.bridge.run(stop, before=figures.refresh))
+        stack.callback(log.info, "frontend shutting down")
+        yield Frontend(state, tasks, stop)
+
+
+async def _connect(stack: AsyncExitStack, settings: FrontendSettings) -> Connections:
+    """Telemetry, PostgreSQL (migrated), NATS, the HTTP client, backend channels and staging."""
     telemetry = await asyncio.to_thread(
         otlp.configure, "corral-frontend", metrics=True
     )  # imports: off the loop
+    if telemetry is not None:
+        stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)  # flush the last spans
+    pool = await db.connect(settings.database_url)
+    stack.push_async_callback(pool.close)
+    applied = await db.migrate(pool)
+    if applied:
+        log.info("database migrated: %s", ", ".join(applied))
     nc = await bus.connect(settings.nats_url, "corral-frontend", **frontend_nats_options(settings))
-    models_dir = Path(settings.models_path).resolve()
-    configs = load_model_configs(models_dir, settings.model_path_roots)
-    log.info("%d model(s) configured in %s: %s", len(configs), models_dir, ", ".join(sorted(configs)) or "-")
-    aliases = load_aliases(models_dir, set(configs))
+    stack.push_async_callback(nc.drain)
     http = await asyncio.to_thread(  # off the loop: it loads the CA bundle (~0.1-0.3 s of CPU)
         httpx.AsyncClient, timeout=httpx.Timeout(30.0, read=None, write=None), http1=True
     )
+    stack.push_async_callback(http.aclose)
     channels = BackendChannels(settings.registration_token, BackendBudgets.from_settings(settings))
+    stack.push_async_callback(channels.close)
     staging = await asyncio.to_thread(
         StagingContext.from_settings, settings, http
     )  # S3: boto3 import + client
-    await apply_boot_settings(pool, settings)
-    await scheduling_seed.apply(pool, declared_rules)
-    router = build_router(settings, pool, nc, http, channels, aliases, staging)
-    await router.start()
-    lifecycle = NodeLifecycle.build(pool, nc, settings)  # issue 5: heartbeats, health monitor, minting
-    await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
-    warn_shared_vector_store(settings)
-    revs = ConfigRevisions(
-        pool, nc, router, configs, models_dir, aliases, extra_roots=settings.model_path_roots
+    return Connections(telemetry, pool, nc, http, channels, staging)
+
+
+def _state(
+    settings: FrontendSettings,
+    conn: Connections,
+    router: Router,
+    lifecycle: NodeLifecycle,
+    revs: ConfigRevisions,
+    backend_ops: BackendOpsDriver,
+    figures: ClusterFigures,
+    agent_jobs: JobRecorder,
+) -> FrontendState:
+    agent_bus = AgentBus(
+        conn.nc,
+        tool_timeout_s=settings.mcp_tool_timeout_s,
+        discovery_timeout_s=settings.mcp_discovery_timeout_s,
     )
-    cleanup = RevisionCleanup(pool, nc, router)
-    revs.cleanup_kick = cleanup.kick
-    await revs.start()
-    backend_ops = BackendOpsDriver(
-        pool,
-        nc,
-        str(uuid.uuid4()),
-        BackendOpSettings(
-            settings.backend_install_timeout_s,
-            settings.backend_upgrade_timeout_s,
-            settings.backend_delete_timeout_s,
-            settings.node_op_timeout_s,
-        ),
-    )
-    state = FrontendState(
-        pool=pool,
-        nc=nc,
+    return FrontendState(
+        pool=conn.pool,
+        nc=conn.nc,
         router=router,
-        configs=configs,
+        configs=revs.configs,
         config_revisions=revs,
         registration_token=settings.registration_token,
         auto_approve_nodes=settings.auto_approve_nodes,
         lifecycle=lifecycle,
         expose_node_header=settings.expose_node_header,
-        aliases=aliases,
+        aliases=revs.aliases,
         backend_ops=backend_ops,
-        figures=ClusterFigures(pool, router.replicas.all),
+        figures=figures,
         admission=Admission.from_settings(settings),
-    )
-    state.agents = AgentChat(
-        state,
-        AgentBus(
-            nc,
-            tool_timeout_s=settings.mcp_tool_timeout_s,
-            discovery_timeout_s=settings.mcp_discovery_timeout_s,
+        agents=AgentChat(router, agent_bus, settings.mcp_max_iterations),
+        agent_jobs=agent_jobs,
+        mcp_max_iterations=settings.mcp_max_iterations,
+        max_n=settings.max_n,
+        staging=conn.staging,
+        transcription_max_bytes=settings.inference_max_body_bytes,
+        generated_image_ttl_s=settings.generated_image_ttl_s,
+        images=ImagePolicy(
+            settings.image_max_bytes,
+            settings.image_max_count,
+            settings.image_url_hosts,
+            settings.image_fetch_timeout_s,
         ),
-        settings.mcp_max_iterations,
+        responses_ttl_s=settings.responses_ttl_s,
     )
-    state.mcp_max_iterations = settings.mcp_max_iterations
-    state.max_n = settings.max_n
-    state.staging, state.transcription_max_bytes = staging, settings.inference_max_body_bytes
-    state.generated_image_ttl_s = settings.generated_image_ttl_s
-    state.images = ImagePolicy(
-        settings.image_max_bytes,
-        settings.image_max_count,
-        settings.image_url_hosts,
-        settings.image_fetch_timeout_s,
-    )
-    state.responses_ttl_s = settings.responses_ttl_s
-    state.agent_jobs = JobRecorder(pool, nc)
-    await state.agent_jobs.start()
-    await lifecycle.start()
+
+
+async def _serve_http(stack: AsyncExitStack, settings: FrontendSettings, state: FrontendState) -> None:
     host, port = settings.address
     app = await asyncio.to_thread(
         build_app, state, RequestLimits.from_settings(settings)
@@ -219,27 +328,15 @@ async def serve(settings: FrontendSettings) -> int:
         limits=ConnectionLimits.from_settings(settings, families.HTTP_GUARD),
     )
     await server.start()
+    stack.push_async_callback(server.stop)
     log.info("frontend listening on http://%s:%d", host or "0.0.0.0", port)
     gc.freeze()  # what startup built (app, schemas, configs) lives forever: later collections skip it
     gc.set_threshold(*GC_THRESHOLDS)
-    reconciler = ReplicaReconciler(
-        router,
-        configs,
-        aliases,
-        ReconcilerSettings(
-            settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s
-        ),
-    )
-    lifecycle.events.listeners.append(reconciler.on_node_event)
-    tasks = (
-        OwnedTasks()
-    )  # every long-lived task of this process: one that ends makes the process exit non-zero
-    tasks.adopt([*router.background_tasks, *lifecycle.tasks])
-    tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
-    tasks.start("revision-cleanup", cleanup.run(stop))
-    tasks.start("config-resync", revs.run(stop))
-    tasks.start("replica-reconciler", reconciler.run(stop))
-    tasks.start("backend-ops", backend_ops.run(stop))
+
+
+def _start_sweeps(
+    tasks: OwnedTasks, settings: FrontendSettings, pool: asyncpg.Pool, stop: asyncio.Event
+) -> None:
     tasks.start(
         "responses-sweep",
         run_periodic(
@@ -258,32 +355,12 @@ async def serve(settings: FrontendSettings) -> int:
             stop,
         ),
     )
-    if settings.prehash_models and not settings.distributed_shared_models and child_index() in (None, 0):
-        prehasher = ModelPrehasher()
-        prehasher.submit(configs.values())
-        revs.on_config = lambda cfg: prehasher.submit([cfg])
-        tasks.start("model-prehash", prehasher.run(stop))
-    if telemetry is not None and telemetry.bridge is not None:
-        telemetry.bridge.before = state.figures.refresh
-        tasks.start("otlp-metrics", telemetry.bridge.run(stop))
-    code = 0
-    try:
-        died = await tasks.until_stop(stop)
-        if died is not None:
-            log.error("%s; exiting", died)
-            code = 1
-    finally:
-        log.info("frontend shutting down")
-        stop.set()
-        await tasks.close()
-        await server.stop()
-        await lifecycle.stop()
-        await state.agent_jobs.stop()
-        await router.close()
-        await channels.close()
-        await http.aclose()
-        await nc.drain()
-        await pool.close()
-        if telemetry is not None:
-            await asyncio.to_thread(telemetry.shutdown)  # flush the last spans
-    return code
+
+
+async def serve(settings: FrontendSettings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with build_frontend(settings, stop) as frontend:
+        return await frontend.run()

@@ -1,18 +1,39 @@
-"""What the frontend's routes need, built once at start (nothing held between requests)."""
+"""What the frontend's routes need, built once at start (nothing held between requests).
+
+`build_frontend` (frontend/main.py) makes one; tests make one with only the parts their routes read (the
+optional parts are None: their routes are not installed).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import asyncpg
 from nats.aio.client import Client
+from starlette.responses import Response
 
+from corral.agents.client import AgentBus
+from corral.agents.recorder import JobRecorder
+from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.inference.images import ImagePolicy
+from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.node_api.admission import Admission
 from corral.models.config import ModelConfig
+from corral.nodes.backend_ops import BackendOpsDriver, BackendOpSettings
+from corral.nodes.lifecycle import NodeLifecycle
+from corral.revisions.edits import ConfigRevisions
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
+
+
+class AgentChats(Protocol):
+    """The agent loop for models with `mcp:` servers (frontend/inference/agent_chat.py `AgentChat`; a
+    Protocol because that module builds its routes over this state)."""
+
+    bus: AgentBus
+
+    async def chat(self, cfg: ModelConfig, body: ChatCompletionRequest) -> Response: ...
 
 
 @dataclass
@@ -23,19 +44,17 @@ class FrontendState:
     configs: dict[str, ModelConfig]
     registration_token: str
     auto_approve_nodes: bool
-    config_revisions: Any = None  # corral.revisions.edits.ConfigRevisions (model config edits)
+    config_revisions: ConfigRevisions | None = None  # model config edits
     expose_node_header: bool = False  # LOCALAI_EXPOSE_NODE_HEADER: X-LocalAI-Node on inference responses
-    lifecycle: Any = None  # corral.nodes.lifecycle.NodeLifecycle (heartbeats, health, minting)
-    figures: Any = None  # corral.frontend.cluster_figures.ClusterFigures (read at scrape / OTLP export time)
-    agents: Any = (
-        None  # corral.frontend.inference.agent_chat.AgentChat: models with `mcp:` servers (issue 13)
-    )
-    agent_jobs: Any = None  # corral.agents.recorder.JobRecorder: agent jobs on the agent workers (issue 13)
+    lifecycle: NodeLifecycle | None = None  # heartbeats, health, minting
+    figures: ClusterFigures | None = None  # read at scrape / OTLP export time
+    agents: AgentChats | None = None  # models with `mcp:` servers (issue 13)
+    agent_jobs: JobRecorder | None = None  # agent jobs on the agent workers (issue 13)
     mcp_max_iterations: int = 10
     aliases: dict[str, str] = field(
         default_factory=dict
     )  # alias -> model (models/aliases.py), shared with the router
-    backend_ops: Any = None  # corral.nodes.backend_ops.BackendOpsDriver (durable backend intents, issue 11)
+    backend_ops: BackendOpsDriver | None = None  # durable backend intents (issue 11)
     admission: Admission = field(default_factory=Admission)  # registration rate, pending cap, auth throttle
     max_n: int = 8  # CORRAL_MAX_N: most choices (`n`) one generation request may ask for
     images: ImagePolicy = field(default_factory=ImagePolicy)  # CORRAL_IMAGE_*: image parts in chat requests
@@ -43,3 +62,9 @@ class FrontendState:
     transcription_max_bytes: int = 16 << 20  # an audio upload: CORRAL_INFERENCE_MAX_BODY bounds it
     generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
+
+    def backend_op_settings(self) -> BackendOpSettings:
+        """The node-operation timeouts (their routes are installed only with the backend-ops driver)."""
+        if self.backend_ops is None:
+            raise RuntimeError("no backend-ops driver: the node operation routes are not installed")
+        return self.backend_ops.settings

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -38,8 +38,8 @@ async def publish_key_revoked(nc: Client | None, hashed: str) -> None:
 class NodeEvents:
     """Fans node events and key revocations from NATS out to in-process listeners."""
 
-    def __init__(self) -> None:
-        self.listeners: list[NodeListener] = []
+    def __init__(self, listeners: Iterable[NodeListener] = ()) -> None:
+        self.listeners: list[NodeListener] = list(listeners)
         self.key_revoked_listeners: list[Callable[[str], None]] = []
 
     def key_revoked(self, hashed: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from nats.aio.client import Client
 
 from corral.bus import natsauth
 from corral.config.errors import ConfigError
-from corral.nodes.events import NodeEvents, publish_node_event
+from corral.nodes.events import NodeEvents, NodeListener, publish_node_event
 from corral.nodes.health_monitor import HealthMonitor, StatusChange
 from corral.nodes.heartbeats import HeartbeatCheckpointer
 from corral.nodes.held_beats import HeldBeats
@@ -41,6 +42,12 @@ class Minter:
         return {"nats_jwt": jwt, "nats_user_seed": seed}
 
 
+async def announce_node(events: NodeEvents, nc: Client | None, node_id: str, status: str) -> None:
+    """Tell this frontend (at once) and every other one (over NATS) that a node changed."""
+    events.notify(node_id, status)
+    await publish_node_event(nc, node_id, status)
+
+
 @dataclass
 class NodeLifecycle:
     pool: asyncpg.Pool
@@ -59,7 +66,10 @@ class NodeLifecycle:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    def build(cls, pool: asyncpg.Pool, nc: Client | None, settings: Any) -> NodeLifecycle:
+    def build(
+        cls, pool: asyncpg.Pool, nc: Client | None, settings: Any, listeners: Iterable[NodeListener] = ()
+    ) -> NodeLifecycle:
+        """`listeners`: told of every node event (this frontend's and the others', over NATS)."""
         held = HeldBeats(nc)
         minter = None
         if settings.nats_account_seed:
@@ -70,35 +80,34 @@ class NodeLifecycle:
             except natsauth.NatsAuthError as exc:
                 raise ConfigError(str(exc)) from None
             minter = Minter(account, settings.nats_worker_jwt_ttl_s)
-        lifecycle = cls(
+        checkpointer = HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s)
+        events = NodeEvents([checkpointer.on_node_event, *listeners])
+
+        async def announce(change: StatusChange) -> None:
+            await announce_node(events, nc, change.node_id, change.new)
+
+        return cls(
             pool=pool,
             nc=nc,
             held=held,
-            events=NodeEvents(),
-            checkpointer=HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s),
+            events=events,
+            checkpointer=checkpointer,
             monitor=HealthMonitor(
                 pool,
                 held,
                 stale_threshold_s=settings.stale_node_threshold_s,
                 interval_s=settings.health_check_interval_s,
                 pending_expiry_s=settings.pending_node_expiry_s,
+                on_change=announce,
             ),
             xmin=XminAgeSampler(pool),
             minter=minter,
             user_auth=bool(settings.auth),
             metrics_token=settings.metrics_token,
         )
-        lifecycle.monitor.on_change = lifecycle._announce
-        lifecycle.events.listeners.append(lifecycle.checkpointer.on_node_event)
-        return lifecycle
-
-    async def _announce(self, change: StatusChange) -> None:
-        await self.node_changed(change.node_id, change.new)
 
     async def node_changed(self, node_id: str, status: str) -> None:
-        """Tell this frontend (at once) and every other one (over NATS) that a node changed."""
-        self.events.notify(node_id, status)
-        await publish_node_event(self.nc, node_id, status)
+        await announce_node(self.events, self.nc, node_id, status)
 
     async def start(self) -> None:
         if self.nc is not None:

@@ -122,6 +122,8 @@ class ConfigRevisions:
         aliases: dict[str, str] | None = None,
         *,
         extra_roots: tuple[Path, ...] = (),
+        cleanup_kick: Callable[[], Awaitable[None]] | None = None,
+        on_config: Callable[[ModelConfig], None] | None = None,
     ) -> None:
         self.pool, self.nc, self.router, self.configs, self.models_dir = pool, nc, router, configs, models_dir
         self.extra_roots = (
@@ -130,8 +132,8 @@ class ConfigRevisions:
         self.aliases = (
             aliases if aliases is not None else {}
         )  # shared in place with routing and the reconciler
-        self.cleanup_kick: Callable[[], Awaitable[None]] | None = None
-        self.on_config: Callable[[ModelConfig], None] | None = None  # a config became current (pre-hashing)
+        self.cleanup_kick = cleanup_kick  # a revision left a model: its old replicas' cleanup runs now
+        self.on_config = on_config  # a config became current (pre-hashing)
         self.held: dict[str, int] = {}  # model -> commit number its file and memory here reflect
         self._applying = asyncio.Lock()  # committed rows are applied one at a time, in order
 

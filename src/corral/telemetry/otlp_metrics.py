@@ -128,13 +128,9 @@ class MetricsBridge:
     """Every interval: `before()` on the loop (figures read at scrape time), then collect and export in a thread."""
 
     def __init__(
-        self,
-        exporter: MetricExporter,
-        resource: Resource,
-        registry: CollectorRegistry = REGISTRY,
-        before: Callable[[], Awaitable[None]] | None = None,
+        self, exporter: MetricExporter, resource: Resource, registry: CollectorRegistry = REGISTRY
     ) -> None:
-        self.exporter, self.resource, self.registry, self.before = exporter, resource, registry, before
+        self.exporter, self.resource, self.registry = exporter, resource, registry
         self.start_ns = time.time_ns()
 
     def export_now(self) -> bool:
@@ -142,14 +138,24 @@ class MetricsBridge:
         data = registry_metrics(self.registry.collect(), self.resource, self.start_ns)
         return self.exporter.export(data).name == "SUCCESS"
 
-    async def export_once(self) -> None:
-        if self.before is not None:
-            await self.before()
+    async def export_once(self, before: Callable[[], Awaitable[None]] | None = None) -> None:
+        if before is not None:
+            await before()
         await asyncio.to_thread(self.export_now)
 
-    async def run(self, stop: asyncio.Event, interval_s: float | None = None) -> None:
+    async def run(
+        self,
+        stop: asyncio.Event,
+        interval_s: float | None = None,
+        *,
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         await run_periodic(
-            "OTLP metrics export", self.export_once, interval_s or export_interval_s(), stop, delay_first=True
+            "OTLP metrics export",
+            lambda: self.export_once(before),
+            interval_s or export_interval_s(),
+            stop,
+            delay_first=True,
         )
 
     def shutdown(self) -> None:

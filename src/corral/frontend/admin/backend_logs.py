@@ -53,7 +53,7 @@ def build_backend_logs_router(state: FrontendState) -> APIRouter:
             subjects.backend_logs(node_id),
             BackendLogsRequest(model_id=model_id, limit=limit),
             BackendLogsReply,
-            state.backend_ops.settings.node_op_timeout_s,
+            state.backend_op_settings().node_op_timeout_s,
             NODE_OP_KNOB,
         )
         return reply

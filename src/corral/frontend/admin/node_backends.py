@@ -165,7 +165,7 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
                 subjects.backend_list(node_id),
                 Message(),
                 BackendListReply,
-                _timeouts(state).node_op_timeout_s,
+                state.backend_op_settings().node_op_timeout_s,
                 NODE_OP_KNOB,
             )
         except bus.BusError as exc:
@@ -194,7 +194,7 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
                 subjects.backend_delete(node_id),
                 BackendDeleteRequest(backend=backend),
                 BackendDeleteReply,
-                _timeouts(state).delete_timeout_s,
+                state.backend_op_settings().delete_timeout_s,
                 DELETE_KNOB,
             )
         except bus.BusError as exc:
@@ -214,10 +214,6 @@ def _add_list_and_delete(router: APIRouter, state: FrontendState) -> None:
         )
         log.info("backend %s deleted on %s (stopped %s)", backend, node["name"], stopped)
         return {"message": "backend deleted", "stopped_process_keys": stopped}
-
-
-def _timeouts(state: FrontendState) -> Any:
-    return state.backend_ops.settings
 
 
 def _add_async_ops(router: APIRouter, state: FrontendState) -> None:

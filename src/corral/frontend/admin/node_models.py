@@ -64,7 +64,7 @@ def build_node_models_router(state: FrontendState) -> APIRouter:
     router = APIRouter(prefix="/api/nodes")
 
     async def call(node_id: str, subject: str, payload: Any) -> ModelOpReply:
-        timeout_s = state.backend_ops.settings.node_op_timeout_s
+        timeout_s = state.backend_op_settings().node_op_timeout_s
         reply: ModelOpReply = await bus.request(
             state.nc, subject, payload, ModelOpReply, timeout_s, NODE_OP_KNOB
         )

@@ -31,20 +31,21 @@ from corral.agents.client import AgentBus, AgentTimeout, NoAgentWorker
 from corral.agents.loop import LoopResult, ToolCall, Turn, run_loop
 from corral.bus.agent_messages import MCPToolDef
 from corral.frontend.errors import APIError
+from corral.frontend.inference.choices import usage as _usage
 from corral.frontend.inference.openai import (
     DEFAULT_MAX_TOKENS,
     _json,
     _predict_options,
     _unary,
-    _usage,
     config_for,
 )
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.inference.sse import DONE, sse
 from corral.frontend.inference.tool_calls import proto_message, reply_tool_calls
-from corral.frontend.state import FrontendState
+from corral.frontend.state import AgentChats, FrontendState
 from corral.models.config import ModelConfig
 from corral.models.names import name_problem
+from corral.routing.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ class _Run:
 
 
 class AgentChat:
-    def __init__(self, state: FrontendState, bus: AgentBus, max_iterations: int) -> None:
-        self.state, self.bus, self.max_iterations = state, bus, max_iterations
+    def __init__(self, router: Router, bus: AgentBus, max_iterations: int) -> None:
+        self.router, self.bus, self.max_iterations = router, bus, max_iterations
         self._tools: dict[tuple[str, str], tuple[float, list[MCPToolDef]]] = {}
 
     async def tools(self, cfg: ModelConfig) -> list[MCPToolDef]:
@@ -109,7 +110,7 @@ class AgentChat:
             if tools_allowed and defs and first_choice != "none":
                 opts.Tools, opts.ToolChoice = tools_json, first_choice if turns == 0 else "auto"
             turns += 1
-            reply, _replica = await _unary(self.state, cfg, "Predict", opts, "messages")
+            reply, _replica = await _unary(self.router, cfg, "Predict", opts, "messages")
             calls = reply_tool_calls(reply) if reply.chat_deltas else []
             return Turn(
                 content=reply.message.decode(errors="replace"),
@@ -267,7 +268,7 @@ def _first_choice(body: ChatCompletionRequest) -> str:
     return choice if isinstance(choice, str) else orjson.dumps(choice).decode()
 
 
-def build_mcp_router(state: FrontendState, agents: AgentChat) -> APIRouter:
+def build_mcp_router(state: FrontendState, agents: AgentChats) -> APIRouter:
     router = APIRouter(prefix="/v1/mcp")
 
     @router.get("/servers/{model:path}")

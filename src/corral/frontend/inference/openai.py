@@ -39,6 +39,7 @@ from corral.proto import backend_pb2
 from corral.routing import calls
 from corral.routing.errors import BackendCallError
 from corral.routing.replica import Replica
+from corral.routing.router import Router
 from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
 from corral.telemetry.labels import PerModel
 
@@ -173,12 +174,12 @@ def config_for(
 
 
 async def _unary(
-    state: FrontendState, cfg: ModelConfig, method: str, request: Any, prompt_param: str | None = None
+    router: Router, cfg: ModelConfig, method: str, request: Any, prompt_param: str | None = None
 ) -> tuple[Any, Replica]:
     """A unary backend call (`Predict`, `Embedding`) to whichever replica the router picks; `prompt_param`:
     the request field named when the prompt is too long for the context."""
-    async with http_errors(state.router, cfg, prompt_param):
-        return await calls.unary(state.router, cfg, method, request)
+    async with http_errors(router, cfg, prompt_param):
+        return await calls.unary(router, cfg, method, request)
     raise AssertionError("unreachable")  # http_errors re-raises every error it catches
 
 
@@ -216,7 +217,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
         if (
             cfg.mcp and body.tools is None and state.agents is not None
         ):  # the agent loop (frontend/inference/agent_chat.py)
-            return await state.agents.chat(cfg, body)  # type: ignore[no-any-return]
+            return await state.agents.chat(cfg, body)
         opts, max_tokens = chat_options(cfg, body)
         opts.Images.extend(pictures)
         if body.several_or_logprobs():  # several choices, or logprobs: choices.py
@@ -256,7 +257,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
         request = backend_pb2.RerankRequest(
             query=body.query, documents=body.documents, top_n=body.top_n or 0, ModelIdentity=cfg.model
         )
-        result, replica = await _unary(state, cfg, "Rerank", request, "documents")
+        result, replica = await _unary(state.router, cfg, "Rerank", request, "documents")
         return _json(
             {
                 "model": cfg.name,
@@ -311,7 +312,7 @@ def _several_or_logprobs(body: CompletionRequest, prompts: list[str | list[int]]
 async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingRequest) -> Response:
     data, prompt_tokens = [], 0
     for index, text in enumerate(body.inputs()):
-        result, replica = await _unary(state, cfg, "Embedding", _embedding_options(cfg, text), "input")
+        result, replica = await _unary(state.router, cfg, "Embedding", _embedding_options(cfg, text), "input")
         vector = _embedding_vector(body, result, cfg)
         data.append({"object": "embedding", "index": index, "embedding": vector})
         prompt_tokens += result.prompt_tokens or result.tokens
@@ -433,7 +434,7 @@ async def _completion_unary(
     max_tokens: int,
     echo: bool,
 ) -> Response:
-    reply, replica = await _unary(state, cfg, "Predict", opts, "prompt")
+    reply, replica = await _unary(state.router, cfg, "Predict", opts, "prompt")
     text = reply.message.decode(errors="replace")
     return _json(
         headers=_node_header(state, replica),
@@ -463,7 +464,7 @@ async def _chat_unary(
     created: int,
     max_tokens: int,
 ) -> Response:
-    reply, replica = await _unary(state, cfg, "Predict", opts, "messages")
+    reply, replica = await _unary(state.router, cfg, "Predict", opts, "messages")
     message, finish = _assistant_message(reply, max_tokens)
     return _json(
         headers=_node_header(state, replica),

@@ -254,7 +254,7 @@ async def _whole(
     draft: Draft,
     keeper: _Keeper,
 ) -> Response:
-    reply, _replica = await _unary(state, cfg, "Predict", opts, "input")
+    reply, _replica = await _unary(state.router, cfg, "Predict", opts, "input")
     found = reply_tool_calls(reply) if opts.Tools and reply.chat_deltas else []
     unary_output(draft, reply.message.decode(errors="replace"), [(c.id, c.name, c.arguments) for c in found])
     draft.finish(reply.prompt_tokens, reply.tokens, out_of_tokens=reply.tokens >= max_tokens)
