@@ -429,7 +429,13 @@ class ThreadedFileServer:
     """Runs a dispatch function ``FileRequest -> Answer`` on a threaded HTTP server."""
 
     def __init__(
-        self, dispatch: Any, *, token: str, allow_unauthenticated: bool, limits: ServerLimits | None = None
+        self,
+        dispatch: Any,
+        *,
+        token: str,
+        allow_unauthenticated: bool,
+        limits: ServerLimits | None = None,
+        stats: TransferStats | None = None,
     ) -> None:
         if not token and allow_unauthenticated:
             log.warning(
@@ -438,7 +444,7 @@ class ThreadedFileServer:
             )
         self.dispatch = dispatch
         self.auth = BearerAuth(token, allow_unauthenticated)
-        self.stats = TransferStats()
+        self.stats = stats or TransferStats()  # counted also by the dispatch (bytes read, hashed)
         self.limits = limits or ServerLimits()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

@@ -46,7 +46,7 @@ from corral.staging.ephemeral_ledger import (
     resolve_ephemeral_key,
 )
 from corral.staging.errors import KeyEscapesDirectory, ReservedKey
-from corral.staging.file_server import Answer, FileRequest, ServerLimits, ThreadedFileServer
+from corral.staging.file_server import Answer, FileRequest, ServerLimits, ThreadedFileServer, TransferStats
 from corral.staging.following_hasher import FollowingHasher
 from corral.staging.keys import is_reserved_name, resolve_key, staging_dir
 from corral.staging.partial_digests import PartialDigests
@@ -96,13 +96,19 @@ def build_file_server(
     if ephemeral is None:
         root = ephemeral_root(Path(models_dir))
         ephemeral = EphemeralLedger(root, EphemeralLimits.resolve(0, 0, root))
-    store = FileStore(Path(models_dir), readiness, max_upload_bytes, disk_budget or DiskBudget(), ephemeral)
-    server = ThreadedFileServer(
-        store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated, limits=limits
+    stats = TransferStats()
+    store = FileStore(
+        Path(models_dir),
+        readiness,
+        max_upload_bytes,
+        disk_budget or DiskBudget(),
+        ephemeral,
+        on_body_bytes=stats.count_body_bytes,
+        on_hash_read=stats.count_hash_read_bytes,
     )
-    store.on_body_bytes = server.stats.count_body_bytes
-    store.on_hash_read = server.stats.count_hash_read_bytes
-    return server
+    return ThreadedFileServer(
+        store.dispatch, token=token, allow_unauthenticated=allow_unauthenticated, limits=limits, stats=stats
+    )
 
 
 class FileStore:
@@ -115,14 +121,17 @@ class FileStore:
         max_upload_bytes: int,
         disk_budget: DiskBudget,
         ephemeral: EphemeralLedger,
+        *,
+        on_body_bytes: Callable[[int], None] | None = None,
+        on_hash_read: Callable[[int], None] | None = None,
     ) -> None:
         self.models_dir = models_dir
         self.ephemeral = ephemeral
         self.readiness = readiness
         self.max_upload_bytes = max_upload_bytes
         self.disk_budget = disk_budget
-        self.on_body_bytes: Callable[[int], None] | None = None
-        self.on_hash_read: Callable[[int], None] | None = None
+        self.on_body_bytes = on_body_bytes  # request body bytes read (the server's transfer figures)
+        self.on_hash_read = on_hash_read  # bytes read back to hash a file
         self.partial_digests = PartialDigests()  # running hashes of partial range uploads
         self.upload_locks = PathLocks()  # one upload at a time per file
         self.hash_locks = PathLocks()  # orders sidecar writes against HEAD's hashing

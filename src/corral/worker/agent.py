@@ -6,8 +6,10 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
 
@@ -37,6 +39,10 @@ from corral.worker.model_ops import ModelOps
 from corral.worker.ports import PortAllocator
 from corral.worker.readiness import BackendProber
 from corral.worker.supervisor import Supervisor
+
+if TYPE_CHECKING:  # worker.files and what it imports (boto3's client) load when the worker starts
+    from corral.staging.ephemeral_ledger import EphemeralLedger
+    from corral.staging.s3 import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -206,37 +212,98 @@ class Worker:
             log.warning(
                 "removed unfinished backend installs left by an earlier run: %s", ", ".join(leftovers)
             )
-        telemetry = await asyncio.to_thread(
-            otlp.configure, "corral-worker"
-        )  # backends inherit the OTEL_* env
-        try:
-            return await self._run()
-        finally:
-            if telemetry is not None:
-                await asyncio.to_thread(telemetry.shutdown)
+        async with self.started() as loops:
+            return await self._wait_for_stop(*loops)
 
-    async def _run(self) -> int:
-        self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
+    @asynccontextmanager
+    async def started(self) -> AsyncIterator[tuple[asyncio.Task[None], list[asyncio.Task[None]]]]:
+        """Register, serve files, connect NATS and subscribe, then start the loops; each part is entered into
+        one exit stack as it starts, so leaving (a stop, or a start that failed half way) closes what had
+        started, the last started first: loops, drain and deregistration, backends, NATS, file server, S3
+        handlers, the frontend client, the last spans. Yields (credential refresh, other loops)."""
         from corral.staging.ephemeral_sweep import run_sweeps, sweep_once
         from corral.worker.files import (
             build_ephemeral_ledger,
             build_worker_file_server,
             drop_hub_token,
             open_object_store,
-            start_s3_file_handlers,
         )
 
-        store = await open_object_store(self.settings)  # before registering: work may arrive right after
-        reply = await self._first_registration()
-        self.node_id = reply["id"]
-        log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
+        async with AsyncExitStack() as stack:
+            telemetry = await asyncio.to_thread(
+                otlp.configure, "corral-worker"
+            )  # backends inherit the OTEL_* env
+            if telemetry is not None:
+                stack.push_async_callback(asyncio.to_thread, telemetry.shutdown)
+            stack.push_async_callback(self.frontend.close)
+            self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
+            store = await open_object_store(self.settings)  # before registering: work may arrive right after
+            reply = await self._first_registration()
+            self.node_id = reply["id"]
+            log.info("registered as %s (%s), status %s", self.node_name, self.node_id, reply.get("status"))
+            stack.callback(self._close_s3_files)  # after the file server stops, as NATS is gone by then
 
-        drop_hub_token()
-        ephemeral = build_ephemeral_ledger(self.settings, self.models_dir)
-        await sweep_once([ephemeral.root], ephemeral)  # inputs an earlier run left: before new ones arrive
-        http = build_worker_file_server(self.settings, self.models_dir, self.readiness, ephemeral)
-        host, port = self.addresses.http_bind
-        await http.start(host, port)
+            drop_hub_token()
+            ephemeral = build_ephemeral_ledger(self.settings, self.models_dir)
+            await sweep_once([ephemeral.root], ephemeral)  # an earlier run's inputs, before new ones arrive
+            http = build_worker_file_server(self.settings, self.models_dir, self.readiness, ephemeral)
+            host, port = self.addresses.http_bind
+            await http.start(host, port)
+            stack.push_async_callback(http.stop)
+            nc = await self._connect()
+            stack.push_async_callback(nc.drain)
+            stack.push_async_callback(self.supervisor.stop_all)  # before NATS drains
+            await self._subscribe(nc, store, ephemeral)
+            self.subscribed = True
+            self.supervisor.keep_spares()
+            log.info(
+                "worker %s ready: gRPC base %d-%d, files on %s:%d",
+                self.node_name,
+                self.addresses.base_port,
+                self.addresses.max_port,
+                host,
+                port,
+            )
+            stack.push_async_callback(self._deregister)  # drain first, once the loops have stopped
+            loops_stop = asyncio.Event()
+            tasks = [
+                asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat"),
+                asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
+                asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
+                asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
+                asyncio.create_task(
+                    run_sweeps([ephemeral.root], ephemeral, loops_stop, delay_first=True),
+                    name="ephemeral-sweep",
+                ),
+            ]
+            refresh = asyncio.create_task(
+                refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
+                name="nats-credential-refresh",
+            )
+            stack.push_async_callback(_stop_loops, loops_stop, [*tasks, refresh])
+            stack.callback(log.info, "worker %s shutting down", self.node_name)
+            yield refresh, tasks
+
+    async def _subscribe(self, nc: Client, store: ObjectStore | None, ephemeral: EphemeralLedger) -> None:
+        """The nodes.<id>.* handlers: backends, models, log lines, and the files in S3 mode."""
+        from corral.worker.files import start_s3_file_handlers
+
+        self.handlers = NodeHandlers(
+            nc,
+            self.node_id,
+            self.supervisor,
+            self.addresses.advertise_host,
+            self.request_stop,
+            self.backends,
+            LoadDefaults(threads=self.settings.threads, context_size=self.settings.context_size),
+            route_providers=[ModelOps(self.supervisor, self.models_dir).routes, self.log_handlers.routes],
+        )
+        await self.handlers.subscribe()
+        self.s3_files = await start_s3_file_handlers(
+            self.settings, nc, self.node_id, self.models_dir, store, ephemeral
+        )
+
+    async def _connect(self) -> Client:
         tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
         nc = await bus.connect(
             self.settings.nats_url,
@@ -246,72 +313,23 @@ class Worker:
             tls=tls,
         )
         self.nc, self.nats_up = nc, nc.is_connected
-        self.handlers = NodeHandlers(
-            nc,
-            self.node_id,
-            self.supervisor,
-            self.addresses.advertise_host,
-            self.request_stop,
-            self.backends,
-            LoadDefaults(threads=self.settings.threads, context_size=self.settings.context_size),
-        )
-        self.handlers.route_providers += [
-            ModelOps(self.supervisor, self.models_dir).routes,
-            self.log_handlers.routes,
-        ]
-        await self.handlers.subscribe()
-        self.s3_files = await start_s3_file_handlers(
-            self.settings, nc, self.node_id, self.models_dir, store, ephemeral
-        )
-        self.subscribed = True
-        self.supervisor.keep_spares()
-        log.info(
-            "worker %s ready: gRPC base %d-%d, files on %s:%d",
-            self.node_name,
-            self.addresses.base_port,
-            self.addresses.max_port,
-            host,
-            port,
-        )
-        loops_stop = asyncio.Event()
-        tasks = [
-            asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat"),
-            asyncio.create_task(self.prober.run(loops_stop), name="backend-probe"),
-            asyncio.create_task(self.liveness.run(loops_stop), name="backend-liveness"),
-            asyncio.create_task(self.log_handlers.run(loops_stop), name="backend-log-lines"),
-            asyncio.create_task(
-                run_sweeps([ephemeral.root], ephemeral, loops_stop, delay_first=True), name="ephemeral-sweep"
-            ),
-        ]
-        refresh = asyncio.create_task(
-            refresh_loop(self._refresh_nats, self.creds, self._adopt, loops_stop),
-            name="nats-credential-refresh",
-        )
-        code = 0
+        return nc
+
+    async def _deregister(self) -> None:
+        """Drain (the frontend routes no new work here, running calls finish), then deregister; bounded."""
         try:
-            code = await self._wait_for_stop(refresh, tasks)
-        finally:
-            log.info("worker %s shutting down", self.node_name)
-            loops_stop.set()
-            for task in (*tasks, refresh):
-                task.cancel()
-            await asyncio.gather(*tasks, refresh, return_exceptions=True)
-            try:
-                await asyncio.wait_for(
-                    graceful_deregister(
-                        self.frontend, self.node_id, self.supervisor, self.settings.drain_timeout_s
-                    ),
-                    self.settings.drain_timeout_s + DEREGISTER_TIMEOUT_S,
-                )
-            except Exception as exc:  # the frontend may be gone already; shutdown continues
-                log.warning("deregistration failed: %s", exc or type(exc).__name__)
-            await self.supervisor.stop_all()
-            await nc.drain()
-            await http.stop()
-            if self.s3_files is not None:
-                self.s3_files.close()
-            await self.frontend.close()
-        return code
+            await asyncio.wait_for(
+                graceful_deregister(
+                    self.frontend, self.node_id, self.supervisor, self.settings.drain_timeout_s
+                ),
+                self.settings.drain_timeout_s + DEREGISTER_TIMEOUT_S,
+            )
+        except Exception as exc:  # the frontend may be gone already; shutdown continues
+            log.warning("deregistration failed: %s", exc or type(exc).__name__)
+
+    def _close_s3_files(self) -> None:
+        if self.s3_files is not None:
+            self.s3_files.close()
 
     async def _wait_for_stop(self, refresh: asyncio.Task[None], tasks: list[asyncio.Task[None]]) -> int:
         """0 on SIGTERM/SIGINT or `nodes.<id>.stop`; 1 when NATS credentials can no longer be renewed
@@ -336,6 +354,13 @@ class Worker:
 
     async def _reregister(self) -> None:
         await self._adopt(await self._register_once())
+
+
+async def _stop_loops(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _backend_manager(settings: WorkerSettings) -> BackendManager:

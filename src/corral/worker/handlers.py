@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -27,6 +27,8 @@ from corral.worker.supervisor import BackendState, Supervisor
 
 log = logging.getLogger(__name__)
 
+RouteProvider = Callable[[str], dict[str, Callable[[Msg], Awaitable[None]]]]  # node id -> subject: handler
+
 
 __all__ = ["NodeHandlers", "process_key"]
 
@@ -45,6 +47,7 @@ class NodeHandlers:
         on_stop_node: Callable[[], Awaitable[None]],
         backends: BackendManager,
         load_defaults: LoadDefaults | None = None,
+        route_providers: Sequence[RouteProvider] = (),
     ) -> None:
         self.nc, self.node_id, self.supervisor = nc, node_id, supervisor
         self.advertise_host = advertise_host
@@ -55,7 +58,7 @@ class NodeHandlers:
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriptions: list[Subscription] = []
         # Other modules' handlers (model ops, backend logs): node id -> {subject: handler}, re-bound with ours.
-        self.route_providers: list[Callable[[str], dict[str, Callable[[Msg], Awaitable[None]]]]] = []
+        self.route_providers = list(route_providers)  # more nodes.<id>.* routes (model ops, log lines)
 
     async def subscribe(self) -> None:
         routes: dict[str, Callable[[Msg], Awaitable[None]]] = {
