@@ -79,7 +79,8 @@ class ModelMissing(Exception):
 
 
 def dump_yaml(raw: dict[str, Any]) -> str:
-    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+    return text
 
 
 def alias_revision(yaml_text: str) -> str:
