@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-_UNSAFE = str.maketrans({".": "-", "*": "-", ">": "-", " ": "-", "\t": "-", "\n": "-"})
+# every character str.isspace() holds (a subject holds no whitespace), the separator and the wildcards
+_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+_UNSAFE = str.maketrans(dict.fromkeys(".*>" + _WHITESPACE, "-"))
 
 
 def token(value: str) -> str:

@@ -6,6 +6,7 @@ reason; the settings loader prefixes the setting's name.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -21,9 +22,13 @@ def parse_duration_s(raw: str) -> float:
     if not text:
         raise ValueError("empty duration; use e.g. 30s, 5m or 1h")
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if math.isnan(seconds):
+            raise ValueError(f"{raw!r} is not a duration; use e.g. 30s, 5m or 1h")
+        return seconds
     pos, total_s = 0, 0.0
     for match in _DURATION_RE.finditer(text):
         if match.start() != pos:

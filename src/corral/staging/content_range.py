@@ -41,4 +41,4 @@ def parse_status_query(value: str) -> int | None:
     if not text.startswith("bytes */"):
         return None
     total = text[len("bytes */") :].strip()
-    return int(total) if total.isdigit() else None
+    return int(total) if total.isascii() and total.isdigit() else None  # not '²': isdigit, yet int() fails

@@ -30,7 +30,7 @@ PICKERS = ("round_robin", "least_loaded", "prefix_cache", "power_of_two")
 
 class RoutePolicies:
     def __init__(self, index: PrefixIndex | None = None, prefix_cache_default: bool = True) -> None:
-        self.index = index or PrefixIndex()
+        self.index = index if index is not None else PrefixIndex()  # an empty index is falsy
         self.default = Policy("prefix_cache" if prefix_cache_default else "least_loaded")
         self.pickers: dict[str, Picker] = {
             "round_robin": RoundRobin(),

@@ -63,12 +63,6 @@ def test_forgetting_a_model_without_a_rule_is_harmless() -> None:
     RoutePolicies().forget_rule("never-ruled")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: RoutePolicies takes `index or PrefixIndex()`; a PrefixIndex has __len__, so the empty index "
-    "frontend/main.py builds with LOCALAI prefix-cache TTL and max-blocks settings is falsy and replaced by a "
-    "default one (300 s, 100000 blocks): both settings are ignored. Fix: `index if index is not None else ...`",
-)
 def test_the_index_given_is_the_index_used_even_while_empty() -> None:
     index = PrefixIndex(ttl_s=5.0, max_blocks=10)
     policies = RoutePolicies(index)
