@@ -27,7 +27,7 @@ DEFAULT_MAX_BLOCKS = 100_000
 
 def prefix_chain(model: str, text: str) -> list[int]:
     """The block hashes of `text`'s prefixes (the last, partial block included), at most MAX_DEPTH."""
-    data = text[: BLOCK_CHARS * MAX_DEPTH].encode()
+    data = text[: BLOCK_CHARS * MAX_DEPTH].encode()[: BLOCK_CHARS * MAX_DEPTH]  # blocks are cut by bytes
     crc32, adler32 = zlib.crc32, zlib.adler32
     salt = model.encode()
     crc, adler = crc32(salt), adler32(salt)

@@ -26,6 +26,15 @@ def test_chains_are_salted_by_model_and_capped_in_depth() -> None:
     assert prefix_chain("m", "") == []
 
 
+def test_the_depth_cap_holds_for_text_of_several_bytes_per_character() -> None:
+    for text in (
+        "é" * BLOCK_CHARS * MAX_DEPTH,
+        "漢" * BLOCK_CHARS * MAX_DEPTH,
+        "🦙" * 2 * BLOCK_CHARS * MAX_DEPTH,
+    ):
+        assert len(prefix_chain("m", text)) == MAX_DEPTH
+
+
 def test_the_canonical_text_is_the_rendered_prompt_else_role_and_content_lines() -> None:
     assert message_text("rendered", [("user", "hi")]) == "rendered"
     assert message_text("", [("system", "be brief"), ("user", "hi")]) == "system\nbe brief\nuser\nhi\n"
