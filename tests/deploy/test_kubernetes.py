@@ -28,7 +28,8 @@ def _find(kind: str, name: str) -> dict[str, Any]:
 
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
-    return workload["spec"]["template"]["spec"]["containers"][0]
+    container: dict[str, Any] = workload["spec"]["template"]["spec"]["containers"][0]
+    return container
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:

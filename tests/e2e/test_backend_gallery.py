@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from support.cluster import Cluster
 from support.galleries import ref_gallery
@@ -63,7 +64,7 @@ class ProgressWatch:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         nc = await nats.connect(url)
 
-        async def on_msg(msg: nats.aio.msg.Msg) -> None:
+        async def on_msg(msg: Msg) -> None:
             self.events.append(json.loads(msg.data))
 
         await nc.subscribe("nodes.*.backend.install.*.progress", cb=on_msg)

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -102,7 +103,7 @@ def descheduled(pid: int) -> Iterator[list[int]]:
             os.kill(pid, signal.SIGCONT)
 
 
-def _chat(cluster: Cluster, max_tokens: int) -> dict:
+def _chat(cluster: Cluster, max_tokens: int) -> dict[str, Any]:
     """One streamed chat completion; what the client saw: text pieces, finish reason, error."""
     body = {
         "model": GEMMA_NAME,
@@ -111,7 +112,7 @@ def _chat(cluster: Cluster, max_tokens: int) -> dict:
         "temperature": 0,
         "stream": True,
     }
-    seen: dict = {"pieces": 0, "finish_reason": None, "error": None}
+    seen: dict[str, Any] = {"pieces": 0, "finish_reason": None, "error": None}
     with httpx.stream(
         "POST", f"{cluster.frontend_url}/v1/chat/completions", json=body, timeout=300
     ) as response:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from support.cluster import Cluster
@@ -71,7 +72,7 @@ def _chat(url: str, model: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
 
 
-async def _publish_and_wait_handled(nc: nats.NATS, subject: str, body: dict[str, object]) -> None:
+async def _publish_and_wait_handled(nc: Client, subject: str, body: dict[str, object]) -> None:
     """Publish a message carrying a fresh mark; return once the frontend reports the mark as applied."""
     mark = uuid.uuid4().hex
     acked = asyncio.Event()

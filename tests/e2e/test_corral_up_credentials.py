@@ -16,6 +16,7 @@ import asyncpg
 import nats
 import nats.errors
 import pytest
+from nats.aio.client import Client
 
 from support.cluster import free_port, free_stable_base
 from support.processes import corral_up_ready
@@ -50,10 +51,12 @@ def _start(data_dir: Path, port: int, worker_port: int) -> subprocess.Popen[str]
 
 
 async def _check_services(data_dir: Path, text: str) -> None:
-    pg_port = int(
-        re.search(r"^postgres +postgresql://postgres:\*\*\*@127\.0\.0\.1:(\d+)/corral$", text, re.M)[1]
-    )
-    nats_port = int(re.search(r"^nats +nats://corral:\*\*\*@127\.0\.0\.1:(\d+)$", text, re.M)[1])
+    pg_match = re.search(r"^postgres +postgresql://postgres:\*\*\*@127\.0\.0\.1:(\d+)/corral$", text, re.M)
+    assert pg_match is not None, text
+    pg_port = int(pg_match[1])
+    nats_match = re.search(r"^nats +nats://corral:\*\*\*@127\.0\.0\.1:(\d+)$", text, re.M)
+    assert nats_match is not None, text
+    nats_port = int(nats_match[1])
     with pytest.raises(asyncpg.InvalidPasswordError):  # no password on TCP: refused (not trusted)
         await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{pg_port}/corral")
     with pytest.raises(asyncpg.InvalidPasswordError):
@@ -66,7 +69,7 @@ async def _check_services(data_dir: Path, text: str) -> None:
         assert clients >= 2  # the frontend's pool, authenticated with the password
     finally:
         await conn.close()
-    anonymous = nats.NATS()
+    anonymous = Client()
     try:
         with pytest.raises(nats.errors.Error, match="[Aa]uthorization"):  # anonymous: refused
             await anonymous.connect(f"nats://127.0.0.1:{nats_port}", allow_reconnect=False, connect_timeout=5)

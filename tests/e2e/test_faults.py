@@ -55,8 +55,9 @@ def make_bed(
     beds: list[FaultBed] = []
 
     def factory(**frontend_env: str) -> FaultBed:
+        pg, nats = services
         bed = FaultBed.start(
-            state_root / "faults", *services, request.node.name.removeprefix("test_")[:40], **frontend_env
+            state_root / "faults", pg, nats, request.node.name.removeprefix("test_")[:40], **frontend_env
         )
         beds.append(bed)
         return bed

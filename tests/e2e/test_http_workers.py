@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -56,14 +57,15 @@ def _sockets(pid: int, port: int, state: str) -> int:
     return count
 
 
-def _chat(conn: http.client.HTTPConnection) -> dict:
+def _chat(conn: http.client.HTTPConnection) -> dict[str, Any]:
     conn.request(
         "POST", "/v1/chat/completions", body=json.dumps(CHAT), headers={"Content-Type": "application/json"}
     )
     response = conn.getresponse()
     body = response.read()
     assert response.status == 200, body
-    return json.loads(body)
+    reply: dict[str, Any] = json.loads(body)
+    return reply
 
 
 def test_two_frontend_processes_share_the_port_and_both_serve_inference(cluster: Cluster) -> None:

@@ -77,7 +77,7 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
         proxy.__exit__()
 
 
-def _chat_body(model: str) -> dict:
+def _chat_body(model: str) -> dict[str, object]:
     return {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
 
 

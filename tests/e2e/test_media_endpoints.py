@@ -186,7 +186,7 @@ def test_a_model_without_the_capability_is_refused_naming_it(cluster: Cluster, c
     error = response.json()["error"]
     assert (response.status_code, error["code"], error["param"]) == (400, "model_not_capable", "model")
     assert CHAT_ONLY in error["message"] and "tts" in error["message"] and "chat" in error["message"]
-    models = {m.id: m.model_extra for m in client.models.list()}
+    models = {m.id: m.model_extra or {} for m in client.models.list()}
     assert models[CHAT_ONLY]["capabilities"] == ["chat"]
     assert models[SIM]["capabilities"] == ["chat", "embeddings", "transcription", "tts", "image"]
 

@@ -15,11 +15,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
 import nats
 import pytest
+from nats.aio.msg import Msg
 
 from support.cluster import Cluster, free_port_pair, spawn, wait_http
 from support.processes import backend_pid
@@ -80,8 +82,8 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
         c.stop()
 
 
-def _chat(model: str, content: str = "hello", max_tokens: int = 8, stream: bool = False) -> dict:
-    body: dict = {
+def _chat(model: str, content: str = "hello", max_tokens: int = 8, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
@@ -112,7 +114,7 @@ def _warm(cluster: Cluster, model: str) -> int:
     return pid
 
 
-def _events(lines: Iterator[str]) -> Iterator[dict]:
+def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
     for line in lines:
         if line.startswith("data: ") and line != "data: [DONE]":
             yield json.loads(line[len("data: ") :])
@@ -253,7 +255,7 @@ def test_a_stream_counts_in_flight_from_the_pick_while_its_prompt_is_processed(
     async def watch(stop: threading.Event) -> None:
         nc = await nats.connect(nats_url)
 
-        async def on_report(msg: nats.aio.msg.Msg) -> None:
+        async def on_report(msg: Msg) -> None:
             counts = json.loads(msg.data)["counts"]
             busy = sum(n for key, n in counts.items() if key.endswith("/thinking#0"))
             if busy and not first_token.is_set():

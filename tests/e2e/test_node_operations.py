@@ -87,7 +87,7 @@ class Env:
 
     def wait_job(
         self, url: str, job_id: str, until: Callable[[dict[str, Any]], bool], timeout_s: float = 60
-    ) -> dict:
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         view: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -179,7 +179,7 @@ def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
         assert response.status_code == 404 and stranger in response.text, response.text
     assert env.get(env.a, f"/api/nodes/{stranger}/backends").status_code == 404
     assert env.get(env.a, f"/api/nodes/{stranger}/backend-logs").status_code == 404
-    cases = (
+    cases: tuple[tuple[str, dict[str, object], str], ...] = (
         (f"/api/nodes/{node}/backends/install", {"backend": "../../etc"}, "backend"),
         (f"/api/nodes/{node}/backends/install", {"backend": "a/b"}, "backend"),
         (f"/api/nodes/{node}/backends/install", {}, "backend"),
@@ -201,9 +201,9 @@ def test_bad_input_is_a_400_naming_the_field(env: Env) -> None:
         ),
         ("/api/backends/install", {"backend": "simcopy", "selector": {"a": 1}}, "selector"),
     )
-    for path, body, field in cases:
-        response = env.post(env.a, path, body)
-        assert response.status_code == 400, (path, body, response.text)
+    for path, bad_body, field in cases:
+        response = env.post(env.a, path, bad_body)
+        assert response.status_code == 400, (path, bad_body, response.text)
         assert f"'{field}'" in response.json()["error"]["message"], response.text
     not_json = httpx.post(
         f"{env.a}/api/nodes/{node}/backends/install", content=b"[[[", headers=env.h(), timeout=10

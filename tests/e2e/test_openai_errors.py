@@ -139,11 +139,12 @@ def test_the_openai_sdk_sees_context_length_exceeded(cluster: Cluster) -> None:
 def test_a_field_corral_does_not_support_yet_is_a_400_naming_it(
     cluster: Cluster, path: str, fields: dict[str, Any], param: str
 ) -> None:
-    base = {
+    bodies: dict[str, dict[str, object]] = {
         "/v1/chat/completions": {"model": SIM, "messages": HI},
         "/v1/completions": {"model": SIM, "prompt": "hi"},
         "/v1/embeddings": {"model": SIM, "input": "hi"},
-    }[path]
+    }
+    base = bodies[path]
     response = _post(cluster, path, {**base, **fields})  # accepted and ignored before: 200
     assert response.status_code == 400, response.text[:500]
     error = _error(response)

@@ -4,6 +4,7 @@ frontend, and the explain endpoint says which picker chose it and why."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
         c.start_worker("w2")
         for url in (c.frontend_url, b):
             wait_for(
-                lambda url=url: len(_explain(c, url)["routing"]["replicas"]) == 2,
+                functools.partial(_routable_twice, c, url),
                 f"two replicas of chat routable at {url}",
                 60,
             )
@@ -59,12 +60,17 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
         c.stop()
 
 
+def _routable_twice(c: Cluster, url: str) -> bool:
+    return len(_explain(c, url)["routing"]["replicas"]) == 2
+
+
 def _explain(c: Cluster, url: str) -> dict[str, Any]:
     r = httpx.get(
         f"{url}/api/nodes/scheduling/explain", params={"model": "chat"}, headers=c.admin_headers, timeout=30
     )
     assert r.status_code == 200, r.text
-    return r.json()
+    explained: dict[str, Any] = r.json()
+    return explained
 
 
 def _turn(url: str, messages: list[dict[str, str]]) -> tuple[str, str]:

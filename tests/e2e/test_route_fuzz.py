@@ -266,7 +266,8 @@ EDGES: list[Any] = [
 def _properties(document: dict[str, Any], operation: Any) -> list[str]:
     """The top-level fields of an operation's JSON body, resolved through `$ref`."""
     body = operation.definition.raw.get("requestBody", {}).get("content", {})
-    schema = next(iter(body.values()), {}).get("schema", {})
+    media = next(iter(body.values()), None)
+    schema: dict[str, Any] = media.get("schema", {}) if media else {}
     if "$ref" in schema:
         schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
     return sorted(schema.get("properties", {}))

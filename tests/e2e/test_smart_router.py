@@ -161,7 +161,8 @@ def _register_ghost(env: Env, name: str, **facts: object) -> str:
     response = httpx.post(f"{env.f1}/api/node/register", json=body, headers=headers)
     assert response.status_code == 201, response.text
     GHOST_TOKENS.setdefault(name, response.json().get("node_token", ""))
-    return response.json()["id"]
+    node_id: str = response.json()["id"]
+    return node_id
 
 
 def test_disk_check_is_toggled_at_runtime_without_restart(env: Env) -> None:
@@ -199,6 +200,7 @@ async def test_a_node_that_does_not_answer_on_the_bus_is_demoted_and_another_is_
         await conn.close()
     assert status == "unhealthy"
     deadline = time.monotonic() + 5
+    assert env.cluster.frontend is not None
     while "Scheduled node is not answering on the bus" not in env.cluster.frontend.log() + _f2_log(env):
         assert time.monotonic() < deadline
         time.sleep(0.1)

@@ -16,6 +16,7 @@ import wave
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -135,9 +136,12 @@ def _wav_seconds(path: Path) -> tuple[float, int, int, int]:
         )
 
 
-def _transcribe(speech: Speech, path: Path, **fields: object) -> pb.TranscriptResult:
+def _transcribe(speech: Speech, path: Path, **fields: Any) -> pb.TranscriptResult:
     request = pb.TranscriptRequest(**{"dst": str(path), "ModelIdentity": speech.stt_identity, **fields})
-    return speech.stt.AudioTranscription(request, metadata=AUTH, timeout=CALL_TIMEOUT_S)
+    result: pb.TranscriptResult = speech.stt.AudioTranscription(
+        request, metadata=AUTH, timeout=CALL_TIMEOUT_S
+    )
+    return result
 
 
 async def _refusal(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]

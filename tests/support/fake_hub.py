@@ -18,6 +18,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 
@@ -117,7 +118,7 @@ class FakeHub:
             self._server.server_close()
             self._server = None
 
-    def listing(self) -> dict[str, object]:
+    def listing(self) -> dict[str, Any]:  # the JSON document the hub answers
         siblings = []
         for name, data in sorted(self.files.items()):
             entry: dict[str, object] = {"rfilename": name, "size": len(data)}

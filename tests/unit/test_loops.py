@@ -29,7 +29,8 @@ def test_backoff_jitter_only_shortens_the_pause_by_at_most_its_fraction() -> Non
 async def test_a_loop_whose_body_raises_an_unexpected_exception_type_keeps_running(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    stop, calls = asyncio.Event(), []
+    stop = asyncio.Event()
+    calls: list[int] = []
 
     async def body() -> None:
         calls.append(len(calls))

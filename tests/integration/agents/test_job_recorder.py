@@ -140,4 +140,5 @@ async def _traced(pool: asyncpg.Pool, job_id: str, count: int) -> bool:
 
 
 async def _status(pool: asyncpg.Pool, job_id: str, status: str) -> bool:
-    return (await _row(pool, job_id))["status"] == status
+    current: str = (await _row(pool, job_id))["status"]
+    return current == status

@@ -130,7 +130,7 @@ async def test_tool_service_answers_failures_as_errors() -> None:
 async def test_a_server_config_in_the_payload_is_never_run(tmp_path: Path) -> None:
     """The bus names a model; what runs is that model's configured servers, not a command in the payload."""
     marker = tmp_path / "ran"
-    forged = {
+    forged: dict[str, Any] = {
         "stdio_servers": {"mcpServers": {"tools": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}
     }
     service = ToolService(SessionPool(), authority(m=WIRE))

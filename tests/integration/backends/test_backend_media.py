@@ -16,9 +16,11 @@ from corral.proto import backend_pb2 as pb
 from support.backend_processes import Backend, load, rpc_error, running_backend
 
 try:  # at import, not in a test: llama_cpp opens /dev/null when imported
-    import llama_cpp
+    import llama_cpp  # noqa: F401
+
+    HAS_LLAMA_CPP = True
 except ImportError:  # pragma: no cover - the llama extra is not installed
-    llama_cpp = None
+    HAS_LLAMA_CPP = False
 
 SENTENCE = "the quick brown fox jumps over the lazy dog"
 
@@ -75,7 +77,7 @@ def test_a_symlink_out_of_the_staging_directory_is_refused(simulator: Backend, r
     assert error.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
-@pytest.mark.skipif(llama_cpp is None, reason="needs llama-cpp-python")
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="needs llama-cpp-python")
 def test_an_engine_without_a_modality_names_it(tmp_path: Path) -> None:
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     with running_backend("llama-cpp", tmp_path) as backend:

@@ -61,7 +61,8 @@ def _rerank(
 
 
 def _alone(engine: LlamaCppEngine, document: str) -> float:
-    return _rerank(engine, [document]).results[0].relevance_score
+    score: float = _rerank(engine, [document]).results[0].relevance_score
+    return score
 
 
 def test_documents_come_best_first_each_scored_as_if_alone(engine: LlamaCppEngine) -> None:

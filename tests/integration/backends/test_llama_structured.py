@@ -75,7 +75,7 @@ PERSON = {
     "required": ["name", "colour", "age"],
     "additionalProperties": False,
 }
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {

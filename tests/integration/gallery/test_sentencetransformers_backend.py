@@ -119,9 +119,10 @@ def loaded(backend: Running, models_dir: Path) -> Running:
 
 
 def _embed(running: Running, text: str, identity: str = IDENTITY) -> pb.EmbeddingResult:
-    return running.stub.Embedding(
+    result: pb.EmbeddingResult = running.stub.Embedding(
         pb.PredictOptions(Embeddings=text, ModelIdentity=identity), metadata=AUTH, timeout=60
     )
+    return result
 
 
 def _code(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]

@@ -19,6 +19,7 @@ from corral.loading.errors import NodeLost
 from corral.models.config import ModelConfig
 from corral.placement.snapshot import NodeSnapshot
 from corral.store import nodes as node_store
+from support.rows import present
 
 CFG = ModelConfig(name="m", backend="simulator", model="m", models_dir=Path("/nonexistent"))
 
@@ -61,7 +62,7 @@ async def test_a_worker_that_subscribes_just_after_the_request_is_asked_again(
         late = asyncio.create_task(subscribe_late())
         assert (await place.install(_ctx(pool, nc), node, CFG, 0)).address == "10.0.0.9:40000"
         await late
-        assert (await node_store.get(pool, node.id))["status"] == "healthy"
+        assert present(await node_store.get(pool, node.id))["status"] == "healthy"
     finally:
         await worker.close()
         await nc.close()
@@ -73,6 +74,6 @@ async def test_a_worker_that_never_subscribes_is_marked_unhealthy(pool: asyncpg.
     try:
         with pytest.raises(NodeLost, match="no responders"):
             await place.install(_ctx(pool, nc), node, CFG, 0)
-        assert (await node_store.get(pool, node.id))["status"] == "unhealthy"
+        assert present(await node_store.get(pool, node.id))["status"] == "unhealthy"
     finally:
         await nc.close()

@@ -9,12 +9,14 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import asyncpg
 import nats
 import pytest
 
 from corral.loading import job as runner_module
+from corral.loading.context import LoadContext
 from corral.loading.job import JobSettings, LoadJobRunner
 from corral.loading.request_waiters import Outcome, Waiters
 from corral.models.config import parse_model_config
@@ -48,7 +50,9 @@ async def test_a_load_taken_over_elsewhere_leaves_its_waiters_waiting_for_the_ne
             attempt_cancelled.set()
 
     monkeypatch.setattr(runner_module, "cold_load", a_long_load)
-    ctx = SimpleNamespace(pool=pool, load_timeout_override_s=0.0, install_timeout_s=900.0)
+    ctx = cast(  # the fields a runner reads before its attempt
+        LoadContext, SimpleNamespace(pool=pool, load_timeout_override_s=0.0, install_timeout_s=900.0)
+    )
     runner = LoadJobRunner(
         ctx,
         JobSettings(owner="frontend-a", stall_s=600.0, orphan_s=600.0, heartbeat_s=0.1),

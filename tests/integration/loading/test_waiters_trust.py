@@ -34,7 +34,7 @@ def _key() -> str:
     return f"m-{uuid.uuid4().hex[:8]}"
 
 
-async def _forge(forger: nats.NATS, key: str, ok: bool, error: str = "") -> None:
+async def _forge(forger: Client, key: str, ok: bool, error: str = "") -> None:
     body = {"tracking_key": key, "ok": ok, "error": error or None, "kind": "load"}
     await forger.publish(event_subject(key), json.dumps(body).encode())
     await forger.flush()

@@ -12,6 +12,7 @@ from corral.nodes.heartbeats import HeartbeatCheckpointer
 from corral.nodes.held_beats import HeldBeats
 from corral.store import nodes as node_store
 from corral.store import placement as placement_store
+from support.rows import present
 
 GIB = 1 << 30
 
@@ -47,7 +48,7 @@ async def test_a_pending_node_that_went_stale_and_beats_again_is_still_pending(p
     checkpointer = HeartbeatCheckpointer(pool, monitor.held, checkpoint_s=60.0)
     assert await checkpointer.beat(row["id"], Beat(available_ram=GIB))  # an offline node's beat is written
     assert [c.new for c in await monitor.check_once()] == ["pending"]
-    assert (await node_store.get(pool, row["id"]))["status"] == "pending"
+    assert present(await node_store.get(pool, row["id"]))["status"] == "pending"
     assert not await placement_store.snapshot(pool)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import asyncpg
 
+from corral.loading.context import LoadContext
 from corral.loading.job_nodes import model_options
 from corral.loading.job_placement import effective_selector
 from corral.loading.replay import config_from_replay, record, replay_config
@@ -113,9 +115,12 @@ async def test_placement_applies_the_governing_rule_selector_over_the_model_yaml
     pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
     cfg = _config("llama3", tmp_path, node_selector={"zone": "us-east", "tier": "cpu"})
-    ctx = SimpleNamespace(pool=pool, aliases={"production": "llama3"})
+    aliases = {"production": "llama3"}
+    ctx = cast(
+        LoadContext, SimpleNamespace(pool=pool, aliases=aliases)
+    )  # the fields effective_selector reads
     assert await effective_selector(ctx, cfg) == {"zone": "us-east", "tier": "cpu"}
     await scheduling_store.upsert(pool, RuleSpec("production", node_selector={"tier": "gpu"}, min_replicas=1))
     assert await effective_selector(ctx, cfg) == {"zone": "us-east", "tier": "gpu"}  # the rule wins on a key
-    ctx.aliases["production"] = "llama4"  # repointed: the rule follows the alias
+    aliases["production"] = "llama4"  # repointed: the rule follows the alias
     assert await effective_selector(ctx, cfg) == {"zone": "us-east", "tier": "cpu"}

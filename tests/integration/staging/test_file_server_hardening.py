@@ -351,7 +351,7 @@ async def test_a_chunked_upload_that_fits_is_stored_and_releases_its_reservation
     budget = DiskBudget(min_free_bytes=MiB, free_bytes=_filesystem_of(64 * MiB, tmp_path))
     data = os.urandom(5 * MiB)
 
-    async def body():  # type: ignore[no-untyped-def]
+    async def body() -> AsyncIterator[bytes]:
         for start in range(0, len(data), MiB):
             yield data[start : start + MiB]
 

@@ -49,9 +49,10 @@ async def backend(tmp_path: Path) -> AsyncIterator[tuple[backend_pb2_grpc.Backen
 
 
 async def _load(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> pb.Result:
-    return await stub.LoadModel(
+    result: pb.Result = await stub.LoadModel(
         pb.ModelOptions(Model="m", **fields), timeout=30, metadata=(("authorization", f"Bearer {TOKEN}"),)
     )
+    return result
 
 
 async def _refused(stub: backend_pb2_grpc.BackendStub, **fields: Any) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from corral.models.config import ModelConfig, parse_model_config
-from corral.staging import local_hash
-from corral.staging.hashing import hash_sidecar_path, read_trusted_hash
+from corral.staging import hashing, local_hash
+from corral.staging.hashing import ProgressCallback, hash_sidecar_path, read_trusted_hash
 from corral.staging.local_hash import local_sha256
 from corral.staging.prehash import ModelPrehasher
 
@@ -104,9 +104,9 @@ async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(
     path = tmp_path / "big.bin"
     path.write_bytes(os.urandom(8 * MiB))
     calls: list[Path] = []
-    real = local_hash.cached_sha256
+    real = hashing.cached_sha256  # what local_hash calls until the patch below
 
-    def counting(file: Path, report=None, record=True):  # type: ignore[no-untyped-def]
+    def counting(file: Path, report: ProgressCallback | None = None, record: bool = True) -> str:
         calls.append(file)
         return real(file, report, record)
 
@@ -120,7 +120,9 @@ async def test_a_staging_asking_while_the_file_is_hashed_joins_that_computation(
     assert third is not first and await third == await first
 
 
-async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(tmp_path: Path) -> None:
+async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A file that takes long to hash does not hold the frontend's exit: the thread gives up at its next chunk."""
     models = tmp_path / "models"
     cfg = _config(models, "big", {"big.gguf": 64 * MiB})
@@ -134,7 +136,7 @@ async def test_stopping_the_frontend_stops_a_pre_hash_mid_file(tmp_path: Path) -
         time.sleep(0.02)
         real_check(done, total)
 
-    prehasher._check_stop = slow_check  # type: ignore[method-assign]
+    monkeypatch.setattr(prehasher, "_check_stop", slow_check)
     prehasher.submit([cfg])
     stop = asyncio.Event()
     runner = asyncio.create_task(prehasher.run(stop))

@@ -7,6 +7,7 @@ import asyncio
 import asyncpg
 
 from corral.store import revisions
+from support.rows import present
 from support.waiting import wait_for_async
 
 
@@ -23,13 +24,14 @@ async def test_an_edit_holding_the_model_waits_out_another_and_both_commit_numbe
     pool: asyncpg.Pool,
 ) -> None:
     await revisions.establish(pool, "m", "rev-0", "name: m\n")
-    established = (await revisions.get(pool, "m"))["config_seq"]
+    established = present(await revisions.get(pool, "m"))["config_seq"]
     first_read = asyncio.Event()
     release_first = asyncio.Event()
     order: list[tuple[str, str, int]] = []
 
     async def edit(label: str, revision: str, hold: bool) -> None:
         async with revisions.locked(pool, "m") as (conn, row):
+            assert row is not None
             order.append((label, row["config_revision"], row["config_seq"]))  # the base this edit is made on
             if hold:
                 first_read.set()
@@ -48,16 +50,16 @@ async def test_an_edit_holding_the_model_waits_out_another_and_both_commit_numbe
     assert (base_1, seq_0) == ("rev-0", established)
     assert (base_2, seq_1_seen) == ("rev-1", seq_1)  # the second edit's base is the first's commit
     assert established < seq_1 < seq_2
-    assert (await revisions.get(pool, "m"))["config_revision"] == "rev-2"
+    assert present(await revisions.get(pool, "m"))["config_revision"] == "rev-2"
 
 
 async def test_reasserting_the_same_config_keeps_its_number_and_a_row_established_again_continues_above_it(
     pool: asyncpg.Pool,
 ) -> None:
     await revisions.advance(pool, "m", "rev-1", "name: m\n")
-    seq = (await revisions.get(pool, "m"))["config_seq"]
+    seq = present(await revisions.get(pool, "m"))["config_seq"]
     await revisions.advance(pool, "m", "rev-1", "name: m\n")  # a load re-asserting the current revision
-    assert (await revisions.get(pool, "m"))["config_seq"] == seq
+    assert present(await revisions.get(pool, "m"))["config_seq"] == seq
     await pool.execute("DELETE FROM model_config_states WHERE model_name = 'm'")  # the spec's manual reset
     await revisions.establish(pool, "m", "rev-1", "name: m\n")
     assert (await revisions.all_seqs(pool))["m"] > seq  # frontends holding `seq` still take what follows

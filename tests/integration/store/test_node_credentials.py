@@ -11,6 +11,7 @@ import pytest
 
 from corral.store import nodes as node_store
 from corral.store import replicas as replica_store
+from support.rows import present
 
 VICTIM = node_store.NodeFacts(name="victim", address="10.0.0.1:50051", http_address="10.0.0.1:50050")
 ATTACKER = node_store.NodeFacts(name="victim", address="10.6.6.6:50051", http_address="10.6.6.6:50050")
@@ -49,7 +50,7 @@ async def test_a_known_name_without_its_credential_is_refused_and_nothing_change
             new_credential_hash=OTHER,
         )
     assert refused.value.node["id"] == first["id"]
-    after = await node_store.get(pool, first["id"])
+    after = present(await node_store.get(pool, first["id"]))
     assert dict(after) == dict(first)  # address, status, credential, timestamps: all as they were
     assert [r["address"] for r in await replica_store.of_node(pool, first["id"])] == ["10.0.0.1:50052"]
     labels = {r["key"]: r["value"] for r in await pool.fetch("SELECT key, value FROM node_labels")}
@@ -67,7 +68,7 @@ async def test_the_own_credential_re_registers_and_keeps_it(pool: asyncpg.Pool) 
 
 async def test_a_re_keyed_node_takes_the_next_registrations_new_credential(pool: asyncpg.Pool) -> None:
     first = await _victim(pool)
-    assert (await node_store.rekey(pool, first["id"]))["name"] == "victim"
+    assert present(await node_store.rekey(pool, first["id"]))["name"] == "victim"
     assert await node_store.credential_of(pool, first["id"]) == ""
     again = await node_store.register(pool, VICTIM, "", {}, auto_approve=False, new_credential_hash=OTHER)
     assert (again["id"], again["credential_hash"], again["status"]) == (first["id"], OTHER, "healthy")
@@ -97,6 +98,6 @@ async def test_an_admin_drain_holds_across_re_registration_and_worker_resume(poo
     again = await node_store.register(pool, VICTIM, "", {}, auto_approve=True, credential_hash=KEY)
     assert (again["status"], again["drained_by"]) == ("draining", "admin")
     assert not await node_store.resume(pool, node["id"], by_admin=False)
-    assert (await node_store.get(pool, node["id"]))["status"] == "draining"
+    assert present(await node_store.get(pool, node["id"]))["status"] == "draining"
     assert await node_store.resume(pool, node["id"], by_admin=True)
-    assert (await node_store.get(pool, node["id"]))["status"] == "healthy"
+    assert present(await node_store.get(pool, node["id"]))["status"] == "healthy"

@@ -11,6 +11,7 @@ import socket
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -58,7 +59,7 @@ def _free_base() -> int:
         return int(s.getsockname()[1])
 
 
-def _supervisor(**options: float) -> Supervisor:
+def _supervisor(**options: Any) -> Supervisor:
     base = _free_base()
     return Supervisor(
         PortAllocator(base, base + 20), bind_host="127.0.0.1", token=TOKEN, start_timeout_s=30, **options

@@ -24,7 +24,7 @@ import refdep
 MAX_WORKERS = int(os.environ.get("PYTHON_GRPC_MAX_WORKERS", "1"))
 
 
-class TokenAuth(grpc.ServerInterceptor):
+class TokenAuth(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no types
     def __init__(self, token: str) -> None:
         self.expected = "Bearer " + token
 
@@ -42,7 +42,7 @@ class TokenAuth(grpc.ServerInterceptor):
         return continuation(handler_call_details)
 
 
-class BackendServicer(backend_pb2_grpc.BackendServicer):
+class BackendServicer(backend_pb2_grpc.BackendServicer):  # type: ignore[misc]  # generated beside this file
     def __init__(self) -> None:
         self.model: str | None = None
 

@@ -46,7 +46,7 @@ async def test_the_pump_hands_over_everything_in_order_and_stops_at_the_next_tok
     pump = ReplyPump(_slow_words(5, 0.0, []), loop)
     thread = threading.Thread(target=pump.run)
     thread.start()
-    got = []
+    got: list[bytes] = []
     while (batch := await pump.take()) is not None:
         got.extend(r.message for r in batch)
     thread.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.backends import simulator
+from corral.backends.engine import LoadError
 from corral.backends.simulator import KVCache, SimulatorEngine
 from corral.proto import backend_pb2 as pb
 
@@ -86,5 +87,5 @@ def test_kv_cache_keeps_the_blocks_used_last() -> None:
 
 def test_a_negative_cache_capacity_is_refused() -> None:
     e = SimulatorEngine()
-    with pytest.raises(simulator.LoadError, match="kv_cache_tokens"):
+    with pytest.raises(LoadError, match="kv_cache_tokens"):
         e.load(pb.ModelOptions(Model="sim", Options=["kv_cache_tokens:-5"]))

@@ -97,8 +97,8 @@ async def test_unknown_keys_past_the_limit_get_429_with_retry_after_and_no_looku
 
     cache = _CountingCache(key_hash("corral-good"))
     access = AccessControl(
-        None,
-        cache,
+        None,  # type: ignore[arg-type]  # no app behind: only the admin call is made
+        cache,  # type: ignore[arg-type]  # a key table in memory
         user_auth=False,
         throttle=AuthThrottle(limit=2, window_s=60.0),
     )

@@ -133,7 +133,9 @@ def test_text_that_holds_no_call_comes_back_as_content() -> None:
 
 
 def test_past_calls_are_written_back_in_the_format_the_model_writes() -> None:
-    one = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]
+    one: list[dict[str, Any]] = [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    ]
     assert json.loads(calls_text(one)) == {"name": "f", "arguments": {"a": 1}}
     two = [*one, {"function": {"name": "g", "arguments": "not json"}}]
     assert json.loads(calls_text(two)) == [

@@ -33,7 +33,9 @@ def test_a_valid_config_is_parsed(tmp_path: Path) -> None:
         ({"name": "m", "backend": "simulator", "context_size": "big"}, "'context_size' must be int"),
     ],
 )
-def test_a_malformed_config_names_the_file_and_field(tmp_path: Path, data: dict, needle: str) -> None:
+def test_a_malformed_config_names_the_file_and_field(
+    tmp_path: Path, data: dict[str, object], needle: str
+) -> None:
     with pytest.raises(ModelConfigError) as info:
         parse_model_config(data, tmp_path / "bad.yaml", tmp_path)
     assert needle in str(info.value) and "bad.yaml" in str(info.value)

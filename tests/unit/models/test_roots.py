@@ -119,9 +119,8 @@ def test_a_parameters_model_that_is_no_path_escaping_the_roots_stays_allowed(
 @pytest.mark.parametrize("yaml_key", sorted(SCALAR_FIELDS))
 def test_every_artifact_field_is_confined_too(layout: tuple[Path, Path], yaml_key: str) -> None:
     models, outside = layout
-    _refused(
-        models, yaml_key, str(outside / "secret"), outside / "secret", **{yaml_key: str(outside / "secret")}
-    )
+    field_value: dict[str, object] = {yaml_key: str(outside / "secret")}
+    _refused(models, yaml_key, str(outside / "secret"), outside / "secret", (), **field_value)
 
 
 def test_a_lora_adapter_list_entry_outside_is_refused_naming_its_index(layout: tuple[Path, Path]) -> None:

@@ -24,8 +24,10 @@ from corral.models.tiny_mmproj import IMAGE_SIZE, IMAGE_TOKENS, PATCH_SIZE, main
 try:
     import llama_cpp
     import llama_cpp.mtmd_cpp as mtmd
+
+    HAS_MTMD = True
 except ImportError:  # the GGUF checks above still run without llama-cpp-python
-    llama_cpp = mtmd = None
+    HAS_MTMD = False
 
 PROMPT = "<|im_start|>user\n<__media__>\nwhat is this?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -150,7 +152,7 @@ class _Vision:
 
 
 def _mtmd_params() -> mtmd_context_params:
-    params = mtmd.mtmd_context_params_default()
+    params: mtmd_context_params = mtmd.mtmd_context_params_default()
     params.use_gpu = False
     params.n_threads = 1  # one thread: spinning ggml workers on a busy 2-CPU box cost 100s of ms per eval
     params.print_timings = False
@@ -159,7 +161,7 @@ def _mtmd_params() -> mtmd_context_params:
 
 @pytest.fixture(scope="module")
 def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Vision]:
-    if mtmd is None:
+    if not HAS_MTMD:
         pytest.skip("llama-cpp-python with mtmd is not installed")
     folder = tmp_path_factory.mktemp("vision")
     loaded = _Vision(write_tiny_llama(folder / "tiny.gguf"), write_tiny_mmproj(folder / "mmproj.gguf"))

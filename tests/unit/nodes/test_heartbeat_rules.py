@@ -59,6 +59,7 @@ def test_a_reading_that_drifts_in_small_steps_writes_once_the_total_distance_cro
     last = written()
     outcomes = []
     for step in range(1, 5):  # 100 MiB per beat: beats 1 and 2 stay within 256 MiB of the written value
+        assert BASE.available_ram is not None
         beat = Beat(available_ram=BASE.available_ram - step * 100 * MIB)
         outcomes.append(write_reason(last, beat, float(step), CHECKPOINT_S))
     assert outcomes[:2] == [None, None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from corral.nodes.health_monitor import HealthMonitor
+from corral.nodes.health_monitor import HealthMonitor, StatusChange
 from corral.nodes.held_beats import HeldBeats
 
 
@@ -12,7 +12,7 @@ async def test_the_health_monitor_keeps_running_after_an_unexpected_exception_ty
     monitor = HealthMonitor(None, HeldBeats(None), stale_threshold_s=60.0, interval_s=0.001)
     stop, passes = asyncio.Event(), []
 
-    async def check_once() -> list[object]:
+    async def check_once() -> list[StatusChange]:
         passes.append(1)
         if len(passes) == 1:
             raise KeyError("a column the monitor never heard of")  # neither OSError nor PostgresError

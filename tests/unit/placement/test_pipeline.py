@@ -108,7 +108,9 @@ def test_with_the_check_off_it_warns_and_schedules_anyway() -> None:
         ({"a": "1", "b": "2"}, {"a": "1"}, False),  # every term must match
     ],
 )
-def test_selectors_match_equality_negation_and_absence(selector: dict, labels: dict, ok: bool) -> None:
+def test_selectors_match_equality_negation_and_absence(
+    selector: dict[str, str], labels: dict[str, str], ok: bool
+) -> None:
     assert (selector_matches(selector, labels) is None) is ok
     assert (
         SelectorFilter().check(PlacementRequest("m", selector=selector), node("n", labels=labels)) is None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import cast
+
+from nats.aio.msg import Msg
 
 from corral.routing import inflight
 from corral.routing.inflight import AckSet, ClusterInFlight
@@ -25,8 +28,9 @@ class _Msg:  # the one attribute the report handler reads
     data: bytes
 
 
-def _report(frontend: str, counts: dict[str, int]) -> _Msg:
-    return _Msg(json.dumps({"frontend": frontend, "counts": counts, "acks": [], "used": {}}).encode())
+def _report(frontend: str, counts: dict[str, int]) -> Msg:
+    report = json.dumps({"frontend": frontend, "counts": counts, "acks": [], "used": {}}).encode()
+    return cast(Msg, _Msg(report))  # a stand-in with the one attribute read
 
 
 async def test_a_silent_peer_is_forgotten_not_kept_forever() -> None:

@@ -10,6 +10,7 @@ from corral.models.artifacts import expand_files, option_path
 from corral.models.config import ModelConfigError, parse_model_config
 from corral.models.huggingface import HuggingFaceSource, committed_snapshot, parse_huggingface, ref_path
 from corral.staging.plan import build_plan
+from support.rows import present
 
 
 def _touch(path: Path, data: bytes = b"x") -> Path:
@@ -88,7 +89,7 @@ def test_huggingface_block_is_validated_naming_the_field(
     block: dict[str, str] | dict[str, str | list[int]] | str, message: str | None
 ) -> None:
     if message is None:
-        assert parse_huggingface(block).repo == "a/b"
+        assert present(parse_huggingface(block)).repo == "a/b"
     else:
         with pytest.raises(ValueError, match=message):
             parse_huggingface(block)

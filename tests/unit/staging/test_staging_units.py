@@ -7,8 +7,10 @@ import hashlib
 import io
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from typing_extensions import Buffer
 
 from corral.config.errors import ConfigError
 from corral.config.sizes import parse_size_bytes
@@ -20,6 +22,7 @@ from corral.staging.http_body import BodyCut, ChunkedBody, LengthBody
 from corral.staging.partial_digests import PartialDigests
 from corral.staging.s3 import StorageConfig
 from corral.staging.uploader import RetryPolicy
+from support.rows import present
 
 
 @pytest.mark.parametrize(
@@ -113,9 +116,7 @@ def test_bad_sizes_are_refused_with_an_example(raw: str) -> None:
         parse_size_bytes(raw)
 
 
-def _storage(**overrides):  # type: ignore[no-untyped-def]
-    from types import SimpleNamespace
-
+def _storage(**overrides: object) -> SimpleNamespace:
     values = dict(
         storage_url="http://s3:9000",
         storage_bucket="localai",
@@ -128,7 +129,7 @@ def _storage(**overrides):  # type: ignore[no-untyped-def]
 
 def test_storage_config_is_off_without_a_url_and_defaults_the_region() -> None:
     assert StorageConfig.from_settings(_storage(storage_url="")) is None
-    assert StorageConfig.from_settings(_storage()).region == "us-east-1"
+    assert present(StorageConfig.from_settings(_storage())).region == "us-east-1"
 
 
 def test_storage_keys_must_be_set_together() -> None:
@@ -140,7 +141,7 @@ class _FullDisk(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:  # type: ignore[no-untyped-def, override]
+    def write(self, data: Buffer) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
 from corral.frontend.inference.sse import ChunkEncoder
 
 
-def _event(raw: bytes) -> dict:
+def _event(raw: bytes) -> dict[str, Any]:
     assert raw.startswith(b"data: ") and raw.endswith(b"\n\n")
-    return orjson.loads(raw[len(b"data: ") : -2])
+    event: dict[str, Any] = orjson.loads(raw[len(b"data: ") : -2])
+    return event
 
 
 @pytest.mark.parametrize(
