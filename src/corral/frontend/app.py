@@ -16,6 +16,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.applications import Starlette
 
 from corral import __version__
+from corral.frontend.access import KeyCache
 from corral.frontend.admin.agent_jobs import build_agent_jobs_router
 from corral.frontend.admin.app import access_control, install_admin
 from corral.frontend.admin.backend_logs import build_backend_logs_router
@@ -38,6 +39,7 @@ from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
 from corral.frontend.inference.openai import build_openai_router, inference_table
 from corral.frontend.inference.responses import build_responses_router
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
+from corral.frontend.node_api.identity import NodeCredentials
 from corral.frontend.node_api.routes import install_node_api
 from corral.frontend.state import FrontendState
 from corral.frontend.ui_routes import build_ui_router, load_assets
@@ -64,7 +66,16 @@ class FrontendApp(FastAPI):
         await Starlette.__call__(self, scope, receive, send)
 
 
-def build_app(state: FrontendState, limits: RequestLimits | None = None) -> FastAPI:
+def build_app(
+    state: FrontendState,
+    limits: RequestLimits | None = None,
+    *,
+    keys: KeyCache | None = None,
+    node_credentials: NodeCredentials | None = None,
+) -> FastAPI:
+    """`keys` and `node_credentials`: the caches the node lifecycle's events reach (build_frontend makes
+    them before the lifecycle, which is given their listeners); fresh ones when not given."""
+    keys = keys or KeyCache(state.pool)
     # FastAPI's native OpenTelemetry hooks cost ~10 µs per request even with no provider set; /metrics is ours.
     app = FrontendApp(
         title="corral",
@@ -74,7 +85,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     install_handlers(app)
-    install_node_api(app, state)
+    install_node_api(app, state, node_credentials or NodeCredentials(state.pool))
     table = inference_table(state)  # the fast path's and the OpenAPI routes' handlers
     app.include_router(build_openai_router(state, table))
     app.include_router(build_responses_router(state))  # issue 22: the Responses API
@@ -103,7 +114,7 @@ def build_app(state: FrontendState, limits: RequestLimits | None = None) -> Fast
             build_backend_logs_router,
         ):
             app.include_router(build(state))
-    keys = install_admin(app, state)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
+    install_admin(app, state, keys)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
     fast = FastPath(
         CancelOnDisconnect(app.inner, MEDIA_PATHS),

@@ -20,6 +20,8 @@ from corral.agents.client import AgentBus
 from corral.agents.recorder import JobRecorder
 from corral.bus import client as bus
 from corral.config.frontend import FrontendSettings
+from corral.frontend.access import KeyCache
+from corral.frontend.admin.app import unhealthy_dropper
 from corral.frontend.app import build_app
 from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.http_workers import child_index
@@ -27,6 +29,7 @@ from corral.frontend.inference.agent_chat import AgentChat
 from corral.frontend.inference.images import ImagePolicy
 from corral.frontend.limits import RequestLimits
 from corral.frontend.node_api.admission import Admission
+from corral.frontend.node_api.identity import NodeCredentials
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.loading.context import LoadContext
@@ -181,7 +184,14 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
             ),
         )
         # issue 5: heartbeats, health monitor, minting; the reconciler hears of every node event
-        lifecycle = NodeLifecycle.build(pool, nc, settings, listeners=[reconciler.on_node_event])
+        keys, node_credentials = KeyCache(pool), NodeCredentials(pool)
+        lifecycle = NodeLifecycle.build(
+            pool,
+            nc,
+            settings,
+            listeners=[node_credentials.forget, unhealthy_dropper(router), reconciler.on_node_event],
+            key_revoked=[keys.evict],
+        )
         await bootstrap_admin_key(pool, settings.bootstrap_admin_key)
         warn_shared_vector_store(settings)
         prehasher = (
@@ -222,7 +232,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         stack.push_async_callback(agent_jobs.stop)
         await lifecycle.start()
         stack.push_async_callback(lifecycle.stop)
-        await _serve_http(stack, settings, state)
+        await _serve_http(stack, settings, state, keys, node_credentials)
         tasks = OwnedTasks()  # every long-lived task of this process: one that ends makes the process exit 1
         stack.push_async_callback(tasks.close)
         stack.callback(stop.set)  # before the tasks are closed: their loops see it
@@ -314,11 +324,21 @@ def _state(
     )
 
 
-async def _serve_http(stack: AsyncExitStack, settings: FrontendSettings, state: FrontendState) -> None:
+async def _serve_http(
+    stack: AsyncExitStack,
+    settings: FrontendSettings,
+    state: FrontendState,
+    keys: KeyCache,
+    node_credentials: NodeCredentials,
+) -> None:
     host, port = settings.address
-    app = await asyncio.to_thread(
-        build_app, state, RequestLimits.from_settings(settings)
-    )  # ~0.2 s of CPU: off the loop
+    app = await asyncio.to_thread(  # ~0.2 s of CPU: off the loop
+        build_app,
+        state,
+        RequestLimits.from_settings(settings),
+        keys=keys,
+        node_credentials=node_credentials,
+    )
     server = EmbeddedHTTPServer(
         app,
         host or "0.0.0.0",

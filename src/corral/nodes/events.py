@@ -38,9 +38,11 @@ async def publish_key_revoked(nc: Client | None, hashed: str) -> None:
 class NodeEvents:
     """Fans node events and key revocations from NATS out to in-process listeners."""
 
-    def __init__(self, listeners: Iterable[NodeListener] = ()) -> None:
+    def __init__(
+        self, listeners: Iterable[NodeListener] = (), key_revoked: Iterable[Callable[[str], None]] = ()
+    ) -> None:
         self.listeners: list[NodeListener] = list(listeners)
-        self.key_revoked_listeners: list[Callable[[str], None]] = []
+        self.key_revoked_listeners: list[Callable[[str], None]] = list(key_revoked)
 
     def key_revoked(self, hashed: str) -> None:
         for listener in self.key_revoked_listeners:

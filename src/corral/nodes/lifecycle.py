@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,9 +67,15 @@ class NodeLifecycle:
 
     @classmethod
     def build(
-        cls, pool: asyncpg.Pool, nc: Client | None, settings: Any, listeners: Iterable[NodeListener] = ()
+        cls,
+        pool: asyncpg.Pool,
+        nc: Client | None,
+        settings: Any,
+        listeners: Iterable[NodeListener] = (),
+        key_revoked: Iterable[Callable[[str], None]] = (),
     ) -> NodeLifecycle:
-        """`listeners`: told of every node event (this frontend's and the others', over NATS)."""
+        """`listeners`: told of every node event (this frontend's and the others', over NATS); `key_revoked`:
+        of every API key revoked (by its hash)."""
         held = HeldBeats(nc)
         minter = None
         if settings.nats_account_seed:
@@ -81,7 +87,7 @@ class NodeLifecycle:
                 raise ConfigError(str(exc)) from None
             minter = Minter(account, settings.nats_worker_jwt_ttl_s)
         checkpointer = HeartbeatCheckpointer(pool, held, settings.node_heartbeat_checkpoint_s)
-        events = NodeEvents([checkpointer.on_node_event, *listeners])
+        events = NodeEvents([checkpointer.on_node_event, *listeners], key_revoked)
 
         async def announce(change: StatusChange) -> None:
             await announce_node(events, nc, change.node_id, change.new)

@@ -10,6 +10,8 @@ from corral.frontend.admin.labels import build_admin_labels_router
 from corral.frontend.admin.nodes import build_admin_nodes_router
 from corral.frontend.metrics import build_metrics_router
 from corral.frontend.state import FrontendState
+from corral.nodes.events import NodeListener
+from corral.routing.router import Router
 
 
 def access_control(inner: ASGIApp, state: FrontendState, cache: KeyCache) -> AccessControl:
@@ -24,22 +26,22 @@ def access_control(inner: ASGIApp, state: FrontendState, cache: KeyCache) -> Acc
     )
 
 
-def install_admin(app: FastAPI, state: FrontendState) -> KeyCache:
+def install_admin(app: FastAPI, state: FrontendState, cache: KeyCache) -> None:
     """Include last: `/api/nodes/{uuid}` routes never shadow other `/api/nodes/<word>` routers anyway.
-    Returns the key cache for `access_control`."""
-    lifecycle = state.lifecycle
-    cache = KeyCache(state.pool)
+    `cache`: the API-key cache `access_control` reads; its `evict` hears key revocations on every frontend
+    (subscribed when the node lifecycle is built) and this one's at once."""
     app.include_router(build_admin_nodes_router(state))
     app.include_router(build_admin_labels_router(state))
     app.include_router(build_keys_router(state, on_revoked=cache.evict))
     app.include_router(build_metrics_router(state))
-    if lifecycle is not None:
-        lifecycle.events.key_revoked_listeners.append(cache.evict)
-        lifecycle.events.listeners.append(lambda node_id, status: _drop_unhealthy(state, node_id, status))
-    return cache
 
 
-def _drop_unhealthy(state: FrontendState, node_id: str, status: str) -> None:
-    """A node that left `healthy` (on any frontend) gets no more warm-path work from this one."""
-    if status != "healthy":
-        state.router.view.remove_node(node_id)
+def unhealthy_dropper(router: Router) -> NodeListener:
+    """A node event listener: a node that left `healthy` (on any frontend) gets no more warm-path work
+    from this one."""
+
+    def drop_unhealthy(node_id: str, status: str) -> None:
+        if status != "healthy":
+            router.view.remove_node(node_id)
+
+    return drop_unhealthy

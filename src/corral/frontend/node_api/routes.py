@@ -304,10 +304,9 @@ class _Refused(Exception):
         self.response = response
 
 
-def install_node_api(app: FastAPI, state: FrontendState) -> NodeCredentials:
-    credentials = NodeCredentials(state.pool)
-    if state.lifecycle is not None:  # re-key, deletion, re-registration on any frontend: check afresh
-        state.lifecycle.events.listeners.append(credentials.forget)
+def install_node_api(app: FastAPI, state: FrontendState, credentials: NodeCredentials) -> NodeCredentials:
+    """`credentials`: the node-credential cache; its `forget` hears every node event (re-key, deletion,
+    re-registration on any frontend: checked afresh), subscribed when the node lifecycle is built."""
 
     async def within_register_rate(request: Request) -> None:
         """Registrations per source address, counted before the token is checked (a guess is a registration)."""
