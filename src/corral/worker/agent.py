@@ -43,6 +43,7 @@ from corral.worker.supervisor import Supervisor
 if TYPE_CHECKING:  # worker.files and what it imports (boto3's client) load when the worker starts
     from corral.staging.ephemeral_ledger import EphemeralLedger
     from corral.staging.s3 import ObjectStore
+    from corral.worker.files import S3FileHandlers
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class Worker:
         self.credential_file = NodeCredentialFile(state_dir, self.node_name)
         self.nc: Client | None = None
         self.handlers: NodeHandlers | None = None
-        self.s3_files: Any = None  # S3FileHandlers when LOCALAI_STORAGE_URL is set (issue 4)
+        self.s3_files: S3FileHandlers | None = None  # when LOCALAI_STORAGE_URL is set (issue 4)
         self.capability: str | None = None  # probed at the first registration (hardware.capability)
         self.heartbeat = Heartbeat(
             self.frontend,
