@@ -34,7 +34,7 @@ up: install
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
-	$(VENV)/bin/mypy src/corral
+	$(VENV)/bin/mypy src/corral tests  # strict, from pyproject.toml [tool.mypy]
 
 test: install lint
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)

@@ -158,7 +158,7 @@ class BackendChannels:
         if stub is None:
             channel = grpc.aio.insecure_channel(address, options=self._options)
             self._channels[address] = channel
-            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)  # type: ignore[no-untyped-call]
+            stub = self._stubs[address] = backend_pb2_grpc.BackendStub(channel)
         return stub
 
     async def healthy(self, address: str) -> bool:
