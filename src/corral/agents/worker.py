@@ -11,7 +11,8 @@ import asyncio
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,69 +181,84 @@ class AgentWorker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
-        self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
-        reply = await self._first_registration()
-        self.node_id = reply["id"]
-        self.tools.node_id = self.node_id
-        log.info(
-            "registered as agent node %s (%s), status %s", self.node_name, self.node_id, reply.get("status")
-        )
-        tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
-        nc = await bus.connect(
-            self.settings.nats_url,
-            f"corral-agent-worker-{self.node_name}",
-            self._on_nats_state,
-            credentials=self.creds.for_connect(),
-            tls=tls,
-        )
-        self.nc, self.nats_up = nc, nc.is_connected
-        api_url = (self.settings.api_url or self.settings.register_to).rstrip("/")
-        self.jobs = JobRunner(
-            nc,
-            self.tools,
-            api_url,
-            self.api_token,
-            self.node_id,
-            self.settings.mcp_ci_job_timeout_s,
-            self.settings.mcp_tool_timeout_s,
-        )
-        await self._subscribe(nc, self.jobs)
-        log.info(
-            "agent worker %s ready: queue %s on %s, %s, %s, %s",
-            self.node_name,
-            self.settings.queue,
-            subjects.MCP_DISCOVERY,
-            subjects.MCP_TOOLS_EXECUTE,
-            self.settings.subject,
-            subjects.MCP_CI_JOBS_NEW,
-        )
-        loops_stop = asyncio.Event()
-        beat = asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat")
-        refresh = asyncio.create_task(self._refresh_loop(loops_stop), name="nats-credential-refresh")
-        stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
-        code = 0
-        try:
-            await asyncio.wait({stop_wait, refresh, beat}, return_when=asyncio.FIRST_COMPLETED)
+        async with self.started() as (beat, refresh):
+            stop_wait = asyncio.create_task(self._stop.wait(), name="stop-signal")
+            try:
+                await asyncio.wait({stop_wait, refresh, beat}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_wait.cancel()
+                await asyncio.gather(stop_wait, return_exceptions=True)
             if refresh.done() and not refresh.cancelled() and refresh.exception() is not None:
                 log.error("%s; exiting", refresh.exception())
-                code = 1
-        finally:
-            log.info("agent worker %s shutting down", self.node_name)
-            loops_stop.set()
-            for task in (beat, refresh, stop_wait):
-                task.cancel()
-            await asyncio.gather(beat, refresh, stop_wait, return_exceptions=True)
-            await self._shutdown(nc)
-        return code
+                return 1
+            return 0
+
+    @asynccontextmanager
+    async def started(self) -> AsyncIterator[tuple[asyncio.Task[None], asyncio.Task[None]]]:
+        """Register, connect NATS, join the queue group, then start the loops; each part is entered into one
+        exit stack as it starts, so leaving (a stop, or a start that failed half way) closes what had
+        started, the last started first: loops, drain and deregistration, agent jobs, MCP sessions, NATS,
+        the frontend client. Yields (heartbeat, credential refresh)."""
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(self.frontend.close)
+            self.frontend.use_node_token(await asyncio.to_thread(self.credential_file.load))
+            reply = await self._first_registration()
+            self.node_id = reply["id"]
+            self.tools.node_id = self.node_id
+            log.info(
+                "registered as agent node %s (%s), status %s",
+                self.node_name,
+                self.node_id,
+                reply.get("status"),
+            )
+            tls = TlsFiles(self.settings.nats_tls_ca, self.settings.nats_tls_cert, self.settings.nats_tls_key)
+            nc = await bus.connect(
+                self.settings.nats_url,
+                f"corral-agent-worker-{self.node_name}",
+                self._on_nats_state,
+                credentials=self.creds.for_connect(),
+                tls=tls,
+            )
+            self.nc, self.nats_up = nc, nc.is_connected
+            stack.push_async_callback(_drain, nc)
+            stack.push_async_callback(self.pool.close_all)  # the MCP servers
+            api_url = (self.settings.api_url or self.settings.register_to).rstrip("/")
+            self.jobs = JobRunner(
+                nc,
+                self.tools,
+                api_url,
+                self.api_token,
+                self.node_id,
+                self.settings.mcp_ci_job_timeout_s,
+                self.settings.mcp_tool_timeout_s,
+            )
+            stack.push_async_callback(self.jobs.close)
+            await self._subscribe(nc, self.jobs)
+            stack.push_async_callback(self._leave)
+            log.info(
+                "agent worker %s ready: queue %s on %s, %s, %s, %s",
+                self.node_name,
+                self.settings.queue,
+                subjects.MCP_DISCOVERY,
+                subjects.MCP_TOOLS_EXECUTE,
+                self.settings.subject,
+                subjects.MCP_CI_JOBS_NEW,
+            )
+            loops_stop = asyncio.Event()
+            beat = asyncio.create_task(self.heartbeat.run(loops_stop), name="heartbeat")
+            refresh = asyncio.create_task(self._refresh_loop(loops_stop), name="nats-credential-refresh")
+            stack.push_async_callback(_stop_loops, loops_stop, [beat, refresh])
+            stack.callback(log.info, "agent worker %s shutting down", self.node_name)
+            yield beat, refresh
 
     async def _refresh_loop(self, stop: asyncio.Event) -> None:
         """Refresh minted credentials; ends only by raising (credentials that never expire need no refresh)."""
         await refresh_loop(self._refresh_nats, self.creds, self._adopt, stop)
         await stop.wait()
 
-    async def _shutdown(self, nc: Client) -> None:
+    async def _leave(self) -> None:
         """Leave the queue group first (new work goes to the other agent workers), let in-flight work finish
-        within the drain timeout, then deregister and close the MCP servers."""
+        within the drain timeout, then deregister."""
         try:
             await asyncio.wait_for(self.frontend.drain(self.node_id), DEREGISTER_TIMEOUT_S)
         except Exception as exc:  # the frontend may be gone; shutdown continues
@@ -268,14 +284,6 @@ class AgentWorker:
             await asyncio.wait_for(self.frontend.deregister(self.node_id), DEREGISTER_TIMEOUT_S)
         except Exception as exc:
             log.warning("deregistration failed: %s", exc or type(exc).__name__)
-        if self.jobs is not None:
-            await self.jobs.close()
-        await self.pool.close_all()
-        try:
-            await nc.drain()
-        except Exception as exc:  # a dead link has nothing to drain
-            log.debug("NATS drain failed: %s", exc)
-        await self.frontend.close()
 
     async def _on_nats_state(self, up: bool) -> None:
         self.nats_up = up
@@ -287,3 +295,17 @@ class AgentWorker:
         reply = await self._register_once()
         await self._adopt(reply)
         self.node_id = self.tools.node_id = reply["id"]
+
+
+async def _drain(nc: Client) -> None:
+    try:
+        await nc.drain()
+    except Exception as exc:  # a dead link has nothing to drain
+        log.debug("NATS drain failed: %s", exc)
+
+
+async def _stop_loops(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
