@@ -1,4 +1,4 @@
-"""The worker agent: register, serve files, obey NATS, heartbeat, shut down in order."""
+"""The worker process (`corral worker`): register, serve files, obey NATS, heartbeat, shut down in order."""
 
 from __future__ import annotations
 
