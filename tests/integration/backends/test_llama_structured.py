@@ -138,7 +138,7 @@ def test_a_schema_grammar_gives_json_that_validates_and_is_compiled_once(engine:
 
     grammar = schema_grammar(json.dumps(PERSON))
     before = GRAMMARS.compiled
-    for seed in (1, 2, 3):
+    for seed in (1, 2):  # the second reply is served by the grammar the first compiled
         replies = list(
             engine.predict_stream(chat("Describe a person.", Grammar=grammar, Temperature=1.0, Seed=seed))
         )
