@@ -6,6 +6,7 @@ base), and a restart takes the committed configuration, never the newest file.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -24,6 +25,13 @@ from nats.aio.msg import Msg
 from corral.models.revision import config_revision
 from support.cluster import Cluster, Proc
 from support.waiting import wait_for_async
+
+# a busy CI machine can hold one admin edit past httpx's 5 s default: each call gets 30 s unless it says
+http_get = functools.partial(httpx.get, timeout=30)
+http_put = functools.partial(httpx.put, timeout=30)
+http_post = functools.partial(httpx.post, timeout=30)
+http_patch = functools.partial(httpx.patch, timeout=30)
+http_delete = functools.partial(httpx.delete, timeout=30)
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +78,7 @@ def _sim_yaml(name: str, context_size: int) -> str:
 
 def _chat(url: str, model: str, **extra: object) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    return http_post(f"{url}/v1/chat/completions", json=body, timeout=60)
 
 
 async def _rows(env: Env, model: str) -> list[asyncpg.Record]:
@@ -87,7 +95,7 @@ async def test_after_an_edit_on_one_frontend_the_other_never_routes_to_the_old_r
     first = _chat(env.b, "rev")
     assert first.status_code == 200 and first.headers["X-Corral-Replica"].startswith("rev#0@")
     before = (await _rows(env, "rev"))[0]["config_revision"]
-    edit = httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": 1024}, headers=env.admin)
+    edit = http_patch(f"{env.a}/api/model-configs/rev", json={"context_size": 1024}, headers=env.admin)
     assert edit.status_code == 200, edit.text
     assert edit.json()["config_revision"] != before and edit.json()["pending_cleanup"] >= 0
     after = _chat(env.b, "rev")  # right after the edit's response, on the other frontend
@@ -107,10 +115,10 @@ async def test_after_an_edit_on_one_frontend_the_other_never_routes_to_the_old_r
 
 
 def test_edits_are_admin_only_and_invalid_configs_are_refused_naming_the_field(env: Env) -> None:
-    assert httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": 2}).status_code in (401, 403)
-    bad = httpx.patch(f"{env.a}/api/model-configs/rev", json={"context_size": "big"}, headers=env.admin)
+    assert http_patch(f"{env.a}/api/model-configs/rev", json={"context_size": 2}).status_code in (401, 403)
+    bad = http_patch(f"{env.a}/api/model-configs/rev", json={"context_size": "big"}, headers=env.admin)
     assert bad.status_code == 400 and "context_size" in bad.json()["error"]["message"]
-    wrong_name = httpx.put(
+    wrong_name = http_put(
         f"{env.a}/api/model-configs/rev", content=b"name: other\nbackend: simulator\n", headers=env.admin
     )
     assert wrong_name.status_code == 400 and "rename" in wrong_name.json()["error"]["message"]
@@ -123,7 +131,7 @@ async def test_old_replicas_stay_unloading_while_the_worker_is_unreachable_and_s
     worker = env.cluster.workers[0]
     os.kill(worker.popen.pid, signal.SIGSTOP)  # the worker cannot answer the exact stop
     try:
-        edit = httpx.patch(
+        edit = http_patch(
             f"{env.a}/api/model-configs/cut", json={"context_size": 2048}, headers=env.admin, timeout=30
         )
         assert edit.status_code == 200 and edit.json()["pending_cleanup"] == 1  # the edit still succeeds
@@ -153,11 +161,11 @@ async def test_per_request_sampling_parameters_never_change_the_revision(env: En
 
 def test_a_disabled_model_is_not_served_and_can_be_enabled_again(env: Env) -> None:
     assert (
-        httpx.post(f"{env.a}/api/model-configs/params/disable", headers=env.admin).json()["disabled"] is True
+        http_post(f"{env.a}/api/model-configs/params/disable", headers=env.admin).json()["disabled"] is True
     )
     refused = _chat(env.b, "params")
     assert refused.status_code == 404 and "disabled" in refused.json()["error"]["message"]
-    assert httpx.post(f"{env.a}/api/model-configs/params/enable", headers=env.admin).status_code == 200
+    assert http_post(f"{env.a}/api/model-configs/params/enable", headers=env.admin).status_code == 200
     assert _chat(env.b, "params").status_code == 200
 
 
@@ -196,7 +204,7 @@ async def test_a_frontend_starting_with_a_newer_file_that_is_not_the_committed_c
     os.utime(stale, (future_s, future_s))
     proc, url_c = env.cluster.spawn_frontend("frontend-c", "--models-path", str(c_models))
     try:
-        served = httpx.get(f"{url_c}/api/model-configs/restart", headers=env.admin).json()
+        served = http_get(f"{url_c}/api/model-configs/restart", headers=env.admin).json()
     finally:
         proc.stop()
     after = await _states(env)
@@ -224,13 +232,13 @@ async def test_a_frontend_starting_rehashes_a_stored_revision_that_is_not_its_co
 
 def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: Env) -> None:
     assert _chat(env.a, "params").status_code == 200  # a loaded replica of its own
-    nodes = httpx.get(f"{env.a}/api/nodes", headers=env.admin).json()
+    nodes = http_get(f"{env.a}/api/nodes", headers=env.admin).json()
     node_id = next(n["id"] for n in nodes if n["name"] == "w1")
     for url, headers in (
         (f"{env.a}/api/nodes/{node_id}/models", env.admin),
         (f"{env.a}/api/node/{node_id}/models", env.cluster.node_headers("w1")),
     ):
-        rows = httpx.get(url, headers=headers).json()
+        rows = http_get(url, headers=headers).json()
         assert rows, url
         for field in (
             "state",
@@ -247,22 +255,22 @@ def test_node_model_listings_carry_the_replica_revision_and_cleanup_fields(env: 
 
 def test_an_alias_repointed_through_the_api_moves_requests_and_its_rule_on_every_frontend(env: Env) -> None:
     admin = {**env.admin, "Content-Type": "application/yaml"}
-    created = httpx.put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: rev\n", headers=admin)
+    created = http_put(f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: rev\n", headers=admin)
     assert created.status_code == 200, created.text
-    rule = httpx.post(
+    rule = http_post(
         f"{env.a}/api/nodes/scheduling", json={"model_name": "prod", "max_replicas": 2}, headers=env.admin
     )
     assert rule.status_code == 200, rule.text
     assert _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("rev#")
-    repointed = httpx.put(
+    repointed = http_put(
         f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: params\n", headers=admin
     )
     assert repointed.json() == {"name": "prod", "alias": "params"}
     assert (
         _chat(env.b, "prod").headers["X-Corral-Replica"].startswith("params#")
     )  # the other frontend follows
-    assert httpx.get(f"{env.b}/api/nodes/scheduling/prod", headers=env.admin).json()["target"] == "params"
-    dangling = httpx.put(
+    assert http_get(f"{env.b}/api/nodes/scheduling/prod", headers=env.admin).json()["target"] == "params"
+    dangling = http_put(
         f"{env.a}/api/model-configs/prod", content=b"name: prod\nalias: nope\n", headers=admin
     )
     assert (
@@ -327,16 +335,16 @@ def test_an_edit_based_on_a_stale_revision_is_a_409_naming_the_current_one_on_ev
     env: Env,
 ) -> None:
     url_a, url_b = f"{env.a}/api/model-configs/guarded", f"{env.b}/api/model-configs/guarded"
-    base = _etag(httpx.get(url_a, headers=env.admin))
-    first = httpx.patch(
+    base = _etag(http_get(url_a, headers=env.admin))
+    first = http_patch(
         url_a, json={"context_size": 1024}, headers={**env.admin, "If-Match": base}, timeout=30
     )
     assert first.status_code == 200, first.text
     current = _etag(first)
     assert current != base
     for stale in (
-        httpx.patch(url_b, json={"context_size": 2048}, headers={**env.admin, "If-Match": base}),
-        httpx.put(
+        http_patch(url_b, json={"context_size": 2048}, headers={**env.admin, "If-Match": base}),
+        http_put(
             url_a, content=_sim_yaml("guarded", 2048).encode(), headers={**env.admin, "If-Match": f"W/{base}"}
         ),
     ):
@@ -346,15 +354,15 @@ def test_an_edit_based_on_a_stale_revision_is_a_409_naming_the_current_one_on_ev
         assert (
             f"its current revision is {first.json()['config_revision']}" in stale.json()["error"]["message"]
         )
-    assert _etag(httpx.get(url_b, headers=env.admin)) == current  # the refused edits changed nothing
-    second = httpx.put(
+    assert _etag(http_get(url_b, headers=env.admin)) == current  # the refused edits changed nothing
+    second = http_put(
         url_b,
         content=_sim_yaml("guarded", 4096).encode(),
         headers={**env.admin, "If-Match": f'"other", {current}'},
         timeout=30,
     )
     assert second.status_code == 200, second.text
-    assert _etag(httpx.get(url_a, headers=env.admin)) == _etag(second)
+    assert _etag(http_get(url_a, headers=env.admin)) == _etag(second)
 
 
 async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_postgresql_on_the_last_commit(
@@ -375,7 +383,7 @@ async def test_concurrent_edits_over_two_frontends_leave_both_their_files_and_po
     last = yaml.safe_load(committed["config_yaml"])
     assert committed["config_revision"] in {r.json()["config_revision"] for r in responses}
     for url in (env.a, env.b):  # every edit's response waited for both frontends: they agree now, no restart
-        served = httpx.get(f"{url}/api/model-configs/race", headers=env.admin).json()
+        served = http_get(f"{url}/api/model-configs/race", headers=env.admin).json()
         assert (served["config_revision"], served["config"]) == (committed["config_revision"], last), url
     for models in (env.cluster.models_dir, env.b_models):
         assert yaml.safe_load((models / "race.yaml").read_text()) == last, models
