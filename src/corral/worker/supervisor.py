@@ -32,9 +32,11 @@ import ctypes
 import enum
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +136,20 @@ class BackendProcess:
 
     def alive(self) -> bool:
         return self.process.returncode is None
+
+
+# With setpriv (util-linux) the kernel's parent-death signal is set by an exec'd helper, so the spawn passes no
+# preexec_fn and Python can vfork: a fork() of this threaded process ran gRPC's fork handlers in the child, whose
+# restarted poller thread then met the epoll descriptor closed by close_fds and aborted the child before its exec
+# (a backend "exited with code -6 while starting", seen under load). Without setpriv: the preexec_fn, as before.
+_SETPRIV = shutil.which("setpriv")
+
+
+def _spawn_argv(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The command that starts a backend with SIGKILL as its parent-death signal, and the preexec_fn it needs."""
+    if _SETPRIV is not None:
+        return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv], None
+    return argv, _set_pdeathsig
 
 
 def _set_pdeathsig() -> None:
@@ -335,14 +351,15 @@ class Supervisor:
         argv += ["--addr", host_port(self.bind_host, port)]
         try:
             identity = backend.identity()
+            spawn_argv, preexec = _spawn_argv(argv)
             process = await asyncio.create_subprocess_exec(
-                *argv,
+                *spawn_argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 env=env,
                 cwd=backend.directory,
-                preexec_fn=_set_pdeathsig,
+                preexec_fn=preexec,
                 start_new_session=True,  # its own process group: a run.sh that does not exec is stopped whole
             )
         except OSError as exc:
