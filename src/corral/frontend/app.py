@@ -57,7 +57,7 @@ def configured_name(state: FrontendState, model: str) -> str | None:
 class FrontendApp(FastAPI):
     """FastAPI whose ASGI entry is `front`: the plain layers, then Starlette's own entry (`inner`)."""
 
-    front: Any = None
+    front: RequestLimitsMiddleware  # the outermost plain layer, set by build_app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.front(scope, receive, send)

@@ -13,9 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from corral.telemetry import tracing
+
+if TYPE_CHECKING:  # imported only when OTLP export is on
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from corral.telemetry.otlp_metrics import MetricsBridge
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +30,8 @@ METRICS_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METR
 
 @dataclass
 class Telemetry:
-    provider: Any  # opentelemetry.sdk.trace.TracerProvider
-    bridge: Any = None  # corral.telemetry.otlp_metrics.MetricsBridge when metrics are exported
+    provider: TracerProvider
+    bridge: MetricsBridge | None = None  # when metrics are exported
 
     def shutdown(self) -> None:
         """Flush buffered spans (and a last metrics export) and stop the exporters."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
@@ -28,7 +29,7 @@ class CreateKeyRequest(BaseModel):
         return value
 
 
-def build_keys_router(state: FrontendState, on_revoked: Any = None) -> APIRouter:
+def build_keys_router(state: FrontendState, on_revoked: Callable[[str], None] | None = None) -> APIRouter:
     router = APIRouter(prefix="/api/keys")
 
     @router.get("")
