@@ -75,3 +75,24 @@ def test_binary_sizes_step_by_1024(num_bytes: int, expected: str) -> None:
 def test_a_formatted_size_parses_back_to_about_the_same_bytes() -> None:
     for num_bytes in (1500, 73_500_000_000, 4 * 10**12):
         assert parse_size_bytes(format_size(num_bytes).replace(" ", "")) == pytest.approx(num_bytes, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "raw, size",
+    [
+        ("0", 0),
+        ("512MiB", 512 << 20),
+        ("50GiB", 50 << 30),
+        ("1.5GB", 1_500_000_000),
+        ("64k", 64_000),
+        ("1PiB", 1 << 50),
+    ],
+)
+def test_sizes_in_settings_accept_binary_and_decimal_units(raw: str, size: int) -> None:
+    assert parse_size_bytes(raw) == size
+
+
+@pytest.mark.parametrize("raw", ["", "-1", "5 apples", "1ZB", "i"])
+def test_bad_sizes_are_refused_with_an_example(raw: str) -> None:
+    with pytest.raises(ValueError, match="use e.g. 512MiB"):
+        parse_size_bytes(raw)

@@ -53,3 +53,36 @@ def test_a_status_query_is_only_the_star_form() -> None:
 @pytest.mark.parametrize("header", ["bytes */\u00b2", "bytes */1\u00b9"])
 def test_a_status_query_with_digits_int_cannot_read_is_not_a_status_query(header: str) -> None:
     assert parse_status_query(header) is None
+
+
+@pytest.mark.parametrize(
+    "header, parsed",
+    [
+        ("bytes 0-99/100", ContentRange(0, 99, 100)),  # the whole file
+        ("bytes 40-99/100", ContentRange(40, 99, 100)),  # a resumed tail
+        (" bytes 0-0/1 ", ContentRange(0, 0, 1)),  # one byte, padded
+    ],
+)
+def test_content_range_parses_start_end_total(header: str, parsed: ContentRange) -> None:
+    assert parse_content_range(header) == parsed
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("0-99/100", "missing 'bytes' prefix"),
+        ("bytes 0-99", "expected 'bytes <start>-<end>/<total>'"),
+        ("bytes a-b/c", "start, end and total must be integers"),
+        ("bytes 50-10/100", "invalid Content-Range range: 50-10/100"),
+        ("bytes 0-100/100", "invalid Content-Range range: 0-100/100"),
+    ],
+)
+def test_malformed_content_range_names_the_problem(header: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_content_range(header)
+
+
+def test_status_query_form_is_recognised_only_with_a_numeric_total() -> None:
+    assert parse_status_query("bytes */1000") == 1000
+    assert parse_status_query("bytes */x") is None
+    assert parse_status_query("bytes 0-1/2") is None

@@ -1,13 +1,10 @@
-"""Per-source limits: failed API-key guesses (delayed, then refused for the rest of the window, never extended)
-and registrations (a token bucket), and the source they count by."""
+"""frontend/auth_throttle: failed API-key guesses per source, delayed in the later half of the limit, then refused for the rest of the window."""
 
 from __future__ import annotations
 
 import pytest
 
 from corral.frontend.auth_throttle import AuthThrottle
-from corral.frontend.node_api.admission import RegisterRate, pending_cap_message
-from corral.frontend.sources import SourceTable, source_of
 
 
 class Clock:
@@ -76,45 +73,3 @@ def test_the_table_is_bounded_and_evicts_the_oldest_source() -> None:
     for source in ("a", "b", "c"):
         throttle.charge(source)
     assert [throttle.retry_after_s(s) > 0 for s in ("a", "b", "c")] == [False, True, True]
-
-
-def test_a_source_table_keeps_at_most_its_size() -> None:
-    table: SourceTable[int] = SourceTable(3)
-    for i in range(10):
-        table.setdefault(str(i), lambda i=i: i)  # type: ignore[misc]
-    assert len(table) == 3 and table.get("9") == 9 and table.get("6") is None
-
-
-@pytest.mark.parametrize(
-    "client, source",
-    [
-        (("192.0.2.7", 5000), "192.0.2.7"),
-        (("2001:db8:1:2:3:4:5:6", 5000), "2001:db8:1:2::/64"),  # one host's /64 is one source
-        (None, "-"),
-    ],
-)
-def test_the_source_is_the_peer_address_and_an_ipv6_peer_counts_by_its_64(
-    client: object, source: str
-) -> None:
-    assert source_of({"client": client}) == source
-
-
-def test_a_burst_of_the_rate_passes_and_the_next_waits_for_one_refill() -> None:
-    clock = Clock()
-    rate = RegisterRate(per_minute=6, clock=clock)  # one registration every 10 s, bursts of 6
-    assert [rate.take("10.0.0.1") for _ in range(6)] == [0.0] * 6
-    assert rate.take("10.0.0.1") == 10.0
-    assert rate.take("10.0.0.2") == 0.0  # its own bucket
-    clock.now_s += 10
-    assert rate.take("10.0.0.1") == 0.0
-    assert rate.take("10.0.0.1") == 10.0
-
-
-def test_the_refusals_name_their_setting() -> None:
-    assert RegisterRate(per_minute=6).refusal(9.2) == (
-        "too many registrations from this address: at most 6 a minute (CORRAL_NODE_REGISTER_RATE); retry after 10s",
-        10,
-    )
-    assert "(CORRAL_MAX_PENDING_NODES)" in pending_cap_message(
-        5
-    ) and "raise CORRAL_MAX_PENDING_NODES" in pending_cap_message(5)
