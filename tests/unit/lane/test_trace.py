@@ -5,20 +5,17 @@ client, tracing off, a TRACE for another id) is served as before, as a root span
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from corral.lane import frames
 from corral.lane.client import Keepalive, LaneConnection
 from corral.lane.server import _Connection
 from corral.proto import backend_pb2 as pb
-from corral.telemetry import tracing
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 AUTH = ("authorization", "Bearer t")
@@ -46,17 +43,6 @@ class _Transport:
 
     def frames(self) -> list[tuple[int, int, bytes]]:
         return frames.FrameReader().feed(bytes(self.written))
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.enable(provider.get_tracer("test"))
-    yield exporter
-    tracing.enable(None)
-    provider.shutdown()
 
 
 def test_the_trace_headers_of_grpc_metadata_make_the_trace_payload_and_back() -> None:

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.replica import Replica, ReplicaView, replica_key
-
-
-def replicas(n: int) -> list[Replica]:
-    return [
-        Replica(
-            model="m", node_id=f"n{i // 2}", node_name=f"node{i // 2}", address=f"a{i}", replica_index=i % 2
-        )
-        for i in range(n)
-    ]
+from support.replicas import replicas
 
 
 def test_the_view_drops_prefix_entries_of_replicas_that_leave_or_change_address() -> None:

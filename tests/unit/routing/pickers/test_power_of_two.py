@@ -4,25 +4,8 @@ from __future__ import annotations
 
 import random
 
-from corral.routing.pickers.base import Load, Policy
 from corral.routing.pickers.power_of_two import PowerOfTwo
-from corral.routing.replica import Replica
-
-
-def replicas(n: int) -> list[Replica]:
-    return [
-        Replica(
-            model="m", node_id=f"n{i // 2}", node_name=f"node{i // 2}", address=f"a{i}", replica_index=i % 2
-        )
-        for i in range(n)
-    ]
-
-
-def loads(values: dict[str, int]) -> Load:
-    return lambda r: values.get(r.key, 0)
-
-
-POLICY = Policy("prefix_cache")
+from support.replicas import POLICY, loads, replicas
 
 
 def test_power_of_two_takes_the_less_loaded_of_two_random_replicas() -> None:
