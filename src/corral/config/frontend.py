@@ -6,6 +6,9 @@ from pathlib import Path
 
 from corral.config.admission import FrontendAdmissionSettings
 from corral.config.agents import FrontendAgentSettings
+from corral.config.autoscale import FrontendAutoscaleSettings
+from corral.config.batches import FrontendBatchSettings
+from corral.config.breakers import FrontendBreakerSettings
 from corral.config.parse import (
     parse_bool,
     parse_duration_s,
@@ -23,6 +26,9 @@ from corral.config.security import FrontendLifecycleSettings
 from corral.config.settings import setting, settings_class
 from corral.config.sizes import parse_size_bytes
 from corral.config.staging import FrontendStagingSettings
+from corral.config.tenancy import FrontendTenancySettings
+from corral.config.traffic import FrontendQueueSettings
+from corral.config.usage import FrontendUsageSettings
 
 
 def _optional_duration_s(raw: str) -> float | None:
@@ -173,6 +179,12 @@ class FrontendSettings(
     FrontendSchedulingSettings,  # issue 6: scheduling rules, replica reconciler
     FrontendAgentSettings,  # issue 13: MCP servers run by agent workers
     FrontendResponsesSettings,  # issue 22: stored responses of the Responses API
+    FrontendQueueSettings,  # issue 25: the router queue
+    FrontendTenancySettings,  # issue 25: API keys' policy
+    FrontendUsageSettings,  # issue 25: usage accounting
+    FrontendBreakerSettings,  # issue 25: circuit breakers and retries
+    FrontendAutoscaleSettings,  # issue 25: autoscaling on load
+    FrontendBatchSettings,  # issue 25: Files and Batch APIs
 ):
     """`corral run`."""
 
