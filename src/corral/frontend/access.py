@@ -45,6 +45,7 @@ ADMIN_PREFIXES = (
     "/api/operations",
     "/ws/nodes",
     "/api/events",
+    "/api/routes",
 )
 USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
