@@ -134,3 +134,24 @@ NODE_REGISTRATIONS_REFUSED = Counter(
     "from one source), pending_cap (CORRAL_MAX_PENDING_NODES)",
     ["reason"],
 )
+
+# Usage accounting (tenancy/ledger.py): counted from the engine's own counts, published at each flush, never per
+# request. No tenant or key label: their number is not bounded (GET /api/usage has them).
+USAGE_TOKENS = Counter(
+    "corral_usage_tokens",
+    "Tokens served as the engine counted them, by model and kind (prompt, completion, cached: the part of the "
+    "prompt served from the engine's cache)",
+    ["model", "kind"],
+)
+USAGE_REQUESTS = Counter(
+    "corral_usage_requests", "Backend calls that reported token counts, by model", ["model"]
+)
+USAGE_FLUSH_FAILURES = Counter(
+    "corral_usage_flush_failures",
+    "Usage flushes to PostgreSQL that failed; their counts are kept for the next flush",
+)
+USAGE_DROPPED_ROWS = Counter(
+    "corral_usage_dropped_rows",
+    "Pending key x model x hour usage rows dropped, oldest first, because PostgreSQL could not take them before "
+    "CORRAL_USAGE_MAX_PENDING rows were waiting",
+)
