@@ -46,6 +46,7 @@ ADMIN_PREFIXES = (
     "/ws/nodes",
     "/api/events",
     "/api/routes",
+    "/api/usage",
 )
 USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
