@@ -22,3 +22,4 @@ def key_from_string(name: str) -> int:
 KEY_REPLICA_RECONCILER = key_from_string("replica-reconciler")  # try-lock: one reconciler pass at a time
 KEY_SCHEDULING_RULES = key_from_string("scheduling-rules")  # xact lock: rule conflict check + write
 KEY_PENDING_NODES = key_from_string("pending-nodes")  # xact lock: the pending cap's count + insert
+KEY_MODEL_ROUTES = key_from_string("model-routes")  # xact lock: a route's reference and cycle check + write
