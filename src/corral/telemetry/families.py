@@ -155,3 +155,11 @@ USAGE_DROPPED_ROWS = Counter(
     "Pending key x model x hour usage rows dropped, oldest first, because PostgreSQL could not take them before "
     "CORRAL_USAGE_MAX_PENDING rows were waiting",
 )
+
+# API keys' policy (tenancy/policy.py, tenancy/limits.py): requests refused by a key's models, limits or quotas.
+KEY_REFUSALS = Counter(
+    "corral_key_refusals",
+    "Requests refused by their API key's policy: model_not_allowed (its models), rate_limit_exceeded (its "
+    "requests or tokens per minute), insufficient_quota (its tokens per day or month)",
+    ["reason"],
+)
