@@ -51,6 +51,7 @@ from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.prefix_index import PrefixIndex
+from corral.routing.queue import QueueSettings
 from corral.routing.router import Router
 from corral.runtime.httpguard import ConnectionLimits
 from corral.runtime.httpserver import EmbeddedHTTPServer
@@ -117,7 +118,7 @@ def build_router(
     waiters = Waiters(pool, nc, orphan_s=settings.load_orphan_window_s)
     runner = LoadJobRunner(ctx, jobs, waiters, replicas.loaded)
     cold = ColdLoads(runner, waiters, jobs, wait_budget_s=settings.model_load_wait_s)
-    return Router(ctx, replicas, cold, evictor)
+    return Router(ctx, replicas, cold, evictor, QueueSettings.from_settings(settings))
 
 
 @dataclass

@@ -109,10 +109,12 @@ async def unary(
                 rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
                 call = rpc(sent, metadata=metadata, timeout=budget_s)
                 try:
-                    return await call, replica
+                    reply = await call
                 except asyncio.CancelledError:  # the client went away: stop the generation
                     call.cancel()
                     raise
+                router.served(method, cfg.name, reply)
+                return reply, replica
         except grpc.aio.AioRpcError as exc:
             tracing.finish(span, exc)
             span = None
@@ -153,11 +155,18 @@ class ReplyStream:
     """
 
     def __init__(
-        self, router: Router, cfg: ModelConfig, replica: Replica, call: Any, span: Any = None
+        self,
+        router: Router,
+        cfg: ModelConfig,
+        replica: Replica,
+        call: Any,
+        span: Any = None,
+        method: str = "PredictStream",
     ) -> None:
         """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`); `span`: the
-        call's client span when tracing, ended with the stream."""
+        call's client span when tracing, ended with the stream; `method`: what the usage is counted as."""
         self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
+        self._method, self._counted = method, False
         budgets = router.channels.budgets
         self._idle_s = budgets.idle_timeout_s
         self._budget_s, self._knob, self._what = (
@@ -166,7 +175,7 @@ class ReplyStream:
             "no first token",
         )
         self._loop = asyncio.get_running_loop()
-        self._last_s = self._loop.time()
+        self._last_s = self._started_s = self._loop.time()
         self._timer: asyncio.TimerHandle | None = self._loop.call_at(
             self._last_s + self._budget_s, self._watch
         )
@@ -199,11 +208,15 @@ class ReplyStream:
                 self.router, self.cfg, self.replica, self._what, self._budget_s, self._knob
             ) from None
         self._last_s = self._loop.time()
+        if not self._counted and reply is not EOF and (reply.tokens or reply.prompt_tokens):
+            self._counted = True  # the final reply carries the stream's counts, once
+            self.router.served(self._method, self.cfg.name, reply)
         return reply
 
     async def first(self) -> Any:
         """Read the first reply (raises AioRpcError: the caller may retry) and switch the watchdog to idle."""
         reply = await self._read()
+        self.router.first_token(self.cfg.name, self._loop.time() - self._started_s)
         self._budget_s, self._knob, self._what = self._idle_s, IDLE_TIMEOUT_KNOB, "the stream sent nothing"
         if self._timer is not None:
             self._timer.cancel()
@@ -238,7 +251,7 @@ async def open_stream(
         caller = channels.caller(replica.address)  # the fast lane carries PredictStream only, traced or not
         rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
         call = rpc(request, metadata=metadata)
-        stream = ReplyStream(router, cfg, replica, call, span)
+        stream = ReplyStream(router, cfg, replica, call, span, method)
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:

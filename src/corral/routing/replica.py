@@ -59,6 +59,9 @@ class ReplicaView:
     def count(self, model: str) -> int:
         return len(self._by_model.get(model, ()))
 
+    def replicas_of(self, model: str) -> list[Replica]:
+        return self._by_model.get(model) or []
+
     def _dropped(self, replica: Replica) -> None:
         self.policies.index.drop(replica.key)
 

@@ -23,6 +23,7 @@ from corral.routing.backend_client import BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.prefix_index import message_text, prefix_chain
+from corral.routing.queue import ModelQueue, QueueSettings
 from corral.routing.replica import Replica, replica_key
 from corral.runtime.loops import run_periodic
 from corral.store import replicas as replica_store
@@ -30,15 +31,30 @@ from corral.store import scheduling as scheduling_store
 from corral.telemetry import tracing
 from corral.telemetry.families import ROUTING_DECISIONS
 from corral.telemetry.labels import PerModel
+from corral.tenancy.caller import current
+from corral.tenancy.usage import NONE, NoUsage, UsageSink, counts_of
 
 log = logging.getLogger(__name__)
 
 VIEW_REFRESH_S = 10.0
+QUEUE_POKE_S = 0.5  # the other frontends' in-flight counts fall without an event here: look again this often
 
 
 class Router:
-    def __init__(self, ctx: LoadContext, replicas: LocalReplicas, cold: ColdLoads, evictor: Evictor) -> None:
+    def __init__(
+        self,
+        ctx: LoadContext,
+        replicas: LocalReplicas,
+        cold: ColdLoads,
+        evictor: Evictor,
+        queue: QueueSettings | None = None,
+        usage: UsageSink | None = None,
+    ) -> None:
+        """`queue`: the per-model queue's slots and bounds (routing/queue.py); `usage`: where the engine's token
+        counts of every call go (tenancy/usage.py), besides the queue's fair share."""
         self.ctx, self.replicas, self.cold, self.evictor = ctx, replicas, cold, evictor
+        self.queue = ModelQueue(queue or QueueSettings(), self._capacity)
+        self.usage: UsageSink = usage or NoUsage()
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -64,7 +80,24 @@ class Router:
         self._tasks = [
             asyncio.create_task(self.inflight.run(self._stop), name="inflight-reports"),
             asyncio.create_task(self._refresh_loop(), name="replica-view-refresh"),
+            asyncio.create_task(self._poke_loop(), name="queue-poke"),
         ]
+
+    def _capacity(self, model: str) -> int:
+        """Slots this frontend may fill for `model`: its replicas' slots less the other frontends' requests on them;
+        one replica's worth with none yet (those requests wait for the cold load, the rest in the queue)."""
+        slots = self.queue.settings.slots
+        replicas = self.view.replicas_of(model)
+        if not replicas:
+            return slots
+        if len(replicas) == 1:
+            return slots - self.inflight.remote_sum([replicas[0].key])
+        return slots * len(replicas) - self.inflight.remote_sum([r.key for r in replicas])
+
+    async def _poke_loop(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(QUEUE_POKE_S)
+            self.queue.poke()
 
     async def refresh(self) -> None:
         """Re-read every routable replica and the routing policies: a missed event heals within one interval."""
@@ -80,6 +113,7 @@ class Router:
             )
             for r in rows
         )
+        self.queue.poke()
 
     async def _refresh_loop(self) -> None:
         await run_periodic("replica view refresh", self.refresh, VIEW_REFRESH_S, self._stop, delay_first=True)
@@ -126,6 +160,7 @@ class Router:
                     replica_index=int(row["replica_index"]),
                 )
             )
+        self.queue.dispatch(model)
 
     def apply_route_rule(self, rule: SchedulingRule) -> None:
         self.view.policies.set_rule(rule, self.ctx.aliases)
@@ -191,9 +226,15 @@ class Router:
         return await self.cold.load(cfg, find)
 
     async def checkout(self, cfg: ModelConfig, chain: list[int] | None = None) -> Replica:
-        """Route and count the request in flight at once (no await between the pick and the count), so
-        eviction and scale-down see it from its first moment; the caller must `release` the replica."""
-        replica = await self.route(cfg, chain)
+        """Take a slot of the model (waiting in its queue when all are taken: raises QueueFull, QueueTimeout),
+        route, and count the request in flight at once (no await between the pick and the count), so eviction and
+        scale-down see it from its first moment; the caller must `release` the replica."""
+        await self.queue.admit(cfg.name, current())
+        try:
+            replica = await self.route(cfg, chain)
+        except BaseException:
+            self.queue.release(cfg.name)
+            raise
         self.acquire(replica)
         if chain:
             await self._observe(cfg, chain, replica)
@@ -207,6 +248,19 @@ class Router:
         replica.in_flight -= 1
         if replica.in_flight == 0:
             self.active.pop(id(replica), None)
+        self.queue.release(replica.model)
+
+    def served(self, method: str, model: str, reply: object) -> None:
+        """A backend call's reply carrying the engine's token counts: the caller's fair share and usage."""
+        counts = counts_of(method, reply)
+        if counts is NONE:
+            return
+        caller = current()
+        self.queue.charge(caller, model, counts)
+        self.usage.record(caller, model, counts)
+
+    def first_token(self, model: str, seconds: float) -> None:
+        self.queue.first_token(model, seconds)
 
     async def forget(self, replica: Replica, reason: str) -> None:
         """Drop a replica that stopped serving (process died, model freed): the next route reloads."""

@@ -8,7 +8,7 @@ scrape time by `control.cluster_figures`, never per request.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 disable_created_metrics()  # no `*_created` twin of every counter and histogram: half the series, same facts
 
@@ -133,6 +133,24 @@ NODE_REGISTRATIONS_REFUSED = Counter(
     "Node registrations answered 429, by reason: rate (CORRAL_NODE_REGISTER_RATE "
     "from one source), pending_cap (CORRAL_MAX_PENDING_NODES)",
     ["reason"],
+)
+
+# The router queue (routing/queue.py): only requests that wait touch these; the warm path never does.
+QUEUE_DEPTH = Gauge(
+    "corral_queue_depth",
+    "Requests waiting in this frontend's queue for a free replica slot of the model",
+    ["model"],
+)
+QUEUE_WAIT = Histogram(
+    "corral_queue_wait_seconds",
+    "Time a request waited in the router queue before it got a replica slot",
+    ["model", "priority"],
+    buckets=LATENCY_BUCKETS_S,
+)
+QUEUE_REFUSED = Counter(
+    "corral_queue_refused",
+    "Requests the router queue refused: full (CORRAL_QUEUE_MAX_DEPTH) or waited past CORRAL_QUEUE_TIMEOUT",
+    ["model", "reason"],
 )
 
 # Usage accounting (tenancy/ledger.py): counted from the engine's own counts, published at each flush, never per

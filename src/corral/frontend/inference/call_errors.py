@@ -12,6 +12,7 @@ from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.placement.rejection import NoNodeFits
 from corral.routing.errors import BackendRefused, BackendTimeout
+from corral.routing.queue import Queued
 from corral.routing.router import Router
 
 
@@ -37,6 +38,15 @@ async def http_errors(
     that holds the prompt (`messages`, `prompt`, `input`), named when it is too long for the context."""
     try:
         yield
+    except Queued as exc:  # OpenAI's 429 code: clients back off and retry on it
+        raise APIError(
+            429,
+            str(exc),
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            headers={"Retry-After": str(exc.retry_after_s)},
+            extra={"queue": exc.code},
+        ) from None
     except PlacementError as exc:
         reasons = await _placement_reasons(router, cfg)
         raise APIError(

@@ -29,6 +29,7 @@ from corral.models.config import ModelConfig
 from corral.proto import backend_pb2
 from corral.routing import calls
 from corral.routing.errors import BackendCallError, BackendTimeout
+from corral.routing.queue import Queued
 from corral.routing.replica import Replica
 from corral.routing.router import Router
 
@@ -160,9 +161,15 @@ async def unary(
     return Response(orjson.dumps(body), media_type="application/json", headers=headers_of(answers[-1][1]))
 
 
-def error_events(exc: BackendCallError) -> bytes:
-    """A stream's failure after its first byte: an error event, then the end."""
-    code = "backend_timeout" if isinstance(exc, BackendTimeout) else "backend_error"
+def error_events(exc: BackendCallError | Queued) -> bytes:
+    """A stream's failure after its first byte (a later choice's call): an error event, then the end."""
+    code = (
+        exc.code
+        if isinstance(exc, Queued)
+        else "backend_timeout"
+        if isinstance(exc, BackendTimeout)
+        else "backend_error"
+    )
     return sse({"error": {"message": str(exc), "type": "server_error", "code": code}}) + DONE
 
 
@@ -199,7 +206,7 @@ async def stream(
                 async for event in _relay(plan, head, choice, reply, streams.current, totals):
                     yield event
                 streams.current.close()
-        except BackendCallError as exc:  # after the first byte, an error can only be an event
+        except (BackendCallError, Queued) as exc:  # after the first byte, an error can only be an event
             yield error_events(exc)
             return
         finally:
