@@ -20,6 +20,7 @@ from corral.frontend.inference.images import ImagePolicy
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.node_api.admission import Admission
 from corral.models.config import ModelConfig
+from corral.models.routes import RouteTable
 from corral.nodes.backend_ops import BackendOpsDriver, BackendOpSettings
 from corral.nodes.lifecycle import NodeLifecycle
 from corral.revisions.edits import ConfigRevisions
@@ -62,6 +63,7 @@ class FrontendState:
     transcription_max_bytes: int = 16 << 20  # an audio upload: CORRAL_INFERENCE_MAX_BODY bounds it
     generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
+    routes: RouteTable = field(default_factory=RouteTable)  # model routes (issue 25), kept by route_sync
 
     def backend_op_settings(self) -> BackendOpSettings:
         """The node-operation timeouts (their routes are installed only with the backend-ops driver)."""
