@@ -213,11 +213,12 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
 
 
 async def _corral(
-    http_workers: int, fast_lane: bool = True
+    http_workers: int, fast_lane: bool = True, slots: int = 0
 ) -> tuple[tuple[float, float, float, float], float, int]:
     """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
-    PostgreSQL transactions during the measured run (idle background subtracted) and the request count."""
-    name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}"
+    PostgreSQL transactions during the measured run (idle background subtracted) and the request count.
+    `slots`: the frontend's --replica-slots (0: its default, under which c=16 on one replica queues some)."""
+    name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}_{slots}"
     conn = await asyncpg.connect(PG_ADMIN)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
@@ -229,7 +230,10 @@ async def _corral(
     cluster.models_dir.mkdir(parents=True)
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     try:
-        cluster.start_frontend(*(("--http-workers", str(http_workers)) if http_workers > 1 else ()))
+        cluster.start_frontend(
+            *(("--http-workers", str(http_workers)) if http_workers > 1 else ()),
+            *(("--replica-slots", str(slots)) if slots else ()),
+        )
         os.environ[FAST_LANE_ENV] = "1" if fast_lane else "0"  # the worker's backends inherit it
         try:
             cluster.start_worker("bench-w1")
@@ -289,6 +293,9 @@ async def main() -> None:
             figures, count, requests = await _corral(processes)
             rows.append((f"corral: frontend x{processes} -> simulator", figures))
             statements.append((f"x{processes}", count, requests))
+        figures, count, requests = await _corral(1, slots=CONCURRENCY * 4)  # the router queue never waits
+        rows.append(("corral: x1, nothing queued (slots 64)", figures))
+        statements.append(("x1, nothing queued", count, requests))
         if peer:
             peer_pid = peer[1].pid
             async with _client(peer[0]) as client:

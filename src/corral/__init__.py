@@ -10,9 +10,10 @@ the code to it):
       -> routing, replicas, revisions, nodes, loading
                             the frontend's parts: the warm path, replica upkeep, config revisions, node
                             lifecycle, durable loads (loading never imports routing)
-      -> node, backends, gallery, staging, placement, store, bus, lane, grammar, telemetry, proto
+      -> node, backends, gallery, staging, placement, store, bus, lane, grammar, telemetry, proto, tenancy
                             what a node agent shares; backend processes; installable backends; file
-                            transfer; the pure scheduling pipeline; PostgreSQL; NATS; the fast lane
+                            transfer; the pure scheduling pipeline; PostgreSQL; NATS; the fast lane; who
+                            calls (tenant, key, priority class), their keys' policy and usage
       -> models, config, runtime
                             model configs and names; settings; process plumbing (loops, loop watch,
                             HTTP server, process helpers)
