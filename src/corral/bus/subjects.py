@@ -99,3 +99,8 @@ def agent_cancel(job_id: str) -> str:
 
 def agent_events(name: str, user: str) -> str:
     return f"agent.{token(name)}.events.{token(user)}"
+
+
+def key_limit_counts() -> str:
+    """Each frontend's requests and tokens per rate-limited API key since its last publish (tenancy/limits.py)."""
+    return "state.api-keys.limit-counts"
