@@ -1,10 +1,30 @@
-"""Settings of usage accounting: batched writes of per key x model x hour counts, mixed into the frontend's settings (issue 25)."""
+"""Settings of usage accounting: batched writes of per key x model x hour counts, mixed into the frontend's settings
+(issue 25). The ledger (tenancy/ledger.py) counts in memory and writes once per interval, never per request."""
 
 from __future__ import annotations
 
-from corral.config.settings import settings_class
+from corral.config.parse import parse_positive_duration_s, parse_positive_int
+from corral.config.settings import setting, settings_class
 
 
 @settings_class
 class FrontendUsageSettings:
     """usage accounting: batched writes of per key x model x hour counts."""
+
+    usage_flush_interval_s: float = setting(
+        "--usage-flush-interval",
+        "CORRAL_USAGE_FLUSH_INTERVAL",
+        default=5.0,
+        parse=parse_positive_duration_s,
+        help="how often this frontend writes the usage it counted (per key x model x hour) to PostgreSQL, in one "
+        "statement, and re-reads every key's day and month totals for quotas; quotas see the other frontends' "
+        "usage at most about this late",
+    )
+    usage_max_pending: int = setting(
+        "--usage-max-pending",
+        "CORRAL_USAGE_MAX_PENDING",
+        default=100_000,
+        parse=parse_positive_int,
+        help="key x model x hour usage rows kept in memory while PostgreSQL cannot take them; past it the oldest "
+        "are dropped with a warning (metric corral_usage_dropped_rows_total)",
+    )

@@ -26,6 +26,7 @@ from corral.nodes.lifecycle import NodeLifecycle
 from corral.revisions.edits import ConfigRevisions
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
+from corral.tenancy.ledger import UsageLedger
 
 
 class AgentChats(Protocol):
@@ -63,6 +64,7 @@ class FrontendState:
     transcription_max_bytes: int = 16 << 20  # an audio upload: CORRAL_INFERENCE_MAX_BODY bounds it
     generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
+    usage: UsageLedger | None = None  # per key x model x hour usage, flushed in batches (issue 25)
     routes: RouteTable = field(default_factory=RouteTable)  # model routes (issue 25), kept by route_sync
 
     def backend_op_settings(self) -> BackendOpSettings:
