@@ -28,6 +28,7 @@ from corral.frontend.admin.node_backends import build_node_backends_router
 from corral.frontend.admin.node_models import build_node_models_router
 from corral.frontend.admin.operations import build_operations_router
 from corral.frontend.admin.resources import build_resources_router
+from corral.frontend.admin.routes import build_routes_router
 from corral.frontend.admin.scheduling import build_scheduling_router
 from corral.frontend.admin.scheduling_rules import build_scheduling_rules_router
 from corral.frontend.admin.vram_budget import build_vram_budget_router
@@ -38,6 +39,7 @@ from corral.frontend.inference.fast_path import FastPath
 from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
 from corral.frontend.inference.openai import build_openai_router, inference_table
 from corral.frontend.inference.responses import build_responses_router
+from corral.frontend.inference.routes import routed_table
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.node_api.identity import NodeCredentials
 from corral.frontend.node_api.routes import install_node_api
@@ -86,13 +88,14 @@ def build_app(
     )
     install_handlers(app)
     install_node_api(app, state, node_credentials or NodeCredentials(state.pool))
-    table = inference_table(state)  # the fast path's and the OpenAPI routes' handlers
+    table = routed_table(state, inference_table(state))  # the fast path's and OpenAPI routes' handlers
     app.include_router(build_openai_router(state, table))
     app.include_router(build_responses_router(state))  # issue 22: the Responses API
     app.include_router(build_media_router(state))  # issue 23: audio, speech and images
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
+    app.include_router(build_routes_router(state))  # issue 25: model routes
     app.include_router(
         build_resources_router(state)
     )  # /api/resources, /api/models, /api/models/variants/<id>

@@ -30,6 +30,7 @@ from corral.frontend.inference.images import ImagePolicy
 from corral.frontend.limits import RequestLimits
 from corral.frontend.node_api.admission import Admission
 from corral.frontend.node_api.identity import NodeCredentials
+from corral.frontend.route_sync import RouteSync
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
 from corral.loading.context import LoadContext
@@ -229,6 +230,8 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         figures = ClusterFigures(pool, router.replicas.all)
         agent_jobs = JobRecorder(pool, nc)
         state = _state(settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs)
+        route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
+        await route_sync.start()
         await agent_jobs.start()
         stack.push_async_callback(agent_jobs.stop)
         await lifecycle.start()
@@ -243,6 +246,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks.start("config-resync", revs.run(stop))
         tasks.start("replica-reconciler", reconciler.run(stop))
         tasks.start("backend-ops", backend_ops.run(stop))
+        tasks.start("routes-refresh", route_sync.run(stop))
         _start_sweeps(tasks, settings, pool, stop)
         if prehasher is not None:
             prehasher.submit(configs.values())

@@ -21,6 +21,7 @@ from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.choices import finish_reason as _finish_reason
 from corral.frontend.inference.choices import usage as _usage
 from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable
+from corral.frontend.inference.routes import route_target
 from corral.frontend.inference.schemas import (
     ChatCompletionRequest,
     ChatMessage,
@@ -141,6 +142,7 @@ def _known_model(state: FrontendState, name: str) -> str:
 def config_for(
     state: FrontendState, model: str, *, embeddings: bool = False, reranking: bool = False
 ) -> ModelConfig:
+    model = route_target(state, model)  # a model route: its chosen target (fallbacks: inference/routes.py)
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
         raise _model_not_found(state, model)

@@ -1,0 +1,129 @@
+"""A request whose `model` names a model route (models/routes.py): served by the chosen target, or by the
+route's fallbacks in order when that target cannot serve (issue 25 item 4).
+
+"Cannot serve" is what leaves the client without a byte: no capacity (no node can take the model, its
+queue is full or its wait ran out, its load failed or still runs past the wait budget) or a backend call
+that failed before its first reply (a stream's handler returns only after its first reply, so an error
+from a handler is always before the first byte). An error that blames the request (a prompt too long,
+an invalid field) is answered as it is: another model would refuse it too.
+
+The answer names the route (`x-corral-route`) and the model that served it (`x-corral-route-target`,
+and the body's `model`). A request for a model, not a route, costs one dict lookup here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.responses import Response
+
+from corral.frontend.errors import APIError
+from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable
+from corral.frontend.state import FrontendState
+from corral.loading.errors import LoadError, ModelStillLoading
+from corral.placement.errors import PlacementError
+from corral.routing.errors import BackendCallError, BackendRefused
+
+log = logging.getLogger(__name__)
+
+ROUTE_HEADER = "x-corral-route"
+TARGET_HEADER = "x-corral-route-target"
+_NO_CAPACITY = (PlacementError, LoadError, ModelStillLoading, BackendCallError)
+_ATTEMPT_MESSAGE_MAX = 500  # characters of each failed target's message quoted in the final error
+
+Handler = Callable[[Any], Awaitable[Response]]
+
+
+def worth_a_fallback(exc: APIError) -> bool:
+    """Whether the target could not serve (try the next one), rather than the request being wrong."""
+    if "queue" in exc.extra:  # routing/queue.py's Queued (QueueFull, QueueTimeout): no capacity now
+        return True
+    cause = exc.__context__  # what http_errors mapped (it raises `from None`, which keeps the context)
+    if isinstance(cause, BackendRefused):
+        return not cause.invalid_request
+    if isinstance(cause, _NO_CAPACITY):
+        return True
+    return exc.code == "model_not_found"  # a target deleted or disabled since the route was written
+
+
+def _served_by(state: FrontendState, model: str) -> str:
+    return model if model in state.configs else state.aliases.get(model, model)
+
+
+def _exhausted(route: str, attempts: list[dict[str, Any]], last: APIError | None) -> APIError:
+    if last is None:
+        return APIError(
+            404, f"route {route!r} leads to no model", "invalid_request_error", "model_not_found", "model"
+        )
+    tried = "; ".join(f"{a['model']}: {a['message']}" for a in attempts)
+    return APIError(
+        last.status,
+        f"route {route!r}: no target could serve the request; tried {tried}",
+        last.type,
+        last.code,
+        "model",
+        headers={**last.headers, ROUTE_HEADER: route},
+        extra={**last.extra, "route": route, "attempts": attempts},
+    )
+
+
+async def serve_route(
+    state: FrontendState, route: str, candidates: list[str], body: Any, handler: Handler
+) -> Response:
+    """Try `candidates` (a route's plan) in order until one serves."""
+    attempts: list[dict[str, Any]] = []
+    last: APIError | None = None
+    for model in candidates:
+        try:
+            response = await handler(body.model_copy(update={"model": model}))
+        except APIError as exc:
+            exc.headers = {**exc.headers, ROUTE_HEADER: route, TARGET_HEADER: _served_by(state, model)}
+            if not worth_a_fallback(exc):
+                raise
+            log.info(
+                "route %s: %s could not serve (%s %s); trying the next target",
+                route,
+                model,
+                exc.status,
+                exc.code,
+            )
+            attempts.append(
+                {
+                    "model": model,
+                    "status": exc.status,
+                    "code": exc.code,
+                    "message": exc.message[:_ATTEMPT_MESSAGE_MAX],
+                }
+            )
+            last = exc
+            continue
+        response.headers[ROUTE_HEADER] = route
+        response.headers[TARGET_HEADER] = _served_by(state, model)
+        return response
+    raise _exhausted(route, attempts, last)
+
+
+def _is_route(state: FrontendState, name: str) -> bool:
+    """A model or alias keeps its name even when a route takes it too (the route's view says so)."""
+    return name in state.routes.routes and name not in state.configs and name not in state.aliases
+
+
+def route_target(state: FrontendState, model: str) -> str:
+    """Where fallbacks are not tried (config_for: media, responses, agent jobs): a route's chosen target."""
+    return state.routes.pick(model) if state.routes.routes and _is_route(state, model) else model
+
+
+def _through_routes(state: FrontendState, handler: Handler) -> Handler:
+    async def handle(body: Any) -> Response:
+        if not state.routes.routes or not _is_route(state, body.model):  # no routes: one attribute read
+            return await handler(body)
+        return await serve_route(state, body.model, state.routes.plan(body.model) or [], body, handler)
+
+    return handle
+
+
+def routed_table(state: FrontendState, table: InferenceTable) -> InferenceTable:
+    """The inference table with each handler resolving model routes first."""
+    return tuple(InferenceRoute(r.path, r.request, _through_routes(state, r.handler)) for r in table)
