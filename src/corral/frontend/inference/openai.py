@@ -43,6 +43,7 @@ from corral.routing.replica import Replica
 from corral.routing.router import Router
 from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
 from corral.telemetry.labels import PerModel
+from corral.tenancy.policy import REFUSED_MODEL, allowed_names, model_refusal
 
 DEFAULT_MAX_TOKENS = 256
 _FIRST_TOKEN = PerModel(FIRST_TOKEN_SECONDS)
@@ -142,6 +143,8 @@ def _known_model(state: FrontendState, name: str) -> str:
 def config_for(
     state: FrontendState, model: str, *, embeddings: bool = False, reranking: bool = False
 ) -> ModelConfig:
+    if (refused := model_refusal(model, state.aliases.get(model, ""))) is not None:  # the key's `models`
+        raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
     model = route_target(state, model)  # a model route: its chosen target (fallbacks: inference/routes.py)
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
@@ -195,7 +198,9 @@ def build_openai_router(state: FrontendState, table: InferenceTable) -> APIRoute
         return _json(
             {
                 "object": "list",
-                "data": [_model_object(name, state.configs[name]) for name in sorted(state.configs)],
+                "data": [
+                    _model_object(name, state.configs[name]) for name in allowed_names(sorted(state.configs))
+                ],
             }
         )
 
