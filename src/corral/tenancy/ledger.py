@@ -130,7 +130,9 @@ class UsageLedger:
         self.pool, self.flush_interval_s, self._clock = pool, flush_interval_s, clock
         self._pending = PendingUsage(max_pending)
         self._flushing: PendingUsage | None = None  # the rows being written
-        self._unread = PendingUsage(max_pending)  # written, not yet in `_totals` (a re-read failed after the write)
+        self._unread = PendingUsage(
+            max_pending
+        )  # written, not yet in `_totals` (a re-read failed after the write)
         today = day_of(clock())
         self._totals = usage_store.KeyTotals(today, today.replace(day=1), {}, {})
         self._metrics: dict[str, list[int]] = {}  # model -> counts since the metrics were last published
@@ -169,7 +171,9 @@ class UsageLedger:
             return 0  # a day that began after the last re-read: nothing of it was stored then
         if since_s >= day_s:
             return totals.day_tokens.get(key_id, 0)
-        return totals.month_tokens.get(key_id, 0)  # the month is the longest window kept (quotas have no longer)
+        return totals.month_tokens.get(
+            key_id, 0
+        )  # the month is the longest window kept (quotas have no longer)
 
     @property
     def pending_rows(self) -> int:
