@@ -31,6 +31,7 @@ from corral.frontend.admin.resources import build_resources_router
 from corral.frontend.admin.routes import build_routes_router
 from corral.frontend.admin.scheduling import build_scheduling_router
 from corral.frontend.admin.scheduling_rules import build_scheduling_rules_router
+from corral.frontend.admin.usage import build_usage_router
 from corral.frontend.admin.vram_budget import build_vram_budget_router
 from corral.frontend.errors import install_handlers
 from corral.frontend.inference.agent_chat import build_mcp_router
@@ -96,6 +97,7 @@ def build_app(
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route
     app.include_router(build_routes_router(state))  # issue 25: model routes
+    app.include_router(build_usage_router(state))  # issue 25: usage per key x model x hour
     app.include_router(
         build_resources_router(state)
     )  # /api/resources, /api/models, /api/models/variants/<id>
