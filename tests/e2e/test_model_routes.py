@@ -136,7 +136,10 @@ def test_a_route_whose_every_target_fails_names_each_attempt(env: Env) -> None:
 
 def test_a_route_edit_on_one_frontend_takes_effect_on_the_other(env: Env) -> None:
     assert _put(env, "moving", {"targets": [A]}).status_code == 200
-    target = lambda: _chat(env.url_b, "moving").headers.get("x-corral-route-target")  # noqa: E731
+
+    def target() -> str:
+        return str(_chat(env.url_b, "moving").headers.get("x-corral-route-target", ""))
+
     wait_for(lambda: target() == A, "frontend b serves route 'moving' by route-a", 30)
     assert _put(env, "moving", {"targets": [B]}).status_code == 200
     wait_for(lambda: target() == B, "frontend b follows the edit to route-b", 30)
