@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -31,6 +32,9 @@ from corral.frontend.auth_throttle import AuthThrottle
 from corral.frontend.sources import source_of
 from corral.store import api_keys
 from corral.telemetry.families import API_KEY_LOOKUPS, AUTH_FAILURES
+from corral.tenancy.caller import ANONYMOUS, CURRENT, PRIORITY_CLASSES, PRIORITY_HEADER, PRIORITY_RANK, Caller
+from corral.tenancy.limits import Limits
+from corral.tenancy.policy import CURRENT_POLICY, KeyPolicy, policy_of
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +67,32 @@ Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class KeyAccess:
+    """What one valid key may do: its role, its policy (tenancy/policy.py) and the caller its requests run as."""
+
+    role: str
+    policy: KeyPolicy
+    caller: Caller
+
+    @classmethod
+    def of(cls, row: Any) -> KeyAccess:
+        policy = policy_of(row)
+        return cls(str(row["role"]), policy, policy.caller())
+
+
 class KeyCache:
-    """sha256(key) → role: valid keys (fresh for POSITIVE_TTL_S, known good until revoked) and wrong ones
-    (for NEGATIVE_TTL_S), each table bounded, the oldest entry evicted first."""
+    """sha256(key) → role and policy: valid keys (fresh for POSITIVE_TTL_S, known good until revoked or their
+    policy is changed) and wrong ones (for NEGATIVE_TTL_S), each table bounded, the oldest entry evicted first."""
 
     def __init__(self, pool: asyncpg.Pool, clock: Callable[[], float] = time.monotonic) -> None:
         self.pool, self._clock = pool, clock
-        self._good: dict[str, tuple[str, float]] = {}  # hash → (role, fresh until)
+        self._good: dict[str, tuple[KeyAccess, float]] = {}  # hash → (access, fresh until)
         self._wrong: dict[str, float] = {}  # hash → known wrong until
         self.lookups = 0
 
-    def good(self, hashed: str) -> tuple[str, bool] | None:
-        """(role, still fresh) of a key seen valid and not revoked since; None for any other."""
+    def good(self, hashed: str) -> tuple[KeyAccess, bool] | None:
+        """(access, still fresh) of a key seen valid and not revoked since; None for any other."""
         entry = self._good.get(hashed)
         return None if entry is None else (entry[0], entry[1] > self._clock())
 
@@ -82,21 +100,23 @@ class KeyCache:
         until = self._wrong.get(hashed)
         return until is not None and until > self._clock()
 
-    async def lookup(self, hashed: str) -> str | None:
-        """The key's role from PostgreSQL (None: unknown or revoked), remembered."""
+    async def lookup(self, hashed: str) -> KeyAccess | None:
+        """The key's role and policy from PostgreSQL (None: unknown or revoked), remembered."""
         self.lookups += 1
         API_KEY_LOOKUPS.inc()
-        role = await api_keys.role_of(self.pool, hashed)
+        row = await api_keys.access_of(self.pool, hashed)
         now = self._clock()
-        if role is None:
+        if row is None:
             self._good.pop(hashed, None)
             _remember(self._wrong, hashed, now + NEGATIVE_TTL_S)
-        else:
-            self._wrong.pop(hashed, None)
-            _remember(self._good, hashed, (role, now + POSITIVE_TTL_S))
-        return role
+            return None
+        access = KeyAccess.of(row)
+        self._wrong.pop(hashed, None)
+        _remember(self._good, hashed, (access, now + POSITIVE_TTL_S))
+        return access
 
     def evict(self, hashed: str) -> None:
+        """A key revoked or its policy changed (on any frontend): looked up again at its next request."""
         self._good.pop(hashed, None)
         self._wrong.pop(hashed, None)
 
@@ -129,6 +149,7 @@ class _Under:
 
 _admin_path = _Under(ADMIN_PREFIXES)
 _own_guard_path = _Under(WORKER_PREFIXES + UI_PREFIXES)  # worker self-service and the web UI's pages
+_limited_path = _Under(USER_PREFIXES)  # keys' rate limits and quotas count inference requests only
 
 
 def bearer(scope: Scope) -> str | None:
@@ -144,7 +165,10 @@ async def _send_json(
     status: int,
     body: dict[str, Any],
     headers: tuple[tuple[bytes, bytes], ...] = (),
+    *,
+    challenge: bool = True,
 ) -> None:
+    """`challenge`: an authentication error (it names the Bearer scheme)."""
     payload = json.dumps(body).encode()
     await send(
         {
@@ -153,7 +177,7 @@ async def _send_json(
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
-                (b"www-authenticate", b"Bearer"),
+                *([(b"www-authenticate", b"Bearer")] if challenge else []),
                 *headers,
             ],
         }
@@ -175,7 +199,36 @@ def _throttled_error(path: str, exc: Throttled) -> dict[str, Any]:
     return {"error": {"message": exc.message, "type": "rate_limit_error", "code": "too_many_auth_failures"}}
 
 
+def _priority_error(asked: bytes) -> dict[str, Any]:
+    shown = asked.decode("latin-1")[:32]
+    message = (
+        f"header {PRIORITY_HEADER.decode()}: unknown priority class {shown!r}; one of "
+        f"{', '.join(PRIORITY_CLASSES)} (a key's class is its ceiling: a request may only lower it)"
+    )
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "code": "invalid_value",
+            "param": PRIORITY_HEADER.decode(),
+        }
+    }
+
+
+def _asked_priority(scope: Scope) -> bytes | None:
+    for name, value in scope.get("headers", ()):
+        if name == PRIORITY_HEADER:
+            return bytes(value)
+    return None
+
+
+Refusal = tuple[int, dict[str, Any]]
+
+
 class AccessControl:
+    """`limits`: the rate limits and quotas of keys that carry them (tenancy/limits.py), checked on the
+    inference routes; None: keys' limits are not checked (an app built without the frontend's parts)."""
+
     def __init__(
         self,
         app: ASGIApp,
@@ -184,8 +237,9 @@ class AccessControl:
         user_auth: bool,
         metrics_token: str = "",
         throttle: AuthThrottle | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        self.app, self.cache, self.user_auth = app, cache, user_auth
+        self.app, self.cache, self.user_auth, self.limits = app, cache, user_auth, limits
         self.metrics_token = metrics_token.encode()
         self.throttle = throttle or AuthThrottle(20, 60.0)
 
@@ -194,7 +248,7 @@ class AccessControl:
     ) -> None:
         if scope["type"] == "http":
             try:
-                refusal = await self._refusal(scope, scope["path"])
+                refusal, access = await self._refusal(scope, scope["path"])
             except Throttled as exc:
                 await _send_json(
                     send,
@@ -211,9 +265,11 @@ class AccessControl:
             if refusal is not None:
                 await _send_json(send, refusal[0], refusal[1])
                 return
-        elif scope["type"] == "websocket":
+            await self._as_caller(scope, receive, send, access)
+            return
+        if scope["type"] == "websocket":
             try:
-                refusal = await self._refusal(scope, scope["path"])
+                refusal, _access = await self._refusal(scope, scope["path"])
             except Throttled as exc:
                 refusal = (429, _admin_error(429, exc.message))
             if refusal is not None:  # closed before accept: the client sees HTTP 403
@@ -227,53 +283,87 @@ class AccessControl:
                 return
         await self.app(scope, receive, send)
 
-    async def _refusal(self, scope: Scope, path: str) -> tuple[int, dict[str, Any]] | None:
+    async def _as_caller(
+        self,
+        scope: Scope,
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+        access: KeyAccess | None,
+    ) -> None:
+        """Serve the request as its key's caller (tenancy/caller.py `CURRENT`, with the key's policy), lowered
+        by `x-corral-priority`; within the key's rate limits and quotas on the inference routes."""
+        asked = _asked_priority(scope)
+        if access is None and asked is None:
+            await self.app(scope, receive, send)  # auth off, or a route without a key: ANONYMOUS
+            return
+        caller = ANONYMOUS if access is None else access.caller
+        if asked is not None:
+            if asked.decode("latin-1") not in PRIORITY_RANK:
+                await _send_json(send, 400, _priority_error(asked), challenge=False)
+                return
+            caller = caller.lowered_to(asked.decode("latin-1"))
+        policy = None if access is None else access.policy
+        if policy is not None and policy.metered and self.limits is not None and _limited_path(scope["path"]):
+            limit_refusal, headers = self.limits.admit(policy)
+            if limit_refusal is not None:
+                await _send_json(send, 429, limit_refusal.body, limit_refusal.headers, challenge=False)
+                return
+            if headers:
+                send = _with_headers(send, headers)
+        caller_token, policy_token = CURRENT.set(caller), CURRENT_POLICY.set(policy)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT.reset(caller_token)
+            CURRENT_POLICY.reset(policy_token)
+
+    async def _refusal(self, scope: Scope, path: str) -> tuple[Refusal | None, KeyAccess | None]:
+        """(why the request is refused, or None; the access of the valid key it carries, None without one)."""
         if _admin_path(path):
-            admin = await self._admin_refusal(scope)
-            return None if admin is None else (admin[0], _admin_error(*admin))
+            admin, access = await self._admin_refusal(scope)
+            return (None if admin is None else (admin[0], _admin_error(*admin))), access
         if path == METRICS_PATH and (self.user_auth or self.metrics_token):
-            message = await self._metrics_refusal(scope)
-            return None if message is None else (401, _user_error(message))
+            message, access = await self._metrics_refusal(scope)
+            return (None if message is None else (401, _user_error(message))), access
         if self.user_auth and path not in OPEN_PATHS and not _own_guard_path(path):
-            message = await self._user_refusal(scope)
-            return None if message is None else (401, _user_error(message))
-        return None
+            message, access = await self._user_refusal(scope)
+            return (None if message is None else (401, _user_error(message))), access
+        return None, None
 
-    async def _admin_refusal(self, scope: Scope) -> tuple[int, str] | None:
+    async def _admin_refusal(self, scope: Scope) -> tuple[tuple[int, str] | None, KeyAccess | None]:
         key = bearer(scope)
         if not key:
-            return 401, "admin API key required: send Authorization: Bearer <admin key>"
-        role = await self._role(scope, key)
-        if role is None:
-            return 401, "invalid or revoked API key"
-        if role != api_keys.ADMIN:
-            return 403, "this API key is not an admin key"
-        return None
+            return (401, "admin API key required: send Authorization: Bearer <admin key>"), None
+        access = await self._access(scope, key)
+        if access is None:
+            return (401, "invalid or revoked API key"), None
+        if access.role != api_keys.ADMIN:
+            return (403, "this API key is not an admin key"), None
+        return None, access
 
-    async def _user_refusal(self, scope: Scope) -> str | None:
+    async def _user_refusal(self, scope: Scope) -> tuple[str | None, KeyAccess | None]:
         key = bearer(scope)
         if not key:
-            return "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)"
-        if await self._role(scope, key) is None:
-            return "invalid or revoked API key"
-        return None
+            return "API key required: send Authorization: Bearer <key> (auth is enabled: LOCALAI_AUTH)", None
+        access = await self._access(scope, key)
+        return ("invalid or revoked API key" if access is None else None), access
 
-    async def _metrics_refusal(self, scope: Scope) -> str | None:
+    async def _metrics_refusal(self, scope: Scope) -> tuple[str | None, KeyAccess | None]:
         key = bearer(scope)
         if not key:
             return (
                 "metrics need the scrape token (CORRAL_METRICS_TOKEN) or an API key: "
                 "send Authorization: Bearer <token>"
-            )
+            ), None
         if self.metrics_token and hmac.compare_digest(key.encode(), self.metrics_token):
-            return None
-        if await self._role(scope, key) is None:
-            return "invalid scrape token or API key"
-        return None
+            return None, None
+        access = await self._access(scope, key)
+        return ("invalid scrape token or API key" if access is None else None), access
 
-    async def _role(self, scope: Scope, key: str) -> str | None:
-        """The key's role, None for a wrong key; raises Throttled when its source is past its failure limit.
-        A known-good key is never throttled; a known-wrong one is answered from memory (no guess, no lookup)."""
+    async def _access(self, scope: Scope, key: str) -> KeyAccess | None:
+        """The key's role and policy, None for a wrong key; raises Throttled when its source is past its failure
+        limit. A known-good key is never throttled; a known-wrong one is answered from memory (no guess, no
+        lookup)."""
         hashed = api_keys.key_hash(key)
         good = self.cache.good(hashed)
         if good is not None:
@@ -288,15 +378,28 @@ class AccessControl:
             raise Throttled(*self.throttle.refusal(wait_s))
         self.throttle.charge(source)
         try:
-            role = await self.cache.lookup(hashed)
+            access = await self.cache.lookup(hashed)
         except BaseException:
             self.throttle.refund(source)  # PostgreSQL down is not the client's guess
             raise
-        if role is not None:
+        if access is not None:
             self.throttle.refund(source)
-            return role
+            return access
         AUTH_FAILURES.labels("unknown").inc()
         delay_s = self.throttle.delay_s(source)
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         return None
+
+
+def _with_headers(
+    send: Callable[[Any], Awaitable[None]], headers: tuple[tuple[bytes, bytes], ...]
+) -> Callable[[Any], Awaitable[None]]:
+    """`send` adding `headers` to the response's start (a limited key's x-ratelimit-*)."""
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *headers]}
+        await send(message)
+
+    return sending

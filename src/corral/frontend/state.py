@@ -27,6 +27,7 @@ from corral.revisions.edits import ConfigRevisions
 from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.tenancy.ledger import UsageLedger
+from corral.tenancy.limits import Limits
 
 
 class AgentChats(Protocol):
@@ -65,6 +66,9 @@ class FrontendState:
     generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
     usage: UsageLedger | None = None  # per key x model x hour usage, flushed in batches (issue 25)
+    key_limits: Limits | None = (
+        None  # API keys' rate limits and quotas, checked by the access layer (issue 25)
+    )
     routes: RouteTable = field(default_factory=RouteTable)  # model routes (issue 25), kept by route_sync
 
     def backend_op_settings(self) -> BackendOpSettings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from typing import Any
 
 import asyncpg
 
@@ -36,9 +37,33 @@ async def insert(pool: asyncpg.Pool, key: str, *, name: str, role: str) -> async
     )
 
 
-async def role_of(pool: asyncpg.Pool, hashed: str) -> str | None:
-    role: str | None = await pool.fetchval(q("api_key_role"), hashed)
-    return role
+POLICY_COLUMNS = ("tenant", "models", "rpm", "tpm", "tokens_per_day", "tokens_per_month", "priority")
+
+
+async def insert_with_policy(
+    pool: asyncpg.Pool, key: str, *, name: str, role: str, policy: dict[str, Any]
+) -> asyncpg.Record | None:
+    """Store a key's hash with its policy (`POLICY_COLUMNS`, each present); None when that hash is stored."""
+    return await pool.fetchrow(
+        q("api_key_insert_with_policy"),
+        str(uuid.uuid4()),
+        name,
+        role,
+        key_hash(key),
+        display_prefix(key),
+        *(policy[c] for c in POLICY_COLUMNS),
+    )
+
+
+async def access_of(pool: asyncpg.Pool, hashed: str) -> asyncpg.Record | None:
+    """A live key's id, name, role and policy columns; None when unknown or revoked."""
+    return await pool.fetchrow(q("api_key_access"), hashed)
+
+
+async def update_policy(pool: asyncpg.Pool, key_id: str, changes: dict[str, Any]) -> asyncpg.Record | None:
+    """Change the given policy columns of a live key; the row with its `key_hash` (for the caches), or None
+    when the key is unknown or revoked."""
+    return await pool.fetchrow(q("api_key_policy_update"), key_id, *(changes.get(c) for c in POLICY_COLUMNS))
 
 
 async def listing(pool: asyncpg.Pool) -> list[asyncpg.Record]:

@@ -7,7 +7,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from corral.frontend.access import AccessControl
+from corral.frontend.access import AccessControl, KeyAccess
+from corral.tenancy.policy import KeyPolicy
 
 
 class _DownCache:
@@ -17,7 +18,7 @@ class _DownCache:
     def known_wrong(self, hashed: str) -> bool:
         return False
 
-    async def lookup(self, hashed: str) -> str | None:
+    async def lookup(self, hashed: str) -> KeyAccess | None:
         raise asyncpg.exceptions.PostgresConnectionError("connection refused")
 
 
@@ -48,23 +49,26 @@ async def test_a_key_lookup_with_postgresql_down_is_a_503_naming_it_not_a_traceb
     assert "PostgreSQL" in message
 
 
+ADMIN_ACCESS = KeyAccess("admin", KeyPolicy("k1", "admin"), KeyPolicy("k1", "admin").caller())
+
+
 class _CountingCache:
     """A key table in memory: one valid admin key; counts the lookups the access layer asks for."""
 
     def __init__(self, valid_hash: str) -> None:
         self.valid_hash, self.lookups, self.known = valid_hash, 0, False
 
-    def good(self, hashed: str) -> tuple[str, bool] | None:
-        return ("admin", True) if self.known and hashed == self.valid_hash else None
+    def good(self, hashed: str) -> tuple[KeyAccess, bool] | None:
+        return (ADMIN_ACCESS, True) if self.known and hashed == self.valid_hash else None
 
     def known_wrong(self, hashed: str) -> bool:
         return False
 
-    async def lookup(self, hashed: str) -> str | None:
+    async def lookup(self, hashed: str) -> KeyAccess | None:
         self.lookups += 1
         if hashed == self.valid_hash:
             self.known = True
-            return "admin"
+            return ADMIN_ACCESS
         return None
 
 

@@ -23,6 +23,7 @@ def access_control(inner: ASGIApp, state: FrontendState, cache: KeyCache) -> Acc
         user_auth=bool(lifecycle and lifecycle.user_auth),
         metrics_token=lifecycle.metrics_token if lifecycle is not None else "",
         throttle=state.admission.throttle,
+        limits=state.key_limits,
     )
 
 
