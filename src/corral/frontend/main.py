@@ -63,6 +63,8 @@ from corral.store import db, generated_images
 from corral.store import responses as responses_store
 from corral.store import settings as settings_store
 from corral.telemetry import families, otlp
+from corral.tenancy.ledger import UsageLedger
+from corral.tenancy.usage import UsageSink
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ def build_router(
     channels: BackendChannels,
     aliases: dict[str, str],
     staging: StagingContext,
+    usage: UsageSink,
 ) -> Router:
     """The request path, wired once: local replicas → evictor → load context → jobs → cold path → router."""
     frontend_id = str(uuid.uuid4())
@@ -119,7 +122,7 @@ def build_router(
     waiters = Waiters(pool, nc, orphan_s=settings.load_orphan_window_s)
     runner = LoadJobRunner(ctx, jobs, waiters, replicas.loaded)
     cold = ColdLoads(runner, waiters, jobs, wait_budget_s=settings.model_load_wait_s)
-    return Router(ctx, replicas, cold, evictor, QueueSettings.from_settings(settings))
+    return Router(ctx, replicas, cold, evictor, QueueSettings.from_settings(settings), usage)
 
 
 @dataclass
@@ -174,7 +177,11 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         aliases = load_aliases(models_dir, set(configs))
         await apply_boot_settings(pool, settings)
         await scheduling_seed.apply(pool, declared_rules)
-        router = build_router(settings, pool, nc, conn.http, conn.channels, aliases, conn.staging)
+        usage = UsageLedger(
+            pool, flush_interval_s=settings.usage_flush_interval_s, max_pending=settings.usage_max_pending
+        )
+        await stack.enter_async_context(usage)  # closed after the router: the last call's counts are written
+        router = build_router(settings, pool, nc, conn.http, conn.channels, aliases, conn.staging, usage)
         stack.push_async_callback(router.close)  # also after a start that failed half way
         await router.start()
         reconciler = ReplicaReconciler(
@@ -229,7 +236,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         )
         figures = ClusterFigures(pool, router.replicas.all)
         agent_jobs = JobRecorder(pool, nc)
-        state = _state(settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs)
+        state = _state(settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs, usage)
         route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
         await route_sync.start()
         await agent_jobs.start()
@@ -240,7 +247,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks = OwnedTasks()  # every long-lived task of this process: one that ends makes the process exit 1
         stack.push_async_callback(tasks.close)
         stack.callback(stop.set)  # before the tasks are closed: their loops see it
-        tasks.adopt([*router.background_tasks, *lifecycle.tasks])
+        tasks.adopt([*router.background_tasks, *lifecycle.tasks, *usage.tasks])
         tasks.start("stuck-replica-sweep", stuck_replicas.run(pool, nc, settings.load_orphan_window_s, stop))
         tasks.start("revision-cleanup", cleanup.run(stop))
         tasks.start("config-resync", revs.run(stop))
@@ -292,6 +299,7 @@ def _state(
     backend_ops: BackendOpsDriver,
     figures: ClusterFigures,
     agent_jobs: JobRecorder,
+    usage: UsageLedger,
 ) -> FrontendState:
     agent_bus = AgentBus(
         conn.nc,
@@ -326,6 +334,7 @@ def _state(
             settings.image_fetch_timeout_s,
         ),
         responses_ttl_s=settings.responses_ttl_s,
+        usage=usage,
     )
 
 
