@@ -64,6 +64,8 @@ from corral.store import responses as responses_store
 from corral.store import settings as settings_store
 from corral.telemetry import families, otlp
 from corral.tenancy.ledger import UsageLedger
+from corral.tenancy.limits import Limits
+from corral.tenancy.sinks import UsageSinks
 from corral.tenancy.usage import UsageSink
 
 log = logging.getLogger(__name__)
@@ -181,7 +183,10 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
             pool, flush_interval_s=settings.usage_flush_interval_s, max_pending=settings.usage_max_pending
         )
         await stack.enter_async_context(usage)  # closed after the router: the last call's counts are written
-        router = build_router(settings, pool, nc, conn.http, conn.channels, aliases, conn.staging, usage)
+        key_limits = Limits(usage, sync_interval_s=settings.key_limits_sync_interval_s)
+        router = build_router(
+            settings, pool, nc, conn.http, conn.channels, aliases, conn.staging, UsageSinks(usage, key_limits)
+        )
         stack.push_async_callback(router.close)  # also after a start that failed half way
         await router.start()
         reconciler = ReplicaReconciler(
@@ -236,7 +241,9 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         )
         figures = ClusterFigures(pool, router.replicas.all)
         agent_jobs = JobRecorder(pool, nc)
-        state = _state(settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs, usage)
+        state = _state(
+            settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs, usage, key_limits
+        )
         route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
         await route_sync.start()
         await agent_jobs.start()
@@ -253,6 +260,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks.start("config-resync", revs.run(stop))
         tasks.start("replica-reconciler", reconciler.run(stop))
         tasks.start("backend-ops", backend_ops.run(stop))
+        tasks.start("key-limits-sync", key_limits.run(nc, stop))  # rate-limit counts shared between frontends
         tasks.start("routes-refresh", route_sync.run(stop))
         _start_sweeps(tasks, settings, pool, stop)
         if prehasher is not None:
@@ -300,6 +308,7 @@ def _state(
     figures: ClusterFigures,
     agent_jobs: JobRecorder,
     usage: UsageLedger,
+    key_limits: Limits,
 ) -> FrontendState:
     agent_bus = AgentBus(
         conn.nc,
@@ -335,6 +344,7 @@ def _state(
         ),
         responses_ttl_s=settings.responses_ttl_s,
         usage=usage,
+        key_limits=key_limits,
     )
 
 
