@@ -7,6 +7,7 @@ import { follow } from "../live.js";
 import { action, confirmAction, empty, panel, pill, toast } from "../ui.js";
 import { parseSelector, selectorField, selectorText } from "../complete.js";
 import { pageHead } from "./common.js";
+import { routesPanel } from "./routes_panel.js";
 
 const POLICIES = [["", "default"], ["round_robin", "round robin"], ["prefix_cache", "prefix cache"]];
 
@@ -91,6 +92,7 @@ export default function schedulingPage(root) {
   const table = slot(() => rulesTable(rules, (r) => openForm(r), refresh));
   const modelSelect = h("select", { "aria-label": "Model to explain", dataset: { testid: "explain-model" } });
   const explainOut = h("div", {});
+  const routes = routesPanel(() => models);  // issue 25: model routes
 
   function openForm(rule) {
     form = ruleForm(() => catalog, models, rule, async (saved) => {
@@ -107,11 +109,11 @@ export default function schedulingPage(root) {
       api("/api/models").then((m) => ({ models: [...m.models.map((x) => x.name), ...Object.keys(m.aliases || {})] }))]);
     catalog = labels.labels;
     if (!modelSelect.options.length) modelSelect.replaceChildren(...models.map((m) => h("option", { value: m }, m)));
-    await table.refresh();
+    await Promise.all([table.refresh(), routes.editing() ? null : routes.refresh()]);
   }
   root.append(pageHead("Scheduling", "Where models may run and how many replicas they keep",
     action("New rule", async () => openForm(null), { kind: "primary", testid: "new-rule" })),
-  formBox, panel("Rules", table.el, { id: "rules" }),
+  formBox, panel("Rules", table.el, { id: "rules" }), routes.el,
   panel("Placement explain", h("div", { class: "stack" },
     h("div", { class: "row wrap" }, modelSelect, action("Explain", async () => {
       explainOut.replaceChildren(explainView(await api(`/api/nodes/scheduling/explain?model=${enc(modelSelect.value)}`)));
