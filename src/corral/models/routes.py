@@ -75,9 +75,15 @@ class ModelRoute:
         }
 
 
+def _shown(value: Any) -> str:
+    """A refused value as quoted in a message: its repr, cut to 64 characters."""
+    text = repr(value)
+    return text if len(text) <= 64 else f"{text[:64]}…"
+
+
 def _name(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise RouteInvalid(key, f"must be a model, alias or route name, got {value!r}")
+        raise RouteInvalid(key, f"must be a model, alias or route name, got {_shown(value)}")
     problem = name_problem(value.strip())
     if problem is not None:
         raise RouteInvalid(key, problem)
@@ -86,9 +92,9 @@ def _name(value: Any, key: str) -> str:
 
 def _weight(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RouteInvalid(key, f"must be a number from 0 to {WEIGHT_MAX}, got {value!r}")
+        raise RouteInvalid(key, f"must be a number from 0 to {WEIGHT_MAX}, got {_shown(value)}")
     if not 0 <= value <= WEIGHT_MAX:
-        raise RouteInvalid(key, f"must be between 0 and {WEIGHT_MAX}, got {value!r}")
+        raise RouteInvalid(key, f"must be between 0 and {WEIGHT_MAX}, got {_shown(value)}")
     return float(value)
 
 
@@ -107,7 +113,7 @@ def _targets(raw: Any) -> tuple[RouteTarget, ...]:
             item = {"model": item}  # a bare name: weight 1
         if not isinstance(item, dict):
             raise RouteInvalid(
-                key, f'must be an object like {{"model": "llama3", "weight": 90}}, got {item!r}'
+                key, f'must be an object like {{"model": "llama3", "weight": 90}}, got {_shown(item)}'
             )
         unknown = sorted(k for k in item if k not in TARGET_FIELDS)
         if unknown:
@@ -129,7 +135,7 @@ def _fallbacks(raw: Any) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise RouteInvalid("fallbacks", f'must be a list of names like ["llama3-small"], got {raw!r}')
+        raise RouteInvalid("fallbacks", f'must be a list of names like ["llama3-small"], got {_shown(raw)}')
     if len(raw) > FALLBACKS_MAX:
         raise RouteInvalid("fallbacks", f"at most {FALLBACKS_MAX} fallbacks, got {len(raw)}")
     names: list[str] = []
@@ -152,10 +158,12 @@ def parse_route(name: str, body: Any) -> ModelRoute:
     if unknown:
         raise RouteInvalid(str(unknown[0])[:64], f"unknown field; known fields: {', '.join(FIELDS)}")
     if "name" in body and body["name"] != route_name:
-        raise RouteInvalid("name", f"is {body['name']!r} but the path names {route_name!r}; send one name")
+        raise RouteInvalid(
+            "name", f"is {_shown(body['name'])} but the path names {route_name!r}; send one name"
+        )
     description = body.get("description", "")
     if not isinstance(description, str):
-        raise RouteInvalid("description", f"must be a string, got {description!r}")
+        raise RouteInvalid("description", f"must be a string, got {_shown(description)}")
     if len(description) > DESCRIPTION_MAX:
         raise RouteInvalid(
             "description", f"must be at most {DESCRIPTION_MAX} characters, got {len(description)}"
