@@ -104,3 +104,8 @@ def agent_events(name: str, user: str) -> str:
 def key_limit_counts() -> str:
     """Each frontend's requests and tokens per rate-limited API key since its last publish (tenancy/limits.py)."""
     return "state.api-keys.limit-counts"
+
+
+def model_load_reports() -> str:
+    """Each frontend's per-model queue figures (depth, wait and TTFT p95) for the autoscaler (replicas/load_reports.py)."""
+    return "state.models.queue-load"

@@ -3,10 +3,13 @@
 In order:
   1. keep the minimum: fewer than `min` loaded (spread: one per matching node) ⇒ load the missing
      ones, as far as free replica slots allow; no slot or no matching node ⇒ unsatisfiable;
-  2. burst: every replica busy and below `max` (0 = no bound) ⇒ one more;
+  2. burst: every replica busy and below `max` (0 = no bound) ⇒ one more — or, for a rule with load
+     targets (issue 25), what `placement.autoscale` decides from the cluster's queue wait / TTFT;
   3. otherwise shrink, never below the minimum and only replicas with nothing in flight: replicas
      on nodes the selector no longer matches, then any above `max`, then those idle for the
      scale-down window above max(min, 1) — highest replica index first, then least recently used.
+     With autoscaling, the minimum is raised by schedule windows, idle stops wait for the load to
+     fall under its targets and for the cooldown, and the floor is 0 when the rule scales to zero.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from corral.placement.autoscale import Counts, Verdict
 from corral.placement.filters.selector import selector_matches
 from corral.placement.rules import SchedulingRule
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
@@ -24,6 +28,7 @@ LOADED = "loaded"
 IN_PROGRESS = ("staging", "loading")
 
 ReplicaFn = Callable[[NodeSnapshot, ReplicaSnapshot], float]
+Autoscaler = Callable[[Counts], Verdict]
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Plan:
     load: int = 0  # replicas to add now
     stop: tuple[ReplicaRef, ...] = ()
     unsatisfiable: str = ""  # why a needed replica has nowhere to go
+    verdict: Verdict | None = None  # the autoscaler's decision and its reason (issue 25)
 
     def summary(self) -> str:
         high = "∞" if self.high is None else str(self.high)
@@ -97,38 +103,48 @@ def plan_replicas(
     in_flight: ReplicaFn,
     idle_s: ReplicaFn,
     idle_window_s: float,
+    autoscaler: Autoscaler | None = None,
 ) -> Plan:
+    """`autoscaler`: the rule's load decision (placement.autoscale.decide bound to the load and the clock)."""
     matching = matching_nodes(selector, nodes)
     matching_ids = {n.id for n in matching}
     low, high = bounds(rule, len(matching))
     loaded = [(n, r) for n in nodes for r in n.replicas if r.model == model and r.state == LOADED]
     placed = [(n, r) for n, r in loaded if n.id in matching_ids]
     pending = sum(1 for n in matching for r in n.replicas if r.model == model and r.state in IN_PROGRESS)
-    base = Plan(low, high, len(placed), pending)
     capacity = free_slots(model, matching)
+    verdict = None
+    if autoscaler is not None and not rule.spread_all:
+        verdict = autoscaler(Counts(len(placed), pending, capacity, high))
+        low = max(low, verdict.low)
+    base = Plan(low, high, len(placed), pending, verdict=verdict)
     need = low - len(placed) - pending
     if need > 0:
         if capacity == 0:
-            return Plan(
-                low,
-                high,
-                len(placed),
-                pending,
-                unsatisfiable=_unsatisfiable(model, need, selector, nodes, matching),
-            )
-        return Plan(low, high, len(placed), pending, load=min(need, capacity))
+            return replace(base, unsatisfiable=_unsatisfiable(model, need, selector, nodes, matching))
+        return replace(base, load=min(need, capacity))
     below_high = high is None or len(placed) < high
-    if placed and not pending and below_high and capacity and all(in_flight(n, r) > 0 for n, r in loaded):
-        return Plan(low, high, len(placed), pending, load=1)
+    room = bool(placed) and not pending and below_high and capacity > 0
+    if verdict is None or verdict.busy_burst:
+        bounded = (
+            rule.min_replicas > 0 or rule.max_replicas > 0
+        )  # a rule with only an idle window never bursts
+        if room and bounded and all(in_flight(n, r) > 0 for n, r in loaded):
+            return replace(base, load=1)
+    elif room and verdict.add:
+        return replace(base, load=1)
     if pending:
         return base
-    return Plan(
-        low,
-        high,
-        len(placed),
-        pending,
-        stop=_shrink(base, loaded, placed, matching_ids, in_flight, idle_s, idle_window_s),
-    )
+    floor, idle_ok = (verdict.floor, verdict.allow_idle_stop) if verdict else (max(low, 1), True)
+    idle = _Idle(idle_s, idle_window_s if idle_ok else float("inf"), floor)
+    return replace(base, stop=_shrink(base, loaded, placed, matching_ids, in_flight, idle))
+
+
+@dataclass(frozen=True)
+class _Idle:
+    idle_s: ReplicaFn
+    window_s: float  # inf: no idle stop this pass
+    floor: int
 
 
 def _shrink(
@@ -137,8 +153,7 @@ def _shrink(
     placed: list[tuple[NodeSnapshot, ReplicaSnapshot]],
     matching_ids: set[str],
     in_flight: ReplicaFn,
-    idle_s: ReplicaFn,
-    idle_window_s: float,
+    idle: _Idle,
 ) -> tuple[ReplicaRef, ...]:
     stops: list[ReplicaRef] = []
     if plan.current >= plan.low:  # the replacements exist: move off nodes the selector no longer matches
@@ -148,7 +163,7 @@ def _shrink(
             if n.id not in matching_ids and in_flight(n, r) == 0
         ]
     idle_first = sorted(
-        (p for p in placed if in_flight(*p) == 0), key=lambda p: (-p[1].replica_index, -idle_s(*p))
+        (p for p in placed if in_flight(*p) == 0), key=lambda p: (-p[1].replica_index, -idle.idle_s(*p))
     )
     keep = plan.current
     if plan.high is not None:
@@ -156,11 +171,10 @@ def _shrink(
             n, r = idle_first.pop(0)
             stops.append(ReplicaRef(n, r, "above max_replicas"))
             keep -= 1
-    floor = max(plan.low, 1)
     for n, r in idle_first:
-        if keep <= floor:
+        if keep <= idle.floor:
             break
-        if idle_s(n, r) >= idle_window_s:
+        if idle.idle_s(n, r) >= idle.window_s:
             stops.append(ReplicaRef(n, r, "idle"))
             keep -= 1
     return tuple(stops)

@@ -15,12 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.models.names import name_problem
+from corral.placement.schedules import ScheduleInvalid, ScheduleWindow, parse_schedules
 
 ROUTE_POLICIES = ("", "round_robin", "least_loaded", "prefix_cache", "power_of_two")  # "" = process default
 MODEL_NAME_MAX = 255
 LABEL_KEY_MAX = 128
 LABEL_VALUE_MAX = 255
 REPLICAS_MAX = 10_000
+TARGET_MAX_S = 3600.0  # a latency target beyond an hour is a mistake
+IDLE_MAX_S = 7 * 24 * 3600.0
+AUTOSCALE_FIELDS = ("target_queue_wait_s", "target_ttft_s", "scale_down_idle_s", "cooldown_s", "schedules")
 FIELDS = (
     "model_name",
     "node_selector",
@@ -32,6 +36,7 @@ FIELDS = (
     "balance_abs_threshold",
     "balance_rel_threshold",
     "min_prefix_match",
+    *AUTOSCALE_FIELDS,
 )
 
 
@@ -56,6 +61,50 @@ class RuleSpec:
     balance_abs_threshold: int | None = None
     balance_rel_threshold: float | None = None
     min_prefix_match: float | None = None
+    autoscale: Autoscale = field(default_factory=lambda: Autoscale())
+
+
+@dataclass(frozen=True)
+class Autoscale:
+    """Autoscaling on load (issue 25); every field optional: None = off (cooldown: CORRAL_AUTOSCALE_COOLDOWN)."""
+
+    target_queue_wait_s: float | None = None  # scale up when the cluster's queue wait p95 passes it
+    target_ttft_s: float | None = None  # … or its time-to-first-token p95
+    scale_down_idle_s: float | None = (
+        None  # idle window of this rule (else CORRAL_SCALE_DOWN_IDLE); min 0 ⇒ to zero
+    )
+    cooldown_s: float | None = None  # between two scaling actions
+    schedules: tuple[ScheduleWindow, ...] = ()
+
+    @property
+    def on_load(self) -> bool:
+        return self.target_queue_wait_s is not None or self.target_ttft_s is not None
+
+    @property
+    def configured(self) -> bool:
+        return self != Autoscale()
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that are set, as the API answers them."""
+        out: dict[str, Any] = {
+            k: getattr(self, k)
+            for k in ("target_queue_wait_s", "target_ttft_s", "scale_down_idle_s", "cooldown_s")
+            if getattr(self, k) is not None
+        }
+        if self.schedules:
+            out["schedules"] = [w.to_json() for w in self.schedules]
+        return out
+
+
+@dataclass(frozen=True)
+class AutoscaleRecord:
+    """What the reconciler last made of a rule's load (stored on the rule): the explain of its last pass."""
+
+    reason: str = ""
+    checked_s: float | None = None
+    over_passes: int = 0  # consecutive passes over a target (hysteresis)
+    last_action: str = ""
+    last_action_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,11 +128,14 @@ class SchedulingRule:
     declared: bool = False
     created_s: float = 0.0
     updated_s: float = 0.0
+    autoscale: Autoscale = field(default_factory=lambda: Autoscale())
+    record: AutoscaleRecord = field(default_factory=lambda: AutoscaleRecord())
 
     @property
     def autoscaling(self) -> bool:
-        """Only these rules are the reconciler's business (reference: min > 0 or max > 0 or spread)."""
-        return self.min_replicas > 0 or self.max_replicas > 0 or self.spread_all
+        """Only these rules are the reconciler's business (reference: min > 0 or max > 0 or spread; issue 25:
+        or a load target, an idle window or a schedule)."""
+        return self.min_replicas > 0 or self.max_replicas > 0 or self.spread_all or self.autoscale.configured
 
     def cooling_down(self, now_s: float, fingerprint: str) -> bool:
         """In its back-off window, unless the registry changed since the window began."""
@@ -112,6 +164,51 @@ def _number(body: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RuleInvalid(key, f"must be a number, got {value!r}")
     return float(value)
+
+
+def _seconds(
+    body: Mapping[str, Any], key: str, *, low: float, high: float, zero: bool = False
+) -> float | None:
+    value = _number(body, key)
+    if value is None:
+        return None
+    if not (low <= value <= high) or (not zero and value <= 0):
+        above = f"at least {low:g}" if zero else "more than 0"
+        raise RuleInvalid(key, f"must be {above} and at most {high:g} seconds, got {value:g}")
+    return value
+
+
+def _autoscale(body: Mapping[str, Any], low: int, high: int, spread: bool) -> Autoscale:
+    try:
+        schedules = parse_schedules(body.get("schedules"))
+    except ScheduleInvalid as exc:
+        raise RuleInvalid(exc.field, exc.message) from None
+    scaling = Autoscale(
+        target_queue_wait_s=_seconds(body, "target_queue_wait_s", low=0.0, high=TARGET_MAX_S),
+        target_ttft_s=_seconds(body, "target_ttft_s", low=0.0, high=TARGET_MAX_S),
+        scale_down_idle_s=_seconds(body, "scale_down_idle_s", low=0.0, high=IDLE_MAX_S),
+        cooldown_s=_seconds(body, "cooldown_s", low=0.0, high=IDLE_MAX_S, zero=True),
+        schedules=schedules,
+    )
+    if spread and scaling.configured:
+        key = next(k for k in AUTOSCALE_FIELDS if body.get(k) is not None)
+        raise RuleInvalid(
+            key,
+            "replicas: all keeps one replica on every matching node and does not autoscale; use "
+            "min_replicas/max_replicas with autoscaling",
+        )
+    for i, window in enumerate(schedules):
+        if high and window.min_replicas > high:
+            raise RuleInvalid(
+                f"schedules[{i}].min_replicas",
+                f"must not exceed max_replicas ({window.min_replicas} > {high})",
+            )
+    if scaling.on_load and high == 0:
+        key = "target_queue_wait_s" if scaling.target_queue_wait_s is not None else "target_ttft_s"
+        raise RuleInvalid(
+            key, "scaling on load needs a ceiling: set max_replicas >= 1 (the most replicas load may add)"
+        )
+    return scaling
 
 
 def _model_name(body: Mapping[str, Any]) -> str:
@@ -216,6 +313,7 @@ def parse_rule(body: Any, *, declarative: bool = False) -> RuleSpec:
             "(0 = no upper bound then), max_replicas >= 1, or replicas: all",
         )
     routing = _routing(body)
+    scaling = _autoscale(body, low, high, spread)
     if declarative:  # authoritative: the whole row is replaced, unset overrides go back to their defaults
         routing = {
             "route_policy": routing["route_policy"] or "",
@@ -229,5 +327,6 @@ def parse_rule(body: Any, *, declarative: bool = False) -> RuleSpec:
         min_replicas=low,
         max_replicas=high,
         spread_all=spread,
+        autoscale=scaling,
         **routing,
     )

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import asyncpg
 
-from corral.placement.rules import RuleSpec, SchedulingRule
+from corral.placement.rules import Autoscale, AutoscaleRecord, RuleSpec, SchedulingRule
+from corral.placement.schedules import ScheduleInvalid, parse_schedules
 from corral.store.locks import KEY_SCHEDULING_RULES
 from corral.store.queries import q
 
@@ -30,6 +31,30 @@ def selector_text(selector: dict[str, str]) -> str:
     return json.dumps(selector, sort_keys=True) if selector else ""
 
 
+def _autoscale(row: asyncpg.Record) -> Autoscale:
+    try:  # validated on the way in; a zone the system no longer knows drops the windows rather than the rule
+        schedules = parse_schedules(json.loads(row["schedules"]) if row["schedules"] else None)
+    except (ScheduleInvalid, ValueError):
+        schedules = ()
+    return Autoscale(
+        target_queue_wait_s=row["target_queue_wait_s"],
+        target_ttft_s=row["target_ttft_s"],
+        scale_down_idle_s=row["scale_down_idle_s"],
+        cooldown_s=row["autoscale_cooldown_s"],
+        schedules=schedules,
+    )
+
+
+def _record(row: asyncpg.Record) -> AutoscaleRecord:
+    return AutoscaleRecord(
+        reason=row["autoscale_reason"],
+        checked_s=row["autoscale_checked_s"],
+        over_passes=int(row["autoscale_over_passes"]),
+        last_action=row["autoscale_last_action"],
+        last_action_s=row["autoscale_last_action_s"],
+    )
+
+
 def from_row(row: asyncpg.Record) -> SchedulingRule:
     return SchedulingRule(
         id=row["id"],
@@ -49,6 +74,8 @@ def from_row(row: asyncpg.Record) -> SchedulingRule:
         declared=bool(row["declared"]),
         created_s=float(row["created_s"]),
         updated_s=float(row["updated_s"]),
+        autoscale=_autoscale(row),
+        record=_record(row),
     )
 
 
@@ -77,6 +104,11 @@ async def upsert(
         spec.balance_rel_threshold,
         spec.min_prefix_match,
         declared,
+        spec.autoscale.target_queue_wait_s,
+        spec.autoscale.target_ttft_s,
+        spec.autoscale.scale_down_idle_s,
+        spec.autoscale.cooldown_s,
+        json.dumps([w.to_json() for w in spec.autoscale.schedules]),
     )
     return from_row(row)
 
@@ -137,3 +169,17 @@ async def note(pool: asyncpg.Pool, name: str, reason: str) -> None:
 
 async def clear_cooldowns(pool: asyncpg.Pool) -> None:
     await pool.execute(q("rules_clear_cooldowns"))
+
+
+async def autoscale_record(
+    pool: asyncpg.Pool, name: str, reason: str, over_passes: int, action: str | None, now_s: float
+) -> None:
+    """Store the autoscaler's pass over a rule (its explain); `action` when it scaled, at `now_s`."""
+    await pool.execute(
+        q("rule_autoscale_record"),
+        name,
+        reason[:2000],
+        over_passes,
+        None if action is None else action[:2000],
+        now_s,
+    )
