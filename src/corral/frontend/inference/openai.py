@@ -140,11 +140,16 @@ def _known_model(state: FrontendState, name: str) -> str:
     return name
 
 
+def _check_allowed(state: FrontendState, model: str) -> None:
+    """403 when the request's API key may not use `model` (its `models`: tenancy/policy.py)."""
+    if (refused := model_refusal(model, state.aliases.get(model, ""))) is not None:
+        raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
+
+
 def config_for(
     state: FrontendState, model: str, *, embeddings: bool = False, reranking: bool = False
 ) -> ModelConfig:
-    if (refused := model_refusal(model, state.aliases.get(model, ""))) is not None:  # the key's `models`
-        raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
+    _check_allowed(state, model)
     model = route_target(state, model)  # a model route: its chosen target (fallbacks: inference/routes.py)
     cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
     if cfg is None:
@@ -206,6 +211,7 @@ def build_openai_router(state: FrontendState, table: InferenceTable) -> APIRoute
 
     @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
     async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
+        _check_allowed(state, model_id)
         name = _known_model(state, model_id)
         return _json(_model_object(name, state.configs.get(name) or state.configs[state.aliases[name]]))
 
