@@ -181,3 +181,18 @@ KEY_REFUSALS = Counter(
     "requests or tokens per minute), insufficient_quota (its tokens per day or month)",
     ["reason"],
 )
+
+# Circuit breakers and retries of backend calls (routing/breaker.py, routing/calls.py): failures only, never the
+# warm path. Breakers are per frontend: each frontend counts its own transitions.
+BREAKER_TRANSITIONS = Counter(
+    "corral_breaker_transitions",
+    "Replica circuit breakers changing state on this frontend, by model and new state (open: taken out of picking "
+    "for CORRAL_BREAKER_COOLDOWN; half_open: one trial request let through; closed: serving again)",
+    ["model", "to"],
+)
+BACKEND_RETRIES = Counter(
+    "corral_backend_retries",
+    "Backend calls retried before their first byte, by model and reason (gone: the replica stopped serving; "
+    "unavailable: UNAVAILABLE from a live replica; breaker_open: the failure opened the replica's breaker)",
+    ["model", "reason"],
+)
