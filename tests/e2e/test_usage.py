@@ -5,6 +5,7 @@ frontend that stops writes what it had not flushed yet."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -139,3 +140,42 @@ def test_a_stopping_frontend_writes_the_usage_it_had_not_flushed(
     after = _stored(cluster, key_id, SIM) or (0, 0, 0, 0)
     added = tuple(a - b for a, b in zip(after, before, strict=True))
     assert added == (1, reply.usage.prompt_tokens, reply.usage.completion_tokens, 0)
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_the_usage_page_lists_the_keys_usage_per_model(cluster: Cluster, user_key: tuple[str, str]) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} is missing: install the Debian package `chromium`")
+    key_id = user_key[0]
+    stored = _stored(cluster, key_id, SIM)
+    assert stored is not None  # the first test's calls
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.set_default_timeout(20_000)
+            page.goto(f"{cluster.frontend_url}/app/usage")
+            page.get_by_label("Admin API key").fill(cluster.admin_key)
+            page.get_by_role("button", name="Sign in").click()
+            row = page.locator(f"[data-testid=usage-table] tr[data-key='{key_id}'][data-model='{SIM}']")
+            sync_api.expect(row.locator("[data-count=total_tokens]")).to_have_text(
+                f"{stored[1] + stored[2]:,}"
+            )
+            sync_api.expect(row).to_contain_text("usage-test")  # the key's name
+            page.get_by_label("Group by").select_option("model")
+            sync_api.expect(page.locator(f"[data-testid=usage-table] tr[data-model='{TINY}']")).to_have_count(
+                1
+            )
+            assert page.locator("nav [data-nav=usage]").count() == 1
+            if os.environ.get("CORRAL_UI_SCREENSHOTS"):
+                page.screenshot(path=f"{os.environ['CORRAL_UI_SCREENSHOTS']}/usage.png", full_page=True)
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -11,6 +11,7 @@ import modelsPage from "./pages/models.js";
 import schedulingPage from "./pages/scheduling.js";
 import activityPage from "./pages/activity.js";
 import chatPage from "./pages/chat.js";
+import usagePage from "./pages/usage.js";
 
 const BASE = "/app";
 const ROUTES = [
@@ -20,10 +21,12 @@ const ROUTES = [
   { path: /^\/models\/?$/, page: modelsPage, nav: "models", title: "Models" },
   { path: /^\/scheduling\/?$/, page: schedulingPage, nav: "scheduling", title: "Scheduling" },
   { path: /^\/activity\/?$/, page: activityPage, nav: "activity", title: "Activity" },
+  { path: /^\/usage\/?$/, page: usagePage, nav: "usage", title: "Usage" },
   { path: /^\/chat\/?$/, page: chatPage, nav: "chat", title: "Chat" },
 ];
 const NAV = [["nodes", "Nodes", "/app"], ["models", "Models", "/app/models"],
-  ["scheduling", "Scheduling", "/app/scheduling"], ["activity", "Activity", "/app/activity"], ["chat", "Chat", "/app/chat"]];
+  ["scheduling", "Scheduling", "/app/scheduling"], ["activity", "Activity", "/app/activity"], ["usage", "Usage", "/app/usage"],
+  ["chat", "Chat", "/app/chat"]];
 
 const root = document.getElementById("root");
 let dispose = null;
