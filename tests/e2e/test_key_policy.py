@@ -80,6 +80,7 @@ def test_a_key_outside_its_models_gets_403_and_lists_only_its_models(env: Env) -
     assert error["code"] == "model_not_allowed" and error["param"] == "model"
     assert "'team-a' may not use model 'policy-b'; its models: policy-a*" in error["message"]
     assert _models(env.url, headers) == [A]
+    assert httpx.get(f"{env.url}/v1/models/{B}", headers=headers, timeout=30).status_code == 403
     assert _chat(env.url, headers, A).status_code == 200
     assert _models(env.url, env.admin) == [A, B]  # a key without a model list: every model
 
@@ -100,6 +101,16 @@ def test_a_key_over_its_rpm_gets_429_with_the_ratelimit_headers(env: Env) -> Non
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     unlimited = httpx.get(f"{env.url}/v1/models", headers=env.admin, timeout=30)
     assert not any(h.startswith("x-ratelimit") for h in unlimited.headers)  # keys without limits: no headers
+
+
+def test_a_key_over_its_tpm_gets_429_once_the_engine_reported_its_tokens(env: Env) -> None:
+    _id, headers = _key(env, name="tpm-1", tpm=1)
+    served = _chat(env.url, headers)
+    assert served.status_code == 200 and served.headers["x-ratelimit-remaining-tokens"] == "1"
+    refused = _chat(env.url, headers)  # the first call's tokens were charged when its reply came
+    assert refused.status_code == 429
+    assert "1 tokens per minute (its `tpm`)" in refused.json()["error"]["message"]
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
 
 
 def test_a_key_over_its_daily_quota_gets_insufficient_quota(env: Env) -> None:

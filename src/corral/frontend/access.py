@@ -13,6 +13,15 @@ memory and evicted at once when any frontend revokes a key (NATS `state.api-keys
 no database statement per request: a valid key is looked up again after 10 s (and meanwhile stays known
 good), a wrong one is answered from memory for 60 s. Any other key is a guess, bounded per source address
 by the auth throttle (frontend/auth_throttle.py: delayed, then 429 with Retry-After, no lookup).
+
+A key carries its policy (tenancy/policy.py), read by the same lookup and kept in the same cache, so a policy
+change drops the key from every frontend's cache as a revocation does. A request with a valid key runs as the
+key's caller (`tenancy.caller.CURRENT`: tenant, key id, priority class; `x-corral-priority` may lower the class,
+an unknown class is a 400) with the key's policy beside it (`tenancy.policy.CURRENT_POLICY`: the inference
+handlers check the model against it). On the inference routes a key with rate limits or quotas is checked here
+(tenancy/limits.py: 429 rate_limit_exceeded or insufficient_quota) and its responses get the x-ratelimit-*
+headers; a key without any pays one attribute test. With auth off requests are not asked for a key and run as
+the anonymous caller, whatever key they carry.
 """
 
 from __future__ import annotations

@@ -60,6 +60,11 @@ async def access_of(pool: asyncpg.Pool, hashed: str) -> asyncpg.Record | None:
     return await pool.fetchrow(q("api_key_access"), hashed)
 
 
+async def access_by_id(pool: asyncpg.Pool, key_id: str) -> asyncpg.Record | None:
+    """The same as `access_of` by the key's id (work run later on the key's behalf); None when unknown or revoked."""
+    return await pool.fetchrow(q("api_key_access_by_id"), key_id)
+
+
 async def update_policy(pool: asyncpg.Pool, key_id: str, changes: dict[str, Any]) -> asyncpg.Record | None:
     """Change the given policy columns of a live key; the row with its `key_hash` (for the caches), or None
     when the key is unknown or revoked."""

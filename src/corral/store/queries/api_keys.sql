@@ -41,3 +41,8 @@ SELECT count(*) FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL;
 -- Point an agent node at its new key; returns the id of the key it held before ('' when none).
 UPDATE backend_nodes n SET api_key_id = $2 FROM (SELECT api_key_id FROM backend_nodes WHERE id = $1 FOR UPDATE) old
 WHERE n.id = $1 RETURNING old.api_key_id;
+
+-- name: api_key_access_by_id
+-- A live key's role and policy by id (work run later on a key's behalf: batch lines).
+SELECT id, name, role, tenant, models, rpm, tpm, tokens_per_day, tokens_per_month, priority
+FROM api_keys WHERE id = $1 AND revoked_at IS NULL;
