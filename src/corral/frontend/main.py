@@ -44,6 +44,7 @@ from corral.nodes.backend_ops import BackendOpsDriver, BackendOpSettings
 from corral.nodes.lifecycle import NodeLifecycle
 from corral.replicas import scheduling_seed
 from corral.replicas import stuck as stuck_replicas
+from corral.replicas.load_reports import LoadReports
 from corral.replicas.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.revisions.cleanup import RevisionCleanup
 from corral.revisions.edits import ConfigRevisions
@@ -189,13 +190,19 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         )
         stack.push_async_callback(router.close)  # also after a start that failed half way
         await router.start()
+        loads = LoadReports(nc, router.replicas.frontend_id, router.queue, settings.load_report_interval_s)
+        await loads.start()  # issue 25: the cluster's queue figures per model, for autoscaling on load
         reconciler = ReplicaReconciler(
             router,
             configs,
             aliases,
             ReconcilerSettings(
-                settings.reconciler_interval_s, settings.scale_down_idle_s, settings.unsatisfiable_cooldown_s
+                settings.reconciler_interval_s,
+                settings.scale_down_idle_s,
+                settings.unsatisfiable_cooldown_s,
+                settings.autoscale_cooldown_s,
             ),
+            loads=loads,
         )
         # issue 5: heartbeats, health monitor, minting; the reconciler hears of every node event
         keys, node_credentials = KeyCache(pool), NodeCredentials(pool)
@@ -259,6 +266,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks.start("revision-cleanup", cleanup.run(stop))
         tasks.start("config-resync", revs.run(stop))
         tasks.start("replica-reconciler", reconciler.run(stop))
+        tasks.start("load-reports", loads.run(stop))
         tasks.start("backend-ops", backend_ops.run(stop))
         tasks.start("key-limits-sync", key_limits.run(nc, stop))  # rate-limit counts shared between frontends
         tasks.start("routes-refresh", route_sync.run(stop))
