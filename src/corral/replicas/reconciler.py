@@ -8,7 +8,10 @@ that governs a model and auto-scales, `placement.replica_plan` decides; this loo
   * stops use the evictor's exact, in-flight-safe protocol (mark unloading, every frontend drains,
     stop exactly that process);
   * a rule that cannot be satisfied is counted; after 3 passes it cools down (its status says why)
-    until the cooldown ends or the registry changes (node registered/approved, labels, budgets).
+    until the cooldown ends or the registry changes (node registered/approved, labels, budgets);
+  * a rule with autoscaling fields (issue 25) is decided by `placement.autoscale` over the cluster's load
+    (replicas/load_reports.py); every pass stores why it scaled or not on the rule (its explain), and every
+    scaling action of the reconciler is written to the activity record (op type "autoscale").
 """
 
 from __future__ import annotations
@@ -18,18 +21,22 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from corral.loading.replay import replay_config
 from corral.loading.request_wait import JobBusy
 from corral.models.aliases import Resolution, resolve
 from corral.models.config import ModelConfig
+from corral.placement.autoscale import LoadSignal, Verdict, decide
 from corral.placement.governance import govern
-from corral.placement.replica_plan import Plan, plan_replicas, registry_fingerprint
+from corral.placement.replica_plan import Plan, ReplicaRef, plan_replicas, registry_fingerprint
 from corral.placement.rules import SchedulingRule
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
+from corral.replicas.load_reports import LoadReports
 from corral.routing.replica import replica_key
 from corral.routing.router import Router
 from corral.runtime.loops import run_periodic
+from corral.store import operations
 from corral.store import placement as placement_store
 from corral.store import scheduling as scheduling_store
 from corral.store.locks import KEY_REPLICA_RECONCILER
@@ -42,6 +49,7 @@ class ReconcilerSettings:
     interval_s: float = 30.0
     idle_window_s: float = 300.0  # scale-down delay
     cooldown_s: float = 300.0  # after UNSATISFIABLE_TICKS failed passes
+    autoscale_cooldown_s: float = 60.0  # between scaling actions on load, for a rule that sets none
 
 
 class ReplicaReconciler:
@@ -52,9 +60,12 @@ class ReplicaReconciler:
         aliases: Mapping[str, str],
         settings: ReconcilerSettings,
         clock: Callable[[], float] = time.time,
+        loads: LoadReports | None = None,
     ) -> None:
+        """`loads`: the cluster's per-model queue figures (None: no load is known, targets never fire)."""
         self.router, self.pool = router, router.ctx.pool
         self.configs, self.aliases, self.settings, self._clock = configs, aliases, settings, clock
+        self.loads = loads
         self.started_s = clock()  # idleness is only trusted from the moment this frontend watches
         self._registry_changed = False
 
@@ -128,6 +139,7 @@ class ReplicaReconciler:
             )
             return None
         selector = {**(cfg.node_selector if cfg else {}), **rule.node_selector}
+        now_s = self._clock()
         plan = plan_replicas(
             rule,
             model,
@@ -135,11 +147,26 @@ class ReplicaReconciler:
             nodes,
             in_flight=self._in_flight,
             idle_s=self._idle_s,
-            idle_window_s=self.settings.idle_window_s,
+            idle_window_s=rule.autoscale.scale_down_idle_s or self.settings.idle_window_s,
+            autoscaler=self._autoscaler(rule, model, now_s),
         )
+        loaded, stopped = await self._carry_out(rule, model, cfg, plan, fingerprint)
+        await self._record(rule, model, plan, loaded, stopped, now_s)
+        return plan
+
+    def _autoscaler(self, rule: SchedulingRule, model: str, now_s: float) -> partial[Verdict] | None:
+        if not rule.autoscale.configured:
+            return None  # the reconciler's older behaviour, unchanged
+        load = self.loads.signal(model) if self.loads is not None else LoadSignal()
+        return partial(decide, rule, load, now_s=now_s, default_cooldown_s=self.settings.autoscale_cooldown_s)
+
+    async def _carry_out(
+        self, rule: SchedulingRule, model: str, cfg: ModelConfig | None, plan: Plan, fingerprint: str
+    ) -> tuple[int, list[ReplicaRef]]:
+        """Load and stop what the plan says; returns the replicas loaded and those stopped."""
         if plan.unsatisfiable:
             await self._unsatisfied(rule, plan.unsatisfiable, fingerprint)
-            return plan
+            return 0, []
         if plan.load and cfg is None:
             await scheduling_store.satisfied(
                 self.pool, rule.model_name
@@ -152,13 +179,18 @@ class ReplicaReconciler:
                     "first request, after which the reconciler can scale it"
                 ),
             )
-            return plan
-        if plan.load and cfg is not None and not await self._scale_up(rule, cfg, plan, fingerprint):
-            return plan
+            return 0, []
+        loaded = 0
+        if plan.load and cfg is not None:
+            loaded = await self._scale_up(rule, cfg, plan, fingerprint)
+            if loaded < plan.load:
+                return loaded, []
         await scheduling_store.satisfied(self.pool, rule.model_name)
+        stopped = []
         for ref in plan.stop:
             why = f"by the replica reconciler ({ref.why}; rule {rule.model_name!r})"
             if await self.router.evictor.stop_replica(ref.node, ref.replica, why):
+                stopped.append(ref)
                 log.info(
                     "replica reconciler: stopped %s#%d on %s (%s) for rule %r",
                     model,
@@ -167,17 +199,46 @@ class ReplicaReconciler:
                     ref.why,
                     rule.model_name,
                 )
-        return plan
+        return loaded, stopped
 
-    async def _scale_up(self, rule: SchedulingRule, cfg: ModelConfig, plan: Plan, fingerprint: str) -> bool:
+    async def _record(
+        self,
+        rule: SchedulingRule,
+        model: str,
+        plan: Plan,
+        loaded: int,
+        stopped: list[ReplicaRef],
+        now_s: float,
+    ) -> None:
+        """The pass's explain on the rule (autoscaling rules) and its action in the activity record (any rule)."""
+        action = _action(plan, loaded, stopped)
+        if plan.verdict is not None:
+            reason = plan.unsatisfiable or plan.verdict.reason
+            passes = 0 if loaded and plan.verdict.add else plan.verdict.over_passes
+            await scheduling_store.autoscale_record(
+                self.pool, rule.model_name, action or reason, passes, action or None, now_s
+            )
+        if action:
+            await operations.record_done(
+                self.pool,
+                operations.NewOperation(
+                    model,
+                    AUTOSCALE_OP,
+                    frontend_id=self.router.replicas.frontend_id,
+                    message=f"rule {rule.model_name!r}: {action}",
+                ),
+            )
+
+    async def _scale_up(self, rule: SchedulingRule, cfg: ModelConfig, plan: Plan, fingerprint: str) -> int:
+        """Load the plan's replicas one by one; returns how many loaded (fewer: a failure or another load)."""
         for number in range(1, plan.load + 1):
             try:
                 error = await self._load_one(cfg)
             except JobBusy:
-                return False
+                return number - 1
             if error:
                 await self._unsatisfied(rule, error, fingerprint)
-                return False
+                return number - 1
             log.info(
                 "replica reconciler: loaded a replica of %s for rule %r (%d/%d this pass; %s)",
                 cfg.name,
@@ -186,7 +247,7 @@ class ReplicaReconciler:
                 plan.load,
                 plan.summary(),
             )
-        return True
+        return plan.load
 
     async def _load_one(self, cfg: ModelConfig) -> str:
         """Load one more replica through the model's load job; "" on success, else the real cause."""
@@ -205,3 +266,33 @@ class ReplicaReconciler:
             f"; cooling down for {self.settings.cooldown_s:g}s" if cooling else "",
             reason,
         )
+
+
+AUTOSCALE_OP = "autoscale"  # the activity record's op type of the reconciler's scaling actions
+
+
+def _action(plan: Plan, loaded: int, stopped: list[ReplicaRef]) -> str:
+    """What the pass did, in words ("" when nothing): the reason comes with it."""
+    parts = []
+    if loaded:
+        before = plan.current + plan.pending
+        if plan.verdict is not None and plan.verdict.add and before >= plan.low:
+            parts.append(plan.verdict.reason)
+        else:
+            parts.append(
+                f"+{loaded} replica(s) ({before} → {before + loaded}) to keep the minimum of {plan.low}"
+            )
+    if stopped:
+        whys = sorted({_stop_words(ref) for ref in stopped})
+        left = plan.current - len(stopped)
+        load = f" ({plan.verdict.reason})" if plan.verdict is not None and plan.verdict.reason else ""
+        parts.append(f"-{len(stopped)} replica(s) ({plan.current} → {left}): {', '.join(whys)}{load}")
+    return "; ".join(parts)
+
+
+def _stop_words(ref: ReplicaRef) -> str:
+    return {
+        "idle": "idle past the scale-down window",
+        "misplaced": "node no longer matches the selector",
+        "above max_replicas": "above max_replicas",
+    }.get(ref.why, ref.why)
