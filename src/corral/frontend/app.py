@@ -35,8 +35,10 @@ from corral.frontend.admin.usage import build_usage_router
 from corral.frontend.admin.vram_budget import build_vram_budget_router
 from corral.frontend.errors import install_handlers
 from corral.frontend.inference.agent_chat import build_mcp_router
+from corral.frontend.inference.batches import build_batches_router
 from corral.frontend.inference.disconnect import CancelOnDisconnect
 from corral.frontend.inference.fast_path import FastPath
+from corral.frontend.inference.files import build_files_router
 from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
 from corral.frontend.inference.openai import build_openai_router, inference_table
 from corral.frontend.inference.responses import build_responses_router
@@ -93,6 +95,8 @@ def build_app(
     app.include_router(build_openai_router(state, table))
     app.include_router(build_responses_router(state))  # issue 22: the Responses API
     app.include_router(build_media_router(state))  # issue 23: audio, speech and images
+    app.include_router(build_files_router(state))  # issue 25: the Files and Batch APIs
+    app.include_router(build_batches_router(state))
     app.include_router(build_models_router(state))
     app.include_router(build_scheduling_router(state))  # before the admin routers' /api/nodes/{id}
     app.include_router(build_scheduling_rules_router(state))  # after it: /scheduling/explain keeps its route

@@ -29,6 +29,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 UNCOUNTED_PATHS = frozenset({"/healthz", "/readyz"})  # probes must answer even when the frontend is full
 RETRY_AFTER_S = 1
 CONCURRENCY_KNOB = "CORRAL_MAX_CONCURRENT_REQUESTS"
+FILES_FORM_OVERHEAD_BYTES = 64 << 10  # an upload's multipart framing and `purpose` field around its file
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class RequestLimits:
     model_config_body_bytes: int = 1 << 20
     admin_body_bytes: int = 1 << 20
     max_concurrent_requests: int = 1024
+    files_body_bytes: int = (100 << 20) + FILES_FORM_OVERHEAD_BYTES  # CORRAL_FILES_MAX_BYTES + the form
 
     @classmethod
     def from_settings(cls, settings: Any) -> RequestLimits:
@@ -62,11 +64,16 @@ class RequestLimits:
             settings.model_config_max_body_bytes,
             settings.admin_max_body_bytes,
             settings.max_concurrent_requests,
+            settings.files_max_bytes + FILES_FORM_OVERHEAD_BYTES,
         )
 
     def classes(self) -> tuple[tuple[str, BodyLimit], ...]:
         """(path prefix, limit), first match wins; the last entry (prefix "") covers every other route."""
         return (
+            (
+                "/v1/files",
+                BodyLimit("file uploads (/v1/files)", self.files_body_bytes, "CORRAL_FILES_MAX_BYTES"),
+            ),
             (
                 "/v1/",
                 BodyLimit(

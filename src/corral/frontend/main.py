@@ -22,6 +22,7 @@ from corral.bus import client as bus
 from corral.config.frontend import FrontendSettings
 from corral.frontend.access import KeyCache
 from corral.frontend.admin.app import unhealthy_dropper
+from corral.frontend.batch_runner import BatchRunner, BatchRunnerSettings
 from corral.frontend.app import build_app
 from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.http_workers import child_index
@@ -271,6 +272,10 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks.start("key-limits-sync", key_limits.run(nc, stop))  # rate-limit counts shared between frontends
         tasks.start("routes-refresh", route_sync.run(stop))
         _start_sweeps(tasks, settings, pool, stop)
+        tasks.start(
+            "batch-runner",
+            BatchRunner.for_frontend(state, BatchRunnerSettings.from_settings(settings)).run(stop),
+        )
         if prehasher is not None:
             prehasher.submit(configs.values())
             tasks.start("model-prehash", prehasher.run(stop))
@@ -353,6 +358,7 @@ def _state(
         responses_ttl_s=settings.responses_ttl_s,
         usage=usage,
         key_limits=key_limits,
+        files_max_bytes=settings.files_max_bytes,
     )
 
 

@@ -65,6 +65,7 @@ class FrontendState:
     transcription_max_bytes: int = 16 << 20  # an audio upload: CORRAL_INFERENCE_MAX_BODY bounds it
     generated_image_ttl_s: float = 3600.0  # CORRAL_GENERATED_IMAGE_TTL
     responses_ttl_s: float = 30 * 86400.0  # CORRAL_RESPONSES_TTL: how long a stored response is kept
+    files_max_bytes: int = 100 << 20  # CORRAL_FILES_MAX_BYTES: the largest upload to /v1/files
     usage: UsageLedger | None = None  # per key x model x hour usage, flushed in batches (issue 25)
     key_limits: Limits | None = (
         None  # API keys' rate limits and quotas, checked by the access layer (issue 25)
