@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from corral.frontend.admin.scheduling_rules import autoscale_explain
 from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import envelope
 from corral.frontend.json_body import documented_body, json_body
@@ -78,20 +79,19 @@ def build_scheduling_router(state: FrontendState) -> APIRouter:
         req = await placement_request(state.router.ctx, cfg)
         nodes = await placement_store.snapshot(state.pool)
         routing = routing_explain(state, cfg.name)
+        extra = {"routing": routing, "autoscaling": await autoscale_explain(state, cfg.name)}  # issue 25
         try:
-            return JSONResponse({**decide(req, nodes).explain(), "routing": routing})
+            return JSONResponse({**decide(req, nodes).explain(), **extra})
         except NoNodeFits as exc:
             verdicts = [
                 {"node": name, "fits": False, "filter": r.filter, "reason": r.reason, "detail": r.detail}
                 for name, r in sorted(exc.rejections.items())
             ]
             return JSONResponse(
-                {"model": model, "chosen": None, "error": str(exc), "nodes": verdicts, "routing": routing}
+                {"model": model, "chosen": None, "error": str(exc), "nodes": verdicts, **extra}
             )
         except NoNodeAvailable as exc:
-            return JSONResponse(
-                {"model": model, "chosen": None, "error": str(exc), "nodes": [], "routing": routing}
-            )
+            return JSONResponse({"model": model, "chosen": None, "error": str(exc), "nodes": [], **extra})
 
     @router.get("/api/settings")
     async def get_settings() -> JSONResponse:

@@ -21,19 +21,40 @@ from corral.frontend.bounds import NAME_MAX
 from corral.frontend.json_body import documented_body, json_body
 from corral.frontend.state import FrontendState
 from corral.models.aliases import Resolution, resolve
+from corral.placement.autoscale import effective_min
 from corral.placement.governance import Governance, conflicting_rule, govern
 from corral.placement.rules import (
+    IDLE_MAX_S,
     LABEL_VALUE_MAX,
     REPLICAS_MAX,
     ROUTE_POLICIES,
+    TARGET_MAX_S,
     RuleInvalid,
     SchedulingRule,
     parse_rule,
 )
+from corral.placement.schedules import DAYS, SCHEDULES_MAX
 from corral.store import scheduling as scheduling_store
 from corral.store.scheduling import UNSATISFIABLE_TICKS, RuleConflict, selector_text
 
 _REPLICAS = {"type": "integer", "minimum": 0, "maximum": REPLICAS_MAX}
+_TARGET = {"type": "number", "exclusiveMinimum": 0, "maximum": TARGET_MAX_S}
+_CLOCK = {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}
+_SCHEDULES = {
+    "type": "array",
+    "maxItems": SCHEDULES_MAX,
+    "items": {
+        "type": "object",
+        "required": ["from", "to", "min_replicas"],
+        "properties": {
+            "days": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(DAYS)}},
+            "from": _CLOCK,
+            "to": _CLOCK,
+            "tz": {"type": "string", "minLength": 1, "maxLength": 64},
+            "min_replicas": _REPLICAS,
+        },
+    },
+}
 RULE_BODY = documented_body(
     {
         "type": "object",
@@ -52,6 +73,11 @@ RULE_BODY = documented_body(
             "balance_abs_threshold": {"type": "integer", "minimum": 0, "maximum": 1 << 31},
             "balance_rel_threshold": {"type": "number", "minimum": 0},
             "min_prefix_match": {"type": "number", "minimum": 0, "maximum": 1},
+            "target_queue_wait_s": _TARGET,
+            "target_ttft_s": _TARGET,
+            "scale_down_idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": IDLE_MAX_S},
+            "cooldown_s": {"type": "number", "minimum": 0, "maximum": IDLE_MAX_S},
+            "schedules": _SCHEDULES,
         },
     }
 )
@@ -128,7 +154,36 @@ def rule_view(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) ->
     if g.shadowed_by:
         out["shadowed_by"] = g.shadowed_by
     out.update(declared=rule.declared, status=rule_status(rule, g, loaded, now_s))
+    out.update(rule.autoscale.to_json())
+    if rule.autoscale.configured or rule.record.reason:
+        out["autoscale"] = autoscale_view(rule, now_s)
     return out
+
+
+def autoscale_view(rule: SchedulingRule, now_s: float) -> dict[str, Any]:
+    """What the autoscaler made of the rule at its last pass (why it scaled or not), and the minimum now."""
+    low, why_low = effective_min(rule, now_s)
+    record = rule.record
+    return {
+        "min_replicas_now": low,
+        "schedule": why_low or None,
+        "last_pass": record.reason or None,
+        "last_pass_at": _iso(record.checked_s),
+        "over_target_passes": record.over_passes,
+        "last_action": record.last_action or None,
+        "last_action_at": _iso(record.last_action_s),
+    }
+
+
+async def autoscale_explain(state: FrontendState, model: str) -> dict[str, Any] | None:
+    """The explain endpoint's `autoscaling`: the rule governing `model` and its last pass (None: no rule)."""
+    rules = await scheduling_store.all_rules(state.pool)
+    governance = govern(rules, _resolver(state))
+    for rule in rules:
+        g = governance[rule.model_name]
+        if g.target == model and not g.shadowed_by:
+            return {"rule": rule.model_name, **rule.autoscale.to_json(), **autoscale_view(rule, time.time())}
+    return None
 
 
 def _resolver(state: FrontendState) -> Callable[[str], Resolution]:
