@@ -256,14 +256,15 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
 
     file_id = _upload(cluster, _jsonl(_chat_line("a", "one"))).json()["id"]
     good = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
-    for change, expected in [
+    changes: list[tuple[dict[str, Any], tuple[int, str]]] = [
         ({"endpoint": "/v1/moderations"}, (400, "endpoint")),
         ({"completion_window": "1h"}, (400, "completion_window")),
         ({"input_file_id": "file-nothere"}, (404, "input_file_id")),
         ({"output_expires_after": {"anchor": "created_at", "seconds": 3600}}, (400, "output_expires_after")),
         ({"priority": "high"}, (400, "priority")),
         ({"metadata": {"k": "v" * 513}}, (400, "metadata")),
-    ]:
+    ]
+    for change, expected in changes:
         assert _error(_create(cluster, {**good, **change}))[:2] == expected, change
     assert _error(_create(cluster, good, key=OTHER_KEY))[:2] == (404, "input_file_id")
     missing = httpx.get(f"{cluster.frontend_url}/v1/batches/batch_nothere", headers=_headers(), timeout=30)
