@@ -50,6 +50,7 @@ from corral.replicas.reconciler import ReconcilerSettings, ReplicaReconciler
 from corral.revisions.cleanup import RevisionCleanup
 from corral.revisions.edits import ConfigRevisions
 from corral.routing.backend_client import BackendBudgets, BackendChannels
+from corral.routing.breaker import Breakers, BreakerSettings
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.pickers.policies import RoutePolicies
@@ -103,7 +104,10 @@ def build_router(
     frontend_id = str(uuid.uuid4())
     index = PrefixIndex(ttl_s=settings.prefix_cache_ttl_s, max_blocks=settings.prefix_index_max_blocks)
     replicas = LocalReplicas(
-        nc, frontend_id, RoutePolicies(index, prefix_cache_default=settings.prefix_cache)
+        nc,
+        frontend_id,
+        RoutePolicies(index, prefix_cache_default=settings.prefix_cache),
+        Breakers(BreakerSettings.from_settings(settings)),
     )
     evictor = Evictor(
         pool, nc, replicas.inflight, replicas.in_flight, wait_s=settings.eviction_wait_s, aliases=aliases

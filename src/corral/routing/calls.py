@@ -1,13 +1,21 @@
-"""Backend calls through the router: pick a replica, call it within a budget, drop a dead one, retry once.
+"""Backend calls through the router: pick a replica, call it within a budget, judge a failure, retry before the
+first byte.
 
 * A request counts as in flight from the pick (`Router.checkout`) until its call ends, so eviction
   and scale-down never stop a replica that is serving it (prefill included).
 * Every call is bounded: unary calls by a deadline (CORRAL_BACKEND_CALL_TIMEOUT), streams by a
   first-token budget (CORRAL_STREAM_FIRST_TOKEN_TIMEOUT) and an idle budget between replies
   (CORRAL_STREAM_IDLE_TIMEOUT). On a timeout the replica is health-probed and dropped only if the
-  probe fails; a slow but alive backend is kept.
-* A replica that answers "gone" (process died, model freed, identity changed) is dropped and the
-  request retried once, before any byte reached the client.
+  probe fails; a slow but alive backend is kept (and the timeout counts against its circuit breaker).
+* A failure is judged (`_judge`): a replica that answers "gone" (model freed, identity changed), or UNAVAILABLE
+  and then no health probe, is dropped; a live replica's failure counts against its circuit breaker
+  (routing/breaker.py), which takes it out of picking after CORRAL_BREAKER_FAILURES in a row.
+* Retried, on another replica when there is one, after a jittered backoff and within the call's own budget, at
+  most CORRAL_BACKEND_RETRIES times: a call that failed before its first byte because its replica is gone, was
+  UNAVAILABLE, or failed in a way that opened its breaker. Never retried: a timeout (a unary call that timed
+  out may have generated; a stream that sent nothing in its first-token budget is slow, not unreachable), a
+  refused request, anything after the first reply of a stream (open_stream returns it; the handler may have
+  sent bytes since).
 * Cancelling the caller (client disconnect) cancels the gRPC call, so the backend stops generating.
 
 The call goes over the backend's fast lane when it has one (`BackendChannels.caller`, a `BackendCaller`),
@@ -34,15 +42,22 @@ from corral.routing.backend_client import (
     IDLE_TIMEOUT_KNOB,
     replica_gone,
 )
-from corral.routing.errors import CLIENT_CODES, BackendRefused, BackendTimeout
+from corral.routing.breaker import BreakerState, avoided
+from corral.routing.errors import CLIENT_CODES, BackendRefused, BackendTimeout, ReplicasUnavailable
 from corral.routing.replica import Replica
 from corral.routing.router import Router
+from corral.runtime.loops import backoff_s
 from corral.telemetry import tracing
+from corral.telemetry.families import BACKEND_RETRIES
 
 log = logging.getLogger(__name__)
 
-ATTEMPTS = 2  # a replica that vanished is dropped and the request retried once on a fresh load
 EOF = grpc.aio.EOF
+RETRY_BACKOFF_MAX_S = 1.0  # the pause before a retry doubles up to this (and never past the call's budget)
+RETRY_JITTER = 0.5  # up to half of each pause is taken off at random: frontends that failed together spread
+# Statuses that blame the replica, not the request: they count against its circuit breaker. UNAVAILABLE and
+# "gone" (replica_gone) are judged on their own; a timeout in `_timed_out`.
+SERVER_FAILURES = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS})
 
 
 def _refused(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> BackendRefused:
@@ -58,12 +73,14 @@ def _refused(cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError) -> B
 async def _timed_out(
     router: Router, cfg: ModelConfig, replica: Replica, what: str, budget_s: float, knob: str
 ) -> BackendTimeout:
-    """Probe the replica that ran out of time: forget it only when it does not answer Health either."""
+    """Probe the replica that ran out of time: forget it only when it does not answer Health either (a live one
+    keeps serving, and the timeout counts against its breaker)."""
     alive = await router.channels.healthy(replica.address)
-    if not alive:
-        await router.forget(
-            replica, f"{what} within {format_duration_s(budget_s)} ({knob}) and no answer to a health probe"
-        )
+    why = f"{what} within {format_duration_s(budget_s)} ({knob})"
+    if alive:
+        router.view.breakers.failed(replica, why)
+    else:
+        await router.forget(replica, f"{why} and no answer to a health probe")
     verdict = (
         "the replica answered a health probe and is kept"
         if alive
@@ -80,6 +97,93 @@ async def _timed_out(
     )
 
 
+async def _judge(router: Router, replica: Replica, exc: grpc.aio.AioRpcError) -> str | None:
+    """Drop a gone replica, count a live one's failure against its breaker; the reason to retry the call (before
+    its first byte) on another replica, or None when it must not be retried."""
+    code, why = exc.code(), f"{exc.code().name}: {exc.details()}"
+    breakers = router.view.breakers
+    if (
+        code == grpc.StatusCode.UNAVAILABLE
+    ):  # connection refused or lost, or the backend said so: is it alive?
+        if await router.channels.healthy(replica.address):
+            breakers.failed(replica, why)
+            return "unavailable"
+        await router.forget(replica, f"{why}, and no answer to a health probe")
+        return "gone"
+    if replica_gone(exc):  # the backend itself says it no longer serves this model
+        await router.forget(replica, why)
+        return "gone"
+    if code in SERVER_FAILURES:
+        return "breaker_open" if breakers.failed(replica, why) is not BreakerState.CLOSED else None
+    if code.name in CLIENT_CODES:  # the replica answered: it is alive, the request was wrong
+        breakers.succeeded(replica)
+    return None
+
+
+class Attempts:
+    """One call's tries: the replicas it failed on (a retry avoids them), its retries left, the budget left."""
+
+    def __init__(self, router: Router, cfg: ModelConfig, budget_s: float) -> None:
+        self.router, self.cfg = router, cfg
+        self.settings = router.view.breakers.settings
+        self._loop = asyncio.get_running_loop()
+        self._deadline_s = self._loop.time() + budget_s
+        self._failed: frozenset[str] = frozenset()
+        self.retries = 0
+
+    def remaining_s(self) -> float:
+        return max(0.0, self._deadline_s - self._loop.time())
+
+    async def checkout(self, chain: list[int] | None) -> Replica:
+        """A slot and a replica (avoiding those this call failed on); with every replica's breaker open, the open
+        ones are probed at once and one that answers takes this request as its trial."""
+        token = avoided.set(self._failed) if self._failed else None
+        try:
+            try:
+                return await self.router.checkout(self.cfg, chain)
+            except ReplicasUnavailable:
+                if not await self._probe_open():
+                    raise
+            return await self.router.checkout(self.cfg, chain)
+        finally:
+            if token is not None:
+                avoided.reset(token)
+
+    async def _probe_open(self) -> bool:
+        breakers = self.router.view.breakers
+        due = breakers.probe_due(self.router.view.replicas_of(self.cfg.name))
+        answers = await asyncio.gather(*(self.router.channels.healthy(r.address) for r in due))
+        for replica, alive in zip(due, answers, strict=True):
+            if alive:
+                breakers.probe_passed(replica)
+        return any(answers)
+
+    async def again(self, replica: Replica, reason: str) -> bool:
+        """After a retriable failure on `replica`: pause (jittered backoff) and say True when a retry is left and
+        fits in the budget; False: the failure is the answer."""
+        self._failed |= {replica.key}
+        if self.retries >= self.settings.retries:
+            return False
+        pause_s = backoff_s(
+            self.retries + 1, self.settings.retry_backoff_s, RETRY_BACKOFF_MAX_S, jitter=RETRY_JITTER
+        )
+        if pause_s >= self.remaining_s():
+            return False
+        self.retries += 1
+        BACKEND_RETRIES.labels(self.cfg.name, reason).inc()
+        log.info(
+            "retrying a call to %s (%s on %s) in %s, retry %d of %d",
+            self.cfg.name,
+            reason,
+            replica.node_name,
+            format_duration_s(pause_s),
+            self.retries,
+            self.settings.retries,
+        )
+        await asyncio.sleep(pause_s)
+        return True
+
+
 Staged = Callable[[Replica], AbstractAsyncContextManager[Any]]
 
 
@@ -91,46 +195,70 @@ async def unary(
     `staged`: for a request that carries files, entered with the picked replica before the call; it stages the
     files on that replica's node and yields the request to send (naming the files' paths there), and its exit
     releases them once the call ended, however it ended (answer, error, the client going away)."""
-    channels = router.channels
-    budget_s = channels.budgets.call_timeout_s
+    budget_s = router.channels.budgets.call_timeout_s
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
-    for attempt in range(ATTEMPTS):
-        replica = await router.checkout(cfg, chain)
-        span = None
+    attempts = Attempts(router, cfg, budget_s)
+    while True:
+        replica = await attempts.checkout(chain)
         try:
-            async with contextlib.AsyncExitStack() as files:
-                sent = request if staged is None else await files.enter_async_context(staged(replica))
-                span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
-                metadata = (
-                    channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
-                )
-                # the fast lane carries the text calls only (the trace context too: tracing keeps the transport)
-                caller = channels.caller(replica.address)
-                rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
-                call = rpc(sent, metadata=metadata, timeout=budget_s)
-                try:
-                    reply = await call
-                except asyncio.CancelledError:  # the client went away: stop the generation
-                    call.cancel()
-                    raise
-                router.served(method, cfg.name, reply)
-                return reply, replica
-        except grpc.aio.AioRpcError as exc:
-            tracing.finish(span, exc)
-            span = None
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise await _timed_out(
-                    router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB
-                ) from None
-            if replica_gone(exc):
-                await router.forget(replica, f"{exc.code().name}: {exc.details()}")
-                if attempt + 1 < ATTEMPTS:
-                    continue
-            raise _refused(cfg, replica, exc) from None
+            return await _unary_once(router, cfg, method, request, staged, replica, attempts, budget_s)
+        except _Retriable as failed:
+            retry = failed
         finally:
             router.release(replica)
-            tracing.finish(span)
-    raise AssertionError("unreachable")
+            router.view.breakers.abandoned(replica)  # a half-open trial that reached no verdict is free again
+        if not await attempts.again(replica, retry.reason):
+            raise retry.error from None
+
+
+class _Retriable(Exception):
+    """A failure before the first byte that a retry on another replica may cure."""
+
+    def __init__(self, reason: str, error: BackendRefused) -> None:
+        super().__init__(reason)
+        self.reason, self.error = reason, error
+
+
+async def _unary_once(
+    router: Router,
+    cfg: ModelConfig,
+    method: str,
+    request: Any,
+    staged: Staged | None,
+    replica: Replica,
+    attempts: Attempts,
+    budget_s: float,
+) -> tuple[Any, Replica]:
+    channels = router.channels
+    span = None
+    try:
+        async with contextlib.AsyncExitStack() as files:
+            sent = request if staged is None else await files.enter_async_context(staged(replica))
+            span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
+            metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
+            # the fast lane carries the text calls only (the trace context too: tracing keeps the transport)
+            caller = channels.caller(replica.address)
+            rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
+            call = rpc(sent, metadata=metadata, timeout=attempts.remaining_s())
+            try:
+                reply = await call
+            except asyncio.CancelledError:  # the client went away: stop the generation
+                call.cancel()
+                raise
+            router.view.breakers.succeeded(replica)
+            router.served(method, cfg.name, reply)
+            return reply, replica
+    except grpc.aio.AioRpcError as exc:
+        tracing.finish(span, exc)
+        span = None
+        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # it may have generated: never retried
+            raise await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB) from None
+        reason = await _judge(router, replica, exc)
+        if reason is None:
+            raise _refused(cfg, replica, exc) from None
+        raise _Retriable(reason, _refused(cfg, replica, exc)) from None
+    finally:
+        tracing.finish(span)
 
 
 def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:
@@ -162,9 +290,11 @@ class ReplyStream:
         call: Any,
         span: Any = None,
         method: str = "PredictStream",
+        first_token_s: float | None = None,
     ) -> None:
         """`call`: a `grpc.aio.UnaryStreamCall` or the fast lane's stream (same `read`/`cancel`); `span`: the
-        call's client span when tracing, ended with the stream; `method`: what the usage is counted as."""
+        call's client span when tracing, ended with the stream; `method`: what the usage is counted as;
+        `first_token_s`: what is left of the first-token budget (a retry has less than the whole)."""
         self.router, self.cfg, self.replica, self._call, self._span = router, cfg, replica, call, span
         self._method, self._counted = method, False
         budgets = router.channels.budgets
@@ -175,7 +305,10 @@ class ReplyStream:
             "no first token",
         )
         self._loop = asyncio.get_running_loop()
-        self._last_s = self._started_s = self._loop.time()
+        self._started_s = self._loop.time()
+        # the watchdog measures from _last_s: start it earlier by what a retry has already spent of the budget
+        spent_s = 0.0 if first_token_s is None else max(0.0, self._budget_s - first_token_s)
+        self._last_s = self._started_s - spent_s
         self._timer: asyncio.TimerHandle | None = self._loop.call_at(
             self._last_s + self._budget_s, self._watch
         )
@@ -196,6 +329,8 @@ class ReplyStream:
         try:
             return await self._read()
         except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE or exc.code() in SERVER_FAILURES:
+                self.router.view.breakers.failed(self.replica, f"{exc.code().name}: {exc.details()}")
             raise _refused(self.cfg, self.replica, exc) from None
 
     async def _read(self) -> Any:
@@ -216,6 +351,7 @@ class ReplyStream:
     async def first(self) -> Any:
         """Read the first reply (raises AioRpcError: the caller may retry) and switch the watchdog to idle."""
         reply = await self._read()
+        self.router.view.breakers.succeeded(self.replica)
         self.router.first_token(self.cfg.name, self._loop.time() - self._started_s)
         self._budget_s, self._knob, self._what = self._idle_s, IDLE_TIMEOUT_KNOB, "the stream sent nothing"
         if self._timer is not None:
@@ -232,36 +368,38 @@ class ReplyStream:
             self._timer.cancel()
         self._call.cancel()
         self.router.release(self.replica)
+        self.router.view.breakers.abandoned(
+            self.replica
+        )  # a half-open trial that reached no verdict is free again
         tracing.finish(self._span)
 
 
 async def open_stream(
     router: Router, cfg: ModelConfig, request: Any, method: str = "PredictStream"
 ) -> tuple[Any, ReplyStream]:
-    """Start a stream (`PredictStream`, `TTSStream`) and read its first reply, so a dead replica is retried before
-    any byte is sent. Only PredictStream is routed by the prompt's prefix (the KV cache it may reuse).
+    """Start a stream (`PredictStream`, `TTSStream`) and read its first reply, so a failure before any byte is
+    retried (see the module's docstring). Only PredictStream is routed by the prompt's prefix (the KV cache it
+    may reuse).
 
     The caller must `close()` the stream (also when it never reads past the first reply)."""
     channels = router.channels
     chain = router.prefix_chain(cfg, request) if method == "PredictStream" else None
-    for attempt in range(ATTEMPTS):
-        replica = await router.checkout(cfg, chain)
+    attempts = Attempts(router, cfg, channels.budgets.first_token_timeout_s)
+    while True:
+        replica = await attempts.checkout(chain)
         span = None if tracing.tracer is None else _backend_span(method, cfg, replica)
         metadata = channels.metadata if span is None else tracing.metadata_for(span, channels.metadata)
         caller = channels.caller(replica.address)  # the fast lane carries PredictStream only, traced or not
         rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
         call = rpc(request, metadata=metadata)
-        stream = ReplyStream(router, cfg, replica, call, span, method)
+        stream = ReplyStream(router, cfg, replica, call, span, method, attempts.remaining_s())
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:
             stream.close()
-            if replica_gone(exc):
-                await router.forget(replica, f"{exc.code().name}: {exc.details()}")
-                if attempt + 1 < ATTEMPTS:
-                    continue
-            raise _refused(cfg, replica, exc) from None
+            reason = await _judge(router, replica, exc)
+            if reason is None or not await attempts.again(replica, reason):
+                raise _refused(cfg, replica, exc) from None
         except BaseException:
             stream.close()
             raise
-    raise AssertionError("unreachable")

@@ -42,3 +42,13 @@ class BackendTimeout(BackendCallError):
     ) -> None:
         super().__init__(message, model=model, node_name=node_name)
         self.budget_s, self.knob, self.dropped = budget_s, knob, dropped
+
+
+class ReplicasUnavailable(BackendCallError):
+    """Every replica of the model is out of picking on this frontend: their circuit breakers opened after calls
+    failed in a row, and none answered a health probe. Retry after `retry_after_s`; CORRAL_BREAKER_COOLDOWN sets
+    how long a breaker stays open (CORRAL_BREAKER_FAILURES how many failures open it)."""
+
+    def __init__(self, message: str, *, model: str, retry_after_s: int) -> None:
+        super().__init__(message, model=model, node_name="")
+        self.retry_after_s = retry_after_s

@@ -11,17 +11,24 @@ from nats.aio.client import Client
 
 from corral.loading.context import LoadedReplica
 from corral.routing import events
+from corral.routing.breaker import Breakers
 from corral.routing.inflight import ClusterInFlight
 from corral.routing.pickers.policies import RoutePolicies
 from corral.routing.replica import Replica, ReplicaView
 
 
 class LocalReplicas:
-    def __init__(self, nc: Client, frontend_id: str, policies: RoutePolicies | None = None) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        frontend_id: str,
+        policies: RoutePolicies | None = None,
+        breakers: Breakers | None = None,
+    ) -> None:
         self.nc, self.frontend_id = nc, frontend_id
         self.active: dict[int, Replica] = {}  # replicas with requests in flight here (even if evicted)
         self.inflight = ClusterInFlight(nc, frontend_id, self.all)
-        self.view = ReplicaView(self.inflight.total, policies)
+        self.view = ReplicaView(self.inflight.total, policies, breakers)
 
     def all(self) -> list[Replica]:
         seen = {id(r): r for r in self.view.all()}

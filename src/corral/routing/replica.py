@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from corral.routing.breaker import Breakers, avoided
 from corral.routing.pickers.base import Decision
 from corral.routing.pickers.policies import RoutePolicies
 
@@ -32,29 +33,52 @@ class Replica:
 class ReplicaView:
     """Loaded replicas per model, as this frontend knows them; PostgreSQL stays the source of truth.
 
-    `pick` reads only memory: the model's picker (routing/pickers) chooses among its replicas.
-    A replica that leaves the view, or comes back at another address, is dropped from the prefix index.
+    `pick` reads only memory: the model's picker (routing/pickers) chooses among its replicas whose circuit
+    breaker lets them be picked (routing/breaker.py), avoiding the replicas the request already failed on.
+    A replica that leaves the view, or comes back at another address, is dropped from the prefix index and
+    its breaker forgotten.
     """
 
     def __init__(
-        self, cluster_in_flight: Callable[[Replica], int] | None = None, policies: RoutePolicies | None = None
+        self,
+        cluster_in_flight: Callable[[Replica], int] | None = None,
+        policies: RoutePolicies | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
         self._by_model: dict[str, list[Replica]] = {}
         self._cluster_in_flight = cluster_in_flight or (lambda r: r.in_flight)
         self.policies = policies or RoutePolicies(prefix_cache_default=False)
+        self.breakers = breakers or Breakers()
         self.decisions: dict[str, Decision] = {}  # the last pick per model, for the explain endpoint
 
     def pick(self, model: str, chain: Sequence[int] | None = None) -> Replica | None:
+        """The replica to call, None when the model has none (the cold path loads one); raises
+        ReplicasUnavailable when every replica's breaker is open."""
         replicas = self._by_model.get(model)
         if not replicas:
             return None
+        tripped = self.breakers.tripped
+        if tripped or avoided.get():
+            replicas = self._pickable(model, replicas)
         if len(replicas) == 1 and chain is None:  # the common case needs no cluster-wide count
-            return replicas[0]
-        policy = self.policies.get(model)
-        decision = self.policies.picker(policy).pick(replicas, self._cluster_in_flight, policy, chain)
-        decision.at_s = time.time()
-        self.decisions[model] = decision
-        return decision.replica
+            chosen = replicas[0]
+        else:
+            policy = self.policies.get(model)
+            decision = self.policies.picker(policy).pick(replicas, self._cluster_in_flight, policy, chain)
+            decision.at_s = time.time()
+            self.decisions[model] = decision
+            chosen = decision.replica
+        if tripped:
+            self.breakers.picked(chosen.key)
+        return chosen
+
+    def _pickable(self, model: str, replicas: list[Replica]) -> list[Replica]:
+        """Replicas whose breaker allows a pick, less those this request failed on (unless that leaves none)."""
+        usable = [r for r in replicas if self.breakers.may_pick(r.key)]
+        if not usable:
+            raise self.breakers.unavailable(model, replicas)
+        avoid = avoided.get()
+        return [r for r in usable if r.key not in avoid] or usable
 
     def count(self, model: str) -> int:
         return len(self._by_model.get(model, ()))
@@ -64,6 +88,7 @@ class ReplicaView:
 
     def _dropped(self, replica: Replica) -> None:
         self.policies.index.drop(replica.key)
+        self.breakers.forget(replica.key)
 
     def touch(self, replica: Replica) -> None:
         replica.last_used_s = time.time()

@@ -40,8 +40,8 @@ def _validate_settings(body: Any) -> JSONResponse | None:
 
 
 def routing_explain(state: FrontendState, model: str) -> dict[str, Any]:
-    """The warm path of `model` on this frontend: its picker and policy, its replicas' loads, and the
-    last pick (which picker chose which replica, and why)."""
+    """The warm path of `model` on this frontend: its picker and policy, its replicas' loads and circuit breakers,
+    and the last pick (which picker chose which replica, and why)."""
     view = state.router.view
     policy = view.policies.get(model)
     last = view.decisions.get(model)
@@ -52,7 +52,12 @@ def routing_explain(state: FrontendState, model: str) -> dict[str, Any]:
         "balance_abs_threshold": policy.balance_abs,
         "balance_rel_threshold": policy.balance_rel,
         "replicas": [
-            {"replica": r.key, "node": r.node_name, "in_flight": state.router.inflight.total(r)}
+            {
+                "replica": r.key,
+                "node": r.node_name,
+                "in_flight": state.router.inflight.total(r),
+                "breaker": view.breakers.explain(r.key),  # this frontend's circuit breaker of the replica
+            }
             for r in view.all()
             if r.model == model
         ],

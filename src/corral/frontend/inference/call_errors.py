@@ -11,7 +11,7 @@ from corral.loading.job_placement import plan
 from corral.models.config import ModelConfig
 from corral.placement.errors import PlacementError
 from corral.placement.rejection import NoNodeFits
-from corral.routing.errors import BackendRefused, BackendTimeout
+from corral.routing.errors import BackendRefused, BackendTimeout, ReplicasUnavailable
 from corral.routing.queue import Queued
 from corral.routing.router import Router
 
@@ -66,6 +66,14 @@ async def http_errors(
             "model_loading",
             headers={"Retry-After": str(exc.retry_after_s)},
             extra={"loading": exc.loading},
+        ) from None
+    except ReplicasUnavailable as exc:  # every replica's circuit breaker is open (routing/breaker.py)
+        raise APIError(
+            503,
+            str(exc),
+            "server_error",
+            "replicas_unavailable",
+            headers={"Retry-After": str(exc.retry_after_s)},
         ) from None
     except BackendTimeout as exc:
         raise APIError(504, str(exc), "server_error", "backend_timeout") from None
