@@ -11,7 +11,7 @@ publish every `sync_interval_s` (CORRAL_KEY_LIMITS_SYNC_INTERVAL) on NATS, and a
 windows as they arrive. A frontend therefore misses at most what the others admitted in their last unpublished
 interval plus NATS's delivery time `d`: over any minute the cluster admits at most
 `rpm + Σ_other frontends (requests they admitted for the key within sync_interval_s + d)` — with F frontends
-each admitting at rate r: `rpm + (F − 1) · r · (sync_interval_s + d)` (tests/integration/test_key_policy_drift.py
+each admitting at rate r: `rpm + (F − 1) · r · (sync_interval_s + d)` (tests/e2e/test_key_policy.py
 measures it). Never more than F · rpm: each frontend's own count is exact.
 
 Quotas: tokens per UTC day and per UTC calendar month, read from the usage ledger (`TokensUsed.tokens_used`: no
@@ -110,15 +110,15 @@ class KeyWindows:
 class Refusal:
     """429 for a key past a limit or quota: OpenAI's body, Retry-After and, for rate limits, x-ratelimit-*."""
 
-    code: str  # rate_limit_exceeded | insufficient_quota (also the error's type for quotas)
+    code: str  # rate_limit_exceeded | insufficient_quota
+    type: str  # OpenAI's: `requests` or `tokens` for a rate limit, insufficient_quota for a quota
     message: str
     retry_after_s: int
     headers: tuple[Header, ...] = ()
 
     @property
     def body(self) -> dict[str, Any]:
-        type_ = OVER_QUOTA if self.code == OVER_QUOTA else "requests"
-        return {"error": {"message": self.message, "type": type_, "param": None, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": None, "code": self.code}}
 
 
 def reset_text(seconds: float) -> str:
@@ -221,12 +221,14 @@ class Limits:
     ) -> Refusal | None:
         name = policy.name or policy.key_id
         if policy.rpm and used_requests >= policy.rpm:
+            kind = "requests"
             wait_s = windows.requests.below_in_s(now, policy.rpm)
             message = (
                 f"rate limit reached for API key {name!r}: {policy.rpm} requests per minute (its `rpm`), "
                 f"{used_requests} used in the last minute; retry in {reset_text(wait_s)}"
             )
         elif policy.tpm and used_tokens >= policy.tpm:
+            kind = "tokens"
             wait_s = windows.tokens.below_in_s(now, policy.tpm)
             message = (
                 f"rate limit reached for API key {name!r}: {policy.tpm} tokens per minute (its `tpm`), "
@@ -239,7 +241,7 @@ class Limits:
             (b"retry-after", str(retry_after).encode()),
             *self._headers(policy, windows, now, used_requests, used_tokens),
         )
-        return Refusal(RATE_LIMITED, message, retry_after, headers)
+        return Refusal(RATE_LIMITED, kind, message, retry_after, headers)
 
     def _headers(
         self, policy: KeyPolicy, windows: KeyWindows, now: float, used_requests: int, used_tokens: int
@@ -280,10 +282,20 @@ class Limits:
                 f"it resets at {resets} (in {reset_text(end - now)}); raise it with PATCH "
                 f"/api/keys/{policy.key_id}"
             )
-            return Refusal(OVER_QUOTA, message, retry_after, ((b"retry-after", str(retry_after).encode()),))
+            return Refusal(
+                OVER_QUOTA, OVER_QUOTA, message, retry_after, ((b"retry-after", str(retry_after).encode()),)
+            )
         return None
 
     # --- across frontends ---
+
+    def prune(self) -> None:
+        """Forget the windows of keys that counted nothing in the last minute (memory stays bounded by the keys
+        in use, whatever arrives from NATS)."""
+        now = self._clock()
+        idle = [k for k, w in self.windows.items() if not w.requests.count(now) and not w.tokens.count(now)]
+        for key_id in idle:
+            del self.windows[key_id]
 
     def publishable(self) -> bytes | None:
         """What this frontend counted since the last call, as one NATS message (None: nothing)."""
@@ -319,6 +331,7 @@ class Limits:
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.sync_interval_s)
+                self.prune()
                 data = self.publishable()
                 if data is not None and nc.is_connected:
                     try:

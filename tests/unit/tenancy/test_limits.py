@@ -75,7 +75,9 @@ def test_a_key_over_its_rpm_gets_429_with_the_headers_until_the_oldest_request_l
         "x-ratelimit-remaining-requests": "0",
         "x-ratelimit-reset-requests": "30s",
     }
-    assert refusal.body["error"]["code"] == "rate_limit_exceeded"
+    assert (
+        refusal.body["error"]["code"] == "rate_limit_exceeded" and refusal.body["error"]["type"] == "requests"
+    )
     clock.now_s = 1060.0  # the first request's second left the window
     assert limits.admit(policy)[0] is None
 
@@ -90,7 +92,20 @@ def test_tokens_per_minute_count_what_the_engine_reported_for_the_key() -> None:
     refusal, headers = limits.admit(policy)
     assert refusal is not None and "100 tokens per minute (its `tpm`), 110 used" in refusal.message
     assert _headers(headers)["x-ratelimit-remaining-tokens"] == "0"
+    assert refusal.body["error"]["type"] == "tokens"  # OpenAI's type of a token rate limit
     assert "k2" not in limits.windows
+
+
+def test_windows_of_keys_idle_for_a_minute_are_forgotten() -> None:
+    clock = Clock(0.0)
+    limits = Limits(clock=clock)
+    limits.admit(KeyPolicy("k1", rpm=5))
+    limits.absorb(b'{"from": "other", "keys": {"k2": [1, 0]}}')
+    clock.now_s = 30.0
+    limits.admit(KeyPolicy("k2", rpm=5))
+    clock.now_s = 61.0
+    limits.prune()
+    assert list(limits.windows) == ["k2"]
 
 
 def test_keys_without_limits_get_no_headers_and_no_window() -> None:
