@@ -8,11 +8,13 @@ which request the backend answered."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import openai
 import orjson
@@ -39,6 +41,7 @@ def cluster(state_root: Path, make_database: Any, nats_url: str) -> Iterator[Clu
             "CORRAL_BATCH_POLL_INTERVAL": "0.2s",
             "CORRAL_FILES_MAX_BYTES": str(MAX_FILE_BYTES),
             "CORRAL_BATCH_CONCURRENCY": "2",
+            "CORRAL_BATCH_LEASE": "3s",  # a killed frontend's lines run again 3 s later
         },
     )
     write_sim_model(c.models_dir, SIM)
@@ -269,3 +272,46 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
     assert _error(_create(cluster, good, key=OTHER_KEY))[:2] == (404, "input_file_id")
     missing = httpx.get(f"{cluster.frontend_url}/v1/batches/batch_nothere", headers=_headers(), timeout=30)
     assert _error(missing)[:2] == (404, "batch_id")
+
+
+def _sql(cluster: Cluster, statement: str, *args: Any) -> list[Any]:
+    async def run() -> list[Any]:
+        conn = await asyncpg.connect(cluster.database_url)
+        try:
+            return list(await conn.fetch(statement, *args))
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def test_a_batch_past_its_window_runs_no_new_line_and_expires_with_the_rest_failed(cluster: Cluster) -> None:
+    batch_id = _run(cluster, _jsonl(*(_chat_line(f"late-{i}", f"late {i}", model=PACED) for i in range(8))))
+    _wait(cluster, lambda: _batch(cluster, batch_id)["status"] == "in_progress", "the batch to start")
+    _sql(cluster, "UPDATE batches SET expires_at = now() WHERE id = $1", batch_id)  # its 24 h are over
+    done = _ended(cluster, batch_id)
+    assert done["status"] == "expired" and done["expired_at"] is not None
+    counts = done["request_counts"]
+    assert counts["total"] == 8 and counts["completed"] + counts["failed"] == 8 and counts["failed"] > 0
+    expired = _lines(cluster, done["error_file_id"])
+    assert len(expired) == counts["failed"]
+    assert {line["error"]["code"] for line in expired} == {"batch_expired"}
+
+
+@pytest.mark.slow
+def test_the_lines_of_a_killed_frontend_are_run_by_another_and_none_is_lost(cluster: Cluster) -> None:
+    second, _ = cluster.spawn_frontend("frontend-2")
+    batch_id = _run(cluster, _jsonl(*(_chat_line(f"s-{i}", f"survive {i}", model=PACED) for i in range(10))))
+    running = "SELECT count(DISTINCT lease_owner) FROM batch_lines WHERE batch_id = $1 AND state = 'running'"
+    _wait(
+        cluster,
+        lambda: _sql(cluster, running, batch_id)[0][0] == 2,
+        "both frontends to run lines of the batch",
+    )
+    second.popen.kill()  # no hand-back: its lines wait for their lease (CORRAL_BATCH_LEASE) to lapse
+    second.popen.wait()
+    done = _ended(cluster, batch_id)
+    assert done["status"] == "completed"
+    assert done["request_counts"] == {"total": 10, "completed": 10, "failed": 0}
+    lines = _lines(cluster, done["output_file_id"])
+    assert [line["custom_id"] for line in lines] == [f"s-{i}" for i in range(10)]

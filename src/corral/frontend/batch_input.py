@@ -120,10 +120,15 @@ class InputCheck:
             if key not in data:
                 return "missing_required_parameter", f"line {n}: {key!r} is required", n, key
         custom_id, body = data["custom_id"], data["body"]
-        if not isinstance(custom_id, str) or not custom_id or len(custom_id) > CUSTOM_ID_MAX:
+        if (
+            not isinstance(custom_id, str)
+            or not custom_id
+            or len(custom_id) > CUSTOM_ID_MAX
+            or "\x00" in custom_id
+        ):
             return (
                 "invalid_value",
-                f"line {n}: 'custom_id' must be a string of 1 to {CUSTOM_ID_MAX} characters",
+                f"line {n}: 'custom_id' must be a string of 1 to {CUSTOM_ID_MAX} characters, no NUL",
                 n,
                 "custom_id",
             )
@@ -146,8 +151,13 @@ class InputCheck:
             )
         if not isinstance(body, dict):
             return "invalid_value", f"line {n}: 'body' must be a JSON object (the request's body)", n, "body"
-        if not isinstance(body.get("model"), str) or not body["model"]:
-            return "missing_required_parameter", f"line {n}: 'body.model' is required", n, "body.model"
+        if not isinstance(body.get("model"), str) or not body["model"] or "\x00" in body["model"]:
+            return (
+                "missing_required_parameter",
+                f"line {n}: 'body.model' is required (a model name)",
+                n,
+                "body.model",
+            )
         if body.get("stream"):
             return (
                 "unsupported_value",

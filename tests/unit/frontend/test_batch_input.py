@@ -46,6 +46,8 @@ def test_good_lines_are_kept_with_their_numbers_blank_lines_skipped_and_no_final
         (_line("x", extra=1), "unknown_parameter", "extra"),
         (_line("a"), "duplicate_custom_id", "custom_id"),  # line 1 used "a"
         (_line(""), "invalid_value", "custom_id"),
+        (_line("a\x00"), "invalid_value", "custom_id"),  # PostgreSQL text holds no NUL
+        (_line("x", body={"model": "m\x00"}), "missing_required_parameter", "body.model"),
         (_line("x", method="GET"), "invalid_value", "method"),
         (_line("x", url="/v1/embeddings"), "invalid_url", "url"),
         (_line("x", body=[]), "invalid_value", "body"),

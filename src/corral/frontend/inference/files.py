@@ -215,7 +215,7 @@ def build_files_router(state: FrontendState) -> APIRouter:
     @router.get("/files")
     async def list_files(
         request: Request,
-        purpose: Annotated[str | None, Query(max_length=32)] = None,
+        purpose: Annotated[str | None, Query(pattern="^[a-z_-]{1,32}$")] = None,
         limit: Annotated[int, Query(ge=1, le=LIST_MAX)] = LIST_MAX,
         after: Annotated[str | None, Query(max_length=ID_MAX)] = None,
         order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
