@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,6 +16,10 @@ Load = Callable[["Replica"], int]
 DEFAULT_MIN_PREFIX_MATCH = 0.3
 DEFAULT_BALANCE_ABS = 2
 DEFAULT_BALANCE_REL = 1.5
+# Anti-herding: loads within this fraction of the least (rounded down: 0 and 1 differ, 20 and 22 do not) are
+# near-equal, and a random one of those replicas serves. Frontends that see the same counts (shared over NATS)
+# then spread their picks instead of all sending their next request to the same replica at once.
+NEAR_EQUAL_REL = 0.1
 
 
 @dataclass(frozen=True)
@@ -61,3 +66,11 @@ class Picker(Protocol):
 
 def loads_of(replicas: Sequence[Replica], load: Load) -> dict[str, int]:
     return {r.key: load(r) for r in replicas}
+
+
+def least_loaded(replicas: Sequence[Replica], loads: Mapping[str, int], rng: random.Random) -> Replica:
+    """A random one of the replicas whose load is within NEAR_EQUAL_REL of the least (anti-herding)."""
+    low = min(loads[r.key] for r in replicas)
+    bound = low + int(low * NEAR_EQUAL_REL)
+    near = [r for r in replicas if loads[r.key] <= bound]
+    return near[0] if len(near) == 1 else rng.choice(near)

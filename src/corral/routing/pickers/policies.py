@@ -6,6 +6,7 @@ that edits them; no database read on the warm path.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -29,14 +30,21 @@ PICKERS = ("round_robin", "least_loaded", "prefix_cache", "power_of_two")
 
 
 class RoutePolicies:
-    def __init__(self, index: PrefixIndex | None = None, prefix_cache_default: bool = True) -> None:
+    def __init__(
+        self,
+        index: PrefixIndex | None = None,
+        prefix_cache_default: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        """`rng`: the pickers' random choices (anti-herding, power of two); tests pass a seeded one."""
         self.index = index if index is not None else PrefixIndex()  # an empty index is falsy
         self.default = Policy("prefix_cache" if prefix_cache_default else "least_loaded")
+        rng = rng or random.Random()
         self.pickers: dict[str, Picker] = {
             "round_robin": RoundRobin(),
-            "least_loaded": LeastLoaded(),
-            "prefix_cache": PrefixCache(self.index),
-            "power_of_two": PowerOfTwo(),
+            "least_loaded": LeastLoaded(rng),
+            "prefix_cache": PrefixCache(self.index, rng),
+            "power_of_two": PowerOfTwo(rng),
         }
         self._by_model: dict[str, Policy] = {}
 

@@ -7,7 +7,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from corral.routing.pickers.base import Decision, Load, Policy
+from corral.routing.pickers.base import Decision, Load, Policy, least_loaded
 
 if TYPE_CHECKING:
     from corral.routing.replica import Replica
@@ -24,5 +24,5 @@ class PowerOfTwo:
     ) -> Decision:
         a, b = self._rng.sample(list(replicas), 2) if len(replicas) > 1 else (replicas[0], replicas[0])
         loads = {a.key: load(a), b.key: load(b)}
-        chosen = min((a, b), key=lambda r: (loads[r.key], r.last_used_s))
+        chosen = least_loaded((a, b), loads, self._rng)
         return Decision(chosen, self.name, f"less loaded of two random replicas ({a.key}, {b.key})", loads)

@@ -5,15 +5,17 @@ replicas, a replica is eligible iff in_flight ≤ min + balance_abs_threshold an
 in_flight ≤ min × balance_rel_threshold + 1. The best-matching replica wins when its match covers at
 least `min_prefix_match` of the prompt's blocks and it is eligible; otherwise the least loaded replica
 wins, so the picker is never worse than least_loaded under skew. Among replicas with the same longest
-match, the least loaded one wins (a shared system prompt spreads over the replicas that hold it).
+match, the least loaded one wins (a shared system prompt spreads over the replicas that hold it). "Least loaded"
+is a random one among near-equal loads (anti-herding, pickers/base.py).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from corral.routing.pickers.base import Decision, Load, Policy, loads_of
+from corral.routing.pickers.base import Decision, Load, Policy, least_loaded, loads_of
 from corral.routing.prefix_index import PrefixIndex
 
 if TYPE_CHECKING:
@@ -30,14 +32,15 @@ def eligible(in_flight: int, min_in_flight: int, policy: Policy) -> bool:
 class PrefixCache:
     name = "prefix_cache"
 
-    def __init__(self, index: PrefixIndex) -> None:
+    def __init__(self, index: PrefixIndex, rng: random.Random | None = None) -> None:
         self.index = index
+        self._rng = rng or random.Random()
 
     def pick(
         self, replicas: Sequence[Replica], load: Load, policy: Policy, chain: Sequence[int] | None
     ) -> Decision:
         loads = loads_of(replicas, load)
-        least = min(replicas, key=lambda r: (loads[r.key], r.last_used_s))
+        least = least_loaded(replicas, loads, self._rng)
         if not chain:
             return Decision(least, self.name, "no prompt to match: least loaded", loads)
         depth, holders = self.index.match(chain, loads)
@@ -45,7 +48,7 @@ class PrefixCache:
         if not depth:
             return Decision(least, self.name, "no replica holds a prefix: least loaded", loads, 0, len(chain))
         by_key = {r.key: r for r in replicas}
-        hot = min((by_key[k] for k in holders), key=lambda r: (loads[r.key], r.last_used_s))
+        hot = least_loaded([by_key[k] for k in holders], loads, self._rng)
         if ratio < policy.min_prefix_match:
             return Decision(
                 least,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from corral.routing.pickers.base import Policy
@@ -100,3 +102,10 @@ def test_the_guard_with_zero_thresholds_admits_no_more_than_the_minimum() -> Non
     assert eligible(1, 1, strict)  # 1 <= 1 + 0 and 1 <= 1 * 0 + 1
     assert not eligible(1, 0, strict)
     assert not eligible(2, 2, strict)  # the relative bound alone: 2 > 2 * 0 + 1
+
+
+def test_the_least_loaded_fallback_is_a_random_one_among_near_equal_loads() -> None:
+    rs = replicas(3)
+    picker = PrefixCache(PrefixIndex(), random.Random(4))
+    chosen = {picker.pick(rs, loads({rs[2].key: 2}), POLICY, [7, 8]).replica.key for _ in range(30)}
+    assert chosen == {rs[0].key, rs[1].key}
