@@ -135,14 +135,19 @@ class Breakers:
     def picked(self, key: str) -> None:
         """A pick chose this replica: a half-open breaker's trial is now in flight."""
         breaker = self._by_key.get(key)
-        if breaker is not None and breaker.state is BreakerState.HALF_OPEN:
-            breaker.trial = True
+        if breaker is not None:
+            self._cool(key, breaker)
+            if breaker.state is BreakerState.HALF_OPEN:
+                breaker.trial = True
 
     def succeeded(self, replica: Replica) -> None:
         """A call answered (or was refused for its own fault): the streak ends; a half-open breaker closes.
         A straggler that succeeds while the breaker is open does not shorten the cooldown."""
         breaker = self._by_key.get(replica.key)
-        if breaker is None or breaker.state is BreakerState.OPEN:
+        if breaker is None:
+            return
+        self._cool(replica.key, breaker)
+        if breaker.state is BreakerState.OPEN:
             return
         del self._by_key[replica.key]
         if breaker.state is BreakerState.HALF_OPEN:
