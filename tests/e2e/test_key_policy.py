@@ -209,3 +209,21 @@ def test_two_frontends_together_admit_a_limit_within_the_stated_bound(env: Env) 
     print(f"admitted {total} for rpm {LIMIT} over two frontends; stated bound {bound}")
     assert LIMIT <= total <= bound
     assert total < 2 * LIMIT
+
+
+def test_a_key_allowed_a_route_may_use_its_targets_and_not_them_directly(env: Env) -> None:
+    """The operator's route grants what it leads to; the key still may not name the target itself."""
+    put = httpx.put(
+        f"{env.url}/api/routes/team-route",
+        json={"targets": [{"model": B, "weight": 1}]},
+        headers=env.admin,
+        timeout=30,
+    )
+    assert put.status_code == 200, put.text
+    _id, headers = _key(env, name="route-only", models=["team-route"])
+    served = _chat(env.url, headers, "team-route")
+    assert served.status_code == 200, served.text
+    assert served.headers["x-corral-route-target"] == B
+    assert _chat(env.url, headers, B).status_code == 403
+    _other, outsider = _key(env, name="no-route", models=[A])
+    assert _chat(env.url, outsider, "team-route").status_code == 403

@@ -87,6 +87,9 @@ def policy_of(row: Mapping[str, Any]) -> KeyPolicy:
 
 
 CURRENT_POLICY: ContextVar[KeyPolicy | None] = ContextVar("corral_key_policy", default=None)
+# The targets of a model route the key was allowed (frontend/inference/routes.py): the operator's route grants
+# what it leads to, so a key listing a route needs no entry for each of its targets.
+GRANTED_BY_ROUTE: ContextVar[frozenset[str]] = ContextVar("corral_granted_by_route", default=frozenset())
 
 
 def model_refusal(model: str, alias_of: str = "") -> str | None:
@@ -94,6 +97,8 @@ def model_refusal(model: str, alias_of: str = "") -> str | None:
     No key (auth off), or a key with no model list: every model."""
     policy = CURRENT_POLICY.get()
     if policy is None or policy.allows(model) or (alias_of and policy.allows(alias_of)):
+        return None
+    if model in GRANTED_BY_ROUTE.get():
         return None
     from corral.telemetry.families import KEY_REFUSALS
 

@@ -25,6 +25,7 @@ from corral.frontend.state import FrontendState
 from corral.loading.errors import LoadError, ModelStillLoading
 from corral.placement.errors import PlacementError
 from corral.routing.errors import BackendCallError, BackendRefused
+from corral.tenancy.policy import GRANTED_BY_ROUTE, REFUSED_MODEL, model_refusal
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,19 @@ def _exhausted(route: str, attempts: list[dict[str, Any]], last: APIError | None
 async def serve_route(
     state: FrontendState, route: str, candidates: list[str], body: Any, handler: Handler
 ) -> Response:
-    """Try `candidates` (a route's plan) in order until one serves."""
+    """Try `candidates` (a route's plan) in order until one serves. A key allowed the route may use its targets."""
+    if (refused := model_refusal(route)) is not None:
+        raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
+    granted = GRANTED_BY_ROUTE.set(frozenset(candidates))
+    try:
+        return await _serve_in_order(state, route, candidates, body, handler)
+    finally:
+        GRANTED_BY_ROUTE.reset(granted)
+
+
+async def _serve_in_order(
+    state: FrontendState, route: str, candidates: list[str], body: Any, handler: Handler
+) -> Response:
     attempts: list[dict[str, Any]] = []
     last: APIError | None = None
     for model in candidates:
