@@ -20,6 +20,9 @@ Options (`ModelOptions.Options`, `key:value`):
   kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
   prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
   media_time_s:<s>         sleep this long in each TTS, AudioTranscription and GenerateImage call (default 0)
+  fault_dir:<path>         fault injection: while a file named after this process's pid exists in <path>, every
+                           Predict, PredictStream and Embedding fails with the gRPC status the file names
+                           (e.g. INTERNAL; empty: UNAVAILABLE), as a sick replica would (default: none)
   speech_chunk_time_s:<s>  stream speech (TTSStream, a chunk per word), sleeping this long before each chunk;
                            unset, the simulator does not stream speech (TTSStream is UNIMPLEMENTED), as many
                            real backends do not
@@ -35,15 +38,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import struct
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
 
 from corral.backends.engine import (
     DEFAULT_MAX_TOKENS_SIMULATOR,
+    EngineError,
     InvalidRequestError,
     LoadError,
     check_prompt_fits,
@@ -69,6 +77,7 @@ KNOWN_OPTIONS = (
     "prefill_concurrency",
     "media_time_s",
     "speech_chunk_time_s",
+    "fault_dir",
 )
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
@@ -97,6 +106,7 @@ class SimulatorSettings:
     prefill_concurrency: int = 0
     media_time_s: float = 0.0
     speech_chunk_time_s: float | None = None  # None: speech is not streamed
+    fault_dir: str = ""
 
     @classmethod
     def from_options(cls, entries: list[str]) -> SimulatorSettings:
@@ -114,12 +124,32 @@ class SimulatorSettings:
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
             media_time_s=option_float(options, "media_time_s", 0.0),
+            fault_dir=options.get("fault_dir", ""),
             speech_chunk_time_s=(
                 None
                 if options.get("speech_chunk_time_s", "") == ""
                 else option_float(options, "speech_chunk_time_s", 0.0)
             ),
         )
+
+
+class SimulatedFault(EngineError):
+    """A call failed on purpose (option fault_dir): remove the fault file to make the replica healthy again."""
+
+    def __init__(self, message: str, status: grpc.StatusCode) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def injected_fault(fault_dir: str) -> SimulatedFault | None:
+    """The fault this process is told to fail with (a file named after its pid in `fault_dir`), if any."""
+    path = Path(fault_dir) / str(os.getpid())
+    try:
+        name = path.read_text().strip() or "UNAVAILABLE"
+    except FileNotFoundError:
+        return None
+    status = getattr(grpc.StatusCode, name, grpc.StatusCode.UNAVAILABLE)
+    return SimulatedFault(f"simulated fault: {path} says {status.name}", status)
 
 
 class KVCache:
@@ -258,7 +288,12 @@ class SimulatorEngine(SimulatedMedia):
             final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
         return final
 
+    def _check_fault(self) -> None:
+        if self._settings.fault_dir and (fault := injected_fault(self._settings.fault_dir)) is not None:
+            raise fault
+
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        self._check_fault()
         if not req.Prompt and not req.Messages and not req.EmbeddingTokens:
             raise InvalidRequestError(
                 "PredictOptions needs a Prompt (or its token ids in EmbeddingTokens) or Messages"
@@ -321,6 +356,7 @@ class SimulatorEngine(SimulatedMedia):
         )
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
+        self._check_fault()
         text = req.Embeddings or req.Prompt or token_words(req.EmbeddingTokens)
         if not text:
             raise InvalidRequestError(
