@@ -315,3 +315,49 @@ def test_the_lines_of_a_killed_frontend_are_run_by_another_and_none_is_lost(clus
     assert done["request_counts"] == {"total": 10, "completed": 10, "failed": 0}
     lines = _lines(cluster, done["output_file_id"])
     assert [line["custom_id"] for line in lines] == [f"s-{i}" for i in range(10)]
+
+
+def test_with_auth_a_batch_runs_as_its_key_and_a_model_outside_the_key_is_a_403_line(
+    cluster: Cluster,
+) -> None:
+    auth, url = cluster.spawn_frontend("frontend-auth", "--auth")
+    try:
+        created = httpx.post(
+            f"{url}/api/keys",
+            json={"role": "user", "name": "batch-team", "models": [SIM]},
+            headers=cluster.admin_headers,
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        headers = {"Authorization": f"Bearer {created.json()['key']}"}
+        content = _jsonl(_chat_line("allowed", "hello"), _chat_line("outside", "hello", model=PACED))
+        uploaded = httpx.post(
+            f"{url}/v1/files",
+            headers=headers,
+            files={"file": ("in.jsonl", content)},
+            data={"purpose": "batch"},
+        )
+        assert uploaded.status_code == 200, uploaded.text
+        body = {
+            "input_file_id": uploaded.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        }
+        batch = httpx.post(f"{url}/v1/batches", headers=headers, json=body, timeout=30).json()
+        assert httpx.get(f"{url}/v1/batches/{batch['id']}", timeout=30).status_code == 401  # no key: no batch
+
+        def ended() -> bool:
+            batch.update(httpx.get(f"{url}/v1/batches/{batch['id']}", headers=headers, timeout=30).json())
+            return batch["status"] == "completed"
+
+        _wait(cluster, ended, "the key's batch to complete")
+        assert batch["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+        error_file = f"{url}/v1/files/{batch['error_file_id']}/content"
+        [refused] = [
+            orjson.loads(line)
+            for line in httpx.get(error_file, headers=headers, timeout=30).content.splitlines()
+        ]
+        assert refused["custom_id"] == "outside" and refused["response"]["status_code"] == 403
+        assert refused["response"]["body"]["error"]["code"] == "model_not_allowed"
+    finally:
+        auth.stop()

@@ -17,9 +17,12 @@ each claimed with `FOR UPDATE SKIP LOCKED` so frontends share the work without m
    never ran) are written in line order, and it ends completed, cancelled or expired.
 
 A line is answered by the same code as an HTTP request, so its errors are the API's: an unknown model is a 404
-line in the error file. What stays out: the body limit and frontend concurrency of HTTP requests (a batch line
-is bounded by its batch's checks and CORRAL_BATCH_CONCURRENCY), and the API key is not checked again per line
-(the batch was created with it).
+line in the error file. It runs as the API key that created the batch, with that key's policy as it is now
+(looked up by id at most every POLICY_TTL_S): a model outside the key's list is a 403 line, a revoked key's
+lines fail with 401, a key past its token quota gets 429 insufficient_quota lines, and a key at its rate limit
+makes its lines wait for the window (a batch has a day, not a client holding a connection). What stays out:
+the body limit and frontend concurrency of HTTP requests (a line is bounded by its batch's checks and
+CORRAL_BATCH_CONCURRENCY).
 """
 
 from __future__ import annotations
@@ -40,12 +43,17 @@ from corral.frontend.inference.fast_path import FastPath
 from corral.frontend.inference.openai import inference_table
 from corral.frontend.state import FrontendState
 from corral.runtime.loops import run_periodic
+from corral.store import api_keys
 from corral.store import batches as store
 from corral.tenancy.caller import CURRENT, Caller
+from corral.tenancy.limits import Limits
+from corral.tenancy.policy import CURRENT_POLICY, KeyPolicy, policy_of
 
 log = logging.getLogger(__name__)
 
 PRIORITY = "batch"
+POLICY_TTL_S = 10.0  # a batch key's policy is looked up again after this (a revoked key stops its lines)
+OVER_QUOTA = "insufficient_quota"
 Scope = dict[str, Any]
 Message = dict[str, Any]
 ASGIApp = Callable[
@@ -186,8 +194,11 @@ class _FileWriter:
 
 
 class BatchRunner:
-    def __init__(self, pool: asyncpg.Pool, app: ASGIApp, settings: BatchRunnerSettings) -> None:
-        self.pool, self.app, self.settings = pool, app, settings
+    def __init__(
+        self, pool: asyncpg.Pool, app: ASGIApp, settings: BatchRunnerSettings, limits: Limits | None = None
+    ) -> None:
+        self.pool, self.app, self.settings, self.limits = pool, app, settings, limits
+        self._policies: dict[str, tuple[KeyPolicy | None, float]] = {}  # key id -> (policy, looked up at)
         self.owner = f"frontend-{uuid.uuid4()}"  # the lease holder's name in batch_lines
         self.running: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
@@ -195,7 +206,7 @@ class BatchRunner:
     @classmethod
     def for_frontend(cls, state: FrontendState, settings: BatchRunnerSettings) -> BatchRunner:
         """Lines run through the frontend's own inference handlers (the fast path's table)."""
-        return cls(state.pool, FastPath(_no_route, inference_table(state)), settings)
+        return cls(state.pool, FastPath(_no_route, inference_table(state)), settings, state.key_limits)
 
     async def run(self, stop: asyncio.Event) -> None:
         renew = asyncio.create_task(
@@ -268,11 +279,48 @@ class BatchRunner:
         if not task.cancelled() and task.exception() is not None:
             log.warning("batch line %s could not be recorded: %s", task.get_name(), task.exception())
 
+    async def _policy(self, key_id: str) -> KeyPolicy | None:
+        """The live policy of a batch's key; None once it is revoked."""
+        now = asyncio.get_running_loop().time()
+        cached = self._policies.get(key_id)
+        if cached is None or now - cached[1] > POLICY_TTL_S:
+            row = await api_keys.access_by_id(self.pool, key_id)
+            cached = (None if row is None else policy_of(row), now)
+            self._policies[key_id] = cached
+        return cached[0]
+
+    async def _refusal(self, key_id: str) -> tuple[int, bytes] | None:
+        """Run the line as its batch's key (this task's context only): None, or the answer that refuses it."""
+        if not key_id:
+            return None
+        policy = await self._policy(key_id)
+        if policy is None:
+            message = "the API key that created this batch is revoked: its remaining requests do not run"
+            error = {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+            return 401, orjson.dumps({"error": error})
+        while policy.metered and self.limits is not None:
+            refusal, _ = self.limits.admit(policy)
+            if refusal is None:
+                break
+            if refusal.code == OVER_QUOTA:
+                return 429, orjson.dumps(refusal.body)
+            await asyncio.sleep(max(1, refusal.retry_after_s))  # a rate window: the line waits for it
+        CURRENT.set(Caller(policy.billed_tenant, key_id, PRIORITY))
+        CURRENT_POLICY.set(policy)
+        return None
+
     async def _run_line(self, row: Any) -> None:
         CURRENT.set(Caller(row["tenant"], row["key_id"], PRIORITY))  # this task's context only
         try:
-            status, raw = await call_in_process(self.app, row["url"], row["body"].encode())
-            ok, line, tokens = result_line(row["custom_id"], status, raw)
+            answer = await self._refusal(row["key_id"])
+            if answer is None:
+                answer = await call_in_process(self.app, row["url"], row["body"].encode())
+            ok, line, tokens = result_line(row["custom_id"], *answer)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the fast path answers its own errors; this is a bug, recorded on the line
