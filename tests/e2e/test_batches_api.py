@@ -348,7 +348,7 @@ def test_with_auth_a_batch_runs_as_its_key_and_a_model_outside_the_key_is_a_403_
 
         def ended() -> bool:
             batch.update(httpx.get(f"{url}/v1/batches/{batch['id']}", headers=headers, timeout=30).json())
-            return batch["status"] == "completed"
+            return bool(batch["status"] == "completed")
 
         _wait(cluster, ended, "the key's batch to complete")
         assert batch["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
