@@ -144,7 +144,8 @@ def decide(
             reason=f"{prefix}{load.words()}: under target; cooldown until {_clock(until)} before scaling down",
         )
     return replace(
-        base, reason=f"{prefix}{load.words()}: under target; idle replicas above {floor} stop when idle"
+        base,
+        reason=f"{prefix}{load.words()}: under target; idle replicas above {floor} stop after their idle window",
     )
 
 

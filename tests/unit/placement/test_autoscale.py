@@ -53,7 +53,7 @@ def test_time_to_first_token_over_its_target_scales_too() -> None:
 def test_under_target_adds_nothing_and_forgets_the_passes_over_it() -> None:
     v = verdict(rule(record=AutoscaleRecord(over_passes=1)), QUIET)
     assert (v.add, v.over_passes, v.allow_idle_stop) == (0, 0, True)
-    assert v.reason.endswith("under target; idle replicas above 1 stop when idle")
+    assert v.reason.endswith("under target; idle replicas above 1 stop after their idle window")
 
 
 def test_between_half_the_target_and_the_target_nothing_moves_either_way() -> None:
