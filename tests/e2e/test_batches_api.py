@@ -257,6 +257,30 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
     status, _, message = _error(_upload(cluster, b"x" * (MAX_FILE_BYTES + (100 << 10))))  # refused unread
     assert status == 413 and "CORRAL_FILES_MAX_BYTES" in message
 
+    url, headers = f"{cluster.frontend_url}/v1/files", _headers()
+    as_json = httpx.post(url, headers=headers, json={"purpose": "batch"}, timeout=30)
+    assert _error(as_json)[:2] == (400, "file")
+    no_boundary = httpx.post(
+        url, headers={**headers, "content-type": "multipart/form-data"}, content=b"x", timeout=30
+    )
+    assert _error(no_boundary)[0] == 400
+    torn = httpx.post(
+        url,
+        headers={**headers, "content-type": "multipart/form-data; boundary=zz"},
+        content=b"--zz\r\nbad",
+        timeout=30,
+    )
+    assert _error(torn)[0] == 400
+    extra = httpx.post(
+        url,
+        headers=headers,
+        files={"file": ("a.jsonl", b"{}")},
+        data={"purpose": "batch", "expires_after[anchor]": "x"},
+    )
+    assert _error(extra)[:2] == (400, "expires_after[anchor]")
+    no_file = httpx.post(url, headers=headers, files={"other": ("a", b"{}")}, data={"purpose": "batch"})
+    assert _error(no_file)[:2] == (400, "other")
+
     file_id = _upload(cluster, _jsonl(_chat_line("a", "one"))).json()["id"]
     good = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     changes: list[tuple[dict[str, Any], tuple[int, str]]] = [
