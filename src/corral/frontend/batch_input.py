@@ -34,7 +34,9 @@ class LineError:
 
 @dataclass
 class InputCheck:
-    """Feed it the file's chunks in order, then `close()`; `lines` are (line, custom_id, url, body JSON)."""
+    """Feed it the file's chunks in order, then `close()`; `lines` are (line, custom_id, url, body JSON) not yet
+    taken (`take_lines`: the runner stores them as it goes, so a large file is never held whole). After the first
+    error no more lines are kept: the batch fails, only the errors matter."""
 
     endpoint: str
     max_requests: int
@@ -42,6 +44,7 @@ class InputCheck:
     errors: list[LineError] = field(default_factory=list)
     model: str | None = None
     errors_total: int = 0
+    total: int = 0  # good lines seen
     _rest: bytes = b""
     _number: int = 0
     _seen: dict[str, int] = field(default_factory=dict)
@@ -56,12 +59,12 @@ class InputCheck:
         if self._rest:
             self._line(self._rest)
             self._rest = b""
-        if not self.lines and not self.errors_total:
+        if not self.total and not self.errors_total:
             self._error("empty_file", "the input file holds no request line; send JSONL, one request a line")
-        if len(self.lines) > self.max_requests:
+        if self.total > self.max_requests:
             self._error(
                 "too_many_requests",
-                f"the input file holds {len(self.lines)} requests; a batch takes at most {self.max_requests} "
+                f"the input file holds {self.total} requests; a batch takes at most {self.max_requests} "
                 "(CORRAL_BATCH_MAX_REQUESTS)",
             )
         if self.errors_total > len(self.errors):
@@ -104,7 +107,14 @@ class InputCheck:
         self._seen[data["custom_id"]] = n
         if self.model is None:
             self.model = data["body"]["model"]
-        self.lines.append((n, data["custom_id"], data["url"], orjson.dumps(data["body"]).decode()))
+        self.total += 1
+        if not self.errors_total and self.total <= self.max_requests:
+            self.lines.append((n, data["custom_id"], data["url"], orjson.dumps(data["body"]).decode()))
+
+    def take_lines(self) -> list[tuple[int, str, str, str]]:
+        """The good lines kept since the last take."""
+        taken, self.lines = self.lines, []
+        return taken
 
     def _problem(self, n: int, data: dict[str, Any]) -> tuple[str, str, int, str] | None:
         """(code, message, line, param) of the first thing wrong with a parsed line, None when it is right."""

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 PRIORITY = "batch"
 POLICY_TTL_S = 10.0  # a batch key's policy is looked up again after this (a revoked key stops its lines)
 OVER_QUOTA = "insufficient_quota"
+LINES_PER_COPY = 2000  # validated lines stored per COPY while the input file is read
 Scope = dict[str, Any]
 Message = dict[str, Any]
 ASGIApp = Callable[
@@ -63,6 +64,10 @@ NOT_RUN = {
     "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
     "cancelled": ("batch_cancelled", "This request was not executed: the batch was cancelled."),
 }
+
+
+class _Invalid(Exception):
+    """The input file failed validation (its errors are on the InputCheck)."""
 
 
 @dataclass(frozen=True)
@@ -250,16 +255,24 @@ class BatchRunner:
             if batch is None:
                 return False
             check = InputCheck(batch["endpoint"], self.settings.max_requests)
-            async for chunk in store.file_chunks(conn, batch["input_file_id"]):
-                await asyncio.to_thread(check.feed, chunk)
-            await asyncio.to_thread(check.close)
-            if check.failed:
+            try:
+                async with (
+                    conn.transaction()
+                ):  # a savepoint: the lines stored so far go when a later one fails
+                    async for chunk in store.file_chunks(conn, batch["input_file_id"]):
+                        await asyncio.to_thread(check.feed, chunk)
+                        if len(check.lines) >= LINES_PER_COPY:
+                            await store.add_lines(conn, batch["id"], check.take_lines())
+                    await asyncio.to_thread(check.close)
+                    if check.failed:
+                        raise _Invalid
+                    await store.add_lines(conn, batch["id"], check.take_lines())
+                    await store.start(conn, batch["id"], check.total, check.model)
+            except _Invalid:
                 await store.fail(conn, batch["id"], orjson.dumps(check.errors_obj()).decode())
                 log.info("batch %s failed validation: %d error(s)", batch["id"], check.errors_total)
                 return True
-            await store.add_lines(conn, batch["id"], check.lines)
-            await store.start(conn, batch["id"], len(check.lines), check.model)
-            log.info("batch %s: %d request(s) to run", batch["id"], len(check.lines))
+            log.info("batch %s: %d request(s) to run", batch["id"], check.total)
             return True
 
     async def _claim(self) -> None:

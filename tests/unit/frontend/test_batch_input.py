@@ -31,6 +31,12 @@ def test_good_lines_are_kept_with_their_numbers_blank_lines_skipped_and_no_final
     assert not check.failed and check.model == "m"
     assert [(n, custom_id) for n, custom_id, _, _ in check.lines] == [(1, "a"), (3, "é"), (4, "c")]
     assert orjson.loads(check.lines[0][3]) == {"model": "m", "messages": []}
+    assert check.total == 3 and len(check.take_lines()) == 3 and check.lines == []
+
+
+def test_no_line_is_kept_after_the_first_error_or_past_the_bound() -> None:
+    assert _check(b"x\n" + _line("a")).lines == []  # the batch fails: its lines are never stored
+    assert len(_check(b"\n".join(_line(str(i)) for i in range(5)), max_requests=2).lines) == 2
 
 
 @pytest.mark.parametrize(
