@@ -22,8 +22,8 @@ from corral.bus import client as bus
 from corral.config.frontend import FrontendSettings
 from corral.frontend.access import KeyCache
 from corral.frontend.admin.app import unhealthy_dropper
-from corral.frontend.batch_runner import BatchRunner, BatchRunnerSettings
 from corral.frontend.app import build_app
+from corral.frontend.batch_runner import BatchRunner, BatchRunnerSettings
 from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.http_workers import child_index
 from corral.frontend.inference.agent_chat import AgentChat
