@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from corral.placement.autoscale import Counts, Verdict
+from corral.placement.autoscale import Counts, Verdict, effective_min
 from corral.placement.filters.selector import selector_matches
 from corral.placement.rules import SchedulingRule
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
@@ -64,9 +64,13 @@ def bounds(rule: SchedulingRule, matching: int) -> tuple[int, int | None]:
     return rule.min_replicas, (rule.max_replicas or None)
 
 
-def replica_floor(rule: SchedulingRule, nodes: Sequence[NodeSnapshot]) -> int:
-    """Eviction never takes a governed model below this many loaded replicas."""
-    return bounds(rule, len(matching_nodes(rule.node_selector, nodes)))[0]
+def replica_floor(rule: SchedulingRule, nodes: Sequence[NodeSnapshot], now_s: float | None = None) -> int:
+    """Eviction never takes a governed model below this many loaded replicas (at `now_s`: schedules included)."""
+    low, high = bounds(rule, len(matching_nodes(rule.node_selector, nodes)))
+    if now_s is None or rule.spread_all:
+        return low
+    scheduled = effective_min(rule, now_s)[0]
+    return max(low, scheduled if high is None else min(scheduled, high))
 
 
 def free_slots(model: str, nodes: Sequence[NodeSnapshot]) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -95,7 +96,7 @@ class Evictor:
         for rule in rules:
             g = governance[rule.model_name]
             if g.governs and g.target is not None and rule.autoscaling:
-                floors[g.target] = replica_floor(rule, nodes)
+                floors[g.target] = replica_floor(rule, nodes, time.time())  # schedules raise it
         return floors
 
     async def stop_replica(self, node: NodeSnapshot, replica: ReplicaSnapshot, why: str) -> bool:

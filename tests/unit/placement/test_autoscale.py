@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from corral.placement.autoscale import UP_PASSES, Counts, LoadSignal, Verdict, decide
-from corral.placement.replica_plan import Plan, plan_replicas
+from corral.placement.replica_plan import Plan, plan_replicas, replica_floor
 from corral.placement.rules import Autoscale, AutoscaleRecord, SchedulingRule
 from corral.placement.schedules import ScheduleWindow
 from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
@@ -203,3 +203,10 @@ def test_idle_replicas_stay_while_the_load_is_in_the_hysteresis_band() -> None:
 def test_a_schedule_window_loads_up_to_its_minimum() -> None:
     r = rule(schedules=(window(("wed",), "09:00", "17:00", low=3),))
     assert plan(r, QUIET, loaded=1).load == 2
+
+
+def test_eviction_keeps_the_scheduled_minimum_while_the_window_holds() -> None:
+    r = rule(schedules=(window(("wed",), "09:00", "17:00", low=3),))
+    assert replica_floor(r, nodes(3), NOW_S) == 3
+    assert replica_floor(r, nodes(3), at("2026-12-02T18:00:00+00:00")) == 1
+    assert replica_floor(r, nodes(3)) == 1  # no clock: the rule's own minimum
