@@ -89,7 +89,9 @@ async def test_autoscaling_fields_are_stored_answered_and_replaced_by_the_next_p
     await scheduling_store.autoscale_record(
         pool, "llama3", "queue wait p95 4.2 s > target 2 s: +1 replica (1 → 2)", 0, "queue wait …: +1", 1.8e9
     )
-    answered = (await api.get(f"{URL}/llama3")).json()["autoscale"]
+    view = (await api.get(f"{URL}/llama3")).json()
+    assert view["status"]["autoscaler"] == "queue wait p95 4.2 s > target 2 s: +1 replica (1 → 2)"
+    answered = view["autoscale"]
     assert answered["last_pass"] == "queue wait p95 4.2 s > target 2 s: +1 replica (1 → 2)"
     assert answered["last_action"] == "queue wait …: +1" and answered["last_action_at"].startswith(
         "2027-01-15"

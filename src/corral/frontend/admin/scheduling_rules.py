@@ -153,7 +153,10 @@ def rule_view(rule: SchedulingRule, g: Governance, loaded: int, now_s: float) ->
     )
     if g.shadowed_by:
         out["shadowed_by"] = g.shadowed_by
-    out.update(declared=rule.declared, status=rule_status(rule, g, loaded, now_s))
+    status = rule_status(rule, g, loaded, now_s)
+    if rule.record.reason and status["state"] not in ("inert", "shadowed"):
+        status["autoscaler"] = rule.record.reason  # the last pass: why it scaled, or why not
+    out.update(declared=rule.declared, status=status)
     out.update(rule.autoscale.to_json())
     if rule.autoscale.configured or rule.record.reason:
         out["autoscale"] = autoscale_view(rule, now_s)
