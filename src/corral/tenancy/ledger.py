@@ -130,11 +130,11 @@ class UsageLedger:
         self.pool, self.flush_interval_s, self._clock = pool, flush_interval_s, clock
         self._pending = PendingUsage(max_pending)
         self._flushing: PendingUsage | None = None  # the rows being written
-        self._unread = PendingUsage(
-            max_pending
-        )  # written, not yet in `_totals` (a re-read failed after the write)
+        # written, not yet in the totals (a re-read failed after the write)
+        self._unread = PendingUsage(max_pending)
         today = day_of(clock())
-        self._totals = usage_store.KeyTotals(today, today.replace(day=1), {}, {})
+        self._totals, self._totals_day_s = usage_store.KeyTotals(today, today.replace(day=1), {}, {}), 0.0
+        self.use_totals(self._totals)  # nothing stored is known before the first re-read
         self._metrics: dict[str, list[int]] = {}  # model -> counts since the metrics were last published
         self._lock = asyncio.Lock()  # one flush at a time: the loop's and the closing one
         self._stop = asyncio.Event()
@@ -165,8 +165,7 @@ class UsageLedger:
         return self._stored_since(key_id, since_s) + counted
 
     def _stored_since(self, key_id: str, since_s: float) -> int:
-        totals = self._totals
-        day_s = day_start_s(totals.day)
+        totals, day_s = self._totals, self._totals_day_s
         if since_s >= day_s + DAY_S:
             return 0  # a day that began after the last re-read: nothing of it was stored then
         if since_s >= day_s:
@@ -175,14 +174,18 @@ class UsageLedger:
             key_id, 0
         )  # the month is the longest window kept (quotas have no longer)
 
+    def use_totals(self, totals: usage_store.KeyTotals) -> None:
+        """The stored totals as re-read (each flush does; tests give their own)."""
+        self._totals, self._totals_day_s = totals, day_start_s(totals.day)
+
     @property
     def pending_rows(self) -> int:
         return len(self._pending)
 
     # --- the flush loop ---
 
-    async def flush(self) -> None:
-        """Write the pending rows in one statement, then re-read every key's totals. On a failed write the rows
+    async def flush(self, *, reread: bool = True) -> None:
+        """Write the pending rows in one statement, then (`reread`) every key's totals. On a failed write the rows
         are kept for the next flush (and the error raised); the warm path goes on counting meanwhile."""
         async with self._lock:
             self._publish_metrics()
@@ -200,7 +203,11 @@ class UsageLedger:
             finally:
                 self._flushing = None
                 self._warn_dropped()
-            self._totals = await usage_store.key_totals(self.pool, day_of(self._clock()), STATEMENT_TIMEOUT_S)
+            if not reread:
+                return
+            self.use_totals(
+                await usage_store.key_totals(self.pool, day_of(self._clock()), STATEMENT_TIMEOUT_S)
+            )
             self._unread = PendingUsage(self._pending.max_rows)
 
     def _publish_metrics(self) -> None:
@@ -245,7 +252,7 @@ class UsageLedger:
         if not self._pending.rows:
             return
         try:
-            await self.flush()
+            await self.flush(reread=False)  # nobody reads the totals any more
         except Exception as exc:
             lost = sum(r[REQUESTS] for r in self._pending.rows.values())
             log.error(

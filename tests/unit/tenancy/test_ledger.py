@@ -93,7 +93,7 @@ def test_tokens_used_adds_what_this_frontend_counted_to_the_stored_day_and_month
     clock = Clock(T0)
     ledger = _ledger(clock)
     day = dt.date(2026, 12, 4)
-    ledger._totals = usage_store.KeyTotals(day, dt.date(2026, 12, 1), {"key-a": 100}, {"key-a": 1000})
+    ledger.use_totals(usage_store.KeyTotals(day, dt.date(2026, 12, 1), {"key-a": 100}, {"key-a": 1000}))
     ledger.record(ALICE, "llama", Counts(10, 5, 3))  # cached tokens are part of the prompt: not added again
     today, month = day_start_s(day), day_start_s(dt.date(2026, 12, 1))
     assert ledger.tokens_used("key-a", today) == 115
@@ -104,8 +104,8 @@ def test_tokens_used_adds_what_this_frontend_counted_to_the_stored_day_and_month
 def test_a_day_that_began_after_the_last_re_read_starts_from_this_frontends_own_counts() -> None:
     clock = Clock(day_start_s(dt.date(2026, 12, 5)) + 10)  # just past midnight UTC
     ledger = _ledger(clock)
-    ledger._totals = usage_store.KeyTotals(
-        dt.date(2026, 12, 4), dt.date(2026, 12, 1), {"key-a": 100}, {"key-a": 1000}
+    ledger.use_totals(
+        usage_store.KeyTotals(dt.date(2026, 12, 4), dt.date(2026, 12, 1), {"key-a": 100}, {"key-a": 1000})
     )
     ledger.record(ALICE, "llama", Counts(1, 1, 0))
     assert ledger.tokens_used("key-a", day_start_s(dt.date(2026, 12, 5))) == 2
