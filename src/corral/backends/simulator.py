@@ -20,12 +20,15 @@ Options (`ModelOptions.Options`, `key:value`):
   kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
   prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
   media_time_s:<s>         sleep this long in each TTS, AudioTranscription and GenerateImage call (default 0)
-  fault_dir:<path>         fault injection: while a file named after this process's pid exists in <path>, every
-                           Predict, PredictStream and Embedding fails with the gRPC status the file names
-                           (e.g. INTERNAL; empty: UNAVAILABLE), as a sick replica would (default: none)
   speech_chunk_time_s:<s>  stream speech (TTSStream, a chunk per word), sleeping this long before each chunk;
                            unset, the simulator does not stream speech (TTSStream is UNIMPLEMENTED), as many
                            real backends do not
+
+Fault injection (tests of circuit breakers and retries): with CORRAL_SIMULATOR_FAULT_DIR set in the backend's
+environment (a worker passes its own on), while a file named after the backend's pid exists in that directory,
+every Predict, PredictStream and Embedding fails with the gRPC status the file names (e.g. INTERNAL; empty:
+UNAVAILABLE), as a sick replica would; Health still answers. An environment variable, not an option: options
+may name files only under the worker's models directory.
 
 KV cache (like vLLM's automatic prefix caching): a request's tokens (the prompt's words, then the
 generated words, so the next turn of a conversation finds its history) are stored in blocks of
@@ -77,8 +80,8 @@ KNOWN_OPTIONS = (
     "prefill_concurrency",
     "media_time_s",
     "speech_chunk_time_s",
-    "fault_dir",
 )
+FAULT_DIR_ENV = "CORRAL_SIMULATOR_FAULT_DIR"
 DEFAULT_KV_BLOCK_TOKENS = 16
 DEFAULT_EMBEDDING_DIM = 384
 VOCAB_SIZE = 32000
@@ -106,7 +109,6 @@ class SimulatorSettings:
     prefill_concurrency: int = 0
     media_time_s: float = 0.0
     speech_chunk_time_s: float | None = None  # None: speech is not streamed
-    fault_dir: str = ""
 
     @classmethod
     def from_options(cls, entries: list[str]) -> SimulatorSettings:
@@ -124,7 +126,6 @@ class SimulatorSettings:
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
             media_time_s=option_float(options, "media_time_s", 0.0),
-            fault_dir=options.get("fault_dir", ""),
             speech_chunk_time_s=(
                 None
                 if options.get("speech_chunk_time_s", "") == ""
@@ -134,7 +135,7 @@ class SimulatorSettings:
 
 
 class SimulatedFault(EngineError):
-    """A call failed on purpose (option fault_dir): remove the fault file to make the replica healthy again."""
+    """A call failed on purpose (CORRAL_SIMULATOR_FAULT_DIR): remove the fault file to make the replica healthy again."""
 
     def __init__(self, message: str, status: grpc.StatusCode) -> None:
         super().__init__(message)
@@ -245,6 +246,7 @@ class SimulatorEngine(SimulatedMedia):
         self._loaded = False
         self.kv_cache: KVCache | None = None
         self._prefill_slots: threading.Semaphore | None = None
+        self._fault_dir = os.environ.get(FAULT_DIR_ENV, "")
 
     @property
     def settings(self) -> SimulatorSettings:
@@ -289,7 +291,7 @@ class SimulatorEngine(SimulatedMedia):
         return final
 
     def _check_fault(self) -> None:
-        if self._settings.fault_dir and (fault := injected_fault(self._settings.fault_dir)) is not None:
+        if self._fault_dir and (fault := injected_fault(self._fault_dir)) is not None:
             raise fault
 
     def predict_stream(self, req: pb.PredictOptions) -> Iterator[pb.Reply]:

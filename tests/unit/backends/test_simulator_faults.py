@@ -1,4 +1,4 @@
-"""The simulator's fault injection (option fault_dir): a file named after the process's pid makes its calls fail."""
+"""The simulator's fault injection (CORRAL_SIMULATOR_FAULT_DIR): a file named after the process's pid makes its calls fail."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from corral.backends.simulator import SimulatedFault, SimulatorEngine
+from corral.backends.simulator import FAULT_DIR_ENV, SimulatedFault, SimulatorEngine
 from corral.proto import backend_pb2 as pb
 
 
 def _engine(fault_dir: Path) -> SimulatorEngine:
-    engine = SimulatorEngine()
-    engine.load(pb.ModelOptions(Model="sim", Options=[f"fault_dir:{fault_dir}"]))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(FAULT_DIR_ENV, str(fault_dir))
+        engine = SimulatorEngine()
+    engine.load(pb.ModelOptions(Model="sim"))
     return engine
 
 
