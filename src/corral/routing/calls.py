@@ -121,18 +121,23 @@ async def _judge(router: Router, replica: Replica, exc: grpc.aio.AioRpcError) ->
 
 
 class Attempts:
-    """One call's tries: the replicas it failed on (a retry avoids them), its retries left, the budget left."""
+    """One call's tries: the replicas it failed on (a retry avoids them), its retries left, the budget left.
+
+    The budget counts the backend calls and the pauses between them, not the waits for a replica (the queue and a
+    cold load have their own budgets, CORRAL_QUEUE_TIMEOUT and LOCALAI_MODEL_LOAD_WAIT)."""
 
     def __init__(self, router: Router, cfg: ModelConfig, budget_s: float) -> None:
         self.router, self.cfg = router, cfg
         self.settings = router.view.breakers.settings
         self._loop = asyncio.get_running_loop()
-        self._deadline_s = self._loop.time() + budget_s
+        self._budget_s, self._spent_s, self._call_s = budget_s, 0.0, 0.0
         self._failed: frozenset[str] = frozenset()
         self.retries = 0
 
-    def remaining_s(self) -> float:
-        return max(0.0, self._deadline_s - self._loop.time())
+    def call_budget_s(self) -> float:
+        """A call starts now: the budget it has (the whole budget on the first try)."""
+        self._call_s = self._loop.time()
+        return max(0.0, self._budget_s - self._spent_s)
 
     async def checkout(self, chain: list[int] | None) -> Replica:
         """A slot and a replica (avoiding those this call failed on); with every replica's breaker open, the open
@@ -162,13 +167,15 @@ class Attempts:
         """After a retriable failure on `replica`: pause (jittered backoff) and say True when a retry is left and
         fits in the budget; False: the failure is the answer."""
         self._failed |= {replica.key}
+        self._spent_s += self._loop.time() - self._call_s
         if self.retries >= self.settings.retries:
             return False
         pause_s = backoff_s(
             self.retries + 1, self.settings.retry_backoff_s, RETRY_BACKOFF_MAX_S, jitter=RETRY_JITTER
         )
-        if pause_s >= self.remaining_s():
+        if self._spent_s + pause_s >= self._budget_s:
             return False
+        self._spent_s += pause_s
         self.retries += 1
         BACKEND_RETRIES.labels(self.cfg.name, reason).inc()
         log.info(
@@ -239,7 +246,7 @@ async def _unary_once(
             # the fast lane carries the text calls only (the trace context too: tracing keeps the transport)
             caller = channels.caller(replica.address)
             rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
-            call = rpc(sent, metadata=metadata, timeout=attempts.remaining_s())
+            call = rpc(sent, metadata=metadata, timeout=attempts.call_budget_s())
             try:
                 reply = await call
             except asyncio.CancelledError:  # the client went away: stop the generation
@@ -392,7 +399,7 @@ async def open_stream(
         caller = channels.caller(replica.address)  # the fast lane carries PredictStream only, traced or not
         rpc = getattr(caller, method, None) or getattr(channels.stub(replica.address), method)
         call = rpc(request, metadata=metadata)
-        stream = ReplyStream(router, cfg, replica, call, span, method, attempts.remaining_s())
+        stream = ReplyStream(router, cfg, replica, call, span, method, attempts.call_budget_s())
         try:
             return await stream.first(), stream
         except grpc.aio.AioRpcError as exc:
