@@ -122,6 +122,9 @@ class _Line:
     ttfts: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
     served: int = 0
     refused: int = 0
+    last: float = (
+        0.0  # the counter of the tenant served last: the floor of a tenant arriving to an empty queue
+    )
 
     def backlogged(self) -> list[str]:
         return [t for tenants in self.waiting for t in tenants]
@@ -150,7 +153,10 @@ class ModelQueue:
         line = self._line(model)
         if not line.depth and line.busy < self._capacity(model):
             line.busy += 1
-            self._charge_estimate(line, caller.tenant)
+            tenant = caller.tenant  # nobody waits: the tenant starts no lower than the last one served
+            line.last = line.counters[tenant] = max(
+                line.counters.get(tenant, 0.0), line.last
+            ) + line.cost.get(tenant, 1.0)
             return
         await self._wait(line, caller)
 
@@ -206,11 +212,12 @@ class ModelQueue:
                 del tenants[waiter.caller.tenant]
 
     def _lift(self, line: _Line, tenant: str) -> None:
-        """VTC: a tenant that starts waiting starts at the smallest counter among those waiting (no banked credit)."""
+        """VTC: a tenant that starts waiting starts at the smallest counter among those waiting, or with nobody
+        waiting at the counter of the tenant served last: no credit is banked by idling, and no debt is kept from
+        a time the model was one tenant's alone."""
         waiting = line.backlogged()
-        if waiting:
-            floor = min(line.counters.get(t, 0.0) for t in waiting)
-            line.counters[tenant] = max(line.counters.get(tenant, 0.0), floor)
+        floor = min(line.counters.get(t, 0.0) for t in waiting) if waiting else line.last
+        line.counters[tenant] = max(line.counters.get(tenant, 0.0), floor)
 
     def _charge_estimate(self, line: _Line, tenant: str) -> None:
         line.counters[tenant] = line.counters.get(tenant, 0.0) + line.cost.get(tenant, 1.0)
@@ -246,6 +253,7 @@ class ModelQueue:
             line.waits.append(waited_s)
             QUEUE_WAIT.labels(model, waiter.caller.priority).observe(waited_s)
             self._charge_estimate(line, tenant)
+            line.last = line.counters[tenant]
             waiter.future.set_result(None)
 
     def poke(self) -> None:

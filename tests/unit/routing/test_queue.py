@@ -160,3 +160,23 @@ async def test_stats_report_waits_and_first_tokens() -> None:
     queue.first_token(M, 0.25)
     stats = queue.stats(M)
     assert stats.ttft_p95_s == 0.25 and stats.depth == 0 and stats.wait_p95_s == 0.0
+
+
+async def test_a_tenant_that_had_the_model_alone_keeps_no_debt_when_another_arrives() -> None:
+    """VTC's lift with an empty queue: a newcomer starts at the counter of the tenant served last, so the tenant
+    that used the model a lot while alone is not made to wait until the newcomer has caught up."""
+    queue, _ = _queue(slots=1)
+    for _ in range(50):  # "old" alone: a big counter, never waiting
+        await queue.admit(M, _who("old"))
+        queue.charge(_who("old"), M, Counts(prompt=100, completion=100))
+        queue.release(M)
+    await queue.admit(M, _who("new"))  # the newcomer holds the slot...
+    order: list[str] = []
+    tasks = [await _enqueue(queue, _who("new"), order) for _ in range(5)]  # ...and floods
+    tasks.append(await _enqueue(queue, _who("old"), order))
+    for _ in tasks:
+        queue.charge(_who("new"), M, Counts(prompt=100, completion=100))
+        queue.release(M)
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert order.index("old") <= 2, order
