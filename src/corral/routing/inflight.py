@@ -90,11 +90,11 @@ class ClusterInFlight:
     def remote_total(self, key: str) -> int:
         return sum(r.counts.get(key, 0) for r in self._live().values())
 
-    def remote_sum(self, keys: list[str]) -> int:
-        """The other frontends' requests in flight on any of `keys` (0 at once with no peer: no allocation)."""
+    def remote_sum(self, replicas: list[Replica]) -> int:
+        """The other frontends' requests in flight on any of `replicas` (0 at once with no peer: no allocation)."""
         if not self._remote:
             return 0
-        return sum(r.counts.get(key, 0) for r in self._live().values() for key in keys)
+        return sum(r.counts.get(replica.key, 0) for r in self._live().values() for replica in replicas)
 
     def last_used_s(self, key: str) -> float:
         return self._last_used_s.get(key, 0.0)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.config.parse import format_duration_s
+from corral.config.traffic import FrontendQueueSettings
 from corral.telemetry.families import QUEUE_DEPTH, QUEUE_REFUSED, QUEUE_WAIT
 from corral.tenancy.caller import PRIORITY_CLASSES, Caller
 from corral.tenancy.usage import Counts
@@ -53,12 +54,8 @@ class QueueSettings:
     max_depth: int = 256
 
     @classmethod
-    def from_settings(cls, settings: object) -> QueueSettings:
-        return cls(
-            getattr(settings, "replica_slots", cls.slots),
-            getattr(settings, "queue_timeout_s", cls.timeout_s),
-            getattr(settings, "queue_max_depth", cls.max_depth),
-        )
+    def from_settings(cls, settings: FrontendQueueSettings) -> QueueSettings:
+        return cls(settings.replica_slots, settings.queue_timeout_s, settings.queue_max_depth)
 
 
 class Queued(Exception):
@@ -153,10 +150,7 @@ class ModelQueue:
         line = self._line(model)
         if not line.depth and line.busy < self._capacity(model):
             line.busy += 1
-            tenant = caller.tenant  # nobody waits: the tenant starts no lower than the last one served
-            line.last = line.counters[tenant] = max(
-                line.counters.get(tenant, 0.0), line.last
-            ) + line.cost.get(tenant, 1.0)
+            self._start(line, caller.tenant, line.last)  # nobody waits: no lower than the last one served
             return
         await self._wait(line, caller)
 
@@ -173,8 +167,9 @@ class ModelQueue:
                 retry_after_s=max(1, round(_p95(line.waits)) or 1),
             )
         tenants = line.waiting[caller.rank]
-        if caller.tenant not in tenants and caller.tenant not in line.backlogged():
-            self._lift(line, caller.tenant)
+        waiting = line.backlogged()
+        if caller.tenant not in waiting:
+            self._lift(line, caller.tenant, waiting)
         waiter = _Waiter(caller, self._clock(), asyncio.get_running_loop().create_future())
         tenants.setdefault(caller.tenant, deque()).append(waiter)
         line.depth += 1
@@ -211,16 +206,19 @@ class ModelQueue:
             if not mine:
                 del tenants[waiter.caller.tenant]
 
-    def _lift(self, line: _Line, tenant: str) -> None:
-        """VTC: a tenant that starts waiting starts at the smallest counter among those waiting, or with nobody
+    def _lift(self, line: _Line, tenant: str, waiting: list[str]) -> None:
+        """VTC: a tenant that starts waiting starts at the smallest counter among those `waiting`, or with nobody
         waiting at the counter of the tenant served last: no credit is banked by idling, and no debt is kept from
         a time the model was one tenant's alone."""
-        waiting = line.backlogged()
         floor = min(line.counters.get(t, 0.0) for t in waiting) if waiting else line.last
         line.counters[tenant] = max(line.counters.get(tenant, 0.0), floor)
 
-    def _charge_estimate(self, line: _Line, tenant: str) -> None:
-        line.counters[tenant] = line.counters.get(tenant, 0.0) + line.cost.get(tenant, 1.0)
+    def _start(self, line: _Line, tenant: str, floor: float) -> None:
+        """`tenant` takes a slot: charged its average request cost at once (its real counts replace it when the
+        call ends), from no lower than `floor`; it becomes the tenant served last."""
+        line.last = line.counters[tenant] = max(line.counters.get(tenant, 0.0), floor) + line.cost.get(
+            tenant, 1.0
+        )
 
     def release(self, model: str) -> None:
         """A request gave its slot back (its call ended): the next waiting request gets it."""
@@ -252,8 +250,7 @@ class ModelQueue:
             waited_s = self._clock() - waiter.since_s
             line.waits.append(waited_s)
             QUEUE_WAIT.labels(model, waiter.caller.priority).observe(waited_s)
-            self._charge_estimate(line, tenant)
-            line.last = line.counters[tenant]
+            self._start(line, tenant, 0.0)  # lifted when it started waiting
             waiter.future.set_result(None)
 
     def poke(self) -> None:

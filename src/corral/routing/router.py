@@ -86,13 +86,8 @@ class Router:
     def _capacity(self, model: str) -> int:
         """Slots this frontend may fill for `model`: its replicas' slots less the other frontends' requests on them;
         one replica's worth with none yet (those requests wait for the cold load, the rest in the queue)."""
-        slots = self.queue.settings.slots
         replicas = self.view.replicas_of(model)
-        if not replicas:
-            return slots
-        if len(replicas) == 1:
-            return slots - self.inflight.remote_sum([replicas[0].key])
-        return slots * len(replicas) - self.inflight.remote_sum([r.key for r in replicas])
+        return self.queue.settings.slots * max(1, len(replicas)) - self.inflight.remote_sum(replicas)
 
     async def _poke_loop(self) -> None:
         while not self._stop.is_set():
