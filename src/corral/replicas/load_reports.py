@@ -8,7 +8,8 @@ are over its recent requests, not over a time window, so a report only carries t
   * TTFT p95: while the model has requests in flight or waiting on this frontend; else 0.
 A model with nothing to report is left out. The aggregate over the live reports (received within
 STALE_AFTER_REPORTS intervals, this frontend's own included) is the worst wait p95 and TTFT p95 and the summed
-depth: the autoscaler scales for the frontend whose callers wait the longest.
+depth: the autoscaler scales for the frontend whose callers wait the longest. The placement reads the waiting
+counts too: a replica whose model has callers queued is not idle, so eviction leaves it (routing/eviction.py).
 """
 
 from __future__ import annotations
@@ -136,6 +137,18 @@ class LoadReports:
             depth=sum(f.depth for f in mine),
             frontends=len(live),
         )
+
+    def waiting(self, model: str) -> int:
+        """Requests waiting for the model across the cluster: this frontend's queue now, the live peers' last
+        reports (what keeps the evictor from stopping a replica callers are queued for)."""
+        peers = sum(
+            models[model].depth
+            for frontend, (received, models) in self._reports.items()
+            if frontend != self.frontend_id
+            and model in models
+            and received >= self._clock() - self.interval_s * STALE_AFTER_REPORTS
+        )
+        return self.queue.depth(model) + peers
 
     async def run(self, stop: asyncio.Event) -> None:
         await run_periodic(

@@ -6,7 +6,8 @@
 2. mark each victim unloading in PostgreSQL and announce it, so no frontend routes to it any more;
 3. wait (bounded) until every live frontend acknowledged the mark and reports zero in flight for it;
 4. stop exactly that process (model + replica index + address) and delete its row.
-When the fit needs replicas that are busy, wait (bounded by CORRAL_EVICTION_WAIT) for them to go idle.
+When the fit needs replicas that are busy (requests in flight, or callers queued for their model), wait
+(bounded by CORRAL_EVICTION_WAIT) for them to go idle.
 A model governed by a scheduling rule is never evicted below the rule's minimum (spread: one per
 matching node). The replica reconciler's scale-down uses the same exact stop (`stop_replica`).
 """
@@ -80,6 +81,9 @@ class Evictor:
         self._local_in_flight = local_in_flight
         self.wait_s = wait_s
         self.aliases: Mapping[str, str] = aliases if aliases is not None else {}
+        # requests queued for a model across the cluster (replicas/load_reports.py, set once it exists): a
+        # replica whose model has callers waiting is not idle, whatever it has in flight this instant
+        self.waiting: Callable[[str], int] = lambda _model: 0
 
     def in_flight(self, key: str) -> int:
         """Requests in flight on a replica, on this frontend and every live peer."""
@@ -133,6 +137,8 @@ class Evictor:
             await asyncio.sleep(0.25)
 
     def _idle(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> bool:
+        if self.waiting(replica.model) > 0:
+            return False
         return not self._busy(replica_key(node.id, replica.model, replica.replica_index))
 
     def _recency(self, node: NodeSnapshot, replica: ReplicaSnapshot) -> float:

@@ -285,5 +285,10 @@ class ModelQueue:
             line.depth, line.busy, now - oldest, _p95(line.waits), _p95(line.ttfts), line.served, line.refused
         )
 
+    def depth(self, model: str) -> int:
+        """Requests waiting for the model on this frontend now."""
+        line = self._lines.get(model)
+        return 0 if line is None else line.depth
+
     def models(self) -> list[str]:
         return list(self._lines)

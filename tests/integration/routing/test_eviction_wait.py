@@ -9,6 +9,7 @@ import pytest
 from corral.placement.errors import PlacementError
 from corral.placement.pipeline import Decision, decide
 from corral.placement.request import PlacementRequest
+from corral.placement.snapshot import NodeSnapshot, ReplicaSnapshot
 from corral.routing.eviction import EvictionBusy, Evictor
 from corral.store import nodes as node_store
 from corral.store import placement as placement_store
@@ -73,3 +74,27 @@ async def test_a_fit_no_eviction_can_make_stops_nothing_and_says_why(pool: async
     )
     rows = await replica_store.of_node(pool, node_id)
     assert sorted(r["state"] for r in rows) == ["loaded", "loaded"]
+
+
+class NoneInFlight(AllBusy):
+    def remote_total(self, _key: str) -> int:
+        return 0
+
+
+async def test_a_replica_whose_model_has_callers_queued_is_not_evicted(pool: asyncpg.Pool) -> None:
+    """The queue feeds the placement: nothing is in flight on `a` this instant, but callers wait for it."""
+    node_id = await _node_with_two_replicas(pool)
+    evictor = Evictor(pool, None, NoneInFlight(), lambda _key: 0, wait_s=0.5)  # type: ignore[arg-type]
+    evictor.waiting = lambda model: 3 if model == "a" else 0
+    assert not evictor._idle(*await _replica_of(pool, "a"))
+    assert evictor._idle(*await _replica_of(pool, "b"))
+    evictor.waiting = lambda model: 3  # both queued for: room for `big` waits, then says so
+    with pytest.raises(EvictionBusy):
+        await evictor.make_room(await _decision(pool, 6 * MIB))
+    rows = await replica_store.of_node(pool, node_id)
+    assert sorted(r["state"] for r in rows) == ["loaded", "loaded"]
+
+
+async def _replica_of(pool: asyncpg.Pool, model: str) -> tuple[NodeSnapshot, ReplicaSnapshot]:
+    node = (await placement_store.snapshot(pool))[0]
+    return node, next(r for r in node.replicas if r.model == model)

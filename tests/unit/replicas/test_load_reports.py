@@ -54,3 +54,14 @@ async def test_the_signal_is_the_worst_wait_and_ttft_and_the_summed_depth_of_liv
     assert reports.signal("other") == LoadSignal(frontends=2)
     clock.now_s += 6.1  # three intervals without a report: those frontends are gone
     assert reports.signal("m") == LoadSignal()
+
+
+async def test_waiting_is_this_frontends_queue_now_plus_the_live_peers_reported_depth() -> None:
+    clock = Clock()
+    queue = ModelQueue(QueueSettings(), capacity=lambda model: 0)  # no slot: every request waits
+    reports = LoadReports(None, "me", queue, interval_s=2.0, clock=clock)  # type: ignore[arg-type]
+    body = {"frontend": "peer", "models": {"m": [4, 1.0, 0.0]}}
+    await reports._on_report(Message(json.dumps(body).encode()))  # type: ignore[arg-type]
+    assert reports.waiting("m") == 4 and reports.waiting("other") == 0
+    clock.now_s += 6.1  # the peer went silent: its figures no longer count
+    assert reports.waiting("m") == 0
