@@ -197,6 +197,8 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         await router.start()
         loads = LoadReports(nc, router.replicas.frontend_id, router.queue, settings.load_report_interval_s)
         await loads.start()  # issue 25: the cluster's queue figures per model, for autoscaling on load
+        # ... and for eviction: a replica whose model has callers queued is not idle
+        router.evictor.waiting = loads.waiting
         reconciler = ReplicaReconciler(
             router,
             configs,
