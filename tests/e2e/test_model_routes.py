@@ -161,6 +161,26 @@ def test_routes_are_listed_with_each_target_share(env: Env) -> None:
     assert "listed" in names
 
 
+def test_routes_are_models_clients_can_list_and_retrieve(env: Env) -> None:
+    assert _put(env, "catalogue", {"targets": [A], "fallbacks": [B]}).status_code == 200
+    listed = httpx.get(f"{env.url}/v1/models", timeout=30).json()["data"]
+    route = next(m for m in listed if m["id"] == "catalogue")
+    assert route["owned_by"] == "corral-route"
+    assert route["route"]["fallbacks"] == [B]
+    assert {A, B} <= {m["id"] for m in listed}  # the models are still listed beside it
+    got = httpx.get(f"{env.url}/v1/models/catalogue", timeout=30)
+    assert got.status_code == 200 and got.json()["route"]["targets"] == [{"model": A, "weight": 1.0}]
+
+
+def test_the_responses_api_through_a_route_names_its_route_and_target(env: Env) -> None:
+    assert _put(env, "answers", {"targets": [B]}).status_code == 200
+    body = {"model": "answers", "input": "hi", "max_output_tokens": 4}
+    r = httpx.post(f"{env.url}/v1/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert (r.headers["x-corral-route"], r.headers["x-corral-route-target"]) == ("answers", B)
+    assert r.json()["model"] == B
+
+
 @pytest.mark.parametrize(
     "name, body, param, words",
     [

@@ -42,7 +42,7 @@ from corral.frontend.inference.files import build_files_router
 from corral.frontend.inference.media import MEDIA_PATHS, build_media_router
 from corral.frontend.inference.openai import build_openai_router, inference_table
 from corral.frontend.inference.responses import build_responses_router
-from corral.frontend.inference.routes import routed_table
+from corral.frontend.inference.routes import RouteHeaders, routed_table
 from corral.frontend.limits import RequestLimits, RequestLimitsMiddleware
 from corral.frontend.node_api.identity import NodeCredentials
 from corral.frontend.node_api.routes import install_node_api
@@ -126,7 +126,7 @@ def build_app(
     install_admin(app, state, keys)  # issue 5: /api/nodes/*, /api/keys, /metrics, API-key access control
     # Body size and concurrency are bounded before auth and parsing; auth applies to the fast path too.
     fast = FastPath(
-        CancelOnDisconnect(app.inner, MEDIA_PATHS),
+        RouteHeaders(CancelOnDisconnect(app.inner, MEDIA_PATHS), state),
         table,
         figures=RequestFigures(lambda model: configured_name(state, model)),
     )

@@ -78,6 +78,23 @@ def _model_object(name: str, cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _route_names(state: FrontendState) -> list[str]:
+    """The model routes clients may name as `model` (a model or alias keeps its name over a route's)."""
+    return [n for n in state.routes.routes if n not in state.configs and n not in state.aliases]
+
+
+def _route_object(state: FrontendState, name: str) -> dict[str, Any]:
+    """A model route as `/v1/models` lists it: a name a client may send, with what it leads to."""
+    route = state.routes.routes[name]
+    return {
+        "id": name,
+        "object": "model",
+        "created": int(route.updated_s),
+        "owned_by": "corral-route",
+        "route": route.to_json(),
+    }
+
+
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
     opts = backend_pb2.PredictOptions(
         Tokens=max_tokens or DEFAULT_MAX_TOKENS,
@@ -200,18 +217,15 @@ def build_openai_router(state: FrontendState, table: InferenceTable) -> APIRoute
 
     @router.get("/models")
     async def list_models() -> Response:
-        return _json(
-            {
-                "object": "list",
-                "data": [
-                    _model_object(name, state.configs[name]) for name in allowed_names(sorted(state.configs))
-                ],
-            }
-        )
+        models = [_model_object(name, state.configs[name]) for name in allowed_names(sorted(state.configs))]
+        routes = [_route_object(state, name) for name in allowed_names(sorted(_route_names(state)))]
+        return _json({"object": "list", "data": models + routes})
 
     @router.get("/models/{model_id:path}")  # `:path`: a name with '/' gets the 404 below, not a bare one
     async def retrieve_model(model_id: Annotated[str, Path(max_length=NAME_MAX)]) -> Response:
         _check_allowed(state, model_id)
+        if model_id in _route_names(state):
+            return _json(_route_object(state, model_id))
         name = _known_model(state, model_id)
         return _json(_model_object(name, state.configs.get(name) or state.configs[state.aliases[name]]))
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.responses import Response
 
 from corral.frontend.errors import APIError
-from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable
+from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable, Receive, Scope, Send
 from corral.frontend.state import FrontendState
 from corral.loading.errors import LoadError, ModelStillLoading
 from corral.placement.errors import PlacementError
@@ -123,9 +124,49 @@ def _is_route(state: FrontendState, name: str) -> bool:
     return name in state.routes.routes and name not in state.configs and name not in state.aliases
 
 
+# What the request that is answered outside the inference table (responses, media, agent jobs) was routed
+# to: [route, target], filled by route_target and sent as headers by RouteHeaders.
+ROUTED: ContextVar[list[str] | None] = ContextVar("corral_routed", default=None)
+
+
 def route_target(state: FrontendState, model: str) -> str:
     """Where fallbacks are not tried (config_for: media, responses, agent jobs): a route's chosen target."""
-    return state.routes.pick(model) if state.routes.routes and _is_route(state, model) else model
+    if not state.routes.routes or not _is_route(state, model):
+        return model
+    target = state.routes.pick(model)
+    if (routed := ROUTED.get()) is not None:
+        routed[:] = [model, _served_by(state, target)]
+    return target
+
+
+class RouteHeaders:
+    """Names the route and its target on the answers of the routes outside the inference table (whose
+    handlers serve_route wraps): an ASGI layer, passed through at once while no route exists."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], state: FrontendState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.state.routes.routes or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        routed: list[str] = []
+        token = ROUTED.set(routed)
+
+        async def send_named(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and routed:
+                named = [
+                    (ROUTE_HEADER.encode(), routed[0].encode()),
+                    (TARGET_HEADER.encode(), routed[1].encode()),
+                ]
+                message = {**message, "headers": [*message.get("headers", ()), *named]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_named)
+        finally:
+            ROUTED.reset(token)
 
 
 def _through_routes(state: FrontendState, handler: Handler) -> Handler:
