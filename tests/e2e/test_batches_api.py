@@ -42,6 +42,7 @@ def cluster(state_root: Path, make_database: Any, nats_url: str) -> Iterator[Clu
             "CORRAL_FILES_MAX_BYTES": str(MAX_FILE_BYTES),
             "CORRAL_BATCH_CONCURRENCY": "2",
             "CORRAL_BATCH_LEASE": "3s",  # a killed frontend's lines run again 3 s later
+            "CORRAL_FILES_SWEEP_INTERVAL": "0.5s",
         },
     )
     write_sim_model(c.models_dir, SIM)
@@ -277,7 +278,14 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
         files={"file": ("a.jsonl", b"{}")},
         data={"purpose": "batch", "expires_after[anchor]": "x"},
     )
-    assert _error(extra)[:2] == (400, "expires_after[anchor]")
+    assert _error(extra)[:2] == (400, "expires_after.anchor")
+    too_long = httpx.post(
+        url,
+        headers=headers,
+        files={"file": ("a.jsonl", b"{}")},
+        data={"purpose": "batch", "expires_after[anchor]": "created_at", "expires_after[seconds]": "9999999"},
+    )
+    assert _error(too_long)[:2] == (400, "expires_after.seconds")
     no_file = httpx.post(url, headers=headers, files={"other": ("a", b"{}")}, data={"purpose": "batch"})
     assert _error(no_file)[:2] == (400, "other")
 
@@ -287,7 +295,12 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
         ({"endpoint": "/v1/moderations"}, (400, "endpoint")),
         ({"completion_window": "1h"}, (400, "completion_window")),
         ({"input_file_id": "file-nothere"}, (404, "input_file_id")),
-        ({"output_expires_after": {"anchor": "created_at", "seconds": 3600}}, (400, "output_expires_after")),
+        (
+            {"output_expires_after": {"anchor": "created_at", "seconds": 60}},
+            (400, "output_expires_after.seconds"),
+        ),
+        ({"output_expires_after": {"anchor": "now", "seconds": 3600}}, (400, "output_expires_after.anchor")),
+        ({"output_expires_after": "1h"}, (400, "output_expires_after")),
         ({"priority": "high"}, (400, "priority")),
         ({"metadata": {"k": "v" * 513}}, (400, "metadata")),
     ]
@@ -296,6 +309,46 @@ def test_refused_uploads_and_batches_name_the_field(cluster: Cluster) -> None:
     assert _error(_create(cluster, good, key=OTHER_KEY))[:2] == (404, "input_file_id")
     missing = httpx.get(f"{cluster.frontend_url}/v1/batches/batch_nothere", headers=_headers(), timeout=30)
     assert _error(missing)[:2] == (404, "batch_id")
+
+
+def test_a_file_past_its_expires_after_is_gone_at_once_and_its_rows_are_deleted(cluster: Cluster) -> None:
+    kept = httpx.post(
+        f"{cluster.frontend_url}/v1/files",
+        headers=_headers(),
+        files={"file": ("short.jsonl", _jsonl(_chat_line("a", "one")), "application/jsonl")},
+        data={"purpose": "batch", "expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"},
+        timeout=30,
+    ).json()
+    assert kept["expires_at"] == kept["created_at"] + 3600
+    _sql(cluster, "UPDATE batch_files SET expires_at = now() - interval '1 second' WHERE id = $1", kept["id"])
+    url = f"{cluster.frontend_url}/v1/files/{kept['id']}"
+    assert httpx.get(url, headers=_headers(), timeout=30).status_code == 404  # at once, before any sweep
+    listed = httpx.get(f"{cluster.frontend_url}/v1/files", headers=_headers(), timeout=30).json()["data"]
+    assert kept["id"] not in [f["id"] for f in listed]
+    gone = "SELECT count(*) AS n FROM batch_file_chunks WHERE file_id = $1"
+    _wait(cluster, lambda: _sql(cluster, gone, kept["id"])[0]["n"] == 0, "the sweep to delete its chunks")
+
+
+def test_a_batch_with_output_expires_after_writes_output_files_that_expire(
+    sdk: openai.OpenAI, cluster: Cluster
+) -> None:
+    file_id = _upload(cluster, _jsonl(_chat_line("a", "one"), _chat_line("b", "two", model="nope"))).json()[
+        "id"
+    ]
+    body = {
+        "input_file_id": file_id,
+        "endpoint": "/v1/chat/completions",
+        "completion_window": "24h",
+        "output_expires_after": {"anchor": "created_at", "seconds": 7200},
+    }
+    created = _create(cluster, body)
+    assert created.status_code == 200, created.text
+    ended = _ended(cluster, created.json()["id"])
+    assert ended["status"] == "completed"
+    for name in ("output_file_id", "error_file_id"):
+        written = sdk.files.retrieve(ended[name])
+        assert written.expires_at == written.created_at + 7200, name
+    assert sdk.files.retrieve(file_id).expires_at is None  # the input file is kept until deleted
 
 
 def _sql(cluster: Cluster, statement: str, *args: Any) -> list[Any]:

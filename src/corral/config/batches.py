@@ -58,3 +58,11 @@ class FrontendBatchSettings:
         help="a running batch line's claim, renewed while it runs; a killed frontend's lines are run again "
         "by another after it lapses",
     )
+    files_sweep_interval_s: float = setting(
+        "--files-sweep-interval",
+        "CORRAL_FILES_SWEEP_INTERVAL",
+        default=60.0,
+        parse=parse_positive_duration_s,
+        help="how often a frontend deletes the files past their expires_after (an expired file is answered as "
+        "deleted at once; this only frees the space)",
+    )

@@ -14,7 +14,9 @@ each claimed with `FOR UPDATE SKIP LOCKED` so frontends share the work without m
    written as soon as it finishes, and counted in the batch's request_counts;
 3. finish the oldest batch whose lines are all done, or that is cancelling or past its window, once none of
    its lines runs on a live lease: its output file (2xx answers) and error file (the rest, and the lines it
-   never ran) are written in line order, and it ends completed, cancelled or expired.
+   never ran) are written in line order (kept `output_expires_after` when given), and it ends completed,
+   cancelled or expired;
+4. at most every CORRAL_FILES_SWEEP_INTERVAL, delete the files past their `expires_after` (reads hide them at once).
 
 A line is answered by the same code as an HTTP request, so its errors are the API's: an unknown model is a 404
 line in the error file. It runs as the API key that created the batch, with that key's policy as it is now
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,6 +58,7 @@ PRIORITY = "batch"
 POLICY_TTL_S = 10.0  # a batch key's policy is looked up again after this (a revoked key stops its lines)
 OVER_QUOTA = "insufficient_quota"
 LINES_PER_COPY = 2000  # validated lines stored per COPY while the input file is read
+SWEEP_BATCH = 500  # expired files deleted per statement
 Scope = dict[str, Any]
 Message = dict[str, Any]
 ASGIApp = Callable[
@@ -76,6 +80,7 @@ class BatchRunnerSettings:
     poll_interval_s: float = 2.0  # CORRAL_BATCH_POLL_INTERVAL
     lease_s: float = 60.0  # CORRAL_BATCH_LEASE
     max_requests: int = 50_000  # CORRAL_BATCH_MAX_REQUESTS
+    sweep_interval_s: float = 60.0  # CORRAL_FILES_SWEEP_INTERVAL
 
     @classmethod
     def from_settings(cls, settings: Any) -> BatchRunnerSettings:
@@ -84,6 +89,7 @@ class BatchRunnerSettings:
             settings.batch_poll_interval_s,
             settings.batch_lease_s,
             settings.batch_max_requests,
+            settings.files_sweep_interval_s,
         )
 
 
@@ -170,15 +176,19 @@ def error_line(custom_id: str, code: str, message: str) -> str:
 class _FileWriter:
     """One output file written a chunk at a time inside the finishing transaction; no row when nothing is added."""
 
-    def __init__(self, conn: asyncpg.Connection, owner: str, filename: str) -> None:
-        self.conn, self.owner, self.filename = conn, owner, filename
+    def __init__(
+        self, conn: asyncpg.Connection, owner: str, filename: str, expires_s: float | None = None
+    ) -> None:
+        self.conn, self.owner, self.filename, self.expires_s = conn, owner, filename, expires_s
         self.file_id: str | None = None
         self.buffer, self.seq, self.size = bytearray(), 0, 0
 
     async def add(self, line: str) -> None:
         if self.file_id is None:
             self.file_id = f"file-{secrets.token_hex(12)}"
-            await store.new_file(self.conn, self.file_id, self.owner, self.filename, "batch_output")
+            await store.new_file(
+                self.conn, self.file_id, self.owner, self.filename, "batch_output", self.expires_s
+            )
         self.buffer += line.encode() + b"\n"
         if len(self.buffer) >= store.CHUNK_BYTES:
             await self._flush()
@@ -207,6 +217,7 @@ class BatchRunner:
         self.owner = f"frontend-{uuid.uuid4()}"  # the lease holder's name in batch_lines
         self.running: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
+        self._next_sweep = 0.0  # monotonic time of the next expired-file sweep
 
     @classmethod
     def for_frontend(cls, state: FrontendState, settings: BatchRunnerSettings) -> BatchRunner:
@@ -229,12 +240,26 @@ class BatchRunner:
             await self._hand_back()
 
     async def run_once(self) -> None:
-        """One pass: validate a batch, claim lines for the free slots, finish a batch."""
+        """One pass: validate a batch, claim lines for the free slots, finish a batch; now and then, delete
+        expired files."""
         if await self._validate_one():
             self.wake.set()
         await self._claim()
         if await self._finish_one():
             self.wake.set()
+        await self._sweep()
+
+    async def _sweep(self) -> None:
+        """Delete expired files (reads already treat them as deleted), at most every CORRAL_FILES_SWEEP_INTERVAL."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.settings.sweep_interval_s
+        gone = await store.delete_expired_files(self.pool, SWEEP_BATCH)
+        if gone:
+            log.info("deleted %d expired file(s)", len(gone))
+            if len(gone) == SWEEP_BATCH:
+                self._next_sweep = now  # more are due: the next pass goes on
 
     async def _renew(self) -> None:
         if self.running:
@@ -346,8 +371,9 @@ class BatchRunner:
             batch = await store.claim_finishing(conn)
             if batch is None:
                 return False
-            output = _FileWriter(conn, batch["owner"], f"{batch['id']}_output.jsonl")
-            errors = _FileWriter(conn, batch["owner"], f"{batch['id']}_error.jsonl")
+            keep = batch["output_expires_s"]  # output_expires_after.seconds, or None: kept until deleted
+            output = _FileWriter(conn, batch["owner"], f"{batch['id']}_output.jsonl", keep)
+            errors = _FileWriter(conn, batch["owner"], f"{batch['id']}_error.jsonl", keep)
             status = "cancelled" if batch["status"] == "cancelling" else "completed"
             not_run: list[str] = []
             async for line in store.results(conn, batch["id"]):

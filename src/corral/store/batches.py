@@ -24,10 +24,12 @@ async def insert_file(
     filename: str,
     purpose: str,
     chunks: AsyncIterator[bytes],
+    expires_s: float | None = None,
 ) -> int:
     """A file from its `chunks` (each at most CHUNK_BYTES), inside the caller's transaction; returns its size.
-    An exception from `chunks` (too large, client gone) propagates: the transaction keeps nothing."""
-    await new_file(conn, file_id, owner, filename, purpose)
+    An exception from `chunks` (too large, client gone) propagates: the transaction keeps nothing. It expires
+    `expires_s` seconds from now (None: kept until deleted)."""
+    await new_file(conn, file_id, owner, filename, purpose, expires_s)
     size, seq = 0, 0
     async for chunk in chunks:
         if chunk:
@@ -38,9 +40,16 @@ async def insert_file(
     return size
 
 
-async def new_file(conn: asyncpg.Connection, file_id: str, owner: str, filename: str, purpose: str) -> None:
+async def new_file(
+    conn: asyncpg.Connection,
+    file_id: str,
+    owner: str,
+    filename: str,
+    purpose: str,
+    expires_s: float | None = None,
+) -> None:
     """A file's row, of 0 bytes until `set_file_bytes` (its chunks follow in the same transaction)."""
-    await conn.execute(q("batch_file_insert"), file_id, owner, filename, purpose, 0)
+    await conn.execute(q("batch_file_insert"), file_id, owner, filename, purpose, 0, expires_s)
 
 
 async def add_chunk(conn: asyncpg.Connection, file_id: str, seq: int, data: bytes) -> None:
@@ -73,6 +82,11 @@ async def file_chunks(conn: Conn, file_id: str) -> AsyncIterator[bytes]:
         seq += 1
 
 
+async def delete_expired_files(conn: Conn, limit: int) -> list[str]:
+    """Delete up to `limit` expired files with their chunks; their ids."""
+    return [row["id"] for row in await conn.fetch(q("batch_files_expired_delete"), limit)]
+
+
 async def delete_file(conn: Conn, file_id: str, owner: str) -> bool:
     return await conn.fetchval(q("batch_file_delete"), file_id, owner) is not None
 
@@ -85,9 +99,12 @@ async def insert_batch(
     request: tuple[str, str, str],
     window_s: float,
     metadata: str | None,
+    output_expires_s: int | None = None,
 ) -> None:
     """`caller`: (tenant, key_id); `request`: (endpoint, input_file_id, completion_window)."""
-    await conn.execute(q("batch_insert"), batch_id, owner, *caller, *request, window_s, metadata)
+    await conn.execute(
+        q("batch_insert"), batch_id, owner, *caller, *request, window_s, metadata, output_expires_s
+    )
 
 
 async def batch_row(conn: Conn, batch_id: str, owner: str) -> Row | None:

@@ -20,6 +20,7 @@ from corral.frontend.errors import APIError, clip
 from corral.frontend.inference.files import (
     ID_MAX,
     bad,
+    expiry_seconds,
     file_not_found,
     json_response,
     known_id,
@@ -35,8 +36,7 @@ from corral.tenancy.caller import current
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 WINDOWS_S = {"24h": 24 * 3600.0}
-FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata")
-UNSUPPORTED_FIELDS = ("output_expires_after",)
+FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after")
 LIST_MAX, LIST_DEFAULT = 100, 20
 STAMPS = (
     "created_at",
@@ -116,8 +116,22 @@ def _metadata(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
-async def _create_fields(request: Request) -> tuple[str, str, str, str | None]:
-    """(input_file_id, endpoint, completion_window, metadata JSON) of a create request; 400 naming the field."""
+def _output_expiry(value: Any) -> int | None:
+    """`output_expires_after`: seconds the batch's output and error files are kept once written (None: until
+    deleted)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"anchor", "seconds"}:
+        raise bad(
+            "output_expires_after",
+            'field \'output_expires_after\' must be an object {"anchor": "created_at", "seconds": N}',
+        )
+    return expiry_seconds(value.get("anchor"), value.get("seconds"), "output_expires_after")
+
+
+async def _create_fields(request: Request) -> tuple[str, str, str, str | None, int | None]:
+    """(input_file_id, endpoint, completion_window, metadata JSON, output expiry seconds) of a create request;
+    400 naming the field."""
     try:
         data = await json_body(request)
     except ValueError:
@@ -125,12 +139,6 @@ async def _create_fields(request: Request) -> tuple[str, str, str, str | None]:
     if not isinstance(data, dict):
         raise bad("body", "request body must be a JSON object")
     for name in data:
-        if name in UNSUPPORTED_FIELDS:
-            raise bad(
-                name,
-                f"{name} is not supported by corral: output files are kept until deleted",
-                "unsupported_parameter",
-            )
         if name not in FIELDS:
             raise bad(
                 clip(name),
@@ -150,7 +158,13 @@ async def _create_fields(request: Request) -> tuple[str, str, str, str | None]:
             f"completion_window {clip(window)!r} is not supported; use {', '.join(map(repr, WINDOWS_S))}",
             "unsupported_value",
         )
-    return file_id, endpoint, window, _metadata(data.get("metadata"))
+    return (
+        file_id,
+        endpoint,
+        window,
+        _metadata(data.get("metadata")),
+        _output_expiry(data.get("output_expires_after")),
+    )
 
 
 def build_batches_router(state: FrontendState) -> APIRouter:
@@ -166,7 +180,7 @@ def build_batches_router(state: FrontendState) -> APIRouter:
     @router.post("/batches")
     async def create(request: Request) -> Response:
         refuse_unknown_query(request, ())
-        file_id, endpoint, window, metadata = await _create_fields(request)
+        file_id, endpoint, window, metadata, output_expires_s = await _create_fields(request)
         owner = owner_of(request)
         source = await store.file_row(pool, file_id, owner) if known_id(file_id) else None
         if source is None:
@@ -185,6 +199,7 @@ def build_batches_router(state: FrontendState) -> APIRouter:
             (endpoint, file_id, window),
             WINDOWS_S[window],
             metadata,
+            output_expires_s,
         )
         return json_response(batch_object(await owned(batch_id, owner)))
 

@@ -12,7 +12,9 @@ An upload is never held in memory: Starlette spools the multipart file part to a
 it is copied into PostgreSQL a chunk at a time, in one transaction (a failed upload leaves nothing). Its size is
 bounded twice: the body limit (frontend/limits.py: `/v1/files` has its own class, raised by the same setting)
 refuses a declared length past it unread, and the copy stops at CORRAL_FILES_MAX_BYTES. Only the API key that
-uploaded a file sees it (another key, or none, gets 404), as stored responses.
+uploaded a file sees it (another key, or none, gets 404), as stored responses. A file is kept until deleted,
+or until `expires_after` (anchor `created_at`, an hour to 30 days) when given: an expired file is answered as a
+deleted one at once, and the batch runner deletes its rows soon after.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ PURPOSES_OPENAI = ("assistants", "vision", "fine-tune", "user_data", "evals")  #
 ID_MAX = 64
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 LIST_MAX = 10_000  # files in one list page, as OpenAI
-FORM_FIELDS = ("file", "purpose")
-FORM_UNSUPPORTED = ("expires_after[anchor]", "expires_after[seconds]")
+EXPIRY_FIELDS = ("expires_after[anchor]", "expires_after[seconds]")
+FORM_FIELDS = ("file", "purpose", *EXPIRY_FIELDS)
+EXPIRES_MIN_S, EXPIRES_MAX_S = 3600, 30 * 86400  # OpenAI's bounds: an hour to 30 days
+EXPIRY_ANCHOR = "created_at"
 
 
 FileId = Annotated[str, Path(max_length=ID_MAX)]
@@ -78,7 +82,7 @@ def file_object(row: Any) -> dict[str, Any]:
         "filename": row["filename"],
         "purpose": row["purpose"],
         "status": "processed",
-        "expires_at": None,
+        "expires_at": row["expires_at"],
         "status_details": None,
     }
 
@@ -138,21 +142,17 @@ async def _form(request: Request) -> tuple[UploadFile, str, Any]:
             "file", "send multipart/form-data with the fields 'file' and 'purpose'", "invalid_content_type"
         )
     try:
-        form = await request.form(max_files=1, max_fields=len(FORM_FIELDS) + len(FORM_UNSUPPORTED))
+        form = await request.form(max_files=1, max_fields=len(FORM_FIELDS))
     except MultiPartException as exc:
         raise bad("file", f"the multipart body could not be read: {exc}") from None
     for name in form:
-        if name in FORM_UNSUPPORTED:
-            await form.close()
-            raise bad(
-                name,
-                f"{name} is not supported by corral: files are kept until deleted",
-                "unsupported_parameter",
-            )
         if name not in FORM_FIELDS:
             await form.close()
             raise bad(
-                clip(name), f"unknown field {clip(name)!r}; send 'file' and 'purpose'", "unknown_parameter"
+                clip(name),
+                f"unknown field {clip(name)!r}; send 'file', 'purpose' and optionally "
+                "'expires_after[anchor]' with 'expires_after[seconds]'",
+                "unknown_parameter",
             )
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
@@ -167,6 +167,28 @@ async def _form(request: Request) -> tuple[UploadFile, str, Any]:
     except APIError:
         await form.close()
         raise
+
+
+def expiry_seconds(anchor: Any, seconds: Any, param: str) -> int | None:
+    """`expires_after` ({anchor, seconds}, as OpenAI): how long a file is kept after it is written; None when
+    neither part is given. `param` names the field in errors (`expires_after` or `output_expires_after`)."""
+    if anchor is None and seconds is None:
+        return None
+    if anchor != EXPIRY_ANCHOR:
+        raise bad(f"{param}.anchor", f"{param}.anchor must be {EXPIRY_ANCHOR!r} (got {clip(str(anchor))!r})")
+    if isinstance(seconds, str) and seconds.strip().isdigit() and len(seconds) <= 12:
+        seconds = int(seconds)  # a form field is text
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not EXPIRES_MIN_S <= seconds <= EXPIRES_MAX_S
+    ):
+        raise bad(
+            f"{param}.seconds",
+            f"{param}.seconds must be a whole number of seconds between {EXPIRES_MIN_S} (an hour) and "
+            f"{EXPIRES_MAX_S} (30 days); got {clip(str(seconds))!r}",
+        )
+    return seconds
 
 
 async def _bounded(upload: UploadFile, max_bytes: int) -> AsyncIterator[bytes]:
@@ -199,6 +221,8 @@ def build_files_router(state: FrontendState) -> APIRouter:
         upload, purpose, form = await _form(request)
         file_id, owner = new_file_id(), owner_of(request)
         try:
+            anchor, seconds = (form.get(name) for name in EXPIRY_FIELDS)
+            expires_s = expiry_seconds(anchor, seconds, "expires_after")
             async with pool.acquire() as conn, conn.transaction():
                 await store.insert_file(
                     conn,
@@ -207,6 +231,7 @@ def build_files_router(state: FrontendState) -> APIRouter:
                     clean_filename(upload.filename),
                     purpose,
                     _bounded(upload, state.files_max_bytes),
+                    expires_s,
                 )
         finally:
             await form.close()

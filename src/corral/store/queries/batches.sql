@@ -1,6 +1,7 @@
 -- name: batch_file_insert
--- A new file's row (its chunks follow in the same transaction).
-INSERT INTO batch_files (id, owner, filename, purpose, bytes) VALUES ($1, $2, $3, $4, $5);
+-- A new file's row (its chunks follow in the same transaction); it expires $6 seconds from now (null: never).
+INSERT INTO batch_files (id, owner, filename, purpose, bytes, expires_at)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6::double precision));
 
 -- name: batch_file_chunk_insert
 -- One chunk of a file's bytes.
@@ -11,23 +12,26 @@ INSERT INTO batch_file_chunks (file_id, seq, data) VALUES ($1, $2, $3);
 UPDATE batch_files SET bytes = $2 WHERE id = $1;
 
 -- name: batch_file_get
--- A file of the owner $2.
-SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at
-FROM batch_files WHERE id = $1 AND owner = $2;
+-- A file of the owner $2 (an expired one is gone).
+SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at,
+       extract(epoch FROM expires_at)::bigint AS expires_at
+FROM batch_files WHERE id = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > now());
 
 -- name: batch_files_list_asc
 -- The owner's files (purpose $2 when not null), oldest first, after the file $3 (when not null), up to $4.
-SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at
+SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at,
+       extract(epoch FROM expires_at)::bigint AS expires_at
 FROM batch_files f
-WHERE owner = $1 AND ($2::text IS NULL OR purpose = $2)
+WHERE owner = $1 AND ($2::text IS NULL OR purpose = $2) AND (expires_at IS NULL OR expires_at > now())
   AND ($3::text IS NULL OR (created_at, id) > (SELECT created_at, id FROM batch_files WHERE id = $3 AND owner = $1))
 ORDER BY created_at, id LIMIT $4;
 
 -- name: batch_files_list_desc
 -- The owner's files (purpose $2 when not null), newest first, after the file $3 (when not null), up to $4.
-SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at
+SELECT id, filename, purpose, bytes, extract(epoch FROM created_at)::bigint AS created_at,
+       extract(epoch FROM expires_at)::bigint AS expires_at
 FROM batch_files f
-WHERE owner = $1 AND ($2::text IS NULL OR purpose = $2)
+WHERE owner = $1 AND ($2::text IS NULL OR purpose = $2) AND (expires_at IS NULL OR expires_at > now())
   AND ($3::text IS NULL OR (created_at, id) < (SELECT created_at, id FROM batch_files WHERE id = $3 AND owner = $1))
 ORDER BY created_at DESC, id DESC LIMIT $4;
 
@@ -35,14 +39,21 @@ ORDER BY created_at DESC, id DESC LIMIT $4;
 -- Chunk $2 of a file (none past its last).
 SELECT data FROM batch_file_chunks WHERE file_id = $1 AND seq = $2;
 
+-- name: batch_files_expired_delete
+-- Delete up to $1 expired files (their chunks go with them); returns their ids.
+DELETE FROM batch_files
+WHERE id IN (SELECT id FROM batch_files WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
+RETURNING id;
+
 -- name: batch_file_delete
 -- Delete a file of the owner $2 (its chunks go with it); returns its id when it was there.
 DELETE FROM batch_files WHERE id = $1 AND owner = $2 RETURNING id;
 
 -- name: batch_insert
 -- A new batch, validating; it expires $8 seconds from now.
-INSERT INTO batches (id, owner, tenant, key_id, endpoint, input_file_id, completion_window, metadata, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $9, now() + make_interval(secs => $8));
+INSERT INTO batches (id, owner, tenant, key_id, endpoint, input_file_id, completion_window, metadata, expires_at,
+                     output_expires_s)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $9, now() + make_interval(secs => $8), $10);
 
 -- name: batch_get
 -- A batch of the owner $2, as the API shows it.
@@ -131,7 +142,7 @@ WHERE id IN (SELECT batch_id FROM done);
 -- name: batch_claim_finishing
 -- The oldest batch ready to finish, locked for this transaction: running with every line done, cancelling or
 -- past its window, with no line still running on a live lease. `expired`: past its window.
-SELECT id, owner, status, expires_at <= now() AS expired FROM batches b
+SELECT id, owner, status, expires_at <= now() AS expired, output_expires_s FROM batches b
 WHERE status IN ('in_progress', 'finalizing', 'cancelling')
   AND (status = 'cancelling' OR expires_at <= now()
        OR NOT EXISTS (SELECT 1 FROM batch_lines l WHERE l.batch_id = b.id AND l.state <> 'done'))
