@@ -208,6 +208,30 @@ def test_with_every_replica_sick_a_request_gets_503_naming_the_cooldown_setting(
     wait_for(recovered, "both breakers closed once the replicas are healthy", 60)
 
 
+def test_a_replica_refusing_a_kind_of_request_it_cannot_serve_stays_routable(env: Env) -> None:
+    """FAILED_PRECONDITION without "not loaded" (no chat template, loaded without embeddings): the client gets a
+    400 naming the model, and the replicas are neither dropped nor reloaded nor counted as failing."""
+    before = env.pids()
+    faults = []
+    for pid in before.values():
+        fault = env.faults / str(pid)
+        fault.write_text("FAILED_PRECONDITION")
+        faults.append(fault)
+    try:
+        for _ in range(4):
+            r = chat(env)
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert (error["code"], error["param"]) == ("model_not_capable", "model"), error
+            assert "simulated fault" in error["message"]
+    finally:
+        for fault in faults:
+            fault.unlink()
+    assert chat(env).status_code == 200
+    assert env.pids() == before  # the same two backend processes: none was forgotten and loaded again
+    assert all(b["state"] == "closed" for b in env.breakers().values()), env.breakers()
+
+
 def test_a_stream_whose_backend_dies_after_the_first_byte_is_never_retried(env: Env) -> None:
     """Last in the module: it kills a replica's backend (the reconciler loads another)."""
     retries = metric(env, "corral_backend_retries_total", model=MODEL)

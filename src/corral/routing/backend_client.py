@@ -81,11 +81,15 @@ def channel_options(budgets: BackendBudgets) -> list[tuple[str, int]]:
 
 
 def replica_gone(exc: grpc.aio.AioRpcError) -> bool:
-    """True when the error means the replica no longer serves the model and must be dropped."""
-    code = exc.code()
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION):
+    """True when the error means the replica no longer serves the model and must be dropped. FAILED_PRECONDITION
+    only when it says the model is not loaded: a loaded model refusing a kind of request it cannot serve (no chat
+    template, loaded without embeddings, a method its backend lacks) is a healthy replica."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
         return True
-    return code == grpc.StatusCode.NOT_FOUND and "model identity mismatch" in (exc.details() or "")
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return "not loaded" in details
+    return code == grpc.StatusCode.NOT_FOUND and "model identity mismatch" in details
 
 
 class BackendChannels:

@@ -115,8 +115,8 @@ async def _judge(router: Router, replica: Replica, exc: grpc.aio.AioRpcError) ->
         return "gone"
     if code in SERVER_FAILURES:
         return "breaker_open" if breakers.failed(replica, why) is not BreakerState.CLOSED else None
-    if code.name in CLIENT_CODES:  # the replica answered: it is alive, the request was wrong
-        breakers.succeeded(replica)
+    if code.name in CLIENT_CODES or code == grpc.StatusCode.FAILED_PRECONDITION:  # it answered: alive
+        breakers.succeeded(replica)  # the request was wrong, or the model (as loaded) cannot serve its kind
     return None
 
 

@@ -26,6 +26,11 @@ class BackendRefused(BackendCallError):
         return self.code in CLIENT_CODES
 
     @property
+    def not_capable(self) -> bool:
+        """The model, as loaded, cannot serve this kind of request (backends.engine.NotSupportedError)."""
+        return self.code == "FAILED_PRECONDITION"
+
+    @property
     def context_length_exceeded(self) -> bool:
         """The prompt does not fit the model's context window (backends.engine.ContextLengthError)."""
         return self.code == "OUT_OF_RANGE"

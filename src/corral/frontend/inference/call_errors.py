@@ -84,4 +84,6 @@ async def http_errors(
             ) from None
         if exc.invalid_request:
             raise APIError(400, str(exc), "invalid_request_error", "invalid_value") from None
+        if exc.not_capable:  # the model's config or backend, not a failure: the message says what to change
+            raise APIError(400, str(exc), "invalid_request_error", "model_not_capable", "model") from None
         raise APIError(502, str(exc), "server_error", "backend_error") from None
