@@ -28,6 +28,7 @@ from corral.config.sizes import parse_size_bytes
 from corral.config.staging import FrontendStagingSettings
 from corral.config.tenancy import FrontendTenancySettings
 from corral.config.traffic import FrontendQueueSettings
+from corral.config.traffic_series import FrontendTrafficSettings
 from corral.config.usage import FrontendUsageSettings
 
 
@@ -185,6 +186,7 @@ class FrontendSettings(
     FrontendBreakerSettings,  # issue 25: circuit breakers and retries
     FrontendAutoscaleSettings,  # issue 25: autoscaling on load
     FrontendBatchSettings,  # issue 25: Files and Batch APIs
+    FrontendTrafficSettings,  # issue 26: the traffic series
 ):
     """`corral run`."""
 

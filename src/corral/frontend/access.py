@@ -60,6 +60,7 @@ ADMIN_PREFIXES = (
     "/api/events",
     "/api/routes",
     "/api/usage",
+    "/api/traffic",
 )
 USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})

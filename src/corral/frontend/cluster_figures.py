@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from corral.routing.replica import Replica
 from corral.store import cluster as cluster_store
+from corral.store.node_resources import NodeResources, node_resources
 from corral.store.nodes import DRAINING, HEALTHY, OFFLINE, PENDING, UNHEALTHY
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class ClusterFigures:
             async with asyncio.timeout(READ_TIMEOUT_S):
                 nodes = await cluster_store.nodes_by_status(self.pool)
                 jobs = await cluster_store.load_jobs_by_state(self.pool)
+                resources = await node_resources(self.pool)
         except Exception as exc:
             log.warning(
                 "metrics: node and load-job counts not read (PostgreSQL: %s)", exc or type(exc).__name__
@@ -58,6 +60,7 @@ class ClusterFigures:
                 _counts("corral_nodes", "Registered nodes by status", "status", NODE_STATUSES, nodes),
                 _counts("corral_load_jobs", "Load jobs in the cluster by state", "state", JOB_STATES, jobs),
                 _single("corral_cluster_figures_ok", "1 when the last scrape read PostgreSQL", 1),
+                *node_families(resources),
             ]
         self.families = families
 
@@ -81,6 +84,29 @@ class ClusterFigures:
                 [replica.model, replica.node_name, str(replica.replica_index)], replica.in_flight
             )
         return family
+
+
+NODE_GAUGES = (  # per node, as its heartbeats last stored them (issue 26: the alert rules' disk headroom)
+    ("corral_node_vram_total_bytes", "VRAM of each node", "total_vram"),
+    ("corral_node_vram_available_bytes", "VRAM free on each node", "available_vram"),
+    ("corral_node_ram_total_bytes", "RAM of each node", "total_ram"),
+    ("corral_node_ram_available_bytes", "RAM free on each node", "available_ram"),
+    ("corral_node_disk_total_bytes", "Disk of each node's models directory", "total_disk"),
+    ("corral_node_disk_available_bytes", "Disk free under each node's models directory", "available_disk"),
+)
+
+
+def node_families(rows: list[NodeResources]) -> list[GaugeMetricFamily]:
+    """Each registered node's status (1 on its current status: alert on `offline`) and memory and disk."""
+    status = GaugeMetricFamily(
+        "corral_node_status", "1 for each registered node's current status", labels=["node", "status"]
+    )
+    gauges = [(GaugeMetricFamily(name, text, labels=["node"]), attr) for name, text, attr in NODE_GAUGES]
+    for row in rows:
+        status.add_metric([row.name, row.status], 1)
+        for family, attr in gauges:
+            family.add_metric([row.name], getattr(row, attr))
+    return [status, *(family for family, _ in gauges)]
 
 
 def _counts(

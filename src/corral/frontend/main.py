@@ -34,6 +34,7 @@ from corral.frontend.node_api.identity import NodeCredentials
 from corral.frontend.route_sync import RouteSync
 from corral.frontend.startup import bootstrap_admin_key, frontend_nats_options, warn_shared_vector_store
 from corral.frontend.state import FrontendState
+from corral.frontend.traffic_sampler import TrafficSampler
 from corral.loading.context import LoadContext
 from corral.loading.job import JobSettings, LoadJobRunner
 from corral.loading.job_placement import DISK_CHECK_SETTING
@@ -258,6 +259,10 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         state = _state(
             settings, conn, router, lifecycle, revs, backend_ops, figures, agent_jobs, usage, key_limits
         )
+        state.traffic = traffic = TrafficSampler(  # issue 26: the Dashboard's series, alike on every frontend
+            nc, pool, router.replicas.frontend_id, settings.traffic_sample_interval_s, router.replicas.all
+        )
+        await traffic.start()
         route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
         await route_sync.start()
         await agent_jobs.start()
@@ -277,6 +282,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         tasks.start("backend-ops", backend_ops.run(stop))
         tasks.start("key-limits-sync", key_limits.run(nc, stop))  # rate-limit counts shared between frontends
         tasks.start("routes-refresh", route_sync.run(stop))
+        tasks.start("traffic-series", traffic.run(stop))
         _start_sweeps(tasks, settings, pool, stop)
         tasks.start(
             "batch-runner",

@@ -19,6 +19,7 @@ from corral.frontend.cluster_figures import ClusterFigures
 from corral.frontend.inference.images import ImagePolicy
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.node_api.admission import Admission
+from corral.frontend.traffic_sampler import TrafficSampler
 from corral.models.config import ModelConfig
 from corral.models.routes import RouteTable
 from corral.nodes.backend_ops import BackendOpsDriver, BackendOpSettings
@@ -71,6 +72,7 @@ class FrontendState:
         None  # API keys' rate limits and quotas, checked by the access layer (issue 25)
     )
     routes: RouteTable = field(default_factory=RouteTable)  # model routes (issue 25), kept by route_sync
+    traffic: TrafficSampler | None = None  # the last hour's traffic series, GET /api/traffic (issue 26)
 
     def backend_op_settings(self) -> BackendOpSettings:
         """The node-operation timeouts (their routes are installed only with the backend-ops driver)."""

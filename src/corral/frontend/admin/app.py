@@ -8,6 +8,7 @@ from corral.frontend.access import AccessControl, ASGIApp, KeyCache
 from corral.frontend.admin.keys import build_keys_router
 from corral.frontend.admin.labels import build_admin_labels_router
 from corral.frontend.admin.nodes import build_admin_nodes_router
+from corral.frontend.admin.traffic import build_traffic_router
 from corral.frontend.metrics import build_metrics_router
 from corral.frontend.state import FrontendState
 from corral.nodes.events import NodeListener
@@ -35,6 +36,7 @@ def install_admin(app: FastAPI, state: FrontendState, cache: KeyCache) -> None:
     app.include_router(build_admin_labels_router(state))
     app.include_router(build_keys_router(state, on_revoked=cache.evict))
     app.include_router(build_metrics_router(state))
+    app.include_router(build_traffic_router(state))  # issue 26: the Dashboard's series
 
 
 def unhealthy_dropper(router: Router) -> NodeListener:
