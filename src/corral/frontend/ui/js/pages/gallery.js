@@ -11,6 +11,7 @@ import { ActionButton, Bar, ErrorLine, notify, PageHead, Pill, usePoll } from ".
 
 const LOAD_POLL_MS = 1000;
 const MODELS_POLL_MS = 15_000;
+const NO_JOB_MISSES = 30; // polls without a load job nor a replica before an install is called failed
 
 // "sized against gpu-a (24 GiB VRAM), the largest of 3 healthy nodes" — or this host when there is no cluster.
 export function budgetLine(cluster) {
@@ -68,10 +69,15 @@ function ModelCard({ model, loaded }) {
     if (phase !== "running") return undefined;
     const timer = setTimeout(async () => {
       try {
-        setStatus(await api(`/api/models/${enc(model.name)}/load-status`));
+        setStatus({ ...(await api(`/api/models/${enc(model.name)}/load-status`)), misses: 0 });
       } catch (err) {
-        // No load job any more: it finished (the model is placed) unless the model shows no replica.
-        setStatus(err.status === 404 ? { state: "loaded" } : { state: "failed", error: err.message });
+        if (err.status !== 404) { setStatus({ state: "failed", error: err.message }); return; }
+        // No load job: not started yet, or finished. Loaded once a replica of it serves.
+        const placed = await api("/api/nodes/models").catch(() => []);
+        const misses = (status.misses || 0) + 1;
+        if (placed.some((r) => r.model_name === model.name)) setStatus({ state: "loaded" });
+        else if (misses > NO_JOB_MISSES) setStatus({ state: "failed", error: "no load is running and no replica serves it: see Activity" });
+        else setStatus({ ...status, misses });
       }
     }, LOAD_POLL_MS);
     return () => clearTimeout(timer);
