@@ -351,6 +351,34 @@ def test_a_batch_with_output_expires_after_writes_output_files_that_expire(
     assert sdk.files.retrieve(file_id).expires_at is None  # the input file is kept until deleted
 
 
+def test_a_chunked_upload_is_streamed_through_and_stored_whole(cluster: Cluster) -> None:
+    """No Content-Length: the limits layer passes the body on as it arrives (the multipart parser spools it)."""
+    boundary = "corral-chunked"
+    content = _jsonl(*(_chat_line(f"c{i}", "x" * 200) for i in range(100)))  # ~30 kB, sent in 1 kB pieces
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="c.jsonl"\r\n'
+        "Content-Type: application/jsonl\r\n\r\n"
+    ).encode()
+    body = head + content + f"\r\n--{boundary}--\r\n".encode()
+
+    def pieces() -> Iterator[bytes]:
+        for at in range(0, len(body), 1024):
+            yield body[at : at + 1024]
+
+    r = httpx.post(
+        f"{cluster.frontend_url}/v1/files",
+        headers={**_headers(), "content-type": f"multipart/form-data; boundary={boundary}"},
+        content=pieces(),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    stored = httpx.get(
+        f"{cluster.frontend_url}/v1/files/{r.json()['id']}/content", headers=_headers(), timeout=30
+    )
+    assert stored.content == content
+
+
 def _sql(cluster: Cluster, statement: str, *args: Any) -> list[Any]:
     async def run() -> list[Any]:
         conn = await asyncpg.connect(cluster.database_url)

@@ -1,11 +1,12 @@
 """Bounded resources per request, enforced before anything else runs (the outermost ASGI layer).
 
 * Body size per route class. A `Content-Length` over the class's limit is refused with 413 without
-  reading a byte of the body (and without `100 Continue`); a body without one (chunked) is read up
-  to the limit and cut off with 413 the moment it passes it. Either way before parsing and before
-  auth: an anonymous 300 MB POST costs the frontend nothing. A declared length within the limit is
-  passed through untouched (the HTTP server delivers no more than it declares), so the inference
-  path pays one header scan.
+  reading a byte of the body (and without `100 Continue`): before parsing and before auth, an anonymous
+  300 MB POST costs the frontend nothing. A declared length within the limit is passed through untouched
+  (the HTTP server delivers no more than it declares), so the inference path pays one header scan. A body
+  without one (chunked) is streamed to the app as it arrives, never held here (a 100 MB chunked upload is
+  spooled to disk by the multipart parser as a declared one is), and counted: the moment it passes the
+  limit the app is told the client left, whatever it answers is dropped, and the client gets the 413.
 * Concurrency. Past `max_concurrent_requests` requests in progress on this frontend (streams count
   until they end; health checks never count and are never refused), a request is answered 429 with
   `Retry-After` at once instead of queueing without bound.
@@ -100,12 +101,33 @@ class RequestLimits:
         )
 
 
-class _TooLarge(Exception):
-    pass
+class _Metered:
+    """A chunked body passed through as it arrives, counted: past `max_bytes` the app receives a disconnect, and
+    its answer (to a body it never had whole) is dropped unless it had already started one."""
 
+    def __init__(self, receive: Receive, send: Send, max_bytes: int) -> None:
+        self._receive, self._send, self.max_bytes = receive, send, max_bytes
+        self.total = 0
+        self.exceeded = False
+        self.started = False
 
-class _Disconnected(Exception):
-    pass
+    async def receive(self) -> Message:
+        if self.exceeded:
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.total += len(message.get("body", b""))
+            if self.total > self.max_bytes:
+                self.exceeded = True
+                return {"type": "http.disconnect"}
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.exceeded and not self.started:
+            return  # the 413 replaces it
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -117,31 +139,6 @@ def _declared_length(scope: Scope) -> int | None:
         if name == b"content-length":
             length = int(value) if value.isdigit() else None
     return length
-
-
-async def _read_at_most(receive: Receive, max_bytes: int) -> bytes:
-    chunks, total = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > max_bytes:
-            raise _TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """The body already read, then the client's own messages (a disconnect during a stream)."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replay() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replay
 
 
 async def _answer(
@@ -203,14 +200,15 @@ class RequestLimitsMiddleware:
                 return
             await self.app(scope, receive, send)
             return
+        meter = _Metered(receive, send, limit.max_bytes)
         try:
-            body = await _read_at_most(receive, limit.max_bytes)
-        except _TooLarge:
+            await self.app(scope, meter.receive, meter.send)
+        except Exception:
+            if not meter.exceeded:
+                raise
+            # the app failed on a body that was cut off (told the client left): the 413 below answers it
+        if meter.exceeded and not meter.started:
             await _too_large(send, limit)
-            return
-        except _Disconnected:
-            return  # nobody to answer
-        await self.app(scope, _replay(body, receive), send)
 
     async def _busy(self, send: Send) -> None:
         limit = self.limits.max_concurrent_requests

@@ -100,8 +100,44 @@ async def test_a_chunked_body_is_cut_off_once_it_passes_the_limit() -> None:
     app, client = Recorder(), Client([b"x" * 400] * 100)  # 40 kB offered, 1 kB allowed
     layer = RequestLimitsMiddleware(app, RequestLimits(admin_body_bytes=1000))
     await layer(scope("/api/keys", [(b"transfer-encoding", b"chunked")]), client.receive, client.send)
-    assert (client.status, client.received, app.calls) == (413, 3, [])  # the third chunk passed 1000 bytes
+    assert (client.status, client.received) == (
+        413,
+        3,
+    )  # the third chunk passed 1000 bytes: nothing more read
+    assert app.calls == [
+        b"x" * 800
+    ]  # the app never had more than the limit: then it was told the client left
+    assert len(client.sent) == 2  # its own answer (a 200 here) was dropped: the client got the 413 alone
     assert client.message.endswith("accept at most 1000 bytes; raise CORRAL_ADMIN_MAX_BODY to allow more")
+
+
+async def test_a_chunked_body_is_streamed_to_the_app_as_it_arrives_not_held() -> None:
+    client = Client([b"a" * 400] * 5)
+    seen_at: list[int] = []  # how many chunks the client had sent when the app got each one
+
+    async def app(_scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            seen_at.append(client.received)
+        seen_at.append(client.received)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    await RequestLimitsMiddleware(app, RequestLimits())(scope("/v1/files"), client.receive, client.send)
+    assert (client.status, seen_at) == (200, [1, 2, 3, 4, 5])
+
+
+async def test_an_app_failing_on_a_cut_off_body_still_answers_413() -> None:
+    client = Client([b"x" * 600] * 3)
+
+    async def app(_scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive())["type"] == "http.request":
+            pass
+        raise RuntimeError("the client left half way")  # as a parser might
+
+    await RequestLimitsMiddleware(app, RequestLimits(admin_body_bytes=1000))(
+        scope("/api/keys"), client.receive, client.send
+    )
+    assert client.status == 413
 
 
 async def test_a_chunked_body_within_the_limit_reaches_the_app_whole() -> None:
