@@ -12,12 +12,21 @@ import re
 from pathlib import Path
 from urllib.parse import urlparse
 
-_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+_DURATION_UNIT_S = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,  # beyond Go's units: retentions are said in days
+}
 
 
 def parse_duration_s(raw: str) -> float:
-    """Parse a Go-style duration (`90s`, `5m`, `1h30m`, `250ms`) or bare seconds into seconds."""
+    """Parse a Go-style duration (`90s`, `5m`, `1h30m`, `250ms`; also days, `30d`) or bare seconds into seconds."""
     text = raw.strip()
     if not text:
         raise ValueError("empty duration; use e.g. 30s, 5m or 1h")

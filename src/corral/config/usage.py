@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
-from corral.config.parse import parse_positive_duration_s, parse_positive_int
+from corral.config.parse import parse_duration_s, parse_positive_duration_s, parse_positive_int
 from corral.config.settings import setting, settings_class
+
+
+def _retention_s(raw: str) -> float:
+    value = parse_duration_s(raw)
+    if value < 0:
+        raise ValueError(f"{raw!r} must be a duration (e.g. 400d), or 0 to keep usage forever")
+    return value
 
 
 @settings_class
@@ -27,4 +34,12 @@ class FrontendUsageSettings:
         parse=parse_positive_int,
         help="key x model x hour usage rows kept in memory while PostgreSQL cannot take them; past it the oldest "
         "are dropped with a warning (metric corral_usage_dropped_rows_total)",
+    )
+    usage_retention_s: float = setting(
+        "--usage-retention",
+        "CORRAL_USAGE_RETENTION",
+        default=400 * 86400.0,
+        parse=_retention_s,
+        help="how long the per key x model x hour usage rows are kept (e.g. 400d, 90d); older ones are deleted "
+        "hourly; 0 keeps them forever. The day totals of the current and last month's quotas are always kept",
     )

@@ -66,6 +66,7 @@ from corral.staging.stager import StagingContext
 from corral.store import db, generated_images
 from corral.store import responses as responses_store
 from corral.store import settings as settings_store
+from corral.store import usage as usage_store
 from corral.telemetry import families, otlp
 from corral.tenancy.ledger import UsageLedger
 from corral.tenancy.limits import Limits
@@ -73,6 +74,7 @@ from corral.tenancy.sinks import UsageSinks
 from corral.tenancy.usage import UsageSink
 
 log = logging.getLogger(__name__)
+USAGE_SWEEP_S = 3600.0  # usage rows are hourly: an hourly sweep keeps the retention to the hour
 
 # A request's objects die by reference counting; at the default 700 a young collection ran every few
 # requests and walked the in-flight ones only to promote them (~6% of a warm request's CPU). Cycles still
@@ -407,6 +409,16 @@ async def _serve_http(
 def _start_sweeps(
     tasks: OwnedTasks, settings: FrontendSettings, pool: asyncpg.Pool, stop: asyncio.Event
 ) -> None:
+    if settings.usage_retention_s > 0:  # issue 25: usage rows past CORRAL_USAGE_RETENTION
+        tasks.start(
+            "usage-sweep",
+            run_periodic(
+                "usage sweep",
+                lambda: usage_store.sweep(pool, settings.usage_retention_s),
+                USAGE_SWEEP_S,
+                stop,
+            ),
+        )
     tasks.start(
         "responses-sweep",
         run_periodic(

@@ -96,3 +96,22 @@ async def report(pool: asyncpg.Pool, query: ReportQuery, limit: int) -> list[asy
             limit,
         )
     )
+
+
+SWEEP_BATCH = 5000  # rows deleted per statement: a long backlog goes in short transactions
+QUOTA_DAYS_KEPT_S = 62 * 86400.0  # the day totals a month's quota reads are never swept
+
+
+async def sweep(pool: asyncpg.Pool, retention_s: float) -> int:
+    """Delete the counts older than `retention_s` (CORRAL_USAGE_RETENTION); how many rows went."""
+    total = 0
+    for name, keep_s in (
+        ("usage_sweep", retention_s),
+        ("usage_key_days_sweep", max(retention_s, QUOTA_DAYS_KEPT_S)),
+    ):
+        while True:
+            gone = int(await pool.fetchval(q(name), SWEEP_BATCH, keep_s))
+            total += gone
+            if gone < SWEEP_BATCH:
+                break
+    return total

@@ -45,13 +45,15 @@ from corral.config.parse import (
         (" 2.5 ", 2.5),
         ("0", 0.0),
         ("1h1h", 7200.0),  # Go adds repeated units too
+        ("400d", 400 * 86400.0),  # days: beyond Go, for retentions
+        ("1d12h", 129600.0),
     ],
 )
 def test_durations_are_go_style_or_bare_seconds(raw: str, seconds: float) -> None:
     assert parse_duration_s(raw) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("raw", ["", "   ", "5x", "m", "5 m", "1h 30m", "s5", "5m garbage", "1d", "-5m"])
+@pytest.mark.parametrize("raw", ["", "   ", "5x", "m", "5 m", "1h 30m", "s5", "5m garbage", "1 d", "-5m"])
 def test_what_is_not_a_duration_is_refused(raw: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration_s(raw)

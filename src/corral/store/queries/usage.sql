@@ -46,3 +46,22 @@ WHERE ($1::text IS NULL OR u.key_id = $1) AND ($2::text IS NULL OR u.tenant = $2
 GROUP BY 1, 3, 4, 5
 ORDER BY period NULLS FIRST, key_id NULLS FIRST, tenant NULLS FIRST, model NULLS FIRST
 LIMIT $10;
+
+-- name: usage_sweep
+-- Delete up to $1 hourly rows older than $2 seconds (CORRAL_USAGE_RETENTION); how many went.
+WITH gone AS (
+    DELETE FROM usage WHERE ctid IN (
+        SELECT ctid FROM usage WHERE hour < now() - make_interval(secs => $2::double precision) LIMIT $1)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: usage_key_days_sweep
+-- Delete up to $1 day totals older than $2 seconds (at least the quotas' two months are always kept); how many.
+WITH gone AS (
+    DELETE FROM usage_key_days WHERE ctid IN (
+        SELECT ctid FROM usage_key_days
+        WHERE day < (now() AT TIME ZONE 'UTC' - make_interval(secs => $2::double precision))::date LIMIT $1)
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
