@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import test from "node:test";
 
 import {
-  chartData, formatLast, formatValue, hasTraffic, lastValue, modelOrder, slug, TRAFFIC_CHARTS,
+  chartData, formatLast, formatValue, hasTraffic, lastValue, modelOrder, slug, TRAFFIC_CHARTS, yTop,
 } from "../../src/corral/frontend/ui/js/pages/dashboard.js";
 
 test("the last point skips the trailing buckets without a sample", () => {
@@ -50,4 +50,12 @@ test("the model selector lists the busiest model first", () => {
 
 test("node names become test ids", () => {
   assert.equal(slug("GPU A.local"), "gpu-a-local");
+});
+
+test("the y axis tops a little above the highest point, or at a readable scale when empty", () => {
+  assert.ok(Math.abs(yTop(10, "rate") - 11) < 1e-9);
+  assert.equal(yTop(null, "bytes"), 2 ** 30);
+  assert.equal(yTop(0, "ms"), 10);
+  assert.equal(yTop(undefined, "count"), 1);
+  assert.equal(formatValue(2.5, "ms"), "2.5 ms");
 });

@@ -52,9 +52,18 @@ export function formatLast(value) {
 export function formatValue(value, unit) {
   if (value === null || value === undefined || !Number.isFinite(value)) return "—";
   if (unit === "bytes") return bytes(value);
-  if (unit === "ms") return value >= 1000 ? `${(value / 1000).toFixed(1)} s` : `${Math.round(value)} ms`;
+  if (unit === "ms") {
+    if (value >= 1000) return `${(value / 1000).toFixed(1)} s`;
+    return value > 0 && value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`;
+  }
   if (Math.abs(value) >= 1000) return `${(value / 1000).toFixed(1)}k`;
   return unit === "count" ? String(Math.round(value * 10) / 10) : String(Math.round(value * 100) / 100);
+}
+
+// The top of a chart's y axis: a little above its highest point; an empty chart keeps a readable scale.
+export function yTop(max, unit) {
+  if (Number.isFinite(max) && max > 0) return max * 1.1;
+  return unit === "bytes" ? 2 ** 30 : unit === "ms" ? 10 : 1;
 }
 
 // Has this series seen any traffic in the window (a request, a token, something in flight or queued)?
@@ -113,9 +122,9 @@ function Chart({ testid, spec, series, theme }) {
     const fmt = (v) => formatValue(v, spec.unit);
     const opts = {
       width: Math.max(200, el.clientWidth), height: CHART_HEIGHT,
-      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Number.isFinite(max) && max > 0 ? max * 1.1 : 1] } },
+      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, yTop(max, spec.unit)] } },
       series: [{}, ...spec.lines.map(([, label], i) => ({
-        label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, points: { show: false },
+        label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, // points drawn where samples are sparse
         value: (_u, v) => fmt(v),
       }))],
       axes: [

@@ -91,7 +91,7 @@ function ModelCard({ model, loaded }) {
     <header class="panel-head"><h2>${model.name}</h2><span class="muted small">${model.backend || ""}</span></header>
     <div class="stack">
       ${(model.capabilities || []).length ? html`<div class="chips">${model.capabilities.map((c) => html`<span class="tag" key=${c}>${c}</span>`)}</div>` : null}
-      <div class="row between wrap"><span class="muted small">${model.memory_bytes ? `needs ${bytes(model.memory_bytes)}` : "size unknown"}</span>
+      <div class="row between wrap"><span class="muted small">${model.memory_bytes ? `needs ${bytes(model.memory_bytes)}` : ""}</span>
         <span class=${`fit ${fitTone(model.fits)}`} data-testid="fit">${model.verdict || ""}</span></div>
       ${phase === "running" || phase === "failed" ? html`<div class="stack small" data-testid="install-progress" data-state=${phase}>
           <div class="row between"><${Pill} status=${phase === "failed" ? "failed" : status.state} />

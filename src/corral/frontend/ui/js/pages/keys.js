@@ -68,7 +68,7 @@ export function limitsText(row) {
 function PolicyFields({ form, set, withIdentity }) {
   const input = (key, label, extra = {}) => html`<label class="field"><span>${label}</span>
     <input name=${key} value=${form[key]} onInput=${(e) => set(key, e.currentTarget.value)} ...${extra} /></label>`;
-  return html`<div class="form-grid">
+  return html`<div class="grid form-grid">
     ${withIdentity ? input("name", "Name", { required: true, maxlength: 255, placeholder: "team-a ci" }) : null}
     ${withIdentity ? html`<label class="field"><span>Role</span>
       <select name="role" value=${form.role} onChange=${(e) => set("role", e.currentTarget.value)}>
