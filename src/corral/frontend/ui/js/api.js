@@ -81,6 +81,26 @@ export function stream(path, { method = "GET", body, signal } = {}) {
   return request(path, { method, body, signal, accept: "text/event-stream" });
 }
 
+// Cuts complete server-sent events off the front of `buffer`: {events: [{event, data}], rest} (the rest waits
+// for more bytes). An event without data lines (a comment, a keepalive) is dropped.
+export function parseSse(buffer) {
+  const events = [];
+  let cut;
+  buffer = buffer.replace(/\r\n?/g, "\n");
+  while ((cut = buffer.indexOf("\n\n")) >= 0) {
+    const block = buffer.slice(0, cut);
+    buffer = buffer.slice(cut + 2);
+    let event = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) event = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    }
+    if (data.length) events.push({ event, data: data.join("\n") });
+  }
+  return { events, rest: buffer };
+}
+
 // Server-sent events from a fetch body (EventSource cannot send the Authorization header).
 export async function* sseEvents(response) {
   const reader = response.body.getReader();
@@ -90,19 +110,9 @@ export async function* sseEvents(response) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        let event = "message";
-        const data = [];
-        for (const line of block.split("\n")) {
-          if (line.startsWith("event:")) event = line.slice(6).trim();
-          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-        }
-        if (data.length) yield { event, data: data.join("\n") };
-      }
+      const { events, rest } = parseSse(buffer + decoder.decode(value, { stream: true }));
+      buffer = rest;
+      yield* events;
     }
   } finally {
     reader.releaseLock();

@@ -1,7 +1,7 @@
 // A node-selector field ("key=value,key=value") that completes the label keys and values the cluster
 // reports (GET /api/nodes/labels). Suggestions are a listbox under the input: click or ↑/↓ + Enter.
 
-import { h } from "./dom.js";
+import { html, useRef, useState } from "./lib.js";
 
 const SUGGESTIONS_MAX = 12;
 
@@ -12,64 +12,72 @@ function current(text, caret) {
   return { start, end, part: text.slice(start, end).trimStart() };
 }
 
-// `labels()` answers the current catalog {key: [values]}: it may still be loading when the field opens.
-export function selectorField(labels, { value = "", name = "node_selector" } = {}) {
-  const input = h("input", { name, value, autocomplete: "off", placeholder: "e.g. gpu=nvidia,zone=eu-1", role: "combobox",
-    "aria-autocomplete": "list", "aria-expanded": "false", "aria-label": "Node selector", dataset: { testid: "selector" } });
-  const list = h("ul", { class: "suggestions", role: "listbox", hidden: true });
-  let options = [];
-  let active = -1;
-
-  const choose = (option) => {
-    const { start, end } = current(input.value, input.selectionStart ?? input.value.length);
-    const before = input.value.slice(0, start);
-    const after = input.value.slice(end);
-    input.value = before + option.text + after;
-    const caret = (before + option.text).length;
-    input.setSelectionRange(caret, caret);
-    input.focus();
-    update();
-  };
-  function update() {
-    const { part } = current(input.value, input.selectionStart ?? input.value.length);
-    const catalog = labels() || {};
-    const eq = part.indexOf("=");
-    if (eq < 0) {
-      options = Object.keys(catalog).filter((k) => k.startsWith(part)).map((k) => ({ text: `${k}=`, label: k, kind: "key" }));
-    } else {
-      const key = part.slice(0, eq);
-      const typed = part.slice(eq + 1);
-      options = (catalog[key] || []).filter((v) => v.startsWith(typed) && v !== typed)
-        .map((v) => ({ text: `${key}=${v}`, label: v, kind: "value" }));
-    }
-    options = options.slice(0, SUGGESTIONS_MAX);
-    active = -1;
-    list.replaceChildren(...options.map((o, i) => h("li", {
-      role: "option", class: `suggestion ${o.kind}`, dataset: { testid: "suggestion", value: o.label },
-      onmousedown: (event) => { event.preventDefault(); choose(options[i]); },
-    }, o.label, h("span", { class: "muted small" }, o.kind === "key" ? " label" : " value"))));
-    const open = options.length > 0 && document.activeElement === input;
-    list.hidden = !open;
-    input.setAttribute("aria-expanded", String(open));
+// The suggestions for the piece of `text` at `caret`, from the catalog {key: [values]}.
+export function suggestions(catalog, text, caret = text.length) {
+  const { part } = current(text, caret);
+  const eq = part.indexOf("=");
+  let options;
+  if (eq < 0) {
+    options = Object.keys(catalog).filter((k) => k.startsWith(part)).map((k) => ({ text: `${k}=`, label: k, kind: "key" }));
+  } else {
+    const key = part.slice(0, eq);
+    const typed = part.slice(eq + 1);
+    options = (catalog[key] || []).filter((v) => v.startsWith(typed) && v !== typed)
+      .map((v) => ({ text: `${key}=${v}`, label: v, kind: "value" }));
   }
-  input.addEventListener("input", update);
-  input.addEventListener("focus", update);
-  input.addEventListener("click", update);
-  input.addEventListener("blur", () => { list.hidden = true; input.setAttribute("aria-expanded", "false"); });
-  input.addEventListener("keydown", (event) => {
-    if (list.hidden || !options.length) return;
+  return options.slice(0, SUGGESTIONS_MAX);
+}
+
+// `labels()` answers the current catalog {key: [values]} (it may still be loading when the field opens);
+// `value`/`onChange` hold the text.
+export function SelectorField({ labels, value, onChange, name = "node_selector" }) {
+  const input = useRef(null);
+  const [options, setOptions] = useState([]);
+  const [open, setOpen] = useState(false);
+  const [active, setActive] = useState(-1);
+
+  const update = (text = input.current.value) => {
+    const el = input.current;
+    const next = suggestions(labels() || {}, text, el.selectionStart ?? text.length);
+    setOptions(next);
+    setActive(-1);
+    setOpen(next.length > 0 && document.activeElement === el);
+  };
+  const choose = (option) => {
+    const el = input.current;
+    const { start, end } = current(el.value, el.selectionStart ?? el.value.length);
+    const before = el.value.slice(0, start);
+    const text = before + option.text + el.value.slice(end);
+    el.value = text;
+    onChange(text);
+    const caret = (before + option.text).length;
+    el.setSelectionRange(caret, caret);
+    el.focus();
+    update(text);
+  };
+  const keydown = (event) => {
+    if (!open || !options.length) return;
     if (event.key === "ArrowDown" || event.key === "ArrowUp") {
       event.preventDefault();
-      active = (active + (event.key === "ArrowDown" ? 1 : options.length - 1)) % options.length;
-      [...list.children].forEach((li, i) => li.classList.toggle("active", i === active));
+      setActive((active + (event.key === "ArrowDown" ? 1 : options.length - 1)) % options.length);
     } else if (event.key === "Enter" && active >= 0) {
       event.preventDefault();
       choose(options[active]);
     } else if (event.key === "Escape") {
-      list.hidden = true;
+      setOpen(false);
     }
-  });
-  return { el: h("div", { class: "complete" }, input, list), input };
+  };
+  return html`<div class="complete">
+    <input ref=${input} name=${name} value=${value} autocomplete="off" placeholder="e.g. gpu=nvidia,zone=eu-1"
+      role="combobox" aria-autocomplete="list" aria-expanded=${String(open)} aria-label="Node selector"
+      data-testid="selector" onInput=${(e) => { onChange(e.currentTarget.value); update(e.currentTarget.value); }}
+      onFocus=${() => update()} onClick=${() => update()} onBlur=${() => setOpen(false)} onKeyDown=${keydown} />
+    <ul class="suggestions" role="listbox" hidden=${!open}>
+      ${options.map((o, i) => html`<li role="option" class="suggestion ${o.kind}${i === active ? " active" : ""}"
+          data-testid="suggestion" data-value=${o.label}
+          onMouseDown=${(event) => { event.preventDefault(); choose(o); }}>
+        ${o.label}<span class="muted small">${o.kind === "key" ? " label" : " value"}</span></li>`)}
+    </ul></div>`;
 }
 
 // "a=b, c=d" → {a: "b", c: "d"}; throws naming the piece that is not key=value.

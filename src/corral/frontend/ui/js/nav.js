@@ -1,6 +1,2 @@
-// Client-side navigation: push the URL, and the shell (app.js) routes on popstate.
-
-export function navigate(href) {
-  history.pushState({}, "", href);
-  dispatchEvent(new PopStateEvent("popstate"));
-}
+// Client-side navigation (kept for the pages that import it from here): see router.js.
+export { navigate } from "./router.js";

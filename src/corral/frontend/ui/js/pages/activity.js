@@ -4,10 +4,10 @@
 // from the model config revisions.
 
 import { api, optional } from "../api.js";
-import { h, slot } from "../dom.js";
+import { html } from "../lib.js";
 import { ago, bytes, shortRevision } from "../format.js";
-import { follow } from "../live.js";
-import { action, bar, confirmAction, empty, pill, toast, tone } from "../ui.js";
+import { useApi } from "../hooks.js";
+import { bar, dangerAction, empty, pill, toast, tone } from "../ui.js";
 import { nodeNames, pageHead } from "./common.js";
 
 const CARDS_MAX = 100;
@@ -16,19 +16,20 @@ const KINDS = { model_load: "load", staging: "load", backend_install: "install",
 const kindOf = (taskType) => KINDS[taskType] || String(taskType || "operation").replaceAll("_", " ");
 
 function nodeRow({ node, status, progress, detail, error }) {
-  return h("li", { class: "op-node", dataset: { node, status } },
-    h("div", { class: "row between small" }, h("span", {}, node ? h("b", {}, node) : null,
-      detail ? h("span", { class: "muted" }, node ? ` · ${detail}` : detail) : ""), pill(status)),
-    progress != null ? bar(Number(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null,
-    error ? h("p", { class: "form-error small" }, error) : null);
+  return html`<li class="op-node" data-node=${node} data-status=${status}>
+    <div class="row between small"><span>${node ? html`<b>${node}</b>` : null}${
+      detail ? html`<span class="muted">${node ? ` · ${detail}` : detail}</span>` : ""}</span>${pill(status)}</div>
+    ${progress != null ? bar(Number(progress), { thin: true, label: `${node} progress`, toneName: tone(status) }) : null}
+    ${error ? html`<p class="form-error small">${error}</p>` : null}</li>`;
 }
 
 function card({ kind, title, status, when, rows, error, id }) {
-  return h("article", { class: "op-card", dataset: { testid: "op", kind, status, id, title, tone: tone(status) } },
-    h("header", { class: "row between" }, h("div", {}, h("span", { class: "tag" }, kind), " ", h("b", {}, title)),
-      h("div", { class: "row" }, when ? h("span", { class: "muted small" }, when) : null, pill(status))),
-    error ? h("p", { class: "form-error small" }, error) : null,
-    rows.length ? h("ul", { class: "op-nodes" }, rows.map(nodeRow)) : null);
+  return html`<article key=${id} class="op-card" data-testid="op" data-kind=${kind} data-status=${status} data-id=${id}
+      data-title=${title} data-tone=${tone(status)}>
+    <header class="row between"><div><span class="tag">${kind}</span> <b>${title}</b></div>
+      <div class="row">${when ? html`<span class="muted small">${when}</span>` : null}${pill(status)}</div></header>
+    ${error ? html`<p class="form-error small">${error}</p>` : null}
+    ${rows.length ? html`<ul class="op-nodes">${rows.map(nodeRow)}</ul>` : null}</article>`;
 }
 
 // GET /api/operations (live; fan-out jobs carry per-node rows) and /api/operations/history (finished).
@@ -79,30 +80,31 @@ function configCards(configs) {
     .map((c) => ({ ...c, rows: [{ node: "all frontends", status: "done", detail: c.detailLine }] }));
 }
 
-export default function activityPage(root) {
-  const list = slot(async () => {
-    const [live, history, loads, rows, configs, names] = await Promise.all([optional("/api/operations"),
-      optional("/api/operations/history"), api("/api/models/loads"), api("/api/nodes/models"),
-      optional("/api/model-configs"), nodeNames()]);
-    const replicas = rows.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
-    clear.hidden = history === null; // the activity record lands with the backend-operations API
-    const list = (body) => (body === null ? [] : Array.isArray(body) ? body : body.operations || []);
-    // Where the activity record exists it has finished loads and config edits; else they are derived from
-    // the replicas loaded now and the config revisions. Running loads always come from their load jobs.
-    const derived = history === null ? [...loadCards(loads.loads, replicas), ...configCards(configs?.configs || [])]
-      : loadCards(loads.loads, []);
-    const cards = [...operationCards(list(live), list(history)), ...derived]
-      .sort((a, b) => String(b.sort).localeCompare(String(a.sort))).slice(0, CARDS_MAX);
-    return cards.length ? h("div", { class: "stack" }, cards.map(card)) : empty("Nothing has happened yet.");
-  });
-  const clear = action("Clear history", async () => {
-    if (!await confirmAction("Clear the finished operations for every frontend?", { confirm: "Clear" })) return;
+async function readActivity() {
+  const [live, history, loads, rows, configs, names] = await Promise.all([optional("/api/operations"),
+    optional("/api/operations/history"), api("/api/models/loads"), api("/api/nodes/models"),
+    optional("/api/model-configs"), nodeNames()]);
+  const replicas = rows.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
+  const list = (body) => (body === null ? [] : Array.isArray(body) ? body : body.operations || []);
+  // Where the activity record exists it has finished loads and config edits; else they are derived from
+  // the replicas loaded now and the config revisions. Running loads always come from their load jobs.
+  const derived = history === null ? [...loadCards(loads.loads, replicas), ...configCards(configs?.configs || [])]
+    : loadCards(loads.loads, []);
+  const cards = [...operationCards(list(live), list(history)), ...derived]
+    .sort((a, b) => String(b.sort).localeCompare(String(a.sort))).slice(0, CARDS_MAX);
+  return { cards, clearable: history !== null }; // the activity record lands with the backend-operations API
+}
+
+export default function ActivityPage() {
+  const { data, error, reload } = useApi(readActivity, { kinds: ["replica", "load", "config", "node", "operation"],
+    everyMs: 3000, quiet: true });
+  const clear = dangerAction("Clear history", "Clear the finished operations for every frontend?", async () => {
     await api("/api/operations/history", { method: "DELETE" });
     toast("history cleared", "ok");
-    await list.refresh();
-  }, { kind: "ghost", testid: "clear-history" });
-  clear.hidden = true;
-  root.append(pageHead("Activity", "Installs, loads and config edits across the cluster", clear), list.el);
-  list.refresh();
-  return follow(["replica", "load", "config", "node", "operation"], () => list.refresh(), { everyMs: 3000 });
+    await reload();
+  }, { confirm: "Clear", kind: "ghost", testid: "clear-history" });
+  return html`
+    ${pageHead("Activity", "Installs, loads and config edits across the cluster", data?.clearable ? clear : null)}
+    <div>${error && !data ? html`<div class="callout danger" role="alert">${error.message}</div>`
+      : !data ? null : data.cards.length ? html`<div class="stack">${data.cards.map(card)}</div>` : empty("Nothing has happened yet.")}</div>`;
 }

@@ -1,7 +1,7 @@
 // Reads and pieces shared by several pages.
 
 import { api, enc } from "../api.js";
-import { h } from "../dom.js";
+import { html } from "../lib.js";
 import { shortRevision } from "../format.js";
 import { link, tone } from "../ui.js";
 
@@ -26,18 +26,19 @@ export function diskNearlyFull(node) {
 
 export function modelChip(replica, { node } = {}) {
   const text = `${replica.model_name} #${replica.replica_index ?? 0}`;
-  return h("span", { class: `chip ${tone(replica.state)}`, title: `state ${replica.state}, revision ${replica.config_revision || "—"}`,
-    dataset: { model: replica.model_name, state: replica.state } },
-    node ? link(`/app/nodes/${node}`, text) : text,
-    h("span", { class: "chip-meta" }, ` ${replica.state} · ${shortRevision(replica.config_revision)}`));
+  return html`<span class="chip ${tone(replica.state)}" title=${`state ${replica.state}, revision ${replica.config_revision || "—"}`}
+      data-model=${replica.model_name} data-state=${replica.state}>
+    ${node ? link(`/app/nodes/${node}`, text) : text}
+    <span class="chip-meta">${` ${replica.state} · ${shortRevision(replica.config_revision)}`}</span></span>`;
 }
 
 export function labelChips(labels) {
-  return Object.entries(labels || {}).map(([k, v]) => h("span", { class: "chip label" }, `${k}=${v}`));
+  return Object.entries(labels || {}).map(([k, v]) => html`<span class="chip label">${`${k}=${v}`}</span>`);
 }
 
 export function pageHead(title, subtitle, ...actions) {
-  return h("div", { class: "page-head" },
-    h("div", {}, h("h1", {}, title), subtitle ? h("p", { class: "muted" }, subtitle) : null),
-    actions.length ? h("div", { class: "row" }, actions) : null);
+  const shown = actions.filter(Boolean);
+  return html`<div class="page-head">
+    <div><h1>${title}</h1>${subtitle ? html`<p class="muted">${subtitle}</p>` : null}</div>
+    ${shown.length ? html`<div class="row">${shown}</div>` : null}</div>`;
 }

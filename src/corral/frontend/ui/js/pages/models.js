@@ -3,139 +3,145 @@
 // disable / enable, and a Try panel per model for its modalities (try.js).
 
 import { api, enc, optional } from "../api.js";
-import { h, slot } from "../dom.js";
+import { html, useEffect, useRef, useState } from "../lib.js";
 import { bytes, shortRevision } from "../format.js";
-import { follow } from "../live.js";
+import { useFollow } from "../live.js";
 import { loadLine } from "../load.js";
 import { action, empty, panel, pill, toast } from "../ui.js";
 import { nodeNames, pageHead } from "./common.js";
-import { canTry, tryPanel } from "./try.js";
+import { TryPanel, canTry } from "./try.js";
 
 const ACTIVE_POLL_MS = 1000; // while a load runs, its bar moves every second (its job row beats at 1 s)
 const IDLE_POLL_MS = 2000; // a load started by a request elsewhere shows within this (loads have no start event)
 
-function editor(name, onSaved, close) {
-  const area = h("textarea", { class: "code", rows: 14, spellcheck: "false", "aria-label": `YAML of ${name}` }, "");
-  const result = h("div", { class: "small", dataset: { testid: "save-result" } });
-  const box = h("div", { class: "editor stack", dataset: { testid: "editor" } }, area, result,
-    h("div", { class: "row" },
-      action("Save", async () => {
-        const answer = await api(`/api/model-configs/${enc(name)}`, { method: "PUT", body: area.value, type: "application/yaml" });
-        result.replaceChildren(h("span", { class: "pill ok" }, "saved"),
-          ` revision ${shortRevision(answer.config_revision)}`,
-          answer.pending_cleanup != null ? ` · ${answer.pending_cleanup} old replica(s) pending cleanup` : "");
-        await onSaved();
-      }, { kind: "primary small" }),
-      h("button", { type: "button", class: "btn ghost small", onclick: close }, "Close")));
-  api(`/api/model-configs/${enc(name)}`).then((cfg) => { area.value = cfg.yaml; }).catch((err) => { result.textContent = err.message; });
-  return box;
+function Editor({ name, onSaved, onClose }) {
+  const [yaml, setYaml] = useState("");
+  const [result, setResult] = useState(null);
+  useEffect(() => {
+    api(`/api/model-configs/${enc(name)}`).then((cfg) => setYaml(cfg.yaml)).catch((err) => setResult(err.message));
+  }, [name]);
+  const save = async () => {
+    const answer = await api(`/api/model-configs/${enc(name)}`, { method: "PUT", body: yaml, type: "application/yaml" });
+    setResult(html`<span class="pill ok">saved</span>${` revision ${shortRevision(answer.config_revision)}`}${
+      answer.pending_cleanup != null ? ` · ${answer.pending_cleanup} old replica(s) pending cleanup` : ""}`);
+    await onSaved();
+  };
+  return html`<div class="editor stack" data-testid="editor">
+    <textarea class="code" rows="14" spellcheck="false" aria-label=${`YAML of ${name}`} value=${yaml}
+      onInput=${(e) => setYaml(e.currentTarget.value)}></textarea>
+    <div class="small" data-testid="save-result">${result}</div>
+    <div class="row">${action("Save", save, { kind: "primary small" })}
+      <button type="button" class="btn ghost small" onClick=${onClose}>Close</button></div></div>`;
 }
 
-export default function modelsPage(root) {
-  let data = { models: [], aliases: {} };
-  let configs = new Map();
-  let loads = [];
-  let placed = [];
-  const ready = new Set(); // loads seen running on this page that finished: shown as ready
-  let editing = null;
-  let timer = null;
-  let stopped = false;
-  // Try panels live outside the table, which re-renders on every poll: an answer (playing audio, an image) stays.
-  const trying = new Map(); // model name -> its open panel
-  const tries = h("div", { class: "stack tries", dataset: { testid: "tries" } });
-  const calls = new AbortController(); // the panels' calls end with the page
-  const urls = []; // object URLs of speech answers, revoked when the page is left
-  function toggleTry(model) {
-    const open = trying.get(model.name);
-    if (open) {
-      open.remove();
-      trying.delete(model.name);
-    } else {
-      const panelEl = tryPanel(model, { signal: calls.signal, urls, onClose: () => toggleTry(model) });
-      trying.set(model.name, panelEl);
-      tries.prepend(panelEl);
-      panelEl.scrollIntoView({ block: "nearest" });
-    }
-    return table.refresh();
-  }
+// The running loads, polled: every ACTIVE_POLL_MS while one runs, else IDLE_POLL_MS. A load seen running here
+// that ended without an error is shown as ready (its job row is deleted when it finishes).
+function useLoads(onCountChange) {
+  const [loads, setLoads] = useState({ running: [], ready: [] });
+  const latest = useRef(loads);
+  const changed = useRef(onCountChange);
+  changed.current = onCountChange;
+  useEffect(() => {
+    let stopped = false;
+    let timer = null;
+    const poll = async () => {
+      try {
+        const running = (await api("/api/models/loads")).loads;
+        const before = latest.current;
+        const ready = new Set(before.ready);
+        for (const old of before.running) {
+          if (!running.some((l) => l.model === old.model) && old.state !== "failed" && !old.error) ready.add(old.model);
+        }
+        for (const l of running) ready.delete(l.model);
+        const next = { running, ready: [...ready] };
+        if (stopped) return;
+        latest.current = next;
+        setLoads(next);
+        if (before.running.length !== running.length) changed.current();
+      } catch { /* the next tick retries */ }
+      if (!stopped) timer = setTimeout(poll, latest.current.running.length ? ACTIVE_POLL_MS : IDLE_POLL_MS);
+    };
+    poll();
+    return () => { stopped = true; clearTimeout(timer); };
+  }, []);
+  return loads;
+}
 
-  const loadsSlot = slot(() => {
-    const rows = [...loads, ...[...ready].filter((m) => !loads.some((l) => l.model === m)).map((m) => ({ model: m, state: "ready", progress: 100 }))];
-    return rows.length ? h("div", { class: "stack" }, rows.map((l) => h("div", {}, h("b", {}, l.model), loadLine(l)))) : empty("No load is running.");
-  });
-  const table = slot(() => {
-    if (!data.models.length) return empty("No model is configured. Add a YAML file to the models directory.");
-    const where = (name) => placed.filter((r) => r.model_name === name);
-    const rows = data.models.map((m) => {
-      const cfg = configs.get(m.name) || {};
-      const load = loads.find((l) => l.model === m.name);
-      return [h("tr", { dataset: { model: m.name } },
-        h("td", {}, h("b", {}, m.name), cfg.disabled ? [" ", pill("disabled")] : null,
-          h("div", { class: "muted small" }, m.backend || "", cfg.config_revision ? ` · rev ${shortRevision(cfg.config_revision)}` : ""),
-          m.capabilities?.length ? h("div", { class: "chips caps", dataset: { testid: "capabilities" } },
-            m.capabilities.map((c) => h("span", { class: "tag", dataset: { capability: c } }, c))) : null),
-        h("td", {}, m.memory_bytes ? bytes(m.memory_bytes) : "—"),
-        h("td", {}, h("span", { class: `fit ${m.fits === true ? "ok" : m.fits === false ? "danger" : "muted"}`, dataset: { testid: "fit" } }, m.verdict || "")),
-        h("td", {}, where(m.name).length ? where(m.name).map((r) => h("span", { class: "chip ok", dataset: { node: r.node_name } }, r.node_name)) : h("span", { class: "muted" }, load ? "" : "not loaded"),
-          load ? loadLine(load) : ready.has(m.name) ? loadLine({ model: m.name, state: "ready", progress: 100 }) : null),
-        h("td", { class: "end" }, h("div", { class: "row end" },
-          canTry(m) ? action("Try", () => toggleTry(m), { kind: trying.has(m.name) ? "small active" : "small", testid: "try",
-            title: `Try ${m.name}: ${m.capabilities.join(", ")}` }) : null,
-          configs.size ? action("Edit", async () => { editing = editing === m.name ? null : m.name; await table.refresh(); }, { kind: "ghost small" }) : null,
-          configs.size ? action(cfg.disabled ? "Enable" : "Disable", async () => {
-            const answer = await api(`/api/model-configs/${enc(m.name)}/${cfg.disabled ? "enable" : "disable"}`, { method: "POST" });
-            toast(`${m.name} ${answer.disabled ? "disabled" : "enabled"} · revision ${shortRevision(answer.config_revision)}`, "ok");
-            await refresh();
-          }, { kind: "ghost small" }) : null))),
-      editing === m.name ? h("tr", { class: "editor-row" }, h("td", { colspan: 5 }, editor(m.name, refresh, () => { editing = null; table.refresh(); }))) : null];
-    });
-    return h("div", { class: "table-wrap" }, h("table", { class: "table" },
-      h("thead", {}, h("tr", {}, ["Model", "Size", "Sizing", "Loaded on", ""].map((t) => h("th", {}, t)))), h("tbody", {}, rows)));
-  });
-  const aliases = slot(() => {
-    const entries = Object.entries(data.aliases || {});
-    return entries.length ? h("ul", { class: "list" }, entries.map(([a, t]) => h("li", {}, h("code", {}, a), " → ", t))) : empty("No aliases.");
-  });
-  const clusterLine = slot(() => (data.cluster ? h("p", { class: "muted" },
-    `Sized against ${data.cluster.node_name} (${bytes(data.cluster.total_memory)} ${data.cluster.is_gpu ? "VRAM" : "RAM"}), the largest of ${data.cluster.node_count} healthy node(s).`)
-    : h("p", { class: "muted" }, "No healthy backend node: sizes are checked against this host.")));
-
-  async function readLoads() {
-    const before = loads;
-    loads = (await api("/api/models/loads")).loads;
-    for (const old of before) {
-      const ended = !loads.some((l) => l.model === old.model);
-      if (ended && old.state !== "failed" && !old.error) ready.add(old.model); // a finished job row is deleted
-    }
-    for (const l of loads) ready.delete(l.model);
-  }
-  async function refresh() {
-    const [models, cfgs, loaded, names] = await Promise.all([api("/api/models"), optional("/api/model-configs"),
-      api("/api/nodes/models"), nodeNames()]);
-    await readLoads();
-    data = models;
-    placed = loaded.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) }));
-    configs = new Map((cfgs?.configs || []).map((c) => [c.name, c]));
-    if (editing) return Promise.all([loadsSlot.refresh(), aliases.refresh(), clusterLine.refresh()]);
-    return Promise.all([table.refresh(), loadsSlot.refresh(), aliases.refresh(), clusterLine.refresh()]);
-  }
-  async function poll() {
-    if (stopped) return;
-    try {
-      const had = loads.length;
-      await readLoads();
-      if (had !== loads.length) await refresh();
-      else await Promise.all([editing ? null : table.refresh(), loadsSlot.refresh()]);
-    } catch { /* the next tick retries */ }
-    if (!stopped) timer = setTimeout(poll, loads.length ? ACTIVE_POLL_MS : IDLE_POLL_MS);
-  }
-  root.append(pageHead("Models", "Configured models, where they run, and their loads"), clusterLine.el,
-    panel("Configured models", table.el, { id: "models" }), tries,
-    h("div", { class: "grid two" }, panel("Loads", loadsSlot.el, { id: "loads" }), panel("Aliases", aliases.el)));
-  refresh().catch((err) => toast(err.message, "danger")).finally(() => { timer = setTimeout(poll, ACTIVE_POLL_MS); });
-  const off = follow(["replica", "load", "config", "node"], () => refresh().catch(() => {}));
-  return () => {
-    stopped = true; clearTimeout(timer); off(); calls.abort();
-    for (const url of urls) URL.revokeObjectURL(url);
+async function readModels() {
+  const [models, cfgs, loaded, names] = await Promise.all([api("/api/models"), optional("/api/model-configs"),
+    api("/api/nodes/models"), nodeNames()]);
+  return {
+    models,
+    placed: loaded.map((r) => ({ ...r, node_name: names.get(r.node_id) || r.node_id.slice(0, 8) })),
+    configs: new Map((cfgs?.configs || []).map((c) => [c.name, c])),
   };
+}
+
+export default function ModelsPage() {
+  const [state, setState] = useState({ models: { models: [], aliases: {} }, placed: [], configs: new Map() });
+  const [editing, setEditing] = useState(null);
+  const [trying, setTrying] = useState([]); // models whose Try panel is open, newest first
+  const refresh = async () => setState(await readModels());
+  const loads = useLoads(() => refresh().catch(() => {}));
+  useEffect(() => { refresh().catch((err) => toast(err.message, "danger")); }, []);
+  useFollow(["replica", "load", "config", "node"], () => refresh().catch(() => {}));
+  const calls = useRef(null); // the Try panels' calls end with the page
+  if (!calls.current) calls.current = new AbortController();
+  const urls = useRef([]); // object URLs of speech answers, revoked when the page is left
+  useEffect(() => () => {
+    calls.current.abort();
+    for (const url of urls.current) URL.revokeObjectURL(url);
+  }, []);
+
+  const { models: data, placed, configs } = state;
+  const toggleTry = (m) => setTrying((open) => (open.some((x) => x.name === m.name) ? open.filter((x) => x.name !== m.name) : [m, ...open]));
+  const loadRows = [...loads.running, ...loads.ready.filter((m) => !loads.running.some((l) => l.model === m))
+    .map((m) => ({ model: m, state: "ready", progress: 100 }))];
+
+  const row = (m) => {
+    const cfg = configs.get(m.name) || {};
+    const load = loads.running.find((l) => l.model === m.name);
+    const where = placed.filter((r) => r.model_name === m.name);
+    const open = trying.some((x) => x.name === m.name);
+    const toggleDisabled = async () => {
+      const answer = await api(`/api/model-configs/${enc(m.name)}/${cfg.disabled ? "enable" : "disable"}`, { method: "POST" });
+      toast(`${m.name} ${answer.disabled ? "disabled" : "enabled"} · revision ${shortRevision(answer.config_revision)}`, "ok");
+      await refresh();
+    };
+    return html`<tr data-model=${m.name}>
+      <td><b>${m.name}</b>${cfg.disabled ? html` ${pill("disabled")}` : null}
+        <div class="muted small">${m.backend || ""}${cfg.config_revision ? ` · rev ${shortRevision(cfg.config_revision)}` : ""}</div>
+        ${m.capabilities?.length ? html`<div class="chips caps" data-testid="capabilities">
+          ${m.capabilities.map((c) => html`<span class="tag" data-capability=${c}>${c}</span>`)}</div>` : null}</td>
+      <td>${m.memory_bytes ? bytes(m.memory_bytes) : "—"}</td>
+      <td><span class="fit ${m.fits === true ? "ok" : m.fits === false ? "danger" : "muted"}" data-testid="fit">${m.verdict || ""}</span></td>
+      <td>${where.length ? where.map((r) => html`<span class="chip ok" data-node=${r.node_name}>${r.node_name}</span>`)
+        : html`<span class="muted">${load ? "" : "not loaded"}</span>`}
+        ${load ? loadLine(load) : loads.ready.includes(m.name) ? loadLine({ model: m.name, state: "ready", progress: 100 }) : null}</td>
+      <td class="end"><div class="row end">
+        ${canTry(m) ? action("Try", async () => toggleTry(m), { kind: open ? "small active" : "small", testid: "try",
+          title: `Try ${m.name}: ${m.capabilities.join(", ")}` }) : null}
+        ${configs.size ? action("Edit", async () => setEditing(editing === m.name ? null : m.name), { kind: "ghost small" }) : null}
+        ${configs.size ? action(cfg.disabled ? "Enable" : "Disable", toggleDisabled, { kind: "ghost small" }) : null}
+      </div></td></tr>
+      ${editing === m.name ? html`<tr class="editor-row"><td colspan="5">
+        <${Editor} name=${m.name} onSaved=${refresh} onClose=${() => setEditing(null)} /></td></tr>` : null}`;
+  };
+  const aliases = Object.entries(data.aliases || {});
+  const c = data.cluster;
+  return html`
+    ${pageHead("Models", "Configured models, where they run, and their loads")}
+    <p class="muted">${c ? `Sized against ${c.node_name} (${bytes(c.total_memory)} ${c.is_gpu ? "VRAM" : "RAM"}), the largest of ${c.node_count} healthy node(s).`
+      : "No healthy backend node: sizes are checked against this host."}</p>
+    ${panel("Configured models", data.models.length ? html`<div class="table-wrap"><table class="table">
+      <thead><tr>${["Model", "Size", "Sizing", "Loaded on", ""].map((t) => html`<th>${t}</th>`)}</tr></thead>
+      <tbody>${data.models.map(row)}</tbody></table></div>`
+      : empty("No model is configured. Add a YAML file to the models directory."), { id: "models" })}
+    <div class="stack tries" data-testid="tries">${trying.map((m) => html`<${TryPanel} key=${m.name} model=${m}
+      signal=${calls.current.signal} urls=${urls.current} onClose=${() => toggleTry(m)} />`)}</div>
+    <div class="grid two">
+      ${panel("Loads", loadRows.length ? html`<div class="stack">${loadRows.map((l) => html`<div><b>${l.model}</b>${loadLine(l)}</div>`)}</div>`
+        : empty("No load is running."), { id: "loads" })}
+      ${panel("Aliases", aliases.length ? html`<ul class="list">${aliases.map(([a, t]) => html`<li><code>${a}</code> → ${t}</li>`)}</ul>`
+        : empty("No aliases."))}</div>`;
 }

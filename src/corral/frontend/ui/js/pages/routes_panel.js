@@ -3,8 +3,9 @@
 // delete. The server validates (a 400 names the field); its message is shown under the form.
 
 import { api, enc } from "../api.js";
-import { h, slot } from "../dom.js";
-import { action, bar, confirmAction, empty, panel, pill, toast } from "../ui.js";
+import { html, useEffect, useRef, useState } from "../lib.js";
+import { useApi, useField } from "../hooks.js";
+import { action, bar, dangerAction, empty, panel, pill, toast } from "../ui.js";
 
 // "llama3=90, llama3-canary=10" ⇄ [{model, weight}]: one field, as an operator writes a split.
 export function parseTargets(text) {
@@ -22,81 +23,75 @@ function names(text) {
   return text.split(",").map((s) => s.trim()).filter(Boolean);
 }
 
-function routeForm(models, route, onDone) {
-  const name = h("input", { name: "route_name", required: true, maxlength: 255, value: route?.name || "", readonly: Boolean(route) });
-  const targets = h("input", { name: "targets", required: true, list: "route-models", placeholder: "llama3=90, llama3-canary=10",
-    value: targetsText(route?.targets) });
-  const fallbacks = h("input", { name: "fallbacks", list: "route-models", placeholder: "llama3-small", value: (route?.fallbacks || []).join(", ") });
-  const description = h("input", { name: "description", maxlength: 1000, value: route?.description || "" });
-  const error = h("p", { class: "form-error", role: "alert" });
-  const form = h("form", { class: "stack rule-form", dataset: { testid: "route-form" } },
-    h("datalist", { id: "route-models" }, models.map((m) => h("option", { value: m }))),
-    h("div", { class: "grid form-grid" },
-      h("label", { class: "field" }, h("span", {}, "Route name"), name),
-      h("label", { class: "field" }, h("span", {}, "Targets (model=weight, …)"), targets),
-      h("label", { class: "field" }, h("span", {}, "Fallbacks, in order"), fallbacks),
-      h("label", { class: "field" }, h("span", {}, "Description"), description)),
-    error,
-    h("div", { class: "row" }, h("button", { type: "submit", class: "btn primary" }, route ? "Save route" : "Create route"),
-      h("button", { type: "button", class: "btn ghost", onclick: () => onDone(false) }, "Cancel")));
-  form.addEventListener("submit", async (event) => {
+function RouteForm({ models, route, onDone }) {
+  const [name, , onName] = useField(route?.name || "");
+  const [targets, , onTargets] = useField(targetsText(route?.targets));
+  const [fallbacks, , onFallbacks] = useField((route?.fallbacks || []).join(", "));
+  const [description, , onDescription] = useField(route?.description || "");
+  const [error, setError] = useState("");
+  const first = useRef(null);
+  useEffect(() => { first.current?.focus(); }, []);
+  const submit = async (event) => {
     event.preventDefault();
-    error.textContent = "";
+    setError("");
     try {
-      const body = { targets: parseTargets(targets.value), fallbacks: names(fallbacks.value), description: description.value };
-      await api(`/api/routes/${enc(name.value.trim())}`, { method: "PUT", body });
-      toast(`route ${name.value.trim()} saved`, "ok");
+      const body = { targets: parseTargets(targets), fallbacks: names(fallbacks), description };
+      await api(`/api/routes/${enc(name.trim())}`, { method: "PUT", body });
+      toast(`route ${name.trim()} saved`, "ok");
       onDone(true);
     } catch (err) {
-      error.textContent = err.message;
+      setError(err.message);
     }
-  });
-  return form;
+  };
+  return html`<form class="stack rule-form" data-testid="route-form" onSubmit=${submit}>
+    <datalist id="route-models">${models.map((m) => html`<option value=${m} />`)}</datalist>
+    <div class="grid form-grid">
+      <label class="field"><span>Route name</span><input ref=${route ? null : first} name="route_name" required maxlength="255"
+        value=${name} onInput=${onName} readonly=${Boolean(route)} /></label>
+      <label class="field"><span>Targets (model=weight, …)</span><input ref=${route ? first : null} name="targets" required
+        list="route-models" placeholder="llama3=90, llama3-canary=10" value=${targets} onInput=${onTargets} /></label>
+      <label class="field"><span>Fallbacks, in order</span><input name="fallbacks" list="route-models" placeholder="llama3-small"
+        value=${fallbacks} onInput=${onFallbacks} /></label>
+      <label class="field"><span>Description</span><input name="description" maxlength="1000" value=${description}
+        onInput=${onDescription} /></label></div>
+    <p class="form-error" role="alert">${error}</p>
+    <div class="row"><button type="submit" class="btn primary">${route ? "Save route" : "Create route"}</button>
+      <button type="button" class="btn ghost" onClick=${() => onDone(false)}>Cancel</button></div></form>`;
 }
 
 function routesTable(routes, onEdit, refresh) {
   if (!routes.length) return empty("No model route: each request names the model that serves it.");
-  return h("div", { class: "table-wrap" }, h("table", { class: "table" },
-    h("thead", {}, h("tr", {}, ["Route", "Targets", "Fallbacks", "Status", ""].map((t) => h("th", {}, t)))),
-    h("tbody", {}, routes.map((r) => h("tr", { dataset: { route: r.name } },
-      h("td", {}, h("b", {}, r.name), r.description ? h("div", { class: "muted small" }, r.description) : null),
-      h("td", {}, r.targets.map((t) => h("div", { class: "stack tight", dataset: { target: t.model } },
-        h("span", {}, `${t.model} · ${t.share}%`), bar(t.share, { label: `${t.model} share`, thin: true })))),
-      h("td", {}, r.fallbacks.length ? r.fallbacks.join(" → ") : h("span", { class: "muted" }, "none")),
-      h("td", {}, r.problems.length ? [pill("waiting", "check"), ...r.problems.map((p) => h("div", { class: "muted small" }, p))]
-        : pill("active")),
-      h("td", { class: "end" }, h("div", { class: "row end" },
-        action("Edit", async () => onEdit(r), { kind: "ghost small" }),
-        action("Delete", async () => {
-          if (!await confirmAction(`Delete the route ${r.name}?`, { confirm: "Delete" })) return;
+  return html`<div class="table-wrap"><table class="table">
+    <thead><tr>${["Route", "Targets", "Fallbacks", "Status", ""].map((t) => html`<th>${t}</th>`)}</tr></thead>
+    <tbody>${routes.map((r) => html`<tr data-route=${r.name}>
+      <td><b>${r.name}</b>${r.description ? html`<div class="muted small">${r.description}</div>` : null}</td>
+      <td>${r.targets.map((t) => html`<div class="stack tight" data-target=${t.model}>
+        <span>${`${t.model} · ${t.share}%`}</span>${bar(t.share, { label: `${t.model} share`, thin: true })}</div>`)}</td>
+      <td>${r.fallbacks.length ? r.fallbacks.join(" → ") : html`<span class="muted">none</span>`}</td>
+      <td>${r.problems.length ? [pill("waiting", "check"), ...r.problems.map((p) => html`<div class="muted small">${p}</div>`)]
+        : pill("active")}</td>
+      <td class="end"><div class="row end">
+        ${action("Edit", async () => onEdit(r), { kind: "ghost small" })}
+        ${dangerAction("Delete", `Delete the route ${r.name}?`, async () => {
           await api(`/api/routes/${enc(r.name)}`, { method: "DELETE" });
           toast("route deleted", "ok");
           await refresh();
-        }, { kind: "ghost small danger" }))))))));
+        })}</div></td></tr>`)}</tbody></table></div>`;
 }
 
-// The panel and its refresh; `models()` gives the model and alias names the form completes.
-export function routesPanel(models) {
-  let routes = [];
-  let form = null;
-  const formBox = h("div", {});
-  const table = slot(() => routesTable(routes, (r) => openForm(r), refresh));
-  function openForm(route) {
-    form = routeForm([...models(), ...routes.map((r) => r.name)], route, async (saved) => {
-      formBox.replaceChildren();
-      form = null;
-      if (saved) await refresh();
-    });
-    formBox.replaceChildren(form);
-    form.querySelector("input:not([readonly])")?.focus();
-  }
-  async function refresh() {
-    routes = await api("/api/routes");
-    await table.refresh(true);
-  }
-  const el = panel("Model routes", h("div", { class: "stack" }, formBox, table.el), {
+// The panel; `models` are the model and alias names the form completes.
+export function RoutesPanel({ models }) {
+  const [form, setForm] = useState(null); // {route} while the form is open
+  const { data: routes, reload } = useApi(() => api("/api/routes"), { initial: [], kinds: form ? [] : ["config"] });
+  const done = async (saved) => {
+    setForm(null);
+    if (saved) await reload();
+  };
+  return panel("Model routes", html`<div class="stack">
+    ${form ? html`<${RouteForm} key=${form.route?.name || "new"} models=${[...models, ...routes.map((r) => r.name)]}
+      route=${form.route} onDone=${done} />` : null}
+    ${routesTable(routes, (r) => setForm({ route: r }), reload)}</div>`, {
     id: "routes",
-    actions: action("New route", async () => openForm(null), { kind: "small", testid: "new-route" }),
+    actions: action("New route", async () => setForm({ route: null }), { kind: "small", testid: "new-route" }),
   });
-  return { el, refresh, editing: () => form !== null };
 }

@@ -6,10 +6,10 @@
 
 import { request } from "../api.js";
 import { untilLoaded } from "../cold.js";
-import { errorBox, h } from "../dom.js";
+import { html, useEffect, useRef, useState } from "../lib.js";
 import { bytes } from "../format.js";
 import { loadLine } from "../load.js";
-import { link } from "../ui.js";
+import { errorBox, link } from "../ui.js";
 
 const IMAGE_SIZES = ["64x64", "128x128", "256x256", "512x512"];
 const IMAGE_SIZE_DEFAULT = "256x256";
@@ -25,7 +25,7 @@ export function canTry(model) {
 }
 
 function field(label, control) {
-  return h("label", { class: "field" }, h("span", {}, label), control);
+  return html`<label class="field"><span>${label}</span>${control}</label>`;
 }
 
 // POST `body` (JSON object or FormData) to `path` until the model is loaded; the successful Response.
@@ -33,125 +33,134 @@ function call(path, body, onLoading, signal) {
   return untilLoaded(() => request(path, { method: "POST", body, signal }), { onLoading, signal });
 }
 
-// One capability's form: `run(onLoading)` answers what the result area shows. The form's data-state is idle,
-// running, loading (the model is cold), done or failed, so a test (or a reader of the DOM) can follow it.
-function tryForm(capability, title, fields, label, run) {
-  const out = h("div", { class: "try-out", "aria-live": "polite", dataset: { testid: "try-result" } });
-  const submit = h("button", { type: "submit", class: "btn primary small" }, label);
-  const form = h("form", { class: "try-form stack", dataset: { testid: `try-${capability}`, capability, state: "idle" } },
-    h("h3", {}, title), fields, h("div", { class: "row" }, submit), out);
+// One capability's form: `run(form, onLoading)` answers what the result area shows. The form's data-state is
+// idle, running, loading (the model is cold), done or failed, so a test (or a reader of the DOM) can follow it.
+function TryForm({ capability, title, label, run, children }) {
+  const [state, setState] = useState("idle");
+  const [out, setOut] = useState(null);
   const onLoading = (body) => {
-    form.dataset.state = "loading";
-    out.replaceChildren(h("p", { class: "small muted" }, body.error?.message || "loading…"),
-      body.loading ? loadLine(body.loading) : null);
+    setState("loading");
+    setOut(html`<p class="small muted">${body.error?.message || "loading…"}</p>${body.loading ? loadLine(body.loading) : null}`);
   };
-  form.addEventListener("submit", async (event) => {
+  const submit = async (event) => {
     event.preventDefault();
-    submit.disabled = true;
-    form.dataset.state = "running";
-    out.replaceChildren(h("p", { class: "small muted" }, "working…"));
+    const form = event.currentTarget;
+    setState("running");
+    setOut(html`<p class="small muted">working…</p>`);
     try {
-      out.replaceChildren(await run(onLoading));
-      form.dataset.state = "done";
+      const shown = await run(form, onLoading);
+      setOut(shown);
+      setState("done");
     } catch (err) {
       if (err.name === "AbortError") return; // the page was left
-      out.replaceChildren(errorBox(err));
-      form.dataset.state = "failed";
-    } finally {
-      submit.disabled = false;
+      setOut(errorBox(err));
+      setState("failed");
     }
-  });
-  return form;
+  };
+  const busy = state === "running" || state === "loading";
+  return html`<form class="try-form stack" data-testid=${`try-${capability}`} data-capability=${capability}
+      data-state=${state} onSubmit=${submit}>
+    <h3>${title}</h3>${children}
+    <div class="row"><button type="submit" class="btn primary small" disabled=${busy}>${label}</button></div>
+    <div class="try-out" aria-live="polite" data-testid="try-result">${out}</div></form>`;
 }
 
-function transcription(model, signal) {
-  const file = h("input", { type: "file", name: "file", accept: AUDIO_TYPES, required: true, "aria-label": "Audio file" });
-  const language = h("input", { name: "language", placeholder: "auto", maxlength: 16, "aria-label": "Language" });
-  return tryForm("transcription", "Transcribe", [field("Audio file", file), field("Language (optional)", language)],
-    "Transcribe", async (onLoading) => {
-      const form = new FormData();
-      form.append("file", file.files[0]);
-      form.append("model", model);
-      form.append("response_format", "json");
-      if (language.value.trim()) form.append("language", language.value.trim());
-      const answer = await (await call("/v1/audio/transcriptions", form, onLoading, signal)).json();
-      return h("p", { class: "try-text", dataset: { testid: "transcript" } }, answer.text || "(no speech heard)");
-    });
+const value = (form, name) => form.elements[name].value;
+
+function Transcription({ model, signal }) {
+  return html`<${TryForm} capability="transcription" title="Transcribe" label="Transcribe" run=${async (form, onLoading) => {
+    const body = new FormData();
+    body.append("file", form.elements.file.files[0]);
+    body.append("model", model);
+    body.append("response_format", "json");
+    if (value(form, "language").trim()) body.append("language", value(form, "language").trim());
+    const answer = await (await call("/v1/audio/transcriptions", body, onLoading, signal)).json();
+    return html`<p class="try-text" data-testid="transcript">${answer.text || "(no speech heard)"}</p>`;
+  }}>
+    ${field("Audio file", html`<input type="file" name="file" accept=${AUDIO_TYPES} required aria-label="Audio file" />`)}
+    ${field("Language (optional)", html`<input name="language" placeholder="auto" maxlength="16" aria-label="Language" />`)}
+  <//>`;
 }
 
-function speech(model, signal, urls) {
-  const text = h("textarea", { name: "input", rows: 2, required: true, maxlength: 4096, "aria-label": "Text to speak" },
-    "");
-  const voice = h("input", { name: "voice", placeholder: "default", "aria-label": "Voice" });
-  return tryForm("tts", "Speak", [field("Text", text), field("Voice (optional)", voice)], "Speak", async (onLoading) => {
-    const response = await call("/v1/audio/speech", { model, input: text.value, voice: voice.value.trim(),
+function Speech({ model, signal, urls }) {
+  return html`<${TryForm} capability="tts" title="Speak" label="Speak" run=${async (form, onLoading) => {
+    const response = await call("/v1/audio/speech", { model, input: value(form, "input"), voice: value(form, "voice").trim(),
       response_format: "wav" }, onLoading, signal);
     const blob = await response.blob();
     for (const old of urls.splice(0)) URL.revokeObjectURL(old); // the previous answer's audio
     const url = URL.createObjectURL(blob);
     urls.push(url);
-    const audio = h("audio", { controls: true, src: url, dataset: { testid: "speech", bytes: blob.size } });
-    audio.play().catch(() => { /* autoplay refused: the controls play it */ });
-    return h("div", { class: "stack" }, audio,
-      h("div", { class: "small" }, h("a", { href: url, download: `${model}-speech.wav` }, "Download WAV"),
-        h("span", { class: "muted" }, ` · ${bytes(blob.size)}`)));
-  });
+    return html`<${Played} url=${url} size=${blob.size} model=${model} />`;
+  }}>
+    ${field("Text", html`<textarea name="input" rows="2" required maxlength="4096" aria-label="Text to speak"></textarea>`)}
+    ${field("Voice (optional)", html`<input name="voice" placeholder="default" aria-label="Voice" />`)}
+  <//>`;
 }
 
-function image(model, signal) {
-  const prompt = h("input", { name: "prompt", required: true, maxlength: 4096, placeholder: "a red fox in the snow",
-    "aria-label": "Prompt" });
-  const size = h("select", { name: "size", "aria-label": "Size" },
-    IMAGE_SIZES.map((s) => h("option", { value: s, selected: s === IMAGE_SIZE_DEFAULT }, s)));
-  return tryForm("image", "Generate an image", [field("Prompt", prompt), field("Size", size)], "Generate",
-    async (onLoading) => {
-      const answer = await (await call("/v1/images/generations", { model, prompt: prompt.value, size: size.value, n: 1,
-        response_format: "b64_json" }, onLoading, signal)).json();
-      const [width, height] = size.value.split("x");
-      return h("img", { class: "try-image", src: `data:image/png;base64,${answer.data[0].b64_json}`, alt: prompt.value,
-        width, height, dataset: { testid: "image" } });
-    });
+function Played({ url, size, model }) {
+  const audio = useRef(null);
+  useEffect(() => { audio.current?.play().catch(() => { /* autoplay refused: the controls play it */ }); }, [url]);
+  return html`<div class="stack"><audio ref=${audio} controls src=${url} data-testid="speech" data-bytes=${size}></audio>
+    <div class="small"><a href=${url} download=${`${model}-speech.wav`}>Download WAV</a><span class="muted">${` · ${bytes(size)}`}</span></div></div>`;
 }
 
-function embeddings(model, signal) {
-  const text = h("textarea", { name: "input", rows: 2, required: true, "aria-label": "Text to embed" }, "");
-  return tryForm("embeddings", "Embed", field("Text", text), "Embed", async (onLoading) => {
-    const answer = await (await call("/v1/embeddings", { model, input: text.value }, onLoading, signal)).json();
+function Image({ model, signal }) {
+  return html`<${TryForm} capability="image" title="Generate an image" label="Generate" run=${async (form, onLoading) => {
+    const size = value(form, "size");
+    const prompt = value(form, "prompt");
+    const answer = await (await call("/v1/images/generations", { model, prompt, size, n: 1,
+      response_format: "b64_json" }, onLoading, signal)).json();
+    const [width, height] = size.split("x");
+    return html`<img class="try-image" src=${`data:image/png;base64,${answer.data[0].b64_json}`} alt=${prompt}
+      width=${width} height=${height} data-testid="image" />`;
+  }}>
+    ${field("Prompt", html`<input name="prompt" required maxlength="4096" placeholder="a red fox in the snow" aria-label="Prompt" />`)}
+    ${field("Size", html`<select name="size" aria-label="Size">
+      ${IMAGE_SIZES.map((s) => html`<option value=${s} selected=${s === IMAGE_SIZE_DEFAULT}>${s}</option>`)}</select>`)}
+  <//>`;
+}
+
+function Embeddings({ model, signal }) {
+  return html`<${TryForm} capability="embeddings" title="Embed" label="Embed" run=${async (form, onLoading) => {
+    const answer = await (await call("/v1/embeddings", { model, input: value(form, "input") }, onLoading, signal)).json();
     const vector = answer.data[0].embedding;
-    return h("dl", { class: "kv", dataset: { testid: "embedding", dimension: vector.length } },
-      h("dt", {}, "dimension"), h("dd", {}, String(vector.length)),
-      h("dt", {}, "first values"), h("dd", {}, h("code", {},
-        vector.slice(0, EMBEDDING_VALUES_SHOWN).map((v) => v.toFixed(SCORE_DIGITS)).join(", "),
-        vector.length > EMBEDDING_VALUES_SHOWN ? ", …" : "")));
-  });
+    return html`<dl class="kv" data-testid="embedding" data-dimension=${vector.length}>
+      <dt>dimension</dt><dd>${String(vector.length)}</dd>
+      <dt>first values</dt><dd><code>${vector.slice(0, EMBEDDING_VALUES_SHOWN).map((v) => v.toFixed(SCORE_DIGITS)).join(", ")}${
+        vector.length > EMBEDDING_VALUES_SHOWN ? ", …" : ""}</code></dd></dl>`;
+  }}>
+    ${field("Text", html`<textarea name="input" rows="2" required aria-label="Text to embed"></textarea>`)}
+  <//>`;
 }
 
-function rerank(model, signal) {
-  const query = h("input", { name: "query", required: true, "aria-label": "Query" });
-  const documents = h("textarea", { name: "documents", rows: 4, required: true, "aria-label": "Documents, one per line" }, "");
-  return tryForm("rerank", "Rerank", [field("Query", query), field("Documents (one per line)", documents)], "Rerank",
-    async (onLoading) => {
-      const docs = documents.value.split("\n").map((d) => d.trim()).filter(Boolean);
-      const answer = await (await call("/v1/rerank", { model, query: query.value, documents: docs }, onLoading,
-        signal)).json();
-      return h("ol", { class: "list ranked", dataset: { testid: "ranking" } }, answer.results.map((r) =>
-        h("li", { class: "row between", dataset: { index: r.index } }, h("span", {}, docs[r.index]),
-          h("code", {}, r.relevance_score.toFixed(SCORE_DIGITS)))));
-    });
+function Rerank({ model, signal }) {
+  return html`<${TryForm} capability="rerank" title="Rerank" label="Rerank" run=${async (form, onLoading) => {
+    const docs = value(form, "documents").split("\n").map((d) => d.trim()).filter(Boolean);
+    const answer = await (await call("/v1/rerank", { model, query: value(form, "query"), documents: docs }, onLoading,
+      signal)).json();
+    return html`<ol class="list ranked" data-testid="ranking">${answer.results.map((r) => html`<li class="row between" data-index=${r.index}>
+      <span>${docs[r.index]}</span><code>${r.relevance_score.toFixed(SCORE_DIGITS)}</code></li>`)}</ol>`;
+  }}>
+    ${field("Query", html`<input name="query" required aria-label="Query" />`)}
+    ${field("Documents (one per line)", html`<textarea name="documents" rows="4" required aria-label="Documents, one per line"></textarea>`)}
+  <//>`;
 }
 
-const FORMS = { transcription, tts: speech, image, embeddings, rerank };
+const FORMS = { transcription: Transcription, tts: Speech, image: Image, embeddings: Embeddings, rerank: Rerank };
 
 // The panel for `model` ({name, capabilities}); `signal` aborts its calls when the page is left, `urls` collects
 // the object URLs it made (the page revokes them).
-export function tryPanel(model, { signal, urls, onClose }) {
+export function TryPanel({ model, signal, urls, onClose }) {
   const caps = model.capabilities || [];
-  const forms = TRIED.filter((c) => caps.includes(c)).map((c) => FORMS[c](model.name, signal, urls));
-  return h("section", { class: "panel try", dataset: { testid: "try", model: model.name } },
-    h("header", { class: "panel-head" }, h("h2", {}, `Try ${model.name}`),
-      h("div", { class: "row" },
-        caps.includes("chat") ? link(`/app/chat?model=${encodeURIComponent(model.name)}`, "Chat with it") : null,
-        h("button", { type: "button", class: "btn ghost small", onclick: onClose }, "Close"))),
-    forms.length ? h("div", { class: "grid try-forms" }, forms)
-      : h("p", { class: "empty" }, "This model chats: try it on the Chat page."));
+  const forms = TRIED.filter((c) => caps.includes(c));
+  const ref = useRef(null);
+  useEffect(() => { ref.current?.scrollIntoView({ block: "nearest" }); }, []);
+  return html`<section ref=${ref} class="panel try" data-testid="try" data-model=${model.name}>
+    <header class="panel-head"><h2>${`Try ${model.name}`}</h2>
+      <div class="row">${caps.includes("chat") ? link(`/app/chat?model=${encodeURIComponent(model.name)}`, "Chat with it") : null}
+        <button type="button" class="btn ghost small" onClick=${onClose}>Close</button></div></header>
+    ${forms.length ? html`<div class="grid try-forms">${forms.map((c) => {
+      const Form = FORMS[c];
+      return html`<${Form} key=${c} model=${model.name} signal=${signal} urls=${urls} />`;
+    })}</div>` : html`<p class="empty">This model chats: try it on the Chat page.</p>`}</section>`;
 }

@@ -3,8 +3,8 @@
 // requests show up after that; the page re-reads every 15 s.
 
 import { api } from "../api.js";
-import { h, slot } from "../dom.js";
-import { follow } from "../live.js";
+import { html, useEffect, useState } from "../lib.js";
+import { useApi } from "../hooks.js";
 import { bar, empty, kv, panel, toast } from "../ui.js";
 import { pageHead } from "./common.js";
 
@@ -25,9 +25,12 @@ function since(windowId) {
   return new Date(now.getTime() - seconds * 1000).toISOString();
 }
 
-function select(name, label, options, value) {
-  return h("select", { name, "aria-label": label },
-    options.map(([v, l]) => h("option", { value: v, selected: v === value }, l)));
+export function usageQuery({ window: windowId, group_by: groupBy, key, model, tenant }) {
+  const params = new URLSearchParams({ since: since(windowId), group_by: groupBy, limit: String(ROWS_MAX) });
+  if (key !== "*") params.set("key", key);
+  if (model) params.set("model", model);
+  if (tenant.trim()) params.set("tenant", tenant.trim());
+  return params;
 }
 
 // The columns the grouping returned, in a fixed order; the key shows its name when it has one.
@@ -36,8 +39,8 @@ function columns(groupBy) {
   if (groupBy.includes("hour")) cols.push(["Hour (UTC)", (r) => r.hour.slice(0, 16).replace("T", " ")]);
   if (groupBy.includes("day")) cols.push(["Day (UTC)", (r) => r.day.slice(0, 10)]);
   if (groupBy.includes("key")) {
-    cols.push(["Key", (r) => (r.key_id === "" ? h("span", { class: "muted" }, "no key")
-      : h("span", { title: r.key_id }, r.key_name || r.key_id.slice(0, 8)))]);
+    cols.push(["Key", (r) => (r.key_id === "" ? html`<span class="muted">no key</span>`
+      : html`<span title=${r.key_id}>${r.key_name || r.key_id.slice(0, 8)}</span>`)]);
   }
   if (groupBy.includes("tenant")) cols.push(["Tenant", (r) => r.tenant]);
   if (groupBy.includes("model")) cols.push(["Model", (r) => r.model]);
@@ -49,13 +52,12 @@ function usageTable(body) {
   if (!rows.length) return empty("No usage in this window yet.");
   const cols = columns(body.group_by);
   const most = Math.max(...rows.map((r) => r.total_tokens), 1);
-  return h("div", { class: "table-wrap" }, h("table", { class: "table", dataset: { testid: "usage-table" } },
-    h("thead", {}, h("tr", {}, cols.map(([t]) => h("th", {}, t)), COUNTS.map(([, t]) => h("th", { class: "end" }, t)),
-      h("th", {}, "Share"))),
-    h("tbody", {}, rows.map((r) => h("tr", { dataset: { key: r.key_id ?? "", model: r.model ?? "", tenant: r.tenant ?? "" } },
-      cols.map(([, cell]) => h("td", {}, cell(r))),
-      COUNTS.map(([name]) => h("td", { class: "end", dataset: { count: name } }, number(r[name]))),
-      h("td", {}, bar((100 * r.total_tokens) / most, { thin: true, label: "share of the largest row" })))))));
+  return html`<div class="table-wrap"><table class="table" data-testid="usage-table">
+    <thead><tr>${cols.map(([t]) => html`<th>${t}</th>`)}${COUNTS.map(([, t]) => html`<th class="end">${t}</th>`)}<th>Share</th></tr></thead>
+    <tbody>${rows.map((r) => html`<tr data-key=${r.key_id ?? ""} data-model=${r.model ?? ""} data-tenant=${r.tenant ?? ""}>
+      ${cols.map(([, cell]) => html`<td>${cell(r)}</td>`)}
+      ${COUNTS.map(([name]) => html`<td class="end" data-count=${name}>${number(r[name])}</td>`)}
+      <td>${bar((100 * r.total_tokens) / most, { thin: true, label: "share of the largest row" })}</td></tr>`)}</tbody></table></div>`;
 }
 
 function totals(body) {
@@ -64,41 +66,38 @@ function totals(body) {
     body.truncated ? ["Note", `only the first ${ROWS_MAX} rows are shown: narrow the filters`] : null]);
 }
 
-export default function usagePage(root) {
-  const windowSel = select("window", "Time window", WINDOWS.map(([id, label]) => [id, label]), "24h");
-  const groupSel = select("group_by", "Group by", GROUPINGS, "key,model");
-  const keySel = h("select", { name: "key", "aria-label": "API key" }, h("option", { value: "*" }, "All keys"));
-  const modelSel = h("select", { name: "model", "aria-label": "Model" }, h("option", { value: "" }, "All models"));
-  const tenant = h("input", { name: "tenant", maxlength: 255, placeholder: "any tenant", "aria-label": "Tenant" });
-  const summary = h("div", {});
-  const note = h("p", { class: "muted small" });
-  const table = slot(async () => {
-    const params = new URLSearchParams({ since: since(windowSel.value), group_by: groupSel.value, limit: String(ROWS_MAX) });
-    if (keySel.value !== "*") params.set("key", keySel.value);
-    if (modelSel.value) params.set("model", modelSel.value);
-    if (tenant.value.trim()) params.set("tenant", tenant.value.trim());
-    const body = await api(`/api/usage?${params}`);
-    const flushS = body.flush_interval_s;
-    summary.replaceChildren(totals(body));
-    note.textContent = flushS ? `Each frontend writes its counts every ${flushS} s: the newest requests appear after that.` : "";
-    return usageTable(body);
-  }, { dataset: { testid: "usage" } });
+function choice(name, label, options, value, onChange) {
+  return html`<select name=${name} aria-label=${label} value=${value} onChange=${(e) => onChange(e.currentTarget.value)}>
+    ${options.map(([v, l]) => html`<option value=${v}>${l}</option>`)}</select>`;
+}
 
-  async function options() {
-    const [keys, models] = await Promise.all([api("/api/keys"), api("/api/models")]);
-    keySel.append(h("option", { value: "" }, "No key (anonymous)"),
-      ...keys.map((k) => h("option", { value: k.id }, `${k.name || k.key_prefix || k.id.slice(0, 8)}${k.revoked_at ? " (revoked)" : ""}`)));
-    modelSel.append(...models.models.map((m) => h("option", { value: m.name }, m.name)));
-  }
-  for (const field of [windowSel, groupSel, keySel, modelSel]) field.addEventListener("change", () => table.refresh(true));
-  tenant.addEventListener("change", () => table.refresh(true));
-
-  root.append(pageHead("Usage", "Tokens and requests per API key and model, as the engines counted them"),
-    panel("Filters", h("form", { class: "row wrap", onsubmit: (e) => { e.preventDefault(); table.refresh(true); } },
-      windowSel, groupSel, keySel, modelSel, tenant)),
-    panel("Totals", summary, { id: "usage-totals" }),
-    panel("Usage", h("div", { class: "stack" }, table.el, note), { id: "usage-rows" }));
-  options().catch((err) => toast(err.message, "danger"));
-  table.refresh();
-  return follow([], () => table.refresh(), { everyMs: 15000 });
+export default function UsagePage() {
+  const [filters, setFilters] = useState({ window: "24h", group_by: "key,model", key: "*", model: "", tenant: "" });
+  const [tenant, setTenant] = useState("");
+  const [options, setOptions] = useState({ keys: [], models: [] });
+  const set = (name) => (value) => setFilters((f) => ({ ...f, [name]: value }));
+  const { data: body, error, reload } = useApi(() => api(`/api/usage?${usageQuery(filters)}`), { everyMs: 15000, quiet: true });
+  useEffect(() => { reload().catch(() => {}); }, [filters, reload]);
+  useEffect(() => {
+    Promise.all([api("/api/keys"), api("/api/models")])
+      .then(([keys, models]) => setOptions({ keys, models: models.models }))
+      .catch((err) => toast(err.message, "danger"));
+  }, []);
+  const keyOptions = [["*", "All keys"], ["", "No key (anonymous)"],
+    ...options.keys.map((k) => [k.id, `${k.name || k.key_prefix || k.id.slice(0, 8)}${k.revoked_at ? " (revoked)" : ""}`])];
+  const flushS = body?.flush_interval_s;
+  return html`
+    ${pageHead("Usage", "Tokens and requests per API key and model, as the engines counted them")}
+    ${panel("Filters", html`<form class="row wrap" onSubmit=${(e) => { e.preventDefault(); set("tenant")(tenant); }}>
+      ${choice("window", "Time window", WINDOWS.map(([id, label]) => [id, label]), filters.window, set("window"))}
+      ${choice("group_by", "Group by", GROUPINGS, filters.group_by, set("group_by"))}
+      ${choice("key", "API key", keyOptions, filters.key, set("key"))}
+      ${choice("model", "Model", [["", "All models"], ...options.models.map((m) => [m.name, m.name])], filters.model, set("model"))}
+      <input name="tenant" maxlength="255" placeholder="any tenant" aria-label="Tenant" value=${tenant}
+        onInput=${(e) => setTenant(e.currentTarget.value)} onChange=${(e) => set("tenant")(e.currentTarget.value)} /></form>`)}
+    ${panel("Totals", html`<div>${body ? totals(body) : null}</div>`, { id: "usage-totals" })}
+    ${panel("Usage", html`<div class="stack"><div data-testid="usage">
+        ${error ? html`<div class="callout danger" role="alert">${error.message}</div>` : body ? usageTable(body) : null}</div>
+      <p class="muted small">${flushS ? `Each frontend writes its counts every ${flushS} s: the newest requests appear after that.` : ""}</p></div>`,
+      { id: "usage-rows" })}`;
 }
