@@ -161,6 +161,21 @@ def test_the_newest_point_moves_after_a_burst(cluster: Cluster, frontend_b: str,
     wait_for(moved, "the newest points on frontend B to move after the burst", timeout_s=30)
 
 
+def test_a_frontend_that_starts_later_takes_the_history_from_a_peer(
+    cluster: Cluster, frontend_b: str
+) -> None:
+    held = _traffic(cluster, frontend_b, window="60", model=SIM)["models"][SIM]
+    counted = _requests_after(held, 0.0, 1.0)
+    assert counted >= 2 * BURST  # the two bursts above
+    proc, url_c = cluster.spawn_frontend("frontend-c", "--auth")
+    try:
+        body = _traffic(cluster, url_c, window="60", model=SIM)
+        taken = _requests_after(body["models"][SIM], 0.0, 1.0)
+        assert taken >= counted, proc.log()[-3000:]  # the requests from before it started
+    finally:
+        proc.stop()
+
+
 def test_the_nodes_memory_and_disk_are_in_the_series(cluster: Cluster, frontend_b: str) -> None:
     def has_w1() -> bool:
         nodes = _traffic(cluster, frontend_b, window="30")["nodes"]

@@ -7,7 +7,8 @@ sample into its ring and publishes it on `telemetry.traffic.sample`; each fronte
 others into its own ring, so any frontend answers `GET /api/traffic` alike. It also reads the nodes' memory and
 disk from PostgreSQL (one statement per interval, where heartbeats already land) into the same slot.
 
-A frontend that starts has no history: its ring fills from its start (the Dashboard shows nulls before).
+A frontend that starts asks its peers for their ring (`telemetry.traffic.snapshot`, the newest intervals that fit
+in one message), so its Dashboard shows the last hour too; with no peer, its ring fills from its start.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterable
 import asyncpg
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 
 from corral.routing.replica import Replica
 from corral.runtime.loops import wait_or_stop
@@ -33,6 +36,9 @@ from corral.telemetry.traffic_sample import FrontendSample, ModelSample
 log = logging.getLogger(__name__)
 
 SUBJECT = "telemetry.traffic.sample"
+SNAPSHOT_SUBJECT = "telemetry.traffic.snapshot"  # a frontend that starts asks its peers for their ring
+SNAPSHOT_TIMEOUT_S = 1.0
+SNAPSHOT_MAX_BYTES = 768 << 10  # under NATS' default 1 MiB payload; the newest intervals go first
 NODE_READ_TIMEOUT_S = 3.0
 WAKE_AFTER_FRACTION = 0.05  # sample this far into the next interval: the last one is over on every frontend
 
@@ -71,8 +77,33 @@ class TrafficSampler:
         self._node_read_failed = False
 
     async def start(self) -> None:
-        if self.nc is not None:
-            await self.nc.subscribe(SUBJECT, cb=self._on_sample)
+        """Hear the other frontends' samples, then take a peer's ring (before answering for our own, empty one)."""
+        if self.nc is None:
+            return
+        await self.nc.subscribe(SUBJECT, cb=self._on_sample)
+        await self._load_snapshot(self.nc)
+        await self.nc.subscribe(SNAPSHOT_SUBJECT, cb=self._on_snapshot_request)
+
+    async def _load_snapshot(self, nc: Client) -> None:
+        try:
+            reply = await nc.request(SNAPSHOT_SUBJECT, b"{}", timeout=SNAPSHOT_TIMEOUT_S)
+        except (NoRespondersError, NatsTimeoutError):
+            return  # the first frontend: its ring fills from now
+        try:
+            taken = self.ring.restore(json.loads(reply.data), self._clock())
+        except (ValueError, TypeError) as exc:
+            log.warning("ignoring a malformed traffic snapshot from a peer: %s", exc)
+            return
+        log.info("traffic series: %d interval(s) of history taken from a peer", taken)
+
+    async def _on_snapshot_request(self, msg: Msg) -> None:
+        if msg.reply:
+            budget = (
+                min(SNAPSHOT_MAX_BYTES, max(1024, self.nc.max_payload - 1024))
+                if self.nc
+                else SNAPSHOT_MAX_BYTES
+            )
+            await msg.respond(json.dumps(self.ring.snapshot(budget), separators=(",", ":")).encode())
 
     async def _on_sample(self, msg: Msg) -> None:
         try:

@@ -9,6 +9,7 @@ with `t` (the end of each interval), `null` where no frontend sampled.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from corral.telemetry.traffic_sample import FrontendSample, ModelSample, merged, quantile_s
 
 WINDOW_MAX_S = 3600.0
+FRONTENDS_MAX, NODES_MAX = 1000, 10_000  # per snapshot slot: bounds on what a peer's reply may make us keep
 FUTURE_BUCKETS = 2  # a sample this many intervals ahead of our clock is from a skewed clock: dropped
 MODEL_SERIES = (
     "requests_per_s",
@@ -79,6 +81,54 @@ def _figures(sample: ModelSample, interval_s: float) -> dict[str, float | int | 
     }
 
 
+_SnapshotSlot = tuple[int, set[str], dict[str, ModelSample], dict[str, NodeFigures] | None]
+
+
+def _parse_snapshot(raw: object, interval_s: float, capacity: int) -> list[_SnapshotSlot]:
+    if not isinstance(raw, dict) or not isinstance(raw.get("slots"), list):
+        raise ValueError("a traffic snapshot is an object with slots")
+    if not isinstance(raw.get("interval_s"), int | float) or not math.isclose(raw["interval_s"], interval_s):
+        raise ValueError("the snapshot's interval is not this ring's")
+    if len(raw["slots"]) > capacity:
+        raise ValueError(f"a snapshot holds at most {capacity} slots")
+    out = []
+    for item in raw["slots"]:
+        if not isinstance(item, dict):
+            raise ValueError("a snapshot slot is an object")
+        frontends, nodes = item.get("frontends"), item.get("nodes")
+        if not isinstance(frontends, list) or not frontends or len(frontends) > FRONTENDS_MAX:
+            raise ValueError("a snapshot slot names its frontends")
+        sample = FrontendSample.from_json(
+            {
+                "frontend": "snapshot",
+                "bucket": item.get("bucket"),
+                "interval_s": interval_s,
+                "models": item.get("models"),
+            }
+        )
+        out.append((sample.bucket, {str(f) for f in frontends}, sample.models, _parse_nodes(nodes)))
+    return out
+
+
+def _parse_nodes(raw: object) -> dict[str, NodeFigures] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or len(raw) > NODES_MAX:
+        raise ValueError(f"a snapshot slot's nodes are an object of at most {NODES_MAX}")
+    nodes = {}
+    for node_id, figures in raw.items():
+        if (
+            not isinstance(figures, list)
+            or len(figures) != 1 + len(NODE_SERIES)
+            or not isinstance(figures[0], str)
+        ):
+            raise ValueError("a node's figures are [name, 5 numbers of bytes]")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in figures[1:]):
+            raise ValueError("a node's figures are integers")
+        nodes[str(node_id)] = NodeFigures(figures[0], *figures[1:])
+    return nodes
+
+
 def _one_model(name: str) -> Callable[[_Slot], ModelSample]:
     return lambda slot: slot.models.get(name) or ModelSample()  # sampled, but not this model: zeros
 
@@ -122,6 +172,48 @@ class TrafficRing:
         slot = self._slot(bucket, now_s)
         if slot is not None:
             slot.nodes = nodes
+
+    def snapshot(self, max_bytes: int) -> dict[str, Any]:
+        """The ring's sampled slots, newest first while they fit in `max_bytes` of JSON: what a frontend that
+        starts asks its peers for (`restore`), so its Dashboard does not start empty."""
+        slots, size = [], 0
+        for slot in sorted(
+            (s for s in self._slots if s is not None and s.frontends), key=lambda s: -s.bucket
+        ):
+            item = {
+                "bucket": slot.bucket,
+                "frontends": sorted(slot.frontends),
+                "models": {m: sample.to_json() for m, sample in slot.models.items()},
+                "nodes": None
+                if slot.nodes is None
+                else {i: [f.name, *(getattr(f, n) for n in NODE_SERIES)] for i, f in slot.nodes.items()},
+            }
+            size += len(json.dumps(item, separators=(",", ":"))) + 1
+            if size > max_bytes:
+                break
+            slots.append(item)
+        return {"interval_s": self.interval_s, "slots": slots}
+
+    def restore(self, raw: object, now_s: float) -> int:
+        """Take a peer's `snapshot` for the slots this ring has nothing of, or only other frontends' samples of;
+        returns how many slots it took. Raises ValueError on a malformed snapshot (nothing of it is kept)."""
+        slots = _parse_snapshot(raw, self.interval_s, self.capacity)
+        taken = 0
+        for bucket, frontends, models, nodes in slots:
+            slot = self._slot(bucket, now_s)
+            if slot is None or slot.frontends & frontends:
+                continue  # too old, or this ring already holds some of the same samples: it keeps its own
+            slot.frontends |= frontends
+            for model, sample in models.items():
+                mine = slot.models.get(model)
+                if mine is None:
+                    slot.models[model] = sample
+                else:
+                    mine.add(sample)
+            if slot.nodes is None:
+                slot.nodes = nodes
+            taken += 1
+        return taken
 
     def _newest(self, now_s: float) -> int:
         current = self.bucket_of(now_s)

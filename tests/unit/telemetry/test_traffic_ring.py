@@ -3,6 +3,8 @@ traffic, and `series()` answers the Dashboard's shape with arrays aligned with `
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from corral.telemetry.traffic_ring import MODEL_SERIES, NODE_SERIES, NodeFigures, TrafficRing
@@ -133,3 +135,55 @@ def test_every_series_of_the_answer_has_the_dashboards_keys() -> None:
     assert set(series["cluster"]) == {"t", *MODEL_SERIES}
     assert len(series["cluster"]["t"]) == 12
     assert series["cluster"]["requests_per_s"] == [None] * 12
+
+
+def test_a_new_ring_restored_from_a_peers_snapshot_answers_alike() -> None:
+    peer = TrafficRing(INTERVAL_S)
+    peer.add_sample(_sample("a", LAST - 1, m=ModelSample(requests=5, latency=_latency(4, 5))), NOW_S)
+    peer.add_sample(_sample("b", LAST - 1, m=ModelSample(requests=5)), NOW_S)
+    peer.add_nodes(LAST - 1, {"id-1": NodeFigures("n", 1, 2, 3, 4, 5)}, NOW_S)
+    fresh = TrafficRing(INTERVAL_S)
+    assert fresh.restore(json.loads(json.dumps(peer.snapshot(1 << 20))), NOW_S) == 1
+    assert fresh.series(NOW_S, 60) == peer.series(NOW_S, 60)
+    assert not fresh.add_sample(_sample("a", LAST - 1, m=ModelSample(requests=5)), NOW_S)  # already in it
+
+
+def test_a_snapshot_keeps_the_newest_slots_that_fit_its_budget() -> None:
+    peer = TrafficRing(INTERVAL_S)
+    for bucket in range(LAST - 9, LAST + 1):
+        peer.add_sample(_sample("a", bucket, m=ModelSample(requests=1)), NOW_S)
+    one_slot = len(json.dumps(peer.snapshot(1 << 20)["slots"][0], separators=(",", ":"))) + 1
+    slots = peer.snapshot(3 * one_slot)["slots"]
+    assert [s["bucket"] for s in slots] == [LAST, LAST - 1, LAST - 2]
+
+
+def test_restoring_leaves_a_slot_that_already_holds_one_of_the_same_frontends() -> None:
+    peer = TrafficRing(INTERVAL_S)
+    peer.add_sample(_sample("a", LAST, m=ModelSample(requests=5)), NOW_S)
+    mine = TrafficRing(INTERVAL_S)
+    mine.add_sample(
+        _sample("a", LAST, m=ModelSample(requests=5)), NOW_S
+    )  # heard live before the snapshot came
+    assert mine.restore(peer.snapshot(1 << 20), NOW_S) == 0
+    assert mine.series(NOW_S, INTERVAL_S)["cluster"]["requests_per_s"] == [1.0]  # not counted twice
+
+
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        [],
+        {"interval_s": 1.0, "slots": []},  # another interval
+        {"interval_s": INTERVAL_S, "slots": [{"bucket": 1, "frontends": [], "models": {}, "nodes": None}]},
+        {
+            "interval_s": INTERVAL_S,
+            "slots": [{"bucket": 1, "frontends": ["a"], "models": {}, "nodes": {"n": [1]}}],
+        },
+        {
+            "interval_s": INTERVAL_S,
+            "slots": [{"bucket": 1, "frontends": ["a"], "models": {"m": [1]}, "nodes": None}],
+        },
+    ],
+)
+def test_a_malformed_snapshot_is_refused(snapshot: object) -> None:
+    with pytest.raises(ValueError):
+        TrafficRing(INTERVAL_S).restore(snapshot, NOW_S)
