@@ -181,6 +181,19 @@ def test_the_responses_api_through_a_route_names_its_route_and_target(env: Env) 
     assert r.json()["model"] == B
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_responses_api_falls_back_when_the_chosen_target_cannot_serve(env: Env, stream: bool) -> None:
+    assert _put(env, "answers-fallback", {"targets": [NOWHERE], "fallbacks": [SPARE]}).status_code == 200
+    body = {"model": "answers-fallback", "input": "hi", "max_output_tokens": 4, "stream": stream}
+    r = httpx.post(f"{env.url}/v1/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert (r.headers["x-corral-route"], r.headers["x-corral-route-target"]) == ("answers-fallback", SPARE)
+    if stream:
+        assert "response.output_text.delta" in r.text and f'"model":"{SPARE}"' in r.text.replace(" ", "")
+    else:
+        assert r.json()["model"] == SPARE and r.json()["output"][0]["content"][0]["text"]
+
+
 @pytest.mark.parametrize(
     "name, body, param, words",
     [

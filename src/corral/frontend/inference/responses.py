@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -50,6 +51,7 @@ from corral.frontend.inference.responses_request import (
     check_nesting,
     input_messages,
 )
+from corral.frontend.inference.routes import route_plan, serve_route
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.inference.tool_calls import reply_tool_calls
 from corral.frontend.json_body import InvalidText, documented_body, json_body
@@ -179,16 +181,27 @@ def build_responses_router(state: FrontendState) -> APIRouter:
     @router.post("/responses", openapi_extra=BODY_SCHEMA)
     async def create(request: Request) -> Response:
         body = await _request_body(request)
-        cfg = config_for(state, body.model)
+        plan = route_plan(state, body.model)  # a model route: its targets, then its fallbacks (routes.py)
+        cfg = config_for(state, body.model) if plan is None else None
         check_metadata(body.metadata)
         owner = owner_of(request)
         history = await _history(state, body, owner)
         conversation = history + input_messages(body.input, history)
-        opts, max_tokens = chat_options(cfg, _chat_request(body, conversation))
-        draft = Draft(body, cfg.name, int(time.time()), body.tools)
-        keeper = _Keeper(state, body, owner, conversation)
         run = _stream if body.stream else _whole
-        return _UntilDisconnect(lambda: run(state, cfg, opts, max_tokens, draft, keeper))
+
+        def serve(cfg: ModelConfig) -> Awaitable[Response]:
+            opts, max_tokens = chat_options(cfg, _chat_request(body, conversation))
+            draft = Draft(body, cfg.name, int(time.time()), body.tools)
+            return run(state, cfg, opts, max_tokens, draft, _Keeper(state, body, owner, conversation))
+
+        if cfg is not None:
+            return _UntilDisconnect(partial(serve, cfg))
+        candidates = plan or []
+
+        async def serve_model(model: str) -> Response:  # before the first byte: a failure tries the next one
+            return await serve(config_for(state, model))
+
+        return _UntilDisconnect(lambda: serve_route(state, body.model, candidates, serve_model))
 
     async def stored(
         read: Callable[[Any, str, str], Awaitable[str | None]], response_id: str, request: Request

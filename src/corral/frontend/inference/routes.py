@@ -71,27 +71,35 @@ def _exhausted(route: str, attempts: list[dict[str, Any]], last: APIError | None
     )
 
 
-async def serve_route(
-    state: FrontendState, route: str, candidates: list[str], body: Any, handler: Handler
-) -> Response:
+ServeModel = Callable[[str], Awaitable[Response]]  # the request, served by one model (a route's candidate)
+
+
+async def serve_route(state: FrontendState, route: str, candidates: list[str], serve: ServeModel) -> Response:
     """Try `candidates` (a route's plan) in order until one serves. A key allowed the route may use its targets."""
     if (refused := model_refusal(route)) is not None:
         raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
     granted = GRANTED_BY_ROUTE.set(frozenset(candidates))
     try:
-        return await _serve_in_order(state, route, candidates, body, handler)
+        return await _serve_in_order(state, route, candidates, serve)
     finally:
         GRANTED_BY_ROUTE.reset(granted)
 
 
+def route_plan(state: FrontendState, model: str) -> list[str] | None:
+    """The candidates of a request naming a route, in order; None for a model (one dict lookup)."""
+    if not state.routes.routes or not _is_route(state, model):
+        return None
+    return state.routes.plan(model) or []
+
+
 async def _serve_in_order(
-    state: FrontendState, route: str, candidates: list[str], body: Any, handler: Handler
+    state: FrontendState, route: str, candidates: list[str], serve: ServeModel
 ) -> Response:
     attempts: list[dict[str, Any]] = []
     last: APIError | None = None
     for model in candidates:
         try:
-            response = await handler(body.model_copy(update={"model": model}))
+            response = await serve(model)
         except APIError as exc:
             exc.headers = {**exc.headers, ROUTE_HEADER: route, TARGET_HEADER: _served_by(state, model)}
             if not worth_a_fallback(exc):
@@ -130,7 +138,7 @@ ROUTED: ContextVar[list[str] | None] = ContextVar("corral_routed", default=None)
 
 
 def route_target(state: FrontendState, model: str) -> str:
-    """Where fallbacks are not tried (config_for: media, responses, agent jobs): a route's chosen target."""
+    """Where fallbacks are not tried (config_for: media, agent jobs): a route's chosen target."""
     if not state.routes.routes or not _is_route(state, model):
         return model
     target = state.routes.pick(model)
@@ -173,7 +181,11 @@ def _through_routes(state: FrontendState, handler: Handler) -> Handler:
     async def handle(body: Any) -> Response:
         if not state.routes.routes or not _is_route(state, body.model):  # no routes: one attribute read
             return await handler(body)
-        return await serve_route(state, body.model, state.routes.plan(body.model) or [], body, handler)
+
+        def serve(model: str) -> Awaitable[Response]:
+            return handler(body.model_copy(update={"model": model}))
+
+        return await serve_route(state, body.model, state.routes.plan(body.model) or [], serve)
 
     return handle
 
