@@ -4,7 +4,7 @@
 // running that backend. An install's progress follows its job (GET /api/backends/job/<id>) here and on the
 // operations strip.
 
-import { html, useEffect, useState } from "../lib.js";
+import { html, useEffect, useRef, useState } from "../lib.js";
 import { api, enc } from "../api.js";
 import { ago } from "../format.js";
 import { ActionButton, Bar, confirmed, ErrorLine, notify, PageHead, Pill, usePoll } from "./kit.js";
@@ -58,16 +58,18 @@ function Job({ job }) {
 
 function useJobs(onFinished) {
   const [jobs, setJobs] = useState([]); // [{jobID, ...view}]
+  const finished = useRef(onFinished);
+  finished.current = onFinished;
   useEffect(() => {
     const open = jobs.filter((j) => !j.processed);
     if (!open.length) return undefined;
     const timer = setTimeout(async () => {
       const views = await Promise.all(open.map((j) => api(`/api/backends/job/${enc(j.jobID)}`).catch(() => j)));
       setJobs((all) => all.map((j) => views.find((v) => v.jobID === j.jobID) || j));
-      if (views.some((v) => v.processed)) onFinished();
+      if (views.some((v) => v.processed)) finished.current();
     }, JOB_POLL_MS);
     return () => clearTimeout(timer);
-  }, [jobs]); // eslint-disable-line react-hooks/exhaustive-deps
+  }, [jobs]);
   const add = (jobID, name) => setJobs((all) => [{ jobID, gallery_element_name: name, progress: 0, processed: false }, ...all].slice(0, 10));
   return [jobs, add];
 }
@@ -113,7 +115,7 @@ export default function BackendsPage() {
   };
   const [jobs, addJob] = useJobs(readLists);
   const nodeKey = nodes.map((n) => `${n.id}:${n.status}`).join(",");
-  useEffect(() => { readLists(); }, [nodeKey]); // eslint-disable-line react-hooks/exhaustive-deps
+  useEffect(() => { readLists(); }, [nodeKey]);
   const targets = chosen ?? nodes.filter(installable).map((n) => n.id);
   const toggle = (id) => setChosen((c) => {
     const now = new Set(c ?? nodes.filter(installable).map((n) => n.id));

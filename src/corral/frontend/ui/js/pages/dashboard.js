@@ -115,6 +115,8 @@ function Chart({ testid, spec, series, theme }) {
   const plot = useRef(null);
   const data = chartData(series, spec.lines);
   const last = lastValue(data[1]);
+  const current = useRef(data);
+  current.current = data;
   useEffect(() => {
     const el = box.current;
     const ink = getComputedStyle(el).color;
@@ -133,13 +135,13 @@ function Chart({ testid, spec, series, theme }) {
       ],
       legend: { live: true },
     };
-    plot.current = new uPlot(opts, chartData(series, spec.lines), el);
+    plot.current = new uPlot(opts, current.current, el);
     const resize = new ResizeObserver(() => {
       if (plot.current) plot.current.setSize({ width: Math.max(200, el.clientWidth), height: CHART_HEIGHT });
     });
     resize.observe(el);
     return () => { resize.disconnect(); plot.current.destroy(); plot.current = null; };
-  }, [theme, spec]); // eslint-disable-line react-hooks/exhaustive-deps
+  }, [theme, spec]);
   useEffect(() => { if (plot.current) plot.current.setData(data); });
   return html`<section class="panel chart" data-testid=${testid} data-last=${formatLast(last)} data-points=${data[0].length}>
     <header class="panel-head"><h2>${spec.title}</h2><span class="muted small">${formatValue(last, spec.unit)}</span></header>
@@ -156,7 +158,7 @@ export default function DashboardPage() {
   const [windowS, setWindowS] = useState(3600);
   const [intervalS, setIntervalS] = useState(DEFAULT_INTERVAL_S);
   const [model, setModel] = useState("");
-  const { data, error } = usePoll(() => optional(`/api/traffic?window=${windowS}`), intervalS * 1000, [windowS]);
+  const { data, error } = usePoll(() => optional(`/api/traffic?window=${windowS}`), intervalS * 1000, windowS);
   useEffect(() => {
     if (data && data.interval_s > 0 && data.interval_s !== intervalS) setIntervalS(data.interval_s);
   }, [data, intervalS]);

@@ -48,7 +48,7 @@ export function loadPhase(status) {
 }
 
 function Variants({ name }) {
-  const { data, error } = usePoll(() => api(`/api/models/variants/${enc(name)}`), 0, [name]);
+  const { data, error } = usePoll(() => api(`/api/models/variants/${enc(name)}`), 0, name);
   if (error) return html`<p class="form-error small">${error}</p>`;
   if (!data) return html`<p class="muted small">Reading variants…</p>`;
   return html`<ul class="list variants" data-testid="variants">${data.variants.map((v) => html`<li key=${v.name}
@@ -64,7 +64,7 @@ function ModelCard({ model, loaded }) {
   const [open, setOpen] = useState(false);
   const [status, setStatus] = useState(loaded ? { state: "loaded" } : null);
   const phase = loadPhase(status);
-  useEffect(() => { if (loaded && phase === "idle") setStatus({ state: "loaded" }); }, [loaded]); // eslint-disable-line react-hooks/exhaustive-deps
+  useEffect(() => { if (loaded && phase === "idle") setStatus({ state: "loaded" }); }, [loaded, phase]);
   useEffect(() => {
     if (phase !== "running") return undefined;
     const timer = setTimeout(async () => {
@@ -81,7 +81,7 @@ function ModelCard({ model, loaded }) {
       }
     }, LOAD_POLL_MS);
     return () => clearTimeout(timer);
-  }, [status]); // eslint-disable-line react-hooks/exhaustive-deps
+  }, [status, phase, model.name]);
   const install = async () => {
     const answer = await api(`/api/model-configs/${enc(model.name)}/load`, { method: "POST" });
     setStatus(answer.state === "loaded" ? { state: "loaded" } : { state: answer.state || "pending", progress: 0 });

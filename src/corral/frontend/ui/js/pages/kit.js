@@ -25,25 +25,28 @@ export async function confirmed(message, confirm = "Confirm") {
   return window.confirm(message);
 }
 
-// Re-run `load` now and every `everyMs` (0: once) until the component goes; `reload()` runs it at once.
-// A failed read keeps the last data and shows the error.
-export function usePoll(load, everyMs, deps = []) {
+// Re-run `load` now and every `everyMs` (0: once) until the component goes, and at once when `key` changes
+// (what the read depends on, e.g. a window); `reload()` runs it at once. A failed read keeps the last data and
+// shows the error.
+export function usePoll(load, everyMs, key = "") {
   const [state, setState] = useState({ data: undefined, error: null, loading: true });
   const live = useRef(true);
+  const latest = useRef(load);
+  latest.current = load;
   const run = useCallback(async () => {
     try {
-      const data = await load();
+      const data = await latest.current();
       if (live.current) setState({ data, error: null, loading: false });
     } catch (err) {
       if (live.current) setState((s) => ({ ...s, error: err.message || String(err), loading: false }));
     }
-  }, deps); // eslint-disable-line react-hooks/exhaustive-deps
+  }, []);
   useEffect(() => {
     live.current = true;
     run();
     const timer = everyMs > 0 ? setInterval(run, everyMs) : null;
     return () => { live.current = false; if (timer) clearInterval(timer); };
-  }, [run, everyMs]);
+  }, [run, everyMs, key]);
   return { ...state, reload: run };
 }
 
