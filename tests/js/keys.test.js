@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { createBody, formOf, limitsText, parseLimit, parseModels, policyChanges } from "../../src/corral/frontend/ui/js/pages/keys.js";
+import { createBody, formOf, limitsText, parseLimit, parseModels, policyChanges, revokeQuestion } from "../../src/corral/frontend/ui/js/pages/keys.js";
 
 const ROW = { id: "k1", name: "ci", role: "user", tenant: "ci", models: [], rpm: 0, tpm: 0, tokens_per_day: 0, tokens_per_month: 0, priority: "normal" };
 
@@ -33,4 +33,11 @@ test("a scope change sends only the changed fields", () => {
 test("limits read as text", () => {
   assert.equal(limitsText(ROW), "unlimited");
   assert.equal(limitsText({ ...ROW, rpm: 60, tokens_per_day: 1000 }), `60 requests / min · ${(1000).toLocaleString()} tokens / day`);
+});
+
+test("revoking the admin key this tab signed in with says so", () => {
+  const admin = { ...ROW, name: "bootstrap", role: "admin", key_prefix: "corral-ab" };
+  assert.match(revokeQuestion(admin, "corral-abcdef"), /you will be logged out/);
+  assert.doesNotMatch(revokeQuestion(admin, "corral-zz"), /logged out/);
+  assert.doesNotMatch(revokeQuestion({ ...ROW, key_prefix: "corral-ab" }, "corral-abcdef"), /logged out/);
 });

@@ -4,7 +4,7 @@
 // and model over time is on the Usage page.
 
 import { html, useState } from "../lib.js";
-import { api, enc } from "../api.js";
+import { api, enc, session } from "../api.js";
 import { ago } from "../format.js";
 import { ActionButton, confirmed, ErrorLine, notify, PageHead, Pill, usePoll } from "./kit.js";
 
@@ -58,6 +58,14 @@ export function formOf(row) {
     models: (row.models || []).join(", "), priority: row.priority || "normal" };
   for (const [key] of LIMITS) f[key] = row[key] ? String(row[key]) : "";
   return f;
+}
+
+// What a revocation asks: the key, and whether it is the admin key this tab is signed in with.
+export function revokeQuestion(row, signedInKey = "") {
+  const name = row.name || row.key_prefix;
+  const own = row.role === "admin" && row.key_prefix && String(signedInKey).startsWith(row.key_prefix);
+  return `Revoke the key ${name}? Every request made with it is refused from now on, on every frontend.`
+    + (own ? " It is the admin key this tab is signed in with: you will be logged out." : "");
 }
 
 export function limitsText(row) {
@@ -129,7 +137,7 @@ function ScopeForm({ row, onDone }) {
 function KeyRow({ row, editing, setEditing, reload }) {
   const revoked = Boolean(row.revoked_at);
   const revoke = async () => {
-    if (!(await confirmed(`Revoke the key ${row.name || row.key_prefix}? Every request made with it is refused from now on, on every frontend.`, "Revoke"))) return;
+    if (!(await confirmed(revokeQuestion(row, session.key), "Revoke"))) return;
     await api(`/api/keys/${enc(row.id)}`, { method: "DELETE" });
     notify(`Key ${row.name || row.key_prefix} revoked.`, "ok");
     await reload();
