@@ -176,7 +176,7 @@ def _shot(env: Env, page: Any, name: str) -> None:
     page.screenshot(path=str(env.shots / f"{name}.png"), full_page=True)
 
 
-def _login(page: Any, env: Env, path: str = "/app") -> None:
+def _login(page: Any, env: Env, path: str = "/app/nodes") -> None:
     page.goto(f"{env.cluster.frontend_url}{path}")
     page.get_by_label("Admin API key").fill(env.cluster.admin_key)
     page.get_by_role("button", name="Sign in").click()
@@ -459,7 +459,7 @@ def test_narrow_dark_screen_renders_every_page(browser: Any, env: Env) -> None:
         assert background == "rgb(15, 19, 24)", background  # the dark palette from prefers-color-scheme
         node_id = env.node("gpu-a")["id"]
         for name, path, ready in [
-            ("nodes", "/app", "[data-testid=node-card]"),
+            ("nodes", "/app/nodes", "[data-testid=node-card]"),
             ("node", f"/app/nodes/{node_id}", "#labels li"),
             ("models", "/app/models", "tr[data-model]"),
             ("scheduling", "/app/scheduling", "tr[data-rule]"),

@@ -20,7 +20,7 @@ import GalleryPage from "./pages/gallery.js";
 import BackendsPage from "./pages/backends.js";
 
 export const ROUTES = [
-  { path: /^\/?$/, page: NodesPage, nav: "nodes", title: "Nodes" },
+  { path: /^\/?$/, page: DashboardPage, nav: "dashboard", title: "Dashboard" }, // the landing page
   { path: /^\/dashboard\/?$/, page: DashboardPage, nav: "dashboard", title: "Dashboard" },
   { path: /^\/nodes\/?$/, page: NodesPage, nav: "nodes", title: "Nodes" },
   { path: /^\/nodes\/([0-9a-f-]{36})\/?$/i, page: NodePage, nav: "nodes", title: "Node" },
@@ -34,7 +34,7 @@ export const ROUTES = [
   { path: /^\/chat\/?$/, page: ChatPage, nav: "chat", title: "Chat" },
   { path: /^\/settings\/?$/, page: SettingsPage, nav: "settings", title: "Settings" },
 ];
-export const NAV = [["dashboard", "Dashboard", "/app/dashboard"], ["nodes", "Nodes", "/app"],
+export const NAV = [["dashboard", "Dashboard", "/app"], ["nodes", "Nodes", "/app/nodes"],
   ["models", "Models", "/app/models"], ["gallery", "Model gallery", "/app/gallery"], ["backends", "Backends", "/app/backends"],
   ["scheduling", "Scheduling", "/app/scheduling"], ["activity", "Activity", "/app/activity"], ["usage", "Usage", "/app/usage"],
   ["keys", "API keys", "/app/keys"], ["chat", "Chat", "/app/chat"], ["settings", "Settings", "/app/settings"]];
@@ -127,7 +127,8 @@ function Login({ message, onIn }) {
     <input ref=${input} type="password" name="key" autocomplete="current-password" required placeholder="Admin API key"
       aria-label="Admin API key" value=${key} onInput=${(e) => setKey(e.currentTarget.value)} />
     <p class="form-error" role="alert">${error}</p>
-    <button type="submit" class="btn primary">Sign in</button></form></div>`;
+    <button type="submit" class="btn primary">Sign in</button>
+    <p class="small center"><${LiveBadge} /></p></form></div>`;
 }
 
 function App() {

@@ -196,7 +196,7 @@ export default function NodePage({ params: [id] }) {
       dangerAction("Delete", `Deregister ${node.name}? A running worker registers again on its next heartbeat.`, async () => {
         await api(`/api/nodes/${enc(id)}`, { method: "DELETE" });
         toast(`${node.name} deleted`, "ok");
-        navigate("/app");
+        navigate("/app/nodes");
       }, { kind: "danger" }))}
     <div class="grid two">
       <div class="stack">${hardware(node)}<${Limits} key=${`${node.vram_budget}|${node.max_replicas_per_model}`} n=${node} refresh=${reload} /></div>
