@@ -290,6 +290,14 @@ def test_backends_install_on_two_nodes_with_the_strip_then_delete(page: Any, env
         sync_api.expect(row).to_be_visible()
     assert "simcopy" in env.backends("gpu-b")
     _shot(env, page, "35-backends")
+    row_b = page.locator(
+        "[data-testid=backend-node][data-node=gpu-b] [data-testid=backend-row][data-backend=simcopy]"
+    )
+    _confirm(page, lambda: row_b.locator("[data-testid=backend-upgrade]").click())
+    upgrade = page.locator("[data-testid=backend-job]").first  # the newest job is listed first
+    sync_api.expect(upgrade).to_have_attribute("data-done", "true", timeout=INSTALL_TIMEOUT_MS)
+    sync_api.expect(upgrade).not_to_contain_text("failed")
+    assert "simcopy" in env.backends("gpu-b")
     row_a = node_a.locator("[data-testid=backend-row][data-backend=simcopy]")
     _confirm(page, lambda: row_a.locator("[data-testid=backend-delete]").click())
     sync_api.expect(row_a).to_have_count(0)
