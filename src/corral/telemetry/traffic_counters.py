@@ -5,6 +5,8 @@ The warm path already counts every request in `corral_requests_total` and its la
 reuse those counts instead of recording anything more per request: once per interval the sampler reads
 the families' totals (`read_totals`) and takes the difference with the previous read (`difference`).
 A family whose total went down (a process restarted in the same registry, tests) counts from zero again.
+Tokens come from `corral_usage_tokens_total`, which the usage ledger adds to at each flush
+(CORRAL_USAGE_FLUSH_INTERVAL, 5 s by default): they land in the interval of the flush that wrote them.
 """
 
 from __future__ import annotations
