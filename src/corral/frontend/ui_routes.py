@@ -1,5 +1,8 @@
 """The web UI: `/app` and every client-side route under it answer `index.html`; `/app/assets/<file>`
-answers the hand-written ES modules and CSS committed in `frontend/ui/` (no build step, no CDN).
+answers the ES modules and CSS committed in `frontend/ui/` (no build step, no CDN): the pages (Preact
+components written with htm) and, under `vendor/`, the libraries copied from the npm registry by
+scripts/vendor-ui.sh with their licences (Preact, htm, uPlot). Their bare imports are rewritten to relative
+paths there, since the CSP below forbids the inline script an import map would need.
 
 The files are read once when the app is built (a few dozen kB), so serving one is a dict lookup;
 only names present in the directory are served, so no path from a request reaches the filesystem.
