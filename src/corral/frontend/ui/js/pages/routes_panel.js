@@ -82,7 +82,7 @@ function routesTable(routes, onEdit, refresh) {
 // The panel; `models` are the model and alias names the form completes.
 export function RoutesPanel({ models }) {
   const [form, setForm] = useState(null); // {route} while the form is open
-  const { data: routes, reload } = useApi(() => api("/api/routes"), { initial: [], kinds: form ? [] : ["config"] });
+  const { data: routes, reload } = useApi(() => api("/api/routes"), { initial: [], kinds: ["config"], everyMs: 15000 });
   const done = async (saved) => {
     setForm(null);
     if (saved) await reload();

@@ -134,7 +134,8 @@ export default function SchedulingPage() {
   const [form, setForm] = useState(null); // {rule} while the form is open
   const [explained, setExplained] = useState(null);
   const [chosen, setChosen] = useState("");
-  const { data, reload } = useApi(readScheduling, { kinds: form ? [] : ["node", "replica", "config"], everyMs: 15000,
+  // A re-read leaves an open form alone: it keeps its own state.
+  const { data, reload } = useApi(readScheduling, { kinds: ["node", "replica", "config"], everyMs: 15000,
     initial: { rules: [], catalog: {}, models: [] } });
   const catalog = useRef({});
   catalog.current = data.catalog;
