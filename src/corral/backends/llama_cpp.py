@@ -6,7 +6,10 @@ model reads images, llama_vision.py), `ContextSize`
 `Seed`, `NGPULayers`, `NBatch` (0 = 512; for embeddings and reranking also the micro-batch, so the longest
 input), `MLock`, `FlashAttention`, `Reranking` (a cross-encoder GGUF
 served by Rerank with llama.cpp's rank pooling, llama_rerank.py).
-Options: `chat_format:<name>` (built-in template for models without one) and `cache_prompt:false`
+Options: `chat_format:<name>` (built-in template for models without one), `parallel:<n>` (or `n_parallel:<n>`, the
+reference's names; default `LLAMACPP_PARALLEL` from the environment, else 1: up to n requests decoded together with
+continuous batching in one context, each with its own `context_size` window, llama_parallel.py; requests asking
+for logprobs or carrying images, embeddings and reranking take the whole context, one at a time) and `cache_prompt:false`
 (re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
 which is faster but not bit-identical to a fresh evaluation; a model with sliding-window attention, such as
 Gemma 3, always evaluates its prompt whole: llama-cpp-python reuses its cached prefix wrongly, so a greedy
@@ -20,10 +23,12 @@ Predict too when `Prompt` is empty); each Reply carries the logprobs of its text
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,27 +42,31 @@ from corral.backends.engine import (
     InvalidRequestError,
     LoadError,
     NotSupportedError,
+    check_prompt_fits,
     final_reply,
     piece_reply,
 )
 from corral.backends.llama_chat import ChatFormatter, embedded_formatter, named_formatter, render_chat
-from corral.backends.llama_generate import GenerationRequest, generate_pieces, sampling_from_request
+from corral.backends.llama_generate import GRAMMARS, GenerationRequest, generate_pieces, sampling_from_request
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
+from corral.backends.llama_parallel import BatchLoop, SequenceRequest, sequences_in_context
 from corral.backends.llama_rerank import PairFormat, check_reranker_file
 from corral.backends.llama_rerank import rerank as rerank_pairs
 from corral.backends.llama_tools import call_replies, requested_tools
 from corral.backends.llama_vision import VisionProjector, load_projector
 from corral.backends.model_root import models_root_from_env, path_outside_root
-from corral.backends.options import OptionError, option_bool, parse_options, unknown_options
+from corral.backends.options import OptionError, option_bool, option_int, parse_options, unknown_options
 from corral.grammar.tool_calls import CallScanner, ToolMode
 from corral.models.gguf_header import GGUFHeaderError, read_gguf_header
 from corral.proto import backend_pb2 as pb
 from corral.proto.replies import merged_logprobs
 
 log = logging.getLogger(__name__)
+_GRAMMAR_LOCK = threading.Lock()
 
-KNOWN_OPTIONS = ("chat_format", "cache_prompt")
+KNOWN_OPTIONS = ("chat_format", "cache_prompt", "parallel", "n_parallel")
+PARALLEL_ENV = "LLAMACPP_PARALLEL"  # the reference's process-wide default for `parallel`
 MAX_DEFAULT_CONTEXT_TOKENS = 4096
 DEFAULT_BATCH_TOKENS = 512
 
@@ -121,6 +130,21 @@ def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
     return window <= 0
 
 
+def requested_parallel(options: dict[str, str]) -> int:
+    """`parallel` (or `n_parallel`) from the options, else `LLAMACPP_PARALLEL`, else 1; at most llama.cpp's
+    limit of sequences in one context."""
+    try:
+        default = option_int({"parallel": os.environ.get(PARALLEL_ENV, "")}, "parallel", 1, min_value=1)
+    except OptionError as exc:
+        raise OptionError(f"{exc} (from the environment variable {PARALLEL_ENV})") from None
+    key = "parallel" if options.get("parallel", "") != "" else "n_parallel"
+    parallel = option_int(options, key, default, min_value=1)
+    most = int(llama_cpp.llama_max_parallel_sequences())
+    if parallel > most:
+        raise OptionError(f"option {key} must be <= {most} (llama.cpp's limit of sequences in one context)")
+    return parallel
+
+
 def default_context_tokens(path: Path) -> int:
     """The GGUF's `<arch>.context_length`, capped at 4096 (4096 if it cannot be read)."""
     try:
@@ -145,12 +169,16 @@ class LlamaCppEngine:
         self._model_label = ""
         self._projector: VisionProjector | None = None
         self._pair_format: PairFormat | None = None  # loaded for reranking
+        self._batcher: BatchLoop | None = None  # parallel > 1: the sequences decoded together
+        self._window = 0  # parallel > 1: the context positions of one sequence
+        self.parallel = 1  # requests served at once (the servicer admits this many)
 
     def load(self, opts: pb.ModelOptions) -> None:
         path = resolve_model_file(opts)
         try:
             options = parse_options(opts.Options)
             cache_prompt = option_bool(options, "cache_prompt", True)
+            parallel = requested_parallel(options)
         except OptionError as exc:
             raise LoadError(str(exc)) from None
         ignored = unknown_options(options, KNOWN_OPTIONS)
@@ -162,7 +190,20 @@ class LlamaCppEngine:
         n_batch = opts.NBatch if opts.NBatch > 0 else DEFAULT_BATCH_TOKENS
         if opts.Reranking:
             check_reranker_file(path)
-        with captured_llama_log() as llama_log:
+            if parallel > 1:
+                log.warning(
+                    "%s: parallel:%d does not apply to a reranking model; it scores one call at a time",
+                    path.name,
+                    parallel,
+                )
+                parallel = 1
+        window = n_ctx
+        if parallel > 1:  # one window per sequence; each step holds a token of every sequence at least
+            n_ctx, n_batch = window * parallel, max(n_batch, parallel)
+        with (
+            captured_llama_log() as llama_log,
+            sequences_in_context(parallel) if parallel > 1 else contextlib.nullcontext(),
+        ):
             try:
                 llm = Llama(
                     model_path=str(path),
@@ -198,13 +239,16 @@ class LlamaCppEngine:
         except LoadError:
             llm.close()
             raise
+        self._batcher = BatchLoop(llm, parallel) if parallel > 1 else None
+        self.parallel, self._window = parallel, window
         self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
         self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
         self._model_label = opts.Model or path.name
         log.info(
-            "llama.cpp loaded %s: n_ctx=%d threads=%d embeddings=%s reranking=%s chat=%s",
+            "llama.cpp loaded %s: n_ctx=%d parallel=%d threads=%d embeddings=%s reranking=%s chat=%s",
             path,
             llm.n_ctx(),
+            parallel,
             n_threads,
             opts.Embeddings,
             opts.Reranking,
@@ -257,21 +301,70 @@ class LlamaCppEngine:
                 f"model {self._model_label!r} was loaded for reranking: it scores (query, document) "
                 "pairs and generates no text; use /v1/rerank"
             )
+        batcher = self._batcher
+        if batcher is None:
+            return self._single_stream(llm, req)
+        if req.Logprobs > 0 or req.Images:  # read the context's logits / evaluate into it: the whole context
+            return self._exclusive_stream(batcher, llm, req)
+        return self._batched_stream(batcher, llm, req)
+
+    def _single_stream(self, llm: Llama, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        """One sequence through `Llama.generate` (the only path when parallel is 1)."""
         mode, tool_grammar = requested_tools(req)
         prompt_tokens, template_stops = self._prompt(llm, req, mode)
         sampling = sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab())
         if tool_grammar:
             sampling = dataclasses.replace(sampling, grammar=tool_grammar)
+        if self._batcher is not None:  # the context is split: this sequence has one window of it
+            check_prompt_fits(len(prompt_tokens), self._window)
+            sampling = dataclasses.replace(
+                sampling, max_tokens=min(sampling.max_tokens, self._window - len(prompt_tokens))
+            )
         generation = GenerationRequest(
             prompt_tokens=prompt_tokens,
             sampling=sampling,
             stops=tuple(req.StopPrompts) + template_stops,
             seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
-            reuse_prompt_cache=self._cache_prompt or bool(req.Images),  # with images: evaluated just now
+            # with images: evaluated just now; with parallel > 1 other sequences used the context since
+            reuse_prompt_cache=(self._cache_prompt and self._batcher is None) or bool(req.Images),
             logprobs=LogprobRecorder(llm, req.TopLogprobs) if req.Logprobs > 0 else None,
         )
         scanner = CallScanner(mode.text_allowed) if mode is not None else None
         return self._stream(generate_pieces(llm, generation), generation, scanner)
+
+    def _exclusive_stream(self, batcher: BatchLoop, llm: Llama, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        """The single-sequence path with the whole context, taken when first iterated (so a stream never started
+        holds nothing); its errors come from the iteration."""
+        with batcher.exclusive():
+            yield from self._single_stream(llm, req)
+
+    def _batched_stream(self, batcher: BatchLoop, llm: Llama, req: pb.PredictOptions) -> Iterator[pb.Reply]:
+        """A sequence decoded beside the others (llama_parallel.py); validated here, submitted when iterated."""
+        mode, tool_grammar = requested_tools(req)
+        prompt_tokens, template_stops = self._prompt(llm, req, mode)
+        sampling = sampling_from_request(req, DEFAULT_MAX_TOKENS_LLAMA, llm.n_vocab())
+        if tool_grammar:
+            sampling = dataclasses.replace(sampling, grammar=tool_grammar)
+        check_prompt_fits(len(prompt_tokens), self._window)
+        with _GRAMMAR_LOCK:  # callers' threads validate at once; the cache is an OrderedDict
+            grammar = GRAMMARS.get(llm, sampling.grammar)
+        request = SequenceRequest(
+            prompt=prompt_tokens,
+            sampling=sampling,
+            grammar=grammar,
+            stops=tuple(req.StopPrompts) + template_stops,
+            seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
+            budget=min(sampling.max_tokens, self._window - len(prompt_tokens)),
+        )
+        generation = GenerationRequest(
+            prompt_tokens=prompt_tokens,
+            sampling=sampling,
+            stops=request.stops,
+            seed=request.seed,
+            stats=request.stats,
+        )
+        scanner = CallScanner(mode.text_allowed) if mode is not None else None
+        return self._stream(batcher.pieces(request), generation, scanner)
 
     def _stream(
         self, pieces: Iterator[str], generation: GenerationRequest, scanner: CallScanner | None
@@ -311,7 +404,15 @@ class LlamaCppEngine:
             final.logprobs = merged_logprobs([reply.logprobs for reply in replies])
         return final
 
+    def _whole_context(self) -> contextlib.AbstractContextManager[None]:
+        """With parallel > 1, the context to itself (no sequence decoding); else nothing to wait for."""
+        return self._batcher.exclusive() if self._batcher is not None else contextlib.nullcontext()
+
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
+        with self._whole_context():
+            return self._embed(req)
+
+    def _embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
         llm = self._loaded()
         if self._pair_format is not None:
             raise NotSupportedError(
@@ -353,7 +454,8 @@ class LlamaCppEngine:
                 f"model {self._model_label!r} was loaded without reranking; set reranking: true in its model config "
                 "(ModelOptions.Reranking=true, a cross-encoder GGUF) and load it again"
             )
-        return rerank_pairs(llm, self._pair_format, req)
+        with self._whole_context():
+            return rerank_pairs(llm, self._pair_format, req)
 
     def tokenize(self, req: pb.PredictOptions) -> pb.TokenizationResponse:
         llm = self._loaded()
@@ -361,6 +463,9 @@ class LlamaCppEngine:
         return pb.TokenizationResponse(length=len(ids), tokens=ids)
 
     def free(self) -> None:
+        batcher, self._batcher, self.parallel = self._batcher, None, 1
+        if batcher is not None:
+            batcher.close()  # before the context it decodes in
         llm, self._llm, self._formatter, self._pair_format = self._llm, None, None, None
         projector, self._projector = self._projector, None
         if projector is not None:

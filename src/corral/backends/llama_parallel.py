@@ -1,0 +1,339 @@
+"""Continuous batching for the llama-cpp engine: up to `parallel` sequences decoded together in one context.
+
+The reference's llama.cpp backend reads `parallel` (or `n_parallel`) from a model's `options:` and runs that many
+slots with continuous batching; this is the same thing on llama-cpp-python's low-level API:
+
+* The context is created with `n_seq_max = parallel` and one KV cache of `context_size x parallel` cells shared
+  by the sequences (`kv_unified`); each sequence uses at most `context_size` of them (its prompt must fit, its
+  generation is cut there), so they always fit together and a request sees the same window whatever `parallel`
+  is (llama.cpp's server splits one `--ctx-size` between its slots instead). A KV cache split per sequence was
+  measured 3-5x slower per step here (CPU), a unified one as fast as a context of one sequence.
+* One thread (`BatchLoop`) owns the context. Each step it builds one `llama_batch` holding the next token of every
+  running sequence and chunks of the prompts of newly admitted ones (up to `n_batch` tokens in all), calls
+  `llama_decode` once, and samples each sequence that produced logits with its own sampler chain (the chain
+  `Llama.generate` builds: logit bias, penalties, grammar, then greedy or top-k/typical/top-p/min-p/temperature
+  and a seeded draw), so a request gives the same tokens whether it runs alone or beside others.
+* A sequence's text goes to its own caller through a queue (stop strings and UTF-8 handled as in
+  llama_generate.py); when it ends (EOS, stop string, token budget, or its caller went away) its KV cells are
+  removed (`llama_memory_seq_rm`) and its slot is free for the next request, in arrival order.
+* `exclusive()` lets a call that needs the whole context (logprobs, images, embeddings, reranking: they go
+  through `Llama`'s own single-sequence path) wait for the running sequences to end and keep new ones out.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import llama_cpp
+import llama_cpp._internals as internals
+from llama_cpp import Llama
+from llama_cpp.llama_grammar import LlamaGrammar
+
+from corral.backends.engine import EngineError
+from corral.backends.llama_generate import GenerationStats, Sampling
+from corral.backends.stop_scanner import StopScanner
+
+log = logging.getLogger(__name__)
+
+PENALTY_LAST_N = 64  # Llama's default `last_n_tokens_size`, so penalties weigh the same tokens as alone
+
+
+class DecodeError(EngineError):
+    """llama_decode failed for a batch; the sequences in it end with this error."""
+
+
+@contextlib.contextmanager
+def sequences_in_context(n_seq: int) -> Iterator[None]:
+    """While `Llama(...)` is built inside this block, its context holds `n_seq` sequences in one KV cache. `Llama` has no parameter for it: it starts from `llama_context_default_params()`, so for the load
+    (one at a time in a backend process) that function answers with these two fields set."""
+    module = llama_cpp.llama_cpp
+    original = module.llama_context_default_params
+
+    def params() -> llama_cpp.llama_context_params:
+        defaults: llama_cpp.llama_context_params = original()
+        defaults.n_seq_max = n_seq
+        defaults.kv_unified = True
+        return defaults
+
+    module.llama_context_default_params = params
+    try:
+        yield
+    finally:
+        module.llama_context_default_params = original
+
+
+@dataclass
+class SequenceRequest:
+    """One generation submitted to the loop; `pieces` carries its text, then None (or the error that ended it)."""
+
+    prompt: list[int]
+    sampling: Sampling
+    grammar: LlamaGrammar | None
+    stops: tuple[str, ...]
+    seed: int
+    budget: int  # new tokens at most (already cut to the slot's context)
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    pieces: queue.SimpleQueue[str | BaseException | None] = field(default_factory=queue.SimpleQueue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)  # its slot is free again
+
+
+class _Sequence:
+    """A request running in slot `seq_id`: what is fed, what is sampled, what was sent."""
+
+    def __init__(self, loop: BatchLoop, request: SequenceRequest, seq_id: int) -> None:
+        self.request, self.seq_id = request, seq_id
+        self.fed = 0  # prompt tokens in the batch so far
+        self.pos = 0  # next position in this sequence
+        self.last = -1  # the token sampled last, fed next step
+        self.sampler = loop.sampler_for(request)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.scanner = StopScanner(request.stops)
+        self.started = time.perf_counter()
+        self.first_token_at = self.started
+        request.stats.prompt_tokens, request.stats.finish_reason = len(request.prompt), "length"
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.request.prompt)
+
+
+class BatchLoop:
+    """The thread that owns the context and decodes every running sequence together (see the module docstring)."""
+
+    def __init__(self, llm: Llama, slots: int) -> None:
+        self._llm = llm
+        self._slots = slots
+        self._n_batch = llm.n_batch
+        self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        self._memory = llama_cpp.llama_get_memory(llm.ctx)
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._free_ids: deque[int] = deque(range(slots))
+        self._waiting: deque[SequenceRequest] = deque()
+        self._running: list[_Sequence] = []
+        self._cond = threading.Condition()
+        self._exclusive_wanted = 0
+        self._exclusive_held = False
+        self._stopping = False
+        self.steps = 0  # llama_decode calls so far (tests and benchmarks read it)
+        self.widest = 0  # most sequences decoded in one step so far
+        self._thread = threading.Thread(target=self._run, name="llama-batch", daemon=True)
+        self._thread.start()
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def sampler_for(self, request: SequenceRequest) -> internals.LlamaSampler:
+        """The chain `Llama._init_sampler` builds for these settings (logit bias natively, not in Python)."""
+        sampling, llm = request.sampling, self._llm
+        chain = internals.LlamaSampler()
+        if sampling.logit_bias:
+            chain.add_logit_bias(llm.n_vocab(), dict(sampling.logit_bias))
+        chain.add_penalties(
+            n_vocab=llm.n_vocab(),
+            penalty_last_n=PENALTY_LAST_N,
+            penalty_repeat=sampling.repeat_penalty,
+            penalty_freq=sampling.frequency_penalty,
+            penalty_present=sampling.presence_penalty,
+        )
+        if request.grammar is not None:
+            chain.add_grammar(llm._model, request.grammar)
+        seed = request.seed & 0xFFFFFFFF
+        if sampling.temperature < 0:
+            chain.add_dist(seed)
+        elif sampling.temperature == 0:
+            chain.add_greedy()
+        else:
+            chain.add_top_k(sampling.top_k)
+            chain.add_typical(1.0, 1)
+            chain.add_top_p(sampling.top_p, 1)
+            chain.add_min_p(sampling.min_p, 1)
+            chain.add_temp(sampling.temperature)
+            chain.add_dist(seed)
+        return chain
+
+    # ---- callers' side -------------------------------------------------------------------
+
+    def pieces(self, request: SequenceRequest) -> Iterator[str]:
+        """Submit `request` when first iterated and yield its text; closing this stops the sequence and returns
+        only once the loop has freed its slot (so the slot is really free when the caller's call ends)."""
+        with self._cond:
+            if self._stopping:
+                raise DecodeError("the model is being unloaded")
+            self._waiting.append(request)
+            self._cond.notify_all()
+        try:
+            while (item := request.pieces.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not request.ended.is_set():
+                request.cancelled.set()
+                with self._cond:
+                    self._cond.notify_all()
+                request.ended.wait()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The whole context for the caller: waits for running sequences to end; none start meanwhile."""
+        with self._cond:
+            self._exclusive_wanted += 1
+            try:
+                self._cond.wait_for(lambda: not self._running and not self._exclusive_held)
+            finally:
+                self._exclusive_wanted -= 1
+            self._exclusive_held = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive_held = False
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the thread: sequences still running end with an error; then the batch is freed."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+        llama_cpp.llama_batch_free(self._batch)
+
+    # ---- the loop thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._has_work)
+                if self._stopping:
+                    break
+                self._admit()
+            try:
+                self._step()
+            except Exception as exc:  # never let the thread die with callers waiting
+                log.exception("parallel decode step failed")
+                for sequence in list(self._running):
+                    self._end(sequence, DecodeError(f"{type(exc).__name__}: {exc}"))
+        for sequence in list(self._running):
+            self._end(sequence, DecodeError("the model was unloaded while this request ran"))
+        with self._cond:
+            waiting, self._waiting = list(self._waiting), deque()
+        for request in waiting:
+            request.pieces.put(DecodeError("the model was unloaded before this request started"))
+            request.ended.set()
+
+    def _has_work(self) -> bool:
+        if self._stopping or self._running:
+            return True
+        return bool(self._waiting) and not self._exclusive_held and not self._exclusive_wanted
+
+    def _admit(self) -> None:
+        """Waiting requests take free slots in arrival order (none while a caller waits for the whole context)."""
+        while self._waiting and self._free_ids and not self._exclusive_wanted and not self._exclusive_held:
+            request = self._waiting.popleft()
+            seq_id = self._free_ids.popleft()
+            llama_cpp.llama_memory_seq_rm(
+                self._memory, seq_id, -1, -1
+            )  # whatever an exclusive call left there
+            try:
+                self._running.append(_Sequence(self, request, seq_id))
+            except Exception as exc:
+                self._free_ids.append(seq_id)
+                request.pieces.put(exc)
+                request.ended.set()
+
+    def _step(self) -> None:
+        for sequence in [s for s in self._running if s.request.cancelled.is_set()]:
+            self._end(sequence, None)
+        if not self._running:
+            return
+        self._batch.n_tokens = 0
+        outputs = [(s, self._add(s, s.last, logits=True)) for s in self._running if not s.prefilling]
+        outputs += self._add_prompt_chunks()
+        self.widest = max(self.widest, len(outputs))
+        status = llama_cpp.llama_decode(self._llm.ctx, self._batch)
+        self.steps += 1
+        if status != 0:
+            why = "no room left in the KV cache" if status == 1 else f"llama_decode returned {status}"
+            for sequence in list(self._running):
+                self._end(sequence, DecodeError(f"decoding failed: {why}"))
+            return
+        for sequence, index in outputs:
+            token = int(sequence.sampler.sample(self._llm._ctx, index))
+            if self._accept(sequence, token):
+                self._end(sequence, None)
+
+    def _add_prompt_chunks(self) -> list[tuple[_Sequence, int]]:
+        """Prompt tokens of the sequences still prefilling, in arrival order, as many as the batch holds; the
+        batch index of each prompt's last token (its logits give the first generated token)."""
+        outputs: list[tuple[_Sequence, int]] = []
+        room = self._n_batch - self._batch.n_tokens
+        for sequence in self._running:
+            if not sequence.prefilling or room <= 0:
+                continue
+            prompt = sequence.request.prompt
+            chunk = prompt[sequence.fed : sequence.fed + room]
+            for offset, token in enumerate(chunk):
+                last = sequence.fed + offset == len(prompt) - 1
+                index = self._add(sequence, token, logits=last)
+                if last:
+                    outputs.append((sequence, index))
+            sequence.fed += len(chunk)
+            room -= len(chunk)
+        return outputs
+
+    def _add(self, sequence: _Sequence, token: int, *, logits: bool) -> int:
+        batch, index = self._batch, int(self._batch.n_tokens)
+        batch.token[index] = token
+        batch.pos[index] = sequence.pos
+        batch.n_seq_id[index] = 1
+        batch.seq_id[index][0] = sequence.seq_id
+        batch.logits[index] = logits
+        batch.n_tokens = index + 1
+        sequence.pos += 1
+        return index
+
+    def _accept(self, sequence: _Sequence, token: int) -> bool:
+        """Take a sampled token; True when the sequence is finished (the llama_generate.py rules)."""
+        request, stats = sequence.request, sequence.request.stats
+        if stats.completion_tokens == 0:
+            sequence.first_token_at = time.perf_counter()
+            stats.prompt_time_s = sequence.first_token_at - sequence.started
+        if not request.sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(self._vocab, token):
+            stats.finish_reason = "stop"
+            return True
+        stats.completion_tokens += 1
+        sequence.last = token
+        text = sequence.scanner.feed(sequence.decoder.decode(self._llm.detokenize([token])))
+        if text:
+            request.pieces.put(text)
+        if sequence.scanner.stopped:
+            stats.finish_reason = "stop"
+            return True
+        return stats.completion_tokens >= request.budget
+
+    def _end(self, sequence: _Sequence, error: BaseException | None) -> None:
+        """Free the sequence's KV cells and slot; its caller gets the tail of its text and the end (or `error`)."""
+        request = sequence.request
+        llama_cpp.llama_memory_seq_rm(self._memory, sequence.seq_id, -1, -1)
+        sequence.sampler.close()
+        request.stats.generation_time_s = time.perf_counter() - sequence.first_token_at
+        if error is None:
+            tail = sequence.scanner.feed(sequence.decoder.decode(b"", final=True)) + sequence.scanner.flush()
+            if tail:
+                request.pieces.put(tail)
+        request.pieces.put(error)
+        with self._cond:
+            self._running.remove(sequence)
+            self._free_ids.append(sequence.seq_id)
+            self._cond.notify_all()
+        request.ended.set()
