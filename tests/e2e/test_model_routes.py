@@ -195,6 +195,23 @@ def test_the_responses_api_falls_back_when_the_chosen_target_cannot_serve(env: E
 
 
 @pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/audio/speech", {"input": "hello there", "voice": "alloy", "response_format": "wav"}),
+        ("/v1/images/generations", {"prompt": "a fox", "size": "64x64", "response_format": "b64_json"}),
+    ],
+)
+def test_media_requests_fall_back_when_the_chosen_target_cannot_serve(
+    env: Env, path: str, body: dict[str, Any]
+) -> None:
+    assert _put(env, "media-fallback", {"targets": [NOWHERE], "fallbacks": [SPARE]}).status_code == 200
+    r = httpx.post(f"{env.url}{path}", json={"model": "media-fallback", **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert (r.headers["x-corral-route"], r.headers["x-corral-route-target"]) == ("media-fallback", SPARE)
+    assert r.content.startswith(b"RIFF") if "speech" in path else r.json()["data"][0]["b64_json"]
+
+
+@pytest.mark.parametrize(
     "name, body, param, words",
     [
         (A, {"targets": [B]}, "name", "is a model or alias name"),

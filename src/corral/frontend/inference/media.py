@@ -36,10 +36,12 @@ from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.media_requests import (
     ImageRequest,
     SpeechRequest,
+    TranscriptionForm,
     TTSRequest,
     transcription_form,
 )
 from corral.frontend.inference.openai import config_for
+from corral.frontend.inference.routes import ServeModel, route_plan, serve_route
 from corral.frontend.state import FrontendState
 from corral.models import capabilities
 from corral.models.config import ModelConfig
@@ -61,6 +63,12 @@ MEDIA_PATHS = frozenset(
 )  # a client that leaves cancels these (disconnect.py)
 SPEECH_MAX_BYTES = 64 << 20  # what one speech or image answer may be when read back from the worker
 _IMAGE_ID_BYTES = 24
+
+
+async def _routed(state: FrontendState, model: str, serve: ServeModel) -> Response:
+    """`serve(model)`; for a model route, its candidates in order until one serves (routes.py)."""
+    plan = route_plan(state, model)
+    return await (serve(model) if plan is None else serve_route(state, model, plan, serve))
 
 
 def _needs(state: FrontendState, model: str, capability: str, endpoint: str) -> ModelConfig:
@@ -186,7 +194,14 @@ async def _transcribe(state: FrontendState, request: Request, translate: bool) -
             "file_too_large",
             "file",
         )
-    cfg = _needs(state, body.model, capabilities.TRANSCRIPTION, endpoint)
+    return await _routed(state, body.model, lambda model: _transcribe_with(state, body, model, translate))
+
+
+async def _transcribe_with(
+    state: FrontendState, body: TranscriptionForm, model: str, translate: bool
+) -> Response:
+    endpoint = "/v1/audio/translations" if translate else "/v1/audio/transcriptions"
+    cfg = _needs(state, model, capabilities.TRANSCRIPTION, endpoint)
 
     def build(paths: dict[str, str]) -> Any:
         return backend_pb2.TranscriptRequest(
@@ -272,8 +287,8 @@ async def _image(state: FrontendState, cfg: ModelConfig, body: ImageRequest, see
     return read.data["image.png"]
 
 
-async def _images(state: FrontendState, body: ImageRequest, base_url: str) -> Response:
-    cfg = _needs(state, body.model, capabilities.IMAGE, "/v1/images/generations")
+async def _images(state: FrontendState, body: ImageRequest, model: str, base_url: str) -> Response:
+    cfg = _needs(state, model, capabilities.IMAGE, "/v1/images/generations")
     if body.n > state.max_n:
         raise APIError(
             400,
@@ -297,6 +312,39 @@ async def _images(state: FrontendState, body: ImageRequest, base_url: str) -> Re
     return Response(orjson.dumps({"created": int(time.time()), "data": data}), media_type="application/json")
 
 
+async def _speech(state: FrontendState, model: str, body: SpeechRequest) -> Response:
+    cfg = _needs(state, model, capabilities.TTS, "/v1/audio/speech")
+    if body.response_format in speech_stream.STREAMED_FORMATS:
+        streamed = await speech_stream.open_speech(
+            state.router,
+            cfg,
+            _tts_request(cfg, body.input, body.voice_name(), body.speed),
+            body.response_format,
+        )
+        if streamed is not None:
+            return streamed
+    wav = await _speak(state, cfg, body.input, body.voice_name(), body.speed)
+    return Response(
+        await asyncio.to_thread(speech_formats.encode, wav, body.response_format),  # CPU work
+        media_type=speech_formats.MEDIA_TYPES[body.response_format],
+    )
+
+
+async def _tts(state: FrontendState, model: str, body: TTSRequest) -> Response:
+    cfg = _needs(state, model, capabilities.TTS, "/tts")
+    if body.backend and body.backend != cfg.backend:
+        raise APIError(
+            400,
+            f"model {cfg.name!r} runs on backend {cfg.backend!r}, not {body.backend!r}; leave backend out",
+            "invalid_request_error",
+            "invalid_value",
+            "backend",
+        )
+    return Response(
+        await _speak(state, cfg, body.input, body.voice, 1.0, body.language), media_type="audio/wav"
+    )
+
+
 def build_media_router(state: FrontendState) -> APIRouter:
     router = APIRouter()
 
@@ -310,41 +358,17 @@ def build_media_router(state: FrontendState) -> APIRouter:
 
     @router.post("/v1/audio/speech")
     async def speech(body: SpeechRequest) -> Response:
-        cfg = _needs(state, body.model, capabilities.TTS, "/v1/audio/speech")
-        if body.response_format in speech_stream.STREAMED_FORMATS:
-            streamed = await speech_stream.open_speech(
-                state.router,
-                cfg,
-                _tts_request(cfg, body.input, body.voice_name(), body.speed),
-                body.response_format,
-            )
-            if streamed is not None:
-                return streamed
-        wav = await _speak(state, cfg, body.input, body.voice_name(), body.speed)
-        return Response(
-            await asyncio.to_thread(speech_formats.encode, wav, body.response_format),  # CPU work
-            media_type=speech_formats.MEDIA_TYPES[body.response_format],
-        )
+        return await _routed(state, body.model, lambda model: _speech(state, model, body))
 
     @router.post("/tts")
     async def tts(body: TTSRequest) -> Response:
-        cfg = _needs(state, body.model, capabilities.TTS, "/tts")
-        if body.backend and body.backend != cfg.backend:
-            raise APIError(
-                400,
-                f"model {cfg.name!r} runs on backend {cfg.backend!r}, not {body.backend!r}; leave "
-                "backend out",
-                "invalid_request_error",
-                "invalid_value",
-                "backend",
-            )
-        return Response(
-            await _speak(state, cfg, body.input, body.voice, 1.0, body.language), media_type="audio/wav"
-        )
+        return await _routed(state, body.model, lambda model: _tts(state, model, body))
 
     @router.post("/v1/images/generations")
     async def images(body: ImageRequest, request: Request) -> Response:
-        return await _images(state, body, str(request.base_url))
+        return await _routed(
+            state, body.model, lambda model: _images(state, body, model, str(request.base_url))
+        )
 
     @router.get("/generated-images/{image_id}.png")
     async def generated_image(
