@@ -86,6 +86,8 @@ function Shell({ onLogout }) {
   useEffect(() => {
     document.title = `${title} · corral`;
     main.current?.focus({ preventScroll: true });
+    // On a narrow screen the nav scrolls sideways: keep the current page's entry in sight.
+    document.querySelector(".nav a.active")?.scrollIntoView({ block: "nearest", inline: "nearest" });
   }, [full, title]);
   const Page = found?.route.page;
   return html`
