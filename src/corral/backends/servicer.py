@@ -5,8 +5,10 @@
 * Status reports, beside the state, the engine calls in flight (running or waiting for the engine) and
   the replies the engine produced so far: a worker tells a busy backend (the count moves) from a wedged
   one by them (worker/liveness.py).
-* Engine calls run in a worker thread and are serialised by one lock (one model context per
-  process). If a caller cancels, the lock is held until the engine call really returns; the
+* Engine calls run in a worker thread; up to the engine's `parallel` of them at once (its attribute after a
+  load; 1 when it has none: the calls are serialised), admitted first come, first served (admission.py);
+  LoadModel and Free wait for every call to end and run alone. Status says BUSY only when every place is
+  taken. If a caller cancels, its place is held until the engine call really returns; the
   generation stops at its next token and the cancellation is logged and counted.
 * PredictStream runs a generation in one thread and sends the text pieces that piled up while
   the reader was slower as one Reply (`reply_pump`); TTSStream runs an engine's `tts_stream` the same way (each
@@ -29,12 +31,14 @@ import os
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
+from corral.backends.admission import Admission
 from corral.backends.engine import Engine, EngineError, NotSupportedError
 from corral.backends.model_root import models_root_from_env, outside_root, request_files_problem
 from corral.backends.reply_pump import ReplyPump, coalesce
@@ -67,7 +71,8 @@ def rss_bytes() -> int:
 class EngineProgress:
     """What the engine is doing, for Status: calls admitted and not yet ended, replies produced so far.
 
-    `replies` is written by the engine thread of the one call that runs (calls are serialised), read by the loop.
+    `replies` is written by the engine threads of the calls that run (a lost increment between two of them only
+    makes the count move a little less), read by the loop.
     """
 
     def __init__(self) -> None:
@@ -128,11 +133,12 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         self._state = BackendState.UNINITIALIZED
         self._identity = ""
         self._last_error = ""
-        self._lock = asyncio.Lock()
+        self._admission = Admission(1)
         self._threads_in_flight = 0
         self.cancellations = 0  # calls whose caller went away before the answer (logged; tests read it)
         self.fast_lane_port = 0  # advertised on Status when the fast lane listens (corral.lane.server)
         self.progress = EngineProgress()
+        self._executor_threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor
 
     @property
     def state(self) -> BackendState:
@@ -151,7 +157,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         inline_ok: bool = True,
     ) -> T:
         """Run `fn` in a thread; if the caller is cancelled, call `on_cancel` (a hint to stop
-        early) and still wait for the thread before returning, so the lock covers it.
+        early) and still wait for the thread before returning, so the caller's place covers it.
         An engine whose calls cannot block (`blocks` is False) runs inline, no thread hop, unless `inline_ok` is
         False (a call that reads or writes files)."""
         if inline_ok and not getattr(self._engine, "blocks", True):
@@ -220,7 +226,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
         await self._admit(request, context)
         with self.progress.call():
-            async with self._lock:
+            async with self._admission.slot():
                 await self._admit(request, context)  # state may have changed while we waited
                 try:
                     answer = await self._run_blocking(fn, request, on_cancel=on_cancel, inline_ok=inline_ok)
@@ -243,7 +249,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         state = {
             BackendState.UNINITIALIZED: pb.StatusResponse.UNINITIALIZED,
             BackendState.LOADING: pb.StatusResponse.BUSY,
-            BackendState.READY: pb.StatusResponse.BUSY if self._lock.locked() else pb.StatusResponse.READY,
+            BackendState.READY: pb.StatusResponse.BUSY if self._admission.full() else pb.StatusResponse.READY,
             BackendState.ERROR: pb.StatusResponse.ERROR,
         }[self._state]
         return pb.StatusResponse(
@@ -260,7 +266,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             if problem is not None:
                 log.warning("LoadModel %r refused: %s", request.Model, problem)
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, problem)
-        async with self._lock:
+        async with self._admission.exclusive():
             if self._state is BackendState.READY:
                 log.info("replacing loaded model %r with %r", self._identity, request.Model)
                 await self._run_blocking(self._free_quietly)
@@ -281,6 +287,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                     self._state, self._last_error = BackendState.ERROR, errors[0]
                 else:
                     self._state, self._identity, self._last_error = BackendState.READY, request.Model, ""
+                self._admit_engine_parallel()
             elapsed_s = time.perf_counter() - started
             if errors:
                 log.error("LoadModel %r failed after %.2fs: %s", request.Model, elapsed_s, errors[0])
@@ -289,7 +296,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
             return pb.Result(success=True, message=f"loaded {request.Model!r} in {elapsed_s:.2f}s")
 
     async def Free(self, request: pb.HealthMessage, context: grpc.aio.ServicerContext) -> pb.Result:
-        async with self._lock:
+        async with self._admission.exclusive():
             if self._state is BackendState.UNINITIALIZED:
                 return pb.Result(success=True, message="no model loaded")
             identity = self._identity
@@ -297,8 +304,29 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 await self._run_blocking(self._free_quietly)
             finally:
                 self._state, self._identity, self._last_error = BackendState.UNINITIALIZED, "", ""
+                self._admit_engine_parallel()
             log.info("freed model %r", identity)
             return pb.Result(success=True, message=f"freed {identity!r}" if identity else "freed")
+
+    @property
+    def parallel(self) -> int:
+        """Engine calls admitted at once: the loaded engine's `parallel` (1 when it has none)."""
+        return self._admission.capacity
+
+    def _admit_engine_parallel(self) -> None:
+        """After a load or a free: admit as many calls at once as the engine now serves. Each running call may hold
+        a thread of the loop's default executor for its whole length (a stream's pump), so the executor gets a
+        thread per call and a few for short ones."""
+        parallel = max(1, int(getattr(self._engine, "parallel", 1) or 1))
+        if parallel != self._admission.capacity:
+            log.info("admitting %d engine call(s) at once", parallel)
+        self._admission.capacity = parallel
+        wanted = 2 * parallel + 4
+        if parallel > 1 and wanted > self._executor_threads:
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(max_workers=wanted, thread_name_prefix="engine")
+            )
+            self._executor_threads = wanted
 
     def _free_quietly(self) -> None:
         try:
@@ -410,7 +438,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         """Run `start(request)`'s replies in one thread and send them as `shape(ready batch, replies sent)` orders."""
         await self._admit(request, context)
         with self.progress.call():
-            async with self._lock:
+            async with self._admission.slot():
                 await self._admit(request, context)
                 failure: tuple[grpc.StatusCode, str] | None = None
                 pump: ReplyPump | None = None
@@ -439,7 +467,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 finally:
                     if pump is not None:
                         pump.stop()
-                    while runner is not None and not runner.done():  # the lock covers the engine thread
+                    while runner is not None and not runner.done():  # the place covers the engine thread
                         with contextlib.suppress(asyncio.CancelledError):
                             await asyncio.shield(runner)
         if failure is not None:

@@ -19,6 +19,10 @@ Options (`ModelOptions.Options`, `key:value`):
   kv_cache_tokens:<n>      KV prefix cache capacity in tokens, least recently used blocks evicted (default 0: none)
   kv_block_tokens:<n>      tokens per cached block; only whole blocks of a prefix are reused (default 16)
   prefill_concurrency:<n>  prefills running at once on this replica, others queue (default 0: unbounded)
+  parallel:<n>             requests served at once, as llama.cpp's slots (the reference's option name; n_parallel
+                           too): each generates at output_token_time_s per token beside the others, so a replica's
+                           decode throughput grows with concurrency up to n; beyond n, calls queue in the servicer
+                           (default 1: one request at a time)
   media_time_s:<s>         sleep this long in each TTS, AudioTranscription and GenerateImage call (default 0)
   speech_chunk_time_s:<s>  stream speech (TTSStream, a chunk per word), sleeping this long before each chunk;
                            unset, the simulator does not stream speech (TTSStream is UNIMPLEMENTED), as many
@@ -78,6 +82,8 @@ KNOWN_OPTIONS = (
     "kv_cache_tokens",
     "kv_block_tokens",
     "prefill_concurrency",
+    "parallel",
+    "n_parallel",
     "media_time_s",
     "speech_chunk_time_s",
 )
@@ -107,6 +113,7 @@ class SimulatorSettings:
     kv_cache_tokens: int = 0
     kv_block_tokens: int = DEFAULT_KV_BLOCK_TOKENS
     prefill_concurrency: int = 0
+    parallel: int = 1
     media_time_s: float = 0.0
     speech_chunk_time_s: float | None = None  # None: speech is not streamed
 
@@ -125,6 +132,12 @@ class SimulatorSettings:
             kv_cache_tokens=option_int(options, "kv_cache_tokens", 0),
             kv_block_tokens=option_int(options, "kv_block_tokens", DEFAULT_KV_BLOCK_TOKENS, min_value=1),
             prefill_concurrency=option_int(options, "prefill_concurrency", 0),
+            parallel=option_int(
+                options,
+                "parallel" if options.get("parallel", "") != "" else "n_parallel",
+                1,
+                min_value=1,
+            ),
             media_time_s=option_float(options, "media_time_s", 0.0),
             speech_chunk_time_s=(
                 None
@@ -251,6 +264,11 @@ class SimulatorEngine(SimulatedMedia):
     @property
     def settings(self) -> SimulatorSettings:
         return self._settings
+
+    @property
+    def parallel(self) -> int:
+        """Requests served at once (option `parallel`); the servicer admits this many."""
+        return self._settings.parallel if self._loaded else 1
 
     @property
     def blocks(self) -> bool:
