@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import test from "node:test";
 
 import {
-  chartData, formatLast, formatValue, hasTraffic, lastValue, modelOrder, slug, TRAFFIC_CHARTS, yTop,
+  chartData, formatLast, formatValue, hasTraffic, lastValue, modelOrder, slug, sparse, TRAFFIC_CHARTS, yTop,
 } from "../../src/corral/frontend/ui/js/pages/dashboard.js";
 
 test("the last point skips the trailing buckets without a sample", () => {
@@ -58,4 +58,10 @@ test("the y axis tops a little above the highest point, or at a readable scale w
   assert.equal(yTop(0, "ms"), 10);
   assert.equal(yTop(undefined, "count"), 1);
   assert.equal(formatValue(2.5, "ms"), "2.5 ms");
+});
+
+test("a series of few samples is drawn with points", () => {
+  assert.equal(sparse([null, 1, null, 2]), true);
+  assert.equal(sparse(Array.from({ length: 100 }, (_, i) => i)), false);
+  assert.equal(sparse(undefined), true);
 });

@@ -13,6 +13,7 @@ ensureCss("/app/assets/vendor/uplot/uPlot.min.css");
 
 const DEFAULT_INTERVAL_S = 5;
 const CHART_HEIGHT = 170;
+const SPARSE_POINTS = 60; // fewer samples than this in a series: each is drawn as a point too
 const WINDOWS = [[900, "15 min"], [3600, "1 hour"]];
 const COLORS = ["#3b82f6", "#ef4444", "#10b981", "#f59e0b", "#8b5cf6"];
 
@@ -64,6 +65,12 @@ export function formatValue(value, unit) {
 export function yTop(max, unit) {
   if (Number.isFinite(max) && max > 0) return max * 1.1;
   return unit === "bytes" ? 2 ** 30 : unit === "ms" ? 10 : 1;
+}
+
+// Few samples in the window (a frontend just started, a node just joined): draw them as points, a line of
+// one or two samples being invisible.
+export function sparse(values) {
+  return (values || []).filter((v) => v !== null && v !== undefined).length < SPARSE_POINTS;
 }
 
 // Has this series seen any traffic in the window (a request, a token, something in flight or queued)?
@@ -126,7 +133,8 @@ function Chart({ testid, spec, series, theme }) {
       width: Math.max(200, el.clientWidth), height: CHART_HEIGHT,
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, yTop(max, spec.unit)] } },
       series: [{}, ...spec.lines.map(([, label], i) => ({
-        label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false, // points drawn where samples are sparse
+        label, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: false,
+        points: { show: (u, si) => sparse(u.data[si]), size: 5, fill: COLORS[i % COLORS.length] },
         value: (_u, v) => fmt(v),
       }))],
       axes: [
