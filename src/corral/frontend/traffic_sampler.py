@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -86,7 +87,8 @@ class TrafficSampler:
 
     async def _load_snapshot(self, nc: Client) -> None:
         try:
-            reply = await nc.request(SNAPSHOT_SUBJECT, b"{}", timeout=SNAPSHOT_TIMEOUT_S)
+            ask = json.dumps({"interval_s": self.interval_s}).encode()
+            reply = await nc.request(SNAPSHOT_SUBJECT, ask, timeout=SNAPSHOT_TIMEOUT_S)
         except (NoRespondersError, NatsTimeoutError):
             return  # the first frontend: its ring fills from now
         try:
@@ -97,7 +99,12 @@ class TrafficSampler:
         log.info("traffic series: %d interval(s) of history taken from a peer", taken)
 
     async def _on_snapshot_request(self, msg: Msg) -> None:
-        if msg.reply:
+        """Answer with our ring, unless the asker samples at another interval (its ring could not take ours)."""
+        try:
+            interval_s = json.loads(msg.data).get("interval_s")
+        except (ValueError, AttributeError):
+            return
+        if msg.reply and isinstance(interval_s, int | float) and math.isclose(interval_s, self.interval_s):
             budget = (
                 min(SNAPSHOT_MAX_BYTES, max(1024, self.nc.max_payload - 1024))
                 if self.nc
