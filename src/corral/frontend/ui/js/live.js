@@ -64,6 +64,10 @@ export function startLive() {
       let why;
       try {
         const response = await stream(EVENTS, { signal });
+        if (response.status === 401 && session.verified) { // the key was revoked: no retry can succeed
+          session.onLogout("The admin key was refused: log in again.");
+          return;
+        }
         if (!response.ok) throw new Error(`${response.status}`);
         setStatus("live");
         emit({ kind: "resync" });
