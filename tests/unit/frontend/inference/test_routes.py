@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from pydantic import BaseModel
 from starlette.responses import Response
 
 from corral.frontend.errors import APIError
@@ -26,10 +25,6 @@ from corral.routing.router import Router
 
 CFG = ModelConfig(name="a", backend="simulator", model="m.gguf", models_dir=Path("/models"))
 NO_ROUTER = cast(Router, SimpleNamespace(ctx=None))
-
-
-class Body(BaseModel):
-    model: str
 
 
 async def mapped(exc: Exception) -> APIError:
@@ -89,11 +84,11 @@ def _state(routes: dict[str, ModelRoute], rand: Callable[[], float] = lambda: 0.
 def _handler(failures: dict[str, Exception]) -> Any:
     tried: list[str] = []
 
-    async def handle(body: Body) -> Response:
-        tried.append(body.model)
-        if body.model in failures:
-            raise await mapped(failures[body.model])
-        return Response(body.model)
+    async def handle(model: str) -> Response:  # the request, served by one model
+        tried.append(model)
+        if model in failures:
+            raise await mapped(failures[model])
+        return Response(model)
 
     handle.tried = tried  # type: ignore[attr-defined]
     return handle
@@ -102,7 +97,7 @@ def _handler(failures: dict[str, Exception]) -> Any:
 async def test_the_fallback_serves_and_the_headers_name_the_route_and_the_target() -> None:
     state = _state({"r": ModelRoute("r", (RouteTarget("a", 1),), ("b-alias", "c"))})
     handler = _handler({"a": NoNodeAvailable("no node fits")})
-    response = await serve_route(state, "r", ["a", "b-alias", "c"], Body(model="r"), handler)
+    response = await serve_route(state, "r", ["a", "b-alias", "c"], handler)
     assert handler.tried == ["a", "b-alias"]
     assert response.headers["x-corral-route"] == "r"
     assert response.headers["x-corral-route-target"] == "b"  # the model behind the alias
@@ -112,7 +107,7 @@ async def test_a_bad_request_is_answered_at_once_with_the_route_named() -> None:
     state = _state({})
     handler = _handler({"a": refused("INVALID_ARGUMENT")})
     with pytest.raises(APIError) as raised:
-        await serve_route(state, "r", ["a", "b"], Body(model="r"), handler)
+        await serve_route(state, "r", ["a", "b"], handler)
     assert handler.tried == ["a"]
     assert raised.value.status == 400
     assert raised.value.headers["x-corral-route-target"] == "a"
@@ -122,7 +117,7 @@ async def test_when_no_target_can_serve_the_error_names_each_attempt() -> None:
     state = _state({})
     handler = _handler({"a": NoNodeAvailable("no node fits"), "b": timeout()})
     with pytest.raises(APIError) as raised:
-        await serve_route(state, "r", ["a", "b"], Body(model="r"), handler)
+        await serve_route(state, "r", ["a", "b"], handler)
     error = raised.value
     assert (error.status, error.code, error.param) == (504, "backend_timeout", "model")
     assert error.message == "route 'r': no target could serve the request; tried a: no node fits; b: no reply"
