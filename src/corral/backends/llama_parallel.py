@@ -3,11 +3,12 @@
 The reference's llama.cpp backend reads `parallel` (or `n_parallel`) from a model's `options:` and runs that many
 slots with continuous batching; this is the same thing on llama-cpp-python's low-level API:
 
-* The context is created with `n_seq_max = parallel` and one KV cache of `context_size x parallel` cells shared
-  by the sequences (`kv_unified`); each sequence uses at most `context_size` of them (its prompt must fit, its
-  generation is cut there), so they always fit together and a request sees the same window whatever `parallel`
-  is (llama.cpp's server splits one `--ctx-size` between its slots instead). A KV cache split per sequence was
-  measured 3-5x slower per step here (CPU), a unified one as fast as a context of one sequence.
+* The context is created with `n_seq_max = parallel` and a KV cache split per sequence (`kv_unified` off): each
+  slot has `context_size` cells of its own, so the total `n_ctx` is `context_size x parallel` and a request sees
+  the same window whatever `parallel` is (llama.cpp's server splits one `--ctx-size` between its slots instead).
+  Split, a sequence's cells sit where they would if it ran alone, so its attention sums in the same order and a
+  greedy answer does not depend on what runs beside it; one shared cache measured ~20% faster per 4-sequence step
+  here (CPU) but placed a sequence's cells among the others' and changed greedy answers.
 * One thread (`BatchLoop`) owns the context. Each step it builds one `llama_batch` holding the next token of every
   running sequence and chunks of the prompts of newly admitted ones (up to `n_batch` tokens in all), calls
   `llama_decode` once, and samples each sequence that produced logits with its own sampler chain (the chain
@@ -52,7 +53,8 @@ class DecodeError(EngineError):
 
 @contextlib.contextmanager
 def sequences_in_context(n_seq: int) -> Iterator[None]:
-    """While `Llama(...)` is built inside this block, its context holds `n_seq` sequences in one KV cache. `Llama` has no parameter for it: it starts from `llama_context_default_params()`, so for the load
+    """While `Llama(...)` is built inside this block, its context holds `n_seq` sequences with a KV cache of their
+    own each. `Llama` has no parameter for it: it starts from `llama_context_default_params()`, so for the load
     (one at a time in a backend process) that function answers with these two fields set."""
     module = llama_cpp.llama_cpp
     original = module.llama_context_default_params
@@ -60,7 +62,7 @@ def sequences_in_context(n_seq: int) -> Iterator[None]:
     def params() -> llama_cpp.llama_context_params:
         defaults: llama_cpp.llama_context_params = original()
         defaults.n_seq_max = n_seq
-        defaults.kv_unified = True
+        defaults.kv_unified = False
         return defaults
 
     module.llama_context_default_params = params

@@ -1,0 +1,199 @@
+"""A replica serves many requests at once (issue 27, item 4): real backend processes loaded with `parallel:4`.
+
+Concurrency is proven by the order of events seen by the caller (every stream's first token arrives before any
+stream ends; a fifth request's first token only after one of the four ended), never by a clock. Batching must
+not change an answer: each stream's text is the text of the same request sent alone (temperature 0, same seed).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
+from support.backend_processes import Backend, load, rpc_error, running_backend
+
+PROMPTS = ("hello world", "the quick brown fox", "a b c d e f", "one", "tell me a story about the sea")
+
+
+class Recorder:
+    """The order in which the caller saw streams start (first text) and end (final reply)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self.first: dict[int, threading.Event] = {}
+
+    def note(self, what: str, index: int) -> None:
+        with self._lock:
+            self.events.append((what, index))
+        if what == "first":
+            self.first.setdefault(index, threading.Event()).set()
+
+    def position(self, what: str, index: int) -> int:
+        return self.events.index((what, index))
+
+    def read(self, stub: backend_pb2_grpc.BackendStub, request: pb.PredictOptions, index: int) -> bytes:
+        """Stream `request`, noting its first text and its end; its whole text."""
+        text = b""
+        for reply in stub.PredictStream(request, timeout=120):
+            if reply.message and not text:
+                self.note("first", index)
+            text += reply.message
+        self.note("end", index)
+        return text
+
+
+def request(
+    index: int, tokens: int, *, temperature: float = 0.0, seed: int = 7, logprobs: int = 0
+) -> pb.PredictOptions:
+    return pb.PredictOptions(
+        Prompt=PROMPTS[index],
+        Tokens=tokens,
+        Temperature=temperature,
+        Seed=seed,
+        IgnoreEOS=True,
+        Logprobs=logprobs,
+        TopLogprobs=2 if logprobs else 0,
+    )
+
+
+def alone(backend: Backend, requests: list[pb.PredictOptions]) -> list[bytes]:
+    return [Recorder().read(backend.stub, req, 0) for req in requests]
+
+
+def four_then_a_fifth(
+    backend: Backend, requests: list[pb.PredictOptions]
+) -> tuple[Recorder, list[bytes], pb.StatusResponse]:
+    """Four streams at once; once each has its first token (all four places taken), a fifth."""
+    recorder = Recorder()
+    for index in range(5):
+        recorder.first[index] = threading.Event()
+    with ThreadPoolExecutor(5) as pool:
+        running = [pool.submit(recorder.read, backend.stub, requests[i], i) for i in range(4)]
+        for index in range(4):
+            assert recorder.first[index].wait(60), f"stream {index} sent nothing"
+        status = backend.stub.Status(pb.HealthMessage(), timeout=5)
+        fifth = pool.submit(recorder.read, backend.stub, requests[4], 4)
+        texts = [future.result(timeout=120) for future in [*running, fifth]]
+    return recorder, texts, status
+
+
+def assert_served_at_once(recorder: Recorder) -> None:
+    firsts = [recorder.position("first", i) for i in range(4)]
+    ends = [recorder.position("end", i) for i in range(4)]
+    assert max(firsts) < min(ends), recorder.events  # all four were generating together
+    assert recorder.position("first", 4) > min(ends), recorder.events  # the fifth waited for a free place
+
+
+# ---- llama-cpp -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("llama_cpp")
+    from corral.models.tiny_gguf import write_tiny_llama
+
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Backend]:
+    with running_backend("llama-cpp", tmp_path_factory.mktemp("llama-parallel")) as backend:
+        result = load(
+            backend, "tiny-par", ModelFile=str(tiny_model), ContextSize=1024, Options=["parallel:4"]
+        )
+        assert result.success, result.message
+        yield backend
+
+
+def test_four_llama_streams_run_together_a_fifth_waits_and_batching_changes_no_answer(llama: Backend) -> None:
+    requests = [request(i, 600) for i in range(5)]
+    expected = alone(llama, requests)
+    recorder, texts, status = four_then_a_fifth(llama, requests)
+    assert_served_at_once(recorder)
+    assert status.state == pb.StatusResponse.BUSY and status.corral_in_flight == 4
+    assert texts == expected
+    assert all(len(text) > 0 for text in texts)
+    assert llama.stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.READY
+
+
+def test_llama_calls_needing_the_whole_context_still_answer_beside_parallel_streams(llama: Backend) -> None:
+    """Logprobs read the context's logits: such a call waits for the running sequences, then runs alone."""
+    with ThreadPoolExecutor(3) as pool:
+        streams = [pool.submit(Recorder().read, llama.stub, request(i, 200), i) for i in range(2)]
+        scored = pool.submit(llama.stub.Predict, request(2, 8, logprobs=1), timeout=120)
+        reply = scored.result(timeout=120)
+        assert all(stream.result(timeout=120) for stream in streams)
+    assert reply.tokens == 8 and b'"top_logprobs"' in reply.logprobs
+    assert llama.stub.Predict(request(2, 8), timeout=60).message == reply.message
+
+
+def test_llama_parallel_keeps_each_request_to_its_context_window(llama: Backend) -> None:
+    error = rpc_error(llama.stub.Predict, pb.PredictOptions(EmbeddingTokens=[5] * 1024, Tokens=4))
+    assert error.code() == grpc.StatusCode.OUT_OF_RANGE and "context window is 1024" in error.details()
+    reply = llama.stub.Predict(
+        pb.PredictOptions(EmbeddingTokens=[5] * 1000, Tokens=100, IgnoreEOS=True), timeout=60
+    )
+    assert reply.tokens == 24  # cut at the end of its own window, not the context's 4 x 1024
+
+
+def test_a_cancelled_llama_stream_frees_its_place_for_the_next_request(llama: Backend) -> None:
+    recorder = Recorder()
+    with ThreadPoolExecutor(4) as pool:
+        long = [pool.submit(recorder.read, llama.stub, request(i, 900), i) for i in range(3)]
+        cancelled = llama.stub.PredictStream(request(3, 900), timeout=120)
+        assert next(cancelled).message  # it runs: the four places are taken
+        cancelled.cancel()
+        late = pool.submit(recorder.read, llama.stub, request(4, 4), 4)
+        late.result(timeout=120)
+        assert all(future.result(timeout=120) for future in long)
+    assert recorder.position("end", 4) < max(recorder.position("end", i) for i in range(3)), recorder.events
+
+
+def test_parallel_must_be_a_positive_whole_number(llama: Backend, tiny_model: Path) -> None:
+    try:
+        result = load(llama, "tiny-bad", ModelFile=str(tiny_model), Options=["parallel:four"])
+        assert not result.success and "option parallel must be a whole number" in result.message
+    finally:
+        assert load(
+            llama, "tiny-par", ModelFile=str(tiny_model), ContextSize=1024, Options=["parallel:4"]
+        ).success
+
+
+# ---- simulator -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with running_backend("simulator", tmp_path_factory.mktemp("sim-parallel")) as backend:
+        result = load(backend, "sim-par", Options=["parallel:4", "output_token_time_s:0.01"])
+        assert result.success, result.message
+        yield backend
+
+
+def test_four_simulated_streams_run_together_and_a_fifth_waits(simulator: Backend) -> None:
+    requests = [request(i, 40) for i in range(5)]
+    expected = alone(simulator, requests)
+    recorder, texts, status = four_then_a_fifth(simulator, requests)
+    assert_served_at_once(recorder)
+    assert status.state == pb.StatusResponse.BUSY and status.corral_in_flight == 4
+    assert texts == expected
+
+
+def test_the_simulator_serves_one_at_a_time_without_parallel(tmp_path: Path) -> None:
+    with running_backend("simulator", tmp_path) as backend:
+        assert load(backend, "sim-one", Options=["output_token_time_s:0.01"]).success
+        recorder = Recorder()
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(recorder.read, backend.stub, request(0, 20), 0)
+            assert recorder.first.setdefault(0, threading.Event()).wait(30)
+            second = pool.submit(recorder.read, backend.stub, request(1, 20), 1)
+            first.result(timeout=60), second.result(timeout=60)
+        assert recorder.position("end", 0) < recorder.position("first", 1), recorder.events
