@@ -9,6 +9,7 @@ from corral.config.agents import FrontendAgentSettings
 from corral.config.autoscale import FrontendAutoscaleSettings
 from corral.config.batches import FrontendBatchSettings
 from corral.config.breakers import FrontendBreakerSettings
+from corral.config.model_gallery import FrontendModelGallerySettings
 from corral.config.parse import (
     parse_bool,
     parse_duration_s,
@@ -187,6 +188,7 @@ class FrontendSettings(
     FrontendAutoscaleSettings,  # issue 25: autoscaling on load
     FrontendBatchSettings,  # issue 25: Files and Batch APIs
     FrontendTrafficSettings,  # issue 26: the traffic series
+    FrontendModelGallerySettings,  # issue 26: the model gallery
 ):
     """`corral run`."""
 

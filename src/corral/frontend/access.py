@@ -61,6 +61,10 @@ ADMIN_PREFIXES = (
     "/api/routes",
     "/api/usage",
     "/api/traffic",
+    "/api/gallery",  # issue 26: the model gallery (its reference routes below)
+    "/models/apply",
+    "/models/jobs",
+    "/models/galleries",
 )
 USER_PREFIXES = ("/v1/", "/tts")  # inference: /tts is the reference's speech route
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})

@@ -22,6 +22,7 @@ from corral.bus import client as bus
 from corral.config.frontend import FrontendSettings
 from corral.frontend.access import KeyCache
 from corral.frontend.admin.app import unhealthy_dropper
+from corral.frontend.admin.model_gallery import install_model_gallery
 from corral.frontend.app import build_app
 from corral.frontend.batch_runner import BatchRunner, BatchRunnerSettings
 from corral.frontend.cluster_figures import ClusterFigures
@@ -265,6 +266,7 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
             nc, pool, router.replicas.frontend_id, settings.traffic_sample_interval_s, router.replicas.all
         )
         await traffic.start()
+        state.model_gallery = install_model_gallery(state, settings, router.replicas.frontend_id)  # issue 26
         route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
         await route_sync.start()
         await agent_jobs.start()

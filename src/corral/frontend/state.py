@@ -7,7 +7,7 @@ optional parts are None: their routes are not installed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
 from nats.aio.client import Client
@@ -29,6 +29,9 @@ from corral.routing.router import Router
 from corral.staging.stager import StagingContext
 from corral.tenancy.ledger import UsageLedger
 from corral.tenancy.limits import Limits
+
+if TYPE_CHECKING:
+    from corral.frontend.admin.model_gallery import ModelGallery
 
 
 class AgentChats(Protocol):
@@ -73,6 +76,7 @@ class FrontendState:
     )
     routes: RouteTable = field(default_factory=RouteTable)  # model routes (issue 25), kept by route_sync
     traffic: TrafficSampler | None = None  # the last hour's traffic series, GET /api/traffic (issue 26)
+    model_gallery: ModelGallery | None = None  # /models/available, /models/apply (issue 26)
 
     def backend_op_settings(self) -> BackendOpSettings:
         """The node-operation timeouts (their routes are installed only with the backend-ops driver)."""

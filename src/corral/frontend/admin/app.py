@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from corral.frontend.access import AccessControl, ASGIApp, KeyCache
 from corral.frontend.admin.keys import build_keys_router
 from corral.frontend.admin.labels import build_admin_labels_router
+from corral.frontend.admin.model_gallery import build_model_gallery_router
 from corral.frontend.admin.nodes import build_admin_nodes_router
 from corral.frontend.admin.traffic import build_traffic_router
 from corral.frontend.metrics import build_metrics_router
@@ -37,6 +38,8 @@ def install_admin(app: FastAPI, state: FrontendState, cache: KeyCache) -> None:
     app.include_router(build_keys_router(state, on_revoked=cache.evict))
     app.include_router(build_metrics_router(state))
     app.include_router(build_traffic_router(state))  # issue 26: the Dashboard's series
+    if state.model_gallery is not None:  # issue 26: /models/available, /models/apply, /models/jobs
+        app.include_router(build_model_gallery_router(state, state.model_gallery))
 
 
 def unhealthy_dropper(router: Router) -> NodeListener:
