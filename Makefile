@@ -34,7 +34,7 @@ $(NODE_STAMP): package.json package-lock.json
 
 install: $(STAMP) $(NODE_STAMP)
 
-up: install
+up: $(STAMP)  # serving needs no npm: the UI ships its vendored files
 	$(VENV)/bin/corral up $(ARGS)
 
 lint: install
