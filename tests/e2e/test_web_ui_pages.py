@@ -102,6 +102,23 @@ def _gallery(root: Path) -> Path:
     return index
 
 
+def _model_gallery(root: Path) -> str:
+    """LOCALAI_GALLERIES: one local model gallery, a simulator model and its variant, each with a file beside it."""
+    directory = root / "model-gallery"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "weights.bin").write_bytes(b"gallery weights" * 1000)
+    (directory / "weights-q8.bin").write_bytes(b"q8" * 1000)
+    index = directory / "index.yaml"
+    index.write_text(
+        "- name: gallery-sim\n  description: a simulator model from a gallery\n  tags: [chat]\n"
+        "  config_file: {backend: simulator}\n  files: [{filename: gallery-sim.bin, uri: weights.bin}]\n"
+        "  variants: [{model: gallery-sim-q8}]\n"
+        "- name: gallery-sim-q8\n  config_file: {backend: simulator}\n"
+        "  files: [{filename: gallery-sim-q8.bin, uri: weights-q8.bin}]\n"
+    )
+    return json.dumps([{"name": "local", "url": str(index)}])
+
+
 @pytest.fixture(scope="module")
 def env(
     state_root: Path,
@@ -116,6 +133,7 @@ def env(
     c = Cluster(root=root, database_url=make_database(), nats_url=nats_url)
     write_sim_model(c.models_dir, "sim")
     write_sim_model(c.models_dir, "staged", file_bytes=4 * MIB)  # a known size: a sizing verdict
+    c.frontend_env["LOCALAI_GALLERIES"] = _model_gallery(root)
     try:
         c.start_frontend(*TIMEOUT_FLAGS)
         for name in ("gpu-a", "gpu-b"):
@@ -258,6 +276,22 @@ def test_the_gallery_names_the_node_a_model_fits_on_and_installs_it(page: Any, e
     placed = env.admin("GET", "/api/nodes/models").json()
     assert any(r["model_name"] == "staged" for r in placed)
     _shot(env, page, "33-gallery")
+
+
+def test_the_gallery_installs_a_model_from_a_configured_gallery(page: Any, env: Env) -> None:
+    _open(page, env, "/app/gallery")
+    budget = env.admin("GET", "/api/models").json()["cluster"]["node_name"]
+    card = page.locator("[data-testid=catalog-model][data-model=gallery-sim]")
+    sync_api.expect(card.locator("[data-testid=catalog-fit]")).to_have_text(f"Fits on {budget}")
+    sync_api.expect(
+        card.locator("[data-testid=catalog-variants] [data-variant=gallery-sim-q8]")
+    ).to_contain_text("Fits on")
+    card.locator("[data-testid=catalog-install]").click()
+    sync_api.expect(card.locator("[data-testid=catalog-done]")).to_be_visible(timeout=INSTALL_TIMEOUT_MS)
+    assert (env.cluster.models_dir / "gallery-sim.bin").read_bytes() == b"gallery weights" * 1000
+    configured = page.locator("[data-testid=gallery-model][data-model=gallery-sim]")
+    sync_api.expect(configured).to_be_visible(timeout=UI_TIMEOUT_MS)  # now a configured model too
+    _shot(env, page, "34-gallery-installed")
 
 
 def test_backends_install_on_two_nodes_with_the_strip_then_delete(page: Any, env: Env) -> None:

@@ -32,3 +32,28 @@ test("fit tones and install phases", () => {
   assert.equal(loadPhase({ state: "loaded" }), "ready");
   assert.equal(loadPhase({ state: "failed", error: "boom" }), "failed");
 });
+
+test("gallery models: search over name, description and tags, fitting ones first", async () => {
+  const { filterCatalog } = await import("../../src/corral/frontend/ui/js/pages/gallery.js");
+  const models = [
+    { id: "g@big", name: "big", fits: false, tags: ["chat"] },
+    { id: "g@tiny", name: "tiny", fits: true, description: "A small chat model", tags: ["chat"] },
+    { id: "g@embed", name: "embed", fits: null, tags: ["embeddings"] },
+  ];
+  assert.deepEqual(filterCatalog(models, "").map((m) => m.name), ["tiny", "embed", "big"]);
+  assert.deepEqual(filterCatalog(models, "small").map((m) => m.name), ["tiny"]);
+  assert.deepEqual(filterCatalog(models, "EMBEDDINGS").map((m) => m.name), ["embed"]);
+  assert.deepEqual(filterCatalog(undefined, "x"), []);
+});
+
+test("a gallery install job: its phase and the line it shows", async () => {
+  const { jobPhase, jobLine } = await import("../../src/corral/frontend/ui/js/pages/gallery.js");
+  assert.equal(jobPhase(null), "idle");
+  assert.equal(jobPhase({ processed: false }), "running");
+  assert.equal(jobPhase({ processed: true, error: null }), "done");
+  assert.equal(jobPhase({ processed: true, error: "sha256 mismatch" }), "failed");
+  const running = { processed: false, phase: "file 1 of 2", file_name: "tiny.gguf", downloaded_size: "1.0 MB", file_size: "4.2 MB" };
+  assert.equal(jobLine(running), "file 1 of 2 · tiny.gguf: 1.0 MB of 4.2 MB");
+  assert.equal(jobLine({ processed: false }), "starting…");
+  assert.equal(jobLine({ processed: true, error: "tiny.gguf: sha256 mismatch" }), "tiny.gguf: sha256 mismatch");
+});

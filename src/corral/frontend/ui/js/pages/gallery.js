@@ -1,15 +1,19 @@
-// Model gallery: the models this cluster offers (GET /api/models), each with the answer to "will it run here"
-// sized against the cluster — the largest single healthy backend node, its VRAM budget applied, a GPU node
-// before a CPU one — and naming that node ("Fits on dgx-01"); its variants (GET /api/models/variants/<id>:
-// the builds for other hardware, the recommended one marked) and an install that places and loads it
+// Model gallery, two sections. "From the galleries": the models the configured galleries offer
+// (GET /api/gallery/models: LOCALAI_GALLERIES, the reference's /models/available with the cluster sizing), each with
+// the answer to "will it run here" — sized against the largest single healthy backend node ("Fits on dgx-01") —
+// its variants (the other builds the index lists under `variants:`, each sized), and an install that downloads
+// its files into the models directory and writes its config (POST /models/apply), its progress read from
+// GET /models/jobs/<uuid>. "Configured": the models this cluster already has (GET /api/models), sized the same way,
+// their variants (GET /api/models/variants/<id>) and an install that places and loads one
 // (POST /api/model-configs/<name>/load) with its progress (GET /api/models/<name>/load-status).
 
 import { html, useEffect, useState } from "../lib.js";
-import { api, enc } from "../api.js";
+import { api, enc, optional } from "../api.js";
 import { bytes } from "../format.js";
 import { ActionButton, Bar, ErrorLine, notify, PageHead, Pill, usePoll } from "./kit.js";
 
 const LOAD_POLL_MS = 1000;
+const JOB_POLL_MS = 700;
 const MODELS_POLL_MS = 15_000;
 const NO_JOB_MISSES = 30; // polls without a load job nor a replica before an install is called failed
 
@@ -45,6 +49,100 @@ export function loadPhase(status) {
   if (status.state === "loaded" || status.state === "ready") return "ready";
   if (status.state === "failed" || status.error) return "failed";
   return "running";
+}
+
+// Gallery models matching a search (name, description, tag, gallery), fitting ones first.
+export function filterCatalog(models, query) {
+  const q = String(query || "").trim().toLowerCase();
+  const rank = (m) => (m.fits === true ? 0 : m.fits === null || m.fits === undefined ? 1 : 2);
+  return (models || [])
+    .filter((m) => !q || [m.name, m.description, m.id, ...(m.tags || [])].some((s) => String(s || "").toLowerCase().includes(q)))
+    .sort((a, b) => rank(a) - rank(b) || a.name.localeCompare(b.name));
+}
+
+// Where a gallery install stands (GET /models/jobs/<uuid>): running until processed, then done or failed.
+export function jobPhase(job) {
+  if (!job) return "idle";
+  if (!job.processed) return "running";
+  return job.error ? "failed" : "done";
+}
+
+// "file 1 of 2 · tiny.gguf: 1.0 MB of 4.2 MB" — what a running install is doing, from its job status.
+export function jobLine(job) {
+  if (!job) return "";
+  if (job.error) return job.error;
+  const sizes = job.downloaded_size ? `: ${job.downloaded_size}${job.file_size ? ` of ${job.file_size}` : ""}` : "";
+  const file = job.file_name ? `${job.file_name}${sizes}` : "starting…";
+  return job.phase && job.phase !== "done" ? `${job.phase} · ${file}` : file;
+}
+
+function CatalogVariants({ variants }) {
+  if (!variants || !variants.length) return null;
+  return html`<ul class="list variants" data-testid="catalog-variants">${variants.map((v) => html`<li key=${v.id} data-variant=${v.name}>
+    <div class="row between wrap"><b>${v.name}</b>
+      <span class=${`fit ${fitTone(v.fits)} small`}>${v.memory_bytes ? `${bytes(v.memory_bytes)} · ` : ""}${v.verdict}</span></div></li>`)}
+  </ul>`;
+}
+
+function CatalogCard({ model, onInstalled }) {
+  const [job, setJob] = useState(null);
+  const phase = jobPhase(job);
+  useEffect(() => {
+    if (phase !== "running") return undefined;
+    const timer = setTimeout(async () => {
+      try {
+        const next = await api(`/models/jobs/${enc(job.uuid)}`);
+        setJob({ ...next, uuid: job.uuid });
+        if (next.processed && !next.error) onInstalled();
+      } catch (err) {
+        setJob({ ...job, processed: true, error: err.message });
+      }
+    }, JOB_POLL_MS);
+    return () => clearTimeout(timer);
+  }, [job, phase, onInstalled]);
+  const install = async () => {
+    const answer = await api("/models/apply", { method: "POST", body: { id: model.id } });
+    setJob({ uuid: answer.uuid, processed: false, progress: 0 });
+    notify(`Installing ${model.name} from ${model.gallery.name}…`, "ok");
+  };
+  const blocked = !model.installable ? model.problem : model.fits === false ? model.verdict : undefined;
+  const installed = phase === "done" || (model.installed && phase === "idle");
+  return html`<article class="panel gallery-card" data-testid="catalog-model" data-model=${model.name} data-id=${model.id}
+      data-fits=${String(model.fits)}>
+    <header class="panel-head"><h2>${model.name}</h2><span class="muted small">${model.gallery.name}${model.license ? ` · ${model.license}` : ""}</span></header>
+    <div class="stack">
+      ${model.description ? html`<p class="small">${model.description}</p>` : null}
+      ${(model.tags || []).length ? html`<div class="chips">${model.tags.map((t) => html`<span class="tag" key=${t}>${t}</span>`)}</div>` : null}
+      <div class="row between wrap"><span class="muted small">${model.files.length} file(s)${model.memory_bytes ? ` · ${bytes(model.memory_bytes)}` : ""}${model.backend ? ` · ${model.backend}` : ""}</span>
+        <span class=${`fit ${fitTone(model.fits)}`} data-testid="catalog-fit">${model.verdict || ""}</span></div>
+      ${phase === "running" || phase === "failed" ? html`<div class="stack small" data-testid="catalog-progress" data-state=${phase}>
+          <div class="row between"><${Pill} status=${phase === "failed" ? "failed" : job.status || "pending"} />
+            <span class="muted">${Math.round(job.progress || 0)}%</span></div>
+          <${Bar} pct=${job.progress} label=${`install of ${model.name}`} tone=${phase === "failed" ? "danger" : "info"} />
+          <p class=${phase === "failed" ? "form-error small" : "muted small"} data-testid="catalog-job-line">${jobLine(job)}</p></div>` : null}
+      <div class="row">
+        ${installed ? html`<span data-testid="catalog-done"><${Pill} status="ok" label="installed" /></span>` : null}
+        <${ActionButton} label=${phase === "failed" ? "Retry install" : installed ? "Reinstall" : "Install"} kind="primary small"
+          testid="catalog-install" run=${install} disabled=${phase === "running" || Boolean(blocked)} title=${blocked} />
+      </div>
+      <${CatalogVariants} variants=${model.variants} />
+    </div></article>`;
+}
+
+function Catalog({ query, onInstalled }) {
+  const { data, error, reload } = usePoll(() => optional("/api/gallery/models"), MODELS_POLL_MS);
+  if (error) return html`<${ErrorLine} error=${error} />`;
+  if (data === undefined) return html`<p class="empty">Reading the galleries…</p>`;
+  if (data === null || (!data.galleries.length && !data.errors.length)) {
+    return html`<p class="empty" data-testid="catalog-none">No model gallery is configured: set LOCALAI_GALLERIES (--galleries).</p>`;
+  }
+  const models = filterCatalog(data.models, query);
+  const installed = () => { reload(); onInstalled(); };
+  return html`<div class="stack" data-testid="gallery-catalog">
+    ${data.errors.map((e) => html`<div class="callout danger small" role="alert" data-testid="gallery-error" data-gallery=${e.gallery} key=${e.gallery}>${e.error}</div>`)}
+    ${models.length ? html`<div class="grid cards">${models.map((m) => html`<${CatalogCard} key=${m.id} model=${m} onInstalled=${installed} />`)}</div>`
+      : html`<p class="empty">${data.models.length ? "No gallery model matches." : "The galleries list no model."}</p>`}
+  </div>`;
 }
 
 function Variants({ name }) {
@@ -110,7 +208,7 @@ function ModelCard({ model, loaded }) {
 }
 
 export default function GalleryPage() {
-  const { data, error } = usePoll(async () => {
+  const { data, error, reload } = usePoll(async () => {
     const [models, placed] = await Promise.all([api("/api/models"), api("/api/nodes/models").catch(() => [])]);
     return { ...models, placed: new Set((placed || []).map((r) => r.model_name)) };
   }, MODELS_POLL_MS);
@@ -118,17 +216,20 @@ export default function GalleryPage() {
   const [capability, setCapability] = useState("");
   const models = filterModels(data && data.models, query, capability);
   return html`<div class="stack gallery" data-testid="gallery">
-    <${PageHead} title="Model gallery" subtitle="Will it run here? Every model sized against the cluster, with its variants; install places and loads it." />
+    <${PageHead} title="Model gallery" subtitle="Will it run here? Every model sized against the cluster, with its variants; install downloads or loads it." />
     <${ErrorLine} error=${error} />
-    ${data ? html`<p class="callout" data-testid="budget">${budgetLine(data.cluster)}</p>
-      <div class="row wrap toolbar">
-        <input type="search" placeholder="Search models" aria-label="Search models" value=${query} onInput=${(e) => setQuery(e.currentTarget.value)} />
-        <select aria-label="Capability" value=${capability} onChange=${(e) => setCapability(e.currentTarget.value)}>
-          <option value="">Every capability</option>
-          ${allCapabilities(data.models).map((c) => html`<option key=${c} value=${c}>${c}</option>`)}</select>
-      </div>
-      ${models.length ? html`<div class="grid cards">${models.map((m) => html`<${ModelCard} key=${m.name} model=${m} loaded=${data.placed.has(m.name)} />`)}</div>`
-        : html`<p class="empty">${data.models.length ? "No model matches." : "No model is configured. Add a YAML file to the models directory."}</p>`}`
-      : error ? null : html`<p class="empty">Reading models…</p>`}
+    ${data ? html`<p class="callout" data-testid="budget">${budgetLine(data.cluster)}</p>` : null}
+    <div class="row wrap toolbar">
+      <input type="search" placeholder="Search models" aria-label="Search models" value=${query} onInput=${(e) => setQuery(e.currentTarget.value)} />
+      ${data ? html`<select aria-label="Capability" value=${capability} onChange=${(e) => setCapability(e.currentTarget.value)}>
+        <option value="">Every capability</option>
+        ${allCapabilities(data.models).map((c) => html`<option key=${c} value=${c}>${c}</option>`)}</select>` : null}
+    </div>
+    <section class="stack" aria-labelledby="gallery-from"><h2 id="gallery-from">From the galleries</h2>
+      <${Catalog} query=${query} onInstalled=${reload} /></section>
+    <section class="stack" aria-labelledby="gallery-configured"><h2 id="gallery-configured">Configured</h2>
+    ${data ? (models.length ? html`<div class="grid cards">${models.map((m) => html`<${ModelCard} key=${m.name} model=${m} loaded=${data.placed.has(m.name)} />`)}</div>`
+        : html`<p class="empty">${data.models.length ? "No model matches." : "No model is configured. Add a YAML file to the models directory, or install one from a gallery."}</p>`)
+      : error ? null : html`<p class="empty">Reading models…</p>`}</section>
   </div>`;
 }
