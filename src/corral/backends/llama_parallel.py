@@ -23,8 +23,10 @@ slots with continuous batching; this is the same thing on llama-cpp-python's low
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
+import heapq
 import logging
 import queue
 import threading
@@ -118,9 +120,10 @@ class BatchLoop:
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
         self._memory = llama_cpp.llama_get_memory(llm.ctx)
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._free_ids: deque[int] = deque(range(slots))
+        self._free_ids = list(range(slots))  # a heap: the lowest free id first
         self._waiting: deque[SequenceRequest] = deque()
         self._running: list[_Sequence] = []
+        self._prefill_order: list[int] = []  # seq ids still prefilling, in arrival order
         self._cond = threading.Condition()
         self._exclusive_wanted = 0
         self._exclusive_held = False
@@ -242,14 +245,17 @@ class BatchLoop:
         """Waiting requests take free slots in arrival order (none while a caller waits for the whole context)."""
         while self._waiting and self._free_ids and not self._exclusive_wanted and not self._exclusive_held:
             request = self._waiting.popleft()
-            seq_id = self._free_ids.popleft()
+            seq_id = heapq.heappop(self._free_ids)
             llama_cpp.llama_memory_seq_rm(
                 self._memory, seq_id, -1, -1
             )  # whatever an exclusive call left there
             try:
-                self._running.append(_Sequence(self, request, seq_id))
+                # kept in seq id order: llama.cpp splits a batch whose sequences come out of order into more
+                # micro-batches (measured slower); prompt chunks still go in arrival order (`_prefill_order`)
+                bisect.insort(self._running, _Sequence(self, request, seq_id), key=lambda s: s.seq_id)
+                self._prefill_order.append(seq_id)
             except Exception as exc:
-                self._free_ids.append(seq_id)
+                heapq.heappush(self._free_ids, seq_id)
                 request.pieces.put(exc)
                 request.ended.set()
 
@@ -279,9 +285,11 @@ class BatchLoop:
         batch index of each prompt's last token (its logits give the first generated token)."""
         outputs: list[tuple[_Sequence, int]] = []
         room = self._n_batch - self._batch.n_tokens
-        for sequence in self._running:
-            if not sequence.prefilling or room <= 0:
-                continue
+        by_id = {sequence.seq_id: sequence for sequence in self._running}
+        for seq_id in list(self._prefill_order):
+            sequence = by_id[seq_id]
+            if room <= 0:
+                break
             prompt = sequence.request.prompt
             chunk = prompt[sequence.fed : sequence.fed + room]
             for offset, token in enumerate(chunk):
@@ -291,6 +299,8 @@ class BatchLoop:
                     outputs.append((sequence, index))
             sequence.fed += len(chunk)
             room -= len(chunk)
+            if not sequence.prefilling:
+                self._prefill_order.remove(seq_id)
         return outputs
 
     def _add(self, sequence: _Sequence, token: int, *, logits: bool) -> int:
@@ -336,6 +346,8 @@ class BatchLoop:
         request.pieces.put(error)
         with self._cond:
             self._running.remove(sequence)
-            self._free_ids.append(sequence.seq_id)
+            heapq.heappush(self._free_ids, sequence.seq_id)
+            if sequence.seq_id in self._prefill_order:
+                self._prefill_order.remove(sequence.seq_id)
             self._cond.notify_all()
         request.ended.set()

@@ -71,7 +71,8 @@ def alone(backend: Backend, requests: list[pb.PredictOptions]) -> list[bytes]:
 def four_then_a_fifth(
     backend: Backend, requests: list[pb.PredictOptions]
 ) -> tuple[Recorder, list[bytes], pb.StatusResponse]:
-    """Four streams at once; once each has its first token (all four places taken), a fifth."""
+    """Four streams at once; once each has its first token (all four places taken), a fifth. Returns the Status
+    seen once the fifth reached the backend: five calls in flight while at most four run, so one is waiting."""
     recorder = Recorder()
     for index in range(5):
         recorder.first[index] = threading.Event()
@@ -79,17 +80,21 @@ def four_then_a_fifth(
         running = [pool.submit(recorder.read, backend.stub, requests[i], i) for i in range(4)]
         for index in range(4):
             assert recorder.first[index].wait(60), f"stream {index} sent nothing"
-        status = backend.stub.Status(pb.HealthMessage(), timeout=5)
         fifth = pool.submit(recorder.read, backend.stub, requests[4], 4)
+        status = backend.stub.Status(pb.HealthMessage(), timeout=5)
+        while status.corral_in_flight < 5 and not any(what == "end" for what, _ in recorder.events):
+            status = backend.stub.Status(pb.HealthMessage(), timeout=5)  # until the fifth has arrived
         texts = [future.result(timeout=120) for future in [*running, fifth]]
     return recorder, texts, status
 
 
-def assert_served_at_once(recorder: Recorder) -> None:
+def assert_served_at_once(recorder: Recorder, status: pb.StatusResponse) -> None:
     firsts = [recorder.position("first", i) for i in range(4)]
     ends = [recorder.position("end", i) for i in range(4)]
     assert max(firsts) < min(ends), recorder.events  # all four were generating together
-    assert recorder.position("first", 4) > min(ends), recorder.events  # the fifth waited for a free place
+    # the fifth reached the backend while the four ran, and waited: five in flight, every place taken
+    assert status.corral_in_flight == 5 and status.state == pb.StatusResponse.BUSY, (status, recorder.events)
+    assert recorder.position("first", 4) > max(firsts), recorder.events
 
 
 # ---- llama-cpp -------------------------------------------------------------------------------
@@ -117,8 +122,7 @@ def test_four_llama_streams_run_together_a_fifth_waits_and_batching_changes_no_a
     requests = [request(i, 600) for i in range(5)]
     expected = alone(llama, requests)
     recorder, texts, status = four_then_a_fifth(llama, requests)
-    assert_served_at_once(recorder)
-    assert status.state == pb.StatusResponse.BUSY and status.corral_in_flight == 4
+    assert_served_at_once(recorder, status)
     assert texts == expected
     assert all(len(text) > 0 for text in texts)
     assert llama.stub.Status(pb.HealthMessage(), timeout=5).state == pb.StatusResponse.READY
@@ -182,8 +186,7 @@ def test_four_simulated_streams_run_together_and_a_fifth_waits(simulator: Backen
     requests = [request(i, 40) for i in range(5)]
     expected = alone(simulator, requests)
     recorder, texts, status = four_then_a_fifth(simulator, requests)
-    assert_served_at_once(recorder)
-    assert status.state == pb.StatusResponse.BUSY and status.corral_in_flight == 4
+    assert_served_at_once(recorder, status)
     assert texts == expected
 
 

