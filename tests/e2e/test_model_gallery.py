@@ -33,6 +33,7 @@ class SlowFiles(http.server.BaseHTTPRequestHandler):
 
     files: dict[str, bytes] = {}
     pause_s = 0.4
+    slow_pause_s = 3.0  # slow.bin: long enough to stop its frontend mid download
 
     def do_GET(self) -> None:
         data = self.files.get(self.path.lstrip("/"))
@@ -45,7 +46,7 @@ class SlowFiles(http.server.BaseHTTPRequestHandler):
         for start in range(0, len(data), MIB):
             self.wfile.write(data[start : start + MIB])
             self.wfile.flush()
-            time.sleep(self.pause_s)
+            time.sleep(self.slow_pause_s if self.path == "/slow.bin" else self.pause_s)
 
     def log_message(self, *_args: Any) -> None:
         pass
@@ -73,6 +74,7 @@ def gallery_dir(state_root: Path, served: str) -> Path:
     (root / "files").mkdir(parents=True)
     chat = bytes(range(256)) * (CHUNKS * MIB // 256)
     SlowFiles.files["tiny-chat.bin"] = chat
+    SlowFiles.files["slow.bin"] = chat
     q8 = b"q8 weights" * 1000
     (root / "files" / "q8.bin").write_bytes(q8)
     (root / "files" / "good.bin").write_bytes(b"genuine")
@@ -137,6 +139,11 @@ def gallery_dir(state_root: Path, served: str) -> Path:
             "config_file": simulator,
             "files": [{"filename": "link.bin", "uri": "files/good.bin"}],
         },
+        {
+            "name": "slow",
+            "config_file": simulator,
+            "files": [{"filename": "slow.bin", "uri": f"{served}/slow.bin"}],
+        },
         {"name": "big", "config_file": simulator, "files": [{"filename": "big.bin", "uri": "files/big.bin"}]},
     ]
     (root / "index.yaml").write_text(yaml.safe_dump(entries))
@@ -172,14 +179,16 @@ def _apply(c: Cluster, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{c.frontend_url}/models/apply", json=body, headers=c.admin_headers, timeout=30)
 
 
-def _wait_job(c: Cluster, uuid: str, seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    for _ in range(600):
+def _wait_job(
+    c: Cluster, uuid: str, seen: list[dict[str, Any]] | None = None, poll_s: float = 0.05
+) -> dict[str, Any]:
+    for _ in range(int(60 / poll_s)):
         job = _get(c, f"/models/jobs/{uuid}")
         if seen is not None:
             seen.append(job)
         if job["processed"]:
             return dict(job)
-        time.sleep(0.05)
+        time.sleep(poll_s)
     raise AssertionError(f"job {uuid} did not finish: {job}")
 
 
@@ -292,12 +301,13 @@ def test_hostile_entries_are_refused_before_anything_is_written(
 
 def test_bad_requests_are_400s_naming_the_field(cluster: Cluster) -> None:
     c = cluster
-    for body, field in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({}, "id"),
         ({"id": "test@tiny-chat", "name": "../etc"}, "name"),
         ({"id": "test@tiny-chat", "overrides": [1]}, "overrides"),
         ({"id": "test@tiny-chat", "overrides": {"backend": "../x"}}, "config_file"),
-    ]:
+    ]
+    for body, field in cases:
         answer = _apply(c, body)
         assert answer.status_code == 400, (body, answer.text)
         assert answer.json()["error"]["param"] == field, (body, answer.text)
@@ -340,3 +350,25 @@ def test_apply_and_jobs_are_admin_only(cluster: Cluster) -> None:
     assert (
         httpx.get(f"{url}/models/jobs/00000000-0000-0000-0000-000000000000", headers=user).status_code == 403
     )
+
+
+def test_a_job_whose_frontend_died_fails_clearly_and_leaves_no_partial_file(cluster: Cluster) -> None:
+    """Last: it kills the module's frontend (SIGKILL, mid download) and starts another on the same database."""
+    c = cluster
+    answer = _apply(c, {"id": "test@slow"})
+    assert answer.status_code == 200, answer.text
+    uuid = answer.json()["uuid"]
+    for _ in range(200):
+        job = _get(c, f"/models/jobs/{uuid}")
+        if job["downloaded_size"]:
+            break
+        time.sleep(0.05)
+    assert not job["processed"] and job["file_name"] == "slow.bin", job
+    assert list(c.models_dir.glob(f".gallery-{uuid}-*"))  # the partial file, mid download
+    assert c.frontend is not None
+    c.frontend.popen.kill()
+    c.frontend.popen.wait()
+    c.start_frontend("--model-gallery-max-download", "5MiB")
+    job = _wait_job(c, uuid, poll_s=1.0)  # failed once no frontend touched it for 30 s
+    assert job["status"] == "failed" and "stopped" in job["error"] and "apply again" in job["error"], job
+    assert not list(c.models_dir.glob(".gallery-*")) and not (c.models_dir / "slow.bin").exists()

@@ -42,6 +42,7 @@ from corral.gallery.index import GalleryError, GalleryRef, is_url, parse_galleri
 
 INDEX_MAX_ENTRIES = 50_000
 EXPANDED_NODES_MAX = 2_000_000  # values an index may hold once YAML aliases are expanded
+CONFIG_VALUES_MAX = 10_000  # values one entry's config_file or overrides may hold (a model config has ~50)
 FILE_NAME_MAX_BYTES = 255
 CONFIG_SUFFIXES = (".yaml", ".yml")
 SHA256_HEX_CHARS = 64
@@ -117,6 +118,13 @@ class ModelEntry(BaseModel):
     overrides: dict[str, Any] = {}
     files: list[ModelFile] = []
     variants: list[Variant] = []
+
+    @field_validator("config_file", "overrides")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if _expanded_size(value, CONFIG_VALUES_MAX) > CONFIG_VALUES_MAX:
+            raise ValueError(f"holds more than {CONFIG_VALUES_MAX} values (YAML aliases?); refused")
+        return value
 
     @field_validator("config_file", mode="before")
     @classmethod

@@ -342,22 +342,27 @@ def job_status(row: asyncpg.Record) -> dict[str, Any]:
 
 @dataclass
 class _Sizing:
+    """What every verdict of one listing is computed from (a snapshot: the listing runs in a thread)."""
+
     nodes: list[NodeMemory]
     rules: list[SchedulingRule]
     overall: ClusterBudget | None
     local_bytes: int
+    configured: frozenset[str]
+    aliases: dict[str, str]
 
 
-def _selector(state: FrontendState, model: GalleryModel, rules: list[SchedulingRule]) -> dict[str, str]:
+def _selector(sizing: _Sizing, model: GalleryModel) -> dict[str, str]:
     """The node_selector the installed config would have, with its governing rule's (as resources.py)."""
     raw = model_config(model, model.entry.name, {}, {}).get("node_selector")
     own = {str(k): "" if v is None else str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-    rule = governing_rule(model.entry.name, rules, lambda n: resolve(n, set(state.configs), state.aliases))
+    known = set(sizing.configured)
+    rule = governing_rule(model.entry.name, sizing.rules, lambda n: resolve(n, known, sizing.aliases))
     return {**own, **(rule.node_selector if rule else {})}
 
 
-def _fit(state: FrontendState, sizing: _Sizing, model: GalleryModel, need: int) -> dict[str, Any]:
-    budget = cluster_budget(sizing.nodes, _selector(state, model, sizing.rules)) if sizing.overall else None
+def _fit(sizing: _Sizing, model: GalleryModel, need: int) -> dict[str, Any]:
+    budget = cluster_budget(sizing.nodes, _selector(sizing, model)) if sizing.overall else None
     answer = verdict(need, budget, sizing.local_bytes)
     if sizing.overall and budget is None:
         answer.update(fits=False, fits_on=None, verdict="no healthy node matches its node_selector")
@@ -366,11 +371,11 @@ def _fit(state: FrontendState, sizing: _Sizing, model: GalleryModel, need: int) 
     return answer
 
 
-def _entry_json(state: FrontendState, gallery: ModelGallery, model: GalleryModel) -> dict[str, Any]:
+def _entry_json(sizing: _Sizing, roots: list[Path], model: GalleryModel) -> dict[str, Any]:
     e = model.entry
     problem = None
     try:
-        plan_files(model, gallery.roots)
+        plan_files(model, roots)
     except InstallError as exc:
         problem = str(exc)
     config = model_config(model, e.name, {}, {})
@@ -385,11 +390,48 @@ def _entry_json(state: FrontendState, gallery: ModelGallery, model: GalleryModel
         "tags": e.tags,
         "files": [{"filename": f.filename, "uri": f.uri, "sha256": f.sha256} for f in e.files],
         "gallery": {"name": model.gallery.name, "url": model.gallery.url},
-        "installed": e.name in state.configs,
+        "installed": e.name in sizing.configured,
         "backend": str(config.get("backend") or ""),
         "installable": problem is None,
         "problem": problem,
     }
+
+
+def _entries(gallery: ModelGallery, models: list[GalleryModel], sizing: _Sizing) -> list[dict[str, Any]]:
+    """Every model's listing entry with its verdict and its variants' (blocking: stats local files)."""
+    needs = {m.id: gallery.memory_bytes(m) for m in models}
+    by_id: dict[str, GalleryModel] = {}
+    by_name: dict[tuple[str, str], GalleryModel] = {}
+    for m in models:
+        by_id.setdefault(m.id.lower(), m)
+        by_name.setdefault((m.gallery.name, m.entry.name.lower()), m)
+        by_name.setdefault(("", m.entry.name.lower()), m)
+    entries = []
+    for model in models:
+        need = needs[model.id]
+        entry = {
+            **_entry_json(sizing, gallery.roots, model),
+            "memory_bytes": need,
+            **_fit(sizing, model, need),
+        }
+        variants = []
+        for ref in model.entry.variants:
+            key = ref.model.lower()
+            target = by_id.get(key) or by_name.get((model.gallery.name, key)) or by_name.get(("", key))
+            if target is None or target.id == model.id:
+                continue
+            size = needs[target.id]
+            variants.append(
+                {
+                    "id": target.id,
+                    "name": target.entry.name,
+                    "memory_bytes": size,
+                    **_fit(sizing, target, size),
+                }
+            )
+        entry["variants"] = variants
+        entries.append(entry)
+    return entries
 
 
 async def listing(
@@ -398,34 +440,15 @@ async def listing(
     models, errors = await gallery.all_models()
     registry = await read_registry(state)
     nodes, rules = registry if registry else ([], [])
-    sizing = _Sizing(nodes, rules, cluster_budget(nodes), local_fields()["ram_total"])
-    needs = await asyncio.to_thread(lambda: [gallery.memory_bytes(m) for m in models])  # stats local files
-    need_of = {m.id: need for m, need in zip(models, needs, strict=True)}
-    entries = []
-    for model, need in zip(models, needs, strict=True):
-        entry = {
-            **_entry_json(state, gallery, model),
-            "memory_bytes": need,
-            **_fit(state, sizing, model, need),
-        }
-        variants = []
-        for ref in model.entry.variants:
-            target = gallery.find(
-                [m for m in models if m.gallery == model.gallery], ref.model
-            ) or gallery.find(models, ref.model)
-            if target is None or target.id == model.id:
-                continue
-            size = need_of[target.id]
-            variants.append(
-                {
-                    "id": target.id,
-                    "name": target.entry.name,
-                    "memory_bytes": size,
-                    **_fit(state, sizing, target, size),
-                }
-            )
-        entry["variants"] = variants
-        entries.append(entry)
+    sizing = _Sizing(
+        nodes,
+        rules,
+        cluster_budget(nodes),
+        local_fields()["ram_total"],
+        frozenset(state.configs),
+        dict(state.aliases),
+    )
+    entries = await asyncio.to_thread(_entries, gallery, models, sizing)  # a large index: off the loop
     return entries, errors, sizing.overall
 
 
