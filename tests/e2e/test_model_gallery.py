@@ -352,12 +352,10 @@ def test_apply_and_jobs_are_admin_only(cluster: Cluster) -> None:
     )
 
 
-def test_a_job_whose_frontend_died_fails_clearly_and_leaves_no_partial_file(cluster: Cluster) -> None:
-    """Last: it kills the module's frontend (SIGKILL, mid download) and starts another on the same database."""
-    c = cluster
+def _start_slow_install(c: Cluster) -> str:
     answer = _apply(c, {"id": "test@slow"})
     assert answer.status_code == 200, answer.text
-    uuid = answer.json()["uuid"]
+    uuid = str(answer.json()["uuid"])
     for _ in range(200):
         job = _get(c, f"/models/jobs/{uuid}")
         if job["downloaded_size"]:
@@ -365,6 +363,26 @@ def test_a_job_whose_frontend_died_fails_clearly_and_leaves_no_partial_file(clus
         time.sleep(0.05)
     assert not job["processed"] and job["file_name"] == "slow.bin", job
     assert list(c.models_dir.glob(f".gallery-{uuid}-*"))  # the partial file, mid download
+    return uuid
+
+
+def test_a_job_whose_frontend_stops_fails_at_once_naming_it(cluster: Cluster) -> None:
+    """Near the end: it stops the module's frontend (SIGTERM, mid download) and starts another."""
+    c = cluster
+    uuid = _start_slow_install(c)
+    assert c.frontend is not None
+    c.frontend.stop()
+    c.start_frontend("--model-gallery-max-download", "5MiB")
+    job = _get(c, f"/models/jobs/{uuid}")
+    assert job["processed"] and job["status"] == "failed", job
+    assert "frontend stopped during the install" in job["error"], job
+    assert not list(c.models_dir.glob(".gallery-*")) and not (c.models_dir / "slow.bin").exists()
+
+
+def test_a_job_whose_frontend_died_fails_clearly_and_leaves_no_partial_file(cluster: Cluster) -> None:
+    """Last: it kills the module's frontend (SIGKILL, mid download) and starts another on the same database."""
+    c = cluster
+    uuid = _start_slow_install(c)
     assert c.frontend is not None
     c.frontend.popen.kill()
     c.frontend.popen.wait()

@@ -267,6 +267,8 @@ async def build_frontend(settings: FrontendSettings, stop: asyncio.Event) -> Asy
         )
         await traffic.start()
         state.model_gallery = install_model_gallery(state, settings, router.replicas.frontend_id)  # issue 26
+        if state.model_gallery is not None:  # closed before PostgreSQL: its running installs fail, named
+            stack.push_async_callback(state.model_gallery.close)
         route_sync = RouteSync(pool, nc, state.routes)  # issue 25: model routes, kept fresh on every frontend
         await route_sync.start()
         await agent_jobs.start()

@@ -11,8 +11,9 @@ reference's gallery models:
       files:                              # downloaded into the models directory
         - filename: phi-2.Q4_K_M.gguf     # a plain file name: no '/', '\\', '..', NUL, leading '.', no
                                           # .yaml/.yml (model configs live there), at most 255 bytes
-          uri: https://host/phi-2.Q4_K_M.gguf   # http(s), or file:// / a path / a name relative to a
-                                          # local index: only inside a configured local gallery's folder
+          uri: https://host/phi-2.Q4_K_M.gguf   # http(s), huggingface://<owner>/<repo>/<path>[@<branch>],
+                                          # or file:// / a path / a name relative to a local index:
+                                          # only inside a configured local gallery's folder
           sha256: 3f2a...                 # optional; a mismatch fails the install and deletes the file
           size: 1.6GiB                    # optional (corral): sizes the model before it is downloaded
       variants: [{model: phi-2-q8}]       # other entries (by name or gallery@name) building the same model
@@ -46,6 +47,7 @@ CONFIG_VALUES_MAX = 10_000  # values one entry's config_file or overrides may ho
 FILE_NAME_MAX_BYTES = 255
 CONFIG_SUFFIXES = (".yaml", ".yml")
 SHA256_HEX_CHARS = 64
+HUGGINGFACE = "https://huggingface.co"
 
 
 def file_name_problem(name: object) -> str | None:
@@ -233,6 +235,8 @@ def file_location(gallery: GalleryRef, uri: str, roots: list[Path]) -> str:
     scheme = urlparse(uri).scheme
     if scheme in ("http", "https"):
         return uri
+    if scheme in ("huggingface", "hf"):
+        return huggingface_url(uri)
     if scheme not in ("", "file"):
         raise LocationRefused(
             f"scheme {scheme!r} is not downloaded: use http(s), or file:// inside a configured gallery's folder"
@@ -250,6 +254,16 @@ def file_location(gallery: GalleryRef, uri: str, roots: list[Path]) -> str:
             f"{uri!r} is outside every configured local gallery's folder ({GALLERIES_KNOB}); refused"
         )
     return str(real)
+
+
+def huggingface_url(uri: str) -> str:
+    """`huggingface://<owner>/<repo>/<path>[@<branch>]` (the reference's file uris) as its https download URL."""
+    rest = uri.split("://", 1)[1]
+    rest, _, branch = rest.partition("@")
+    parts = rest.split("/", 2)
+    if len(parts) < 3 or not all(parts) or ".." in parts[2].split("/"):
+        raise LocationRefused(f"{uri!r} must be huggingface://<owner>/<repo>/<path>[@<branch>]")
+    return f"{HUGGINGFACE}/{parts[0]}/{parts[1]}/resolve/{branch or 'main'}/{parts[2]}"
 
 
 def base_config_location(gallery: GalleryRef, url: str, roots: list[Path]) -> str:

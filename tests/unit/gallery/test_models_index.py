@@ -131,6 +131,16 @@ def test_file_locations_stay_inside_the_gallery_folders(tmp_path: Path) -> None:
     ):
         with pytest.raises(LocationRefused):
             file_location(local, uri, roots)
+    assert file_location(local, "huggingface://TheBloke/phi-2-GGUF/phi-2.Q4_K_M.gguf", roots) == (
+        "https://huggingface.co/TheBloke/phi-2-GGUF/resolve/main/phi-2.Q4_K_M.gguf"
+    )
+    assert (
+        file_location(remote, "hf://o/r/sub/f.gguf@v2", roots)
+        == "https://huggingface.co/o/r/resolve/v2/sub/f.gguf"
+    )
+    for uri in ("huggingface://o/r", "huggingface://o/r/../x"):
+        with pytest.raises(LocationRefused):
+            file_location(local, uri, roots)
     assert base_config_location(local, "github:mudler/LocalAI/gallery/virtual.yaml@master", roots) == (
         "https://raw.githubusercontent.com/mudler/LocalAI/master/gallery/virtual.yaml"
     )

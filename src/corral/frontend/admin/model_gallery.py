@@ -306,6 +306,13 @@ class ModelGallery:
             finally:
                 await debouncer.flush()
 
+    async def close(self) -> None:
+        """This frontend stops: its running installs fail now, naming why (while PostgreSQL is still open)."""
+        tasks = list(self.running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def fail_if_stale(self, job_id: str) -> None:
         """A job whose frontend stopped heart-beating: failed, its partial files removed."""
         if job_id in self.running:
