@@ -363,6 +363,8 @@ def _start_slow_install(c: Cluster) -> str:
         time.sleep(0.05)
     assert not job["processed"] and job["file_name"] == "slow.bin", job
     assert list(c.models_dir.glob(f".gallery-{uuid}-*"))  # the partial file, mid download
+    live = _get(c, "/api/operations")["operations"]  # what the operations strip shows
+    assert any(op["id"] == uuid and op["taskType"] == "model_install" for op in live), live
     return uuid
 
 

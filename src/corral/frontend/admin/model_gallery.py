@@ -21,6 +21,10 @@ Routes, as the reference's (wire-compatible names and fields):
   `gallery_element_name` — plus `status` and `phase`. `GET /models/jobs`: every recent install.
 - `GET /models/galleries` (admin): the configured galleries.
 
+The files land in this frontend's models directory (`LOCALAI_MODELS_PATH`), where loads stage model files
+to workers from; the config reaches every frontend through PostgreSQL, the files do not, so frontends on
+separate hosts need that directory shared to load the model from any of them.
+
 A job is a `model_install` row of the activity record (`gallery_operations`), so the operations strip
 and Activity page show it and every frontend answers its status. Its frontend touches the row every
 `HEARTBEAT_S`; a job nobody touched for `STALE_S` (its frontend stopped or died) is failed when
