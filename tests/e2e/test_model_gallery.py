@@ -335,6 +335,42 @@ def test_a_file_past_the_download_cap_stops_naming_the_setting(cluster: Cluster)
     assert not (c.models_dir / "big.bin").exists() and not list(c.models_dir.glob(".gallery-*"))
 
 
+@pytest.mark.parametrize(
+    ("galleries", "named"),
+    [
+        ("broken", ["gallery 'broken'", "not valid YAML", "gallery 'wrong'", "files.0.filename"]),
+        ('[{"name": "x"', ["LOCALAI_GALLERIES", "JSON list"]),
+    ],
+)
+def test_no_readable_gallery_is_a_502_naming_each_fault(
+    cluster: Cluster, gallery_dir: Path, galleries: str, named: list[str]
+) -> None:
+    c = cluster
+    if galleries == "broken":
+        galleries = json.dumps(
+            [
+                {"name": "broken", "url": str(gallery_dir / "broken.yaml")},
+                {"name": "wrong", "url": str(gallery_dir / "wrong.yaml")},
+            ]
+        )
+    saved = dict(c.frontend_env)
+    c.frontend_env["LOCALAI_GALLERIES"] = galleries
+    try:
+        proc, url = c.spawn_frontend(f"frontend-galleries-{len(c.others)}")
+    finally:
+        c.frontend_env.clear()
+        c.frontend_env.update(saved)
+    try:
+        answer = httpx.get(f"{url}/models/available", timeout=30)
+        assert answer.status_code == 502, answer.text
+        message = answer.json()["error"]["message"]
+        assert all(part in message for part in named), message
+        applied = httpx.post(f"{url}/models/apply", json={"id": "x"}, headers=c.admin_headers, timeout=30)
+        assert applied.status_code == 404 and named[0] in applied.json()["error"]["message"], applied.text
+    finally:
+        proc.stop()
+
+
 def test_apply_and_jobs_are_admin_only(cluster: Cluster) -> None:
     c = cluster
     url = c.frontend_url
