@@ -133,12 +133,15 @@ def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
 def requested_parallel(options: dict[str, str]) -> int:
     """`parallel` (or `n_parallel`) from the options, else `LLAMACPP_PARALLEL`, else 1; at most llama.cpp's
     limit of sequences in one context."""
-    try:
-        default = option_int({"parallel": os.environ.get(PARALLEL_ENV, "")}, "parallel", 1, min_value=1)
-    except OptionError as exc:
-        raise OptionError(f"{exc} (from the environment variable {PARALLEL_ENV})") from None
-    key = "parallel" if options.get("parallel", "") != "" else "n_parallel"
-    parallel = option_int(options, key, default, min_value=1)
+    key = next((name for name in ("parallel", "n_parallel") if options.get(name, "") != ""), "")
+    if key:
+        parallel = option_int(options, key, 1, min_value=1)
+    else:
+        key = "parallel"
+        try:
+            parallel = option_int({key: os.environ.get(PARALLEL_ENV, "")}, key, 1, min_value=1)
+        except OptionError as exc:
+            raise OptionError(f"{exc} (from the environment variable {PARALLEL_ENV})") from None
     most = int(llama_cpp.llama_max_parallel_sequences())
     if parallel > most:
         raise OptionError(f"option {key} must be <= {most} (llama.cpp's limit of sequences in one context)")
