@@ -56,22 +56,34 @@ class DecodeError(EngineError):
 @contextlib.contextmanager
 def sequences_in_context(n_seq: int) -> Iterator[None]:
     """While `Llama(...)` is built inside this block, its context holds `n_seq` sequences with a KV cache of their
-    own each. `Llama` has no parameter for it: it starts from `llama_context_default_params()`, so for the load
-    (one at a time in a backend process) that function answers with these two fields set."""
+    own each, and the model's weights stay in their file layout (`use_extra_bufts` off: llama.cpp's CPU repacking
+    of quantized weights multiplies one row and several rows with different kernels, so a Q4_K model such as Gemma
+    gave another greedy answer beside other sequences than alone; without it the answers are the same, and one
+    token or four sequences' tokens cost the same time here). `Llama` has no parameter for either: it starts from
+    `llama_context_default_params()` and `llama_model_default_params()`, so for the load (one at a time in a backend
+    process) those functions answer with these fields set."""
     module = llama_cpp.llama_cpp
-    original = module.llama_context_default_params
+    context_defaults, model_defaults = module.llama_context_default_params, module.llama_model_default_params
 
-    def params() -> llama_cpp.llama_context_params:
-        defaults: llama_cpp.llama_context_params = original()
+    def context_params() -> llama_cpp.llama_context_params:
+        defaults: llama_cpp.llama_context_params = context_defaults()
         defaults.n_seq_max = n_seq
         defaults.kv_unified = False
         return defaults
 
-    module.llama_context_default_params = params
+    def model_params() -> llama_cpp.llama_model_params:
+        defaults: llama_cpp.llama_model_params = model_defaults()
+        defaults.use_extra_bufts = False
+        return defaults
+
+    module.llama_context_default_params, module.llama_model_default_params = context_params, model_params
     try:
         yield
     finally:
-        module.llama_context_default_params = original
+        module.llama_context_default_params, module.llama_model_default_params = (
+            context_defaults,
+            model_defaults,
+        )
 
 
 @dataclass

