@@ -29,6 +29,10 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
         "name: slow\nbackend: simulator\nparameters:\n  model: sim\n"
         f'options:\n  - "output_token_time_s:{TOKEN_S}"\n'
     )
+    (c.models_dir / "par2.yaml").write_text(  # two sequences at once: three slots by default
+        "name: par2\nbackend: simulator\nparameters:\n  model: sim\n"
+        f'options:\n  - "output_token_time_s:{TOKEN_S}"\n  - "parallel:2"\n'
+    )
     try:
         c.start_frontend(
             "--replica-slots", "1", "--queue-timeout", WAIT_BUDGET, "--queue-max-depth", str(DEPTH)
@@ -102,3 +106,28 @@ async def test_past_the_queue_depth_a_request_is_refused_at_once_naming_the_sett
         assert "CORRAL_QUEUE_MAX_DEPTH" in refused.json()["error"]["message"]
         assert "retry-after" in refused.headers
         await asyncio.gather(busy, *waiting)  # the waiting ones end either way (served or timed out)
+
+
+async def test_by_default_a_replica_takes_its_models_parallel_plus_one(cluster: Cluster) -> None:
+    """No --replica-slots: `parallel:2` gives each replica three slots, so of four requests at once exactly one
+    waits in the router queue (where priorities and fairness apply) instead of in the backend's own line."""
+    proc, url = cluster.spawn_frontend("frontend-auto-slots")
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"model": "par2", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+            warm = await client.post(f"{url}/v1/chat/completions", json=body)
+            assert warm.status_code == 200, warm.text
+            before = _metric(
+                (await client.get(f"{url}/metrics")).text, "corral_queue_wait_seconds_count", model="par2"
+            )
+            four = {**body, "max_tokens": 4}  # ~1 s each: all four arrive before any ends
+            answers = await asyncio.gather(
+                *(client.post(f"{url}/v1/chat/completions", json=four) for _ in range(4))
+            )
+            assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+            after = _metric(
+                (await client.get(f"{url}/metrics")).text, "corral_queue_wait_seconds_count", model="par2"
+            )
+            assert after - before == 1
+    finally:
+        proc.stop()

@@ -7,7 +7,7 @@ tenants (Virtual Token Counter), so a tenant flooding a model cannot starve a li
 
 from __future__ import annotations
 
-from corral.config.parse import parse_positive_duration_s, parse_positive_int
+from corral.config.parse import parse_non_negative_int, parse_positive_duration_s, parse_positive_int
 from corral.config.settings import setting, settings_class
 
 
@@ -18,10 +18,12 @@ class FrontendQueueSettings:
     replica_slots: int = setting(
         "--replica-slots",
         "CORRAL_REPLICA_SLOTS",
-        default=8,
-        parse=parse_positive_int,
-        help="requests one replica is sent at once (from all frontends); further requests for the model wait in "
-        "this frontend's queue for it, served by priority, then fairly between tenants",
+        default=0,
+        parse=parse_non_negative_int,
+        help="requests one replica is sent at once (from all frontends); 0: each model's `parallel` (its option "
+        "parallel:N or n_parallel:N, else 1) plus one, so the backend has the next request ready and every other "
+        "waits in the router queue, served by priority, then fairly between tenants. Set it when a backend's "
+        "concurrency is not in its model's options (e.g. LLAMACPP_PARALLEL on the workers)",
     )
     queue_timeout_s: float = setting(
         "--queue-timeout",

@@ -1,7 +1,9 @@
 """The router queue: a request that finds every slot of its model taken waits here instead of being refused.
 
-A model has `slots × replicas` slots (`--replica-slots`, counted cluster-wide: this frontend's requests plus the
-in-flight counts the other frontends report over NATS). A request takes a slot before it is routed and gives it
+A model has `slots × replicas` slots (counted cluster-wide: this frontend's requests plus the in-flight counts
+the other frontends report over NATS). A replica's slots are `--replica-slots` when set, else its model's
+`parallel` + 1 (`replica_slots`): the backend always holds the next request while it finishes one, and every
+other request waits here, where priorities and fairness decide, not in the backend's own first-come line. A request takes a slot before it is routed and gives it
 back when its call ends (`Router.checkout` / `Router.release`). With no replica yet, one replica's worth of
 requests go through to the cold path (they wait for the load); the rest wait here until the load adds slots.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral.config.parse import format_duration_s
@@ -47,9 +49,26 @@ TIMEOUT_KNOB, DEPTH_KNOB, SLOTS_KNOB = (
 RECENT = 256  # waits and first-token times kept per model for the percentiles the autoscaler reads
 
 
+PARALLEL_OPTIONS = ("parallel", "n_parallel")  # a model's concurrent sequences, as the backends read them
+PARALLEL_MAX = 256
+
+
+def replica_slots(options: Iterable[str], configured: int = 0) -> int:
+    """Requests one replica of a model with these `options` is sent at once: `configured` (CORRAL_REPLICA_SLOTS)
+    when set, else the model's `parallel` (its option `parallel:N` or `n_parallel:N`; 1 without one) plus one."""
+    if configured > 0:
+        return configured
+    for entry in options:
+        key, _, value = entry.partition(":")
+        value = value.strip()
+        if key.strip() in PARALLEL_OPTIONS and value.isdigit() and int(value) > 0:
+            return min(int(value), PARALLEL_MAX) + 1
+    return 2
+
+
 @dataclass(frozen=True)
 class QueueSettings:
-    slots: int = 8
+    slots: int = 0  # per replica; 0: each model's own (replica_slots)
     timeout_s: float = 60.0
     max_depth: int = 256
 
@@ -133,10 +152,13 @@ class ModelQueue:
         settings: QueueSettings,
         capacity: Callable[[str], int],
         clock: Callable[[], float] = time.monotonic,
+        slots_of: Callable[[str], int] | None = None,
     ) -> None:
         """`capacity(model)`: the slots this frontend may use for `model` now (its replicas' slots less the
-        requests other frontends have in flight on them)."""
+        requests other frontends have in flight on them); `slots_of(model)`: one replica's slots, as messages
+        say it."""
         self.settings, self._capacity, self._clock = settings, capacity, clock
+        self._slots_of = slots_of or (lambda _model: settings.slots or replica_slots(()))
         self._lines: dict[str, _Line] = {}
 
     def _line(self, model: str) -> _Line:
@@ -161,7 +183,7 @@ class ModelQueue:
             raise QueueFull(
                 f"model {line.model}: {line.depth} requests are already waiting for a free replica slot on this "
                 f"frontend, its limit; retry later, raise {DEPTH_KNOB}, or add replicas (each takes "
-                f"{self.settings.slots} requests at once, {SLOTS_KNOB})",
+                f"{self._slots_of(line.model)} requests at once, {SLOTS_KNOB})",
                 model=line.model,
                 knob=DEPTH_KNOB,
                 retry_after_s=max(1, round(_p95(line.waits)) or 1),
@@ -189,7 +211,7 @@ class ModelQueue:
                 raise QueueTimeout(
                     f"model {line.model}: no replica slot freed within "
                     f"{format_duration_s(self.settings.timeout_s)} in the queue (raise {TIMEOUT_KNOB}, or add "
-                    f"replicas: each takes {self.settings.slots} requests at once, {SLOTS_KNOB})",
+                    f"replicas: each takes {self._slots_of(line.model)} requests at once, {SLOTS_KNOB})",
                     model=line.model,
                     knob=TIMEOUT_KNOB,
                     retry_after_s=max(1, round(self.settings.timeout_s / 4)),

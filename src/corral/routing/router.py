@@ -23,7 +23,7 @@ from corral.routing.backend_client import BackendChannels
 from corral.routing.eviction import Evictor
 from corral.routing.local_replicas import LocalReplicas
 from corral.routing.prefix_index import message_text, prefix_chain
-from corral.routing.queue import ModelQueue, QueueSettings
+from corral.routing.queue import ModelQueue, QueueSettings, replica_slots
 from corral.routing.replica import Replica, replica_key
 from corral.runtime.loops import run_periodic
 from corral.store import replicas as replica_store
@@ -53,7 +53,10 @@ class Router:
         """`queue`: the per-model queue's slots and bounds (routing/queue.py); `usage`: where the engine's token
         counts of every call go (tenancy/usage.py), besides the queue's fair share."""
         self.ctx, self.replicas, self.cold, self.evictor = ctx, replicas, cold, evictor
-        self.queue = ModelQueue(queue or QueueSettings(), self._capacity)
+        self.queue = ModelQueue(queue or QueueSettings(), self._capacity, slots_of=self.slots_of)
+        self._slots: dict[
+            str, tuple[ModelConfig, int]
+        ] = {}  # model -> (the config they were read from, slots)
         self.usage: UsageSink = usage or NoUsage()
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
@@ -83,11 +86,16 @@ class Router:
             asyncio.create_task(self._poke_loop(), name="queue-poke"),
         ]
 
+    def slots_of(self, model: str) -> int:
+        """One replica's slots for `model` (routing/queue.py `replica_slots`), as its config last seen says."""
+        known = self._slots.get(model)
+        return known[1] if known is not None else replica_slots((), self.queue.settings.slots)
+
     def _capacity(self, model: str) -> int:
         """Slots this frontend may fill for `model`: its replicas' slots less the other frontends' requests on them;
         one replica's worth with none yet (those requests wait for the cold load, the rest in the queue)."""
         replicas = self.view.replicas_of(model)
-        return self.queue.settings.slots * max(1, len(replicas)) - self.inflight.remote_sum(replicas)
+        return self.slots_of(model) * max(1, len(replicas)) - self.inflight.remote_sum(replicas)
 
     async def _poke_loop(self) -> None:
         while not self._stop.is_set():
@@ -224,6 +232,9 @@ class Router:
         """Take a slot of the model (waiting in its queue when all are taken: raises QueueFull, QueueTimeout),
         route, and count the request in flight at once (no await between the pick and the count), so eviction and
         scale-down see it from its first moment; the caller must `release` the replica."""
+        known = self._slots.get(cfg.name)
+        if known is None or known[0] is not cfg:  # a config seen first, or edited: read its slots once
+            self._slots[cfg.name] = (cfg, replica_slots(cfg.options, self.queue.settings.slots))
         await self.queue.admit(cfg.name, current())
         try:
             replica = await self.route(cfg, chain)

@@ -6,7 +6,15 @@ import asyncio
 
 import pytest
 
-from corral.routing.queue import DEPTH_KNOB, TIMEOUT_KNOB, ModelQueue, QueueFull, QueueSettings, QueueTimeout
+from corral.routing.queue import (
+    DEPTH_KNOB,
+    TIMEOUT_KNOB,
+    ModelQueue,
+    QueueFull,
+    QueueSettings,
+    QueueTimeout,
+    replica_slots,
+)
 from corral.tenancy.caller import Caller
 from corral.tenancy.usage import Counts
 
@@ -180,3 +188,20 @@ async def test_a_tenant_that_had_the_model_alone_keeps_no_debt_when_another_arri
         await asyncio.sleep(0)
     await asyncio.gather(*tasks)
     assert order.index("old") <= 2, order
+
+
+@pytest.mark.parametrize(
+    "options, configured, slots",
+    [
+        ((), 0, 2),  # one sequence at a time: that one and the next
+        (("parallel:4",), 0, 5),
+        (("n_parallel:3", "chat_format:gemma"), 0, 4),
+        (("parallel:x",), 0, 2),  # not a number: the backend refuses it at load; one sequence here
+        (("parallel:4",), 8, 8),  # CORRAL_REPLICA_SLOTS wins when set
+        (("parallel:100000",), 0, 257),
+    ],
+)
+def test_a_replicas_slots_are_its_models_parallel_plus_one_unless_set(
+    options: tuple[str, ...], configured: int, slots: int
+) -> None:
+    assert replica_slots(options, configured) == slots
