@@ -1,7 +1,8 @@
 """The `Engine` protocol a backend process serves, and the errors engines raise.
 
-An engine owns at most one loaded model. Its methods are blocking and are called from a worker
-thread, one call at a time (the server serialises them), so engines need no locking of their own.
+An engine owns at most one loaded model. Its methods are blocking and are called from worker threads:
+one call at a time unless the engine has a `parallel` above 1 (then up to that many at once, admitted by the
+server, and the engine keeps its own state consistent: llama_parallel.py); load and free always run alone.
 The server owns lifecycle state, the ModelIdentity rule and gRPC status codes; engines only raise
 the exceptions below, whose messages go to the client verbatim.
 
