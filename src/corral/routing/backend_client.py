@@ -173,7 +173,19 @@ class BackendChannels:
             )
         except grpc.aio.AioRpcError:
             return False
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller itself was cancelled
+            return False  # the channel was closed under the probe (another call dropped the replica): no answer
         return bool(reply.message == b"OK")
+
+    def close_lane(self, address: str) -> None:
+        """Fail the fast-lane calls in flight to `address` UNAVAILABLE (their replies will not come). The gRPC
+        channel stays: closing it would cancel its calls, Health probes included, as if their callers had."""
+        lane = self._lanes.pop(address, None)
+        if lane is not None:
+            lane.close()
 
     async def discard(self, address: str) -> None:
         self._stubs.pop(address, None)

@@ -116,11 +116,15 @@ class ReplicaView:
                 return known
         return None
 
-    def remove_node(self, node_id: str) -> None:
+    def remove_node(self, node_id: str) -> list[Replica]:
+        """Drop every replica of the node; the ones dropped."""
+        dropped: list[Replica] = []
         for replicas in self._by_model.values():
             for gone in [r for r in replicas if r.node_id == node_id]:
                 self._dropped(gone)
+                dropped.append(gone)
             replicas[:] = [r for r in replicas if r.node_id != node_id]
+        return dropped
 
     def replace_all(self, fresh: Iterable[Replica]) -> None:
         """Adopt a full re-read from PostgreSQL, keeping local counters of replicas that survive."""

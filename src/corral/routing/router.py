@@ -61,6 +61,7 @@ class Router:
         self.active, self.view, self.inflight = replicas.active, replicas.view, replicas.inflight
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._probes: set[asyncio.Task[None]] = set()  # node_left's checks of busy backends
         self._warm, self._cold_routes = (
             PerModel(ROUTING_DECISIONS, "warm"),
             PerModel(ROUTING_DECISIONS, "cold"),
@@ -298,9 +299,31 @@ class Router:
             ),
         )
 
+    def node_left(self, node_id: str) -> None:
+        """A node left `healthy` (its heartbeats stopped, or an operator's drain): no more new work for its
+        replicas, and the calls in flight on them are checked. A backend that does not answer a Health probe
+        has its fast lane closed, which fails those calls UNAVAILABLE (a unary call, before its first byte, is
+        retried on another replica at once; a stream past its first byte ends with an error event) instead of
+        waiting out the keepalive (CORRAL_BACKEND_KEEPALIVE + CORRAL_BACKEND_KEEPALIVE_TIMEOUT: 80 s by
+        default) for a host that vanished without a reset."""
+        busy = {r.address for r in self.view.remove_node(node_id) if r.in_flight > 0}
+        for address in busy:
+            task = asyncio.get_running_loop().create_task(
+                self._close_if_silent(address), name=f"probe {address}"
+            )
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+
+    async def _close_if_silent(self, address: str) -> None:
+        if not await self.channels.healthy(address):
+            log.warning(
+                "backend at %s on a node that left healthy does not answer: failing its calls", address
+            )
+            self.channels.close_lane(address)
+
     async def close(self) -> None:
         self._stop.set()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._probes]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._probes, return_exceptions=True)
         await self.cold.close()

@@ -48,6 +48,6 @@ def unhealthy_dropper(router: Router) -> NodeListener:
 
     def drop_unhealthy(node_id: str, status: str) -> None:
         if status != "healthy":
-            router.view.remove_node(node_id)
+            router.node_left(node_id)
 
     return drop_unhealthy
