@@ -329,6 +329,7 @@ def test_a_config_edit_shows_its_revision_and_pending_cleanup(page: Any, env: En
     page.locator("[data-testid=editor]").get_by_role("button", name="Close").click()
     sim = page.locator("tr[data-model=sim]")
     sim.get_by_role("button", name="Disable").click()
+    page.get_by_role("dialog").get_by_role("button", name="Disable").click()  # it asks first
     sync_api.expect(sim.locator(".pill[data-status=disabled]")).to_be_visible()
     assert env.admin("GET", "/api/model-configs/sim").json()["disabled"] is True
     sim.get_by_role("button", name="Enable").click()

@@ -7,7 +7,7 @@ import { html, useEffect, useRef, useState } from "../lib.js";
 import { bytes, shortRevision } from "../format.js";
 import { useFollow } from "../live.js";
 import { loadLine } from "../load.js";
-import { action, empty, panel, pill, toast } from "../ui.js";
+import { action, dangerAction, empty, panel, pill, toast } from "../ui.js";
 import { nodeNames, pageHead } from "./common.js";
 import { TryPanel, canTry } from "./try.js";
 
@@ -122,7 +122,9 @@ export default function ModelsPage() {
         ${canTry(m) ? action("Try", async () => toggleTry(m), { kind: open ? "small active" : "small", testid: "try",
           title: `Try ${m.name}: ${m.capabilities.join(", ")}` }) : null}
         ${configs.size ? action("Edit", async () => setEditing(editing === m.name ? null : m.name), { kind: "ghost small" }) : null}
-        ${configs.size ? action(cfg.disabled ? "Enable" : "Disable", toggleDisabled, { kind: "ghost small" }) : null}
+        ${!configs.size ? null : cfg.disabled ? action("Enable", toggleDisabled, { kind: "ghost small" })
+    : dangerAction("Disable", `Disable ${m.name}? Its replicas stop and requests for it get 404 until it is enabled again.`,
+      toggleDisabled)}
       </div></td></tr>
       ${editing === m.name ? html`<tr class="editor-row"><td colspan="5">
         <${Editor} name=${m.name} onSaved=${refresh} onClose=${() => setEditing(null)} /></td></tr>` : null}`;
