@@ -177,7 +177,8 @@ class BackendChannels:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # the caller itself was cancelled
-            return False  # the channel was closed under the probe (another call dropped the replica): no answer
+            # the channel was closed under the probe (another call dropped the replica): no answer
+            return False
         return bool(reply.message == b"OK")
 
     def close_lane(self, address: str) -> None:
