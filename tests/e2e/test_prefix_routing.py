@@ -37,9 +37,10 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
         'name: chat\nbackend: simulator\nparameters:\n  model: chat\noptions:\n  - "kv_cache_tokens:100000"\n'
     )
     c.frontend_env = {
+        "CORRAL_REPLICA_SLOTS": "8",  # concurrent requests reach the replicas: the pickers, not the queue, decide
         "LOCALAI_MODEL_SCHEDULING": json.dumps(
             [{"model_name": "chat", "min_replicas": 2, "route_policy": "prefix_cache"}]
-        )
+        ),
     }
     second = None
     try:

@@ -235,7 +235,10 @@ class Router:
         scale-down see it from its first moment; the caller must `release` the replica."""
         known = self._slots.get(cfg.name)
         if known is None or known[0] is not cfg:  # a config seen first, or edited: read its slots once
-            self._slots[cfg.name] = (cfg, replica_slots(cfg.options, self.queue.settings.slots))
+            self._slots[cfg.name] = (
+                cfg,
+                replica_slots(getattr(cfg, "options", ()), self.queue.settings.slots),
+            )
         await self.queue.admit(cfg.name, current())
         try:
             replica = await self.route(cfg, chain)
