@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # from the same backend.proto and corral_backend.py
 BACKENDS_COMMON := src/corral/gallery/backends/common
 
-.PHONY: install up test test-fast lint lint-js test-js proto bench clean
+.PHONY: install up test test-fast lint lint-js test-js proto bench bench-serving clean
 
 $(STAMP): pyproject.toml scripts/install-system-deps.sh Makefile
 	@scripts/install-system-deps.sh
@@ -74,6 +74,12 @@ bench: install
 	$(PY) benchmarks/prefix_routing.py --llama
 	$(PY) benchmarks/mcp_tool_calls.py
 	$(PY) benchmarks/backend_install.py
+
+# aiperf against corral, the engine alone and vllm-router (benchmarks/serving.py); not in `bench`: aiperf needs its
+# own virtual environment (.venv-bench, scripts/bench-venv.sh) and the run takes ~15 min
+bench-serving: install
+	@scripts/bench-venv.sh
+	$(PY) benchmarks/serving.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
