@@ -17,6 +17,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from corral.runtime.httpguard import DISCONNECT_KEY
+
 log = logging.getLogger(__name__)
 
 WATCH_AFTER_S = 0.05  # at most this much backend work for a client that is already gone
@@ -27,10 +29,20 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 async def respond_until_disconnect(
-    receive: Receive, send: Send, respond: Callable[[Send], Awaitable[None]]
+    receive: Receive,
+    send: Send,
+    respond: Callable[[Send], Awaitable[None]],
+    scope: dict[str, Any] | None = None,
 ) -> None:
-    """Run `respond(send)`; cancel it if the client disconnects before the response is complete."""
+    """Run `respond(send)`; cancel it if the client disconnects before the response is complete.
+
+    Where the HTTP server offers it (`scope[DISCONNECT_KEY]`, runtime/httpguard.py), the lost connection
+    cancels the request itself: no timer, no watcher task, no wrapped `send`."""
     task = asyncio.current_task()
+    watch_disconnect = None if scope is None else scope.get(DISCONNECT_KEY)
+    if watch_disconnect is not None and task is not None:
+        await _respond_cancelled_by_server(task, watch_disconnect, send, respond)
+        return
     state = {"finished": False, "cancelled": False}
 
     async def tracking_send(message: Message) -> None:
@@ -66,6 +78,31 @@ async def respond_until_disconnect(
             watcher.cancel()
 
 
+async def _respond_cancelled_by_server(
+    task: asyncio.Task[Any],
+    watch_disconnect: Callable[[Callable[[], None] | None], None],
+    send: Send,
+    respond: Callable[[Send], Awaitable[None]],
+) -> None:
+    cancelled = False
+
+    def gone() -> None:  # called by the protocol once, only while the response is not complete
+        nonlocal cancelled
+        cancelled = True
+        task.cancel()
+
+    watch_disconnect(gone)
+    try:
+        await respond(send)
+    except asyncio.CancelledError:
+        if not cancelled:
+            raise
+        task.uncancel()
+        log.debug("client disconnected: request cancelled")
+    finally:
+        watch_disconnect(None)
+
+
 class CancelOnDisconnect:
     """ASGI wrapper: for the listed paths (FastAPI routes that call a backend: the modality endpoints), read the
     body first, then run the app under `respond_until_disconnect`, so a client that goes away cancels the backend
@@ -98,5 +135,5 @@ class CancelOnDisconnect:
             return await receive()
 
         await respond_until_disconnect(
-            receive, send, lambda watched_send: self.app(scope, replay, watched_send)
+            receive, send, lambda watched_send: self.app(scope, replay, watched_send), scope
         )

@@ -2,7 +2,8 @@
 
 It reads the body (already bounded by `limits`, the layer outside it), validates it with the same
 pydantic models and calls the same handlers as the FastAPI routes, then sends their Response directly — skipping per-request routing and dependency
-injection (~0.5 ms on this hardware). Everything else falls through to the FastAPI app.
+injection (~0.5 ms on this hardware). A whole response goes straight to the HTTP server's cycle (`LeanCycle.answer`:
+one write) when no layer wraps `send`. Everything else falls through to the FastAPI app.
 
 Each answered request is counted with its latency by model and status (`telemetry.labels`, ~2 µs,
 `benchmarks/metrics_overhead.py`); with OpenTelemetry on it is also a server span, the parent of the
@@ -31,6 +32,7 @@ from corral.frontend.errors import (
 )
 from corral.frontend.inference.disconnect import respond_until_disconnect
 from corral.frontend.unavailable import unavailable_response
+from corral.runtime.httpguard import LeanCycle
 from corral.telemetry import tracing
 from corral.telemetry.labels import RequestFigures
 
@@ -50,6 +52,8 @@ class InferenceRoute(Generic[Body]):
     request: type[Body]
     handler: Callable[[Body], Awaitable[Response]]
 
+
+_WHOLE = Response.__call__  # a response whose body is in hand (not streamed, not a file)
 
 InferenceTable = Sequence[InferenceRoute[Any]]  # declared once (inference/openai.py `inference_table`)
 
@@ -93,14 +97,23 @@ class FastPath:
         async def respond(send: Send) -> None:
             response, model = await self._handle(handler, raw)
             try:
-                await response(scope, receive, send)  # type: ignore[arg-type]
+                cycle = getattr(send, "__self__", None)  # the HTTP server's own send, not a layer's wrapper
+                if not (
+                    type(cycle) is LeanCycle
+                    and type(response).__call__ is _WHOLE
+                    and response.background is None
+                    and cycle.answer(response.status_code, response.raw_headers, response.body)
+                ):
+                    await response(scope, receive, send)  # type: ignore[arg-type]
             finally:  # counted also when the client left mid-stream
                 self.figures.observe(model, response.status_code, time.perf_counter() - started_s)
                 if tracing.tracer is not None:
                     tracing.annotate({"http.status_code": response.status_code, "corral.model": model})
 
         if tracing.tracer is None:
-            await respond_until_disconnect(receive, send, respond)  # a gone client cancels the backend call
+            await respond_until_disconnect(
+                receive, send, respond, scope
+            )  # a gone client cancels the backend call
         else:
             with tracing.span(
                 f"POST {scope['path']}",
@@ -108,7 +121,7 @@ class FastPath:
                 kind=SpanKind.SERVER,
                 context=tracing.extract(_text_headers(scope)),
             ):
-                await respond_until_disconnect(receive, send, respond)
+                await respond_until_disconnect(receive, send, respond, scope)
 
     async def _handle(self, route: InferenceRoute[Any], raw: bytes) -> tuple[Response, str]:
         try:

@@ -256,7 +256,7 @@ class _UntilDisconnect(Response):
             self.status_code = response.status_code
             await response(scope, receive, send_)
 
-        await respond_until_disconnect(receive, send, respond)
+        await respond_until_disconnect(receive, send, respond, scope)
 
 
 async def _whole(

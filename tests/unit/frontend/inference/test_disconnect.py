@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from corral.frontend.inference.disconnect import WATCH_AFTER_S, Message, Send, respond_until_disconnect
 
@@ -74,3 +75,38 @@ async def test_a_response_done_before_the_watch_starts_never_reads_the_connectio
     await respond_until_disconnect(receive, send, respond)
     await asyncio.sleep(WATCH_AFTER_S * 2)  # the watch timer was cancelled with the response
     assert reads == []
+
+
+async def test_where_the_server_reports_a_lost_connection_it_cancels_the_request_without_a_watcher() -> None:
+    """`scope[DISCONNECT_KEY]` (runtime/httpguard.py LeanCycle): the server calls back; `receive` is never read."""
+    from corral.runtime.httpguard import DISCONNECT_KEY
+
+    callbacks: list[Any] = []
+    cancelled = []
+
+    async def receive() -> Message:
+        raise AssertionError("the server reports the disconnect: nothing polls receive()")
+
+    async def send(message: Message) -> None:
+        pass
+
+    async def respond(send: Send) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    scope = {DISCONNECT_KEY: callbacks.append}
+    task = asyncio.create_task(respond_until_disconnect(receive, send, respond, scope))
+    await asyncio.sleep(0.01)
+    callbacks[-1]()  # the connection was lost
+    await asyncio.wait_for(task, 5)
+    assert cancelled == [True] and not task.cancelled()
+    assert callbacks[-1] is None  # unregistered when the response ends
+
+    async def quick(send: Send) -> None:
+        pass
+
+    await respond_until_disconnect(receive, send, quick, scope)
+    assert callbacks[-1] is None

@@ -1,0 +1,141 @@
+"""The HTTP server's lean cycle (runtime/httpguard.py): the same bytes on the wire as uvicorn's own cycle, in
+one write; a streamed response's head still goes at once; a lost connection reaches the request that asked.
+
+A real server (uvicorn with the guarded protocol, `EmbeddedHTTPServer`) on loopback, raw sockets as clients."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from corral.runtime.httpguard import DISCONNECT_KEY, LeanCycle
+from corral.runtime.httpserver import EmbeddedHTTPServer
+from corral.runtime.processes import free_port
+
+BODY = b'{"ok":true}'
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+
+
+class App:
+    """/answer: the whole response through `LeanCycle.answer`; /send: the same as two ASGI messages;
+    /stream: a chunked response whose first chunk waits for `release`; /hold: waits until cancelled."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.gone = asyncio.Event()
+        self.answered_directly = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        path = scope["path"]
+        if path == "/answer":
+            cycle = send.__self__
+            assert type(cycle) is LeanCycle
+            if cycle.answer(200, HEADERS, BODY):
+                self.answered_directly += 1
+                return
+        if path in ("/answer", "/send"):
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            await send({"type": "http.response.body", "body": BODY})
+        elif path == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await self.release.wait()
+            await send({"type": "http.response.body", "body": b"tok", "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/hold":
+            scope[DISCONNECT_KEY](self.gone.set)
+            await asyncio.sleep(3600)
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[App, int]]:
+    app = App()
+    port = free_port()
+    server = EmbeddedHTTPServer(app, "127.0.0.1", port, name="test-lean")
+    await server.start()
+    try:
+        yield app, port
+    finally:
+        await server.stop()
+
+
+def _request(path: str, *, method: str = "POST", close: bool = False) -> bytes:
+    extra = b"connection: close\r\n" if close else b""
+    return f"{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n".encode() + extra + b"\r\n{}"
+
+
+async def _responses(reader: asyncio.StreamReader, count: int) -> list[bytes]:
+    out = []
+    for _ in range(count):
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        length = int(re.search(rb"content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        out.append(head + await asyncio.wait_for(reader.readexactly(length), 5))
+    return out
+
+
+def _undated(response: bytes) -> bytes:
+    return re.sub(rb"date: [^\r]*\r\n", b"", response)
+
+
+async def test_a_whole_answer_is_byte_for_byte_what_the_two_messages_write(served: tuple[App, int]) -> None:
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/answer") + _request("/send"))  # pipelined, on one kept-alive connection
+    direct, messages = await _responses(reader, 2)
+    assert app.answered_directly == 1
+    assert _undated(direct) == _undated(messages)
+    assert direct.startswith(b"HTTP/1.1 200 OK\r\n") and direct.endswith(b"\r\n\r\n" + BODY)
+    for _ in range(3):  # the connection stays usable, answers in order
+        writer.write(_request("/answer"))
+        assert (await _responses(reader, 1))[0].endswith(BODY)
+    writer.close()
+
+
+async def test_a_client_that_asks_to_close_gets_connection_close_and_the_connection_ends(
+    served: tuple[App, int],
+) -> None:
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/answer", close=True))
+    (response,) = await _responses(reader, 1)
+    assert b"connection: close\r\n" in response
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+    writer.close()
+
+
+async def test_a_head_response_still_sends_its_head(served: tuple[App, int]) -> None:
+    _app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/send", method="HEAD"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"content-length: 11" in head
+    writer.close()
+
+
+async def test_a_streamed_response_sends_its_head_before_its_first_chunk(served: tuple[App, int]) -> None:
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/stream"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)  # while the app still holds its chunk
+    assert b"transfer-encoding: chunked" in head
+    app.release.set()
+    assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5) == b"3\r\ntok\r\n0\r\n\r\n"
+    writer.close()
+
+
+async def test_a_lost_connection_reaches_the_request_that_asked(served: tuple[App, int]) -> None:
+    app, port = served
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/hold"))
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    assert not app.gone.is_set()
+    writer.close()
+    await asyncio.wait_for(app.gone.wait(), 5)
