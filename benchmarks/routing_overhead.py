@@ -5,7 +5,9 @@ In one run, on this machine:
   corral   — frontend → zero-delay `simulator` replica on a worker (warm), same client, same request,
              over the backend's fast lane and, as the in-run "before", over gRPC only
              (CORRAL_BACKEND_FAST_LANE=0 on the worker, so its backend advertises no lane);
-  vllm-router / litellm — routing to the baseline server, when those packages are installed.
+  vllm-router / litellm — routing to the baseline server, when those packages are installed;
+  python floor — benchmarks/python_floor_proxy.py (uvloop + httptools, forwards bytes, nothing else) in front
+             of the baseline server: what a request costs the interpreter and the event loop alone.
 Prints p50/p99 at concurrency 1, req/s at concurrency 16, the added latency and the ratios, the
 frontend's CPU per warm request at c=16 (user + system of its processes, from /proc), for one and two
 frontend processes on one port (`--http-workers`), and the PostgreSQL statements it ran per warm
@@ -308,6 +310,33 @@ async def main() -> None:
                         ),
                     )
                 )
+        floor_port = free_port()
+        floor = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("python_floor_proxy.py")),
+                str(floor_port),
+                str(baseline_port),
+            ]
+        )
+        try:
+            for _ in range(100):
+                if port_open("127.0.0.1", floor_port):
+                    break
+                await asyncio.sleep(0.05)
+            async with _client(f"http://127.0.0.1:{floor_port}") as client:
+                rows.append(
+                    (
+                        "python floor: bare uvloop proxy -> baseline",
+                        await _measure(
+                            lambda: client.post("/v1/chat/completions", json=BODY),
+                            lambda: _tree_cpu_s(floor.pid),
+                        ),
+                    )
+                )
+        finally:
+            floor.terminate()
+            floor.wait()
     finally:
         if peer:
             peer[1].terminate()
@@ -334,11 +363,27 @@ async def main() -> None:
         print(
             f"--http-workers 2 vs 1: throughput x{two[2] / one[2]:.2f}, CPU per request x{two[3] / one[3]:.2f}"
         )
+    by_label = dict(rows)
+    lean = by_label["corral: x1, nothing queued (slots 64)"]
+    floor_figures = by_label["python floor: bare uvloop proxy -> baseline"]
     if peer:
+        rust = by_label["vllm-router -> baseline"]
         print(
-            f"corral x1 vs vllm-router: throughput x{rps / rows[-1][1][2]:.2f}, "
-            f"CPU per request x{cpu_us / max(rows[-1][1][3], 1e-9):.1f}"
+            f"corral x1 vs vllm-router: throughput x{rps / rust[2]:.2f}, "
+            f"CPU per request x{cpu_us / max(rust[3], 1e-9):.1f}"
         )
+        print(
+            f"corral x1, nothing queued vs vllm-router: throughput x{lean[2] / rust[2]:.2f}, "
+            f"CPU per request x{lean[3] / max(rust[3], 1e-9):.2f} ({lean[3]:.0f} vs {rust[3]:.0f} µs)"
+        )
+        print(
+            f"python floor vs vllm-router: CPU per request x{floor_figures[3] / max(rust[3], 1e-9):.2f} "
+            f"({floor_figures[3]:.0f} vs {rust[3]:.0f} µs): a Python process that only forwards"
+        )
+    print(
+        f"corral x1, nothing queued vs the python floor: CPU per request x{lean[3] / max(floor_figures[3], 1e-9):.2f}"
+        f" (+{lean[3] - floor_figures[3]:.0f} µs of corral's own work per request)"
+    )
     for label, count, requests in statements:
         print(
             f"PostgreSQL transactions per warm request ({label}): {count / requests:.4f} "

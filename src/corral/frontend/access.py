@@ -297,6 +297,25 @@ class AccessControl:
                 return
         await self.app(scope, receive, send)
 
+    def direct_access(self, scope: Scope) -> tuple[KeyAccess | None] | None:
+        """For the inference fast path's common case (frontend/direct_path.py), decided from memory with no side
+        effect: `(None,)` when the route needs no key (auth off), `(access,)` for a fresh good key without rate
+        limits or quotas; None for everything else (no key, a key to look up or refuse, a metered key, a priority
+        header), which takes this layer's full path and its answers."""
+        path = scope["path"]
+        if _asked_priority(scope) is not None or _admin_path(path) or path == METRICS_PATH:
+            return None
+        if not self.user_auth or path in OPEN_PATHS or _own_guard_path(path):
+            return (None,)
+        key = bearer(scope)
+        good = self.cache.good(api_keys.key_hash(key)) if key else None
+        if good is None or not good[1]:
+            return None
+        access = good[0]
+        if access.policy is not None and access.policy.metered and self.limits is not None:
+            return None
+        return (access,)
+
     async def _as_caller(
         self,
         scope: Scope,

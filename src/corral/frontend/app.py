@@ -2,7 +2,8 @@
 
 A request meets, in order: `limits` (body size, concurrency), `access` (keys), `fast_path` (the /v1
 inference routes, answered here), then Starlette's own stack (error middleware, routing) for every
-other route. The three layers sit outside Starlette's stack rather than in it: its error middleware
+other route. An inference request all three would pass straight through skips the first two
+(`direct_path`: the HTTP server asks it when the request's headers are whole). The three layers sit outside Starlette's stack rather than in it: its error middleware
 and app entry cost the inference path a wrapper per send and two calls for nothing (~10 µs a request
 with the rest of the lean path, benchmarks/routing_overhead.py).
 """
@@ -33,6 +34,7 @@ from corral.frontend.admin.scheduling import build_scheduling_router
 from corral.frontend.admin.scheduling_rules import build_scheduling_rules_router
 from corral.frontend.admin.usage import build_usage_router
 from corral.frontend.admin.vram_budget import build_vram_budget_router
+from corral.frontend.direct_path import DirectPath
 from corral.frontend.errors import install_handlers
 from corral.frontend.inference.agent_chat import build_mcp_router
 from corral.frontend.inference.batches import build_batches_router
@@ -63,6 +65,7 @@ class FrontendApp(FastAPI):
     """FastAPI whose ASGI entry is `front`: the plain layers, then Starlette's own entry (`inner`)."""
 
     front: RequestLimitsMiddleware  # the outermost plain layer, set by build_app
+    direct: DirectPath  # the inference requests the layers would pass straight through (the HTTP server asks)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self.front(scope, receive, send)
@@ -130,7 +133,9 @@ def build_app(
         table,
         figures=RequestFigures(lambda model: configured_name(state, model)),
     )
-    app.front = RequestLimitsMiddleware(access_control(fast, state, keys), limits=limits or RequestLimits())
+    access = access_control(fast, state, keys)
+    app.front = RequestLimitsMiddleware(access, limits=limits or RequestLimits())
+    app.direct = DirectPath(app.front, access, fast)  # their common case, without the layers (direct_path.py)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

@@ -285,6 +285,10 @@ class LeanCycle(RequestResponseCycle):
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the deadlines and the cap above; `limits` is bound by `guarded`.
 
+    An app with a `direct` attribute (frontend/direct_path.py: `route(scope)`, `serve(scope, receive, send,
+    chosen)`) is asked, when a request's headers are whole, whether it serves the request itself, without its
+    ASGI entry; it gets uvicorn's cycle (LeanCycle), its `receive` and `send`, as an ASGI app would.
+
     A request only moves a deadline (`_due`, a clock read); the connection's one timer is armed when none is
     pending early enough, and when it fires it re-arms for the current deadline or, the request being whole,
     stops. So a kept-alive connection arms about one timer per header timeout, not one per request: a uvloop
@@ -316,7 +320,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         cycle.__class__ = LeanCycle  # same fields, a subclass: uvicorn's protocol builds the cycle itself
         cycle.scope[DISCONNECT_KEY] = cycle.watch_disconnect  # type: ignore[attr-defined, literal-required]
-        super()._start_asgi_task(cycle, app)
+        direct = getattr(app, "direct", None)
+        chosen = None if direct is None else direct.route(cycle.scope)
+        if direct is None or chosen is None:
+            super()._start_asgi_task(cycle, app)
+            return
+
+        async def served(scope: Any, receive: Any, send: Any) -> None:
+            await direct.serve(scope, receive, send, chosen)
+
+        # uvicorn's own run_asgi around it: the same answer to an exception or a response left unfinished
+        task = self.loop.create_task(cycle.run_asgi(served))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -58,7 +58,7 @@ _WHOLE = Response.__call__  # a response whose body is in hand (not streamed, no
 InferenceTable = Sequence[InferenceRoute[Any]]  # declared once (inference/openai.py `inference_table`)
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     chunks = []
     while True:
         message = await receive()
@@ -92,7 +92,18 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         started_s = time.perf_counter()
-        raw = await _read_body(receive)
+        await self.respond_to(scope, receive, send, handler, await read_body(receive), started_s)
+
+    async def respond_to(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        handler: InferenceRoute[Any],
+        raw: bytes,
+        started_s: float,
+    ) -> None:
+        """Answer one inference request whose body is `raw` (also frontend/direct_path.py's entry)."""
 
         async def respond(send: Send) -> None:
             response, model = await self._handle(handler, raw)
