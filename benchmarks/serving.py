@@ -77,7 +77,7 @@ SIM_MODEL = "sim"
 # a fixed-delay engine: 0.1 ms per prompt token, 5 ms per output token (200 tokens/s a sequence), 32 at once
 SIM_OPTIONS = ("prompt_token_time_s:0.0001", "output_token_time_s:0.005", "parallel:32")
 PATHS = ("alone", "corral", "vllm-router")
-AIPERF_TIMEOUT_S = 1800
+AIPERF_TIMEOUT_S = 900
 # for the tokenizer's conversion only: aiperf in offline mode takes --tokenizer as a hub id to find in its cache,
 # not as a directory (its `_from_pretrained_local`); given a local path it reads the directory and asks no hub
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -330,6 +330,7 @@ def _aiperf(engine: Engine, path: str, url: str, concurrency: int, tokenizer: Pa
         "0",
         "--output-tokens-mean",
         str(engine.osl),
+        "--use-legacy-max-tokens",  # max_tokens: llama_cpp.server ignores max_completion_tokens (runs to n_ctx)
         "--extra-inputs",
         "temperature:0",  # greedy: the same text, so the same lengths, on every path
         "--random-seed",
@@ -344,7 +345,10 @@ def _aiperf(engine: Engine, path: str, url: str, concurrency: int, tokenizer: Pa
         "warning",
     ]
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=AIPERF_TIMEOUT_S)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=AIPERF_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Row(engine.name, path, concurrency, note=f"aiperf still running after {AIPERF_TIMEOUT_S} s")
     (out / "aiperf.log").parent.mkdir(parents=True, exist_ok=True)
     (out / "aiperf.log").write_text(done.stdout + done.stderr)
     row = Row(engine.name, path, concurrency)
