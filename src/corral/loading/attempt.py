@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import grpc
@@ -200,6 +201,14 @@ async def _install_and_stage(
         await asyncio.gather(installing, staging, return_exceptions=True)
 
 
+async def _both(first: Awaitable[object], second: Awaitable[object]) -> None:
+    """Run both at once and wait for both to end (neither is left running); raise the first failure."""
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 async def load_on_node(
     ctx: LoadContext, cfg: ModelConfig, node: NodeSnapshot, vram_bytes: int, progress: LoadProgress
 ) -> LoadedReplica:
@@ -223,9 +232,13 @@ async def load_on_node(
         installed, staged = await _install_and_stage(ctx, cfg, node, replica_index, progress, started)
         final = with_node_defaults(staged, installed.load_defaults)  # what the backend is loaded with
         row.update(address=installed.address, effective_options_hash=options_hash(final))
-        await replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row)
         progress.phase(LOADING)
-        await call_load_model(ctx, node, installed.address, cfg, final)
+        # the row's move to LOADING (its address, for an exact stop) is written while the backend loads, not
+        # before: both are awaited to their end before anything else touches the row
+        await _both(
+            replica_store.upsert(ctx.pool, state=replica_store.LOADING, **row),
+            call_load_model(ctx, node, installed.address, cfg, final),
+        )
         await replica_store.upsert(ctx.pool, state=replica_store.LOADED, **row)
         await check_revision(ctx, cfg, quarantine=True)  # an edit during the load: never route the old one
     except BaseException as exc:

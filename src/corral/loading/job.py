@@ -103,7 +103,8 @@ class LoadJobRunner:
                 phase_changed.set()  # a new install phase or "worker busy" shows at once too
 
         progress.listeners.append(on_work)
-        activity = await self._activity_start(key)
+        # the activity record is written beside the load, not before it: a cold start waits on no bookkeeping
+        recording = asyncio.create_task(self._activity_start(key), name=f"load-record:{key}")
         load = asyncio.create_task(cold_load(self.ctx, cfg, progress), name=f"cold-load:{key}")
         why_stopped: list[str] = []
         helpers = [
@@ -116,7 +117,9 @@ class LoadJobRunner:
             replica = await load
         except asyncio.CancelledError:
             if not why_stopped:  # the frontend is shutting down: leave the job to be reclaimed
+                recording.cancel()
                 raise
+            activity = await recording
             if (
                 why_stopped[0] == LOST_JOB
             ):  # not this attempt's failure to announce: the job goes on elsewhere
@@ -128,19 +131,22 @@ class LoadJobRunner:
                 return LOST
             await self._failed(key, f"loading model {key}: {why_stopped[0]}", activity=activity)
         except PlacementError as exc:  # no node fits: the scheduler's own sentence, retryable
-            await self._failed(key, str(exc), PLACEMENT, activity=activity)
+            await self._failed(key, str(exc), PLACEMENT, activity=await recording)
             return PLACEMENT
         except Exception as exc:  # every failure reaches every waiter with its real cause
             message = str(exc) if isinstance(exc, LoadError) else f"loading model {key}: {exc}"
-            await self._failed(key, message, activity=activity)
+            await self._failed(key, message, activity=await recording)
         else:
+            await self.on_loaded(replica)  # routable here from now on
+            self.waiters.notify(
+                key, Outcome(ok=True)
+            )  # this frontend's waiters go first; the bookkeeping follows
             await self._activity_end(
-                activity,
+                await recording,
                 operations.COMPLETED,
                 "",
                 f"loaded on {replica.node_name} (replica {replica.replica_index})",
             )
-            await self.on_loaded(replica)
             await load_jobs.delete(self.ctx.pool, key, owner)
             await self.waiters.announce(key, Outcome(ok=True))
             return "loaded"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 from corral.loading import replay
 from corral.loading.attempt import load_on_node, model_options, reclaim_leftovers
@@ -67,8 +68,12 @@ def _cancelling() -> bool:
     return current is not None and current.cancelling() > 0
 
 
-async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress) -> LoadedReplica:
-    await check_revision(ctx, cfg)
+async def _load_revision(
+    ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress, *, checked: bool = False
+) -> LoadedReplica:
+    """Load `cfg` on the first node that answers; `checked`: its revision was just checked (the first round)."""
+    if not checked:
+        await check_revision(ctx, cfg)
     tried: list[NodeLost] = []
     while True:
         progress.phase(PENDING)
@@ -98,28 +103,49 @@ async def _load_revision(ctx: LoadContext, cfg: ModelConfig, progress: LoadProgr
             raise
 
 
+async def _all(*steps: Awaitable[None]) -> None:
+    """Run `steps` at once and wait for every one (none is left running); raise the first failure."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 async def cold_load(
     ctx: LoadContext, cfg: ModelConfig, progress: LoadProgress | None = None
 ) -> LoadedReplica:
     progress = progress or LoadProgress()
-    await reclaim_leftovers(ctx, cfg.name)
+    # a dead owner's leftovers and the revision are independent reads: one round trip's wait, not two
+    try:
+        await _all(reclaim_leftovers(ctx, cfg.name), check_revision(ctx, cfg))
+        stale: StaleRevision | None = None
+    except StaleRevision as first:
+        stale = first
     attempt = 1
     while True:
+        if stale is not None:
+            cfg, attempt = _next_revision(cfg, stale, attempt), attempt + 1
         try:
-            loaded = await _load_revision(ctx, cfg, progress)
+            loaded = await _load_revision(ctx, cfg, progress, checked=attempt == 1)
             break
-        except StaleRevision as stale:
-            if attempt >= MAX_REVISION_ATTEMPTS:
-                raise LoadError(
-                    f"{stale}; the configuration changed {attempt} times during this load, retry the request"
-                ) from None
-            cfg, attempt = current_config(cfg, stale), attempt + 1
-            log.info(
-                "loading %s again under its current revision %s (attempt %d of %d)",
-                cfg.name,
-                cfg.revision[:12],
-                attempt,
-                MAX_REVISION_ATTEMPTS,
-            )
+        except StaleRevision as again:
+            stale = again
     await replay.record(ctx.pool, cfg, model_options(cfg))  # the reconciler can load it again from this alone
     return loaded
+
+
+def _next_revision(cfg: ModelConfig, stale: StaleRevision, attempt: int) -> ModelConfig:
+    """The current config to load after attempt `attempt` met a stale revision (LoadError past the bound)."""
+    if attempt >= MAX_REVISION_ATTEMPTS:
+        raise LoadError(
+            f"{stale}; the configuration changed {attempt} times during this load, retry the request"
+        ) from None
+    fresh = current_config(cfg, stale)
+    log.info(
+        "loading %s again under its current revision %s (attempt %d of %d)",
+        fresh.name,
+        fresh.revision[:12],
+        attempt + 1,
+        MAX_REVISION_ATTEMPTS,
+    )
+    return fresh

@@ -56,12 +56,21 @@ async def effective_selector(ctx: LoadContext, cfg: ModelConfig) -> dict[str, st
 
 
 async def placement_request(ctx: LoadContext, cfg: ModelConfig) -> PlacementRequest:
+    # three independent reads (a file header off the loop, two queries) at once: a cold start waits for the slowest
+    vram = asyncio.ensure_future(estimate_vram_bytes_off_loop(cfg.model_file, cfg.context_size))
+    selector = asyncio.ensure_future(effective_selector(ctx, cfg))
+    disk_check = asyncio.ensure_future(settings_store.get(ctx.pool, DISK_CHECK_SETTING, True))
+    try:
+        await asyncio.wait((vram, selector, disk_check))  # each to its end, whichever fails
+    finally:
+        for read in (vram, selector, disk_check):
+            read.cancel()  # only when this load itself was cancelled meanwhile
     return PlacementRequest(
         model=cfg.name,
         disk_bytes=cfg.checkpoint_bytes(),
-        vram_bytes=await estimate_vram_bytes_off_loop(cfg.model_file, cfg.context_size),
-        selector=await effective_selector(ctx, cfg),
-        disk_check=bool(await settings_store.get(ctx.pool, DISK_CHECK_SETTING, True)),
+        vram_bytes=vram.result(),
+        selector=selector.result(),
+        disk_check=bool(disk_check.result()),
         shared_models=ctx.staging.shared_models,
     )
 
@@ -140,9 +149,10 @@ async def install(
         backend=cfg.backend, model_id=cfg.name, replica_index=replica_index, op_id=op_id
     )
     events = InstallEvents(progress)
+    # No flush before asking: the server handles this connection's SUB before its request, so the subscription is
+    # in place before the worker can hear of the install (a flush would cost a round trip on every cold start).
     sub = await ctx.nc.subscribe(subjects.backend_install_progress(node.id, op_id), cb=events.on_msg)
     try:
-        await ctx.nc.flush(timeout=5)  # subscribed on the server before the worker's first event
         with tracing.span("corral.install", {"corral.node": node.name}, kind=SpanKind.CLIENT):
             reply = await _ask_until_answered(ctx, node, request, events, progress)
     finally:
