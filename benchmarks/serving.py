@@ -4,7 +4,8 @@ router in front of the same engine, side by side, in one run.
 For each engine, at each concurrency (1, 8, 32), aiperf (`aiperf profile`, streamed chat completions, synthetic
 prompts of ISL tokens asking for OSL tokens, the Gemma tokenizer) drives three paths in turn:
   alone       — the engine's own OpenAI server: llama-cpp-python's `python -m llama_cpp.server` (the build in
-                .venv) on the Gemma 3 270M GGUF, or the simulator's (`python -m corral.backends.simulator_openai`);
+                .venv; requests not interrupted; a /health route added for the router) on the Gemma 3 270M
+                GGUF, or the simulator's (`python -m corral.backends.simulator_openai`);
   corral      — a fresh frontend and one worker (throwaway database on PostgreSQL 127.0.0.1:5432, NATS
                 127.0.0.1:4222) serving the same model file with the same engine settings (context, batch,
                 threads, chat format; the simulator's options), warmed by one request first;
@@ -81,6 +82,21 @@ AIPERF_TIMEOUT_S = 900
 # for the tokenizer's conversion only: aiperf in offline mode takes --tokenizer as a hub id to find in its cache,
 # not as a directory (its `_from_pretrained_local`); given a local path it reads the directory and asks no hub
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+# `python -m llama_cpp.server` as it is, plus GET /health (vllm-router waits for a worker's /health at startup,
+# whatever --health-check-endpoint says; llama_cpp.server has none): off the measured path
+LLAMA_SERVER = """
+import sys
+import llama_cpp.server.__main__ as server
+create_app = server.create_app
+def with_health(**kwargs):
+    app = create_app(**kwargs)
+    app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    return app
+server.create_app = with_health
+sys.argv[0] = "llama_cpp.server"
+server.main()
+"""
 
 # Gemma's tokenizer out of the GGUF's own metadata (vocabulary, scores, special tokens) by transformers' GGUF
 # converter: no download. Its GGUF reader imports torch for tensors it does not read here, and .venv-bench has no
@@ -171,8 +187,8 @@ def _warm(url: str, model: str) -> None:
 def _llama_server(gguf: Path, port: int, logs: Path) -> Any:
     argv = [
         sys.executable,
-        "-m",
-        "llama_cpp.server",
+        "-c",
+        LLAMA_SERVER,
         "--model",
         str(gguf),
         "--model_alias",
@@ -193,6 +209,8 @@ def _llama_server(gguf: Path, port: int, logs: Path) -> Any:
         str(LLAMA_THREADS),
         "--chat_format",
         "gemma",
+        "--interrupt_requests",
+        "False",  # its default cuts a running stream short when the next request arrives (c > 1: empty answers)
         "--verbose",
         "False",
     ]
@@ -231,8 +249,6 @@ def _vllm_router(binary: str, engine_url: str, port: int, logs: Path) -> Any:
         str(port),
         "--worker-startup-check-interval",
         "1",
-        "--health-check-endpoint",
-        "/v1/models",  # llama_cpp.server has no /health
         "--log-level",
         "warning",
     ]
