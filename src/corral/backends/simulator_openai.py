@@ -92,10 +92,10 @@ def chat_request(body: dict[str, Any]) -> pb.PredictOptions:
 
 def completion_request(body: dict[str, Any]) -> pb.PredictOptions:
     prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
+        return pb.PredictOptions(Tokens=_max_tokens(body), EmbeddingTokens=prompt)  # token ids: `#<id>` words
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
-        return pb.PredictOptions(Tokens=_max_tokens(body), EmbeddingTokens=prompt)
     if not isinstance(prompt, str) or not prompt:
         raise RequestError(400, "prompt must be a non-empty string (one prompt per request)")
     return pb.PredictOptions(Tokens=_max_tokens(body), Prompt=prompt)
@@ -277,7 +277,8 @@ async def _body(receive: Receive) -> bytes:
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -138,6 +138,8 @@ def test_completions_stream_and_not_give_the_same_text(server: Server) -> None:
     streamed = list(client.completions.create(model=MODEL, prompt="a b c d", max_tokens=4, stream=True))
     assert "".join(chunk.choices[0].text for chunk in streamed) == expected
     assert [chunk.choices[0].finish_reason for chunk in streamed][-1] == "length"
+    ids = client.completions.create(model=MODEL, prompt=[5], max_tokens=2)  # token ids: the words `#<id>`
+    assert ids.choices[0].text == " ".join(simulated_words(MODEL, "#5", 2))
 
 
 def test_requests_without_a_budget_get_the_frontends_default(server: Server) -> None:
