@@ -76,7 +76,7 @@ bench: install
 	$(PY) benchmarks/backend_install.py
 
 # aiperf against corral, the engine alone and vllm-router (benchmarks/serving.py); not in `bench`: aiperf needs its
-# own virtual environment (.venv-bench, scripts/bench-venv.sh) and the run takes ~15 min
+# own virtual environment (.venv-bench, scripts/bench-venv.sh) and the run takes ~45 min on 2 cores
 bench-serving: install
 	@scripts/bench-venv.sh
 	$(PY) benchmarks/serving.py

@@ -27,6 +27,8 @@ GGUF tokenizer converter; the same ids as llama.cpp's) into /var/tmp/corral-benc
 
 Options (environment or flags): --engines gemma,simulator; --concurrency 1,8,32; --requests N (per run;
 default GEMMA_REQUESTS / SIM_REQUESTS); --paths alone,corral,vllm-router.
+Time on 2 shared cores: the simulator ~8 min; Gemma ~4 min a run at 64 requests (~3 s a request: one llama.cpp
+thread, aiperf's own timing loop busy on the other core), so ~40 min for its 9 runs (`--requests 32`: half).
 Run: .venv/bin/python benchmarks/serving.py   (needs PostgreSQL, NATS, the `models` extra and .venv-bench)
 """
 
