@@ -282,7 +282,10 @@ def _corral(engine: Engine, logs: Path) -> Iterator[str]:
     )
     cluster.models_dir.mkdir(parents=True)
     if engine.name == "gemma":
-        (cluster.models_dir / GEMMA_FILE).symlink_to(MODELS_DIR / GEMMA_FILE)
+        try:  # a file, not a symlink: a model path must resolve inside the models directory
+            os.link(MODELS_DIR / GEMMA_FILE, cluster.models_dir / GEMMA_FILE)
+        except OSError:
+            shutil.copy(MODELS_DIR / GEMMA_FILE, cluster.models_dir / GEMMA_FILE)
     (cluster.models_dir / f"{engine.model}.yaml").write_text(_model_config(engine))
     try:
         cluster.start_frontend()
