@@ -247,8 +247,16 @@ class LeanCycle(RequestResponseCycle):
         return True
 
     def watch_disconnect(self, callback: Any) -> None:
-        """Call `callback()` once if the connection is lost before the response is complete (None: stop)."""
+        """Call `callback()` once if the connection is lost before the response is complete (None: stop); at once
+        when it already is. Reading resumes, as a pending `receive()` would have it: a large body can leave the
+        transport paused (uvicorn's high-water mark), and a paused transport never sees the client's EOF."""
         self._on_disconnect = callback
+        if callback is None:
+            return
+        if self.disconnected:
+            self.disconnected_now()
+        else:
+            self.flow.resume_reading()
 
     def disconnected_now(self) -> None:
         callback, self._on_disconnect = self._on_disconnect, None

@@ -139,3 +139,18 @@ async def test_a_lost_connection_reaches_the_request_that_asked(served: tuple[Ap
     assert not app.gone.is_set()
     writer.close()
     await asyncio.wait_for(app.gone.wait(), 5)
+
+
+async def test_a_lost_connection_is_seen_after_a_body_past_the_high_water_mark(
+    served: tuple[App, int],
+) -> None:
+    """A large body leaves uvicorn's transport paused; the watch resumes reading, so the client's EOF arrives."""
+    app, port = served
+    body = b"x" * (256 << 10)
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST /hold HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    await asyncio.sleep(0.3)
+    assert not app.gone.is_set()
+    writer.close()
+    await asyncio.wait_for(app.gone.wait(), 5)
