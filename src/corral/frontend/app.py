@@ -3,9 +3,10 @@
 A request meets, in order: `limits` (body size, concurrency), `access` (keys), `fast_path` (the /v1
 inference routes, answered here), then Starlette's own stack (error middleware, routing) for every
 other route. An inference request all three would pass straight through skips the first two
-(`direct_path`: the HTTP server asks it when the request's headers are whole). The three layers sit outside Starlette's stack rather than in it: its error middleware
-and app entry cost the inference path a wrapper per send and two calls for nothing (~10 µs a request
-with the rest of the lean path, benchmarks/routing_overhead.py).
+(`direct_path`: the HTTP server asks it when the request's headers are whole). The three layers sit
+outside Starlette's stack rather than in it: its error middleware and app entry cost the inference
+path a wrapper per send and two calls for nothing (~10 µs a request with the rest of the lean path,
+benchmarks/routing_overhead.py).
 """
 
 from __future__ import annotations

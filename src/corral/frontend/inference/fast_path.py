@@ -122,9 +122,8 @@ class FastPath:
                     tracing.annotate({"http.status_code": response.status_code, "corral.model": model})
 
         if tracing.tracer is None:
-            await respond_until_disconnect(
-                receive, send, respond, scope
-            )  # a gone client cancels the backend call
+            # a gone client cancels the backend call
+            await respond_until_disconnect(receive, send, respond, scope)
         else:
             with tracing.span(
                 f"POST {scope['path']}",
