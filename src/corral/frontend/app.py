@@ -37,6 +37,7 @@ from corral.frontend.admin.usage import build_usage_router
 from corral.frontend.admin.vram_budget import build_vram_budget_router
 from corral.frontend.direct_path import DirectPath
 from corral.frontend.errors import install_handlers
+from corral.frontend.hot_path import HotPath
 from corral.frontend.inference.agent_chat import build_mcp_router
 from corral.frontend.inference.batches import build_batches_router
 from corral.frontend.inference.disconnect import CancelOnDisconnect
@@ -136,7 +137,8 @@ def build_app(
     )
     access = access_control(fast, state, keys)
     app.front = RequestLimitsMiddleware(access, limits=limits or RequestLimits())
-    app.direct = DirectPath(app.front, access, fast)  # their common case, without the layers (direct_path.py)
+    # their common case without the layers (direct_path.py), a warm chat request without a task (hot_path.py)
+    app.direct = DirectPath(app.front, access, fast, HotPath(state, app.front, fast))
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

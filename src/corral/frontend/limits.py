@@ -185,14 +185,18 @@ class RequestLimitsMiddleware:
         finally:
             self.in_flight -= 1
 
-    def direct_admit(self, scope: Scope) -> bool:
-        """For the inference fast path (frontend/direct_path.py): True when this layer would pass the request
-        straight through (a declared length within its class's limit, the frontend below its concurrency limit);
-        the caller counts it in `in_flight` while it runs. False: this layer's full path, with its answers."""
+    def direct_admit(self, scope: Scope) -> int | None:
+        """For the inference fast path (frontend/direct_path.py): the request's declared length when this layer
+        would pass it straight through (a length within its class's limit, the frontend below its concurrency
+        limit); the caller counts it in `in_flight` while it runs. None: this layer's full path, with its answers."""
         if self.in_flight >= self.limits.max_concurrent_requests:
-            return False
+            return None
         declared = _declared_length(scope)
-        return declared is not None and declared <= self.body_limit(scope["path"]).max_bytes
+        return (
+            declared
+            if declared is not None and declared <= self.body_limit(scope["path"]).max_bytes
+            else None
+        )
 
     def body_limit(self, path: str) -> BodyLimit:
         for prefix, limit in self._classes:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -65,8 +66,24 @@ class LaneRefused(Exception):
     """The backend refused or did not answer the HELLO; the frontend keeps using gRPC."""
 
 
+class LaneCall(Protocol):
+    """What a connection asks of a call it carries: a unary call is forgotten at its first reply."""
+
+    unary: bool
+    due_s: float  # loop time past which it fails DEADLINE_EXCEEDED (`expire`); inf: never
+
+    def deliver(self, kind: int, payload: bytes) -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
+    def expire(self) -> None: ...
+
+
+def deadline_exceeded() -> grpc.aio.AioRpcError:
+    return rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+
 class _UnaryCall(Generic[R]):
-    __slots__ = ("_conn", "_id", "_future", "_timer", "_parse")
+    __slots__ = ("_conn", "_id", "_future", "_parse", "due_s")
+    unary = True
 
     def __init__(
         self,
@@ -79,8 +96,8 @@ class _UnaryCall(Generic[R]):
         loop = conn.loop
         self._conn, self._parse = conn, method.reply_type.FromString
         self._future: asyncio.Future[R] = loop.create_future()
+        self.due_s = math.inf if timeout is None else loop.time() + timeout
         self._id = conn.start(self, method, request, trace)
-        self._timer = loop.call_later(timeout, self._expire) if timeout is not None else None
         self._future.add_done_callback(self._done)
 
     def __await__(self) -> Generator[Any, None, R]:
@@ -98,13 +115,10 @@ class _UnaryCall(Generic[R]):
         if not self._future.done():
             self._future.set_exception(exc)
 
-    def _expire(self) -> None:
-        self._timer = None
-        self.fail(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+    def expire(self) -> None:
+        self.fail(deadline_exceeded())
 
     def _done(self, _future: asyncio.Future[R]) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
         self._conn.cancel(self._id)  # no-op once answered
 
     def cancel(self) -> bool:
@@ -123,6 +137,8 @@ class _StreamCall:
         "_buffered",
         "_started",
     )
+    unary = False
+    due_s = math.inf  # bounded by its own watchdog (routing/calls.py ReplyStream)
 
     def __init__(
         self, conn: LaneConnection, method: frames.Method, request: Any, trace: bytes | None = None
@@ -196,6 +212,9 @@ class _StreamCall:
         self._ready.extend(merged[1:])  # e.g. the final reply (counts) that came with the pieces: read next
         return merged[0]
 
+    def expire(self) -> None:
+        pass
+
     def cancel(self) -> bool:
         if self._cancelled:
             return False
@@ -224,11 +243,13 @@ class LaneConnection(asyncio.Protocol):
         self._reader = frames.FrameReader()
         self._transport: asyncio.Transport | None = None
         self._writer: frames.FrameWriter | None = None
-        self._calls: dict[int, _UnaryCall[Any] | _StreamCall] = {}
+        self._calls: dict[int, LaneCall] = {}
         self._ids = itertools.count(1)
         self._welcome: asyncio.Future[None] = self.loop.create_future()
         self._ping_timer: asyncio.TimerHandle | None = None
         self._ping_due_s = 0.0
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_at_s = math.inf
         self._silent_since_s: float | None = None  # the first ping the backend sent nothing after
         self._buffered = 0
         self._paused = False
@@ -280,9 +301,10 @@ class LaneConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        if self._ping_timer is not None:
-            self._ping_timer.cancel()
-            self._ping_timer = None
+        for timer in (self._ping_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ping_timer = self._deadline_timer = None
         if not self._welcome.done():
             self._welcome.set_exception(LaneRefused(why))
             self._welcome.exception()  # retrieved: nobody may be waiting any more
@@ -309,7 +331,7 @@ class LaneConnection(asyncio.Protocol):
             if kind == frames.REPLY:
                 call = calls.get(call_id)
                 if call is not None:
-                    if isinstance(call, _UnaryCall):
+                    if call.unary:
                         del calls[call_id]
                     call.deliver(kind, payload)
             elif kind in (frames.END, frames.ERROR) and call_id:
@@ -327,9 +349,8 @@ class LaneConnection(asyncio.Protocol):
 
     # ---- calls -------------------------------------------------------------------------------
 
-    def start(
-        self, call: _UnaryCall[Any] | _StreamCall, method: frames.Method, request: Any, trace: bytes | None
-    ) -> int:
+    def start(self, call: LaneCall, method: frames.Method, request: Any, trace: bytes | None = None) -> int:
+        """Send `call` (its CALL frame, after its TRACE frame); its id. Raises UNAVAILABLE when the lane is closed."""
         if self.closed or self._writer is None:
             raise rpc_error(grpc.StatusCode.UNAVAILABLE, f"fast lane to {self.address} closed")
         call_id = next(self._ids) & 0xFFFFFFFF or next(self._ids)
@@ -341,7 +362,30 @@ class LaneConnection(asyncio.Protocol):
         )
         if self._ping_timer is None:
             self._next_ping(self.loop.time())
+        if call.due_s < self._deadline_at_s:
+            self._watch_deadline(call.due_s)
         return call_id
+
+    # One timer for every call's deadline, armed at the earliest one not yet covered: a call that ends before its
+    # deadline costs nothing (a uvloop timer armed and cancelled per call measured 4.6 µs); when the timer fires,
+    # the calls past due expire and it re-arms for the earliest left, about once per budget under steady load.
+
+    def _watch_deadline(self, due_s: float) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_at_s = due_s
+        self._deadline_timer = self.loop.call_at(due_s, self._deadlines)
+
+    def _deadlines(self) -> None:
+        self._deadline_timer, self._deadline_at_s = None, math.inf
+        now_s, next_s = self.loop.time(), math.inf
+        for call in list(self._calls.values()):
+            if call.due_s <= now_s:
+                call.expire()
+            elif call.due_s < next_s:
+                next_s = call.due_s
+        if next_s < math.inf and not self.closed:
+            self._watch_deadline(next_s)
 
     def cancel(self, call_id: int) -> None:
         if self._calls.pop(call_id, None) is not None and self._writer is not None:

@@ -134,6 +134,10 @@ class Attempts:
         self._failed: frozenset[str] = frozenset()
         self.retries = 0
 
+    def resume(self, spent_s: float) -> None:
+        """A first try made elsewhere (frontend/hot_path.py) took `spent_s` and failed: `again` counts it."""
+        self._call_s = self._loop.time() - spent_s
+
     def call_budget_s(self) -> float:
         """A call starts now: the budget it has (the whole budget on the first try)."""
         self._call_s = self._loop.time()
@@ -195,16 +199,24 @@ Staged = Callable[[Replica], AbstractAsyncContextManager[Any]]
 
 
 async def unary(
-    router: Router, cfg: ModelConfig, method: str, request: Any, *, staged: Staged | None = None
+    router: Router,
+    cfg: ModelConfig,
+    method: str,
+    request: Any,
+    *,
+    staged: Staged | None = None,
+    attempts: Attempts | None = None,
 ) -> tuple[Any, Replica]:
     """One unary call (`Predict`, `Embedding`, `AudioTranscription`, …) on whichever replica the router picks.
 
     `staged`: for a request that carries files, entered with the picked replica before the call; it stages the
     files on that replica's node and yields the request to send (naming the files' paths there), and its exit
-    releases them once the call ended, however it ended (answer, error, the client going away)."""
+    releases them once the call ended, however it ended (answer, error, the client going away). `attempts`: the
+    tries made so far (`unary_after`)."""
     budget_s = router.channels.budgets.call_timeout_s
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
-    attempts = Attempts(router, cfg, budget_s)
+    if attempts is None:
+        attempts = Attempts(router, cfg, budget_s)
     while True:
         replica = await attempts.checkout(chain)
         try:
@@ -258,14 +270,43 @@ async def _unary_once(
     except grpc.aio.AioRpcError as exc:
         tracing.finish(span, exc)
         span = None
-        if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # it may have generated: never retried
-            raise await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB) from None
-        reason = await _judge(router, replica, exc)
-        if reason is None:
-            raise _refused(cfg, replica, exc) from None
-        raise _Retriable(reason, _refused(cfg, replica, exc)) from None
+        raise await _failure(router, cfg, replica, exc, budget_s) from None
     finally:
         tracing.finish(span)
+
+
+async def _failure(
+    router: Router, cfg: ModelConfig, replica: Replica, exc: grpc.aio.AioRpcError, budget_s: float
+) -> Exception:
+    """What a unary call that failed with `exc` raises: BackendTimeout, BackendRefused, or _Retriable."""
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # it may have generated: never retried
+        return await _timed_out(router, cfg, replica, "no answer", budget_s, CALL_TIMEOUT_KNOB)
+    reason = await _judge(router, replica, exc)
+    if reason is None:
+        return _refused(cfg, replica, exc)
+    return _Retriable(reason, _refused(cfg, replica, exc))
+
+
+async def unary_after(
+    router: Router,
+    cfg: ModelConfig,
+    method: str,
+    request: Any,
+    replica: Replica,
+    exc: grpc.aio.AioRpcError,
+    spent_s: float,
+) -> tuple[Any, Replica]:
+    """`unary` from the point where its first try, on `replica` (slot released), failed with `exc` after
+    `spent_s` of its budget (frontend/hot_path.py made that try): judged, then retried as `unary` would."""
+    budget_s = router.channels.budgets.call_timeout_s
+    attempts = Attempts(router, cfg, budget_s)
+    attempts.resume(spent_s)
+    failed = await _failure(router, cfg, replica, exc, budget_s)
+    if not isinstance(failed, _Retriable):
+        raise failed
+    if not await attempts.again(replica, failed.reason):
+        raise failed.error
+    return await unary(router, cfg, method, request, attempts=attempts)
 
 
 def _backend_span(method: str, cfg: ModelConfig, replica: Replica) -> Any:

@@ -169,12 +169,18 @@ class ModelQueue:
 
     async def admit(self, model: str, caller: Caller) -> None:
         """Take one of `model`'s slots, waiting for one when all are taken; raises QueueFull, QueueTimeout."""
+        if not self.try_admit(model, caller):
+            await self._wait(self._line(model), caller)
+
+    def try_admit(self, model: str, caller: Caller) -> bool:
+        """Take one of `model`'s slots when one is free and nobody waits (the warm case: no await); else False,
+        nothing taken."""
         line = self._line(model)
-        if not line.depth and line.busy < self._capacity(model):
-            line.busy += 1
-            self._start(line, caller.tenant, line.last)  # nobody waits: no lower than the last one served
-            return
-        await self._wait(line, caller)
+        if line.depth or line.busy >= self._capacity(model):
+            return False
+        line.busy += 1
+        self._start(line, caller.tenant, line.last)  # nobody waits: no lower than the last one served
+        return True
 
     async def _wait(self, line: _Line, caller: Caller) -> None:
         if line.depth >= self.settings.max_depth:

@@ -31,7 +31,7 @@ from corral.store import scheduling as scheduling_store
 from corral.telemetry import tracing
 from corral.telemetry.families import ROUTING_DECISIONS
 from corral.telemetry.labels import PerModel
-from corral.tenancy.caller import current
+from corral.tenancy.caller import Caller, current
 from corral.tenancy.usage import NONE, NoUsage, UsageSink, counts_of
 
 log = logging.getLogger(__name__)
@@ -233,12 +233,7 @@ class Router:
         """Take a slot of the model (waiting in its queue when all are taken: raises QueueFull, QueueTimeout),
         route, and count the request in flight at once (no await between the pick and the count), so eviction and
         scale-down see it from its first moment; the caller must `release` the replica."""
-        known = self._slots.get(cfg.name)
-        if known is None or known[0] is not cfg:  # a config seen first, or edited: read its slots once
-            self._slots[cfg.name] = (
-                cfg,
-                replica_slots(getattr(cfg, "options", ()), self.queue.settings.slots),
-            )
+        self._note_slots(cfg)
         await self.queue.admit(cfg.name, current())
         try:
             replica = await self.route(cfg, chain)
@@ -250,6 +245,29 @@ class Router:
             await self._observe(cfg, chain, replica)
         return replica
 
+    def checkout_now(self, cfg: ModelConfig, caller: Caller) -> Replica | None:
+        """`checkout`'s warm case, decided at once (frontend/hot_path.py): a warm replica, no breaker tripped, a
+        free slot with nobody waiting; the slot taken and the request counted in flight as `checkout` does. None:
+        nothing taken (`checkout` waits, loads, probes)."""
+        if self.view.breakers.tripped:
+            return None
+        self._note_slots(cfg)
+        replica = self.view.pick(cfg.name)
+        if replica is None or not self.queue.try_admit(cfg.name, caller):
+            return None
+        self._warm(cfg.name).inc()
+        self.view.touch(replica)
+        self.acquire(replica)
+        return replica
+
+    def _note_slots(self, cfg: ModelConfig) -> None:
+        known = self._slots.get(cfg.name)
+        if known is None or known[0] is not cfg:  # a config seen first, or edited: read its slots once
+            self._slots[cfg.name] = (
+                cfg,
+                replica_slots(getattr(cfg, "options", ()), self.queue.settings.slots),
+            )
+
     def acquire(self, replica: Replica) -> None:
         replica.in_flight += 1
         self.active[id(replica)] = replica
@@ -260,12 +278,14 @@ class Router:
             self.active.pop(id(replica), None)
         self.queue.release(replica.model)
 
-    def served(self, method: str, model: str, reply: object) -> None:
-        """A backend call's reply carrying the engine's token counts: the caller's fair share and usage."""
+    def served(self, method: str, model: str, reply: object, caller: Caller | None = None) -> None:
+        """A backend call's reply carrying the engine's token counts: the caller's (the current one unless named)
+        fair share and usage."""
         counts = counts_of(method, reply)
         if counts is NONE:
             return
-        caller = current()
+        if caller is None:
+            caller = current()
         self.queue.charge(caller, model, counts)
         self.usage.record(caller, model, counts)
 

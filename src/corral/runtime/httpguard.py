@@ -30,8 +30,9 @@ import logging
 import resource
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -201,6 +202,14 @@ class LeanCycle(RequestResponseCycle):
 
     _held: bytes = b""
     _on_disconnect: Any = None
+    tasks: set[asyncio.Task[None]]  # the protocol's (uvicorn waits for them at shutdown)
+
+    def start_task(self, app: Any) -> None:
+        """Run the ASGI `app` for this request in a task, as uvicorn does (a request answered from callbacks,
+        frontend/hot_path.py, that needs to await after all)."""
+        task = asyncio.get_running_loop().create_task(self.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes | memoryview) -> bool:
         """The whole response at once, in one write, when nothing was sent yet and writing is not paused (else
@@ -295,7 +304,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     An app with a `direct` attribute (frontend/direct_path.py: `route(scope)`, `serve(scope, receive, send,
     chosen)`) is asked, when a request's headers are whole, whether it serves the request itself, without its
-    ASGI entry; it gets uvicorn's cycle (LeanCycle), its `receive` and `send`, as an ASGI app would.
+    ASGI entry; it gets uvicorn's cycle (LeanCycle), its `receive` and `send`, as an ASGI app would. When it
+    `holds` the request (a body small enough that uvicorn never pauses reading it, no `Expect: 100-continue`),
+    no task starts until the body is whole: then `take(cycle, chosen)` may answer it from callbacks
+    (frontend/hot_path.py), and when it does not, the task starts as before.
 
     A request only moves a deadline (`_due`, a clock read); the connection's one timer is armed when none is
     pending early enough, and when it fires it re-arms for the current deadline or, the request being whole,
@@ -309,6 +321,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _phase = Phase.FIRST_BYTE
     _header_bytes = 0  # of the request being received: its URL and headers so far
     _oversized = False
+    _holding: tuple[LeanCycle, Any, Any] | None = (
+        None  # a request the direct path answers once its body is whole
+    )
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -321,26 +336,38 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._unwatch()
+        self._holding = None
         super().connection_lost(exc)
         if isinstance(self.cycle, LeanCycle):
             self.cycle.disconnected_now()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         cycle.__class__ = LeanCycle  # same fields, a subclass: uvicorn's protocol builds the cycle itself
-        cycle.scope[DISCONNECT_KEY] = cycle.watch_disconnect  # type: ignore[attr-defined, literal-required]
+        lean = cast(LeanCycle, cycle)
+        lean.tasks = self.tasks
+        lean.scope[DISCONNECT_KEY] = lean.watch_disconnect  # type: ignore[literal-required]
         direct = getattr(app, "direct", None)
-        chosen = None if direct is None else direct.route(cycle.scope)
+        chosen = None if direct is None else direct.route(lean.scope)
         if direct is None or chosen is None:
-            super()._start_asgi_task(cycle, app)
+            super()._start_asgi_task(lean, app)
             return
+        if direct.holds(chosen, HIGH_WATER_LIMIT) and not lean.waiting_for_100_continue:
+            if (
+                lean.more_body
+            ):  # answered when the body is whole (on_message_complete), without a task if it can
+                self._holding = (lean, direct, chosen)
+                return
+            if direct.take(lean, chosen):
+                return
+        self._serve_direct(lean, direct, chosen)
 
+    def _serve_direct(self, cycle: LeanCycle, direct: Any, chosen: Any) -> None:
         async def served(scope: Any, receive: Any, send: Any) -> None:
             await direct.serve(scope, receive, send, chosen)
 
-        # uvicorn's own run_asgi around it: the same answer to an exception or a response left unfinished
-        task = self.loop.create_task(cycle.run_asgi(served))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
+        cycle.start_task(
+            served
+        )  # uvicorn's own run_asgi: the same answer to an exception or an unfinished response
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -386,6 +413,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._phase, self._due = Phase.IDLE, 0.0
         super().on_message_complete()
+        held = self._holding
+        if held is not None and held[0] is self.cycle:
+            self._holding = None
+            cycle, direct, chosen = held
+            if not direct.take(cycle, chosen):
+                self._serve_direct(cycle, direct, chosen)
 
     def handle_websocket_upgrade(self) -> None:
         self._unwatch()  # the connection is the WebSocket protocol's from here

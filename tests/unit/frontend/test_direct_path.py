@@ -70,9 +70,9 @@ def test_the_limits_layer_passes_only_a_declared_length_within_the_limit_below_t
 ):
     bounds = RequestLimits(inference_body_bytes=100, max_concurrent_requests=2)
     limits = RequestLimitsMiddleware(lambda *_: None, bounds)  # type: ignore[arg-type]
-    assert limits.direct_admit(_scope(content_length="100"))
-    assert not limits.direct_admit(_scope(content_length="101"))  # its 413
-    assert not limits.direct_admit(_scope(transfer_encoding="chunked"))  # metered as it arrives
-    assert not limits.direct_admit(_scope())  # no length declared
+    assert limits.direct_admit(_scope(content_length="100")) == 100
+    assert limits.direct_admit(_scope(content_length="101")) is None  # its 413
+    assert limits.direct_admit(_scope(transfer_encoding="chunked")) is None  # metered as it arrives
+    assert limits.direct_admit(_scope()) is None  # no length declared
     limits.in_flight = 2
-    assert not limits.direct_admit(_scope(content_length="10"))  # its 429
+    assert limits.direct_admit(_scope(content_length="10")) is None  # its 429

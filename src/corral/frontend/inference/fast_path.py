@@ -104,9 +104,21 @@ class FastPath:
         started_s: float,
     ) -> None:
         """Answer one inference request whose body is `raw` (also frontend/direct_path.py's entry)."""
+        await self.respond(scope, receive, send, lambda: self._handle(handler, raw), started_s)
+
+    async def respond(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        answer: Callable[[], Awaitable[tuple[Response, str]]],
+        started_s: float,
+    ) -> None:
+        """Send what `answer` gives (the response, the requested model), counted and traced; a client that goes
+        away cancels it (also frontend/hot_path.py's, for what a request needs after its first try)."""
 
         async def respond(send: Send) -> None:
-            response, model = await self._handle(handler, raw)
+            response, model = await answer()
             try:
                 cycle = getattr(send, "__self__", None)  # the HTTP server's own send, not a layer's wrapper
                 if not (
@@ -154,16 +166,21 @@ class FastPath:
             body = route.request.model_validate(data)
         except ValidationError as exc:
             return validation_response(exc), name
-        try:
-            return await route.handler(body), name
-        except APIError as exc:
-            return api_error_response(exc), name
-        except Exception as exc:  # the envelope, never a traceback to the client
-            down = unavailable_response(exc)  # PostgreSQL / NATS down: 503 naming it and its setting
-            if down is not None:
-                log.warning("%s", bytes(down.body).decode())
-                return down, name
-            return unexpected_response(exc), name
+        return await answered(lambda: route.handler(body)), name
+
+
+async def answered(handle: Callable[[], Awaitable[Response]]) -> Response:
+    """What `handle` answers, or the error envelope for what it raised (never a traceback to the client)."""
+    try:
+        return await handle()
+    except APIError as exc:
+        return api_error_response(exc)
+    except Exception as exc:
+        down = unavailable_response(exc)  # PostgreSQL / NATS down: 503 naming it and its setting
+        if down is not None:
+            log.warning("%s", bytes(down.body).decode())
+            return down
+        return unexpected_response(exc)
 
 
 def _text_headers(scope: Scope) -> list[tuple[str, str]]:

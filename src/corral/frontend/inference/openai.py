@@ -55,7 +55,7 @@ _ID_PREFIX = os.urandom(8).hex()  # this process's: ids are unique across fronte
 _ID_SEQUENCE = itertools.count(int.from_bytes(os.urandom(4), "big"))
 
 
-def _random_id() -> str:
+def random_id() -> str:
     """32 hex digits unique to this request: a random per-process prefix and a counter (no syscall; os.urandom
     per id was a getrandom call twice per request)."""
     return f"{_ID_PREFIX}{next(_ID_SEQUENCE) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
@@ -65,7 +65,7 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
-def _node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
+def node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
     if not state.expose_node_header:
         return None
     return {
@@ -106,7 +106,7 @@ def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) 
         Tokens=max_tokens or DEFAULT_MAX_TOKENS,
         StopPrompts=body.stop_list(),
         ModelIdentity=cfg.model,
-        CorrelationId=_random_id(),
+        CorrelationId=random_id(),
     )
     if body.temperature is not None:
         opts.Temperature = body.temperature
@@ -259,7 +259,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
                 choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs
             )
             return await _choices(state, cfg, plan, body)
-        ident = f"chatcmpl-{_random_id()}"
+        ident = f"chatcmpl-{random_id()}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -275,7 +275,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
         if _several_or_logprobs(body, prompts):  # several choices, token ids, logprobs: choices.py
             return await _choices(state, cfg, _completion_plan(state, body, opts, prompts, max_tokens), body)
         opts.Prompt = cast(str, prompts[0])  # one text prompt: the lean path
-        ident = f"cmpl-{_random_id()}"
+        ident = f"cmpl-{random_id()}"
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -300,7 +300,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
                     "prompt_tokens": result.usage.prompt_tokens,
                 },
             },
-            headers=_node_header(state, replica),
+            headers=node_header(state, replica),
         )
 
     return (
@@ -356,7 +356,7 @@ async def _embeddings(state: FrontendState, cfg: ModelConfig, body: EmbeddingReq
             "model": cfg.name,
             "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
         },
-        headers=_node_header(state, replica),
+        headers=node_header(state, replica),
     )
 
 
@@ -414,9 +414,9 @@ async def _choices(
     plan: choices.Plan,
     body: ChatCompletionRequest | CompletionRequest,
 ) -> Response:
-    ident = f"{'chatcmpl' if plan.chat else 'cmpl'}-{_random_id()}"
+    ident = f"{'chatcmpl' if plan.chat else 'cmpl'}-{random_id()}"
     head = choices.response_head(ident, cfg.name, chat=plan.chat, streamed=body.stream)
-    headers_of = lambda replica: _node_header(state, replica)  # noqa: E731
+    headers_of = lambda replica: node_header(state, replica)  # noqa: E731
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _RelayResponse(*await choices.stream(state.router, cfg, plan, head, include_usage, headers_of))
@@ -470,7 +470,7 @@ async def _completion_unary(
     reply, replica = await _unary(state.router, cfg, "Predict", opts, "prompt")
     text = reply.message.decode(errors="replace")
     return _json(
-        headers=_node_header(state, replica),
+        headers=node_header(state, replica),
         body={
             "id": ident,
             "object": "text_completion",
@@ -498,18 +498,36 @@ async def _chat_unary(
     max_tokens: int,
 ) -> Response:
     reply, replica = await _unary(state.router, cfg, "Predict", opts, "messages")
-    message, finish = _assistant_message(reply, max_tokens)
+    return chat_response(state, cfg, ident, created, max_tokens, reply, replica)
+
+
+def chat_response(
+    state: FrontendState,
+    cfg: ModelConfig,
+    ident: str,
+    created: int,
+    max_tokens: int,
+    reply: backend_pb2.Reply,
+    replica: Replica,
+) -> Response:
     return _json(
-        headers=_node_header(state, replica),
-        body={
-            "id": ident,
-            "object": "chat.completion",
-            "created": created,
-            "model": cfg.name,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-            "usage": _usage(reply.prompt_tokens, reply.tokens),
-        },
+        chat_completion(cfg.name, ident, created, max_tokens, reply), headers=node_header(state, replica)
     )
+
+
+def chat_completion(
+    model: str, ident: str, created: int, max_tokens: int, reply: backend_pb2.Reply
+) -> dict[str, Any]:
+    """The `chat.completion` object of one choice (also frontend/hot_path.py's)."""
+    message, finish = _assistant_message(reply, max_tokens)
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": _usage(reply.prompt_tokens, reply.tokens),
+    }
 
 
 def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:
@@ -608,6 +626,6 @@ async def _stream(
     headers = {
         "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no",
-        **(_node_header(state, stream.replica) or {}),
+        **(node_header(state, stream.replica) or {}),
     }
     return _RelayResponse(events(), stream, headers)

@@ -87,7 +87,7 @@ async def serve_route(state: FrontendState, route: str, candidates: list[str], s
 
 def route_plan(state: FrontendState, model: str) -> list[str] | None:
     """The candidates of a request naming a route, in order; None for a model (one dict lookup)."""
-    if not state.routes.routes or not _is_route(state, model):
+    if not state.routes.routes or not is_route(state, model):
         return None
     return state.routes.plan(model) or []
 
@@ -127,7 +127,7 @@ async def _serve_in_order(
     raise _exhausted(route, attempts, last)
 
 
-def _is_route(state: FrontendState, name: str) -> bool:
+def is_route(state: FrontendState, name: str) -> bool:
     """A model or alias keeps its name even when a route takes it too (the route's view says so)."""
     return name in state.routes.routes and name not in state.configs and name not in state.aliases
 
@@ -139,7 +139,7 @@ ROUTED: ContextVar[list[str] | None] = ContextVar("corral_routed", default=None)
 
 def route_target(state: FrontendState, model: str) -> str:
     """Where fallbacks are not tried (config_for: media, agent jobs): a route's chosen target."""
-    if not state.routes.routes or not _is_route(state, model):
+    if not state.routes.routes or not is_route(state, model):
         return model
     target = state.routes.pick(model)
     if (routed := ROUTED.get()) is not None:
@@ -179,7 +179,7 @@ class RouteHeaders:
 
 def _through_routes(state: FrontendState, handler: Handler) -> Handler:
     async def handle(body: Any) -> Response:
-        if not state.routes.routes or not _is_route(state, body.model):  # no routes: one attribute read
+        if not state.routes.routes or not is_route(state, body.model):  # no routes: one attribute read
             return await handler(body)
 
         def serve(model: str) -> Awaitable[Response]:
