@@ -25,14 +25,20 @@ Everything else keeps its one path, and its answers:
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
 import orjson
-from pydantic import ValidationError
+from google.protobuf.message import DecodeError
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.responses import Response
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE
 
 from corral.frontend.access import KeyAccess
+from corral.frontend.errors import unexpected_response
 from corral.frontend.inference import images
 from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.fast_path import FastPath, InferenceRoute, Receive, Scope, Send, answered
@@ -49,7 +55,7 @@ from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.limits import RequestLimitsMiddleware
 from corral.frontend.state import FrontendState
 from corral.lane import frames
-from corral.lane.client import LaneConnection, deadline_exceeded, rpc_error
+from corral.lane.client import deadline_exceeded, rpc_error
 from corral.models.config import ModelConfig
 from corral.proto import backend_pb2 as pb
 from corral.routing import calls
@@ -61,12 +67,17 @@ from corral.tenancy.policy import CURRENT_POLICY
 
 CHAT_PATH = "/v1/chat/completions"
 PREDICT = frames.METHODS["Predict"]
-JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+OUTCOMES = ("answered", "waited", "continued", "declined", "left")
 
 
 class HotPath:
     def __init__(self, state: FrontendState, limits: RequestLimitsMiddleware, fast: FastPath) -> None:
         self.state, self.limits, self.fast = state, limits, fast
+        # what became of the requests offered to `take` (`corral_hot_path_requests_total`, read when scraped):
+        self.counts = dict.fromkeys(OUTCOMES, 0)
+        _collector.active = self
 
     def holds(self, route: InferenceRoute[Any]) -> bool:
         """Whether a request for `route` may be answered by `take` once its body is whole."""
@@ -75,11 +86,36 @@ class HotPath:
     def take(self, cycle: LeanCycle, route: InferenceRoute[Any], access: KeyAccess | None) -> bool:
         """Send the request in `cycle` (its body whole) to a warm replica's lane, answered when the reply comes;
         False: nothing taken, the request takes the task path."""
+        if self._take(cycle, access):
+            return True
+        self.counts["declined"] += 1
+        return False
+
+    def _take(self, cycle: LeanCycle, access: KeyAccess | None) -> bool:
         started_s = time.perf_counter()
+        # a refusal (a field, a schema, an unknown model) raises: the task path answers it, naming what it names
         try:
-            body = ChatCompletionRequest.model_validate(orjson.loads(cycle.body))
-        except (orjson.JSONDecodeError, ValidationError):
-            return False  # the task path answers it, naming the field
+            planned = self._plan(cycle.body, access)
+        except Exception:
+            return False
+        if planned is None:
+            return False
+        cfg, model, opts, max_tokens = planned
+        caller = ANONYMOUS if access is None else access.caller
+        call = HotCall(self, cycle, access, caller, cfg, model, opts, max_tokens, started_s)
+        self.limits.in_flight += 1
+        in_task = call.send()
+        if in_task is not None:  # the call as a task, as planned
+            self.counts["waited"] += 1
+            cycle.start_task(call.as_task(in_task))
+        return True
+
+    def _plan(
+        self, raw: bytes | bytearray, access: KeyAccess | None
+    ) -> tuple[ModelConfig, str, pb.PredictOptions, int] | None:
+        """The request's model config, requested name, backend call and token budget when it is in the warm case
+        (None: outside it); raises what the task path would answer. No side effect."""
+        body = ChatCompletionRequest.model_validate(orjson.loads(raw))
         state, model = self.state, body.model
         if (
             body.stream
@@ -87,33 +123,12 @@ class HotPath:
             or (access is not None and access.policy is not None and not access.policy.allows(model))
             or (state.routes.routes and is_route(state, model))
         ):
-            return False
-        try:
-            cfg = config_for(state, model)
-        except Exception:  # an unknown or disabled model: its answer comes from the task path
-            return False
+            return None
+        cfg = config_for(state, model)
         if (cfg.mcp and body.tools is None and state.agents is not None) or images.has_images(body.messages):
-            return False
+            return None
         opts, max_tokens = chat_options(cfg, body)
-        router = state.router
-        if router.prefix_chain(cfg, opts) is not None:
-            return False
-        caller = ANONYMOUS if access is None else access.caller
-        replica = router.checkout_now(cfg, caller)
-        if replica is None:
-            return False
-        lane = router.channels.lane(replica.address)
-        call = HotCall(self, cycle, access, caller, cfg, model, replica, opts, max_tokens, started_s)
-        try:
-            if lane is None:
-                raise LookupError(replica.address)
-            call.send(lane)
-        except (LookupError, grpc.aio.AioRpcError):  # no lane, or it just closed: the task path's gRPC call
-            router.release(replica)
-            return False
-        self.limits.in_flight += 1
-        cycle.watch_disconnect(call.client_left)
-        return True
+        return cfg, model, opts, max_tokens
 
 
 class HotCall:
@@ -147,21 +162,38 @@ class HotCall:
         caller: Caller,
         cfg: ModelConfig,
         model: str,
-        replica: Replica,
         opts: pb.PredictOptions,
         max_tokens: int,
         started_s: float,
     ) -> None:
         self.hot, self.cycle, self.access, self.caller = hot, cycle, access, caller
-        self.cfg, self.model, self.replica, self.opts = cfg, model, replica, opts
+        self.cfg, self.model, self.opts = cfg, model, opts
         self.max_tokens, self.started_s = max_tokens, started_s
         self.ident, self.created = f"chatcmpl-{random_id()}", int(time.time())
         self.ended = False
 
-    def send(self, lane: LaneConnection) -> None:
-        self.lane = lane
-        self.due_s = lane.loop.time() + self.hot.state.router.channels.budgets.call_timeout_s
-        self.call_id = lane.start(self, PREDICT, self.opts)
+    def send(self) -> Callable[[], Awaitable[tuple[pb.Reply, Replica]]] | None:
+        """Take a free slot of a warm replica and send the call on its lane (None); or the call to make in a task:
+        the router's own when no slot is free at once, the model is cold, or the router picks with the prompt
+        (prefix routing among replicas); over gRPC on the replica taken when it has no lane (yet)."""
+        router, cfg, opts = self.hot.state.router, self.cfg, self.opts
+        if router.prefix_chain(cfg, opts) is not None:
+            return lambda: calls.unary(router, cfg, "Predict", opts)
+        replica = router.checkout_now(cfg, self.caller)
+        if replica is None:
+            return lambda: calls.unary(router, cfg, "Predict", opts)
+        lane = router.channels.lane(replica.address)
+        if lane is not None:
+            self.lane, self.replica = lane, replica
+            self.due_s = lane.loop.time() + router.channels.budgets.call_timeout_s
+            try:
+                self.call_id = lane.start(self, PREDICT, opts)
+            except grpc.aio.AioRpcError:  # it just closed
+                lane = None
+        if lane is None:  # its call looks for the lane (BackendChannels.caller) and goes over gRPC meanwhile
+            return lambda: calls.unary(router, cfg, "Predict", opts, first=replica)
+        self.cycle.watch_disconnect(self.client_left)
+        return None
 
     # ---- the lane's side (lane.client.LaneCall) ----
 
@@ -171,23 +203,34 @@ class HotCall:
         if kind != frames.REPLY:
             self.fail(rpc_error(*frames.parse_error(payload)))
             return
-        reply = pb.Reply.FromString(payload)
-        router, cfg, replica = self.hot.state.router, self.cfg, self.replica
+        try:
+            reply = pb.Reply.FromString(payload)
+        except DecodeError as exc:  # as a gRPC client fails a reply it cannot parse
+            self.fail(rpc_error(grpc.StatusCode.INTERNAL, f"failed to parse the reply: {exc}"))
+            return
+        hot, cfg, replica = self.hot, self.cfg, self.replica
+        router = hot.state.router
         router.view.breakers.succeeded(replica)
         router.served("Predict", cfg.name, reply, self.caller)
         self._end()
-        self.hot.limits.in_flight -= 1
-        content = orjson.dumps(chat_completion(cfg.name, self.ident, self.created, self.max_tokens, reply))
-        headers = _raw(node_header(self.hot.state, replica))
-        headers.append((b"content-length", str(len(content)).encode()))
-        headers.extend(JSON_HEADERS)
-        cycle = self.cycle
-        if not cycle.answer(200, headers, content) and not cycle.disconnected:  # writing is paused: await it
-            response = Response(
-                content, headers=node_header(self.hot.state, replica), media_type="application/json"
+        hot.limits.in_flight -= 1
+        cycle, status = self.cycle, 200
+        try:
+            content = orjson.dumps(
+                chat_completion(cfg.name, self.ident, self.created, self.max_tokens, reply)
             )
-            cycle.start_task(response)
-        self.hot.fast.figures.observe(self.model, 200, time.perf_counter() - self.started_s)
+            named = node_header(hot.state, replica)
+            extra = _header_lines(named)
+            if (extra is None or not cycle.answer_json(content, extra)) and not cycle.disconnected:
+                # writing is paused (a client that does not read), or a header value `send` refuses: their path
+                cycle.start_task(Response(content, headers=named, media_type="application/json"))
+        except Exception as exc:  # the envelope, never a connection left without an answer
+            response = unexpected_response(exc)
+            status = response.status_code
+            if not cycle.response_started and not cycle.disconnected:
+                cycle.start_task(response)
+        hot.counts["answered"] += 1
+        hot.fast.figures.observe(self.model, status, time.perf_counter() - self.started_s)
 
     def fail(self, exc: BaseException) -> None:
         """The call failed before a reply: what `routing.calls.unary` does next, in a task."""
@@ -196,10 +239,18 @@ class HotCall:
         self._end()
         self.lane.cancel(self.call_id)  # a no-op when the lane forgot it (its reply or error came)
         spent_s = time.perf_counter() - self.started_s
+        self.hot.counts["continued"] += 1
         error = (
             exc if isinstance(exc, grpc.aio.AioRpcError) else rpc_error(grpc.StatusCode.UNAVAILABLE, str(exc))
         )
-        self.cycle.start_task(self._after(error, spent_s))
+        replica = self.replica
+        self.cycle.start_task(
+            self.as_task(
+                lambda: calls.unary_after(
+                    self.hot.state.router, self.cfg, "Predict", self.opts, replica, error, spent_s
+                )
+            )
+        )
 
     def expire(self) -> None:
         self.fail(deadline_exceeded())
@@ -213,6 +264,7 @@ class HotCall:
         self._end()
         self.lane.cancel(self.call_id)
         self.hot.limits.in_flight -= 1
+        self.hot.counts["left"] += 1
 
     def _end(self) -> None:
         self.ended = True
@@ -223,16 +275,15 @@ class HotCall:
             self.replica
         )  # a half-open trial that reached no verdict is free again
 
-    def _after(self, exc: grpc.aio.AioRpcError, spent_s: float) -> Any:
-        """The ASGI app of the rest: judge the failure, retry or answer its error (the fast path's answer)."""
-        hot, cfg, opts = self.hot, self.cfg, self.opts
+    def as_task(self, call: Callable[[], Awaitable[tuple[pb.Reply, Replica]]]) -> Any:
+        """The ASGI app that makes the backend call `call` in a task and answers it as the fast path answers
+        (its errors, the client going away, the figures): what the task path's chat handler would do next."""
+        hot, cfg = self.hot, self.cfg
         state = hot.state
 
         async def rest() -> Response:
             async with http_errors(state.router, cfg, "messages"):
-                reply, replica = await calls.unary_after(
-                    state.router, cfg, "Predict", opts, self.replica, exc, spent_s
-                )
+                reply, replica = await call()
             return chat_response(state, cfg, self.ident, self.created, self.max_tokens, reply, replica)
 
         async def answer() -> tuple[Response, str]:
@@ -250,9 +301,40 @@ class HotCall:
         return app
 
 
-def _raw(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
-    return (
-        []
-        if headers is None
-        else [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-    )
+def _header_lines(headers: dict[str, str] | None) -> bytes | None:
+    """`headers` as header lines for `LeanCycle.answer_json`; None when a value is one uvicorn's `send` refuses
+    (it answers 500 on it, as before)."""
+    if headers is None:
+        return b""
+    lines = b""
+    for name, value in headers.items():
+        raw = value.encode("latin-1", errors="replace")
+        if HEADER_VALUE_RE.search(raw):
+            return None
+        lines += name.lower().encode("latin-1") + b": " + raw + b"\r\n"
+    return lines
+
+
+class _Collector(Collector):
+    """`corral_hot_path_requests_total` of the frontend that started last in the process (plain counts on the
+    warm path, turned into a family when scraped)."""
+
+    active: HotPath | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "corral_hot_path_requests",
+            "Warm chat requests offered to the hot path (frontend/hot_path.py), by outcome: answered from callbacks "
+            "without a task; waited (its call made in a task: no slot free at once, no fast lane, prefix routing); "
+            "continued as a task after a failed first try (retried or answered with its error); "
+            "declined (outside the warm case: served as before); left (the client went away first)",
+            labels=["outcome"],
+        )
+        counts = self.active.counts if self.active is not None else dict.fromkeys(OUTCOMES, 0)
+        for outcome in OUTCOMES:
+            family.add_metric([outcome], counts[outcome])
+        return [family]
+
+
+_collector = _Collector()
+REGISTRY.register(_collector)

@@ -170,6 +170,7 @@ class RequestLimitsMiddleware:
     def __init__(self, app: ASGIApp, limits: RequestLimits) -> None:
         self.app, self.limits = app, limits
         self._classes = limits.classes()
+        self._direct_max: dict[str, int] = {}
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -192,11 +193,13 @@ class RequestLimitsMiddleware:
         if self.in_flight >= self.limits.max_concurrent_requests:
             return None
         declared = _declared_length(scope)
-        return (
-            declared
-            if declared is not None and declared <= self.body_limit(scope["path"]).max_bytes
-            else None
-        )
+        if declared is None:
+            return None
+        path = scope["path"]
+        max_bytes = self._direct_max.get(path)
+        if max_bytes is None:  # the inference table's few paths (the caller asks for no other)
+            max_bytes = self._direct_max[path] = self.body_limit(path).max_bytes
+        return declared if declared <= max_bytes else None
 
     def body_limit(self, path: str) -> BodyLimit:
         for prefix, limit in self._classes:

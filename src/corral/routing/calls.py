@@ -206,19 +206,24 @@ async def unary(
     *,
     staged: Staged | None = None,
     attempts: Attempts | None = None,
+    first: Replica | None = None,
 ) -> tuple[Any, Replica]:
     """One unary call (`Predict`, `Embedding`, `AudioTranscription`, …) on whichever replica the router picks.
 
     `staged`: for a request that carries files, entered with the picked replica before the call; it stages the
     files on that replica's node and yields the request to send (naming the files' paths there), and its exit
     releases them once the call ended, however it ended (answer, error, the client going away). `attempts`: the
-    tries made so far (`unary_after`)."""
+    tries made so far (`unary_after`); `first`: the replica of the first try, already checked out
+    (frontend/hot_path.py)."""
     budget_s = router.channels.budgets.call_timeout_s
     chain = router.prefix_chain(cfg, request) if method == "Predict" else None
     if attempts is None:
         attempts = Attempts(router, cfg, budget_s)
     while True:
-        replica = await attempts.checkout(chain)
+        if first is None:
+            replica = await attempts.checkout(chain)
+        else:
+            replica, first = first, None
         try:
             return await _unary_once(router, cfg, method, request, staged, replica, attempts, budget_s)
         except _Retriable as failed:

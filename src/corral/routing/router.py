@@ -246,14 +246,17 @@ class Router:
         return replica
 
     def checkout_now(self, cfg: ModelConfig, caller: Caller) -> Replica | None:
-        """`checkout`'s warm case, decided at once (frontend/hot_path.py): a warm replica, no breaker tripped, a
-        free slot with nobody waiting; the slot taken and the request counted in flight as `checkout` does. None:
+        """`checkout`'s warm case, decided at once (frontend/hot_path.py): no breaker tripped, a free slot with
+        nobody waiting, a warm replica; the slot taken and the request counted in flight as `checkout` does. None:
         nothing taken (`checkout` waits, loads, probes)."""
         if self.view.breakers.tripped:
             return None
         self._note_slots(cfg)
+        if not self.queue.try_admit(cfg.name, caller):
+            return None
         replica = self.view.pick(cfg.name)
-        if replica is None or not self.queue.try_admit(cfg.name, caller):
+        if replica is None:  # cold: `checkout` loads it
+            self.queue.release(cfg.name)
             return None
         self._warm(cfg.name).inc()
         self.view.touch(replica)

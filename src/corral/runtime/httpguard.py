@@ -132,6 +132,7 @@ class Phase(Enum):
     HEADERS = "headers"
     BODY = "body"
     IDLE = "idle"  # the request is whole (its answer may still be streaming)
+    KEPT_ALIVE = "kept_alive"  # answered, nothing pipelined: closed after uvicorn's keep-alive timeout
 
 
 def _answer(status: bytes, message: str, code: str, extra: bytes = b"") -> bytes:
@@ -185,6 +186,21 @@ class _HeadFirst:
 
     def __getattr__(self, name: str) -> Any:  # close(), is_closing(): the real transport's
         return getattr(self.transport, name)
+
+
+_default_heads: dict[int, tuple[Any, bytes]] = {}
+
+
+def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The status line of a 200 and the server's default headers (its date: uvicorn makes a new list each second)."""
+    known = _default_heads.get(id(headers))
+    if known is not None and known[0] is headers:
+        return known[1]
+    head = STATUS_LINE[200] + b"".join(name.lower() + b": " + value + b"\r\n" for name, value in headers)
+    if len(_default_heads) >= 8:  # lists of seconds past (each server in the process makes its own)
+        _default_heads.clear()
+    _default_heads[id(headers)] = (headers, head)
+    return head
 
 
 class LeanCycle(RequestResponseCycle):
@@ -249,6 +265,39 @@ class LeanCycle(RequestResponseCycle):
         self.response_started = self.response_complete = True
         self.waiting_for_100_continue = False
         self.transport.write(b"".join(content))
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
+        return True
+
+    def answer_json(self, body: bytes, extra: bytes = b"") -> bool:
+        """`answer` for a 200 with a JSON body and the server's own headers (`extra`: more header lines, already
+        checked, each ending CRLF): the bytes `answer` would write, without its per-header checks."""
+        if self.response_started or self.disconnected or self.flow.write_paused:
+            return False
+        if self.access_log:
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(self.scope),
+                self.scope["method"],
+                get_path_with_query_string(self.scope),
+                self.scope["http_version"],
+                200,
+            )
+        self.response_started = self.response_complete = True
+        self.waiting_for_100_continue = False
+        self.transport.write(
+            b"".join(
+                (
+                    _default_head(self.default_headers),
+                    extra,
+                    b"content-length: %d\r\ncontent-type: application/json\r\n" % len(body),
+                    b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
+                    body,
+                )
+            )
+        )
         self.message_event.set()
         if not self.keep_alive:
             self.transport.close()
@@ -371,23 +420,44 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        kept_alive = self._phase is Phase.KEPT_ALIVE
         self._phase, self._header_bytes = Phase.HEADERS, 0
-        if not self._due:  # a later request on a kept-alive connection (the first keeps the connection's)
+        if kept_alive or not self._due:  # a later request (the first keeps the connection's deadline)
             self._watch(self.loop.time() + self.limits.header_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
-        super().on_url(url)
+        self.url += url
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_header_bytes(len(name) + len(value))
-        super().on_header(name, value)
+    def on_header(self, name: bytes, value: bytes) -> None:  # uvicorn's, with the count (one call per header)
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > self.limits.max_header_bytes:
+            self._oversized = True
+            raise HeadersTooLarge
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def _count_header_bytes(self, size: int) -> None:
         self._header_bytes += size
         if self._header_bytes > self.limits.max_header_bytes:
             self._oversized = True
             raise HeadersTooLarge  # stops the parser; uvicorn answers through send_400_response below
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, but the keep-alive timeout is a deadline of the connection's one timer: uvicorn arms a timer
+        after every response and cancels it at the next request's first byte (4.6 µs a request)."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif self._phase is Phase.IDLE:  # nothing of a next request received yet
+            self._phase = Phase.KEPT_ALIVE
+            self._watch(self.loop.time() + self.timeout_keep_alive)
 
     def send_400_response(self, msg: str) -> None:
         if not self._oversized:
@@ -428,6 +498,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._due = due
         if self._timer is not None and self._timer_at <= due:
             return  # it fires in time, and re-arms for the rest
+        self._arm(due)
+
+    def _arm(self, due: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = due
@@ -445,8 +518,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return  # the request is whole: no timer until the next one begins
         now = self.loop.time()
         if now < self._due:
-            self._timer_at = self._due
-            self._timer = self.loop.call_at(self._due, self._expired)
+            self._arm(self._due)
+            return
+        if self._phase is Phase.KEPT_ALIVE:  # idle past the keep-alive timeout: closed, as uvicorn does
+            self.transport.close()
             return
         cycle = self.cycle
         answering = cycle is not None and cycle.response_started and not cycle.response_complete
