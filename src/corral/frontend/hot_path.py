@@ -48,7 +48,6 @@ from corral.frontend.inference.openai import (
     chat_response,
     config_for,
     node_header,
-    random_id,
 )
 from corral.frontend.inference.routes import is_route
 from corral.frontend.inference.schemas import ChatCompletionRequest
@@ -169,7 +168,10 @@ class HotCall:
         self.hot, self.cycle, self.access, self.caller = hot, cycle, access, caller
         self.cfg, self.model, self.opts = cfg, model, opts
         self.max_tokens, self.started_s = max_tokens, started_s
-        self.ident, self.created = f"chatcmpl-{random_id()}", int(time.time())
+        self.ident, self.created = (
+            "chatcmpl-" + opts.CorrelationId,
+            int(time.time()),
+        )  # the backend logs it too
         self.ended = False
 
     def send(self) -> Callable[[], Awaitable[tuple[pb.Reply, Replica]]] | None:

@@ -103,11 +103,10 @@ def _route_object(state: FrontendState, name: str) -> dict[str, Any]:
 
 def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
     opts = backend_pb2.PredictOptions(
-        Tokens=max_tokens or DEFAULT_MAX_TOKENS,
-        StopPrompts=body.stop_list(),
-        ModelIdentity=cfg.model,
-        CorrelationId=random_id(),
+        Tokens=max_tokens or DEFAULT_MAX_TOKENS, ModelIdentity=cfg.model, CorrelationId=random_id()
     )
+    if body.stop is not None:  # an empty list passed to the constructor alone costs a microsecond
+        opts.StopPrompts.extend(body.stop_list())
     if body.temperature is not None:
         opts.Temperature = body.temperature
     if body.top_p is not None:
@@ -124,7 +123,9 @@ def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) 
 
 
 def _chat_message(m: ChatMessage) -> backend_pb2.Message:
-    message = backend_pb2.Message(role=m.role, content=m.text(), name=m.name or "")
+    message = backend_pb2.Message(role=m.role, content=m.text())
+    if m.name:
+        message.name = m.name
     if m.tool_call_id:
         message.tool_call_id = m.tool_call_id
     if m.tool_calls:
@@ -259,7 +260,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
                 choices.replicate(opts, body.n, 0), max_tokens, True, "messages", body.logprobs
             )
             return await _choices(state, cfg, plan, body)
-        ident = f"chatcmpl-{random_id()}"
+        ident = f"chatcmpl-{opts.CorrelationId}"  # one id: the backend's logs name the call the client got
         created = int(time.time())
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
