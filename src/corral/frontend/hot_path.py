@@ -65,6 +65,7 @@ from corral.tenancy.caller import ANONYMOUS, CURRENT, Caller
 from corral.tenancy.policy import CURRENT_POLICY
 
 CHAT_PATH = "/v1/chat/completions"
+VALIDATE = ChatCompletionRequest.__pydantic_validator__.validate_python
 PREDICT = frames.METHODS["Predict"]
 
 
@@ -114,7 +115,7 @@ class HotPath:
     ) -> tuple[ModelConfig, str, pb.PredictOptions, int] | None:
         """The request's model config, requested name, backend call and token budget when it is in the warm case
         (None: outside it); raises what the task path would answer. No side effect."""
-        body = ChatCompletionRequest.model_validate(orjson.loads(raw))
+        body = VALIDATE(orjson.loads(raw))  # model_validate without its Python frame
         state, model = self.state, body.model
         if (
             body.stream

@@ -223,6 +223,7 @@ class LeanCycle(RequestResponseCycle):
     def start_task(self, app: Any) -> None:
         """Run the ASGI `app` for this request in a task, as uvicorn does (a request answered from callbacks,
         frontend/hot_path.py, that needs to await after all)."""
+        self.scope[DISCONNECT_KEY] = self.watch_disconnect  # type: ignore[literal-required]
         task = asyncio.get_running_loop().create_task(self.run_asgi(app))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
@@ -394,10 +395,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         cycle.__class__ = LeanCycle  # same fields, a subclass: uvicorn's protocol builds the cycle itself
         lean = cast(LeanCycle, cycle)
         lean.tasks = self.tasks
-        lean.scope[DISCONNECT_KEY] = lean.watch_disconnect  # type: ignore[literal-required]
         direct = getattr(app, "direct", None)
         chosen = None if direct is None else direct.route(lean.scope)
         if direct is None or chosen is None:
+            lean.scope[DISCONNECT_KEY] = lean.watch_disconnect  # type: ignore[literal-required]
             super()._start_asgi_task(lean, app)
             return
         if direct.holds(chosen, HIGH_WATER_LIMIT) and not lean.waiting_for_100_continue:

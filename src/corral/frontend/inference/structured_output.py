@@ -56,6 +56,8 @@ def _compiled(schema: Any, prefix: str) -> str:
 
 def request_grammar(body: _Sampling) -> str:
     """The GBNF a request asks for ('' for none); a 400 naming the field when it cannot be built."""
+    if body.response_format is None and not body.grammar and not body.grammar_json_functions:
+        return ""  # the common case: three attribute reads
     chosen = [name for name in ("response_format", "grammar", "grammar_json_functions") if _asks(body, name)]
     if len(chosen) > 1:
         raise APIError(
