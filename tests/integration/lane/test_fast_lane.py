@@ -173,3 +173,32 @@ async def test_a_backend_that_dies_mid_stream_fails_the_stream_unavailable(tmp_p
             assert channels.lane(_address(dying)) is None  # a lost lane is no longer used
         finally:
             await channels.close()
+
+
+async def test_calls_with_different_deadlines_each_expire_at_their_own_on_one_timer(backend: Backend) -> None:
+    """The connection's one deadline timer: a call never expires before its deadline, each past-due call expires
+    when the timer reaches it (the timer re-arms for the next), and a call answered in time is answered."""
+    fast = await _lane(backend)
+    loop = asyncio.get_running_loop()
+    ended: list[tuple[str, float, object]] = []
+
+    async def call(name: str, tokens: int, timeout: float) -> None:
+        started = loop.time()
+        try:
+            outcome: object = (
+                await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=tokens), timeout=timeout)
+            ).tokens
+        except grpc.aio.AioRpcError as exc:
+            outcome = exc.code()
+        ended.append((name, loop.time() - started, outcome))
+
+    try:  # 100 tokens take 2 s; the calls share the lane, started together
+        await asyncio.gather(call("late", 100, 0.9), call("early", 100, 0.3), call("in time", 3, 30))
+        by_name = {name: (elapsed, outcome) for name, elapsed, outcome in ended}
+        assert by_name["early"][1] == by_name["late"][1] == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert by_name["early"][0] >= 0.3 and by_name["late"][0] >= 0.9  # never before its own deadline
+        assert [name for name, _, _ in ended].index("early") < [name for name, _, _ in ended].index("late")
+        assert by_name["in time"][1] == 3
+        assert (await fast.Predict(pb.PredictOptions(Prompt=PROMPT, Tokens=2), timeout=5)).tokens == 2
+    finally:
+        fast.close()
