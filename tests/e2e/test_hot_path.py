@@ -78,13 +78,22 @@ def env(state_root: Path, make_database: Callable[[], str], nats_url: str) -> It
     }
     try:
         c.start_frontend(
-            "--expose-node-header", "--backend-call-timeout", CALL, "--backend-probe-timeout", "1s"
+            "--expose-node-header",
+            "--backend-call-timeout",
+            CALL,
+            "--backend-probe-timeout",
+            "1s",
+            "--breaker-cooldown",  # a breaker the sick replica opens heals within the test
+            "1s",
+            "--breaker-cooldown-max",
+            "2s",
         )
         c.start_worker("w1")
         c.start_worker("w2")
         e = Env(c, faults)
         wait_for(lambda: len(replicas(c.database_url, PAIR)) == 2, f"two replicas of {PAIR}", 90)
         _until_answered_hot(e, PAIR)
+        _until_answered_hot(e, SLOW)
         yield e
     finally:
         c.stop()
@@ -156,8 +165,12 @@ def test_a_first_try_that_fails_is_retried_on_the_other_replica(env: Env) -> Non
         assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
         assert all(not r.headers["x-corral-replica"].endswith("@" + sick) for r in answers)
         assert env.hot("continued") > continued  # a first try on the sick replica, retried in a task
+        answered = env.hot("answered")  # a breaker it opened keeps other models on the hot path
+        assert env.chat(SLOW, max_tokens=1).status_code == 200
+        assert env.hot("answered") == answered + 1
     finally:
         fault.unlink()
+    _until_answered_hot(env, PAIR)  # healed: the breaker's trial passed
 
 
 def test_a_call_past_its_budget_is_a_504_naming_the_knob(env: Env) -> None:
@@ -173,7 +186,7 @@ def test_a_call_past_its_budget_is_a_504_naming_the_knob(env: Env) -> None:
 
 
 def test_a_client_that_leaves_stops_the_generation(env: Env) -> None:
-    env.chat(SLOW, max_tokens=1)
+    _until_answered_hot(env, SLOW)
     left = env.hot("left")
     logs = "".join(w.log() for w in env.cluster.workers)
     cancelled = logs.count("Predict cancelled by the caller")

@@ -22,7 +22,7 @@ import contextvars
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -105,6 +105,12 @@ class Breakers:
         self._clock = clock
         self._by_key: dict[str, Breaker] = {}
         self._tripped: set[str] = set()  # keys not closed
+
+    def tripped_among(self, replicas: Iterable[Replica]) -> bool:
+        """Whether a breaker of one of `replicas` is not closed (the hot path's warm case needs none: a sick
+        replica of one model leaves every other model's requests on it)."""
+        tripped = self._tripped
+        return bool(tripped) and any(r.key in tripped for r in replicas)
 
     @property
     def tripped(self) -> bool:

@@ -246,10 +246,10 @@ class Router:
         return replica
 
     def checkout_now(self, cfg: ModelConfig, caller: Caller) -> Replica | None:
-        """`checkout`'s warm case, decided at once (frontend/hot_path.py): no breaker tripped, a free slot with
-        nobody waiting, a warm replica; the slot taken and the request counted in flight as `checkout` does. None:
-        nothing taken (`checkout` waits, loads, probes)."""
-        if self.view.breakers.tripped:
+        """`checkout`'s warm case, decided at once (frontend/hot_path.py): no breaker of the model's replicas
+        tripped, a free slot with nobody waiting, a warm replica; the slot taken and the request counted in flight
+        as `checkout` does. None: nothing taken (`checkout` waits, loads, probes)."""
+        if self.view.breakers.tripped_among(self.view.replicas_of(cfg.name)):
             return None
         self._note_slots(cfg)
         if not self.queue.try_admit(cfg.name, caller):

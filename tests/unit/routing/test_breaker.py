@@ -199,3 +199,13 @@ def test_a_replica_that_leaves_the_view_loses_its_breaker() -> None:
     _fail(breakers, rs[0], 3)
     view.remove(rs[0])
     assert breakers.state(rs[0].key) is BreakerState.CLOSED and not breakers.tripped
+
+
+def test_an_open_breaker_trips_only_its_own_replicas_for_the_hot_path() -> None:
+    """`tripped_among` (Router.checkout_now): one model's sick replica leaves other models' warm case alone."""
+    breakers, _clock = _breakers()
+    sick, healthy = replicas(2)
+    assert not breakers.tripped_among([sick, healthy])
+    _fail(breakers, sick, 3)
+    assert breakers.tripped and breakers.tripped_among([sick, healthy]) and breakers.tripped_among([sick])
+    assert not breakers.tripped_among([healthy]) and not breakers.tripped_among([])
