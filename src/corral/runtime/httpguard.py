@@ -254,6 +254,31 @@ class LeanCycle(RequestResponseCycle):
         elif not self.keep_alive:
             content.append(b"connection: close\r\n")
         content.extend((b"\r\n", body))
+        self._write_whole(status, b"".join(content))
+        return True
+
+    def answer_json(self, body: bytes, extra: bytes = b"") -> bool:
+        """`answer` for a 200 with a JSON body and the server's own headers (`extra`: more header lines, already
+        checked, each ending CRLF): the bytes `answer` would write, without its per-header checks."""
+        if self.response_started or self.disconnected or self.flow.write_paused:
+            return False
+        self._write_whole(
+            200,
+            b"".join(
+                (
+                    _default_head(self.default_headers),
+                    extra,
+                    b"content-length: %d\r\ncontent-type: application/json\r\n" % len(body),
+                    b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
+                    body,
+                )
+            ),
+        )
+        return True
+
+    def _write_whole(self, status: int, response: bytes) -> None:
+        """Write a whole response (status line to body) and complete the cycle as `send` does after its last body
+        message: logged, the waiting reader woken, closed unless kept alive, the next pipelined request started."""
         if self.access_log:
             self.access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
@@ -265,45 +290,11 @@ class LeanCycle(RequestResponseCycle):
             )
         self.response_started = self.response_complete = True
         self.waiting_for_100_continue = False
-        self.transport.write(b"".join(content))
+        self.transport.write(response)
         self.message_event.set()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
-        return True
-
-    def answer_json(self, body: bytes, extra: bytes = b"") -> bool:
-        """`answer` for a 200 with a JSON body and the server's own headers (`extra`: more header lines, already
-        checked, each ending CRLF): the bytes `answer` would write, without its per-header checks."""
-        if self.response_started or self.disconnected or self.flow.write_paused:
-            return False
-        if self.access_log:
-            self.access_logger.info(
-                '%s - "%s %s HTTP/%s" %d',
-                get_client_addr(self.scope),
-                self.scope["method"],
-                get_path_with_query_string(self.scope),
-                self.scope["http_version"],
-                200,
-            )
-        self.response_started = self.response_complete = True
-        self.waiting_for_100_continue = False
-        self.transport.write(
-            b"".join(
-                (
-                    _default_head(self.default_headers),
-                    extra,
-                    b"content-length: %d\r\ncontent-type: application/json\r\n" % len(body),
-                    b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
-                    body,
-                )
-            )
-        )
-        self.message_event.set()
-        if not self.keep_alive:
-            self.transport.close()
-        self.on_response()
-        return True
 
     def watch_disconnect(self, callback: Any) -> None:
         """Call `callback()` once if the connection is lost before the response is complete (None: stop); at once
