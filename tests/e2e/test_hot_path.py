@@ -126,7 +126,11 @@ def _comparable(r: httpx.Response) -> tuple[int, dict[str, Any], dict[str, str]]
 def test_a_warm_chat_request_is_answered_from_callbacks_with_the_task_paths_answer(env: Env) -> None:
     before = env.hot("answered")
     hot = [env.chat() for _ in range(6)]
-    assert env.hot("answered") == before + 6
+    served = {r.headers["x-corral-replica"] for r in hot}
+    while len(served) < 2 and len(hot) < 40:  # least loaded breaks ties at random: until both have served
+        hot.append(env.chat())
+        served.add(hot[-1].headers["x-corral-replica"])
+    assert env.hot("answered") == before + len(hot)
     declined = env.hot("declined")
     # the priority header takes the access layer's full path, then the handler's task: the reference answer
     task = httpx.post(
@@ -135,7 +139,7 @@ def test_a_warm_chat_request_is_answered_from_callbacks_with_the_task_paths_answ
         headers={"x-corral-priority": "normal"},
         timeout=60,
     )
-    assert env.hot("declined") == declined and env.hot("answered") == before + 6  # not offered at all
+    assert env.hot("declined") == declined and env.hot("answered") == before + len(hot)  # not offered at all
     assert task.status_code == 200, task.text
     for r in hot:
         assert _comparable(r) == _comparable(task)
@@ -146,8 +150,8 @@ def test_a_warm_chat_request_is_answered_from_callbacks_with_the_task_paths_answ
         answer["choices"][0]["message"]["role"] == "assistant" and answer["choices"][0]["message"]["content"]
     )
     assert answer["usage"]["completion_tokens"] == 3 and answer["choices"][0]["finish_reason"] == "length"
-    assert len({r.json()["id"] for r in hot}) == 6
-    assert {r.headers["x-corral-replica"] for r in hot} == {  # least loaded: both replicas served
+    assert len({r.json()["id"] for r in hot}) == len(hot)
+    assert served == {  # least loaded: both replicas served
         f"{PAIR}#{row['replica_index']}@{row['address']}" for row in replicas(env.cluster.database_url, PAIR)
     }
 
@@ -161,7 +165,10 @@ def test_a_first_try_that_fails_is_retried_on_the_other_replica(env: Env) -> Non
     fault.write_text("UNAVAILABLE")
     try:
         continued = env.hot("continued")
-        answers = [env.chat() for _ in range(4)]
+        answers: list[httpx.Response] = []
+        # least loaded breaks ties at random: requests until one's first try met the sick replica
+        while env.hot("continued") == continued and len(answers) < 40:
+            answers.append(env.chat())
         assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
         assert all(not r.headers["x-corral-replica"].endswith("@" + sick) for r in answers)
         assert env.hot("continued") > continued  # a first try on the sick replica, retried in a task

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import struct
 import threading
 import wave
@@ -70,8 +71,10 @@ def client(cluster: Cluster) -> Iterator[openai.OpenAI]:
 
 
 def _ephemeral(cluster: Cluster, worker: str) -> list[Path]:
+    """The files under the worker's ephemeral staging; os.walk skips a directory removed while it lists (the
+    release this module waits for), where Path.rglob raises FileNotFoundError."""
     root = cluster.root / worker / "staging" / "ephemeral"
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    return sorted(Path(d) / f for d, _, files in os.walk(root) for f in files)
 
 
 def _speech(client: openai.OpenAI, fmt: str = "wav", model: str = SIM, text: str = SENTENCE) -> bytes:
