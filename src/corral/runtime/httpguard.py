@@ -28,11 +28,13 @@ import asyncio
 import json
 import logging
 import resource
+import urllib.parse
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+import httptools
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 from uvicorn.protocols.http.httptools_impl import (
     HEADER_RE,
     HEADER_VALUE_RE,
@@ -204,7 +206,11 @@ def _default_head(headers: list[tuple[bytes, bytes]]) -> bytes:
 
 
 class LeanCycle(RequestResponseCycle):
-    """uvicorn's request/response cycle with three savings on every answer, same bytes on the wire:
+    """uvicorn's request/response cycle, built by the protocol below, with four savings, same bytes on the wire:
+
+    * Built cheaply: what does not change per request is the class's, and the event its `receive` waits on is
+      made when something first waits (`wake` remembers a wake-up until then): a request answered from
+      callbacks (frontend/hot_path.py) never makes one.
 
     * A whole response the app has in hand (the inference fast path's JSON answers) is written by `answer`:
       one call, no ASGI messages, no coroutine per message.
@@ -218,7 +224,60 @@ class LeanCycle(RequestResponseCycle):
 
     _held: bytes = b""
     _on_disconnect: Any = None
-    tasks: set[asyncio.Task[None]]  # the protocol's (uvicorn waits for them at shutdown)
+    _event: asyncio.Event | None = None
+    _woken = False  # woken before anything waited (no event yet)
+    # uvicorn's per-request defaults, as class attributes (an instance sets its own when one changes)
+    disconnected = False
+    more_body = True
+    response_started = False
+    response_complete = False
+    chunked_encoding: bool | None = None
+    expected_content_length = 0
+    body: bytes | bytearray = b""  # the first part is kept as it came (on_body), later ones in a bytearray
+
+    def __init__(self, scope: Any, protocol: GuardedHttpToolsProtocol, keep_alive: bool) -> None:
+        # RequestResponseCycle.__init__'s fields, from the protocol that parsed the request
+        self.scope = scope
+        self.transport = protocol.transport
+        self.flow = protocol.flow
+        self.logger = protocol.logger
+        self.access_logger = protocol.access_logger
+        self.access_log = protocol.access_log
+        self.default_headers = protocol.server_state.default_headers
+        self.on_response = protocol.on_response_complete
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = protocol.expect_100_continue
+        self.tasks = protocol.tasks  # uvicorn waits for them at shutdown
+
+    @property
+    def message_event(self) -> asyncio.Event:  # type: ignore[override]
+        event = self._event
+        if event is None:
+            event = self._event = asyncio.Event()
+            if self._woken:
+                event.set()
+        return event
+
+    @message_event.setter
+    def message_event(self, event: asyncio.Event) -> None:
+        self._event = event
+
+    def wake(self) -> None:
+        """`message_event.set()`, without making the event when nothing waits yet."""
+        event = self._event
+        if event is None:
+            self._woken = True
+        else:
+            event.set()
+
+    def add_body(self, part: bytes) -> None:
+        body = self.body
+        if not body:
+            self.body = part  # one part (the usual request): no copy
+        elif type(body) is bytes:
+            self.body = bytearray(body) + part
+        else:
+            body += part  # type: ignore[operator]
 
     def start_task(self, app: Any) -> None:
         """Run the ASGI `app` for this request in a task, as uvicorn does (a request answered from callbacks,
@@ -291,7 +350,7 @@ class LeanCycle(RequestResponseCycle):
         self.response_started = self.response_complete = True
         self.waiting_for_100_continue = False
         self.transport.write(response)
-        self.message_event.set()
+        self.wake()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
@@ -383,9 +442,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle.disconnected_now()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        cycle.__class__ = LeanCycle  # same fields, a subclass: uvicorn's protocol builds the cycle itself
-        lean = cast(LeanCycle, cycle)
-        lean.tasks = self.tasks
+        lean: LeanCycle = cycle  # type: ignore[assignment]  # on_headers_complete builds LeanCycles
         direct = getattr(app, "direct", None)
         chosen = None if direct is None else direct.route(lean.scope)
         if direct is None or chosen is None:
@@ -410,12 +467,41 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             served
         )  # uvicorn's own run_asgi: the same answer to an exception or an unfinished response
 
+    # The parser's callbacks are uvicorn 0.54's (httptools_impl.HttpToolsProtocol), inlined with the deadlines and
+    # the held requests above; they build a LeanCycle. uvicorn's keep-alive timer is not used (`_due` is).
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+
     def on_message_begin(self) -> None:
-        super().on_message_begin()
         kept_alive = self._phase is Phase.KEPT_ALIVE
         self._phase, self._header_bytes = Phase.HEADERS, 0
         if kept_alive or not self._due:  # a later request (the first keeps the connection's deadline)
             self._watch(self.loop.time() + self.limits.header_timeout_s)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
@@ -470,11 +556,53 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._phase = Phase.BODY
         self._watch(self.loop.time() + self.limits.body_timeout_s)
-        super().on_headers_complete()
+        parser, scope = self.parser, self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root = self.root_path
+        scope["path"] = root + path
+        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
+        scope["query_string"] = parsed_url.query or b""
+        if self.limit_concurrency is not None and (
+            len(self.connections) >= self.limit_concurrency or len(self.tasks) >= self.limit_concurrency
+        ):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        else:
+            app = self.app
+        existing = self.cycle
+        self.cycle = cycle = LeanCycle(scope, self, http_version != "1.0" and parser.should_keep_alive())
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)
+        else:  # pipelined: it waits for the answer before it
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+
+    def on_body(self, body: bytes) -> None:
+        cycle: LeanCycle = self.cycle  # type: ignore[assignment]
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.add_body(body)
+        if len(cycle.body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.wake()
 
     def on_message_complete(self) -> None:
         self._phase, self._due = Phase.IDLE, 0.0
-        super().on_message_complete()
+        cycle: LeanCycle = self.cycle  # type: ignore[assignment]
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle.wake()
         held = self._holding
         if held is not None and held[0] is self.cycle:
             self._holding = None
