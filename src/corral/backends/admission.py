@@ -77,7 +77,7 @@ class Admission:
         self._wake()
 
     async def _enter(self, exclusive: bool) -> None:
-        if not self.waiting and self._fits(exclusive):
+        if self._fits(exclusive) and not any(not future.done() for _, future in self._queue):
             self._take(exclusive)
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -7,7 +7,6 @@ Usage errors print one line on stderr and exit 2. llama_cpp is imported only for
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from corral.backends.server import AddressError, parse_addr, serve
 from corral.config.backend import BackendSettings
 from corral.config.errors import ConfigError
 from corral.config.settings import load
+from corral.runtime.loops import run_fast
 from corral.telemetry import otlp
 
 BACKEND_NAMES = ("llama-cpp", "simulator")
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_STARTUP_FAILED
     telemetry = otlp.configure(f"corral-backend-{args.name}")
     try:
-        return asyncio.run(serve(engine, address))
+        return run_fast(serve(engine, address))
     except OSError as exc:
         print(f"corral backend: {exc}", file=sys.stderr)
         return EXIT_STARTUP_FAILED

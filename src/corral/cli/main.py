@@ -7,10 +7,10 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from corral.config.errors import ConfigError
+from corral.runtime.loops import run_fast
 
 USAGE = """usage: corral <command> [options]
 
@@ -59,15 +59,6 @@ def setup_logging(level: str, component: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _run_fast(main: Coroutine[Any, Any, int]) -> int:
-    """Run on uvloop when it is installed (the hot path's event loop), else on asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
 def _preload() -> None:
     """Import now what libraries import on first use, so that first use on the event loop does not stall it
     (httpx imports httpcore and h11 when the first client is made: ~0.1 s of CPU)."""
@@ -88,7 +79,7 @@ def _run_frontend(argv: Sequence[str]) -> int:
     if settings.http_workers > 1 and index is None:
         return run_http_workers(settings, list(argv))
     _preload()
-    return _run_fast(watched(serve(settings), "frontend", settings.slow_callback_ms))
+    return run_fast(watched(serve(settings), "frontend", settings.slow_callback_ms))
 
 
 def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
