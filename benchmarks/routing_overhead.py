@@ -12,6 +12,10 @@ Prints p50/p99 at concurrency 1, req/s at concurrency 16, the added latency and 
 frontend's CPU per warm request at c=16 (user + system of its processes, from /proc), for one and two
 frontend processes on one port (`--http-workers`), and the PostgreSQL statements it ran per warm
 request (transactions counted by pg_stat_database over the measured run, minus the idle background).
+The rows are measured one after another, minutes apart, and this machine's load moves between them (the
+same row has moved 60-120 µs between runs); the figure to compare with vllm-router is the paired rounds':
+CORRAL_BENCH_PAIRED_ROUNDS (5) rounds of c=16, corral x1 with nothing queued then vllm-router, both stacks
+up, each round's ratio and their median. The simulator backend's own CPU per request is printed too.
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ FAST_LANE_ENV = (
     "CORRAL_BACKEND_FAST_LANE"  # corral/lane/server.py (literal: the script also runs on older trees)
 )
 TARGET_CPU_US = 120
+PAIRED_ROUNDS = int(os.environ.get("CORRAL_BENCH_PAIRED_ROUNDS", "5"))
+BACKEND_CPU_US: dict[
+    tuple[int, bool, int], float
+] = {}  # the simulator backend's, per request, per corral row
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = {"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
 CANNED = orjson.dumps(
@@ -106,6 +114,12 @@ async def _measure(
         await call()
         latencies.append(time.perf_counter() - start)
     latencies.sort()
+    rps, cpu_us = await _concurrent(call, cpu_s)
+    return statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, rps, cpu_us
+
+
+async def _concurrent(call: Callable[[], Awaitable[None]], cpu_s: Callable[[], float]) -> tuple[float, float]:
+    """req/s of CONCURRENT calls at c=16, and the server's CPU µs per request over them (`cpu_s`: its CPU)."""
     remaining = [CONCURRENT]
 
     async def worker() -> None:
@@ -117,8 +131,33 @@ async def _measure(
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     rps = CONCURRENT / (time.perf_counter() - start)
-    cpu_us = (cpu_s() - cpu_before) / CONCURRENT * 1e6
-    return statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, rps, cpu_us
+    return rps, (cpu_s() - cpu_before) / CONCURRENT * 1e6
+
+
+Served = tuple[
+    Callable[[], Awaitable[None]], Callable[[], float]
+]  # one request, and the server's CPU seconds
+
+
+async def _paired(corral: Served, peer: Served) -> None:
+    """PAIRED_ROUNDS rounds of c=16, corral then the peer in each (one stack each, kept up): this machine's
+    load moves between runs, so the ratio of two measurements made seconds apart is the figure to read."""
+    rounds = []
+    for _ in range(PAIRED_ROUNDS):
+        ours, theirs = await _concurrent(*corral), await _concurrent(*peer)
+        rounds.append((ours, theirs, ours[1] / theirs[1], ours[0] / theirs[0]))
+    print(
+        f"paired rounds, corral x1 nothing queued vs vllm-router (c={CONCURRENCY}, {CONCURRENT} requests each):"
+    )
+    for (rps, cpu), (peer_rps, peer_cpu), cpu_ratio, rps_ratio in rounds:
+        print(
+            f"  CPU µs/req {cpu:5.0f} vs {peer_cpu:5.0f} (x{cpu_ratio:.2f})   "
+            f"req/s {rps:6.0f} vs {peer_rps:6.0f} (x{rps_ratio:.2f})"
+        )
+    print(
+        f"  median: CPU per request x{statistics.median(r[2] for r in rounds):.2f}, "
+        f"throughput x{statistics.median(r[3] for r in rounds):.2f}"
+    )
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -129,6 +168,15 @@ def _tree_cpu_s(pid: int) -> float:
         fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def _children_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of the children of `pid` (a worker's backend processes), not its own."""
+    return sum(
+        _tree_cpu_s(int(child))
+        for task in os.listdir(f"/proc/{pid}/task")
+        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    )
 
 
 class _LeanClient:
@@ -215,11 +263,16 @@ async def _peer_router(baseline_port: int) -> tuple[str, subprocess.Popen[bytes]
 
 
 async def _corral(
-    http_workers: int, fast_lane: bool = True, slots: int = 0
+    http_workers: int,
+    fast_lane: bool = True,
+    slots: int = 0,
+    then: Callable[[Served], Awaitable[None]] | None = None,
 ) -> tuple[tuple[float, float, float, float], float, int]:
     """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
     PostgreSQL transactions during the measured run (idle background subtracted) and the request count.
-    `slots`: the frontend's --replica-slots (0: its default, under which c=16 on one replica queues some)."""
+    `slots`: the frontend's --replica-slots (0: its default, under which c=16 on one replica queues some).
+    Also records the simulator backend's CPU per request over the same run in BACKEND_CPU_US; `then` is given
+    the stack's request and CPU reading after the measured run, the stack still up."""
     name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}_{slots}"
     conn = await asyncpg.connect(PG_ADMIN)
     await conn.execute(f'CREATE DATABASE "{name}"')
@@ -258,15 +311,53 @@ async def _corral(
             async def routed() -> None:
                 await front.post("/v1/chat/completions", json=BODY)
 
-            figures = await _measure(routed, lambda: _tree_cpu_s(pid))
+            worker_pid, backend_marks = cluster.workers[0].popen.pid, []
+
+            def cpu_s() -> float:  # the frontend's (and the backend's, noted) at the start and end of c=16
+                backend_marks.append(_children_cpu_s(worker_pid))
+                return _tree_cpu_s(pid)
+
+            figures = await _measure(routed, cpu_s)
+            BACKEND_CPU_US[(http_workers, fast_lane, slots)] = (
+                (backend_marks[1] - backend_marks[0]) / CONCURRENT * 1e6
+            )
             elapsed = time.perf_counter() - started
             statements = max(0.0, (await _xacts(database_url) - before - 1) - idle_rate * elapsed)
+            if then is not None:
+                await then((routed, lambda: _tree_cpu_s(pid)))
         return figures, statements, 50 + SERIAL + CONCURRENT
     finally:
         cluster.stop()
         admin = await asyncpg.connect(PG_ADMIN)
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # leave the server as found
         await admin.close()
+
+
+async def _nothing_queued(
+    peer: tuple[str, subprocess.Popen[bytes]] | None,
+) -> tuple[tuple[float, float, float, float], float, int]:
+    """The nothing-queued stack's figures, then its paired rounds against the peer router (when it runs)."""
+    if peer is None:
+        return await _corral(1, slots=CONCURRENCY * 4)
+    async with _client(peer[0]) as client:
+
+        async def to_peer() -> None:
+            await client.post("/v1/chat/completions", json=BODY)
+
+        async def paired(corral: Served) -> None:
+            await _paired(corral, (to_peer, lambda: _tree_cpu_s(peer[1].pid)))
+
+        return await _corral(1, slots=CONCURRENCY * 4, then=paired)
+
+
+def _print_backend_cpu() -> None:
+    backend = BACKEND_CPU_US.get((1, True, CONCURRENCY * 4))
+    if backend is not None:
+        print(
+            f"the simulator backend's own CPU per request at c=16 (nothing queued): {backend:.0f} µs, on the same "
+            f"cores: throughput at c=16 is bound by frontend + backend + load generator, where vllm-router's row "
+            f"has the minimal server (in the load generator's process) behind it"
+        )
 
 
 async def main() -> None:
@@ -295,7 +386,7 @@ async def main() -> None:
             figures, count, requests = await _corral(processes)
             rows.append((f"corral: frontend x{processes} -> simulator", figures))
             statements.append((f"x{processes}", count, requests))
-        figures, count, requests = await _corral(1, slots=CONCURRENCY * 4)  # the router queue never waits
+        figures, count, requests = await _nothing_queued(peer)
         rows.append(("corral: x1, nothing queued (slots 64)", figures))
         statements.append(("x1, nothing queued", count, requests))
         if peer:
@@ -384,6 +475,7 @@ async def main() -> None:
         f"corral x1, nothing queued vs the python floor: CPU per request x{lean[3] / max(floor_figures[3], 1e-9):.2f}"
         f" (+{lean[3] - floor_figures[3]:.0f} µs of corral's own work per request)"
     )
+    _print_backend_cpu()
     for label, count, requests in statements:
         print(
             f"PostgreSQL transactions per warm request ({label}): {count / requests:.4f} "
