@@ -44,13 +44,7 @@ from corral.frontend.errors import unexpected_response
 from corral.frontend.inference import images
 from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.fast_path import FastPath, InferenceRoute, Receive, Scope, Send, answered
-from corral.frontend.inference.openai import (
-    chat_completion,
-    chat_options,
-    chat_response,
-    config_for,
-    node_header,
-)
+from corral.frontend.inference.openai import chat_completion, chat_options, chat_response, node_header
 from corral.frontend.inference.routes import is_route
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.limits import RequestLimitsMiddleware
@@ -132,8 +126,16 @@ class HotPath:
             or (state.routes.routes and is_route(state, model))
         ):
             return None
-        cfg = config_for(state, model)
-        if (cfg.mcp and body.tools is None and state.agents is not None) or images.has_images(body.messages):
+        # config_for's lookup of a model or alias, without its refusals and routes (a key's policy is checked above,
+        # routes are declined): an unknown or disabled model takes the task path, which names what is wrong
+        configs = state.configs
+        cfg = configs.get(model) or configs.get(state.aliases.get(model, ""))
+        if (
+            cfg is None
+            or cfg.disabled
+            or (cfg.mcp and body.tools is None and state.agents is not None)
+            or images.has_images(body.messages)
+        ):
             return None
         opts, max_tokens = chat_options(cfg, body)
         return cfg, model, opts, max_tokens

@@ -140,7 +140,9 @@ def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend
     opts.UseTokenizerTemplate = True
     for m in body.messages:
         _add_chat_message(opts, m)
-    opts.Grammar = request_grammar(body)
+    grammar = request_grammar(body)
+    if grammar:  # '' is proto3's default: not set, the same bytes
+        opts.Grammar = grammar
     offer_tools(opts, body)
     if body.logprobs:
         opts.Logprobs, opts.TopLogprobs = 1, body.top_logprobs or 0

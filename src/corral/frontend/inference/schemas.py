@@ -54,9 +54,13 @@ class _Request(_Body):
     @model_validator(mode="before")
     @classmethod
     def _known_fields_only(cls, data: Any) -> Any:
+        cls._refuse_unknown_fields(data)
+        return data
+
+    @classmethod
+    def _refuse_unknown_fields(cls, data: Any) -> None:
         if cls.field_policy is not None and type(data) is dict and not data.keys() <= cls.accepted_fields:
             cls.field_policy.refuse(data, cls.accepted_fields)
-        return data
 
 
 class ImageURL(_Body):
@@ -188,9 +192,11 @@ class ChatCompletionRequest(_Sampling):
 
     @model_validator(mode="before")
     @classmethod
-    def _text_parts_only(cls, data: Any) -> Any:
+    def _known_fields_only(cls, data: Any) -> Any:
+        """The base's check, after the content parts' (one validator: one call out of pydantic-core a request)."""
         if type(data) is dict and type(messages := data.get("messages")) is list:
             request_fields.refuse_non_text_parts(messages)
+        cls._refuse_unknown_fields(data)
         return data
 
     def max_output_tokens(self) -> int | None:
