@@ -233,7 +233,7 @@ class LeanCycle(RequestResponseCycle):
     response_complete = False
     chunked_encoding: bool | None = None
     expected_content_length = 0
-    body: bytes | bytearray = b""  # the first part is kept as it came (on_body), later ones in a bytearray
+    body: bytes | bytearray = b""  # type: ignore[assignment]  # the first part as it came (on_body), later ones in a bytearray
 
     def __init__(self, scope: Any, protocol: GuardedHttpToolsProtocol, keep_alive: bool) -> None:
         # RequestResponseCycle.__init__'s fields, from the protocol that parsed the request
@@ -250,7 +250,7 @@ class LeanCycle(RequestResponseCycle):
         self.tasks = protocol.tasks  # uvicorn waits for them at shutdown
 
     @property
-    def message_event(self) -> asyncio.Event:  # type: ignore[override]
+    def message_event(self) -> asyncio.Event:
         event = self._event
         if event is None:
             event = self._event = asyncio.Event()
@@ -277,7 +277,7 @@ class LeanCycle(RequestResponseCycle):
         elif type(body) is bytes:
             self.body = bytearray(body) + part
         else:
-            body += part  # type: ignore[operator]
+            body += part
 
     def start_task(self, app: Any) -> None:
         """Run the ASGI `app` for this request in a task, as uvicorn does (a request answered from callbacks,
