@@ -22,7 +22,8 @@ HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(B
 
 class App:
     """/answer: the whole response through `LeanCycle.answer`; /send: the same as two ASGI messages;
-    /stream: a chunked response whose first chunk waits for `release`; /hold: waits until cancelled."""
+    /stream: a chunked response whose first chunk waits for `release`; /hold: waits until cancelled;
+    /echo: the request's body as read with `receive`."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
@@ -32,9 +33,18 @@ class App:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        while (await receive()).get("more_body"):
-            pass
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
         path = scope["path"]
+        if path == "/echo":
+            headers = [(b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
         if path == "/answer":
             cycle = send.__self__
             assert type(cycle) is LeanCycle
@@ -154,3 +164,25 @@ async def test_a_lost_connection_is_seen_after_a_body_past_the_high_water_mark(
     assert not app.gone.is_set()
     writer.close()
     await asyncio.wait_for(app.gone.wait(), 5)
+
+
+async def test_a_body_in_parts_is_read_whole_whether_it_came_before_or_after_the_app_waited(
+    served: tuple[App, int],
+) -> None:
+    """The cycle makes its receive event only when something waits, and keeps a one-part body without a copy:
+    a body whole before the app reads, and one whose parts arrive while it waits, both reach it whole."""
+    _app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    parts = [b"a" * 70_000, b"b" * 5, b"c" * 3]  # past one read, then two small writes
+    body = b"".join(parts)
+    writer.write(f"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n".encode())
+    for part in parts:
+        await asyncio.sleep(0.05)  # the app is waiting for the next part
+        writer.write(part)
+        await writer.drain()
+    writer.write(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nwhole")
+    await writer.drain()
+    first, second = await _responses(reader, 2)
+    assert first.endswith(b"\r\n\r\n" + body)
+    assert second.endswith(b"\r\n\r\nwhole")  # one part, whole before the app ran
+    writer.close()
