@@ -184,7 +184,7 @@ class Router:
         """Warm path: memory only. Cold path: a durable load job."""
         replica = self.view.pick(cfg.name, chain)
         if replica is not None:
-            self._warm(cfg.name).inc()
+            self._warm.count(cfg.name)
         else:
             self._cold_routes(cfg.name).inc()
             with tracing.span("corral.cold_path", {"corral.model": cfg.name}):
@@ -258,7 +258,7 @@ class Router:
         if replica is None:  # cold: `checkout` loads it
             self.queue.release(cfg.name)
             return None
-        self._warm(cfg.name).inc()
+        self._warm.count(cfg.name)
         self.view.touch(replica)
         self.acquire(replica)
         return replica
