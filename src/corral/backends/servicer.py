@@ -28,7 +28,6 @@ import contextlib
 import enum
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -99,8 +98,24 @@ class EngineProgress:
                 close()
 
 
+class CancelFlag:
+    """Set on the loop when the caller goes away, read by the engine's thread between tokens (a threading.Event
+    without its lock and condition: nothing waits on it; ~2 µs a call less)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 def collect_reply(
-    engine: Engine, request: pb.PredictOptions, cancelled: threading.Event, progress: EngineProgress
+    engine: Engine, request: pb.PredictOptions, cancelled: CancelFlag, progress: EngineProgress
 ) -> pb.Reply:
     """Run `engine.predict_stream` to the end and fold it into one Reply (text + final counts)."""
     stream = progress.counted(engine.predict_stream(request))
@@ -225,18 +240,25 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     ) -> T:
         """Admit, then run one engine call under the lock; engine errors become gRPC statuses."""
         await self._admit(request, context)
-        with self.progress.call():
-            async with self._admission.slot():
+        progress, admission = self.progress, self._admission
+        progress.in_flight += 1  # `progress.call()` and `admission.slot()`, spelled out (once a call)
+        try:
+            await admission.enter()
+            try:
                 await self._admit(request, context)  # state may have changed while we waited
                 try:
                     answer = await self._run_blocking(fn, request, on_cancel=on_cancel, inline_ok=inline_ok)
-                    self.progress.replies += 1
+                    progress.replies += 1
                     return answer
                 except EngineError as exc:
                     status, detail = exc.status, str(exc)
                 except Exception as exc:
                     log.exception("%s failed", getattr(fn, "__name__", "engine call"))
                     status, detail = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+            finally:
+                admission.leave()
+        finally:
+            progress.in_flight -= 1
         await context.abort(status, detail)
         raise RuntimeError("unreachable: context.abort raises")  # pragma: no cover
 
@@ -337,7 +359,7 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
     async def Predict(self, request: pb.PredictOptions, context: grpc.aio.ServicerContext) -> pb.Reply:
         # Built on predict_stream (same result as engine.predict) so that a caller that goes away
         # stops the generation at the next token instead of holding the model until it ends.
-        cancelled = threading.Event()
+        cancelled = CancelFlag()
         try:
             return await self._call_engine(
                 context,
