@@ -131,10 +131,13 @@ def collect_reply(
             close()
     if not replies:
         return pb.Reply()
-    final = replies[-1]
-    final.message = b"".join(reply.message for reply in replies[:-1])
-    calls = [call for reply in replies[:-1] for delta in reply.chat_deltas for call in delta.tool_calls]
-    if calls:  # tool calls streamed in pieces travel in the unary answer too
+    final, pieces = replies[-1], replies[:-1]
+    final.message = b"".join([reply.message for reply in pieces])
+    calls: list[pb.ToolCallDelta] = []
+    for reply in pieces:  # tool calls streamed in pieces travel in the unary answer too
+        if deltas := reply.chat_deltas:  # a piece's text alone, mostly: one read, no loop
+            calls.extend(call for delta in deltas for call in delta.tool_calls)
+    if calls:
         final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
     if request.Logprobs > 0:  # so do the logprobs of every piece
         final.logprobs = merged_logprobs([reply.logprobs for reply in replies])
