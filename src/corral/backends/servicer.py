@@ -135,8 +135,9 @@ def collect_reply(
     final.message = b"".join([reply.message for reply in pieces])
     calls: list[pb.ToolCallDelta] = []
     for reply in pieces:  # tool calls streamed in pieces travel in the unary answer too
-        if deltas := reply.chat_deltas:  # a piece's text alone, mostly: one read, no loop
-            calls.extend(call for delta in deltas for call in delta.tool_calls)
+        for delta in reply.chat_deltas:  # a piece's content delta, mostly: no call in it
+            if delta.tool_calls:
+                calls.extend(delta.tool_calls)
     if calls:
         final.chat_deltas.append(pb.ChatDelta(tool_calls=calls))
     if request.Logprobs > 0:  # so do the logprobs of every piece
