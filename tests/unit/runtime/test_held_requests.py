@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from corral.frontend.inference.fast_path import read_body
 from corral.runtime.httpguard import LeanCycle
 from corral.runtime.httpserver import EmbeddedHTTPServer
 from corral.runtime.processes import free_port
@@ -51,12 +52,7 @@ class Direct:
         return True
 
     async def serve(self, scope: dict[str, Any], receive: Any, send: Any, chosen: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         self.served.append(body)
         content = b"served:" + body[:20]
         await send(

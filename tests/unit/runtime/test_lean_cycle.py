@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from corral.frontend.inference.fast_path import read_body
 from corral.runtime.httpguard import DISCONNECT_KEY, LeanCycle
 from corral.runtime.httpserver import EmbeddedHTTPServer
 from corral.runtime.processes import free_port
@@ -33,12 +34,7 @@ class App:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         path = scope["path"]
         if path == "/echo":
             headers = [(b"content-length", str(len(body)).encode())]
