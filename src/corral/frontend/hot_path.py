@@ -44,7 +44,13 @@ from corral.frontend.errors import unexpected_response
 from corral.frontend.inference import images
 from corral.frontend.inference.call_errors import http_errors
 from corral.frontend.inference.fast_path import FastPath, InferenceRoute, Receive, Scope, Send, answered
-from corral.frontend.inference.openai import chat_completion, chat_options, chat_response, node_header
+from corral.frontend.inference.openai import (
+    chat_completion,
+    chat_options,
+    chat_response,
+    configured,
+    node_header,
+)
 from corral.frontend.inference.routes import is_route
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.limits import RequestLimitsMiddleware
@@ -126,10 +132,9 @@ class HotPath:
             or (state.routes.routes and is_route(state, model))
         ):
             return None
-        # config_for's lookup of a model or alias, without its refusals and routes (a key's policy is checked above,
-        # routes are declined): an unknown or disabled model takes the task path, which names what is wrong
-        configs = state.configs
-        cfg = configs.get(model) or configs.get(state.aliases.get(model, ""))
+        # config_for's lookup, without its refusals and routes (a key's policy is checked above, routes are
+        # declined): an unknown or disabled model takes the task path, which names what is wrong
+        cfg = configured(state, model)
         if (
             cfg is None
             or cfg.disabled

@@ -173,12 +173,17 @@ def _check_allowed(state: FrontendState, model: str) -> None:
         raise APIError(403, refused, "invalid_request_error", REFUSED_MODEL, "model")
 
 
+def configured(state: FrontendState, model: str) -> ModelConfig | None:
+    """The config of a model, or of the model an alias names; None when neither is configured."""
+    return state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))
+
+
 def config_for(
     state: FrontendState, model: str, *, embeddings: bool = False, reranking: bool = False
 ) -> ModelConfig:
     _check_allowed(state, model)
     model = route_target(state, model)  # a model route: its chosen target (fallbacks: inference/routes.py)
-    cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))  # an alias: its model
+    cfg = configured(state, model)
     if cfg is None:
         raise _model_not_found(state, model)
     if cfg.disabled:

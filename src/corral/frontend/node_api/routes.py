@@ -23,6 +23,7 @@ from corral.frontend.bounds import (
     LabelValue,
     ReplicasPerModel,
 )
+from corral.frontend.inference.openai import configured
 from corral.frontend.node_api.admission import pending_cap_message
 from corral.frontend.node_api.identity import (
     NODE_TOKEN_HEADER,
@@ -275,7 +276,7 @@ def _add_self_service_routes(router: APIRouter, state: FrontendState, own: list[
         node = await node_store.get(state.pool, node_id)
         if node is None or node["node_type"] != "agent":
             return node_error(403, f"node {node_id} is not an agent node; only agent workers run MCP servers")
-        cfg = state.configs.get(model) or state.configs.get(state.aliases.get(model, ""))
+        cfg = configured(state, model)
         if cfg is None or not cfg.mcp:
             return node_error(404, f"model {model!r} has no MCP servers (an `mcp:` block in its config)")
         return {"model": cfg.name, **cfg.mcp.wire()}
