@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # from the same backend.proto and corral_backend.py
 BACKENDS_COMMON := src/corral/gallery/backends/common
 
-.PHONY: install up test test-fast lint lint-js test-js proto bench bench-serving clean
+.PHONY: install native clean-native up test test-fast lint lint-js test-js proto bench bench-serving clean
 
 $(STAMP): pyproject.toml scripts/install-system-deps.sh Makefile
 	@scripts/install-system-deps.sh
@@ -32,9 +32,23 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $(NODE_STAMP)
 
-install: $(STAMP) $(NODE_STAMP)
+# the request path's modules compiled with mypyc (src/corral/native.py lists them; a build older than its source is
+# not used): again whenever one of them, or the list, changes
+NATIVE_SOURCES := $(shell $(PYTHON) -c 'import ast,sys; t=ast.parse(open("src/corral/native.py").read()); m=next(n.value for n in t.body if isinstance(n,ast.Assign) and n.targets[0].id=="MODULES"); print(" ".join("src/"+e.value.replace(".","/")+".py" for e in m.elts))')
+NATIVE_STAMP := $(VENV)/.native
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SOURCES) src/corral/native.py scripts/build_native.py
+	$(PY) scripts/build_native.py
+	@touch $(NATIVE_STAMP)
 
-up: $(STAMP)  # serving needs no npm: the UI ships its vendored files
+native: $(NATIVE_STAMP)
+
+clean-native:
+	find src -name '*.so' -delete
+	rm -rf build/native $(NATIVE_STAMP)
+
+install: $(STAMP) $(NATIVE_STAMP) $(NODE_STAMP)
+
+up: $(STAMP) $(NATIVE_STAMP)  # serving needs no npm: the UI ships its vendored files
 	$(VENV)/bin/corral up $(ARGS)
 
 lint: install
@@ -81,5 +95,5 @@ bench-serving: install
 	@scripts/bench-venv.sh
 	$(PY) benchmarks/serving.py
 
-clean:
+clean: clean-native
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -22,3 +22,7 @@ No package cycle.
 """
 
 __version__ = "0.1.0"
+
+from corral import native as _native
+
+_native.guard()

@@ -233,7 +233,10 @@ class LaneServer:
         self._server = await loop.create_server(
             lambda: _Connection(self._servicer, self._token, self._calls, self._connections), host, 0
         )
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        listening: Any = (
+            self._server
+        )  # Any: typeshed's `sockets` is a tuple, uvloop's a list (mypyc checks it)
+        self.port = int(listening.sockets[0].getsockname()[1])
         return self.port
 
     async def close(self, grace_s: float = 0.0) -> None:

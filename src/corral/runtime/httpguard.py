@@ -29,6 +29,7 @@ import json
 import logging
 import resource
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -505,7 +506,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_url(self, url: bytes) -> None:
         self._count_header_bytes(len(url))
-        self.url += url
+        self.url = self.url + url  # not `+=`: mypyc cannot augment an attribute its Python base declares
 
     def on_header(self, name: bytes, value: bytes) -> None:  # uvicorn's, with the count (one call per header)
         self._header_bytes += len(name) + len(value)
@@ -563,7 +564,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             scope["http_version"] = http_version
         if parser.should_upgrade() and self._should_upgrade():
             return
-        parsed_url = httptools.parse_url(self.url)
+        parsed_url: Any = httptools.parse_url(self.url)  # Any: its stub types `query` bytes, and it is None
         raw_path = parsed_url.path
         path = raw_path.decode("ascii")
         if "%" in path:
@@ -686,6 +687,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         )
 
 
-def guarded(limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
-    """The protocol class for uvicorn's `Config(http=...)`, bound to `limits`."""
-    return type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"limits": limits})
+def guarded(limits: ConnectionLimits) -> Callable[..., GuardedHttpToolsProtocol]:
+    """The protocol factory for uvicorn's `Config(http=...)` (it calls it with the class's arguments), bound to
+    `limits`."""
+
+    def protocol(*args: Any, **kwargs: Any) -> GuardedHttpToolsProtocol:
+        made = GuardedHttpToolsProtocol(*args, **kwargs)
+        made.limits = limits
+        return made
+
+    return protocol

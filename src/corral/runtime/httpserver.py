@@ -52,7 +52,8 @@ class EmbeddedHTTPServer:
             access_log=False,
             timeout_graceful_shutdown=5,
             loop="none",
-            http=guarded((limits or ConnectionLimits()).within_open_files()),
+            # a factory, not a class (the protocol is compiled: no subclass made at run time); uvicorn only calls it
+            http=guarded((limits or ConnectionLimits()).within_open_files()),  # type: ignore[arg-type]
             proxy_headers=False,
         )
         self._server = _Server(config)
