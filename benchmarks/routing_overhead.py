@@ -49,6 +49,7 @@ HTTP_WORKERS = tuple(int(n) for n in os.environ.get("CORRAL_BENCH_HTTP_WORKERS",
 FAST_LANE_ENV = (
     "CORRAL_BACKEND_FAST_LANE"  # corral/lane/server.py (literal: the script also runs on older trees)
 )
+NATIVE_ENV = "CORRAL_NATIVE"  # corral/native.py: "0" runs the compiled request path as Python
 TARGET_CPU_US = 120
 PAIRED_ROUNDS = int(os.environ.get("CORRAL_BENCH_PAIRED_ROUNDS", "5"))
 BACKEND_CPU_US: dict[
@@ -139,13 +140,17 @@ Served = tuple[
 ]  # one request, and the server's CPU seconds
 
 
-async def _paired(corral: Served, peer: Served) -> None:
+async def _paired(corral: Served, peer: Served, python: Served | None = None) -> None:
     """PAIRED_ROUNDS rounds of c=16, corral then the peer in each (one stack each, kept up): this machine's
-    load moves between runs, so the ratio of two measurements made seconds apart is the figure to read."""
-    rounds = []
+    load moves between runs, so the ratio of two measurements made seconds apart is the figure to read. `python`:
+    the same corral stack with its request path run as Python (CORRAL_NATIVE=0), measured in the same rounds."""
+    rounds, as_python = [], []
     for _ in range(PAIRED_ROUNDS):
         ours, theirs = await _concurrent(*corral), await _concurrent(*peer)
         rounds.append((ours, theirs, ours[1] / theirs[1], ours[0] / theirs[0]))
+        if python is not None:
+            slow = await _concurrent(*python)
+            as_python.append((slow, ours[1] / slow[1], ours[0] / slow[0]))
     print(
         f"paired rounds, corral x1 nothing queued vs vllm-router (c={CONCURRENCY}, {CONCURRENT} requests each):"
     )
@@ -158,6 +163,21 @@ async def _paired(corral: Served, peer: Served) -> None:
         f"  median: CPU per request x{statistics.median(r[2] for r in rounds):.2f}, "
         f"throughput x{statistics.median(r[3] for r in rounds):.2f}"
     )
+    if as_python:
+        print(
+            "the same rounds, corral compiled (make native) vs its request path as Python (CORRAL_NATIVE=0):"
+        )
+        for ((rps, cpu), *_), ((slow_rps, slow_cpu), cpu_ratio, rps_ratio) in zip(
+            rounds, as_python, strict=True
+        ):
+            print(
+                f"  CPU µs/req {cpu:5.0f} vs {slow_cpu:5.0f} (x{cpu_ratio:.2f})   "
+                f"req/s {rps:6.0f} vs {slow_rps:6.0f} (x{rps_ratio:.2f})"
+            )
+        print(
+            f"  median: CPU per request x{statistics.median(r[1] for r in as_python):.2f}, "
+            f"throughput x{statistics.median(r[2] for r in as_python):.2f}"
+        )
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -267,13 +287,15 @@ async def _corral(
     fast_lane: bool = True,
     slots: int = 0,
     then: Callable[[Served], Awaitable[None]] | None = None,
+    native: bool = True,
 ) -> tuple[tuple[float, float, float, float], float, int]:
     """One fresh stack (database, frontend with `http_workers` processes, one worker): its figures, the
     PostgreSQL transactions during the measured run (idle background subtracted) and the request count.
     `slots`: the frontend's --replica-slots (0: its default, under which c=16 on one replica queues some).
     Also records the simulator backend's CPU per request over the same run in BACKEND_CPU_US; `then` is given
-    the stack's request and CPU reading after the measured run, the stack still up."""
-    name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}_{slots}"
+    the stack's request and CPU reading after the measured run, the stack still up. `native=False`: its processes
+    run the request path's modules as Python (CORRAL_NATIVE=0), not their compiled builds."""
+    name = f"corral_bench_{int(time.time())}_{http_workers}_{int(fast_lane)}_{slots}_{int(native)}"
     conn = await asyncpg.connect(PG_ADMIN)
     await conn.execute(f'CREATE DATABASE "{name}"')
     await conn.close()
@@ -285,15 +307,20 @@ async def _corral(
     cluster.models_dir.mkdir(parents=True)
     (cluster.models_dir / "sim.yaml").write_text("name: sim\nbackend: simulator\nparameters:\n  model: sim\n")
     try:
-        cluster.start_frontend(
-            *(("--http-workers", str(http_workers)) if http_workers > 1 else ()),
-            *(("--replica-slots", str(slots)) if slots else ()),
-        )
-        os.environ[FAST_LANE_ENV] = "1" if fast_lane else "0"  # the worker's backends inherit it
+        if not native:
+            os.environ[NATIVE_ENV] = "0"  # the frontend, the worker and its backends inherit it
         try:
-            cluster.start_worker("bench-w1")
+            cluster.start_frontend(
+                *(("--http-workers", str(http_workers)) if http_workers > 1 else ()),
+                *(("--replica-slots", str(slots)) if slots else ()),
+            )
+            os.environ[FAST_LANE_ENV] = "1" if fast_lane else "0"  # the worker's backends inherit it
+            try:
+                cluster.start_worker("bench-w1")
+            finally:
+                os.environ.pop(FAST_LANE_ENV, None)
         finally:
-            os.environ.pop(FAST_LANE_ENV, None)
+            os.environ.pop(NATIVE_ENV, None)
         assert cluster.frontend is not None
         pid = cluster.frontend.popen.pid
         async with _client(cluster.frontend_url) as front:
@@ -336,7 +363,8 @@ async def _corral(
 async def _nothing_queued(
     peer: tuple[str, subprocess.Popen[bytes]] | None,
 ) -> tuple[tuple[float, float, float, float], float, int]:
-    """The nothing-queued stack's figures, then its paired rounds against the peer router (when it runs)."""
+    """The nothing-queued stack's figures, then its paired rounds against the peer router (when it runs) and, when
+    the request path is compiled here, against the same stack run as Python."""
     if peer is None:
         return await _corral(1, slots=CONCURRENCY * 4)
     async with _client(peer[0]) as client:
@@ -344,10 +372,33 @@ async def _nothing_queued(
         async def to_peer() -> None:
             await client.post("/v1/chat/completions", json=BODY)
 
-        async def paired(corral: Served) -> None:
-            await _paired(corral, (to_peer, lambda: _tree_cpu_s(peer[1].pid)))
+        to_peer_served: Served = (to_peer, lambda: _tree_cpu_s(peer[1].pid))
+        if not _compiled():
+            print("the request path is not compiled here (make native): no 'as Python' rounds")
 
-        return await _corral(1, slots=CONCURRENCY * 4, then=paired)
+            async def paired(corral: Served) -> None:
+                await _paired(corral, to_peer_served)
+
+            return await _corral(1, slots=CONCURRENCY * 4, then=paired)
+        result: list[tuple[tuple[float, float, float, float], float, int]] = []
+
+        async def with_python(python: Served) -> None:
+            async def paired(corral: Served) -> None:
+                await _paired(corral, to_peer_served, python)
+
+            result.append(await _corral(1, slots=CONCURRENCY * 4, then=paired))
+
+        await _corral(1, slots=CONCURRENCY * 4, then=with_python, native=False)
+        return result[0]
+
+
+def _compiled() -> bool:
+    """Whether this checkout's request path is compiled (corral/native.py; the script also runs on older trees)."""
+    try:
+        from corral import native
+    except ImportError:
+        return False
+    return native.library() is not None and not native.stale()
 
 
 def _print_backend_cpu() -> None:

@@ -20,6 +20,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from corral import native  # noqa: E402  (after the path: this checkout's corral)
 
+# the builds of an earlier list go first: a module's `.so` left behind would load from a group that lacks it
+for old in (ROOT / "src").rglob("*.so"):
+    old.unlink()
+
 setup(
     name="corral-native",
     packages=[],

@@ -11,16 +11,20 @@ So that an edited source is never shadowed by an older build, `guard()` (run by 
 of them is imported) serves every one of them from source when any build is older than its source, and says so
 once on stderr; they are compiled as one group (their calls to each other are direct), so it is all or none.
 
-mypyc's rules for these modules: no async generators (`asynccontextmanager` included), no classes created or
-subclassed at run time, attributes declared on the class (not only set by a base written in Python), and values
-that match their annotations at run time (a stub that says `bytes` where the library returns None fails there:
-annotate it `Any`).
+mypyc's rules for these modules (`tests/unit/test_native_rules.py` holds the first three to the source):
+* no async generators (`asynccontextmanager` included);
+* no classes created or subclassed at run time (`type(name, bases, ns)`);
+* one exception type per `except ... as name` in a function (mypyc types the name by its first clause);
+* attributes declared on the class, not only set by a base written in Python;
+* values that match their annotations at run time: a stub that says `bytes` or `tuple` where the library gives
+  None or a list fails there (read it as `Any`), and a `float` parameter turns 1 into 1.0 (`int | float` keeps it).
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.resources
 import importlib.util
 import os
 import sys
@@ -30,7 +34,7 @@ from types import ModuleType
 
 NATIVE_ENV = "CORRAL_NATIVE"  # "0": run the compiled modules' sources, as Python
 GROUP = "corral_native"  # mypyc's shared library of the group (`corral_native__mypyc.*.so`, beside `corral/`)
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(str(importlib.resources.files("corral")))  # the package's directory (its modules' sources)
 
 MODULES = (
     # the frontend's warm path, in the order a request meets them
@@ -40,6 +44,7 @@ MODULES = (
     "corral.frontend.bounds",
     "corral.frontend.access",
     "corral.frontend.hot_path",
+    "corral.frontend.inference.chat_wire",
     "corral.routing.router",
     "corral.routing.queue",
     "corral.routing.replica",
@@ -52,27 +57,34 @@ MODULES = (
     "corral.lane.frames",
     # the backend's side of a lane call
     "corral.lane.server",
-    "corral.backends.engine",
 )
 
 
-def source_of(module: str) -> Path:
-    return ROOT.parent / (module.replace(".", "/") + ".py")
+def source_of(module: str, tree: Path = ROOT.parent) -> Path:
+    """A module's source in `tree` (the directory that holds `corral/`)."""
+    return tree / (module.replace(".", "/") + ".py")
 
 
-def library() -> Path | None:
-    """The group's shared library, which holds the compiled code of every module (each module's own `.so` only
-    loads its part), or None when they are not compiled."""
-    return next(ROOT.parent.glob(GROUP + "__mypyc.cpython-*.so"), None)
+def library(tree: Path = ROOT.parent) -> Path | None:
+    """The group's shared library in `tree`, which holds the compiled code of every module (each module's own
+    `.so` only loads its part), or None when they are not compiled."""
+    return next(tree.glob(GROUP + "__mypyc.cpython-*.so"), None)
 
 
-def stale() -> list[str]:
-    """The compiled modules whose source is newer than the build."""
-    built = library()
+def stale(tree: Path = ROOT.parent) -> list[str]:
+    """The compiled modules whose source is newer than the build (none when nothing is compiled)."""
+    built = library(tree)
     if built is None:
         return []
     built_s = built.stat().st_mtime
-    return [module for module in MODULES if source_of(module).stat().st_mtime > built_s]
+    return [module for module in MODULES if _mtime_s(source_of(module, tree)) > built_s]
+
+
+def _mtime_s(source: Path) -> float:
+    try:
+        return source.stat().st_mtime
+    except FileNotFoundError:  # listed, not in this tree (a module moved): nothing of it can be stale
+        return 0.0
 
 
 def compiled() -> list[str]:

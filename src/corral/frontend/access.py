@@ -271,10 +271,11 @@ class AccessControl:
                     ((b"retry-after", str(exc.retry_after_s).encode()),),
                 )
                 return
-            except Exception as exc:  # a key lookup with PostgreSQL down: 503 naming it, never a traceback
+            # (`error`, not `exc` again: compiled (corral/native.py), one name keeps its first clause's type)
+            except Exception as error:  # a key lookup with PostgreSQL down: 503 naming it, never a traceback
                 from corral.frontend.errors import dependency_or_unexpected_response
 
-                await dependency_or_unexpected_response(exc)(scope, receive, send)
+                await dependency_or_unexpected_response(error)(scope, receive, send)
                 return
             if refusal is not None:
                 await _send_json(send, refusal[0], refusal[1])

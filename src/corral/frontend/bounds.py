@@ -32,8 +32,9 @@ LOGIT_BIAS_MAX = 100  # OpenAI's: a bias is -100..100 (-100 bans a token, 100 fo
 PROMPTS_MAX = 256  # prompts in one batched /v1/completions call (each one a backend call per choice)
 
 
-def _within(low: float, high: float, what: str = "") -> Callable[[Any], Any]:
-    """Runs before coercion too: 1e20 for an int field is "out of range", not "cannot parse"."""
+def _within(low: int | float, high: int | float, what: str = "") -> Callable[[Any], Any]:
+    """Runs before coercion too: 1e20 for an int field is "out of range", not "cannot parse". (`int | float`, not
+    `float`: compiled (corral/native.py), a `float` parameter turns 1 into 1.0, and the message would say so.)"""
 
     def check(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -45,7 +46,7 @@ def _within(low: float, high: float, what: str = "") -> Callable[[Any], Any]:
     return check
 
 
-def _schema(low: float, high: float) -> Any:
+def _schema(low: int | float, high: int | float) -> Any:
     return Field(json_schema_extra={"minimum": low, "maximum": high})
 
 

@@ -7,10 +7,10 @@ non-streamed chat request with one choice, a configured model (no route, no agen
 may call it, tracing off, a warm replica with a free slot and nobody queued (no breaker tripped, no prefix
 routing among several replicas), and that replica's fast lane connected. For it the HTTP server
 (runtime/httpguard.py) holds the request until its body is whole and calls `take`, which validates the body
-with the same pydantic model, builds the same backend request (`openai.chat_options`), takes the slot
+with the same pydantic model, builds the same backend request (`chat_wire.chat_options`), takes the slot
 (`Router.checkout_now`) and sends the lane's CALL frame with a `HotCall` as the call. When the lane's REPLY
 arrives (in the lane connection's `data_received`) the call answers the client in one write with the same
-`chat.completion` object (`openai.chat_completion`), counted as the fast path counts it (usage, fair share,
+`chat.completion` object (`chat_wire.chat_completion`), counted as the fast path counts it (usage, fair share,
 request figures).
 
 Everything else keeps its one path, and its answers:
@@ -43,14 +43,9 @@ from corral.frontend.access import KeyAccess
 from corral.frontend.errors import unexpected_response
 from corral.frontend.inference import images
 from corral.frontend.inference.call_errors import http_errors
+from corral.frontend.inference.chat_wire import chat_completion, chat_options, node_header
 from corral.frontend.inference.fast_path import FastPath, InferenceRoute, Receive, Scope, Send, answered
-from corral.frontend.inference.openai import (
-    chat_completion,
-    chat_options,
-    chat_response,
-    configured,
-    node_header,
-)
+from corral.frontend.inference.openai import chat_response, configured
 from corral.frontend.inference.routes import is_route
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.limits import RequestLimitsMiddleware
@@ -242,8 +237,8 @@ class HotCall:
             if (extra is None or not cycle.answer_json(content, extra)) and not cycle.disconnected:
                 # writing is paused (a client that does not read), or a header value `send` refuses: their path
                 cycle.start_task(Response(content, headers=named, media_type="application/json"))
-        except Exception as exc:  # the envelope, never a connection left without an answer
-            response = unexpected_response(exc)
+        except Exception as error:  # the envelope, never a connection left without an answer
+            response = unexpected_response(error)
             status = response.status_code
             if not cycle.response_started and not cycle.disconnected:
                 cycle.start_task(response)

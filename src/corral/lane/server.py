@@ -185,11 +185,11 @@ class _Connection(asyncio.Protocol):
             self._send(frames.error_frame(call_id, exc.status, exc.details))
         except asyncio.CancelledError:
             pass  # cancelled by the caller: it expects nothing more
-        except Exception as exc:
+        except Exception as error:  # not `exc` again: compiled, one name keeps its first clause's type
             log.exception("fast lane call failed")
             self._send(
                 frames.error_frame(
-                    call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}"
+                    call_id, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}"
                 )
             )
 

@@ -31,14 +31,9 @@ from corral.agents.client import AgentBus, AgentTimeout, NoAgentWorker
 from corral.agents.loop import LoopResult, ToolCall, Turn, run_loop
 from corral.bus.agent_messages import MCPToolDef
 from corral.frontend.errors import APIError
+from corral.frontend.inference.chat_wire import DEFAULT_MAX_TOKENS, predict_options
 from corral.frontend.inference.choices import usage as _usage
-from corral.frontend.inference.openai import (
-    DEFAULT_MAX_TOKENS,
-    _json,
-    _predict_options,
-    _unary,
-    config_for,
-)
+from corral.frontend.inference.openai import _json, _unary, config_for
 from corral.frontend.inference.schemas import ChatCompletionRequest
 from corral.frontend.inference.sse import DONE, sse
 from corral.frontend.inference.tool_calls import proto_message, reply_tool_calls
@@ -104,7 +99,7 @@ class AgentChat:
 
         async def model(history: list[dict[str, Any]], tools_allowed: bool) -> Turn:
             nonlocal turns
-            opts = _predict_options(cfg, body, max_tokens)
+            opts = predict_options(cfg, body, max_tokens)
             opts.UseTokenizerTemplate = True
             opts.Messages.extend(proto_message(m) for m in history)
             if tools_allowed and defs and first_choice != "none":

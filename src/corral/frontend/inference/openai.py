@@ -4,8 +4,6 @@ reference's Jina-shaped `/v1/rerank`."""
 from __future__ import annotations
 
 import base64
-import itertools
-import os
 import struct
 import time
 from collections.abc import AsyncIterator
@@ -19,21 +17,28 @@ from corral.frontend.bounds import NAME_MAX
 from corral.frontend.errors import APIError
 from corral.frontend.inference import choices, images
 from corral.frontend.inference.call_errors import http_errors
+from corral.frontend.inference.chat_wire import (
+    DEFAULT_MAX_TOKENS,
+    assistant_message,
+    chat_completion,
+    chat_options,
+    node_header,
+    predict_options,
+    random_id,
+)
 from corral.frontend.inference.choices import finish_reason as _finish_reason
 from corral.frontend.inference.choices import usage as _usage
 from corral.frontend.inference.fast_path import InferenceRoute, InferenceTable
 from corral.frontend.inference.routes import route_target
 from corral.frontend.inference.schemas import (
     ChatCompletionRequest,
-    ChatMessage,
     CompletionRequest,
     EmbeddingRequest,
     RerankRequest,
-    _Sampling,
 )
 from corral.frontend.inference.sse import DONE, ChunkEncoder, sse
-from corral.frontend.inference.structured_output import offer_tools, request_grammar
-from corral.frontend.inference.tool_calls import delta_tool_calls, openai_tool_calls, reply_tool_calls
+from corral.frontend.inference.structured_output import request_grammar
+from corral.frontend.inference.tool_calls import delta_tool_calls
 from corral.frontend.state import FrontendState
 from corral.models import capabilities
 from corral.models.config import ModelConfig
@@ -46,32 +51,12 @@ from corral.telemetry.families import FIRST_TOKEN_SECONDS, STREAMED_TOKENS
 from corral.telemetry.labels import PerModel
 from corral.tenancy.policy import REFUSED_MODEL, allowed_names, model_refusal
 
-DEFAULT_MAX_TOKENS = 256
 _FIRST_TOKEN = PerModel(FIRST_TOKEN_SECONDS)
 _STREAMED_TOKENS = PerModel(STREAMED_TOKENS)
 
 
-_ID_PREFIX = os.urandom(8).hex()  # this process's: ids are unique across frontends, as uuid4's were
-_ID_SEQUENCE = itertools.count(int.from_bytes(os.urandom(4), "big"))
-
-
-def random_id() -> str:
-    """32 hex digits unique to this request: a random per-process prefix and a counter (no syscall; os.urandom
-    per id was a getrandom call twice per request)."""
-    return f"{_ID_PREFIX}{next(_ID_SEQUENCE) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
-
-
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
-
-
-def node_header(state: FrontendState, replica: Replica) -> dict[str, str] | None:
-    if not state.expose_node_header:
-        return None
-    return {
-        "X-LocalAI-Node": replica.node_id,
-        "X-Corral-Replica": f"{replica.model}#{replica.replica_index}@{replica.address}",
-    }
 
 
 def _model_object(name: str, cfg: ModelConfig) -> dict[str, Any]:
@@ -99,54 +84,6 @@ def _route_object(state: FrontendState, name: str) -> dict[str, Any]:
         "owned_by": "corral-route",
         "route": route.to_json(),
     }
-
-
-def _predict_options(cfg: ModelConfig, body: _Sampling, max_tokens: int | None) -> backend_pb2.PredictOptions:
-    opts = backend_pb2.PredictOptions(
-        Tokens=max_tokens or DEFAULT_MAX_TOKENS, ModelIdentity=cfg.model, CorrelationId=random_id()
-    )
-    if body.stop is not None:  # an empty list passed to the constructor alone costs a microsecond
-        opts.StopPrompts.extend(body.stop_list())
-    if body.temperature is not None:
-        opts.Temperature = body.temperature
-    if body.top_p is not None:
-        opts.TopP = body.top_p
-    if body.seed is not None:
-        opts.Seed = body.seed
-    if body.presence_penalty is not None:
-        opts.PresencePenalty = body.presence_penalty
-    if body.frequency_penalty is not None:
-        opts.FrequencyPenalty = body.frequency_penalty
-    if body.logit_bias:
-        opts.LogitBias = orjson.dumps(body.logit_bias).decode()
-    return opts
-
-
-def _add_chat_message(opts: backend_pb2.PredictOptions, m: ChatMessage) -> None:
-    message = opts.Messages.add()  # filled in place: a third of building one and extending with it
-    message.role, message.content = m.role, m.text()
-    if m.name:
-        message.name = m.name
-    if m.tool_call_id:
-        message.tool_call_id = m.tool_call_id
-    if m.tool_calls:
-        message.tool_calls = orjson.dumps([c.model_dump() for c in m.tool_calls]).decode()
-
-
-def chat_options(cfg: ModelConfig, body: ChatCompletionRequest) -> tuple[backend_pb2.PredictOptions, int]:
-    """A chat request's backend call and its token budget (also what `/v1/responses` sends)."""
-    max_tokens = body.max_output_tokens() or DEFAULT_MAX_TOKENS
-    opts = _predict_options(cfg, body, max_tokens)
-    opts.UseTokenizerTemplate = True
-    for m in body.messages:
-        _add_chat_message(opts, m)
-    grammar = request_grammar(body)
-    if grammar:  # '' is proto3's default: not set, the same bytes
-        opts.Grammar = grammar
-    offer_tools(opts, body)
-    if body.logprobs:
-        opts.Logprobs, opts.TopLogprobs = 1, body.top_logprobs or 0
-    return opts, max_tokens
 
 
 def _model_not_found(state: FrontendState, model: str) -> APIError:
@@ -278,7 +215,7 @@ def inference_table(state: FrontendState) -> InferenceTable:
     async def completions(body: CompletionRequest) -> Response:
         cfg = config_for(state, body.model)
         max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
-        opts = _predict_options(cfg, body, max_tokens)
+        opts = predict_options(cfg, body, max_tokens)
         opts.Grammar = request_grammar(body)
         prompts = body.prompts()
         if _several_or_logprobs(body, prompts):  # several choices, token ids, logprobs: choices.py
@@ -327,17 +264,6 @@ async def _chat_images(state: FrontendState, cfg: ModelConfig, body: ChatComplet
     if cfg.mcp and body.tools is None and state.agents is not None:
         raise images.agent_refusal(cfg, body.messages)
     return await images.request_images(cfg, body.messages, state.images)
-
-
-def _assistant_message(reply: backend_pb2.Reply, max_tokens: int) -> tuple[dict[str, Any], str]:
-    """A chat reply's assistant message and finish reason."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.message.decode(errors="replace")}
-    finish = _finish_reason(reply.tokens, max_tokens)
-    if reply.chat_deltas and (found := reply_tool_calls(reply)):
-        message["tool_calls"] = openai_tool_calls(found)
-        message["content"] = message["content"] or None  # as OpenAI answers a call
-        finish = "tool_calls" if finish == "stop" else finish  # a call cut by max_tokens is "length"
-    return message, finish
 
 
 def _several_or_logprobs(body: CompletionRequest, prompts: list[str | list[int]]) -> bool:
@@ -429,7 +355,7 @@ async def _choices(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _RelayResponse(*await choices.stream(state.router, cfg, plan, head, include_usage, headers_of))
-    return await choices.unary(state.router, cfg, plan, head, state.max_n, _assistant_message, headers_of)
+    return await choices.unary(state.router, cfg, plan, head, state.max_n, assistant_message, headers_of)
 
 
 def _embedding_vector(body: EmbeddingRequest, result: Any, cfg: ModelConfig) -> Any:
@@ -522,21 +448,6 @@ def chat_response(
     return _json(
         chat_completion(cfg.name, ident, created, max_tokens, reply), headers=node_header(state, replica)
     )
-
-
-def chat_completion(
-    model: str, ident: str, created: int, max_tokens: int, reply: backend_pb2.Reply
-) -> dict[str, Any]:
-    """The `chat.completion` object of one choice (also frontend/hot_path.py's)."""
-    message, finish = _assistant_message(reply, max_tokens)
-    return {
-        "id": ident,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": _usage(reply.prompt_tokens, reply.tokens),
-    }
 
 
 def _rerank_results(body: RerankRequest, ranked: Any) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 `GET /v1/responses/{id}/input_items`.
 
 A request runs as the chat completion it maps to (`responses_request`): the same PredictOptions
-(`openai.chat_options`), so tool calls, grammars and every other chat feature apply; its output is
+(`chat_wire.chat_options`), so tool calls, grammars and every other chat feature apply; its output is
 reshaped into a response (`responses_events`). A response with `store` (the default) is kept in PostgreSQL
 with the whole conversation up to it for CORRAL_RESPONSES_TTL, so a later `previous_response_id` continues
 it; only the API key that created it sees it (another key, or none, gets a 404), and `store: false` keeps
@@ -34,8 +34,9 @@ from corral.frontend.errors import (
     validation_message,
 )
 from corral.frontend.inference.call_errors import http_errors
+from corral.frontend.inference.chat_wire import chat_options
 from corral.frontend.inference.disconnect import respond_until_disconnect
-from corral.frontend.inference.openai import _RelayResponse, _unary, chat_options, config_for
+from corral.frontend.inference.openai import _RelayResponse, _unary, config_for
 from corral.frontend.inference.responses_events import (
     Draft,
     EventWriter,
