@@ -92,7 +92,9 @@ def compiled() -> list[str]:
     return [
         name
         for name in MODULES
-        if (module := sys.modules.get(name)) is not None and str(module.__file__).endswith(".so")
+        if (module := sys.modules.get(name)) is not None
+        and module.__spec__ is not None
+        and str(module.__spec__.origin).endswith(".so")
     ]
 
 

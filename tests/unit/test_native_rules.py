@@ -54,3 +54,25 @@ def test_no_class_is_made_at_run_time(module: str) -> None:
         and len(node.args) == 3
     ]
     assert made == []
+
+
+EXCEPTION_BASES = {"Exception", "BaseException", "ValueError", "RuntimeError", "OSError"}
+
+
+@pytest.mark.parametrize("module", native.MODULES)
+def test_an_exception_class_attribute_is_a_classvar(module: str) -> None:
+    """Compiled, a plain class attribute of an exception class that a subclass sets again is missing on the
+    subclass's instances (AttributeError where it is read): it is declared `ClassVar`."""
+    tree = _tree(module)
+    exceptions = set(EXCEPTION_BASES)
+    plain = []
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):  # in order: bases first
+        if not any(ast.unparse(base) in exceptions for base in cls.bases):
+            continue
+        exceptions.add(cls.name)
+        for statement in cls.body:
+            if isinstance(statement, ast.Assign) or (
+                isinstance(statement, ast.AnnAssign) and "ClassVar" not in ast.unparse(statement.annotation)
+            ):
+                plain.append(f"{cls.name}:{statement.lineno}")
+    assert plain == []

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -239,6 +239,15 @@ def _asked_priority(scope: Scope) -> bytes | None:
 Refusal = tuple[int, dict[str, Any]]
 
 
+class KeyLookup(Protocol):
+    """What `AccessControl` asks of its key cache: `KeyCache` (a unit test's stand-in has these three too; typed as
+    a protocol, the compiled module (corral/native.py) does not insist on the class)."""
+
+    def good(self, hashed: str) -> tuple[KeyAccess, bool] | None: ...
+    def known_wrong(self, hashed: str) -> bool: ...
+    async def lookup(self, hashed: str) -> KeyAccess | None: ...
+
+
 class AccessControl:
     """`limits`: the rate limits and quotas of keys that carry them (tenancy/limits.py), checked on the
     inference routes; None: keys' limits are not checked (an app built without the frontend's parts)."""
@@ -246,7 +255,7 @@ class AccessControl:
     def __init__(
         self,
         app: ASGIApp,
-        cache: KeyCache,
+        cache: KeyLookup,
         *,
         user_auth: bool,
         metrics_token: str = "",

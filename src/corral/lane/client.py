@@ -81,13 +81,27 @@ def deadline_exceeded() -> grpc.aio.AioRpcError:
     return rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
 
+class _Carrier(Protocol):
+    """What a call asks of the connection that carries it: `LaneConnection` (a unit test's stand-in too; typed as
+    a protocol, the compiled module (corral/native.py) does not insist on the class)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def start(
+        self, call: LaneCall, method: frames.Method, request: Any, trace: bytes | None = None
+    ) -> int: ...
+    def cancel(self, call_id: int) -> None: ...
+    def buffered(self, size: int) -> None: ...
+    def consumed(self, size: int) -> None: ...
+
+
 class _UnaryCall(Generic[R]):
     __slots__ = ("_conn", "_id", "_future", "_parse", "due_s")
     unary = True
 
     def __init__(
         self,
-        conn: LaneConnection,
+        conn: _Carrier,
         method: frames.Method,
         request: Any,
         timeout: float | None,
@@ -141,7 +155,7 @@ class _StreamCall:
     due_s = math.inf  # bounded by its own watchdog (routing/calls.py ReplyStream)
 
     def __init__(
-        self, conn: LaneConnection, method: frames.Method, request: Any, trace: bytes | None = None
+        self, conn: _Carrier, method: frames.Method, request: Any, trace: bytes | None = None
     ) -> None:
         self._conn = conn
         self._replies: deque[bytes] = deque()  # as received

@@ -25,6 +25,7 @@ from opentelemetry.trace import SpanKind
 
 from corral.lane import frames
 from corral.proto import backend_pb2 as pb
+from corral.runtime import eager
 from corral.telemetry import tracing
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,12 @@ class _Connection(asyncio.Protocol):
         )
         if tracing.tracer is not None:  # a server span, the caller's child when its TRACE came with the call
             body = _traced(method.name, body, trace[1] if trace is not None and trace[0] == call_id else None)
-        task = asyncio.ensure_future(self._run(call_id, body))
+            task = asyncio.ensure_future(self._run(call_id, body))
+        else:  # started here: an engine that answers without waiting answers in this callback, without a task
+            waits = eager.start(self._run(call_id, body))
+            if waits is None:
+                return
+            task = waits
         self._calls[call_id] = task
         self._all_calls.add(task)
         task.add_done_callback(lambda done: self._finished(call_id, done))

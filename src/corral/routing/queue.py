@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from corral.config.parse import format_duration_s
 from corral.config.traffic import FrontendQueueSettings
@@ -80,7 +81,10 @@ class QueueSettings:
 class Queued(Exception):
     """A request the queue could not serve; the message names the setting, `retry_after_s` the wait to suggest."""
 
-    code = "queue"
+    code: ClassVar[str] = (
+        "queue"  # ClassVar: compiled (corral/native.py), an exception's plain class attribute
+    )
+    # that a subclass sets again is not found on its instances
 
     def __init__(self, message: str, *, model: str, knob: str, retry_after_s: int) -> None:
         super().__init__(message)
@@ -88,11 +92,11 @@ class Queued(Exception):
 
 
 class QueueFull(Queued):
-    code = "queue_full"
+    code: ClassVar[str] = "queue_full"
 
 
 class QueueTimeout(Queued):
-    code = "queue_timeout"
+    code: ClassVar[str] = "queue_timeout"
 
 
 @dataclass(eq=False)

@@ -588,9 +588,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
 
+    # An upgrade (a websocket) has no cycle: it is checked first (compiled, reading None as a LeanCycle raises).
+
     def on_body(self, body: bytes) -> None:
+        if self.parser.should_upgrade() and self._should_upgrade():
+            return
         cycle: LeanCycle = self.cycle  # type: ignore[assignment]
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+        if cycle.response_complete:
             return
         cycle.add_body(body)
         if len(cycle.body) > HIGH_WATER_LIMIT:
@@ -599,8 +603,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._phase, self._due = Phase.IDLE, 0.0
+        if self.parser.should_upgrade() and self._should_upgrade():
+            return
         cycle: LeanCycle = self.cycle  # type: ignore[assignment]
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+        if cycle.response_complete:
             return
         cycle.more_body = False
         cycle.wake()

@@ -35,7 +35,7 @@ async def test_a_key_lookup_with_postgresql_down_is_a_503_naming_it_not_a_traceb
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    access = AccessControl(inner, _DownCache(), user_auth=True)  # type: ignore[arg-type]
+    access = AccessControl(inner, _DownCache(), user_auth=True)
     scope = {
         "type": "http",
         "path": "/v1/chat/completions",
@@ -102,7 +102,7 @@ async def test_unknown_keys_past_the_limit_get_429_with_retry_after_and_no_looku
     cache = _CountingCache(key_hash("corral-good"))
     access = AccessControl(
         None,  # type: ignore[arg-type]  # no app behind: only the admin call is made
-        cache,  # type: ignore[arg-type]  # a key table in memory
+        cache,  # a key table in memory
         user_auth=False,
         throttle=AuthThrottle(limit=2, window_s=60.0),
     )

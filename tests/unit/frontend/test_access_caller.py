@@ -87,7 +87,7 @@ async def test_without_auth_a_request_runs_anonymous_whatever_key_it_carries() -
 async def test_a_limited_key_gets_the_headers_then_429_on_inference_routes_only() -> None:
     access = AccessControl(
         lambda *_: None,  # type: ignore[arg-type]
-        _OneKeyCache(),  # type: ignore[arg-type]
+        _OneKeyCache(),
         user_auth=True,
         limits=Limits(),
     )
