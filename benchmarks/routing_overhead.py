@@ -143,10 +143,19 @@ Served = tuple[
 async def _paired(corral: Served, peer: Served, python: Served | None = None) -> None:
     """PAIRED_ROUNDS rounds of c=16, corral then the peer in each (one stack each, kept up): this machine's
     load moves between runs, so the ratio of two measurements made seconds apart is the figure to read. `python`:
-    the same corral stack with its request path run as Python (CORRAL_NATIVE=0), measured in the same rounds."""
-    rounds, as_python = [], []
+    the same corral stack with its request path run as Python (CORRAL_NATIVE=0), measured in the same rounds.
+    Each measurement also reads the whole machine's busy CPU per request (/proc/stat: the load generator, the
+    router or frontend, the backend process or the minimal server, the kernel): at c=16 on 2 cores, throughput is
+    about what that leaves."""
+    rounds, as_python, machine = [], [], []
     for _ in range(PAIRED_ROUNDS):
-        ours, theirs = await _concurrent(*corral), await _concurrent(*peer)
+        busy_s = _machine_busy_s()
+        ours = await _concurrent(*corral)
+        between_s = _machine_busy_s()
+        theirs = await _concurrent(*peer)
+        machine.append(
+            ((between_s - busy_s) / CONCURRENT * 1e6, (_machine_busy_s() - between_s) / CONCURRENT * 1e6)
+        )
         rounds.append((ours, theirs, ours[1] / theirs[1], ours[0] / theirs[0]))
         if python is not None:
             slow = await _concurrent(*python)
@@ -154,14 +163,19 @@ async def _paired(corral: Served, peer: Served, python: Served | None = None) ->
     print(
         f"paired rounds, corral x1 nothing queued vs vllm-router (c={CONCURRENCY}, {CONCURRENT} requests each):"
     )
-    for (rps, cpu), (peer_rps, peer_cpu), cpu_ratio, rps_ratio in rounds:
+    for ((rps, cpu), (peer_rps, peer_cpu), cpu_ratio, rps_ratio), (our_busy, their_busy) in zip(
+        rounds, machine, strict=True
+    ):
         print(
             f"  CPU µs/req {cpu:5.0f} vs {peer_cpu:5.0f} (x{cpu_ratio:.2f})   "
-            f"req/s {rps:6.0f} vs {peer_rps:6.0f} (x{rps_ratio:.2f})"
+            f"req/s {rps:6.0f} vs {peer_rps:6.0f} (x{rps_ratio:.2f})   "
+            f"machine CPU µs/req {our_busy:4.0f} vs {their_busy:4.0f}"
         )
     print(
         f"  median: CPU per request x{statistics.median(r[2] for r in rounds):.2f}, "
-        f"throughput x{statistics.median(r[3] for r in rounds):.2f}"
+        f"throughput x{statistics.median(r[3] for r in rounds):.2f}, machine CPU per request "
+        f"{statistics.median(m[0] for m in machine):.0f} vs {statistics.median(m[1] for m in machine):.0f} µs "
+        f"(x{statistics.median(m[0] / m[1] for m in machine):.2f})"
     )
     if as_python:
         print(
@@ -178,6 +192,12 @@ async def _paired(corral: Served, peer: Served, python: Served | None = None) ->
             f"  median: CPU per request x{statistics.median(r[1] for r in as_python):.2f}, "
             f"throughput x{statistics.median(r[2] for r in as_python):.2f}"
         )
+
+
+def _machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far, all cores (/proc/stat: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def _tree_cpu_s(pid: int) -> float:
