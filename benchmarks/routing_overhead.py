@@ -236,13 +236,22 @@ class _LeanClient:
 
     async def post(self, path: str, json: object) -> int:
         payload = orjson.dumps(json)
-        conn = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, int(self.port))
-        reader, writer = conn
-        writer.write(
+        request = (
             b"POST " + path.encode() + b" HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
         )
-        head = await reader.readuntil(b"\r\n\r\n")
+        conn = self._idle.pop() if self._idle else None
+        try:
+            if conn is None:
+                raise ConnectionResetError
+            conn[1].write(request)
+            head = await conn[0].readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            # none idle, or the server closed it (kept alive past its timeout while another stack was measured)
+            conn = await asyncio.open_connection(self.host, int(self.port))
+            conn[1].write(request)
+            head = await conn[0].readuntil(b"\r\n\r\n")
+        reader, writer = conn
         status = int(head.split(b" ", 2)[1])
         length = next(
             int(line.split(b":")[1])
