@@ -11,10 +11,11 @@ So that an edited source is never shadowed by an older build, `guard()` (run by 
 of them is imported) serves every one of them from source when any build is older than its source, and says so
 once on stderr; they are compiled as one group (their calls to each other are direct), so it is all or none.
 
-mypyc's rules for these modules (`tests/unit/test_native_rules.py` holds the first three to the source):
+mypyc's rules for these modules (`tests/unit/test_native_rules.py` holds the first four to the source):
 * no async generators (`asynccontextmanager` included);
 * no classes created or subclassed at run time (`type(name, bases, ns)`);
 * one exception type per `except ... as name` in a function (mypyc types the name by its first clause);
+* an exception class's class attributes are `ClassVar` (a plain one a subclass sets again is missing on it);
 * attributes declared on the class, not only set by a base written in Python;
 * values that match their annotations at run time: a stub that says `bytes` or `tuple` where the library gives
   None or a list fails there (read it as `Any`), and a `float` parameter turns 1 into 1.0 (`int | float` keeps it).

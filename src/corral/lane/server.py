@@ -239,9 +239,8 @@ class LaneServer:
         self._server = await loop.create_server(
             lambda: _Connection(self._servicer, self._token, self._calls, self._connections), host, 0
         )
-        listening: Any = (
-            self._server
-        )  # Any: typeshed's `sockets` is a tuple, uvloop's a list (mypyc checks it)
+        # Any: typeshed's `sockets` is a tuple, uvloop's a list (mypyc checks it)
+        listening: Any = self._server
         self.port = int(listening.sockets[0].getsockname()[1])
         return self.port
 
