@@ -10,10 +10,10 @@ Options: `chat_format:<name>` (built-in template for models without one), `paral
 reference's names; default `LLAMACPP_PARALLEL` from the environment, else 1: up to n requests decoded together with
 continuous batching in one context, each with its own `context_size` window, llama_parallel.py; requests asking
 for logprobs or carrying images, embeddings and reranking take the whole context, one at a time) and `cache_prompt:false`
-(re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix,
-which is faster but not bit-identical to a fresh evaluation; a model with sliding-window attention, such as
-Gemma 3, always evaluates its prompt whole: llama-cpp-python reuses its cached prefix wrongly, so a greedy
-answer would depend on the request before it).
+(re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix, with
+parallel > 1 the cells a slot kept of its last request, which is faster but not bit-identical to a fresh
+evaluation; a model with sliding-window attention, such as Gemma 3, always evaluates its prompt whole:
+llama-cpp-python reuses its cached prefix wrongly, so a greedy answer would depend on the request before it).
 Generation uses our own token loop (not `create_completion`) so that token counts are exact
 and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
 A prompt may come as token ids (`EmbeddingTokens`, the reference's field for Embedding, read by
@@ -242,10 +242,10 @@ class LlamaCppEngine:
         except LoadError:
             llm.close()
             raise
-        self._batcher = BatchLoop(llm, parallel) if parallel > 1 else None
+        self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
+        self._batcher = BatchLoop(llm, parallel, reuse_prefix=self._cache_prompt) if parallel > 1 else None
         self.parallel, self._window = parallel, window
         self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
-        self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
         self._model_label = opts.Model or path.name
         log.info(
             "llama.cpp loaded %s: n_ctx=%d parallel=%d threads=%d embeddings=%s reranking=%s chat=%s",
@@ -257,6 +257,11 @@ class LlamaCppEngine:
             opts.Reranking,
             options.get("chat_format") or ("embedded template" if self._formatter else "none"),
         )
+
+    @property
+    def reused_prompt_tokens(self) -> int:
+        """Prompt tokens the parallel slots found in their KV cells and did not evaluate again (0 with parallel 1)."""
+        return self._batcher.reused if self._batcher is not None else 0
 
     def _loaded(self) -> Llama:
         if self._llm is None:

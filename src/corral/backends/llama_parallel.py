@@ -15,8 +15,16 @@ slots with continuous batching; this is the same thing on llama-cpp-python's low
   `Llama.generate` builds: logit bias, penalties, grammar, then greedy or top-k/typical/top-p/min-p/temperature
   and a seeded draw), so a request gives the same tokens whether it runs alone or beside others.
 * A sequence's text goes to its own caller through a queue (stop strings and UTF-8 handled as in
-  llama_generate.py); when it ends (EOS, stop string, token budget, or its caller went away) its KV cells are
-  removed (`llama_memory_seq_rm`) and its slot is free for the next request, in arrival order.
+  llama_generate.py); when it ends (EOS, stop string, token budget, or its caller went away) its slot is free for
+  the next request, in arrival order.
+* With `reuse_prefix` (the model's `cache_prompt`, default true, for a model without sliding-window attention, as
+  the single-sequence path), a free slot keeps the KV cells of what it last held (its prompt and the tokens fed
+  after it), and a new request takes the free slot whose cells share the longest prefix with its prompt (as
+  llama.cpp's server picks a slot by prompt similarity): only the rest of its prompt is evaluated (at least its
+  last token, whose logits give the first new one). The next turn of a conversation, which prefix-cache routing
+  sends back to this replica, so skips its history. As with the single-sequence path's cache, a reused prefix is
+  faster and not bit-identical to a fresh evaluation. Without it (or after an error) the cells are removed
+  (`llama_memory_seq_rm`) and every prompt is evaluated whole.
 * `exclusive()` lets a call that needs the whole context (logprobs, images, embeddings, reranking: they go
   through `Llama`'s own single-sequence path) wait for the running sequences to end and keep new ones out.
 """
@@ -27,6 +35,7 @@ import bisect
 import codecs
 import contextlib
 import heapq
+import itertools
 import logging
 import queue
 import threading
@@ -86,6 +95,16 @@ def sequences_in_context(n_seq: int) -> Iterator[None]:
         )
 
 
+def _shared_prefix(held: list[int], prompt: list[int], limit: int) -> int:
+    """How many first tokens `held` and `prompt` share, at most `limit`."""
+    n = 0
+    for a, b in zip(held, prompt[:limit], strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 @dataclass
 class SequenceRequest:
     """One generation submitted to the loop; `pieces` carries its text, then None (or the error that ended it)."""
@@ -105,10 +124,11 @@ class SequenceRequest:
 class _Sequence:
     """A request running in slot `seq_id`: what is fed, what is sampled, what was sent."""
 
-    def __init__(self, loop: BatchLoop, request: SequenceRequest, seq_id: int) -> None:
+    def __init__(self, loop: BatchLoop, request: SequenceRequest, seq_id: int, kept: int = 0) -> None:
         self.request, self.seq_id = request, seq_id
-        self.fed = 0  # prompt tokens in the batch so far
-        self.pos = 0  # next position in this sequence
+        self.fed = kept  # prompt tokens in the batch so far (or in the slot's cells already)
+        self.pos = kept  # next position in this sequence
+        self.generated: list[int] = []  # the tokens sampled, in order (each fed the step after)
         self.last = -1  # the token sampled last, fed next step
         self.sampler = loop.sampler_for(request)
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -125,9 +145,14 @@ class _Sequence:
 class BatchLoop:
     """The thread that owns the context and decodes every running sequence together (see the module docstring)."""
 
-    def __init__(self, llm: Llama, slots: int) -> None:
+    def __init__(self, llm: Llama, slots: int, *, reuse_prefix: bool = False) -> None:
         self._llm = llm
         self._slots = slots
+        self._reuse_prefix = reuse_prefix
+        self._kept: dict[int, list[int]] = {}  # a free slot's id → the tokens its KV cells still hold
+        # slot id → when it was last taken (a count of `_uses`): the least recently used goes first
+        self._used: dict[int, int] = {}
+        self._uses = itertools.count()
         self._n_batch = llm.n_batch
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
         self._memory = llama_cpp.llama_get_memory(llm.ctx)
@@ -142,6 +167,7 @@ class BatchLoop:
         self._stopping = False
         self.steps = 0  # llama_decode calls so far (tests and benchmarks read it)
         self.widest = 0  # most sequences decoded in one step so far
+        self.reused = 0  # prompt tokens found in a slot's cells, not evaluated again
         self._thread = threading.Thread(target=self._run, name="llama-batch", daemon=True)
         self._thread.start()
 
@@ -210,6 +236,7 @@ class BatchLoop:
             finally:
                 self._exclusive_wanted -= 1
             self._exclusive_held = True
+            self._kept.clear()  # the single-sequence path evaluates from position 0 over every sequence's cells
         try:
             yield
         finally:
@@ -257,19 +284,44 @@ class BatchLoop:
         """Waiting requests take free slots in arrival order (none while a caller waits for the whole context)."""
         while self._waiting and self._free_ids and not self._exclusive_wanted and not self._exclusive_held:
             request = self._waiting.popleft()
-            seq_id = heapq.heappop(self._free_ids)
-            llama_cpp.llama_memory_seq_rm(
-                self._memory, seq_id, -1, -1
-            )  # whatever an exclusive call left there
+            seq_id, kept = self._slot_for(request.prompt)
+            # the cells past the shared prefix go (all of them without one: whatever an exclusive call left there)
+            if kept and not llama_cpp.llama_memory_seq_rm(self._memory, seq_id, kept, -1):
+                kept = 0  # this memory cannot drop a tail: evaluate the prompt whole
+            if not kept:
+                llama_cpp.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            self.reused += kept
             try:
                 # kept in seq id order: llama.cpp splits a batch whose sequences come out of order into more
                 # micro-batches (measured slower); prompt chunks still go in arrival order (`_prefill_order`)
-                bisect.insort(self._running, _Sequence(self, request, seq_id), key=lambda s: s.seq_id)
+                bisect.insort(self._running, _Sequence(self, request, seq_id, kept), key=lambda s: s.seq_id)
                 self._prefill_order.append(seq_id)
             except Exception as exc:
                 heapq.heappush(self._free_ids, seq_id)
                 request.pieces.put(exc)
                 request.ended.set()
+
+    def _slot_for(self, prompt: list[int]) -> tuple[int, int]:
+        """A free slot for `prompt`, and how many of its first tokens that slot's cells already hold (at most all but
+        the prompt's last token, which is evaluated for its logits). With `reuse_prefix`: the slot sharing the
+        longest prefix (the lowest id among equals) when it holds at least half of the prompt (llama.cpp's server's
+        default `--slot-prompt-similarity 0.5`), else the one used least recently, so that cells another
+        conversation may come back for are overwritten last; without it, the lowest free id."""
+        kept, best, shared = self._kept, self._free_ids[0], 0
+        if self._reuse_prefix:
+            limit = len(prompt) - 1
+            for seq_id in sorted(self._free_ids):
+                n = _shared_prefix(kept.get(seq_id, []), prompt, limit)
+                if n > shared:
+                    best, shared = seq_id, n
+            if shared * 2 < len(prompt):  # not this prompt's history: keep the cells used most recently
+                best = min(sorted(self._free_ids), key=lambda seq_id: self._used.get(seq_id, -1))
+                shared = _shared_prefix(kept.get(best, []), prompt, limit)
+            self._used[best] = next(self._uses)
+        self._free_ids.remove(best)
+        heapq.heapify(self._free_ids)
+        kept.pop(best, None)
+        return best, shared
 
     def _step(self) -> None:
         for sequence in [s for s in self._running if s.request.cancelled.is_set()]:
@@ -337,6 +389,7 @@ class BatchLoop:
             return True
         stats.completion_tokens += 1
         sequence.last = token
+        sequence.generated.append(token)
         text = sequence.scanner.feed(sequence.decoder.decode(self._llm.detokenize([token])))
         if text:
             request.pieces.put(text)
@@ -346,9 +399,14 @@ class BatchLoop:
         return stats.completion_tokens >= request.budget
 
     def _end(self, sequence: _Sequence, error: BaseException | None) -> None:
-        """Free the sequence's KV cells and slot; its caller gets the tail of its text and the end (or `error`)."""
+        """Free the sequence's slot (its KV cells kept for a later prompt with `reuse_prefix` and no error, else
+        removed); its caller gets the tail of its text and the end (or `error`)."""
         request = sequence.request
-        llama_cpp.llama_memory_seq_rm(self._memory, sequence.seq_id, -1, -1)
+        held: list[int] = []
+        if self._reuse_prefix and error is None:
+            held = (request.prompt + sequence.generated)[: sequence.pos]  # cells 0 .. pos-1: prompt, then fed
+        else:
+            llama_cpp.llama_memory_seq_rm(self._memory, sequence.seq_id, -1, -1)
         sequence.sampler.close()
         request.stats.generation_time_s = time.perf_counter() - sequence.first_token_at
         if error is None:
@@ -359,6 +417,8 @@ class BatchLoop:
         with self._cond:
             self._running.remove(sequence)
             heapq.heappush(self._free_ids, sequence.seq_id)
+            if held and not self._exclusive_held:
+                self._kept[sequence.seq_id] = held
             if sequence.seq_id in self._prefill_order:
                 self._prefill_order.remove(sequence.seq_id)
             self._cond.notify_all()

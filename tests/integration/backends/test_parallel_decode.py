@@ -171,6 +171,52 @@ def test_parallel_must_be_a_positive_whole_number(llama: Backend, tiny_model: Pa
         ).success
 
 
+def test_a_parallel_slot_reuses_the_cells_of_the_prompt_it_held(tiny_model: Path) -> None:
+    """cache_prompt (the default) with parallel > 1: a prompt that extends what a free slot last held evaluates only
+    the rest, in that slot even after another conversation used the replica; the answers are a fresh evaluation's;
+    after a call that took the whole context (logprobs), and with cache_prompt:false, nothing is reused."""
+    from corral.backends.llama_cpp import LlamaCppEngine
+
+    def loaded(*options: str) -> LlamaCppEngine:
+        engine = LlamaCppEngine()
+        engine.load(
+            pb.ModelOptions(ModelFile=str(tiny_model), ContextSize=256, Options=["parallel:2", *options])
+        )
+        return engine
+
+    def asked(prompt: str, logprobs: int = 0) -> pb.PredictOptions:
+        return pb.PredictOptions(
+            Prompt=prompt, Tokens=8, IgnoreEOS=True, Logprobs=logprobs, TopLogprobs=logprobs
+        )
+
+    cached, fresh = loaded(), loaded("cache_prompt:false")
+    try:
+        turn, other = "the quick brown fox jumps over", "a b c d e f g"
+        longer = f"{turn} the lazy dog"  # the first turn is more than half of it
+        first = cached.predict(asked(turn))
+        cached.predict(
+            asked(other)
+        )  # another conversation: the least recently used slot, not the first one's
+        assert cached.reused_prompt_tokens == 0
+        answer = cached.predict(asked(longer))
+        assert (
+            cached.reused_prompt_tokens >= first.prompt_tokens - 1 > 0
+        )  # the first turn was not evaluated again
+        assert answer.message == fresh.predict(asked(longer)).message
+        before = cached.reused_prompt_tokens
+        again = cached.predict(asked(longer))  # the same prompt: all of it but the last token is in the cells
+        assert cached.reused_prompt_tokens - before == again.prompt_tokens - 1
+        assert again.message == answer.message
+        cached.predict(asked(turn, logprobs=1))  # the whole context, from position 0
+        before = cached.reused_prompt_tokens
+        assert cached.predict(asked(longer)).message == answer.message
+        assert cached.reused_prompt_tokens == before
+        assert fresh.reused_prompt_tokens == 0
+    finally:
+        cached.free()
+        fresh.free()
+
+
 # ---- simulator -------------------------------------------------------------------------------
 
 
