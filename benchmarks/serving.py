@@ -4,7 +4,9 @@ router in front of the same engine, side by side, in one run.
 For each engine, at each concurrency (1, 8, 32), aiperf (`aiperf profile`, streamed chat completions, synthetic
 prompts of ISL tokens asking for OSL tokens, the Gemma tokenizer) drives three paths in turn:
   alone       — the engine's own OpenAI server: llama-cpp-python's `python -m llama_cpp.server` (the build in
-                .venv; requests not interrupted; a /health route added for the router) on the Gemma 3 270M
+                .venv; requests not interrupted; logits for the last prompt token only, as corral's backend and
+                llama.cpp's own server compute them, not its default of every prompt token's; a /health route
+                added for the router) on the Gemma 3 270M
                 GGUF, or the simulator's (`python -m corral.backends.simulator_openai`);
   corral      — a fresh frontend and one worker (throwaway database on PostgreSQL 127.0.0.1:5432, NATS
                 127.0.0.1:4222) serving the same model file with the same engine settings (context, batch,
@@ -213,6 +215,9 @@ def _llama_server(gguf: Path, port: int, logs: Path) -> Any:
         "gemma",
         "--interrupt_requests",
         "False",  # its default cuts a running stream short when the next request arrives (c > 1: empty answers)
+        "--logits_all",
+        "False",  # its default computes the vocabulary's logits for every prompt token (2x the prefill on Gemma);
+        # corral's backend, as llama.cpp's own server, computes them for the last one only
         "--verbose",
         "False",
     ]
