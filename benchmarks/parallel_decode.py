@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import queue
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import orjson
 from corral.models.defaults import GEMMA_FILE, prepare_gemma
 from corral.proto import backend_pb2 as pb
 from corral.proto import backend_pb2_grpc
+from corral.runtime.processes import free_port, stop_process
 
 MODELS_DIR = Path("/var/tmp/corral-bench-models")  # shared with the other Gemma benchmarks
 BENCH_VENV = Path(os.environ.get("CORRAL_BENCH_VENV", Path(__file__).resolve().parents[1] / ".venv-bench"))
@@ -90,12 +90,6 @@ print(json.dumps([generated, time.perf_counter() - started]), flush=True)
 
 def requests_at(concurrency: int) -> int:
     return max(8, 2 * concurrency)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def engine_alone(model: Path) -> float:
@@ -159,12 +153,7 @@ class Replica:
 
     def close(self) -> None:
         self.channel.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self._stderr.close()
 
 
@@ -229,12 +218,7 @@ class LlamaServer:
             connection.close()
 
     def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self._log.close()
 
 

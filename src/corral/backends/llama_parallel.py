@@ -309,13 +309,13 @@ class BatchLoop:
         conversation may come back for are overwritten last; without it, the lowest free id."""
         kept, best, shared = self._kept, self._free_ids[0], 0
         if self._reuse_prefix:
-            limit = len(prompt) - 1
-            for seq_id in sorted(self._free_ids):
+            limit, free = len(prompt) - 1, sorted(self._free_ids)
+            for seq_id in free:
                 n = _shared_prefix(kept.get(seq_id, []), prompt, limit)
                 if n > shared:
                     best, shared = seq_id, n
             if shared * 2 < len(prompt):  # not this prompt's history: keep the cells used most recently
-                best = min(sorted(self._free_ids), key=lambda seq_id: self._used.get(seq_id, -1))
+                best = min(free, key=lambda seq_id: self._used.get(seq_id, -1))
                 shared = _shared_prefix(kept.get(best, []), prompt, limit)
             self._used[best] = next(self._uses)
         self._free_ids.remove(best)
