@@ -365,8 +365,9 @@ def test_gemma_gives_a_greedy_request_the_same_answer_whatever_came_before(clien
 
     first = greedy()
     client.completions.create(model=GEMMA_NAME, prompt=PROMPT, max_tokens=4, temperature=0)
-    # the default config (cache_prompt on): llama-cpp-python reused the cached prefix of the prompt before,
-    # which a sliding-window model cannot take; "Name three colours. mendatang" came back
+    # the default config (cache_prompt on): llama-cpp-python's own reuse of the prefix the prompt before shared
+    # evaluated the rest in another micro-batch shape, and "Name three colours. mendatang" came back; the engine
+    # now keeps only whole chunks evaluated as a fresh evaluation would (backends/llama_prompt_cache.py)
     assert greedy() == first
 
 

@@ -10,10 +10,11 @@ Options: `chat_format:<name>` (built-in template for models without one), `paral
 reference's names; default `LLAMACPP_PARALLEL` from the environment, else 1: up to n requests decoded together with
 continuous batching in one context, each with its own `context_size` window, llama_parallel.py; requests asking
 for logprobs or carrying images, embeddings and reranking take the whole context, one at a time) and `cache_prompt:false`
-(re-evaluate the whole prompt each request; default true reuses the KV cache of a shared prefix, with
-parallel > 1 the cells a slot kept of its last request, which is faster but not bit-identical to a fresh
-evaluation; a model with sliding-window attention, such as Gemma 3, always evaluates its prompt whole:
-llama-cpp-python reuses its cached prefix wrongly, so a greedy answer would depend on the request before it).
+(re-evaluate the whole prompt each request). The default, `cache_prompt:true`, keeps the cells of a prefix the
+last prompt shared: with parallel 1 exactly (llama_prompt_cache.py: a prompt is evaluated in chunks that depend on
+it alone, and only whole chunks are kept, so a greedy answer is the fresh evaluation's whatever ran before, Gemma 3
+included); with parallel > 1, the cells a slot kept of its last request, faster but not bit-identical to a fresh
+evaluation (and not for a model with sliding-window attention, such as Gemma 3, which evaluates its prompt whole).
 Generation uses our own token loop (not `create_completion`) so that token counts are exact
 and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
 A prompt may come as token ids (`EmbeddingTokens`, the reference's field for Embedding, read by
@@ -51,6 +52,7 @@ from corral.backends.llama_generate import GRAMMARS, GenerationRequest, generate
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
 from corral.backends.llama_parallel import BatchLoop, SequenceRequest, sequences_in_context
+from corral.backends.llama_prompt_cache import PromptCache, chat_head
 from corral.backends.llama_rerank import PairFormat, check_reranker_file
 from corral.backends.llama_rerank import rerank as rerank_pairs
 from corral.backends.llama_tools import call_replies, requested_tools
@@ -115,19 +117,37 @@ def _embed_token_ids(llm: Llama, ids: list[int]) -> tuple[Any, int]:
         del llm.tokenize
 
 
-def _reuses_prefix_safely(llm: Llama, path: Path) -> bool:
-    """False for a sliding-window-attention model: after another prompt, llama-cpp-python's reuse of the shared
-    prefix gives Gemma 3 another greedy answer than a fresh evaluation ("Name three colours. mendatang" for
-    "Name three colours.\n(a)"), so such a model evaluates each prompt whole."""
+def _slots_reuse_safely(llm: Llama, path: Path) -> bool:
+    """False for a sliding-window-attention model: parallel slots would keep cells computed beside other
+    sequences, and Gemma 3's greedy answers moved with them, so such a model's slots evaluate each prompt whole."""
     window: int = llama_cpp.llama_model_n_swa(llm.model)
     if window > 0:
         log.info(
-            "%s uses sliding-window attention (%d tokens): each prompt is evaluated whole, its cached prefix "
-            "is not reused",
+            "%s uses sliding-window attention (%d tokens): its parallel slots evaluate each prompt whole",
             path.name,
             window,
         )
     return window <= 0
+
+
+def _reuses_cells(llm: Llama) -> bool:
+    """A recurrent or hybrid model's memory cannot drop the tail of a sequence: it evaluates each prompt whole."""
+    return not (llama_cpp.llama_model_is_recurrent(llm.model) or llama_cpp.llama_model_is_hybrid(llm.model))
+
+
+def _chat_head(llm: Llama, formatter: ChatFormatter | None) -> list[int]:
+    """The tokens every chat the model's template renders begins with ([] without a template)."""
+    if formatter is None:
+        return []
+    rendered = []
+    for content in ("a", "b", "Hello.", "1"):
+        messages = [pb.Message(role="user", content=content)]
+        try:
+            chat = render_chat(formatter, pb.PredictOptions(Messages=messages, UseTokenizerTemplate=True))
+        except InvalidRequestError:
+            return []
+        rendered.append((chat.text, chat.add_bos))
+    return chat_head(llm, rendered)
 
 
 def requested_parallel(options: dict[str, str]) -> int:
@@ -168,7 +188,7 @@ class LlamaCppEngine:
         self._formatter: ChatFormatter | None = None
         self._embeddings = False
         self._seed = 0
-        self._cache_prompt = True
+        self._prompts: PromptCache | None = None  # the single-sequence path's prompt evaluation
         self._model_label = ""
         self._projector: VisionProjector | None = None
         self._pair_format: PairFormat | None = None  # loaded for reranking
@@ -242,8 +262,14 @@ class LlamaCppEngine:
         except LoadError:
             llm.close()
             raise
-        self._cache_prompt = cache_prompt and _reuses_prefix_safely(llm, path)
-        self._batcher = BatchLoop(llm, parallel, reuse_prefix=self._cache_prompt) if parallel > 1 else None
+        reuse = cache_prompt and _reuses_cells(llm)
+        # with parallel > 1 the single-sequence path takes a context other sequences used: it evaluates whole
+        self._prompts = PromptCache(llm, _chat_head(llm, self._formatter), reuse=reuse and parallel == 1)
+        self._batcher = (
+            BatchLoop(llm, parallel, reuse_prefix=reuse and _slots_reuse_safely(llm, path))
+            if parallel > 1
+            else None
+        )
         self.parallel, self._window = parallel, window
         self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
         self._model_label = opts.Model or path.name
@@ -260,8 +286,9 @@ class LlamaCppEngine:
 
     @property
     def reused_prompt_tokens(self) -> int:
-        """Prompt tokens the parallel slots found in their KV cells and did not evaluate again (0 with parallel 1)."""
-        return self._batcher.reused if self._batcher is not None else 0
+        """Prompt tokens found in the KV cells and not evaluated again (the single path's and the parallel slots')."""
+        slots = self._batcher.reused if self._batcher is not None else 0
+        return slots + (self._prompts.reused if self._prompts is not None else 0)
 
     def _loaded(self) -> Llama:
         if self._llm is None:
@@ -299,6 +326,8 @@ class LlamaCppEngine:
     def _tokens(self, llm: Llama, text: str, add_bos: bool, req: pb.PredictOptions) -> list[int]:
         """The prompt's tokens; with images, the prompt is evaluated here (llama_vision.py)."""
         if req.Images and self._projector is not None:
+            if self._prompts is not None:
+                self._prompts.forget()  # the projector evaluates from position 0
             return self._projector.evaluate(llm, text, add_bos, list(req.Images))
         return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
@@ -333,8 +362,7 @@ class LlamaCppEngine:
             sampling=sampling,
             stops=tuple(req.StopPrompts) + template_stops,
             seed=req.Seed if req.Seed > 0 else (self._seed or random.getrandbits(32)),
-            # with images: evaluated just now; with parallel > 1 other sequences used the context since
-            reuse_prompt_cache=(self._cache_prompt and self._batcher is None) or bool(req.Images),
+            prompt_cache=None if req.Images else self._prompts,  # with images: evaluated just now
             logprobs=LogprobRecorder(llm, req.TopLogprobs) if req.Logprobs > 0 else None,
         )
         scanner = CallScanner(mode.text_allowed) if mode is not None else None
@@ -417,6 +445,8 @@ class LlamaCppEngine:
         return self._batcher.exclusive() if self._batcher is not None else contextlib.nullcontext()
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
+        if self._prompts is not None:
+            self._prompts.forget()  # embedding clears the cells
         with self._whole_context():
             return self._embed(req)
 
@@ -462,6 +492,8 @@ class LlamaCppEngine:
                 f"model {self._model_label!r} was loaded without reranking; set reranking: true in its model config "
                 "(ModelOptions.Reranking=true, a cross-encoder GGUF) and load it again"
             )
+        if self._prompts is not None:
+            self._prompts.forget()
         with self._whole_context():
             return rerank_pairs(llm, self._pair_format, req)
 
@@ -475,6 +507,7 @@ class LlamaCppEngine:
         if batcher is not None:
             batcher.close()  # before the context it decodes in
         llm, self._llm, self._formatter, self._pair_format = self._llm, None, None, None
+        self._prompts = None
         projector, self._projector = self._projector, None
         if projector is not None:
             projector.close()  # before the model it was built on

@@ -21,6 +21,7 @@ from llama_cpp.llama_grammar import LlamaGrammar
 from corral.backends.engine import check_prompt_fits, requested_max_tokens
 from corral.backends.llama_grammar import GrammarCache
 from corral.backends.llama_logprobs import LogprobRecorder, logit_bias_processor, parse_logit_bias
+from corral.backends.llama_prompt_cache import PromptCache
 from corral.backends.stop_scanner import StopScanner
 from corral.proto import backend_pb2 as pb
 
@@ -76,7 +77,9 @@ class GenerationRequest:
     sampling: Sampling
     stops: tuple[str, ...] = ()
     seed: int = 0
-    reuse_prompt_cache: bool = True  # reuse the KV cache of a shared prompt prefix (faster, not bit-exact)
+    # evaluates the prompt (reusing the cells of a prefix exactly, llama_prompt_cache.py); None: the caller
+    # evaluated it into the context already (a prompt with images)
+    prompt_cache: PromptCache | None = None
     logprobs: LogprobRecorder | None = None  # records each generated token's logprob when asked
     stats: GenerationStats = field(default_factory=GenerationStats)
 
@@ -104,9 +107,9 @@ def _token_loop(
     scanner = StopScanner(request.stops)
     stats.prompt_tokens, stats.finish_reason = len(request.prompt_tokens), "length"
     llm.set_seed(request.seed & 0xFFFFFFFF)
-    if not request.reuse_prompt_cache:
-        llm.reset()  # evaluate the whole prompt again: same request, same greedy output
     started = first_token_at = time.perf_counter()
+    if request.prompt_cache is not None:
+        request.prompt_cache.evaluate(request.prompt_tokens)
     tokens = llm.generate(
         request.prompt_tokens,
         top_k=sampling.top_k,
@@ -118,7 +121,7 @@ def _token_loop(
         presence_penalty=sampling.presence_penalty,
         grammar=grammar,
         logits_processor=logit_bias_processor(dict(sampling.logit_bias)),
-        reset=True,
+        reset=True,  # finds the whole prompt in the context: samples at once
     )
     recorder = request.logprobs
     try:

@@ -51,6 +51,7 @@ from llama_cpp.llama_grammar import LlamaGrammar
 
 from corral.backends.engine import EngineError
 from corral.backends.llama_generate import GenerationStats, Sampling
+from corral.backends.llama_prompt_cache import shared_prefix
 from corral.backends.stop_scanner import StopScanner
 
 log = logging.getLogger(__name__)
@@ -93,16 +94,6 @@ def sequences_in_context(n_seq: int) -> Iterator[None]:
             context_defaults,
             model_defaults,
         )
-
-
-def _shared_prefix(held: list[int], prompt: list[int], limit: int) -> int:
-    """How many first tokens `held` and `prompt` share, at most `limit`."""
-    n = 0
-    for a, b in zip(held, prompt[:limit], strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -311,12 +302,12 @@ class BatchLoop:
         if self._reuse_prefix:
             limit, free = len(prompt) - 1, sorted(self._free_ids)
             for seq_id in free:
-                n = _shared_prefix(kept.get(seq_id, []), prompt, limit)
+                n = shared_prefix(kept.get(seq_id, []), prompt[:limit])
                 if n > shared:
                     best, shared = seq_id, n
             if shared * 2 < len(prompt):  # not this prompt's history: keep the cells used most recently
                 best = min(free, key=lambda seq_id: self._used.get(seq_id, -1))
-                shared = _shared_prefix(kept.get(best, []), prompt, limit)
+                shared = shared_prefix(kept.get(best, []), prompt[:limit])
             self._used[best] = next(self._uses)
         self._free_ids.remove(best)
         heapq.heapify(self._free_ids)
