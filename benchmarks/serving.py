@@ -2,7 +2,10 @@
 router in front of the same engine, side by side, in one run.
 
 For each engine, at each concurrency (1, 8, 32), aiperf (`aiperf profile`, streamed chat completions, synthetic
-prompts of ISL tokens asking for OSL tokens, the Gemma tokenizer) drives three paths in turn:
+prompts of ISL tokens asking for OSL tokens, the Gemma tokenizer, the same prompts on every path) drives three
+paths, all three up at once, in ROUNDS rounds (CORRAL_BENCH_SERVING_ROUNDS, 2), each path once a round and the
+order reversed every round (alone, router, corral, then corral, router, alone: this machine's load drifts over
+minutes, and run one after another the last path paid for it; a row is the median of its rounds):
   alone       — the engine's own OpenAI server: llama-cpp-python's `python -m llama_cpp.server` (the build in
                 .venv; requests not interrupted; logits for the last prompt token only, as corral's backend and
                 llama.cpp's own server compute them, not its default of every prompt token's; a /health route
@@ -28,7 +31,7 @@ tokenizes offline: the Gemma tokenizer is written once from the GGUF's own vocab
 GGUF tokenizer converter; the same ids as llama.cpp's) into /var/tmp/corral-bench-tokenizer.
 
 Options (environment or flags): --engines gemma,simulator; --concurrency 1,8,32; --requests N (per run;
-default GEMMA_REQUESTS / SIM_REQUESTS); --paths alone,corral,vllm-router.
+default GEMMA_REQUESTS / SIM_REQUESTS, split between the rounds); --paths alone,corral,vllm-router.
 Time on 2 shared cores: the simulator ~8 min; Gemma ~4 min a run at 64 requests (~3 s a request: one llama.cpp
 thread, aiperf's own timing loop busy on the other core), so ~40 min for its 9 runs (`--requests 32`: half).
 Run: .venv/bin/python benchmarks/serving.py   (needs PostgreSQL, NATS, the `models` extra and .venv-bench)
@@ -40,13 +43,14 @@ import argparse
 import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,8 @@ PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONCURRENCY = tuple(int(c) for c in os.environ.get("CORRAL_BENCH_SERVING_CONCURRENCY", "1,8,32").split(","))
 GEMMA_REQUESTS = int(os.environ.get("CORRAL_BENCH_SERVING_GEMMA_REQUESTS", "64"))
 SIM_REQUESTS = int(os.environ.get("CORRAL_BENCH_SERVING_SIM_REQUESTS", "200"))
+# rounds per concurrency, each path once a round in alternating order; a path's requests are split between them
+ROUNDS = int(os.environ.get("CORRAL_BENCH_SERVING_ROUNDS", "2"))
 ISL = int(os.environ.get("CORRAL_BENCH_SERVING_ISL", "64"))  # prompt tokens (Gemma's tokenizer)
 GEMMA_OSL = int(os.environ.get("CORRAL_BENCH_SERVING_GEMMA_OSL", "32"))
 SIM_OSL = int(os.environ.get("CORRAL_BENCH_SERVING_SIM_OSL", "64"))  # words, one chunk each
@@ -330,8 +336,10 @@ def _tokenizer(gguf: Path) -> Path:
     return TOKENIZER_DIR
 
 
-def _aiperf(engine: Engine, path: str, url: str, concurrency: int, tokenizer: Path, artifacts: Path) -> Row:
-    out = artifacts / f"{engine.name}-{path}-c{concurrency}"
+def _aiperf(
+    engine: Engine, path: str, url: str, concurrency: int, tokenizer: Path, artifacts: Path, round_: int
+) -> Row:
+    out = artifacts / f"{engine.name}-{path}-c{concurrency}-r{round_}"
     argv = [
         str(AIPERF),
         "profile",
@@ -345,7 +353,7 @@ def _aiperf(engine: Engine, path: str, url: str, concurrency: int, tokenizer: Pa
         "--concurrency",
         str(concurrency),
         "--request-count",
-        str(max(engine.requests, concurrency)),
+        str(max(engine.requests // ROUNDS, concurrency)),
         "--warmup-request-count",
         str(concurrency),
         "--tokenizer",
@@ -384,7 +392,7 @@ def _aiperf(engine: Engine, path: str, url: str, concurrency: int, tokenizer: Pa
         return row
     _read_summary(orjson.loads(summary.read_bytes()), row)
     print(
-        f"  {engine.name:<9} {path:<11} c={concurrency:<3} {row.ok} ok, {row.errors} errors, "
+        f"  {engine.name:<9} {path:<11} c={concurrency:<3} round {round_ + 1}: {row.ok} ok, {row.errors} errors, "
         f"{time.perf_counter() - started:.0f} s",
         flush=True,
     )
@@ -421,37 +429,68 @@ def _read_summary(summary: dict[str, Any], row: Row) -> None:
 def _run_engine(
     engine: Engine, paths: tuple[str, ...], tokenizer: Path, gguf: Path, artifacts: Path, logs: Path
 ) -> list[Row]:
+    """Every path's stack up at once; per concurrency, ROUNDS rounds of every path, the order reversed each
+    round (so a drift of the machine's load weighs on every path alike), each row the rounds' median."""
     rows: list[Row] = []
     router = _router_binary()
-    if "alone" in paths or "vllm-router" in paths:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = _llama_server(gguf, port, logs) if engine.name == "gemma" else _simulator_server(port, logs)
-        with server as log:
-            _wait_ready(url, log)
+    if "vllm-router" in paths and router is None:
+        rows += [Row(engine.name, "vllm-router", c, note="not installed") for c in CONCURRENCY]
+    with ExitStack() as stack:
+        urls: dict[str, str] = {}
+        if "alone" in paths or "vllm-router" in paths:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            server = (
+                _llama_server(gguf, port, logs) if engine.name == "gemma" else _simulator_server(port, logs)
+            )
+            _wait_ready(url, stack.enter_context(server))
             _warm(url, engine.model)
             if "alone" in paths:
-                rows += [_aiperf(engine, "alone", url, c, tokenizer, artifacts) for c in CONCURRENCY]
-            if "vllm-router" in paths and router is None:
-                rows += [Row(engine.name, "vllm-router", c, note="not installed") for c in CONCURRENCY]
-            elif "vllm-router" in paths:
-                assert router is not None
+                urls["alone"] = url
+            if "vllm-router" in paths and router is not None:
                 router_port = free_port()
                 router_url = f"http://127.0.0.1:{router_port}"
-                with _vllm_router(router, url, router_port, logs) as router_log:
-                    _wait_ready(router_url, router_log)
-                    _warm(router_url, engine.model)
-                    rows += [
-                        _aiperf(engine, "vllm-router", router_url, c, tokenizer, artifacts)
-                        for c in CONCURRENCY
-                    ]
-    if "corral" in paths:
-        with _corral(engine, logs) as url:
+                _wait_ready(router_url, stack.enter_context(_vllm_router(router, url, router_port, logs)))
+                _warm(router_url, engine.model)
+                urls["vllm-router"] = router_url
+        if "corral" in paths:
+            url = stack.enter_context(_corral(engine, logs))
             _warm(url, engine.model)
             time.sleep(1.0)  # the frontend finds the backend's fast lane meanwhile (routing_overhead.py)
             _warm(url, engine.model)
-            rows += [_aiperf(engine, "corral", url, c, tokenizer, artifacts) for c in CONCURRENCY]
+            urls["corral"] = url
+        for concurrency in CONCURRENCY:
+            runs: dict[str, list[Row]] = {path: [] for path in urls}
+            for round_ in range(ROUNDS):
+                for path in list(urls) if round_ % 2 == 0 else list(reversed(urls)):
+                    runs[path].append(
+                        _aiperf(engine, path, urls[path], concurrency, tokenizer, artifacts, round_)
+                    )
+            rows += [_median_row(path_runs) for path_runs in runs.values()]
     return rows
+
+
+def _median_row(runs: list[Row]) -> Row:
+    """One row of a path's rounds: each figure's median over the rounds that measured it; counts summed."""
+
+    def median(values: list[float]) -> float:
+        measured = [v for v in values if v == v]
+        return statistics.median(measured) if measured else float("nan")
+
+    first = runs[0]
+    return Row(
+        first.engine,
+        first.path,
+        first.concurrency,
+        ttft_p50=median([r.ttft_p50 for r in runs]),
+        ttft_p99=median([r.ttft_p99 for r in runs]),
+        itl_p50=median([r.itl_p50 for r in runs]),
+        rps=median([r.rps for r in runs]),
+        out_tokens=median([r.out_tokens for r in runs]),
+        ok=sum(r.ok for r in runs),
+        errors=sum(r.errors for r in runs),
+        note="; ".join(r.note for r in runs if r.note),
+    )
 
 
 def _ratio(value: float, reference: float) -> str:

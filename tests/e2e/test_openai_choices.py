@@ -25,7 +25,6 @@ from openai.types.chat import (
 from corral.models.defaults import (
     GEMMA_CONTEXT_TOKENS,
     GEMMA_FILE,
-    GEMMA_NAME,
     MINILM_FILE,
     MINILM_NAME,
     model_yaml,
@@ -38,7 +37,7 @@ from support.faults import write_sim_model
 pytestmark = pytest.mark.slow
 
 SIM = "choices-sim"
-GEMMA = "gemma-exact"  # Gemma with cache_prompt:false, as the engine here evaluates each prompt
+GEMMA = "gemma-exact"  # Gemma with cache_prompt:exact: a greedy answer never depends on what ran before
 MAX_N = 4  # the frontend runs with --max-n 4
 PROMPT = "The capital of France is"
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
@@ -57,7 +56,7 @@ def cluster(state_root: Path, make_database: Callable[[], str], nats_url: str) -
             GEMMA,
             GEMMA_FILE,
             context_size=GEMMA_CONTEXT_TOKENS,
-            options=("chat_format:gemma", "cache_prompt:false"),
+            options=("chat_format:gemma", "cache_prompt:exact"),
         )
     )
     prepare_minilm(c.models_dir)
@@ -360,15 +359,17 @@ def test_dimensions_truncates_and_renormalises(client: openai.OpenAI, cluster: C
 
 def test_gemma_gives_a_greedy_request_the_same_answer_whatever_came_before(client: openai.OpenAI) -> None:
     def greedy() -> str:
-        reply = client.chat.completions.create(model=GEMMA_NAME, messages=HI, max_tokens=8, temperature=0)
+        reply = client.chat.completions.create(model=GEMMA, messages=HI, max_tokens=8, temperature=0)
         return str(reply.choices[0].message.content)
 
     first = greedy()
-    client.completions.create(model=GEMMA_NAME, prompt=PROMPT, max_tokens=4, temperature=0)
-    # the default config (cache_prompt on): llama-cpp-python's own reuse of the prefix the prompt before shared
-    # evaluated the rest in another micro-batch shape, and "Name three colours. mendatang" came back; the engine
-    # now keeps only whole chunks evaluated as a fresh evaluation would (backends/llama_prompt_cache.py)
+    client.completions.create(model=GEMMA, prompt=PROMPT, max_tokens=4, temperature=0)
+    # cache_prompt:exact; with llama-cpp-python's own reuse of the prefix the prompt before shared, the rest was
+    # evaluated in another micro-batch shape and "Name three colours. mendatang" came back (the default,
+    # cache_prompt:true, keeps that reuse, as llama.cpp's server does: backends/llama_prompt_cache.py)
     assert greedy() == first
+    client.chat.completions.create(model=GEMMA, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
+    assert greedy() == first  # after a chat sharing the chat head
 
 
 @pytest.mark.parametrize("n", [1, 2])

@@ -9,12 +9,12 @@ served by Rerank with llama.cpp's rank pooling, llama_rerank.py).
 Options: `chat_format:<name>` (built-in template for models without one), `parallel:<n>` (or `n_parallel:<n>`, the
 reference's names; default `LLAMACPP_PARALLEL` from the environment, else 1: up to n requests decoded together with
 continuous batching in one context, each with its own `context_size` window, llama_parallel.py; requests asking
-for logprobs or carrying images, embeddings and reranking take the whole context, one at a time) and `cache_prompt:false`
-(re-evaluate the whole prompt each request). The default, `cache_prompt:true`, keeps the cells of a prefix the
-last prompt shared: with parallel 1 exactly (llama_prompt_cache.py: a prompt is evaluated in chunks that depend on
-it alone, and only whole chunks are kept, so a greedy answer is the fresh evaluation's whatever ran before, Gemma 3
-included); with parallel > 1, the cells a slot kept of its last request, faster but not bit-identical to a fresh
-evaluation (and not for a model with sliding-window attention, such as Gemma 3, which evaluates its prompt whole).
+for logprobs or carrying images, embeddings and reranking take the whole context, one at a time) and
+`cache_prompt:true|exact|false` (llama_prompt_cache.py): `true`, the default, keeps the cells of the prefix the
+last request left (prompt and generated tokens; with parallel > 1 the cells a slot kept, except for a model with
+sliding-window attention such as Gemma 3, whose slots evaluate each prompt whole), fastest, though a greedy answer
+may differ with what ran before, as with llama.cpp's server; `exact` (parallel 1) keeps only whole chunks a fresh
+evaluation computes alike, so a greedy answer never depends on what ran before; `false` evaluates each prompt whole.
 Generation uses our own token loop (not `create_completion`) so that token counts are exact
 and streamed pieces never contain part of a stop string or a broken UTF-8 sequence.
 A prompt may come as token ids (`EmbeddingTokens`, the reference's field for Embedding, read by
@@ -52,7 +52,7 @@ from corral.backends.llama_generate import GRAMMARS, GenerationRequest, generate
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
 from corral.backends.llama_parallel import BatchLoop, SequenceRequest, sequences_in_context
-from corral.backends.llama_prompt_cache import PromptCache, chat_head
+from corral.backends.llama_prompt_cache import MODES, PromptCache, chat_head
 from corral.backends.llama_rerank import PairFormat, check_reranker_file
 from corral.backends.llama_rerank import rerank as rerank_pairs
 from corral.backends.llama_tools import call_replies, requested_tools
@@ -130,6 +130,18 @@ def _slots_reuse_safely(llm: Llama, path: Path) -> bool:
     return window <= 0
 
 
+def _cache_prompt_mode(options: dict[str, str]) -> str:
+    """`cache_prompt`: exact, or a true/false word (default true)."""
+    if options.get("cache_prompt", "").strip().lower() == "exact":
+        return "exact"
+    try:
+        return MODES[0] if option_bool(options, "cache_prompt", True) else "false"
+    except OptionError:
+        raise OptionError(
+            f"option cache_prompt must be true, exact or false, got {options['cache_prompt']!r}"
+        ) from None
+
+
 def _reuses_cells(llm: Llama) -> bool:
     """A recurrent or hybrid model's memory cannot drop the tail of a sequence: it evaluates each prompt whole."""
     return not (llama_cpp.llama_model_is_recurrent(llm.model) or llama_cpp.llama_model_is_hybrid(llm.model))
@@ -200,7 +212,7 @@ class LlamaCppEngine:
         path = resolve_model_file(opts)
         try:
             options = parse_options(opts.Options)
-            cache_prompt = option_bool(options, "cache_prompt", True)
+            cache_prompt = _cache_prompt_mode(options)
             parallel = requested_parallel(options)
         except OptionError as exc:
             raise LoadError(str(exc)) from None
@@ -262,14 +274,13 @@ class LlamaCppEngine:
         except LoadError:
             llm.close()
             raise
-        reuse = cache_prompt and _reuses_cells(llm)
+        mode = cache_prompt if _reuses_cells(llm) else "false"
         # with parallel > 1 the single-sequence path takes a context other sequences used: it evaluates whole
-        self._prompts = PromptCache(llm, _chat_head(llm, self._formatter), reuse=reuse and parallel == 1)
-        self._batcher = (
-            BatchLoop(llm, parallel, reuse_prefix=reuse and _slots_reuse_safely(llm, path))
-            if parallel > 1
-            else None
+        self._prompts = PromptCache(
+            llm, _chat_head(llm, self._formatter), mode=mode if parallel == 1 else "false"
         )
+        slots_reuse = mode == "true" and _slots_reuse_safely(llm, path)  # slots cannot keep cells exactly
+        self._batcher = BatchLoop(llm, parallel, reuse_prefix=slots_reuse) if parallel > 1 else None
         self.parallel, self._window = parallel, window
         self._llm, self._embeddings, self._seed = llm, opts.Embeddings, max(opts.Seed, 0)
         self._model_label = opts.Model or path.name

@@ -1,12 +1,19 @@
-"""Exact reuse of a cached prompt prefix for the llama-cpp engine's single-sequence path (`cache_prompt`).
+"""How the llama-cpp engine's single-sequence path evaluates a prompt, reusing cached cells (`cache_prompt`).
 
 llama.cpp's CPU kernels do not give a token the same activations whatever micro-batch it is evaluated in: the
 repacked Q4_K kernels take rows four at a time and llamafile's tiles change with the row count, so a prompt
-evaluated after a reused prefix is not bit-identical to the same prompt evaluated whole. llama-cpp-python's own
-reuse (`Llama.generate`) therefore changes greedy answers with what ran before; on Gemma 3 270M it answered
-"Name three colours. mendatang" for "Name three colours.\\n(a)" after another prompt sharing only `<bos>`.
+evaluated after a reused prefix is not bit-identical to the same prompt evaluated whole (logits moved by up to
+~1 on Gemma 3 270M). That is numerics, not a wrong cache, but it moves close greedy choices: after another
+prompt sharing only `<bos>`, Gemma answered "Name three colours. mendatang" for "Name three colours.\\n(a)".
 
-Here the chunks a prompt is evaluated in are a function of the prompt alone, never of what the cache holds:
+Three modes (`cache_prompt:` of the model's options):
+* `true` (the default, as llama.cpp's server and llama-cpp-python): keep every cell the last request left that
+  the prompt shares (its prompt, then the tokens it generated, so the next turn of a conversation evaluates only
+  its new message) and evaluate the rest. Fastest; a greedy answer may differ with what ran before.
+* `exact`: a greedy answer never depends on what ran before (below). Keeps less.
+* `false`: evaluate every prompt whole, in the chunks `exact` uses (so `exact` answers as `false` does).
+
+In `exact` (and `false`) the chunks a prompt is evaluated in are a function of the prompt alone:
 * the model's chat head (the tokens every chat its template renders begins with, e.g. Gemma's
   `<bos><start_of_turn>user\\n`) is a chunk of its own when the prompt begins with it;
 * after it (or from the first token), chunks of `stride` tokens, the last one shorter.
@@ -64,28 +71,38 @@ def reusable(
     return keep
 
 
+MODES = ("true", "exact", "false")  # cache_prompt's values (the first is the default)
+
+
 class PromptCache:
     """What the context's cells hold of the last prompt evaluated through it, and the evaluation of the next."""
 
-    def __init__(self, llm: Llama, head: Sequence[int], *, reuse: bool, stride: int = STRIDE_TOKENS) -> None:
+    def __init__(self, llm: Llama, head: Sequence[int], *, mode: str, stride: int = STRIDE_TOKENS) -> None:
+        if mode not in MODES:
+            raise ValueError(f"cache_prompt mode {mode!r} is not one of {', '.join(MODES)}")
         self._llm = llm
         self._memory = llama_cpp.llama_get_memory(llm.ctx)
         self.head = list(head) if len(head) >= MIN_HEAD_TOKENS else []
         self.stride = max(1, min(stride, llm.n_batch))
-        self.reuse = reuse
-        self._held: list[int] = []
+        self.mode = mode
+        self._valid = False  # the cells hold what the last evaluation through here left (and its generation)
+        self._held: list[int] = []  # exact: the last prompt, evaluated in chunks ending at _held_ends
         self._held_ends: list[int] = []
         self.reused = 0  # prompt tokens taken from the cells, not evaluated again (a count over all prompts)
 
     def forget(self) -> None:
         """Something else used the context (an embedding, an image, other sequences): nothing is reusable."""
-        self._held, self._held_ends = [], []
+        self._valid, self._held, self._held_ends = False, [], []
 
     def evaluate(self, prompt: list[int]) -> int:
         """Evaluate `prompt` into the context, reusing what it can; returns the tokens reused. Afterwards the
         context's logits are those of the prompt's last token and `Llama.generate(prompt)` samples at once."""
+        if self.mode == "true":
+            return self._evaluate_rest(prompt)
         llm, ends = self._llm, chunk_ends(prompt, self.head, self.stride)
-        keep = reusable(self._held, self._held_ends, prompt, ends) if self.reuse else 0
+        keep = (
+            reusable(self._held, self._held_ends, prompt, ends) if self.mode == "exact" and self._valid else 0
+        )
         if keep and not self._cells_hold(prompt, keep):
             keep = 0
         self.forget()  # until this evaluation is whole
@@ -100,7 +117,24 @@ class PromptCache:
             if end > start:
                 llm.eval(prompt[start:end])
                 start = end
-        self._held, self._held_ends = prompt, ends
+        self._valid, self._held, self._held_ends = True, prompt, ends
+        self.reused += keep
+        return keep
+
+    def _evaluate_rest(self, prompt: list[int]) -> int:
+        """`true`: keep the longest prefix the cells hold (all but the prompt's last token), evaluate the rest."""
+        llm = self._llm
+        held = list(llm.input_ids[: llm.n_tokens]) if self._valid else []
+        keep = min(shared_prefix(held, prompt), len(prompt) - 1)
+        if keep and not self._cells_hold(prompt, keep):
+            keep = 0
+        self.forget()
+        if keep:
+            llm.n_tokens = keep
+        else:
+            llm.reset()
+        llm.eval(prompt[keep:])
+        self._valid = True
         self.reused += keep
         return keep
 

@@ -1,7 +1,8 @@
 """cache_prompt on the llama-cpp engine's single-sequence path (backends/llama_prompt_cache.py), in-process on
-Gemma 3 270M Q4_K_M, a sliding-window model whose greedy answers moved with llama-cpp-python's own prefix reuse:
-the next turn of a conversation keeps the cells of its history, and every answer (text and logprobs, compared
-exactly) is the one a replica evaluating each prompt whole gives, whatever ran before."""
+Gemma 3 270M Q4_K_M, whose greedy answers moved with llama-cpp-python's own prefix reuse. `exact`: the next turn of
+a conversation keeps the cells of its history's whole chunks, and every answer (text and logprobs, compared byte
+for byte) is the one a `false` replica, evaluating each prompt whole, gives, whatever ran before. `true` (the
+default): the next turn keeps the history and the answer before it."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _loaded(path: Path, *options: str) -> LlamaCppEngine:
 
 @pytest.fixture(scope="module")
 def engines(gemma_file: Path) -> Iterator[tuple[LlamaCppEngine, LlamaCppEngine]]:
-    cached, fresh = _loaded(gemma_file), _loaded(gemma_file, "cache_prompt:false")
+    cached, fresh = _loaded(gemma_file, "cache_prompt:exact"), _loaded(gemma_file, "cache_prompt:false")
     try:
         yield cached, fresh
     finally:
@@ -107,3 +108,17 @@ def test_cells_another_evaluation_replaced_are_not_taken_for_the_cached_ones(
     animals = _chat(("user", "Name four animals."))
     assert _same(cached.predict(animals), fresh.predict(animals))
     assert cached.reused_prompt_tokens == before
+
+
+def test_by_default_the_next_turn_keeps_the_history_and_the_answer_before_it(gemma_file: Path) -> None:
+    engine = _loaded(gemma_file)
+    try:
+        first = engine.predict(_chat(("user", HISTORY)))
+        turn = _chat(("user", HISTORY), ("assistant", first.message.decode()), ("user", "And at dawn?"))
+        answer = engine.predict(turn)
+        # every token but the first answer's last, its end of turn and the new message: beyond the history
+        assert engine.reused_prompt_tokens >= first.prompt_tokens + first.tokens - 2 and answer.message
+        engine.predict(_chat(("user", "Name three colours.")))
+        assert engine.reused_prompt_tokens >= first.prompt_tokens + first.tokens - 2 + 4  # the chat head
+    finally:
+        engine.free()

@@ -73,3 +73,18 @@ def test_bool_options_reject_other_words() -> None:
 
 def test_unknown_options_are_listed_sorted() -> None:
     assert unknown_options({"b": "1", "a": "2", "known": "3"}, ["known"]) == ["a", "b"]
+
+
+def test_cache_prompt_is_true_exact_or_false() -> None:
+    pytest.importorskip("llama_cpp")
+    from corral.backends.llama_cpp import _cache_prompt_mode
+
+    assert _cache_prompt_mode({}) == "true"
+    assert [_cache_prompt_mode({"cache_prompt": v}) for v in ("yes", "Exact", "0", "off")] == [
+        "true",
+        "exact",
+        "false",
+        "false",
+    ]
+    with pytest.raises(OptionError, match="true, exact or false, got 'maybe'"):
+        _cache_prompt_mode({"cache_prompt": "maybe"})
