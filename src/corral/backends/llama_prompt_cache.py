@@ -103,16 +103,7 @@ class PromptCache:
         keep = (
             reusable(self._held, self._held_ends, prompt, ends) if self.mode == "exact" and self._valid else 0
         )
-        if keep and not self._cells_hold(prompt, keep):
-            keep = 0
-        self.forget()  # until this evaluation is whole
-        if keep:
-            llm.n_tokens = (
-                keep  # llama-cpp-python's count of tokens in the cells; eval removes the ones after
-            )
-        else:
-            llm.reset()
-        start = keep
+        start = keep = self._start_at(prompt, keep)
         for end in ends:
             if end > start:
                 llm.eval(prompt[start:end])
@@ -125,17 +116,22 @@ class PromptCache:
         """`true`: keep the longest prefix the cells hold (all but the prompt's last token), evaluate the rest."""
         llm = self._llm
         held = list(llm.input_ids[: llm.n_tokens]) if self._valid else []
-        keep = min(shared_prefix(held, prompt), len(prompt) - 1)
+        keep = self._start_at(prompt, max(0, min(shared_prefix(held, prompt), len(prompt) - 1)))
+        llm.eval(prompt[keep:])
+        self._valid = True
+        self.reused += keep
+        return keep
+
+    def _start_at(self, prompt: list[int], keep: int) -> int:
+        """Make the context hold `prompt[:keep]` (0 if its cells do not hold it after all) and nothing after;
+        nothing is reusable until the evaluation that follows is whole."""
         if keep and not self._cells_hold(prompt, keep):
             keep = 0
         self.forget()
         if keep:
-            llm.n_tokens = keep
+            self._llm.n_tokens = keep  # llama-cpp-python's count of tokens in the cells; eval drops the rest
         else:
-            llm.reset()
-        llm.eval(prompt[keep:])
-        self._valid = True
-        self.reused += keep
+            self._llm.reset()
         return keep
 
     def _cells_hold(self, prompt: list[int], keep: int) -> bool:
