@@ -52,7 +52,7 @@ from corral.backends.llama_generate import GRAMMARS, GenerationRequest, generate
 from corral.backends.llama_log import captured_llama_log
 from corral.backends.llama_logprobs import LogprobRecorder, check_token_ids
 from corral.backends.llama_parallel import BatchLoop, SequenceRequest, sequences_in_context
-from corral.backends.llama_prompt_cache import MODES, PromptCache, chat_head
+from corral.backends.llama_prompt_cache import PromptCache, chat_head
 from corral.backends.llama_rerank import PairFormat, check_reranker_file
 from corral.backends.llama_rerank import rerank as rerank_pairs
 from corral.backends.llama_tools import call_replies, requested_tools
@@ -135,7 +135,7 @@ def _cache_prompt_mode(options: dict[str, str]) -> str:
     if options.get("cache_prompt", "").strip().lower() == "exact":
         return "exact"
     try:
-        return MODES[0] if option_bool(options, "cache_prompt", True) else "false"
+        return "true" if option_bool(options, "cache_prompt", True) else "false"
     except OptionError:
         raise OptionError(
             f"option cache_prompt must be true, exact or false, got {options['cache_prompt']!r}"
@@ -301,6 +301,11 @@ class LlamaCppEngine:
         slots = self._batcher.reused if self._batcher is not None else 0
         return slots + (self._prompts.reused if self._prompts is not None else 0)
 
+    def _forget_prompt(self) -> None:
+        """Another use of the context follows: the cells hold nothing a later prompt may keep."""
+        if self._prompts is not None:
+            self._prompts.forget()
+
     def _loaded(self) -> Llama:
         if self._llm is None:
             raise NotSupportedError("llama-cpp backend: model not loaded")
@@ -337,8 +342,7 @@ class LlamaCppEngine:
     def _tokens(self, llm: Llama, text: str, add_bos: bool, req: pb.PredictOptions) -> list[int]:
         """The prompt's tokens; with images, the prompt is evaluated here (llama_vision.py)."""
         if req.Images and self._projector is not None:
-            if self._prompts is not None:
-                self._prompts.forget()  # the projector evaluates from position 0
+            self._forget_prompt()  # the projector evaluates from position 0
             return self._projector.evaluate(llm, text, add_bos, list(req.Images))
         return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
@@ -456,8 +460,7 @@ class LlamaCppEngine:
         return self._batcher.exclusive() if self._batcher is not None else contextlib.nullcontext()
 
     def embed(self, req: pb.PredictOptions) -> pb.EmbeddingResult:
-        if self._prompts is not None:
-            self._prompts.forget()  # embedding clears the cells
+        self._forget_prompt()  # embedding clears the cells
         with self._whole_context():
             return self._embed(req)
 
@@ -503,8 +506,7 @@ class LlamaCppEngine:
                 f"model {self._model_label!r} was loaded without reranking; set reranking: true in its model config "
                 "(ModelOptions.Reranking=true, a cross-encoder GGUF) and load it again"
             )
-        if self._prompts is not None:
-            self._prompts.forget()
+        self._forget_prompt()
         with self._whole_context():
             return rerank_pairs(llm, self._pair_format, req)
 

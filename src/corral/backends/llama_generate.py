@@ -77,8 +77,8 @@ class GenerationRequest:
     sampling: Sampling
     stops: tuple[str, ...] = ()
     seed: int = 0
-    # evaluates the prompt (reusing the cells of a prefix exactly, llama_prompt_cache.py); None: the caller
-    # evaluated it into the context already (a prompt with images)
+    # evaluates the prompt, reusing cached cells as the model's cache_prompt says (llama_prompt_cache.py); None:
+    # the caller evaluated it into the context already (a prompt with images)
     prompt_cache: PromptCache | None = None
     logprobs: LogprobRecorder | None = None  # records each generated token's logprob when asked
     stats: GenerationStats = field(default_factory=GenerationStats)

@@ -17,8 +17,8 @@ slots with continuous batching; this is the same thing on llama-cpp-python's low
 * A sequence's text goes to its own caller through a queue (stop strings and UTF-8 handled as in
   llama_generate.py); when it ends (EOS, stop string, token budget, or its caller went away) its slot is free for
   the next request, in arrival order.
-* With `reuse_prefix` (the model's `cache_prompt`, default true, for a model without sliding-window attention, as
-  the single-sequence path), a free slot keeps the KV cells of what it last held (its prompt and the tokens fed
+* With `reuse_prefix` (the model's `cache_prompt:true`, the default, for a model without sliding-window attention;
+  llama_prompt_cache.py is the single-sequence path's), a free slot keeps the KV cells of what it last held (its prompt and the tokens fed
   after it), and a new request takes the free slot whose cells share the longest prefix with its prompt (as
   llama.cpp's server picks a slot by prompt similarity): only the rest of its prompt is evaluated (at least its
   last token, whose logits give the first new one). The next turn of a conversation, which prefix-cache routing

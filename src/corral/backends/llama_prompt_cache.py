@@ -86,13 +86,12 @@ class PromptCache:
         self.stride = max(1, min(stride, llm.n_batch))
         self.mode = mode
         self._valid = False  # the cells hold what the last evaluation through here left (and its generation)
-        self._held: list[int] = []  # exact: the last prompt, evaluated in chunks ending at _held_ends
-        self._held_ends: list[int] = []
+        self._held_ends: list[int] = []  # exact: where the chunks of the last prompt evaluated ended
         self.reused = 0  # prompt tokens taken from the cells, not evaluated again (a count over all prompts)
 
     def forget(self) -> None:
         """Something else used the context (an embedding, an image, other sequences): nothing is reusable."""
-        self._valid, self._held, self._held_ends = False, [], []
+        self._valid, self._held_ends = False, []
 
     def evaluate(self, prompt: list[int]) -> int:
         """Evaluate `prompt` into the context, reusing what it can; returns the tokens reused. Afterwards the
@@ -100,27 +99,27 @@ class PromptCache:
         if self.mode == "true":
             return self._evaluate_rest(prompt)
         llm, ends = self._llm, chunk_ends(prompt, self.head, self.stride)
-        keep = (
-            reusable(self._held, self._held_ends, prompt, ends) if self.mode == "exact" and self._valid else 0
-        )
+        keep = reusable(self._held(), self._held_ends, prompt, ends) if self.mode == "exact" else 0
         start = keep = self._start_at(prompt, keep)
         for end in ends:
             if end > start:
                 llm.eval(prompt[start:end])
                 start = end
-        self._valid, self._held, self._held_ends = True, prompt, ends
+        self._valid, self._held_ends = True, ends
         self.reused += keep
         return keep
 
     def _evaluate_rest(self, prompt: list[int]) -> int:
         """`true`: keep the longest prefix the cells hold (all but the prompt's last token), evaluate the rest."""
-        llm = self._llm
-        held = list(llm.input_ids[: llm.n_tokens]) if self._valid else []
-        keep = self._start_at(prompt, max(0, min(shared_prefix(held, prompt), len(prompt) - 1)))
-        llm.eval(prompt[keep:])
+        keep = self._start_at(prompt, max(0, min(shared_prefix(self._held(), prompt), len(prompt) - 1)))
+        self._llm.eval(prompt[keep:])
         self._valid = True
         self.reused += keep
         return keep
+
+    def _held(self) -> list[int]:
+        """The tokens in the cells (llama-cpp-python's record: the last prompt, then what it generated)."""
+        return list(self._llm.input_ids[: self._llm.n_tokens]) if self._valid else []
 
     def _start_at(self, prompt: list[int], keep: int) -> int:
         """Make the context hold `prompt[:keep]` (0 if its cells do not hold it after all) and nothing after;
