@@ -1,6 +1,7 @@
 """Stream an engine's replies with one thread per generation, coalescing what piles up.
 
-The engine's blocking iterator runs in one thread (not one thread hop per token); the event loop
+The engine's call and its blocking iterator run in one thread (not one thread hop per token, nor one to start the
+call and another to iterate it: each hop costs the first token a wake-up of the loop); the event loop
 takes whatever replies are ready at once. When the reader (gRPC flow control, a slow frontend or
 client) is slower than the engine, the text pieces that piled up go out as one Reply, so a relay
 pays per message, not per token; when the reader keeps up, every token is its own message and no
@@ -13,7 +14,7 @@ import asyncio
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from corral.proto import backend_pb2 as pb
 from corral.proto.replies import merge_text_runs
@@ -37,10 +38,11 @@ def coalesce(replies: Iterable[pb.Reply]) -> list[pb.Reply]:
 
 
 class ReplyPump:
-    """`run()` (in a thread) drains the iterator; `take()` (on the loop) returns every reply ready."""
+    """`run()` (in a thread) starts the generation (`start()`: the engine's call, which may check and refuse the
+    request, raising) and drains its iterator; `take()` (on the loop) returns every reply ready."""
 
-    def __init__(self, replies: Iterator[pb.Reply], loop: asyncio.AbstractEventLoop) -> None:
-        self._replies, self._loop = replies, loop
+    def __init__(self, start: Callable[[], Iterator[pb.Reply]], loop: asyncio.AbstractEventLoop) -> None:
+        self._start, self._loop = start, loop
         self._ready: deque[pb.Reply] = deque()
         self._lock = threading.Lock()
         self._waiter: asyncio.Future[None] | None = None
@@ -54,8 +56,10 @@ class ReplyPump:
         self._stopped.set()
 
     def run(self) -> None:
+        replies: Iterator[pb.Reply] | None = None
         try:
-            for reply in self._replies:
+            replies = self._start()
+            for reply in replies:
                 with self._lock:
                     self._ready.append(reply)
                     self.produced += 1
@@ -65,7 +69,7 @@ class ReplyPump:
         except BaseException as exc:
             self._error = exc
         finally:
-            close = getattr(self._replies, "close", None)
+            close = getattr(replies, "close", None)
             if close is not None:
                 close()
             with self._lock:

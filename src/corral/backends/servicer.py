@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
+import functools
 import logging
 import os
 import time
@@ -182,7 +184,10 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         if inline_ok and not getattr(self._engine, "blocks", True):
             return fn(*args)
         self._threads_in_flight += 1
-        future = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        # asyncio.to_thread without its coroutine: the thread starts now, not on the loop's next turn
+        future = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(contextvars.copy_context().run, fn, *args)
+        )
         future.add_done_callback(lambda _: self._finished_thread())
         try:
             return await asyncio.shield(future)
@@ -472,12 +477,11 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 replies = 0
                 try:
                     pump = ReplyPump(
-                        self.progress.counted(await self._run_blocking(start, request)),
-                        asyncio.get_running_loop(),
+                        lambda: self.progress.counted(start(request)), asyncio.get_running_loop()
                     )
                     runner = asyncio.ensure_future(
                         self._run_blocking(pump.run, inline_ok=inline_ok)
-                    )  # one thread
+                    )  # one thread: the engine's call, then its replies
                     while (batch := await pump.take()) is not None:
                         for reply in shape(batch, replies):
                             yield reply

@@ -43,7 +43,7 @@ def _slow_words(count: int, delay_s: float, produced: list[int]) -> Iterator[pb.
 
 async def test_the_pump_hands_over_everything_in_order_and_stops_at_the_next_token_when_asked() -> None:
     loop = asyncio.get_running_loop()
-    pump = ReplyPump(_slow_words(5, 0.0, []), loop)
+    pump = ReplyPump(lambda: _slow_words(5, 0.0, []), loop)
     thread = threading.Thread(target=pump.run)
     thread.start()
     got: list[bytes] = []
@@ -53,10 +53,38 @@ async def test_the_pump_hands_over_everything_in_order_and_stops_at_the_next_tok
     assert got == [b"0", b"1", b"2", b"3", b"4"]
 
     produced: list[int] = []
-    pump = ReplyPump(_slow_words(1000, 0.01, produced), loop)
+    pump = ReplyPump(lambda: _slow_words(1000, 0.01, produced), loop)
     thread = threading.Thread(target=pump.run)
     thread.start()
     assert await pump.take()
     pump.stop()
     await asyncio.to_thread(thread.join)
     assert len(produced) < 1000  # stopped early, not after the whole generation
+
+
+async def test_the_pump_starts_the_generation_in_its_own_thread_and_hands_over_a_refusal() -> None:
+    """The engine's call runs in the pump's thread (one hop to the first token, not two); what it raises (a request
+    the engine refuses before its first reply) is what `take` raises."""
+    loop = asyncio.get_running_loop()
+    started_in: list[threading.Thread] = []
+
+    def start() -> Iterator[pb.Reply]:
+        started_in.append(threading.current_thread())
+        return _slow_words(2, 0.0, [])
+
+    pump = ReplyPump(start, loop)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    got = [r.message for batch in [await pump.take(), await pump.take()] if batch for r in batch]
+    await asyncio.to_thread(thread.join)
+    assert started_in == [thread] and b"0" in got
+
+    def refuse() -> Iterator[pb.Reply]:
+        raise ValueError("the prompt does not fit")
+
+    pump = ReplyPump(refuse, loop)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    with pytest.raises(ValueError, match="does not fit"):
+        await pump.take()
+    await asyncio.to_thread(thread.join)
