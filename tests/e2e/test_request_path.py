@@ -82,6 +82,9 @@ def test_streaming_chat_yields_chunks_and_ends(client: openai.OpenAI) -> None:
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
+    # the role's chunk first, alone (it leaves in the first token's write, as its own event)
+    assert chunks[0].choices[0].delta.role == "assistant" and not chunks[0].choices[0].delta.content
+    assert chunks[1].choices[0].delta.content
     content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(content) >= 2

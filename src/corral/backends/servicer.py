@@ -181,14 +181,9 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
         early) and still wait for the thread before returning, so the caller's place covers it.
         An engine whose calls cannot block (`blocks` is False) runs inline, no thread hop, unless `inline_ok` is
         False (a call that reads or writes files)."""
-        if inline_ok and not getattr(self._engine, "blocks", True):
+        if self._inline(inline_ok):
             return fn(*args)
-        self._threads_in_flight += 1
-        # asyncio.to_thread without its coroutine: the thread starts now, not on the loop's next turn
-        future = asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(contextvars.copy_context().run, fn, *args)
-        )
-        future.add_done_callback(lambda _: self._finished_thread())
+        future = self._thread(fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -202,6 +197,20 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                 except Exception:
                     break
             raise
+
+    def _inline(self, inline_ok: bool) -> bool:
+        """Whether a call runs on the loop: an engine whose calls cannot block, unless the call may not."""
+        return inline_ok and not getattr(self._engine, "blocks", True)
+
+    def _thread(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` started in a thread now (asyncio.to_thread without its coroutine, which would start it on
+        the loop's next turn)."""
+        self._threads_in_flight += 1
+        future = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(contextvars.copy_context().run, fn, *args)
+        )
+        future.add_done_callback(lambda _: self._finished_thread())
+        return future
 
     def _finished_thread(self) -> None:
         self._threads_in_flight -= 1
@@ -479,9 +488,10 @@ class BackendServicer(backend_pb2_grpc.BackendServicer):
                     pump = ReplyPump(
                         lambda: self.progress.counted(start(request)), asyncio.get_running_loop()
                     )
-                    runner = asyncio.ensure_future(
-                        self._run_blocking(pump.run, inline_ok=inline_ok)
-                    )  # one thread: the engine's call, then its replies
+                    if self._inline(inline_ok):
+                        pump.run()  # an engine that never waits: every reply is ready, no thread
+                    else:  # one thread, started now: the engine's call, then its replies
+                        runner = self._thread(pump.run)
                     while (batch := await pump.take()) is not None:
                         for reply in shape(batch, replies):
                             yield reply

@@ -118,7 +118,10 @@ class HotPath:
     ) -> tuple[ModelConfig, str, pb.PredictOptions, int] | None:
         """The request's model config, requested name, backend call and token budget when it is in the warm case
         (None: outside it); raises what the task path would answer. No side effect."""
-        body = VALIDATE(orjson.loads(raw))  # model_validate without its Python frame
+        data = orjson.loads(raw)
+        if type(data) is dict and data.get("stream") is True:
+            return None  # a stream takes the task path: not validated here as well as there
+        body = VALIDATE(data)  # model_validate without its Python frame
         state, model = self.state, body.model
         if (
             body.stream

@@ -217,8 +217,9 @@ class LeanCycle(RequestResponseCycle):
       one call, no ASGI messages, no coroutine per message.
     * One write per response: the status line and headers of a response of known length are held until its
       body and written with it (uvicorn writes them apart: two syscalls, and two segments with TCP_NODELAY).
-      A streamed response (chunked) writes its head at once, as before: a client waiting on a cold load
-      sees its 200 and headers without waiting for the first token.
+      A streamed response (chunked) holds its head only until the loop's turn ends: written with a first part
+      sent in the same turn (a stream that starts with its first token in hand), else alone at once, so a
+      client waiting on a cold load sees its 200 and headers without waiting for the first token.
     * A request that asks to be cancelled when its client leaves (`respond_until_disconnect`, through
       `scope[DISCONNECT_KEY]`) is cancelled by the protocol's `connection_lost`, not by a watcher task
       polling `receive()` (a timer per request and a task for a slow one, ~8 µs)."""
@@ -394,10 +395,16 @@ class LeanCycle(RequestResponseCycle):
             await super().send(message)
         finally:
             self.transport = real
-        if self.chunked_encoding:  # streamed: the client sees its status and headers at once, as before
-            real.write(keep.head)
-        else:
-            self._held = keep.head
+        self._held = keep.head
+        if self.chunked_encoding:  # streamed: written with a first part sent in this turn, else when it ends
+            asyncio.get_running_loop().call_soon(self._head_alone)
+
+    def _head_alone(self) -> None:
+        """A streamed response's head that no body part followed in its turn: the client sees its status and
+        headers now, without waiting for the first part (a cold load's first token)."""
+        head, self._held = self._held, b""
+        if head and not self.transport.is_closing():
+            self.transport.write(head)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

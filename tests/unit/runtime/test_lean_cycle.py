@@ -23,13 +23,15 @@ HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(B
 
 class App:
     """/answer: the whole response through `LeanCycle.answer`; /send: the same as two ASGI messages;
-    /stream: a chunked response whose first chunk waits for `release`; /hold: waits until cancelled;
-    /echo: the request's body as read with `receive`."""
+    /stream: a chunked response whose first chunk waits for `release`; /stream-now: one whose first chunk follows
+    its start at once (its writes counted in `writes`); /hold: waits until cancelled; /echo: the request's body as
+    read with `receive`."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.gone = asyncio.Event()
         self.answered_directly = 0
+        self.writes: list[bytes] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -55,9 +57,32 @@ class App:
             await self.release.wait()
             await send({"type": "http.response.body", "body": b"tok", "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+        elif path == "/stream-now":
+            cycle = send.__self__
+            cycle.transport = _Counted(cycle.transport, self.writes)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"tok", "more_body": True})
+            for _ in range(3):  # turns of the loop pass: nothing more is written
+                await asyncio.sleep(0)
+            await self.release.wait()
+            await send({"type": "http.response.body", "body": b""})
         elif path == "/hold":
             scope[DISCONNECT_KEY](self.gone.set)
             await asyncio.sleep(3600)
+
+
+class _Counted:
+    """A transport that records what is written through it."""
+
+    def __init__(self, transport: Any, writes: list[bytes]) -> None:
+        self._transport, self._writes = transport, writes
+
+    def write(self, data: bytes) -> None:
+        self._writes.append(bytes(data))
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 @pytest.fixture
@@ -133,6 +158,22 @@ async def test_a_streamed_response_sends_its_head_before_its_first_chunk(served:
     assert b"transfer-encoding: chunked" in head
     app.release.set()
     assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5) == b"3\r\ntok\r\n0\r\n\r\n"
+    writer.close()
+
+
+async def test_a_streamed_response_whose_first_chunk_is_in_hand_writes_it_with_its_head(
+    served: tuple[App, int],
+) -> None:
+    """A stream that starts with its first token (the chat relay) leaves in one write: one segment, one wake-up
+    of the client, where uvicorn writes the head and the chunk apart."""
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/stream-now"))
+    first = await asyncio.wait_for(reader.readuntil(b"tok\r\n"), 5)
+    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"\r\n\r\n3\r\ntok\r\n")
+    assert app.writes == [first]
+    app.release.set()
+    assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5) == b"0\r\n\r\n"
     writer.close()
 
 
