@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -30,8 +30,13 @@ class Server:
     popen: subprocess.Popen[bytes]
     log: Path
 
+    clients: list[openai.OpenAI] = field(default_factory=list)
+
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=30)
+        """A client, closed with the server (its pooled connection otherwise outlives the test, unclosed)."""
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=30)
+        self.clients.append(client)
+        return client
 
 
 @pytest.fixture(scope="module", params=["inline", "threaded"])
@@ -67,7 +72,10 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 pass
             assert time.monotonic() < deadline, f"not ready: {log.read_text()}"
             time.sleep(0.05)
-        yield Server(url, popen, log)
+        served = Server(url, popen, log)
+        yield served
+        for client in served.clients:
+            client.close()
     finally:
         stop_process(popen, 10)
 
