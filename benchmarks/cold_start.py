@@ -91,6 +91,9 @@ async def _probe(url: str, stop: asyncio.Event, worst: list[float]) -> None:
 async def _first_byte(url: str) -> float:
     body = {"model": GEMMA_NAME, "messages": PROMPT, "max_tokens": 8, "stream": True}
     async with httpx.AsyncClient(timeout=300) as client:
+        (
+            await client.get(f"{url}/healthz")
+        ).raise_for_status()  # the connection open: the server's time alone
         start = time.perf_counter()
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
             async for _chunk in response.aiter_raw():

@@ -163,31 +163,34 @@ def _answer(status: bytes, message: str, code: str, extra: bytes = b"") -> bytes
 DISCONNECT_KEY = "corral.on_disconnect"  # scope key: the cycle's `on_disconnect` setter (see LeanCycle)
 
 
-class _HeadHeld:
-    """Stands in for the transport while uvicorn writes a response's status line and headers: keeps them."""
+class _Gathered:
+    """Stands in for the transport while uvicorn writes the first parts of a response: keeps them (`parts`), to be
+    written together by `LeanCycle._flush`; once flushed (`parts` None) it writes through. A close writes what it
+    kept first (uvicorn closes a connection that is not kept alive inside the `send` that completes it)."""
 
-    __slots__ = ("head",)
+    __slots__ = ("transport", "parts")
 
-    def __init__(self) -> None:
-        self.head = b""
-
-    def write(self, data: bytes) -> None:
-        self.head = data
-
-
-class _HeadFirst:
-    """Stands in for the transport while uvicorn writes the first body part: one write, the head before it."""
-
-    __slots__ = ("transport", "head")
-
-    def __init__(self, transport: Any, head: bytes) -> None:
-        self.transport, self.head = transport, head
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.parts: list[bytes] | None = []
 
     def write(self, data: bytes) -> None:
-        head, self.head = self.head, b""
-        self.transport.write(head + data if head else data)
+        parts = self.parts
+        if parts is None:
+            self.transport.write(data)
+        else:
+            parts.append(data)
 
-    def __getattr__(self, name: str) -> Any:  # close(), is_closing(): the real transport's
+    def flush(self) -> None:
+        parts, self.parts = self.parts, None
+        if parts and not self.transport.is_closing():
+            self.transport.write(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing(), …: the real transport's
         return getattr(self.transport, name)
 
 
@@ -217,14 +220,15 @@ class LeanCycle(RequestResponseCycle):
       one call, no ASGI messages, no coroutine per message.
     * One write per response: the status line and headers of a response of known length are held until its
       body and written with it (uvicorn writes them apart: two syscalls, and two segments with TCP_NODELAY).
-      A streamed response (chunked) holds its head only until the loop's turn ends: written with a first part
-      sent in the same turn (a stream that starts with its first token in hand), else alone at once, so a
-      client waiting on a cold load sees its 200 and headers without waiting for the first token.
+      A streamed response (chunked) is held only until the loop's turn ends: its head and every part it sends
+      in that turn (a chat's role chunk and first token, the Responses API's opening events) go in one write;
+      a head that no part followed goes alone then, so a client waiting on a cold load sees its 200 and headers
+      without waiting for the first token.
     * A request that asks to be cancelled when its client leaves (`respond_until_disconnect`, through
       `scope[DISCONNECT_KEY]`) is cancelled by the protocol's `connection_lost`, not by a watcher task
       polling `receive()` (a timer per request and a task for a slow one, ~8 µs)."""
 
-    _held: bytes = b""
+    _gathered: _Gathered | None = None  # the response's first parts, not written yet
     _on_disconnect: Any = None
     _event: asyncio.Event | None = None
     _woken = False  # woken before anything waited (no event yet)
@@ -246,7 +250,7 @@ class LeanCycle(RequestResponseCycle):
         self.access_logger = protocol.access_logger
         self.access_log = protocol.access_log
         self.default_headers = protocol.server_state.default_headers
-        self.on_response = protocol.on_response_complete
+        self._completed = protocol.on_response_complete
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = protocol.expect_100_continue
         self.tasks = protocol.tasks  # uvicorn waits for them at shutdown
@@ -375,36 +379,43 @@ class LeanCycle(RequestResponseCycle):
             callback()
 
     async def send(self, message: Any) -> None:
-        if self._held:
-            real, held = self.transport, _HeadFirst(self.transport, self._held)
-            self._held, self.transport = b"", held  # type: ignore[assignment]
-            try:
+        gathered = self._gathered
+        if gathered is None:
+            if self.response_started or message.get("type") != "http.response.start":
                 await super().send(message)
-            finally:
-                self.transport = real
-                if held.head:  # the message wrote nothing (a disconnect, or an error): the head goes alone
-                    if not real.is_closing():
-                        real.write(held.head)
-            return
-        if self.response_started or message.get("type") != "http.response.start":
-            await super().send(message)
-            return
-        real, keep = self.transport, _HeadHeld()
-        self.transport = keep  # type: ignore[assignment]
+                return
+            gathered = self._gathered = _Gathered(self.transport)
+            starting = True
+        else:
+            starting = False
+        real, self.transport = self.transport, gathered  # type: ignore[assignment]
         try:
             await super().send(message)
-        finally:
+        except BaseException:  # refused: what it holds goes as it is (a refused start held nothing)
             self.transport = real
-        self._held = keep.head
-        if self.chunked_encoding:  # streamed: written with a first part sent in this turn, else when it ends
-            asyncio.get_running_loop().call_soon(self._head_alone)
+            self._flush()
+            raise
+        self.transport = real
+        if self.response_complete or not (starting or self.chunked_encoding):
+            self._flush()  # a response of known length: its head with its first part
+        elif (
+            starting and self.chunked_encoding
+        ):  # streamed: what it sends in this turn, written when the turn ends
+            asyncio.get_running_loop().call_soon(self._flush)
 
-    def _head_alone(self) -> None:
-        """A streamed response's head that no body part followed in its turn: the client sees its status and
-        headers now, without waiting for the first part (a cold load's first token)."""
-        head, self._held = self._held, b""
-        if head and not self.transport.is_closing():
-            self.transport.write(head)
+    def on_response(self) -> None:
+        """uvicorn's call once the response is complete (inside the `send` of its last part): what is held is
+        written before the protocol goes on to a next pipelined request, which may be answered at once."""
+        self._flush()
+        self._completed()
+
+    def _flush(self) -> None:
+        """Write the response's parts kept so far in one write; later ones are written as they come. A streamed
+        response's head that no part followed in its turn goes alone: the client sees its status and headers
+        without waiting for the first part (a cold load's first token)."""
+        gathered, self._gathered = self._gathered, None
+        if gathered is not None:
+            gathered.flush()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

@@ -23,9 +23,9 @@ HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(B
 
 class App:
     """/answer: the whole response through `LeanCycle.answer`; /send: the same as two ASGI messages;
-    /stream: a chunked response whose first chunk waits for `release`; /stream-now: one whose first chunk follows
-    its start at once (its writes counted in `writes`); /hold: waits until cancelled; /echo: the request's body as
-    read with `receive`."""
+    /stream: a chunked response whose first chunk waits for `release`; /stream-now: one whose first two chunks
+    follow its start at once (its writes counted in `writes`); /stream-whole: one that ends in the turn it starts;
+    /hold: waits until cancelled; /echo: the request's body as read with `receive`."""
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
@@ -62,9 +62,16 @@ class App:
             cycle.transport = _Counted(cycle.transport, self.writes)
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"tok", "more_body": True})
+            await send({"type": "http.response.body", "body": b"en", "more_body": True})
             for _ in range(3):  # turns of the loop pass: nothing more is written
                 await asyncio.sleep(0)
             await self.release.wait()
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/stream-whole":
+            cycle = send.__self__
+            cycle.transport = _Counted(cycle.transport, self.writes)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"tok", "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         elif path == "/hold":
             scope[DISCONNECT_KEY](self.gone.set)
@@ -161,19 +168,36 @@ async def test_a_streamed_response_sends_its_head_before_its_first_chunk(served:
     writer.close()
 
 
-async def test_a_streamed_response_whose_first_chunk_is_in_hand_writes_it_with_its_head(
+async def test_a_streamed_response_writes_what_it_sends_in_its_first_turn_with_its_head(
     served: tuple[App, int],
 ) -> None:
-    """A stream that starts with its first token (the chat relay) leaves in one write: one segment, one wake-up
-    of the client, where uvicorn writes the head and the chunk apart."""
+    """A stream that starts with its first parts in hand (a chat's role chunk and first token) leaves in one write:
+    one segment, one wake-up of the client, where uvicorn writes the head and each chunk apart."""
     app, port = served
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(_request("/stream-now"))
-    first = await asyncio.wait_for(reader.readuntil(b"tok\r\n"), 5)
-    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"\r\n\r\n3\r\ntok\r\n")
+    first = await asyncio.wait_for(reader.readuntil(b"en\r\n"), 5)
+    assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"\r\n\r\n3\r\ntok\r\n2\r\nen\r\n")
     assert app.writes == [first]
     app.release.set()
     assert await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5) == b"0\r\n\r\n"
+    writer.close()
+
+
+@pytest.mark.parametrize("close", [False, True])
+async def test_a_stream_that_ends_in_its_first_turn_is_one_write_and_whole_before_the_connection_closes(
+    served: tuple[App, int], close: bool
+) -> None:
+    """uvicorn closes a connection that is not kept alive inside the `send` that completes the response: what
+    was held is written first, and the connection still ends."""
+    app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/stream-whole", close=close))
+    whole = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+    assert whole.startswith(b"HTTP/1.1 200 OK") and whole.endswith(b"\r\n\r\n3\r\ntok\r\n0\r\n\r\n")
+    assert app.writes == [whole]
+    if close:
+        assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
 
 

@@ -512,8 +512,8 @@ async def _stream(
 
     async def events() -> AsyncIterator[bytes]:
         completion_tokens = prompt_tokens = 0
-        # the role's chunk leaves with the first token's (one write), or alone before anything else
-        head = sse(encoder.chunk(None, role=True)) if chat else b""
+        if chat:  # written with the first token's chunk: the events of a turn go in one write (LeanCycle)
+            yield sse(encoder.chunk(None, role=True))
         reply, read, piece, eof = first, stream.read, encoder.piece, calls.EOF
         tools, called = (
             bool(opts.Tools),
@@ -522,11 +522,7 @@ async def _stream(
         try:
             while reply is not eof:
                 if reply.message:
-                    yield head + piece(reply.message)
-                    head = b""
-                elif head:
-                    yield head
-                    head = b""
+                    yield piece(reply.message)
                 if tools and reply.chat_deltas and (deltas := delta_tool_calls(reply)):
                     yield sse(encoder.tool_calls(deltas))
                     called.update(d["index"] for d in deltas)
@@ -536,13 +532,13 @@ async def _stream(
                     completion_tokens, prompt_tokens = reply.tokens, reply.prompt_tokens
                 reply = await read()
         except BackendCallError as exc:  # after the first byte, an error can only be an event
-            yield head + choices.error_events(exc)
+            yield choices.error_events(exc)
             return
         finally:
             stream.close()
         _STREAMED_TOKENS(cfg.name).inc(completion_tokens)
         finish = _finish_reason(completion_tokens, max_tokens)
-        yield head + sse(encoder.chunk("tool_calls" if called and finish == "stop" else finish))
+        yield sse(encoder.chunk("tool_calls" if called and finish == "stop" else finish))
         if include_usage:
             yield encoder.usage(_usage(prompt_tokens, completion_tokens))
         yield DONE
