@@ -119,6 +119,9 @@ class BackendProcess:
     liveness: Liveness = field(default_factory=Liveness.started)  # what the worker last saw it answer and do
     _reader: asyncio.Task[None] | None = None
     _out_reader: asyncio.Task[None] | None = None
+    # a spare's: the channel its readiness was seen on, kept open for the probe that hands it over (a new channel
+    # there costs its connect, ~3 ms of a cold start)
+    health_channel: grpc.aio.Channel | None = None
 
     @property
     def dial_host(self) -> str:
@@ -207,17 +210,20 @@ _READY_CHANNEL_OPTIONS = [
 ]
 
 
-async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
+async def _health_ok(channel: grpc.aio.Channel, token: str, timeout_s: float) -> bool:
     metadata = (("authorization", f"Bearer {token}"),) if token else None
+    try:
+        reply: backend_pb2.Reply = await backend_pb2_grpc.BackendStub(channel).Health(
+            backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata
+        )
+    except grpc.aio.AioRpcError:
+        return False
+    return reply.message == b"OK"
+
+
+async def _probe_health(address: str, token: str, timeout_s: float) -> bool:
     async with grpc.aio.insecure_channel(address, options=_PROBE_CHANNEL_OPTIONS) as channel:
-        stub = backend_pb2_grpc.BackendStub(channel)
-        try:
-            reply: backend_pb2.Reply = await stub.Health(
-                backend_pb2.HealthMessage(), timeout=timeout_s, metadata=metadata
-            )
-        except grpc.aio.AioRpcError:
-            return False
-        return reply.message == b"OK"
+        return await _health_ok(channel, token, timeout_s)
 
 
 class Supervisor:
@@ -381,7 +387,7 @@ class Supervisor:
         else:
             self.spares[spare_of] = proc
         try:
-            await self._wait_ready(proc)
+            await self._wait_ready(proc, keep_channel=spare_of is not None)
         except BackendStartFailed as exc:
             await self._stop(proc, force=True)
             if PORT_IN_USE_MARK in str(exc):
@@ -467,7 +473,7 @@ class Supervisor:
                 spare.alive()
                 and spare.state is BackendState.READY
                 and self._same_install(spare, installed)
-                and await _probe_health(spare.local_address, self.token, READINESS_PROBE_TIMEOUT_S)
+                and await self._answers_health(spare)
             ):
                 await self._stop(spare, force=True, kill=True)
                 continue
@@ -528,13 +534,14 @@ class Supervisor:
             self.logs.append(proc.key, name, text)
             log.debug("[%s] %s", proc.key, text)
 
-    async def _wait_ready(self, proc: BackendProcess) -> None:
+    async def _wait_ready(self, proc: BackendProcess, *, keep_channel: bool = False) -> None:
         """Until Health answers OK: one channel that redials every READY_REDIAL_MS while the port is closed, so
         readiness is seen within a few ms of the backend listening (not at the next poll), and the process is
-        checked for an early exit between waits."""
+        checked for an early exit between waits. `keep_channel`: it stays open as `proc.health_channel`."""
         deadline = time.monotonic() + self.start_timeout_s
         metadata = (("authorization", f"Bearer {self.token}"),) if self.token else None
-        async with grpc.aio.insecure_channel(proc.local_address, options=_READY_CHANNEL_OPTIONS) as channel:
+        channel = grpc.aio.insecure_channel(proc.local_address, options=_READY_CHANNEL_OPTIONS)
+        try:
             stub = backend_pb2_grpc.BackendStub(channel)
             while (left := deadline - time.monotonic()) > 0:
                 if not proc.alive():
@@ -554,14 +561,30 @@ class Supervisor:
                     continue
                 if reply.message == b"OK":
                     proc.liveness.answered(time.monotonic())
+                    if keep_channel:
+                        proc.health_channel, channel = channel, None
                     return
                 await asyncio.sleep(READINESS_POLL_S)
+        finally:
+            if channel is not None:
+                await channel.close()
         if not proc.alive():
             await self._raise_start_failed(proc)
         raise BackendStartFailed(
             f"backend {proc.backend!r} for {proc.key} did not answer gRPC Health within "
             f"{self.start_timeout_s:g}s; raise LOCALAI_BACKEND_START_TIMEOUT (--backend-start-timeout)"
         )
+
+    async def _answers_health(self, proc: BackendProcess) -> bool:
+        """Whether `proc` answers Health OK now (within READINESS_PROBE_TIMEOUT_S): asked on the channel kept from
+        its start (then closed: it is no longer a spare), else on a new one."""
+        channel, proc.health_channel = proc.health_channel, None
+        if channel is None:
+            return await _probe_health(proc.local_address, self.token, READINESS_PROBE_TIMEOUT_S)
+        try:
+            return await _health_ok(channel, self.token, READINESS_PROBE_TIMEOUT_S)
+        finally:
+            await channel.close()
 
     async def _raise_start_failed(self, proc: BackendProcess) -> None:
         if proc._reader:
@@ -588,6 +611,9 @@ class Supervisor:
         """Free (unless forced), terminate (or `kill` at once), wait for exit, release the port. Returns whether
         Free worked."""
         proc.state = BackendState.STOPPING
+        if proc.health_channel is not None:
+            channel, proc.health_channel = proc.health_channel, None
+            await channel.close()
         freed = False
         if proc.alive() and not force:
             freed = await self._free(proc)

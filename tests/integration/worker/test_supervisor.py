@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from corral.gallery.registry import BackendRegistry
@@ -128,9 +132,12 @@ async def test_a_cold_start_takes_the_spare_process_and_its_port_and_log(spared:
     pid, port = spare.process.pid, spare.port
     assert spared.processes == {}  # a spare is not a replica: no list, drain or readiness sees it
     assert spared.ports.in_use == {port: "spare:simulator"}
+    kept = spare.health_channel  # the channel its readiness was seen on: the handover's probe asks on it
+    assert kept is not None and kept.get_state() is grpc.ChannelConnectivity.READY
 
     proc = await spared.ensure("m#0", "simulator")
 
+    assert proc.health_channel is None  # no longer a spare: its channel is closed
     assert proc.process.pid == pid and proc.port == port and proc.key == "m#0"
     assert spared.processes == {"m#0": proc} and spared.spares == {}
     assert spared.ports.in_use == {port: "m#0"}
@@ -166,6 +173,22 @@ async def test_a_dead_spare_is_not_handed_over(spared: Supervisor) -> None:
     assert proc.port in spared.ports.in_use
 
 
+async def test_a_spare_that_stopped_answering_is_not_handed_over_though_its_channel_is_open(
+    spared: Supervisor,
+) -> None:
+    spared.keep_spares()
+    spare = await _spare_ready(spared)
+    assert spare.health_channel is not None
+    os.kill(spare.process.pid, signal.SIGSTOP)  # alive, its connection open, answering nothing
+    try:
+        proc = await spared.ensure("m#0", "simulator")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(spare.process.pid, signal.SIGCONT)
+    assert proc.process.pid != spare.process.pid and proc.alive()
+    assert not spare.alive() and spare.health_channel is None
+
+
 async def test_a_load_arriving_while_the_spare_starts_waits_for_it_instead_of_starting_another(
     spared: Supervisor,
 ) -> None:
@@ -182,6 +205,7 @@ async def test_upgrade_or_delete_of_a_backend_stops_its_spare(spared: Supervisor
     spare = await _spare_ready(spared)
     assert await spared.drop_spares({"simulator"}) == ["spare:simulator"]
     assert not spare.alive() and spared.spares == {} and spared.ports.in_use == {}
+    assert spare.health_channel is None  # its kept channel closed with it
 
 
 async def test_stopping_the_worker_stops_its_spares(spared: Supervisor) -> None:
