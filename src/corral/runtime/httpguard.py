@@ -379,28 +379,25 @@ class LeanCycle(RequestResponseCycle):
             callback()
 
     async def send(self, message: Any) -> None:
-        gathered = self._gathered
-        if gathered is None:
-            if self.response_started or message.get("type") != "http.response.start":
+        if self._gathered is not None:  # a part after the start, while the parts are gathered
+            try:
                 await super().send(message)
-                return
-            gathered = self._gathered = _Gathered(self.transport)
-            starting = True
-        else:
-            starting = False
-        real, self.transport = self.transport, gathered  # type: ignore[assignment]
+            finally:
+                if not self.chunked_encoding:  # a response of known length: its head with its first part
+                    self._flush()
+            return
+        if self.response_started or message.get("type") != "http.response.start":
+            await super().send(message)
+            return
+        # the start: the transport is the gatherer until `_flush` (a close by uvicorn, after an error or an
+        # unfinished response, goes through it: what was kept is written first)
+        self._gathered = self.transport = _Gathered(self.transport)  # type: ignore[assignment]
         try:
             await super().send(message)
-        except BaseException:  # refused: what it holds goes as it is (a refused start held nothing)
-            self.transport = real
+        except BaseException:  # refused: nothing kept
             self._flush()
             raise
-        self.transport = real
-        if self.response_complete or not (starting or self.chunked_encoding):
-            self._flush()  # a response of known length: its head with its first part
-        elif (
-            starting and self.chunked_encoding
-        ):  # streamed: what it sends in this turn, written when the turn ends
+        if self.chunked_encoding:  # streamed: what it sends in this turn, written when the turn ends
             asyncio.get_running_loop().call_soon(self._flush)
 
     def on_response(self) -> None:
@@ -415,6 +412,7 @@ class LeanCycle(RequestResponseCycle):
         without waiting for the first part (a cold load's first token)."""
         gathered, self._gathered = self._gathered, None
         if gathered is not None:
+            self.transport = gathered.transport
             gathered.flush()
 
 

@@ -25,6 +25,7 @@ class App:
     """/answer: the whole response through `LeanCycle.answer`; /send: the same as two ASGI messages;
     /stream: a chunked response whose first chunk waits for `release`; /stream-now: one whose first two chunks
     follow its start at once (its writes counted in `writes`); /stream-whole: one that ends in the turn it starts;
+    /stream-broken: one whose app raises in that turn;
     /hold: waits until cancelled; /echo: the request's body as read with `receive`."""
 
     def __init__(self) -> None:
@@ -73,6 +74,10 @@ class App:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"tok", "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+        elif path == "/stream-broken":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"tok", "more_body": True})
+            raise RuntimeError("the app failed in the turn its stream started")
         elif path == "/hold":
             scope[DISCONNECT_KEY](self.gone.set)
             await asyncio.sleep(3600)
@@ -198,6 +203,19 @@ async def test_a_stream_that_ends_in_its_first_turn_is_one_write_and_whole_befor
     assert app.writes == [whole]
     if close:
         assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+
+
+async def test_a_stream_whose_app_fails_in_its_first_turn_still_writes_what_it_sent_before_the_close(
+    served: tuple[App, int],
+) -> None:
+    """uvicorn closes the connection of a started response whose app raised: what the app had sent is written
+    first, as when each part was written at once."""
+    _app, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/stream-broken"))
+    received = await asyncio.wait_for(reader.read(), 5)  # until the server closes
+    assert received.startswith(b"HTTP/1.1 200 OK") and received.endswith(b"\r\n\r\n3\r\ntok\r\n")
     writer.close()
 
 
